@@ -1,0 +1,72 @@
+// Schedulers: who serves which piece of core attention.
+//
+// A schedule is a list of CA-task placements. Every document's query rows [0, doc_len) are
+// partitioned among its tasks; a task covers query rows [q_begin, q_end) of one document with
+// context [0, q_end) (causal, bottom-right aligned in kernel terms), its query rows lie inside
+// ONE piece of the batch held by rank `home` (Q leaves from there and O returns there), and it
+// runs on rank `server` (every rank is an in-place attention server). K/V rows of the context
+// come from whichever ranks hold them; docs/plan-format.md gives the byte rules.
+//
+// A rank's tokens never move: only their attention does. The exception is `wlb`, which models
+// a data loader that re-packs documents before the step; its Schedule::batch is that re-packed
+// batch and its homes refer to it.
+//
+// Determinism: every scheduler is a pure function of (batch, options): the same inputs give the
+// same placements in the same order, on every platform.
+// Thread safety: schedulers keep no global state; distinct calls may run concurrently.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "distca/core/specs.h"
+#include "distca/core/status.h"
+#include "distca/cost/cost_model.h"
+#include "distca/data/batch.h"
+
+namespace distca {
+
+struct TaskPlacement {
+  int64_t doc = 0;
+  int64_t q_begin = 0;  // first query row (position within the document)
+  int64_t q_end = 0;    // one past the last query row; the context is [0, q_end)
+  int64_t home = 0;     // rank holding these query rows
+  int64_t server = 0;   // rank running the task
+  bool operator==(const TaskPlacement&) const = default;
+};
+
+enum class SchedulerKind { kColocated, kWlb, kPerCp, kCad, kCadSymmetric };
+
+struct SchedulerSpec {
+  SchedulerKind kind = SchedulerKind::kCad;
+  int64_t cp_degree = 1;  // percp:C only
+  // "colocated", "wlb", "percp:4", "cad", "cad-symmetric".
+  std::string name() const;
+};
+// Parses --scheduler; the message names the flag.
+Result<SchedulerSpec> parse_scheduler(const std::string& text);
+
+struct ScheduleOptions {
+  ModelSpec model;                            // shapes, for byte counts
+  int64_t dtype_bytes = 2;                    // activation bytes (2 = bf16, 4 = fp32)
+  double tolerance = 0.05;                    // cad: every server within tolerance * mean
+  const AttentionCostModel* cost = nullptr;   // work measure; nullptr means causal pairs
+  double wlb_mem_cap = 1.2;                   // wlb: per-rank token cap over the mean
+  Status validate(const Batch& batch, const SchedulerSpec& spec) const;
+};
+
+struct Schedule {
+  std::vector<TaskPlacement> tasks;
+  Batch batch;  // the batch the homes refer to (the input, or wlb's re-packed one)
+};
+
+Result<Schedule> schedule_colocated(const Batch& batch, const ScheduleOptions& options);
+Result<Schedule> schedule_wlb(const Batch& batch, const ScheduleOptions& options);
+Result<Schedule> schedule_percp(const Batch& batch, int64_t cp_degree, const ScheduleOptions& options);
+Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options);
+Result<Schedule> schedule_cad_symmetric(const Batch& batch, const ScheduleOptions& options);
+// Dispatches on spec.kind after validating options against the batch.
+Result<Schedule> run_scheduler(const SchedulerSpec& spec, const Batch& batch, const ScheduleOptions& options);
+
+}  // namespace distca

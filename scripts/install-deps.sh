@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every Debian package distca's build, tests, benchmarks and plots need. Idempotent:
+# when everything is present it only checks (dpkg-query) and returns in well under a second.
+# Runs as root (or with sudo available). CUDA and NCCL are not installed here: they are
+# optional (-DDISTCA_CUDA=ON) and come with the machine's CUDA toolkit.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  nlohmann-json3-dev libcli11-dev libtomlplusplus-dev
+  libopenblas-dev libopenmpi-dev openmpi-bin
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  gnuplot-nox
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,180 @@
+#include "distca/core/specs.h"
+
+#include <nlohmann/json.hpp>
+
+namespace distca {
+namespace {
+
+struct ModelPresetRow {
+  const char* name;
+  int64_t layers, hidden, heads, kv_heads, head_dim, ffn, vocab;
+};
+
+// Llama-3-8B and the paper's 34B (64 heads, 16 KV heads: the paper's text; CodeLlama-34B has 8).
+constexpr ModelPresetRow kModelPresets[] = {
+    {"tiny", 4, 256, 8, 2, 32, 688, 512},
+    {"llama-8b", 32, 4096, 32, 8, 128, 14336, 128256},
+    {"llama-34b", 48, 8192, 64, 16, 128, 22016, 32000},
+};
+
+HardwareSpec make_h200() {
+  HardwareSpec h;
+  h.name = "h200";
+  h.peak_flops = 990e12;
+  h.memory_bytes = 141e9;
+  h.intra_node_bw = 900e9;
+  h.inter_node_bw = 50e9;
+  h.intra_node_latency = 3e-6;
+  h.inter_node_latency = 10e-6;
+  h.gpus_per_node = 8;
+  return h;
+}
+
+// Nominal figures for this project's CPU machines (2 cores, 24 GiB); `distca profile`
+// measures the real attention speed, these only seed the analytic model.
+HardwareSpec make_local_cpu() {
+  HardwareSpec h;
+  h.name = "local-cpu";
+  h.peak_flops = 100e9;
+  h.memory_bytes = 24.0 * (1ull << 30);
+  h.intra_node_bw = 10e9;
+  h.inter_node_bw = 1.25e9;
+  h.intra_node_latency = 1e-6;
+  h.inter_node_latency = 50e-6;
+  h.gpus_per_node = 1;
+  return h;
+}
+
+Status positive(const char* field, double v) {
+  if (!(v > 0)) return Status::invalid_argument(std::string(field) + " must be positive (got " + std::to_string(v) + ")");
+  return {};
+}
+
+template <class T>
+Status read_field(const nlohmann::json& j, const char* key, T& out) {
+  if (!j.contains(key)) return {};
+  const auto& v = j.at(key);
+  if (!v.is_number()) return Status::invalid_argument(std::string("field '") + key + "' must be a number");
+  if constexpr (std::is_integral_v<T>) {
+    if (!v.is_number_integer()) return Status::invalid_argument(std::string("field '") + key + "' must be an integer");
+  }
+  out = v.get<T>();
+  return {};
+}
+
+}  // namespace
+
+Status ModelSpec::validate() const {
+  DISTCA_RETURN_IF_ERROR(positive("n_layers", static_cast<double>(n_layers)));
+  DISTCA_RETURN_IF_ERROR(positive("hidden", static_cast<double>(hidden)));
+  DISTCA_RETURN_IF_ERROR(positive("n_heads", static_cast<double>(n_heads)));
+  DISTCA_RETURN_IF_ERROR(positive("n_kv_heads", static_cast<double>(n_kv_heads)));
+  DISTCA_RETURN_IF_ERROR(positive("head_dim", static_cast<double>(head_dim)));
+  DISTCA_RETURN_IF_ERROR(positive("ffn", static_cast<double>(ffn)));
+  DISTCA_RETURN_IF_ERROR(positive("vocab", static_cast<double>(vocab)));
+  if (n_heads % n_kv_heads != 0) {
+    return Status::invalid_argument("n_kv_heads (" + std::to_string(n_kv_heads) +
+                                    ") must divide n_heads (" + std::to_string(n_heads) + ")");
+  }
+  return {};
+}
+
+Status HardwareSpec::validate() const {
+  DISTCA_RETURN_IF_ERROR(positive("peak_flops", peak_flops));
+  DISTCA_RETURN_IF_ERROR(positive("memory_bytes", memory_bytes));
+  DISTCA_RETURN_IF_ERROR(positive("intra_node_bw", intra_node_bw));
+  DISTCA_RETURN_IF_ERROR(positive("inter_node_bw", inter_node_bw));
+  DISTCA_RETURN_IF_ERROR(positive("gpus_per_node", static_cast<double>(gpus_per_node)));
+  if (intra_node_latency < 0 || inter_node_latency < 0) return Status::invalid_argument("latencies must be >= 0");
+  return {};
+}
+
+Result<ModelSpec> model_preset(std::string_view name) {
+  for (const auto& r : kModelPresets) {
+    if (name == r.name) {
+      return ModelSpec{r.name, r.layers, r.hidden, r.heads, r.kv_heads, r.head_dim, r.ffn, r.vocab};
+    }
+  }
+  std::string names;
+  for (const auto& n : model_preset_names()) names += (names.empty() ? "" : ", ") + n;
+  return Status::not_found("unknown model '" + std::string(name) + "' (presets: " + names + ")");
+}
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> out;
+  for (const auto& r : kModelPresets) out.emplace_back(r.name);
+  return out;
+}
+
+Result<HardwareSpec> hardware_preset(std::string_view name) {
+  if (name == "h200") return make_h200();
+  if (name == "local-cpu") return make_local_cpu();
+  return Status::not_found("unknown hardware '" + std::string(name) + "' (presets: h200, local-cpu)");
+}
+
+std::vector<std::string> hardware_preset_names() { return {"h200", "local-cpu"}; }
+
+nlohmann::json to_json(const ModelSpec& m) {
+  return {{"name", m.name},         {"n_layers", m.n_layers}, {"hidden", m.hidden},
+          {"n_heads", m.n_heads},   {"n_kv_heads", m.n_kv_heads}, {"head_dim", m.head_dim},
+          {"ffn", m.ffn},           {"vocab", m.vocab}};
+}
+
+nlohmann::json to_json(const HardwareSpec& h) {
+  return {{"name", h.name},
+          {"peak_flops", h.peak_flops},
+          {"memory_bytes", h.memory_bytes},
+          {"intra_node_bw", h.intra_node_bw},
+          {"inter_node_bw", h.inter_node_bw},
+          {"intra_node_latency", h.intra_node_latency},
+          {"inter_node_latency", h.inter_node_latency},
+          {"gpus_per_node", h.gpus_per_node}};
+}
+
+Result<ModelSpec> model_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) return Status::invalid_argument("model must be a JSON object");
+  ModelSpec m;
+  if (j.contains("preset")) {
+    if (!j["preset"].is_string()) return Status::invalid_argument("field 'preset' must be a string");
+    DISTCA_ASSIGN_OR_RETURN(m, model_preset(j["preset"].get<std::string>()));
+  }
+  if (j.contains("name")) {
+    if (!j["name"].is_string()) return Status::invalid_argument("field 'name' must be a string");
+    m.name = j["name"].get<std::string>();
+  }
+  DISTCA_RETURN_IF_ERROR(read_field(j, "n_layers", m.n_layers));
+  DISTCA_RETURN_IF_ERROR(read_field(j, "hidden", m.hidden));
+  DISTCA_RETURN_IF_ERROR(read_field(j, "n_heads", m.n_heads));
+  DISTCA_RETURN_IF_ERROR(read_field(j, "n_kv_heads", m.n_kv_heads));
+  DISTCA_RETURN_IF_ERROR(read_field(j, "head_dim", m.head_dim));
+  DISTCA_RETURN_IF_ERROR(read_field(j, "ffn", m.ffn));
+  DISTCA_RETURN_IF_ERROR(read_field(j, "vocab", m.vocab));
+  if (m.name.empty()) m.name = "custom";
+  DISTCA_RETURN_IF_ERROR(m.validate());
+  return m;
+}
+
+Result<HardwareSpec> hardware_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) return Status::invalid_argument("hardware must be a JSON object");
+  HardwareSpec h;
+  if (j.contains("preset")) {
+    if (!j["preset"].is_string()) return Status::invalid_argument("field 'preset' must be a string");
+    DISTCA_ASSIGN_OR_RETURN(h, hardware_preset(j["preset"].get<std::string>()));
+  }
+  if (j.contains("name")) {
+    if (!j["name"].is_string()) return Status::invalid_argument("field 'name' must be a string");
+    h.name = j["name"].get<std::string>();
+  }
+  DISTCA_RETURN_IF_ERROR(read_field(j, "peak_flops", h.peak_flops));
+  DISTCA_RETURN_IF_ERROR(read_field(j, "memory_bytes", h.memory_bytes));
+  DISTCA_RETURN_IF_ERROR(read_field(j, "intra_node_bw", h.intra_node_bw));
+  DISTCA_RETURN_IF_ERROR(read_field(j, "inter_node_bw", h.inter_node_bw));
+  DISTCA_RETURN_IF_ERROR(read_field(j, "intra_node_latency", h.intra_node_latency));
+  DISTCA_RETURN_IF_ERROR(read_field(j, "inter_node_latency", h.inter_node_latency));
+  DISTCA_RETURN_IF_ERROR(read_field(j, "gpus_per_node", h.gpus_per_node));
+  if (h.name.empty()) h.name = "custom";
+  DISTCA_RETURN_IF_ERROR(h.validate());
+  return h;
+}
+
+}  // namespace distca

@@ -1,0 +1,148 @@
+#include "distca/data/batch.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace distca {
+namespace {
+
+std::string where(int64_t rank, size_t index) {
+  return "per_rank[" + std::to_string(rank) + "][" + std::to_string(index) + "]";
+}
+
+Result<int64_t> get_int(const nlohmann::json& obj, const char* key, const std::string& ctx) {
+  if (!obj.is_object() || !obj.contains(key)) {
+    return Status::invalid_argument(ctx + ": missing field '" + key + "'");
+  }
+  const auto& v = obj.at(key);
+  if (!v.is_number_integer()) {
+    return Status::invalid_argument(ctx + ": field '" + key + "' must be an integer");
+  }
+  return v.get<int64_t>();
+}
+
+}  // namespace
+
+int64_t Batch::num_documents() const {
+  std::vector<int64_t> ids;
+  for (const auto& rank : per_rank) {
+    for (const auto& p : rank) ids.push_back(p.doc);
+  }
+  std::sort(ids.begin(), ids.end());
+  return std::unique(ids.begin(), ids.end()) - ids.begin();
+}
+
+int64_t Batch::rank_tokens(int64_t r) const {
+  DISTCA_CHECK(r >= 0 && r < static_cast<int64_t>(per_rank.size()));
+  int64_t t = 0;
+  for (const auto& p : per_rank[static_cast<size_t>(r)]) t += p.len;
+  return t;
+}
+
+Status Batch::validate() const {
+  if (ranks <= 0) return Status::invalid_argument("batch: 'ranks' must be positive");
+  if (tokens_per_rank <= 0) return Status::invalid_argument("batch: 'tokens_per_rank' must be positive");
+  if (static_cast<int64_t>(per_rank.size()) != ranks) {
+    return Status::invalid_argument("batch: 'per_rank' has " + std::to_string(per_rank.size()) +
+                                    " entries but 'ranks' is " + std::to_string(ranks));
+  }
+  struct Span {
+    int64_t offset, len;
+  };
+  std::map<int64_t, int64_t> doc_len;
+  std::map<int64_t, std::vector<Span>> spans;
+  for (int64_t r = 0; r < ranks; ++r) {
+    int64_t used = 0;
+    const auto& pieces = per_rank[static_cast<size_t>(r)];
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const Piece& p = pieces[i];
+      const std::string ctx = "batch: " + where(r, i);
+      if (p.doc < 0) return Status::invalid_argument(ctx + ": 'doc' must be >= 0");
+      if (p.len <= 0) return Status::invalid_argument(ctx + ": 'len' must be positive");
+      if (p.offset < 0) return Status::invalid_argument(ctx + ": 'offset' must be >= 0");
+      if (p.doc_len <= 0) return Status::invalid_argument(ctx + ": 'doc_len' must be positive");
+      if (p.offset > p.doc_len - p.len) {
+        return Status::invalid_argument(ctx + ": piece [" + std::to_string(p.offset) + ", " +
+                                        std::to_string(p.offset + p.len) + ") lies outside document " +
+                                        std::to_string(p.doc) + " of length " + std::to_string(p.doc_len));
+      }
+      auto [it, fresh] = doc_len.emplace(p.doc, p.doc_len);
+      if (!fresh && it->second != p.doc_len) {
+        return Status::invalid_argument(ctx + ": document " + std::to_string(p.doc) +
+                                        " has inconsistent 'doc_len' (" + std::to_string(it->second) +
+                                        " and " + std::to_string(p.doc_len) + ")");
+      }
+      spans[p.doc].push_back({p.offset, p.len});
+      used += p.len;
+    }
+    if (used > tokens_per_rank) {
+      return Status::invalid_argument("batch: rank " + std::to_string(r) + " holds " + std::to_string(used) +
+                                      " tokens, more than tokens_per_rank " + std::to_string(tokens_per_rank));
+    }
+  }
+  for (auto& [doc, list] : spans) {
+    std::sort(list.begin(), list.end(), [](const Span& a, const Span& b) { return a.offset < b.offset; });
+    int64_t next = 0;
+    for (const Span& s : list) {
+      if (s.offset != next) {
+        return Status::invalid_argument("batch: document " + std::to_string(doc) + " is not tiled by its pieces (" +
+                                        (s.offset < next ? "overlap" : "gap") + " at token " +
+                                        std::to_string(std::min(s.offset, next)) + ")");
+      }
+      next = s.offset + s.len;
+    }
+    if (next != doc_len[doc]) {
+      return Status::invalid_argument("batch: document " + std::to_string(doc) + " pieces cover " +
+                                      std::to_string(next) + " of its " + std::to_string(doc_len[doc]) + " tokens");
+    }
+  }
+  return {};
+}
+
+nlohmann::json batch_to_json(const Batch& b) {
+  nlohmann::json per_rank = nlohmann::json::array();
+  for (const auto& rank : b.per_rank) {
+    nlohmann::json pieces = nlohmann::json::array();
+    for (const auto& p : rank) {
+      pieces.push_back({{"doc", p.doc}, {"offset", p.offset}, {"len", p.len}, {"doc_len", p.doc_len}});
+    }
+    per_rank.push_back(std::move(pieces));
+  }
+  return {{"ranks", b.ranks}, {"tokens_per_rank", b.tokens_per_rank}, {"per_rank", std::move(per_rank)}};
+}
+
+Result<Batch> batch_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) return Status::invalid_argument("batch: must be a JSON object");
+  Batch b;
+  DISTCA_ASSIGN_OR_RETURN(b.ranks, get_int(j, "ranks", "batch"));
+  DISTCA_ASSIGN_OR_RETURN(b.tokens_per_rank, get_int(j, "tokens_per_rank", "batch"));
+  if (!j.contains("per_rank") || !j["per_rank"].is_array()) {
+    return Status::invalid_argument("batch: missing array field 'per_rank'");
+  }
+  if (b.ranks <= 0 || b.ranks > (int64_t{1} << 24)) {
+    return Status::invalid_argument("batch: 'ranks' must be in [1, 16777216]");
+  }
+  for (size_t r = 0; r < j["per_rank"].size(); ++r) {
+    const auto& rank = j["per_rank"][r];
+    if (!rank.is_array()) return Status::invalid_argument("batch: per_rank[" + std::to_string(r) + "] must be an array");
+    std::vector<Piece> pieces;
+    pieces.reserve(rank.size());
+    for (size_t i = 0; i < rank.size(); ++i) {
+      const std::string ctx = "batch: " + where(static_cast<int64_t>(r), i);
+      Piece p;
+      DISTCA_ASSIGN_OR_RETURN(p.doc, get_int(rank[i], "doc", ctx));
+      DISTCA_ASSIGN_OR_RETURN(p.offset, get_int(rank[i], "offset", ctx));
+      DISTCA_ASSIGN_OR_RETURN(p.len, get_int(rank[i], "len", ctx));
+      DISTCA_ASSIGN_OR_RETURN(p.doc_len, get_int(rank[i], "doc_len", ctx));
+      pieces.push_back(p);
+    }
+    b.per_rank.push_back(std::move(pieces));
+  }
+  DISTCA_RETURN_IF_ERROR(b.validate());
+  return b;
+}
+
+}  // namespace distca
