@@ -65,8 +65,9 @@ Status Batch::validate() const {
       if (p.offset < 0) return Status::invalid_argument(ctx + ": 'offset' must be >= 0");
       if (p.doc_len <= 0) return Status::invalid_argument(ctx + ": 'doc_len' must be positive");
       if (p.offset > p.doc_len - p.len) {
-        return Status::invalid_argument(ctx + ": piece [" + std::to_string(p.offset) + ", " +
-                                        std::to_string(p.offset + p.len) + ") lies outside document " +
+        // offset + len may overflow here, so the message quotes both separately.
+        return Status::invalid_argument(ctx + ": piece at offset " + std::to_string(p.offset) + " of length " +
+                                        std::to_string(p.len) + " lies outside document " +
                                         std::to_string(p.doc) + " of length " + std::to_string(p.doc_len));
       }
       auto [it, fresh] = doc_len.emplace(p.doc, p.doc_len);
@@ -76,11 +77,12 @@ Status Batch::validate() const {
                                         " and " + std::to_string(p.doc_len) + ")");
       }
       spans[p.doc].push_back({p.offset, p.len});
+      // Compared before adding so that huge lengths cannot overflow the sum.
+      if (p.len > tokens_per_rank - used) {
+        return Status::invalid_argument("batch: rank " + std::to_string(r) + " holds more than tokens_per_rank " +
+                                        std::to_string(tokens_per_rank) + " tokens");
+      }
       used += p.len;
-    }
-    if (used > tokens_per_rank) {
-      return Status::invalid_argument("batch: rank " + std::to_string(r) + " holds " + std::to_string(used) +
-                                      " tokens, more than tokens_per_rank " + std::to_string(tokens_per_rank));
     }
   }
   for (auto& [doc, list] : spans) {

@@ -1,0 +1,170 @@
+// `distca attention`: run the attention kernels on tensors from .npy files (a debugging and
+// interoperability tool: feed it from numpy or PyTorch, compare with your own implementation).
+#include <sys/stat.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "distca/core/npy.h"
+#include "distca/kernels/attention.h"
+#include "distca/kernels/reference.h"
+
+namespace distca::cli {
+namespace {
+
+struct AttentionFlags {
+  std::string q, k, v, cu_q, cu_k, d_o, out_dir;
+  bool no_causal = false;
+  bool reference = false;
+  double scale = 0;
+};
+
+// Loads `path` (given with `flag`) and checks dtype and rank; errors name the flag and file.
+Result<NpyArray> load(const std::string& flag, const std::string& path, NpyDtype dtype, size_t rank) {
+  Result<NpyArray> a = read_npy(path);
+  if (!a.ok()) return Status(a.status().code(), flag + ": " + a.status().message());
+  if (a->dtype != dtype) {
+    return Status::invalid_argument(flag + " '" + path + "': dtype " + npy_dtype_name(a->dtype) + ", expected " +
+                                    npy_dtype_name(dtype));
+  }
+  if (a->shape.size() != rank) {
+    return Status::invalid_argument(flag + " '" + path + "': " + std::to_string(a->shape.size()) +
+                                    "-d array, expected " + std::to_string(rank) + "-d");
+  }
+  return a;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "(";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + ")";
+}
+
+int run(const AttentionFlags& f) {
+  const bool backward = !f.d_o.empty();
+  auto q = load("--q", f.q, NpyDtype::kFloat32, 3);
+  if (!q.ok()) return fail(q.status());
+  auto k = load("--k", f.k, NpyDtype::kFloat32, 3);
+  if (!k.ok()) return fail(k.status());
+  auto v = load("--v", f.v, NpyDtype::kFloat32, 3);
+  if (!v.ok()) return fail(v.status());
+  auto cq = load("--cu-seqlens-q", f.cu_q, NpyDtype::kInt32, 1);
+  if (!cq.ok()) return fail(cq.status());
+  auto ck = load("--cu-seqlens-k", f.cu_k, NpyDtype::kInt32, 1);
+  if (!ck.ok()) return fail(ck.status());
+  Result<NpyArray> dO = Status::not_found("unused");
+  if (backward) {
+    dO = load("--do", f.d_o, NpyDtype::kFloat32, 3);
+    if (!dO.ok()) return fail(dO.status());
+  }
+
+  const auto& qs = q->shape;
+  const auto& ks = k->shape;
+  if (qs[1] <= 0 || qs[2] <= 0) return fail_input("--q: shape " + shape_str(qs) + " needs n_heads and head_dim > 0");
+  if (ks != v->shape) return fail_input("--v: shape " + shape_str(v->shape) + " differs from --k " + shape_str(ks));
+  if (ks[2] != qs[2]) return fail_input("--k: head_dim " + std::to_string(ks[2]) + " differs from --q's " + std::to_string(qs[2]));
+  if (ks[1] <= 0 || qs[1] % ks[1] != 0) {
+    return fail_input("--k: n_kv_heads " + std::to_string(ks[1]) + " must divide --q's n_heads " + std::to_string(qs[1]));
+  }
+  if (backward && dO->shape != qs) return fail_input("--do: shape " + shape_str(dO->shape) + " differs from --q " + shape_str(qs));
+  if (cq->shape[0] < 1) return fail_input("--cu-seqlens-q: needs at least one entry");
+  if (cq->shape != ck->shape) {
+    return fail_input("--cu-seqlens-k: " + std::to_string(ck->shape[0]) + " entries but --cu-seqlens-q has " +
+                      std::to_string(cq->shape[0]));
+  }
+  const int64_t n_tasks = cq->shape[0] - 1;
+  if (cq->i32.back() != qs[0]) {
+    return fail_input("--cu-seqlens-q: last entry " + std::to_string(cq->i32.back()) + " must equal total_q " +
+                      std::to_string(qs[0]) + " (rows of --q)");
+  }
+  if (ck->i32.back() != ks[0]) {
+    return fail_input("--cu-seqlens-k: last entry " + std::to_string(ck->i32.back()) + " must equal total_kv " +
+                      std::to_string(ks[0]) + " (rows of --k)");
+  }
+  if (qs[0] > INT32_MAX || ks[0] > INT32_MAX || qs[1] > INT32_MAX || qs[2] > INT32_MAX) {
+    return fail_input("--q: dimensions exceed int32");
+  }
+
+  kernels::AttentionParams p;
+  p.q = q->f32.data();
+  p.k = k->f32.data();
+  p.v = v->f32.data();
+  p.cu_seqlens_q = cq->i32.data();
+  p.cu_seqlens_k = ck->i32.data();
+  p.n_tasks = static_cast<int32_t>(n_tasks);
+  p.n_heads = static_cast<int32_t>(qs[1]);
+  p.n_kv_heads = static_cast<int32_t>(ks[1]);
+  p.head_dim = static_cast<int32_t>(qs[2]);
+  p.softmax_scale = static_cast<float>(f.scale);
+  p.causal = !f.no_causal;
+  if (Status st = kernels::validate(p); !st.ok()) {
+    const std::string& m = st.message();
+    const std::string flag = m.rfind("cu_seqlens_k", 0) == 0 ? "--cu-seqlens-k" : "--cu-seqlens-q";
+    return fail_input(flag + ": " + m);
+  }
+
+  struct stat sb {};
+  if (::stat(f.out_dir.c_str(), &sb) != 0) {
+    if (::mkdir(f.out_dir.c_str(), 0755) != 0) return fail_input("--out-dir: cannot create '" + f.out_dir + "'");
+  } else if (!S_ISDIR(sb.st_mode)) {
+    return fail_input("--out-dir: '" + f.out_dir + "' is not a directory");
+  }
+
+  const int64_t H = qs[1], Hkv = ks[1], d = qs[2];
+  std::vector<float> o(static_cast<size_t>(qs[0] * H * d)), lse(static_cast<size_t>(H * qs[0]));
+  std::vector<float> dq, dk, dv;
+  p.o = o.data();
+  p.lse = lse.data();
+  if (backward) {
+    dq.resize(o.size());
+    dk.resize(k->f32.size());
+    dv.resize(k->f32.size());
+    p.d_o = dO->f32.data();
+    p.dq = dq.data();
+    p.dk = dk.data();
+    p.dv = dv.data();
+  }
+  if (f.reference) {
+    kernels::reference_forward<float>(p, p.q, p.k, p.v, o.data(), lse.data());
+    if (backward) kernels::reference_backward<float>(p, p.q, p.k, p.v, p.d_o, dq.data(), dk.data(), dv.data());
+  } else {
+    kernels::attention_forward(p);
+    if (backward) kernels::attention_backward(p);
+  }
+
+  const std::string dir = f.out_dir + "/";
+  Status st = write_npy(dir + "o.npy", o.data(), {qs[0], H, d});
+  if (st.ok()) st = write_npy(dir + "lse.npy", lse.data(), {H, qs[0]});
+  if (st.ok() && backward) {
+    st = write_npy(dir + "dq.npy", dq.data(), {qs[0], H, d});
+    if (st.ok()) st = write_npy(dir + "dk.npy", dk.data(), {ks[0], Hkv, d});
+    if (st.ok()) st = write_npy(dir + "dv.npy", dv.data(), {ks[0], Hkv, d});
+  }
+  if (!st.ok()) return fail(st);
+  return kExitOk;
+}
+
+Runner setup(CLI::App& app) {
+  auto f = std::make_shared<AttentionFlags>();
+  app.add_option("--q", f->q, "queries, float32 (total_q, n_heads, head_dim)")->required();
+  app.add_option("--k", f->k, "keys, float32 (total_kv, n_kv_heads, head_dim)")->required();
+  app.add_option("--v", f->v, "values, float32 (total_kv, n_kv_heads, head_dim)")->required();
+  app.add_option("--cu-seqlens-q", f->cu_q, "int32 (n_tasks + 1) query offsets")->required();
+  app.add_option("--cu-seqlens-k", f->cu_k, "int32 (n_tasks + 1) key/value offsets")->required();
+  app.add_option("--out-dir", f->out_dir, "writes o.npy, lse.npy (and dq/dk/dv.npy with --do)")->required();
+  app.add_option("--do", f->d_o, "output gradient, float32 like --q: also run the backward");
+  app.add_option("--scale", f->scale, "softmax scale (default 1/sqrt(head_dim))")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--no-causal", f->no_causal, "every query sees every key of its task");
+  app.add_flag("--reference", f->reference, "use the naive fp32 reference instead of the fast path");
+  return [f] { return run(*f); };
+}
+
+}  // namespace
+
+DISTCA_REGISTER_COMMAND(attention, {"attention", "", "Run core attention (forward, and backward with --do) on .npy tensors",
+                                    50, &setup});
+
+}  // namespace distca::cli

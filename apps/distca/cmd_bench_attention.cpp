@@ -1,0 +1,228 @@
+// `distca bench attention`: forward and backward GFLOP/s of the CPU attention kernels (pairs-
+// based FLOPs, docs/architecture.md) against OpenBLAS sgemm measured in the same run on the
+// same threads. Figures go to docs/benchmarks.md.
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "distca/core/rng.h"
+#include "distca/kernels/attention.h"
+#include "distca/kernels/profiler.h"
+
+namespace distca::cli {
+namespace {
+
+struct BenchFlags {
+  bool json = false;
+  int heads = 4;
+  int kv_heads = 1;
+  int64_t max_len = 16384;
+  int64_t context = 8192;
+  int repeats = 3;
+  int64_t sgemm_n = 2048;
+  std::vector<int> head_dims = {64, 128};
+};
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// OpenBLAS sgemm on n x n x n with all threads (its own pool, the same cores).
+class SgemmBaseline {
+ public:
+  explicit SgemmBaseline(int64_t n) : n_(static_cast<int>(n)), a_(static_cast<size_t>(n * n)), b_(a_.size()), c_(a_.size()) {
+    Rng rng(7);
+    for (auto& x : a_) x = static_cast<float>(rng.uniform(-1, 1));
+    for (auto& x : b_) x = static_cast<float>(rng.uniform(-1, 1));
+    run();  // warm-up
+  }
+  // GFLOP/s of one call.
+  double run() {
+    openblas_set_num_threads(omp_get_max_threads());
+    const double t0 = now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n_, n_, n_, 1.0f, a_.data(), n_, b_.data(), n_, 0.0f,
+                c_.data(), n_);
+    const double t = now() - t0;
+    const double gf = 2.0 * n_ * static_cast<double>(n_) * n_ / t / 1e9;
+    all_.push_back(gf);
+    return gf;
+  }
+  double median_gflops() const { return median(all_); }
+
+ private:
+  int n_;
+  std::vector<float> a_, b_, c_;
+  std::vector<double> all_;
+};
+
+struct CaseResult {
+  std::string kind;
+  int head_dim = 0;
+  int64_t q_len = 0, kv_len = 0, tasks = 0;
+  double fwd_gflops = 0, bwd_gflops = 0;  // medians over repetitions
+  double fwd_ratio = 0, bwd_ratio = 0;    // medians of per-repetition ratios to the sgemm run beside it
+};
+
+// The machine is shared and its load changes by the second, so every repetition of a case is
+// paired with an sgemm run right before it and the ratio is taken per pair (then the median).
+CaseResult run_case(const std::string& kind, const std::vector<std::pair<int64_t, int64_t>>& tasks,
+                    const BenchFlags& f, int head_dim, SgemmBaseline& gemm) {
+  kernels::AttentionProblem prob = kernels::make_problem(tasks, f.heads, f.kv_heads, head_dim, 11);
+  std::vector<double> fg, bg, fr, br;
+  kernels::time_kernels(prob, 1, 0.0);  // warm-up
+  const double start = now();
+  for (int r = 0; r < f.repeats; ++r) {
+    const double base = gemm.run();
+    const kernels::KernelTiming t = kernels::time_kernels(prob, 1, 0.0);
+    fg.push_back(t.forward_flops / t.forward_seconds / 1e9);
+    bg.push_back(t.backward_flops / t.backward_seconds / 1e9);
+    fr.push_back(fg.back() / base);
+    br.push_back(bg.back() / base);
+    if (r >= 2 && now() - start > 20.0) break;  // long cases: three pairs are enough
+  }
+  CaseResult r;
+  r.kind = kind;
+  r.head_dim = head_dim;
+  r.tasks = static_cast<int64_t>(tasks.size());
+  for (const auto& [q, k] : tasks) {
+    r.q_len += q;
+    r.kv_len += k;
+  }
+  r.fwd_gflops = median(fg);
+  r.bwd_gflops = median(bg);
+  r.fwd_ratio = median(fr);
+  r.bwd_ratio = median(br);
+  return r;
+}
+
+// A fused batch of mixed shards, as an attention server receives it: documents of random
+// length cut into head/tail-like shards of 128 .. 2048 rows at random context positions.
+std::vector<std::pair<int64_t, int64_t>> mixed_batch(int64_t context) {
+  Rng rng(3);
+  std::vector<std::pair<int64_t, int64_t>> t;
+  int64_t rows = 0;
+  while (rows < context) {
+    const int64_t kv = 128 + static_cast<int64_t>(rng.uniform_int(static_cast<uint64_t>(context - 127)));
+    const int64_t q = std::min<int64_t>(kv, 128 << rng.uniform_int(5));
+    t.push_back({q, kv});
+    rows += q;
+  }
+  return t;
+}
+
+int run(const BenchFlags& f) {
+  const int threads = omp_get_max_threads();
+  const bool progress = stderr_is_terminal() && !f.json;
+  SgemmBaseline gemm(f.sgemm_n);
+  std::vector<CaseResult> results;
+  auto note = [&](const CaseResult& r) {
+    results.push_back(r);
+    if (progress) std::fprintf(stderr, "\r%-8s d=%d q=%lld kv=%lld    ", r.kind.c_str(), r.head_dim,
+                               static_cast<long long>(r.q_len), static_cast<long long>(r.kv_len));
+  };
+  for (int d : f.head_dims) {
+    for (int64_t len = 32; len <= f.max_len; len *= 2) note(run_case("single", {{len, len}}, f, d, gemm));
+    for (int64_t q = 128; q <= f.context; q *= 2) note(run_case("shard", {{q, f.context}}, f, d, gemm));
+    note(run_case("mixed", mixed_batch(f.context), f, d, gemm));
+  }
+  if (progress) std::fprintf(stderr, "\r%60s\r", "");
+  const double sgemm = gemm.median_gflops();
+
+  // Summary figures: the worst ratio for single tasks of >= 1K, and shard 128 vs shard 4K.
+  nlohmann::json summary = nlohmann::json::object();
+  for (int d : f.head_dims) {
+    double fmin = 1e300, bmin = 1e300, s128 = 0, s4k = 0;
+    for (const auto& r : results) {
+      if (r.head_dim != d) continue;
+      if (r.kind == "single" && r.q_len >= 1024) {
+        fmin = std::min(fmin, r.fwd_ratio);
+        bmin = std::min(bmin, r.bwd_ratio);
+      }
+      // forward+backward throughput relative to sgemm (so load changes between cases cancel)
+      const double fb = (r.fwd_ratio > 0 && r.bwd_ratio > 0) ? 3.5 / (1.0 / r.fwd_ratio + 2.5 / r.bwd_ratio) : 0;
+      if (r.kind == "shard" && r.q_len == 128) s128 = fb;
+      if (r.kind == "shard" && r.q_len == 4096) s4k = fb;
+    }
+    nlohmann::json s;
+    if (fmin < 1e300) {
+      s["min_forward_over_sgemm_1k_plus"] = fmin;
+      s["min_backward_over_sgemm_1k_plus"] = bmin;
+    }
+    if (s128 > 0 && s4k > 0) s["shard128_over_shard4k"] = s128 / s4k;
+    summary["head_dim_" + std::to_string(d)] = s;
+  }
+
+  if (f.json) {
+    nlohmann::json j;
+    j["threads"] = threads;
+    j["cpu"] = kernels::cpu_model_name();
+    j["n_heads"] = f.heads;
+    j["n_kv_heads"] = f.kv_heads;
+    j["blas_core"] = openblas_get_corename();
+    j["sgemm_n"] = f.sgemm_n;
+    j["sgemm_gflops"] = sgemm;
+    j["cases"] = nlohmann::json::array();
+    for (const auto& r : results) {
+      j["cases"].push_back({{"kind", r.kind}, {"head_dim", r.head_dim}, {"q_len", r.q_len}, {"kv_len", r.kv_len},
+                            {"tasks", r.tasks}, {"forward_gflops", r.fwd_gflops}, {"backward_gflops", r.bwd_gflops},
+                            {"forward_over_sgemm", r.fwd_ratio},
+                            {"backward_over_sgemm", r.bwd_ratio}});
+    }
+    j["summary"] = summary;
+    std::printf("%s\n", j.dump(2).c_str());
+    return kExitOk;
+  }
+  std::printf("CPU attention kernels, %d threads, n_heads %d, n_kv_heads %d (%s)\n", threads, f.heads, f.kv_heads,
+              kernels::cpu_model_name().c_str());
+  std::printf("OpenBLAS (%s kernels) sgemm %lld^3: %.1f GFLOP/s (median; each case's ratios use the sgemm run beside it)\n\n",
+              openblas_get_corename(), static_cast<long long>(f.sgemm_n), sgemm);
+  std::printf("%-7s %4s %7s %7s %5s %10s %10s %8s %8s\n", "case", "d", "q_len", "kv_len", "tasks", "fwd GF/s",
+              "bwd GF/s", "fwd/gemm", "bwd/gemm");
+  for (const auto& r : results) {
+    std::printf("%-7s %4d %7lld %7lld %5lld %10.1f %10.1f %8.2f %8.2f\n", r.kind.c_str(), r.head_dim,
+                static_cast<long long>(r.q_len), static_cast<long long>(r.kv_len), static_cast<long long>(r.tasks),
+                r.fwd_gflops, r.bwd_gflops, r.fwd_ratio, r.bwd_ratio);
+  }
+  std::printf("\nsummary: %s\n", summary.dump().c_str());
+  return kExitOk;
+}
+
+Runner setup(CLI::App& app) {
+  auto f = std::make_shared<BenchFlags>();
+  app.add_flag("--json", f->json, "print one JSON object");
+  app.add_option("--heads", f->heads, "query heads")->check(CLI::PositiveNumber);
+  app.add_option("--kv-heads", f->kv_heads, "key/value heads (divides --heads)")->check(CLI::PositiveNumber);
+  app.add_option("--max-len", f->max_len, "longest single task (q_len = kv_len), from 32 doubling")
+      ->check(CLI::Range(int64_t{32}, int64_t{1} << 20));
+  app.add_option("--context", f->context, "context length of the q-shard cases and of the mixed batch")
+      ->check(CLI::Range(int64_t{256}, int64_t{1} << 20));
+  app.add_option("--repeats", f->repeats, "timed repetitions per case (median)")->check(CLI::Range(1, 1000));
+  app.add_option("--sgemm-n", f->sgemm_n, "size of the square sgemm baseline")->check(CLI::Range(int64_t{64}, int64_t{16384}));
+  app.add_option("--head-dims", f->head_dims, "head dimensions to run")->check(CLI::PositiveNumber);
+  return [f] {
+    if (f->heads % f->kv_heads != 0) return fail_input("--kv-heads must divide --heads");
+    return run(*f);
+  };
+}
+
+}  // namespace
+
+DISTCA_REGISTER_COMMAND(bench_attention, {"attention", "bench",
+                                          "Attention kernel GFLOP/s vs OpenBLAS sgemm, same run, same threads", 61,
+                                          &setup});
+
+}  // namespace distca::cli

@@ -1,0 +1,362 @@
+// `distca bench plan`: plan time, balance and bytes of the schedulers side by side, measured in
+// one run on the same batches (docs/benchmarks.md, "Planner"), plus a tolerance sweep of `cad`
+// and `cad-symmetric`.
+//
+// For every (distribution, tokens per rank, servers): `--batches` batches (make_batches, seed
+// --seed), each planned by cad, cad-symmetric, wlb and percp (best C). Figures per scheduler:
+// median plan milliseconds (the scheduler call alone, wall clock), median and worst load
+// max/mean, median forward bytes (total and busiest rank, traffic.h rules; percp: its K/V
+// all-gather, as plan.h reports it), and the batches balanced within tolerance.
+// The ratio cad / cad-symmetric bytes is the median of the per-batch ratios.
+//
+// percp "best C": the smallest power of two whose balance is within the tolerance, found with
+// an analytic proxy (each document's pairs shared equally by its group) and confirmed by
+// running it (doubling C at most twice when the real plan falls short). percp is slow to plan
+// and to count at hundreds of servers, so it runs on the first kPercpBatches batches only.
+// Plan times: the faster of two runs for cad, cad-symmetric and wlb; one run for percp.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "distca/core/io.h"
+#include "distca/core/specs.h"
+#include "distca/data/workload.h"
+#include "distca/plan/cad.h"
+#include "distca/plan/plan.h"
+#include "distca/plan/traffic.h"
+
+namespace distca::cli {
+namespace {
+
+struct Flags {
+  std::string json_path;
+  int64_t batches = 30;
+  bool quick = false;
+  std::string model = "llama-8b";
+  std::string layout = "contiguous";
+  double tolerance = 0.05;
+  uint64_t seed = 42;
+};
+
+const char* kSchedulers[] = {"cad", "cad-symmetric", "wlb", "percp"};
+constexpr int kNumSchedulers = 4;
+constexpr size_t kPercpBatches = 5;
+
+struct Sample {
+  double ms = 0, max_over_mean = 0;
+  double bytes = 0, bytes_max_rank = 0;
+  int64_t cp = 0;  // percp only
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Balance and bytes of a schedule by the shared rules (traffic.h). percp (cp > 0): what
+// build_plan reports for it (plan.h): the K/V all-gather of its groups (the loader lays the
+// head-tail shards out, so Q and O do not cross ranks), computed here without building the
+// full plan's layouts.
+Result<Sample> measure(const Schedule& s, const Batch& input, const ScheduleOptions& o, int64_t cp) {
+  Sample m;
+  m.max_over_mean = max_over_mean(server_loads(s.batch.ranks, s.tasks, o.cost));
+  m.cp = cp;
+  if (cp == 0) {
+    const Traffic t = compute_traffic(DocumentIndex(s.batch), s.tasks, row_bytes(o.model, o.dtype_bytes));
+    m.bytes = static_cast<double>(t.bytes.forward());
+    m.bytes_max_rank = static_cast<double>(t.forward_max_rank());
+    return m;
+  }
+  (void)input;
+  const DocumentIndex index(s.batch);
+  const AllGatherTraffic ag = compute_allgather(index, cp, percp_groups(index, cp), row_bytes(o.model, o.dtype_bytes));
+  int64_t mx = 0;
+  for (const RankBytes& r : ag.per_rank) mx = std::max(mx, r.fwd());
+  m.bytes = static_cast<double>(ag.bytes);
+  m.bytes_max_rank = static_cast<double>(mx);
+  return m;
+}
+
+// The faster of two runs: the first also pays for touching fresh memory, which on a shared
+// machine says more about the allocator than about the planner.
+template <class F>
+Result<Sample> timed(F&& plan, const Batch& input, const ScheduleOptions& o, int64_t cp) {
+  double best_ms = 0;
+  std::optional<Schedule> kept;
+  for (int rep = 0; rep < 2; ++rep) {
+    const double t0 = now_ms();
+    auto s = plan();
+    const double ms = now_ms() - t0;
+    if (!s.ok()) return s.status();
+    if (rep == 0 || ms < best_ms) best_ms = ms;
+    if (rep == 0) kept = std::move(*s);
+  }
+  auto m = measure(*kept, input, o, cp);
+  if (m.ok()) m->ms = best_ms;
+  return m;
+}
+
+// percp's balance for degree c without running it: a document's pairs are shared equally by
+// the ranks of the groups holding it (head-tail chunks have equal work).
+double percp_proxy_max_over_mean(const Batch& b, int64_t c) {
+  std::map<int64_t, std::pair<int64_t, int64_t>> span;  // doc -> (first group, last group)
+  std::map<int64_t, int64_t> len;
+  for (int64_t r = 0; r < b.ranks; ++r) {
+    for (const Piece& p : b.per_rank[static_cast<size_t>(r)]) {
+      auto [it, fresh] = span.emplace(p.doc, std::make_pair(r / c, r / c));
+      it->second.first = std::min(it->second.first, r / c);
+      it->second.second = std::max(it->second.second, r / c);
+      len[p.doc] = p.doc_len;
+    }
+  }
+  std::vector<double> load(static_cast<size_t>(b.ranks), 0.0);
+  for (const auto& [doc, g] : span) {
+    const int64_t first = g.first * c, last = (g.second + 1) * c;
+    const double share = static_cast<double>(document_pairs(len[doc])) / static_cast<double>(last - first);
+    for (int64_t r = first; r < last; ++r) load[static_cast<size_t>(r)] += share;
+  }
+  return max_over_mean(load);
+}
+
+Result<Sample> run_one(int k, const Batch& b, const ScheduleOptions& o) {
+  if (k == 0) return timed([&] { return schedule_cad(b, o); }, b, o, 0);
+  if (k == 1) return timed([&] { return schedule_cad_symmetric(b, o); }, b, o, 0);
+  if (k == 2) return timed([&] { return schedule_wlb(b, o); }, b, o, 0);
+  // percp: the smallest power-of-two C whose proxy balance is within tolerance (else the
+  // proxy's best), then confirmed by running it, doubling C at most twice if it falls short.
+  int64_t c = 1, best_c = 1;
+  double best_proxy = 0;
+  for (int64_t t = 1; t <= b.ranks && b.ranks % t == 0; t *= 2) {
+    const double p = percp_proxy_max_over_mean(b, t);
+    if (t == 1 || p < best_proxy) {
+      best_proxy = p;
+      best_c = t;
+    }
+    if (p <= 1 + o.tolerance) {
+      best_c = t;
+      break;
+    }
+  }
+  c = best_c;
+  std::optional<Sample> best;
+  for (int tries = 0; tries < 3; ++tries) {
+    const double t0 = now_ms();
+    auto s = schedule_percp(b, c, o);
+    const double ms = now_ms() - t0;
+    if (!s.ok()) return s.status();
+    auto mr = measure(*s, b, o, c);
+    if (!mr.ok()) return mr.status();
+    Sample m = *mr;
+    m.ms = ms;
+    if (!best || m.max_over_mean < best->max_over_mean) best = m;
+    if (m.max_over_mean <= 1 + o.tolerance || 2 * c > b.ranks || b.ranks % (2 * c) != 0) break;
+    c *= 2;
+  }
+  return *best;
+}
+
+struct Config {
+  std::string dist;
+  int64_t tokens = 0, servers = 0;
+};
+
+void progress(bool on, const std::string& line) {
+  if (on) std::fprintf(stderr, "\r%-70s", line.c_str());
+}
+
+int run(const Flags& f) {
+  // Everything checked before any work.
+  if (f.batches < 1) return fail_input("--batches must be >= 1 (got " + std::to_string(f.batches) + ")");
+  if (!std::isfinite(f.tolerance) || f.tolerance < 0 || f.tolerance > 1) {
+    return fail_input("--tolerance must be in [0, 1]");
+  }
+  auto model = model_preset(f.model);
+  if (!model.ok()) return fail(model.status().with_context("--model"));
+  auto layout = parse_layout(f.layout);
+  if (!layout.ok()) return fail(layout.status());
+  if (!f.json_path.empty() && f.json_path != "-") {
+    const auto dir = std::filesystem::path(f.json_path).parent_path();
+    if (!dir.empty() && !std::filesystem::is_directory(dir)) {
+      return fail_input("--json: directory '" + dir.string() + "' does not exist");
+    }
+  }
+  const bool to_stdout = f.json_path == "-";
+  const bool show = stderr_is_terminal() && !to_stdout;
+  const int64_t batches = f.quick ? std::min<int64_t>(f.batches, 5) : f.batches;
+
+  std::vector<Config> configs;
+  const std::vector<int64_t> tokens = f.quick ? std::vector<int64_t>{128 << 10, 512 << 10}
+                                              : std::vector<int64_t>{128 << 10, 256 << 10, 512 << 10};
+  const std::vector<int64_t> servers = f.quick ? std::vector<int64_t>{8, 64, 512}
+                                               : std::vector<int64_t>{8, 16, 32, 64, 128, 256, 512, 1024};
+  for (const char* dist : {"pretrain", "prolong"}) {
+    for (int64_t t : tokens) {
+      for (int64_t s : servers) configs.push_back({dist, t, s});
+    }
+  }
+  ScheduleOptions o;
+  o.model = *model;
+  o.tolerance = f.tolerance;
+
+  auto make = [&](const Config& c) {
+    WorkloadOptions w;
+    w.dist = c.dist;
+    w.ranks = c.servers;
+    w.tokens_per_rank = c.tokens;
+    w.layout = *layout;
+    w.batches = batches;
+    w.seed = f.seed;
+    return make_batches(w);
+  };
+
+  nlohmann::json out = {{"bench", "plan"}, {"model", f.model}, {"layout", f.layout},
+                        {"tolerance", f.tolerance}, {"batches", batches}, {"seed", f.seed},
+                        {"dtype_bytes", o.dtype_bytes}, {"configs", nlohmann::json::array()},
+                        {"sweep", nlohmann::json::array()}};
+  if (!to_stdout) {
+    std::printf("distca bench plan: %s, %s layout, tolerance %g, %lld batches per row, medians\n",
+                f.model.c_str(), f.layout.c_str(), f.tolerance, static_cast<long long>(batches));
+    std::printf("%-8s %5s %5s | %-13s %8s %8s %8s %9s %9s | %s\n", "dist", "tok", "srv", "scheduler",
+                "plan ms", "max/mean", "worst", "bytes GB", "rank GB", "balanced");
+  }
+  for (const Config& c : configs) {
+    progress(show, c.dist + " " + std::to_string(c.tokens >> 10) + "K x " + std::to_string(c.servers));
+    auto bs = make(c);
+    if (!bs.ok()) return fail(bs.status());
+    std::vector<Sample> samples[kNumSchedulers];
+    std::vector<double> ratio;
+    for (size_t i = 0; i < bs->size(); ++i) {
+      const Batch& b = (*bs)[i];
+      for (int k = 0; k < kNumSchedulers; ++k) {
+        if (k == 3 && i >= kPercpBatches) continue;
+        auto m = run_one(k, b, o);
+        if (!m.ok()) return fail(m.status());
+        samples[k].push_back(*m);
+      }
+      ratio.push_back(samples[0].back().bytes / std::max(1.0, samples[1].back().bytes));
+    }
+    progress(show, "");
+    if (show) std::fprintf(stderr, "\r");
+    nlohmann::json row = {{"dist", c.dist}, {"tokens_per_rank", c.tokens}, {"servers", c.servers},
+                          {"cad_over_symmetric_bytes_median", median(ratio)}, {"schedulers", nlohmann::json::object()}};
+    for (int k = 0; k < kNumSchedulers; ++k) {
+      std::vector<double> ms, mm, by, br, cp;
+      int64_t balanced = 0;
+      for (const Sample& s : samples[k]) {
+        ms.push_back(s.ms);
+        mm.push_back(s.max_over_mean);
+        by.push_back(s.bytes);
+        br.push_back(s.bytes_max_rank);
+        cp.push_back(static_cast<double>(s.cp));
+        if (s.max_over_mean <= 1 + f.tolerance) ++balanced;
+      }
+      nlohmann::json j = {{"plan_ms_median", median(ms)},
+                          {"load_max_over_mean_median", median(mm)},
+                          {"load_max_over_mean_worst", *std::max_element(mm.begin(), mm.end())},
+                          {"comm_bytes_total_median", median(by)},
+                          {"comm_bytes_max_rank_median", median(br)},
+                          {"balanced_batches", balanced},
+                          {"batches", samples[k].size()}};
+      if (k == 3) j["cp_degree_median"] = median(cp);
+      row["schedulers"][kSchedulers[k]] = j;
+      if (!to_stdout) {
+        std::printf("%-8s %4lldK %5lld | %-13s %8.2f %8.4f %8.4f %9.2f %9.3f | %lld/%lld%s\n", c.dist.c_str(),
+                    static_cast<long long>(c.tokens >> 10), static_cast<long long>(c.servers), kSchedulers[k],
+                    median(ms), median(mm), *std::max_element(mm.begin(), mm.end()), median(by) / 1e9,
+                    median(br) / 1e9, static_cast<long long>(balanced), static_cast<long long>(samples[k].size()),
+                    k == 3 ? (" (C=" + std::to_string(static_cast<long long>(median(cp))) + ")").c_str() : "");
+      }
+    }
+    if (!to_stdout) std::printf("%-8s %4lldK %5lld | cad / cad-symmetric bytes: %.3f (median of per-batch ratios)\n",
+                                c.dist.c_str(), static_cast<long long>(c.tokens >> 10),
+                                static_cast<long long>(c.servers), median(ratio));
+    out["configs"].push_back(row);
+    std::fflush(stdout);
+  }
+
+  // Tolerance sweep: bytes of cad and cad-symmetric as the tolerance grows.
+  const int64_t sweep_servers = f.quick ? 64 : 256;
+  if (!to_stdout) {
+    std::printf("\ntolerance sweep, %lld servers x 512K tokens, median forward GB (balanced batches)\n",
+                static_cast<long long>(sweep_servers));
+  }
+  for (const char* dist : {"pretrain", "prolong"}) {
+    auto bs = make({dist, 512 << 10, sweep_servers});
+    if (!bs.ok()) return fail(bs.status());
+    for (double tol : {0.0, 0.05, 0.1, 0.15, 0.2, 0.3}) {
+      progress(show, std::string("sweep ") + dist + " tol " + std::to_string(tol));
+      ScheduleOptions ot = o;
+      ot.tolerance = tol;
+      std::vector<double> bytes[2], mm[2];
+      int64_t balanced[2] = {0, 0};
+      for (const Batch& b : *bs) {
+        for (int k = 0; k < 2; ++k) {
+          CadStats st;
+          auto s = k == 0 ? schedule_cad(b, ot, &st) : schedule_cad_symmetric(b, ot, &st);
+          if (!s.ok()) return fail(s.status());
+          bytes[k].push_back(static_cast<double>(st.bytes_incremental));
+          mm[k].push_back(st.load_max / st.mean);
+          if (st.balanced) ++balanced[k];
+        }
+      }
+      progress(show, "");
+      if (show) std::fprintf(stderr, "\r");
+      out["sweep"].push_back({{"dist", dist}, {"servers", sweep_servers}, {"tokens_per_rank", 512 << 10},
+                              {"tolerance", tol},
+                              {"cad_bytes_median", median(bytes[0])},
+                              {"cad_symmetric_bytes_median", median(bytes[1])},
+                              {"cad_load_max_over_mean_worst", *std::max_element(mm[0].begin(), mm[0].end())},
+                              {"cad_balanced_batches", balanced[0]},
+                              {"cad_symmetric_balanced_batches", balanced[1]}});
+      if (!to_stdout) {
+        std::printf("%-8s tol %.2f  cad %9.2f (%lld/%lld)  cad-symmetric %9.2f (%lld/%lld)  ratio %.3f\n", dist, tol,
+                    median(bytes[0]) / 1e9, static_cast<long long>(balanced[0]), static_cast<long long>(batches),
+                    median(bytes[1]) / 1e9, static_cast<long long>(balanced[1]), static_cast<long long>(batches),
+                    median(bytes[0]) / std::max(1.0, median(bytes[1])));
+      }
+    }
+  }
+  if (show) std::fprintf(stderr, "\r%70s\r", "");
+  if (to_stdout) {
+    std::printf("%s\n", out.dump(2).c_str());
+  } else if (!f.json_path.empty()) {
+    const Status st = write_file_atomic(f.json_path, out.dump(2) + "\n");
+    if (!st.ok()) return fail(st);
+  }
+  return kExitOk;
+}
+
+Runner setup(CLI::App& sub) {
+  auto f = std::make_shared<Flags>();
+  sub.add_option("--json", f->json_path, "Write the figures as JSON to FILE (atomically), or - for stdout");
+  sub.add_option("--batches", f->batches, "Batches per configuration")->capture_default_str();
+  sub.add_flag("--quick", f->quick, "A small subset: 128K and 512K tokens, 8/64/512 servers, <= 5 batches");
+  sub.add_option("--model", f->model, "Model preset for the byte counts")->capture_default_str();
+  sub.add_option("--layout", f->layout, "Batch layout: contiguous | head-tail")->capture_default_str();
+  sub.add_option("--tolerance", f->tolerance, "cad / cad-symmetric tolerance, in [0, 1]")->capture_default_str();
+  sub.add_option("--seed", f->seed, "Workload seed")->capture_default_str();
+  return [f] { return run(*f); };
+}
+
+}  // namespace
+
+DISTCA_REGISTER_COMMAND(bench_plan, {"plan", "bench", "Planner: plan time, balance and bytes of cad, cad-symmetric, wlb, percp",
+                                     60, &setup});
+
+}  // namespace distca::cli

@@ -1,0 +1,195 @@
+// `distca plan`: shard a batch's core attention into CA-tasks, place them on servers, print
+// the balance and the traffic (docs/plan-format.md for the JSON, docs/scheduler.md for the
+// algorithms).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "distca/core/io.h"
+#include "distca/core/specs.h"
+#include "distca/cost/cost_model.h"
+#include "distca/plan/plan.h"
+#include "distca/plan/plan_json.h"
+#include "distca/plan/validate.h"
+#include "workload_flags.h"
+
+namespace distca::cli {
+namespace {
+
+struct Options {
+  WorkloadFlags workload;
+  std::string model = "llama-8b";
+  std::string scheduler = "cad";
+  double tolerance = 0.05;
+  double wlb_mem_cap = 1.2;
+  std::string dtype = "bf16";
+  std::string json_path;  // empty: table; "-": stdout
+  bool full = false;
+};
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::fabs(b) >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
+  return buf;
+}
+
+void print_header(const nlohmann::json& s) {
+  std::printf("scheduler %s, tolerance %g, %s activations, cost in %s\n",
+              s["scheduler"].get<std::string>().c_str(), s["tolerance"].get<double>(),
+              s["dtype"].get<std::string>().c_str(), s["cost_unit"].get<std::string>().c_str());
+  std::printf("servers %g, tasks %g, load max/mean %.4f (colocated %.4f), tokens max/mean %.4f\n",
+              s["servers"].get<double>(), s["tasks"].get<double>(), s["load_max_over_mean"].get<double>(),
+              s["load_before_max_over_mean"].get<double>(), s["tokens_max_over_mean"].get<double>());
+  std::printf("bytes per layer: forward %s, backward %s, busiest rank %s",
+              human_bytes(s["comm_bytes_total"].get<double>()).c_str(),
+              human_bytes(s["comm_bytes_backward"].get<double>()).c_str(),
+              human_bytes(s["comm_bytes_max_rank"].get<double>()).c_str());
+  if (s["allgather_bytes"].get<double>() > 0) {
+    std::printf(" (of which K/V all-gather %s)", human_bytes(s["allgather_bytes"].get<double>()).c_str());
+  }
+  std::printf("\nplan time %.3f ms\n\n", 1e3 * s["plan_seconds"].get<double>());
+}
+
+void print_ranks(const nlohmann::json& s) {
+  std::printf("%-6s %12s %18s %18s %14s %14s\n", "rank", "tokens", "work before", "work after",
+              "bytes out", "bytes in");
+  for (const auto& row : s["per_rank"]) {
+    std::printf("%-6lld %12lld %18.0f %18.0f %14s %14s\n", static_cast<long long>(row["rank"].get<int64_t>()),
+                static_cast<long long>(row["tokens"].get<int64_t>()), row["load_before"].get<double>(),
+                row["load"].get<double>(), human_bytes(row["bytes_out"].get<double>()).c_str(),
+                human_bytes(row["bytes_in"].get<double>()).c_str());
+  }
+}
+
+void print_batches(const nlohmann::json& list) {
+  std::printf("%-6s %8s %12s %16s %16s %12s\n", "batch", "tasks", "load max/mean", "fwd bytes",
+              "busiest rank", "plan ms");
+  for (size_t b = 0; b < list.size(); ++b) {
+    const auto& s = list[b];
+    std::printf("%-6zu %8lld %12.4f %16s %16s %12.3f\n", b, static_cast<long long>(s["tasks"].get<int64_t>()),
+                s["load_max_over_mean"].get<double>(), human_bytes(s["comm_bytes_total"].get<double>()).c_str(),
+                human_bytes(s["comm_bytes_max_rank"].get<double>()).c_str(), 1e3 * s["plan_seconds"].get<double>());
+  }
+}
+
+int run(const Options& o) {
+  // Every flag is checked before any batch is drawn or planned.
+  auto model = model_preset(o.model);
+  if (!model.ok()) return fail(Status(model.status().code(), "--model: " + model.status().message()));
+  auto spec = parse_scheduler(o.scheduler);
+  if (!spec.ok()) return fail(spec.status());
+  if (o.dtype != "bf16" && o.dtype != "fp32") {
+    return fail_input("--dtype: expected bf16 or fp32, got '" + o.dtype + "'");
+  }
+  ScheduleOptions options;
+  options.model = *model;
+  options.dtype_bytes = o.dtype == "fp32" ? 4 : 2;
+  options.tolerance = o.tolerance;
+  options.wlb_mem_cap = o.wlb_mem_cap;
+  const PairsCostModel pairs;
+  options.cost = &pairs;  // the --cost-table FILE model plugs in here
+  // The batch-independent checks of ScheduleOptions::validate, before any batch is drawn.
+  Status st = options.validate(Batch{1, 1, {{{0, 0, 1, 1}}}}, SchedulerSpec{spec->kind, 1});
+  if (!st.ok()) return fail(st);
+  if (!o.json_path.empty() && o.json_path != "-") {
+    const auto dir = std::filesystem::path(o.json_path).parent_path();
+    if (!dir.empty() && !std::filesystem::is_directory(dir)) {
+      return fail_input("--json: directory '" + dir.string() + "' does not exist");
+    }
+  }
+  if (o.workload.batch_file.empty()) {
+    st = o.workload.options.validate();
+    if (!st.ok()) return fail(st);
+    if (spec->kind == SchedulerKind::kPerCp && o.workload.options.ranks % spec->cp_degree != 0) {
+      return fail_input("--scheduler " + spec->name() + ": CP degree " + std::to_string(spec->cp_degree) +
+                        " does not divide --ranks " + std::to_string(o.workload.options.ranks));
+    }
+  }
+  auto batches = resolve_batches(o.workload);
+  if (!batches.ok()) return fail(batches.status());
+  for (const Batch& b : *batches) {
+    st = options.validate(b, *spec);
+    if (!st.ok()) return fail(st);
+  }
+
+  std::vector<nlohmann::json> summaries;
+  for (const Batch& b : *batches) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto plan = make_plan(b, *spec, options);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!plan.ok()) return fail(plan.status());
+    // Every plan is checked before it is reported; a failure here is a planner bug.
+    Status valid = validate_plan(*plan, b, options.cost);
+    if (!valid.ok()) return fail(Status::internal("the plan failed validation: " + valid.message()));
+    nlohmann::json s = plan_summary_json(*plan, seconds);
+    if (o.full) s["plan"] = plan_to_json(*plan);
+    summaries.push_back(std::move(s));
+  }
+  nlohmann::json out = summaries.size() == 1 ? summaries.front() : summarize_batches(summaries);
+  out["model"] = model->name;
+  if (o.workload.batch_file.empty()) {
+    out["dist"] = o.workload.options.dist;
+    out["layout"] = o.workload.layout;
+    out["seed"] = o.workload.options.seed;
+  } else {
+    out["batch_file"] = o.workload.batch_file;
+  }
+
+  if (!o.json_path.empty()) {
+    const std::string text = out.dump(2) + "\n";
+    if (o.json_path == "-") {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      return kExitOk;
+    }
+    Status st = write_file_atomic(o.json_path, text);
+    return st.ok() ? kExitOk : fail(st);
+  }
+  std::printf("model %s, %s\n", model->name.c_str(),
+              o.workload.batch_file.empty() ? ("workload " + o.workload.options.dist + ", layout " + o.workload.layout).c_str()
+                                            : ("batch file " + o.workload.batch_file).c_str());
+  if (summaries.size() == 1) {
+    print_header(out);
+    print_ranks(out);
+  } else {
+    std::printf("%zu batches: medians (load max/mean: the worst batch)\n", summaries.size());
+    print_header(out);
+    print_batches(out["per_batch"]);
+  }
+  return kExitOk;
+}
+
+Runner setup(CLI::App& sub) {
+  auto o = std::make_shared<Options>();
+  add_workload_flags(sub, o->workload);
+  sub.add_option("--model", o->model, "Model preset for the byte counts (tiny, llama-8b, llama-34b)")
+      ->capture_default_str();
+  sub.add_option("--scheduler", o->scheduler, "colocated | wlb | percp:C | cad | cad-symmetric")
+      ->capture_default_str();
+  sub.add_option("--tolerance", o->tolerance, "cad: every server within tolerance * mean load, in [0, 1]")
+      ->capture_default_str();
+  sub.add_option("--wlb-mem-cap", o->wlb_mem_cap, "wlb: per-rank token cap as a factor over the mean (>= 1)")
+      ->capture_default_str();
+  sub.add_option("--dtype", o->dtype, "Activation type of the byte counts: bf16 | fp32")->capture_default_str();
+  CLI::Option* json = sub.add_option("--json", o->json_path, "Write the JSON summary to FILE (atomically), or - for stdout");
+  sub.add_flag("--full", o->full, "With --json: add every task and every exchange layout")->needs(json);
+  return [o] { return run(*o); };
+}
+
+}  // namespace
+
+DISTCA_REGISTER_COMMAND(plan, {"plan", "", "Cut core attention into CA-tasks, place them on servers, report balance and bytes",
+                               20, &setup});
+
+}  // namespace distca::cli

@@ -1,0 +1,58 @@
+// Workload flags shared by every command that needs batches (`workload`, `plan`, `simulate`).
+//
+// Usage in a command's setup():
+//
+//   auto flags = std::make_shared<WorkloadFlags>();
+//   add_workload_flags(sub, *flags);
+//   return [flags] {
+//     auto batches = resolve_batches(*flags);
+//     if (!batches.ok()) return cli::fail(batches.status());  // one line, exit 2
+//     ...
+//   };
+//
+// Flags declared: --dist --ranks --tokens-per-rank --layout --max-doc-len --batches --seed
+// --long-prob (generate batches, docs/workloads.md) and --batch FILE (read them instead).
+// --batch excludes every generating flag (CLI11 refuses the combination at parse time).
+// A batch file is one of:
+//   * a bare batch object {"ranks", "tokens_per_rank", "per_rank": [[piece...]...]};
+//   * any object with a "batch" key holding one (`distca workload --json --full` output);
+//   * any object with a "batches" array whose entries are either of the above
+//     (`distca workload --batches B --json --full` output).
+// Every batch read is validated (Batch::validate); errors name "--batch FILE".
+//
+// Thread safety: call from the CLI's main thread.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json_fwd.hpp>
+
+#include "distca/core/specs.h"
+#include "distca/core/status.h"
+#include "distca/data/batch.h"
+#include "distca/data/workload.h"
+
+namespace distca::cli {
+
+struct WorkloadFlags {
+  WorkloadOptions options;  // filled by the generating flags (defaults as in workload.h)
+  std::string layout = "contiguous";  // --layout, parsed by resolve_batches
+  std::string batch_file;             // --batch FILE; empty: generate from `options`
+};
+
+// Declares the flags above on `app`, bound to `flags` (which must outlive the parse).
+void add_workload_flags(CLI::App& app, WorkloadFlags& flags);
+
+// Generates (validating the options first, before any work) or reads the batches.
+// Errors are one line naming the flag (--ranks, --dist, --batch ...).
+Result<std::vector<Batch>> resolve_batches(const WorkloadFlags& flags);
+
+// Per-batch summary as `distca workload --json` prints it (docs/workloads.md lists the keys):
+// ranks, tokens_per_rank, documents, tokens, attn_pairs, attn_load_max_over_mean and
+// per_rank[{tokens, documents, attn_pairs, attn_flops, linear_flops}] for model `m`
+// (forward FLOPs per layer; attention co-located: every piece attends to its own prefix).
+nlohmann::json batch_summary_json(const Batch& batch, const ModelSpec& m);
+
+}  // namespace distca::cli

@@ -1,0 +1,80 @@
+// Backend `mpi`: one OpenMPI process per rank (mpirun -np N distca ... --backend mpi).
+//
+// Thread level: MPI_Init_thread asks for MPI_THREAD_MULTIPLE (Debian's OpenMPI 4.1 provides
+// it). Only then does the backend run a progress thread; with a lower level it falls back to
+// polling (ProgressMode::kPoll).
+//
+// Non-blocking exchanges are MPI_Isend/MPI_Irecv pairs (one per peer, zero-byte ones
+// included so a count mismatch is always detected; self-blocks are a memcpy) on a private
+// duplicate of MPI_COMM_WORLD, tagged by exchange sequence number. OpenMPI moves large
+// (rendezvous) messages only inside MPI calls, so somebody must call into MPI while the rank
+// computes:
+//   - ProgressMode::kThread: a per-communicator progress thread calls MPI_Testall on every
+//     exchange in flight (sleeping poll_interval_us between rounds, parked on a condition
+//     variable when none is in flight); Exchange::test() reads a flag and wait() sleeps on a
+//     condition variable. Transfers advance with no help from the computing thread.
+//   - ProgressMode::kPoll: no thread; Exchange::test() calls MPI_Testall, so the runtime
+//     calls test() between compute chunks. Used when MPI_THREAD_MULTIPLE is unavailable.
+// docs/runtime.md ("Communicator") has the measurements behind the default.
+//
+// Errors: the communicator uses MPI_ERRORS_RETURN; every MPI call is checked and a failure
+// becomes Status::internal("MPI_Xxx (rank R): <MPI_Error_string>"). Per-peer counts must fit
+// in an int (MPI's count type); larger ones are refused with invalid_argument.
+//
+// Lifetime: MPI is initialised by the first make_mpi_communicator call in the process and
+// finalised at process exit, after every communicator is gone (an RAII environment shared by
+// the communicators). A communicator and its exchanges belong to the thread that created it;
+// every exchange is completed (wait) before its communicator is destroyed.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "distca/comm/communicator.h"
+#include "distca/comm/trace.h"
+
+namespace distca::comm {
+
+enum class ProgressMode {
+  kAuto,    // kThread when MPI_THREAD_MULTIPLE is provided, else kPoll
+  kThread,  // progress thread; fails with invalid_argument without MPI_THREAD_MULTIPLE
+  kPoll,    // progress only inside test()/wait() and other calls on this communicator
+};
+
+struct MpiOptions {
+  ProgressMode progress = ProgressMode::kAuto;
+  // Pause of the progress thread between MPI_Testall rounds while exchanges are in flight:
+  // short enough to keep transfers streaming, long enough not to steal a core from compute.
+  int poll_interval_us = 20;
+  // When set, every non-blocking exchange is recorded as an event "all_to_all_v" (category
+  // "comm", tid = rank) from its start to the moment its completion was observed by whoever
+  // drives progress (the progress thread, or test()/wait()). Not owned; must outlive the
+  // communicator. This is how the overlap of transfers with compute is shown in a trace.
+  TraceRecorder* trace = nullptr;
+};
+
+// What the MPI library granted; for logs and docs.
+struct MpiInfo {
+  int thread_level_provided = 0;  // MPI_THREAD_SINGLE..MPI_THREAD_MULTIPLE
+  std::string thread_level_name;  // "MPI_THREAD_MULTIPLE", ...
+  ProgressMode progress = ProgressMode::kPoll;  // the mode in use (never kAuto)
+  std::string library_version;    // MPI_Get_library_version, first line
+};
+
+class MpiCommunicator : public Communicator {
+ public:
+  virtual const MpiInfo& info() const = 0;
+};
+
+// Initialises MPI (once per process; argc/argv may be null) and returns the world
+// communicator. Errors: MPI initialisation failure, kThread without MPI_THREAD_MULTIPLE.
+Result<std::unique_ptr<MpiCommunicator>> make_mpi_communicator(int* argc, char*** argv,
+                                                               const MpiOptions& options = {});
+
+// Prints "distca: rank R failed: CAUSE" to stderr and calls MPI_Abort(MPI_COMM_WORLD, 1);
+// mpirun then terminates every rank and exits non-zero. The one place the comm library
+// prints and exits, by design: it is how a failing rank ends an MPI job. Without MPI
+// initialised it exits with status 1 after printing. Never returns.
+[[noreturn]] void abort_job(int rank, const std::string& cause);
+
+}  // namespace distca::comm

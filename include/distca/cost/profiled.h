@@ -1,0 +1,75 @@
+// The profiled attention cost model: a table of measured forward+backward seconds over a grid
+// of (q_len, kv_len) pairs (written by `distca profile`; format in docs/kernels.md, section
+// "Cost table"), turned into a per-task time prediction as the paper's profiler does.
+//
+// Prediction for a task (q_len, kv_len), with F its forward+backward FLOPs (3.5 x the forward's
+// 4 * head_dim * n_heads * pairs, for the table's head configuration):
+//   - q_len == 0: 0.
+//   - inside the grid: the measured throughput (F / seconds) at the four grid points that
+//     bracket (q_len, kv_len) is interpolated bilinearly in (log2 q_len, log2 kv_len), and
+//     time = F / throughput. A corner with q > kv (not measured under causal masking) takes
+//     the throughput of the diagonal point (kv, kv) of its column.
+//   - saturated region: where all four corners run at >= saturation_fraction of the peak
+//     measured throughput, or beyond the largest grid lengths, time = F / peak (the paper's
+//     "peak throughput times FLOPs").
+//   - below the smallest grid length the nearest grid throughput is used (clamped).
+// Throughput, not time, is interpolated because it varies slowly across the grid while time
+// spans six orders of magnitude.
+//
+// Thread safety: immutable after construction; task_cost may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "distca/core/status.h"
+#include "distca/cost/cost_model.h"
+
+namespace distca {
+
+struct CostTable {
+  nlohmann::json hardware = nlohmann::json::object();  // free-form description (cpu, threads)
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  std::vector<int64_t> q_lens;   // strictly increasing, positive
+  std::vector<int64_t> kv_lens;  // strictly increasing, positive
+  // seconds[i][j]: forward+backward time of one task (q_lens[i], kv_lens[j]); 0 (JSON null)
+  // where q_lens[i] > kv_lens[j]. Every point with q <= kv must be positive.
+  std::vector<std::vector<double>> seconds;
+  double saturation_fraction = 0.9;
+
+  // Forward+backward FLOPs of a bottom-right causal task under this head configuration.
+  double task_flops(int64_t q_len, int64_t kv_len) const;
+  // Checks the fields (names the offending one); `source` prefixes the message.
+  Status validate(const std::string& source) const;
+};
+
+nlohmann::json to_json(const CostTable& table);
+// `source` (a file name) names the input in error messages.
+Result<CostTable> cost_table_from_json(const nlohmann::json& j, const std::string& source);
+
+class ProfiledCostModel final : public AttentionCostModel {
+ public:
+  // Precondition: table.validate("").ok().
+  explicit ProfiledCostModel(CostTable table);
+  double task_cost(int64_t q_len, int64_t kv_len) const override;  // seconds
+  std::string unit() const override { return "seconds"; }
+  double peak_flops() const { return peak_; }  // forward+backward FLOP/s, max over the grid
+  const CostTable& table() const { return table_; }
+
+ private:
+  double throughput_at(size_t i, size_t j) const;  // grid point, diagonal-clamped
+  CostTable table_;
+  std::vector<std::vector<double>> tput_;  // FLOP/s at each grid point (0 where q > kv)
+  double peak_ = 0;
+};
+
+// Reads a table written by `distca profile`; errors name the file and the field.
+Result<std::unique_ptr<AttentionCostModel>> load_cost_table(const std::string& path);
+
+}  // namespace distca

@@ -1,0 +1,65 @@
+// Measuring the attention kernels: the timing loop shared by `distca profile` (which writes the
+// cost table of cost/profiled.h) and `distca bench attention`.
+//
+// Thread safety: runs the kernels, which use all OpenMP threads; one at a time per process.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "distca/core/status.h"
+#include "distca/cost/profiled.h"
+#include "distca/kernels/attention.h"
+
+namespace distca::kernels {
+
+// A varlen batch of (q_len, kv_len) tasks with random inputs and all output buffers.
+struct AttentionProblem {
+  int32_t n_heads = 1, n_kv_heads = 1, head_dim = 128;
+  bool causal = true;
+  std::vector<int32_t> cu_q, cu_k;       // (n_tasks + 1)
+  std::vector<float> q, k, v, o, lse;    // shapes of attention.h
+  std::vector<float> d_o, dq, dk, dv;
+};
+
+// Builds a problem for `tasks` ((q_len, kv_len) each) with inputs uniform in [-1, 1) drawn
+// from Rng(seed), causal. Precondition: q_len, kv_len >= 0 (q_len <= kv_len unless the
+// caller then sets causal = false).
+AttentionProblem make_problem(const std::vector<std::pair<int64_t, int64_t>>& tasks, int32_t n_heads,
+                              int32_t n_kv_heads, int32_t head_dim, uint64_t seed);
+
+// Params whose pointers refer to `prob`'s buffers (valid while prob lives, unresized).
+AttentionParams params_for(AttentionProblem& prob);
+
+struct KernelTiming {
+  double forward_seconds = 0;   // median over repetitions
+  double backward_seconds = 0;  // median over repetitions
+  double forward_flops = 0;     // pairs-based (attention.h)
+  double backward_flops = 0;
+};
+// Runs forward then backward `repeats` times (after one warm-up) and reports medians. Stops
+// early once `min_seconds` of total time have been spent and at least one timed repetition
+// ran (so large problems are not repeated needlessly).
+KernelTiming time_kernels(AttentionProblem& prob, int repeats, double min_seconds);
+
+struct ProfileOptions {
+  int32_t n_heads = 1, n_kv_heads = 1, head_dim = 128;
+  std::vector<int64_t> q_lens;   // default: powers of two 128 .. 32768
+  std::vector<int64_t> kv_lens;  // default: same
+  int repeats = 3;
+  double min_seconds = 0.5;  // per grid point
+  uint64_t seed = 1;
+};
+std::vector<int64_t> power_of_two_lengths(int64_t lo, int64_t hi);
+
+// Measures forward+backward seconds at every grid point with q <= kv and returns the table
+// (hardware: CPU model, OpenMP threads, BLAS). `progress` (optional) is called after each point.
+Result<CostTable> profile_attention(const ProfileOptions& opt,
+                                    const std::function<void(const std::string&)>& progress);
+
+// A short description of this machine: CPU model name (from /proc/cpuinfo), thread count.
+std::string cpu_model_name();
+
+}  // namespace distca::kernels

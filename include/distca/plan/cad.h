@@ -1,0 +1,39 @@
+// The communication-aware schedulers (`cad`, `cad-symmetric`) with their planner statistics.
+//
+// schedule.h declares the plain entry points; the overloads here also report what the planner
+// itself counted, so tests can check its incremental byte accounting against an independent
+// recount (traffic.h) and benchmarks can report iterations. docs/scheduler.md describes the
+// algorithms.
+//
+// Thread safety: pure functions of their arguments.
+#pragma once
+
+#include <cstdint>
+
+#include "distca/core/status.h"
+#include "distca/data/batch.h"
+#include "distca/plan/schedule.h"
+
+namespace distca {
+
+// The smallest chunk of query rows a scheduler moves, and the smallest remainder it leaves at
+// home (the attention kernel's tile). A piece shorter than this moves only whole.
+inline constexpr int64_t kMinChunkRows = 128;
+
+struct CadStats {
+  int64_t moves = 0;              // chunks sent to another server
+  int64_t iterations = 0;         // candidate searches (moves + searches that found nothing)
+  int64_t bytes_colocated = 0;    // forward bytes of the colocated start
+  int64_t bytes_incremental = 0;  // forward bytes of the result, by the planner's own count
+  double mean = 0;                // mean load at the end
+  double load_max = 0;            // largest / smallest server load at the end
+  double load_min = 0;
+  bool balanced = false;          // every load within tolerance * mean of the mean
+};
+
+// Same as the schedule.h functions; `stats` (may be null) receives the planner's figures.
+Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options, CadStats* stats);
+Result<Schedule> schedule_cad_symmetric(const Batch& batch, const ScheduleOptions& options,
+                                        CadStats* stats);
+
+}  // namespace distca

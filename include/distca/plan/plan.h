@@ -1,0 +1,162 @@
+// The plan: what every rank does with its attention in one layer, precise enough for a
+// runtime to dispatch real tensors (docs/plan-format.md is the field-by-field reference).
+//
+// Buffers (rows; a row is one token's tensor for all heads):
+//   token buffer of rank r   the rank's own rows, pieces in Batch::per_rank[r] order
+//                            (DocumentIndex::local_row gives the mapping)
+//   send / receive buffer    one per exchange; peer p's rows at [displs[p], displs[p]+counts[p])
+//                            in the order of that peer's RowBlock list. A rank never sends to
+//                            itself: counts[self] == 0 and local rows are read in place.
+// Exchanges, canonical order of the rows of one (sender, receiver) pair:
+//   kQ    home -> server. Blocks = the receiver's tasks with that home whose home != server,
+//         in the server's task order; block = the task's query rows [q_begin, q_end).
+//   kKv   holder -> server. For each document in the order of its first task on the server,
+//         the context [0, E) (E = max q_end of the document's tasks there), restricted to the
+//         rows the sender holds, as maximal runs in increasing position (one block per held
+//         run, so a block never straddles two pieces).
+//   kOLse server -> home: exactly kQ's blocks in the opposite direction (O rows, then the
+//         runtime sends LSE with the same counts; row_bytes = o + lse).
+//   kDO   like kQ (dO rows); kDQ like kOLse (dQ rows); kDKv like kKv in the opposite
+//         direction (the server's dK/dV partials for every context row it received, each
+//         summed first over the server's tasks in task order).
+// So on a server: q receive == o_lse send == dO receive == dQ send, and kv receive == dkv
+// send; on a home the mirror images hold.
+//
+// Server side: tasks in fused-call order (the order of Schedule::tasks). Q input row i of the
+// fused call is the task's query rows; K/V input of task t is its whole context [0, q_end)
+// contiguous (varlen kernels need it), assembled from `kv` segments: local rows of the
+// server's token buffer or rows of its kKv receive buffer (a received row may feed several
+// tasks: dedup on the wire, expansion on the server). Outputs: O row cu_q[t] + i of the fused
+// call belongs to query row q_begin + i; it goes back by kOLse at q_offset (remote home) or
+// into the token buffer at q_offset (local home). Backward dK/dV of a context row: the
+// server sums its tasks' partials for a received row (task order) into the kDKv send buffer
+// at the segment's offset; the holder adds, for each of its rows, first its own local
+// partials, then the partials received from servers in ascending rank order (fixed order,
+// so the sum is bitwise reproducible).
+//
+// Thread safety: plain values.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "distca/cost/analytic.h"
+#include "distca/data/batch.h"
+#include "distca/plan/schedule.h"
+#include "distca/plan/traffic.h"
+
+namespace distca {
+
+// Rows [begin, end) of document `doc`.
+struct RowBlock {
+  int64_t doc = 0;
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t rows() const { return end - begin; }
+  bool operator==(const RowBlock&) const = default;
+};
+
+// `len` consecutive rows of a task's input: local rows [offset, offset + len) of the server's
+// token buffer (received == false), or rows [offset, offset + len) of its receive buffer of
+// the exchange (received == true; offset includes the peer's displacement).
+struct Segment {
+  bool received = false;
+  int64_t offset = 0;
+  int64_t len = 0;
+  bool operator==(const Segment&) const = default;
+};
+
+struct ServerTask {
+  TaskPlacement task;
+  // home == server: local row of q_begin in the server's token buffer. home != server: first
+  // row of the task in the server's kQ receive buffer (== kOLse send, kDO receive, kDQ send).
+  int64_t q_offset = 0;
+  // Context rows [0, q_end) in order; lengths sum to q_end. Received offsets index kKv.
+  std::vector<Segment> kv;
+  bool operator==(const ServerTask&) const = default;
+};
+
+struct ServerPlan {
+  std::vector<ServerTask> tasks;      // fused-call order
+  std::vector<int32_t> cu_seqlens_q;  // [tasks + 1] prefix sums of q_len, starts at 0
+  std::vector<int32_t> cu_seqlens_k;  // [tasks + 1] prefix sums of kv_len (= q_end)
+  double load = 0;                    // sum of task costs in task order
+  bool operator==(const ServerPlan&) const = default;
+};
+
+enum class ExchangeKind { kQ = 0, kKv, kOLse, kDO, kDQ, kDKv };
+inline constexpr int kNumExchanges = 6;
+const char* exchange_name(ExchangeKind kind);  // "q", "kv", "o_lse", "do", "dq", "dkv"
+inline bool exchange_is_forward(ExchangeKind k) { return static_cast<int>(k) < 3; }
+
+// One all-to-all-v of one rank, in rows. Every vector is [ranks].
+struct Exchange {
+  int64_t row_bytes = 0;
+  std::vector<int64_t> send_counts, send_displs, recv_counts, recv_displs;
+  std::vector<std::vector<RowBlock>> send_blocks, recv_blocks;  // [peer][blocks in order]
+  int64_t send_rows() const;
+  int64_t recv_rows() const;
+  bool operator==(const Exchange&) const = default;
+};
+
+struct RankPlan {
+  int64_t tokens = 0;                          // rows of the rank's token buffer
+  std::array<Exchange, kNumExchanges> exchanges;  // indexed by ExchangeKind
+  const Exchange& exchange(ExchangeKind k) const { return exchanges[static_cast<size_t>(k)]; }
+  bool operator==(const RankPlan&) const = default;
+};
+
+// The figures the summary reports, all derived from the plan (the validator recomputes them).
+struct PlanMetrics {
+  std::vector<double> loads;         // [ranks] after (this schedule)
+  std::vector<double> loads_before;  // [ranks] colocated on the INPUT batch
+  std::vector<int64_t> tokens;       // [ranks] of the plan's batch
+  double load_max_over_mean = 1;
+  double load_before_max_over_mean = 1;
+  double tokens_max_over_mean = 1;
+  Traffic traffic;              // the plan's exchanges (the byte rules of traffic.h)
+  AllGatherTraffic allgather;   // percp only (zero otherwise)
+  // Reported figures. For every scheduler but percp they are traffic's (the exchanges). For
+  // percp, what a CP implementation really moves: its data loader lays every document's
+  // head-tail shards out on their ranks (free, like wlb's re-pack), so Q, O, dO and dQ stay
+  // local, and the bytes are the group all-gather of K/V (forward) and the reduce-scatter of
+  // dK/dV (backward, the same bytes): allgather. The exchanges (traffic) are still the
+  // layouts a CAD runtime would use to execute this plan on the unmoved tokens.
+  int64_t comm_bytes_total = 0;      // forward
+  int64_t comm_bytes_backward = 0;
+  int64_t comm_bytes_max_rank = 0;   // forward sent + received of the busiest rank
+  std::vector<RankBytes> per_rank;   // [ranks] the reported bytes per rank
+  bool operator==(const PlanMetrics&) const = default;
+};
+
+struct Plan {
+  SchedulerSpec scheduler;
+  double tolerance = 0;
+  int64_t dtype_bytes = 2;
+  RowBytes row_bytes;
+  std::string cost_unit = "pairs";
+  Batch batch;                       // the batch homes and local rows refer to
+  std::vector<ServerPlan> servers;   // [ranks]
+  std::vector<RankPlan> ranks;       // [ranks]
+  PlanMetrics metrics;
+  int64_t num_tasks() const;
+};
+
+// Builds the plan of `schedule` (whose batch the homes refer to). `input` is the batch the
+// scheduler was given (for loads_before). Fails (kInvalidArgument) if a task is malformed:
+// unknown document, empty or out-of-range query rows, rank out of range, query rows not
+// inside one piece held by home. It does NOT check coverage; validate_plan does.
+Result<Plan> build_plan(const Schedule& schedule, const Batch& input, const SchedulerSpec& spec,
+                        const ScheduleOptions& options);
+
+// The groups (of CP degree C) serving each document under percp: every group holding any of
+// its rows, ascending (one group unless the document crosses a group boundary).
+// [slot of index.doc_ids()][groups]. Precondition: cp_degree divides index.ranks().
+std::vector<std::vector<int64_t>> percp_groups(const DocumentIndex& index, int64_t cp_degree);
+
+// run_scheduler + build_plan.
+Result<Plan> make_plan(const Batch& batch, const SchedulerSpec& spec, const ScheduleOptions& options);
+
+}  // namespace distca

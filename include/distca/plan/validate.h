@@ -1,0 +1,47 @@
+// The plan validator: an independent check of any plan, from the plan and the input batch
+// alone (it never trusts a scheduler's or the plan builder's bookkeeping).
+//
+// validate_plan checks, in this order, and returns the first failure as one line:
+//   batch      the plan's batch is valid and has the input's documents (same ids and
+//              lengths); for every scheduler but wlb it equals the input batch
+//   tasks      each task names a document, 0 <= q_begin < q_end <= doc_len, home and server
+//              are ranks, its query rows lie inside ONE piece held by home, and it sits in
+//              the task list of its server
+//   coverage   every document's query rows [0, doc_len) are covered exactly once (a task
+//              [a, b) with context [0, b) computes exactly the causal pairs of rows a..b-1, so
+//              this is "every causal (query, key) pair exactly once")
+//   work       sum of task pairs == sum of document pairs
+//   cu_seqlens prefix sums of q_len and q_end, starting at 0, int32 without overflow
+//   inputs     q_offset and every kv segment address the right rows: local rows that hold
+//              the named document rows, received rows whose RowBlock identity is the row
+//   layouts    per exchange: counts == rows of the blocks, displs are prefix sums, no self
+//              traffic, sender's send list == receiver's receive list for every pair, and
+//              the lists equal the canonical ones rebuilt from the tasks (plan.h)
+//   figures    loads, tokens, traffic, all-gather and the reported comm_bytes_* recomputed
+//              from scratch equal the plan's metrics exactly
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "distca/core/status.h"
+#include "distca/data/batch.h"
+#include "distca/plan/plan.h"
+
+namespace distca {
+
+// `cost` must be the model the plan was built with (nullptr: causal pairs).
+Status validate_plan(const Plan& plan, const Batch& input, const AttentionCostModel* cost);
+
+// Brute force, for tests on small batches: runs every server's fused call symbolically with
+// the kernel's own semantics (task t's query row i, identified through q_offset, sees K/V
+// rows 0 .. kv_len - q_len + i of its assembled context, identified through its kv segments
+// and the receive blocks) and counts how often each (query, key) pair of each document is
+// computed. Result: doc id -> counts[q * doc_len + k]. A valid plan gives 1 for k <= q and 0
+// otherwise. Fails if a segment or offset points outside a buffer.
+Result<std::map<int64_t, std::vector<int32_t>>> brute_force_pair_counts(const Plan& plan);
+
+}  // namespace distca

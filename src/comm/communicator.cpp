@@ -1,0 +1,139 @@
+#include "distca/comm/communicator.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace distca::comm {
+
+Status validate_all_to_all_v(const AllToAllV& a, int n) {
+  const auto un = static_cast<std::size_t>(n);
+  auto bad_len = [&](const char* field, std::size_t got) {
+    return Status::invalid_argument("all_to_all_v: " + std::string(field) + " has " +
+                                    std::to_string(got) + " entries, expected one per rank (" +
+                                    std::to_string(n) + ")");
+  };
+  if (a.send_counts.size() != un) return bad_len("send_counts", a.send_counts.size());
+  if (a.send_displs.size() != un) return bad_len("send_displs", a.send_displs.size());
+  if (a.recv_counts.size() != un) return bad_len("recv_counts", a.recv_counts.size());
+  if (a.recv_displs.size() != un) return bad_len("recv_displs", a.recv_displs.size());
+  for (std::size_t p = 0; p < un; ++p) {
+    if (a.send_counts[p] > 0 && a.send == nullptr) {
+      return Status::invalid_argument("all_to_all_v: send is null but send_counts[" +
+                                      std::to_string(p) + "] > 0");
+    }
+    if (a.recv_counts[p] > 0 && a.recv == nullptr) {
+      return Status::invalid_argument("all_to_all_v: recv is null but recv_counts[" +
+                                      std::to_string(p) + "] > 0");
+    }
+  }
+  return Status::ok_status();
+}
+
+// Root sends its bytes to every other rank; a copy, so no determinism concern.
+Status Communicator::broadcast(std::span<std::byte> data, int root) {
+  const int n = size();
+  if (root < 0 || root >= n) {
+    return Status::invalid_argument("broadcast: root " + std::to_string(root) +
+                                    " is not a rank of a group of " + std::to_string(n));
+  }
+  const auto un = static_cast<std::size_t>(n);
+  std::vector<std::size_t> send_counts(un, 0), recv_counts(un, 0), zeros(un, 0);
+  if (rank() == root) {
+    for (std::size_t p = 0; p < un; ++p) {
+      send_counts[p] = static_cast<int>(p) == root ? 0 : data.size();
+    }
+  } else {
+    recv_counts[static_cast<std::size_t>(root)] = data.size();
+  }
+  AllToAllV a;
+  a.send = data.data();
+  a.send_counts = send_counts;
+  a.send_displs = zeros;
+  a.recv = data.data();
+  a.recv_counts = recv_counts;
+  a.recv_displs = zeros;
+  return all_to_all_v(a);
+}
+
+Status Communicator::all_gather(std::span<const std::byte> send, std::span<std::byte> recv) {
+  const auto un = static_cast<std::size_t>(size());
+  const std::size_t k = send.size();
+  if (recv.size() != k * un) {
+    return Status::invalid_argument("all_gather: recv has " + std::to_string(recv.size()) +
+                                    " bytes, expected size() * send = " +
+                                    std::to_string(k * un));
+  }
+  std::vector<std::size_t> counts(un, k), send_displs(un, 0), recv_displs(un);
+  for (std::size_t p = 0; p < un; ++p) recv_displs[p] = p * k;
+  AllToAllV a;
+  a.send = send.data();
+  a.send_counts = counts;
+  a.send_displs = send_displs;
+  a.recv = recv.data();
+  a.recv_counts = counts;
+  a.recv_displs = recv_displs;
+  return all_to_all_v(a);
+}
+
+namespace {
+
+// Slice p of an array of len elements split over n owners: [begin(p), begin(p+1)).
+std::size_t slice_begin(std::size_t len, std::size_t n, std::size_t p) { return len * p / n; }
+
+template <class T>
+Status all_reduce_sum_impl(Communicator& comm, std::span<T> data) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  const auto me = static_cast<std::size_t>(comm.rank());
+  const std::size_t len = data.size();
+  const std::size_t my_begin = slice_begin(len, n, me);
+  const std::size_t m = slice_begin(len, n, me + 1) - my_begin;  // my slice's length
+
+  // Reduce-scatter: every rank sends slice p of its data to rank p.
+  // gathered: (n, m) - row p is rank p's contribution to my slice.
+  std::vector<T> gathered(n * m);
+  std::vector<std::size_t> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
+  for (std::size_t p = 0; p < n; ++p) {
+    send_displs[p] = slice_begin(len, n, p) * sizeof(T);
+    send_counts[p] = (slice_begin(len, n, p + 1) - slice_begin(len, n, p)) * sizeof(T);
+    recv_counts[p] = m * sizeof(T);
+    recv_displs[p] = p * m * sizeof(T);
+  }
+  AllToAllV a;
+  a.send = reinterpret_cast<const std::byte*>(data.data());
+  a.send_counts = send_counts;
+  a.send_displs = send_displs;
+  a.recv = reinterpret_cast<std::byte*>(gathered.data());
+  a.recv_counts = recv_counts;
+  a.recv_displs = recv_displs;
+  DISTCA_RETURN_IF_ERROR(comm.all_to_all_v(a).with_context("all_reduce_sum"));
+
+  // The rank-order sum, exactly as serial_rank_order_sum does it. acc: (m)
+  std::vector<T> acc(gathered.begin(), gathered.begin() + static_cast<std::ptrdiff_t>(m));
+  for (std::size_t p = 1; p < n; ++p) {
+    const T* row = gathered.data() + p * m;
+    for (std::size_t i = 0; i < m; ++i) acc[i] += row[i];
+  }
+
+  // All-gather of the summed slices back into data (a copy: no arithmetic).
+  std::vector<std::size_t> zeros(n, 0);
+  AllToAllV b;
+  b.send = reinterpret_cast<const std::byte*>(acc.data());
+  b.send_counts = recv_counts;  // m elements to every rank
+  b.send_displs = zeros;
+  b.recv = reinterpret_cast<std::byte*>(data.data());
+  b.recv_counts = send_counts;  // slice p's length from rank p
+  b.recv_displs = send_displs;  // into slice p
+  return comm.all_to_all_v(b).with_context("all_reduce_sum");
+}
+
+}  // namespace
+
+Status Communicator::all_reduce_sum(std::span<float> data) {
+  return all_reduce_sum_impl(*this, data);
+}
+Status Communicator::all_reduce_sum(std::span<double> data) {
+  return all_reduce_sum_impl(*this, data);
+}
+
+}  // namespace distca::comm

@@ -1,0 +1,454 @@
+// Backend `mpi` (mpi.h): MPI environment, point-to-point all-to-all-v and the progress thread.
+#include "distca/comm/mpi.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace distca::comm {
+namespace {
+
+std::string mpi_error_string(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(buf, static_cast<std::size_t>(len));
+}
+
+// Turns an MPI return code into a Status naming the call and the rank.
+Status mpi_check(int code, const char* call, int rank) {
+  if (code == MPI_SUCCESS) return Status::ok_status();
+  return Status::internal(std::string(call) + " (rank " + std::to_string(rank) +
+                          "): " + mpi_error_string(code));
+}
+
+const char* thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    default: return "unknown";
+  }
+}
+
+// Initialises MPI once per process; finalises when the last holder (the static below and
+// every communicator) lets go, which is at process exit.
+class MpiEnvironment {
+ public:
+  static Result<std::shared_ptr<MpiEnvironment>> get(int* argc, char*** argv) {
+    static std::mutex mu;
+    static std::shared_ptr<MpiEnvironment> env;
+    std::lock_guard<std::mutex> lock(mu);
+    if (env) return env;
+    int initialized = 0;
+    DISTCA_RETURN_IF_ERROR(mpi_check(MPI_Initialized(&initialized), "MPI_Initialized", -1));
+    int provided = MPI_THREAD_SINGLE;
+    bool owns = false;
+    if (initialized) {
+      DISTCA_RETURN_IF_ERROR(mpi_check(MPI_Query_thread(&provided), "MPI_Query_thread", -1));
+    } else {
+      DISTCA_RETURN_IF_ERROR(mpi_check(
+          MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread", -1));
+      owns = true;
+    }
+    // Errors come back as codes (turned into Status) instead of aborting inside MPI.
+    DISTCA_RETURN_IF_ERROR(mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN),
+                                     "MPI_Comm_set_errhandler", -1));
+    env = std::shared_ptr<MpiEnvironment>(new MpiEnvironment(provided, owns));
+    return env;
+  }
+
+  ~MpiEnvironment() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owns_ && !finalized) MPI_Finalize();
+  }
+
+  int provided() const { return provided_; }
+
+ private:
+  MpiEnvironment(int provided, bool owns) : provided_(provided), owns_(owns) {}
+  int provided_;
+  bool owns_;
+};
+
+// One exchange's MPI requests and their outcome. Until `done`, the requests are touched only
+// by the thread that drives progress (the progress thread in kThread mode, the owner in
+// kPoll mode).
+struct ExchangeState {
+  int rank = 0;
+  std::vector<MPI_Request> requests;   // receives first, then sends
+  std::vector<int> recv_peer;          // (number of receives) peer of receive i
+  std::vector<int> recv_expected;      // (number of receives) bytes expected from it
+  bool done = false;                   // guarded by the engine's mutex in kThread mode
+  Status status;                       // valid once done
+  TraceRecorder* trace = nullptr;      // optional: records [start, completion observed]
+  double start_us = 0;
+};
+
+// MPI_Testall on st's requests (repeated until done when `block`); on completion checks every
+// receive got exactly the bytes it expected. Returns nullopt while incomplete.
+std::optional<Status> drive(ExchangeState& st, bool block) {
+  std::vector<MPI_Status> statuses(st.requests.size());
+  int flag = 0;
+  int rc;
+  const int count = static_cast<int>(st.requests.size());
+  // Blocking is a MPI_Testall loop, not MPI_Waitall: OpenMPI 4.1.4's MPI_Waitall was seen to
+  // spin forever on a receive that completed with MPI_ERR_TRUNCATE (a count mismatch), and
+  // its Waitall busy-polls the same progress engine anyway.
+  do {
+    rc = MPI_Testall(count, st.requests.data(), &flag, statuses.data());
+  } while (block && rc == MPI_SUCCESS && !flag);
+  if (rc == MPI_ERR_IN_STATUS) {
+    for (std::size_t i = 0; i < statuses.size(); ++i) {
+      const int err = statuses[i].MPI_ERROR;
+      if (err != MPI_SUCCESS && err != MPI_ERR_PENDING) {
+        std::string where = i < st.recv_peer.size()
+                                ? "receive from rank " + std::to_string(st.recv_peer[i])
+                                : "send";
+        return mpi_check(err, "MPI_Testall", st.rank)
+            .with_context("all_to_all_v " + where);
+      }
+    }
+  }
+  DISTCA_RETURN_IF_ERROR(mpi_check(rc, "MPI_Testall", st.rank));
+  if (!flag) return std::nullopt;
+  if (st.trace) {
+    st.trace->record({"all_to_all_v", "comm", 0, st.rank, st.start_us, st.trace->now_us()});
+  }
+  for (std::size_t i = 0; i < st.recv_peer.size(); ++i) {
+    int got = 0;
+    DISTCA_RETURN_IF_ERROR(mpi_check(MPI_Get_count(&statuses[i], MPI_BYTE, &got),
+                                     "MPI_Get_count", st.rank));
+    if (got != st.recv_expected[i]) {
+      return Status::internal("all_to_all_v: rank " + std::to_string(st.recv_peer[i]) +
+                              " sent " + std::to_string(got) + " bytes to rank " +
+                              std::to_string(st.rank) + ", which expects " +
+                              std::to_string(st.recv_expected[i]));
+    }
+  }
+  return Status::ok_status();
+}
+
+// The progress thread of one communicator (kThread mode): MPI_Testall over every exchange
+// in flight, every poll_interval; parked on the condition variable when there is none.
+class ProgressEngine {
+ public:
+  explicit ProgressEngine(int poll_interval_us)
+      : poll_interval_(poll_interval_us), thread_([this] { loop(); }) {}
+
+  ~ProgressEngine() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  void add(std::shared_ptr<ExchangeState> st) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      active_.push_back(std::move(st));
+    }
+    cv_.notify_all();
+  }
+
+  bool is_done(const ExchangeState& st) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return st.done;
+  }
+
+  Status wait(const ExchangeState& st) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return st.done; });
+    return st.status;
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !active_.empty(); });
+      if (active_.empty()) return;  // stop_ with nothing in flight
+      std::vector<std::shared_ptr<ExchangeState>> batch = active_;
+      lock.unlock();
+      std::vector<std::pair<ExchangeState*, Status>> finished;
+      for (auto& st : batch) {
+        if (auto result = drive(*st, /*block=*/false)) finished.emplace_back(st.get(), *result);
+      }
+      lock.lock();
+      if (!finished.empty()) {
+        for (auto& [st, status] : finished) {
+          st->status = status;
+          st->done = true;
+          std::erase_if(active_, [&](const auto& a) { return a.get() == st; });
+        }
+        cv_.notify_all();
+      }
+      if (!active_.empty()) {
+        lock.unlock();
+        std::this_thread::sleep_for(poll_interval_);
+        lock.lock();
+      }
+    }
+  }
+
+  const std::chrono::microseconds poll_interval_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::vector<std::shared_ptr<ExchangeState>> active_;
+  std::thread thread_;  // last: starts after every other member exists
+};
+
+class MpiExchange : public Exchange {
+ public:
+  MpiExchange(std::shared_ptr<ExchangeState> st, std::shared_ptr<ProgressEngine> engine)
+      : st_(std::move(st)), engine_(std::move(engine)) {}
+
+  // Waiting could hang (peers may be blocked elsewhere waiting for this rank) and freeing
+  // the buffers under live requests is undefined, so an unfinished exchange ends the job.
+  ~MpiExchange() override {
+    if (!result_ && !test()) abort_job(st_->rank, "dropped an unfinished exchange");
+  }
+
+  Status wait() override {
+    if (!result_) {
+      if (engine_) {
+        result_ = engine_->wait(*st_);
+      } else {
+        result_ = drive(*st_, /*block=*/true);
+      }
+    }
+    return *result_;
+  }
+
+  bool test() override {
+    if (!result_) {
+      if (engine_) {
+        if (engine_->is_done(*st_)) result_ = engine_->wait(*st_);
+      } else {
+        result_ = drive(*st_, /*block=*/false);
+      }
+    }
+    return result_.has_value();
+  }
+
+ private:
+  std::shared_ptr<ExchangeState> st_;
+  std::shared_ptr<ProgressEngine> engine_;  // null in kPoll mode
+  std::optional<Status> result_;
+};
+
+// Tags cycle through a range every MPI guarantees (MPI_TAG_UB >= 32767); MPI's in-order
+// matching keeps equal tags of far-apart exchanges apart anyway.
+constexpr uint64_t kTagRange = 32767;
+
+class MpiCommunicatorImpl : public MpiCommunicator {
+ public:
+  MpiCommunicatorImpl(std::shared_ptr<MpiEnvironment> env, MPI_Comm comm, int rank, int size,
+                      MpiInfo info, int poll_interval_us, TraceRecorder* trace)
+      : env_(std::move(env)),
+        comm_(comm),
+        rank_(rank),
+        size_(size),
+        info_(std::move(info)),
+        poll_interval_us_(poll_interval_us),
+        trace_(trace) {}
+
+  ~MpiCommunicatorImpl() override {
+    engine_.reset();  // joins the progress thread (exchanges are done by contract)
+    // Nothing to report to from a destructor; a failure here changes no result.
+    (void)MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+  const MpiInfo& info() const override { return info_; }
+
+  Status barrier() override { return mpi_check(MPI_Barrier(comm_), "MPI_Barrier", rank_); }
+
+  Status all_to_all_v(const AllToAllV& a) override {
+    DISTCA_ASSIGN_OR_RETURN(auto st, post(a));
+    return drive(*st, /*block=*/true).value();
+  }
+
+  Result<std::unique_ptr<Exchange>> start_all_to_all_v(const AllToAllV& a) override {
+    const double start_us = trace_ ? trace_->now_us() : 0.0;
+    DISTCA_ASSIGN_OR_RETURN(auto st, post(a));
+    st->trace = trace_;
+    st->start_us = start_us;
+    if (info_.progress == ProgressMode::kThread) {
+      if (!engine_) engine_ = std::make_shared<ProgressEngine>(poll_interval_us_);
+      engine_->add(st);
+    }
+    return std::unique_ptr<Exchange>(std::make_unique<MpiExchange>(std::move(st), engine_));
+  }
+
+  Status broadcast(std::span<std::byte> data, int root) override {
+    if (root < 0 || root >= size_) {
+      return Status::invalid_argument("broadcast: root " + std::to_string(root) +
+                                      " is not a rank of a group of " + std::to_string(size_));
+    }
+    // MPI counts are ints: large buffers go in chunks (every rank cuts the same way).
+    constexpr std::size_t kChunk = std::size_t{1} << 30;
+    for (std::size_t off = 0; off < data.size(); off += kChunk) {
+      const int len = static_cast<int>(std::min(kChunk, data.size() - off));
+      DISTCA_RETURN_IF_ERROR(
+          mpi_check(MPI_Bcast(data.data() + off, len, MPI_BYTE, root, comm_), "MPI_Bcast", rank_));
+    }
+    return Status::ok_status();
+  }
+
+  void fail(const Status& cause) override { abort_job(rank_, cause.message()); }
+
+ private:
+  // Posts the receives, then the sends, of one exchange (self block: memcpy).
+  Result<std::shared_ptr<ExchangeState>> post(const AllToAllV& a) {
+    DISTCA_RETURN_IF_ERROR(validate_all_to_all_v(a, size_));
+    for (int p = 0; p < size_; ++p) {
+      const auto up = static_cast<std::size_t>(p);
+      if (a.send_counts[up] > static_cast<std::size_t>(INT_MAX) ||
+          a.recv_counts[up] > static_cast<std::size_t>(INT_MAX)) {
+        return Status::invalid_argument(
+            "all_to_all_v: a block to or from rank " + std::to_string(p) +
+            " exceeds MPI's int count (" + std::to_string(INT_MAX) + " bytes)");
+      }
+    }
+    const auto me = static_cast<std::size_t>(rank_);
+    if (a.send_counts[me] != a.recv_counts[me]) {
+      return Status::invalid_argument("all_to_all_v: rank " + std::to_string(rank_) +
+                                      " sends itself " + std::to_string(a.send_counts[me]) +
+                                      " bytes but expects " + std::to_string(a.recv_counts[me]));
+    }
+    const int tag = static_cast<int>(next_seq_++ % kTagRange);
+    auto st = std::make_shared<ExchangeState>();
+    st->rank = rank_;
+    st->requests.reserve(2 * static_cast<std::size_t>(size_));
+    // Zero-byte messages are sent too, so a count mismatch shows up as a wrong count or a
+    // truncation instead of a hang.
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      const auto up = static_cast<std::size_t>(p);
+      MPI_Request req;
+      DISTCA_RETURN_IF_ERROR(mpi_check(
+          MPI_Irecv(a.recv + a.recv_displs[up], static_cast<int>(a.recv_counts[up]), MPI_BYTE,
+                    p, tag, comm_, &req),
+          "MPI_Irecv", rank_));
+      st->requests.push_back(req);
+      st->recv_peer.push_back(p);
+      st->recv_expected.push_back(static_cast<int>(a.recv_counts[up]));
+    }
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      const auto up = static_cast<std::size_t>(p);
+      MPI_Request req;
+      DISTCA_RETURN_IF_ERROR(mpi_check(
+          MPI_Isend(a.send + a.send_displs[up], static_cast<int>(a.send_counts[up]), MPI_BYTE,
+                    p, tag, comm_, &req),
+          "MPI_Isend", rank_));
+      st->requests.push_back(req);
+    }
+    if (a.send_counts[me] > 0) {
+      std::memcpy(a.recv + a.recv_displs[me], a.send + a.send_displs[me], a.send_counts[me]);
+    }
+    return st;
+  }
+
+  std::shared_ptr<MpiEnvironment> env_;  // first member: outlives comm_
+  MPI_Comm comm_;
+  const int rank_;
+  const int size_;
+  const MpiInfo info_;
+  const int poll_interval_us_;
+  TraceRecorder* const trace_;
+  uint64_t next_seq_ = 0;
+  std::shared_ptr<ProgressEngine> engine_;  // kThread mode, started at the first exchange
+};
+
+}  // namespace
+
+Result<std::unique_ptr<MpiCommunicator>> make_mpi_communicator(int* argc, char*** argv,
+                                                               const MpiOptions& options) {
+  if (options.poll_interval_us < 0) {
+    return Status::invalid_argument("mpi: poll_interval_us must be >= 0 (got " +
+                                    std::to_string(options.poll_interval_us) + ")");
+  }
+  DISTCA_ASSIGN_OR_RETURN(auto env, MpiEnvironment::get(argc, argv));
+  MpiInfo info;
+  info.thread_level_provided = env->provided();
+  info.thread_level_name = thread_level_name(env->provided());
+  const bool multiple = env->provided() >= MPI_THREAD_MULTIPLE;
+  switch (options.progress) {
+    case ProgressMode::kAuto:
+      info.progress = multiple ? ProgressMode::kThread : ProgressMode::kPoll;
+      break;
+    case ProgressMode::kThread:
+      if (!multiple) {
+        return Status::invalid_argument(
+            "mpi: progress thread needs MPI_THREAD_MULTIPLE, the MPI library provides " +
+            info.thread_level_name);
+      }
+      info.progress = ProgressMode::kThread;
+      break;
+    case ProgressMode::kPoll:
+      info.progress = ProgressMode::kPoll;
+      break;
+  }
+  char version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int vlen = 0;
+  DISTCA_RETURN_IF_ERROR(
+      mpi_check(MPI_Get_library_version(version, &vlen), "MPI_Get_library_version", -1));
+  info.library_version = std::string(version, static_cast<std::size_t>(vlen));
+  if (auto nl = info.library_version.find('\n'); nl != std::string::npos) {
+    info.library_version.resize(nl);
+  }
+  int rank = 0;
+  int size = 0;
+  DISTCA_RETURN_IF_ERROR(mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "MPI_Comm_rank", -1));
+  DISTCA_RETURN_IF_ERROR(mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size", rank));
+  // A private duplicate keeps distca's messages apart from anyone else's on MPI_COMM_WORLD.
+  MPI_Comm comm;
+  DISTCA_RETURN_IF_ERROR(mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup", rank));
+  Status st = mpi_check(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN),
+                        "MPI_Comm_set_errhandler", rank);
+  if (!st.ok()) {
+    MPI_Comm_free(&comm);
+    return st;
+  }
+  return std::unique_ptr<MpiCommunicator>(std::make_unique<MpiCommunicatorImpl>(
+      std::move(env), comm, rank, size, std::move(info), options.poll_interval_us,
+      options.trace));
+}
+
+void abort_job(int rank, const std::string& cause) {
+  // Several threads may fail at once; one line per job is enough.
+  static std::atomic<bool> aborting{false};
+  if (aborting.exchange(true)) {
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  std::fprintf(stderr, "distca: rank %d failed: %s\n", rank, cause.c_str());
+  std::fflush(stderr);
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
+}
+
+}  // namespace distca::comm

@@ -1,0 +1,199 @@
+#include "distca/cost/profiled.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "distca/core/io.h"
+#include "distca/cost/analytic.h"
+
+namespace distca {
+
+double CostTable::task_flops(int64_t q_len, int64_t kv_len) const {
+  return (1.0 + kAttentionBackwardFactor) * 4.0 * static_cast<double>(head_dim) *
+         static_cast<double>(n_heads) * static_cast<double>(task_pairs(q_len, kv_len));
+}
+
+namespace {
+Status check_lengths(const std::vector<int64_t>& v, const std::string& where) {
+  if (v.empty()) return Status::invalid_argument(where + " is empty");
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] <= 0) return Status::invalid_argument(where + "[" + std::to_string(i) + "] must be positive");
+    if (i > 0 && v[i] <= v[i - 1]) return Status::invalid_argument(where + " must be strictly increasing");
+  }
+  return {};
+}
+}  // namespace
+
+Status CostTable::validate(const std::string& source) const {
+  const std::string pre = source.empty() ? "" : source + ": ";
+  if (n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || n_heads % n_kv_heads != 0) {
+    return Status::invalid_argument(pre + "n_heads, n_kv_heads, head_dim must be positive with n_kv_heads dividing n_heads");
+  }
+  DISTCA_RETURN_IF_ERROR(check_lengths(q_lens, pre + "q_lens"));
+  DISTCA_RETURN_IF_ERROR(check_lengths(kv_lens, pre + "kv_lens"));
+  if (!(saturation_fraction > 0 && saturation_fraction <= 1)) {
+    return Status::invalid_argument(pre + "saturation_fraction must be in (0, 1]");
+  }
+  if (seconds.size() != q_lens.size()) return Status::invalid_argument(pre + "seconds must have one row per q_lens entry");
+  if (q_lens.front() > kv_lens.front()) {
+    return Status::invalid_argument(pre + "q_lens[0] must not exceed kv_lens[0] (no measured point in the first column)");
+  }
+  for (size_t i = 0; i < q_lens.size(); ++i) {
+    if (seconds[i].size() != kv_lens.size()) {
+      return Status::invalid_argument(pre + "seconds[" + std::to_string(i) + "] must have one entry per kv_lens entry");
+    }
+    for (size_t j = 0; j < kv_lens.size(); ++j) {
+      if (q_lens[i] <= kv_lens[j] && !(seconds[i][j] > 0 && std::isfinite(seconds[i][j]))) {
+        return Status::invalid_argument(pre + "seconds[" + std::to_string(i) + "][" + std::to_string(j) +
+                                        "] must be a positive number");
+      }
+    }
+  }
+  return {};
+}
+
+nlohmann::json to_json(const CostTable& t) {
+  nlohmann::json j;
+  j["format"] = "distca-cost-table";
+  j["version"] = 1;
+  j["hardware"] = t.hardware;
+  j["n_heads"] = t.n_heads;
+  j["n_kv_heads"] = t.n_kv_heads;
+  j["head_dim"] = t.head_dim;
+  j["saturation_fraction"] = t.saturation_fraction;
+  j["q_lens"] = t.q_lens;
+  j["kv_lens"] = t.kv_lens;
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < t.q_lens.size(); ++i) {
+    nlohmann::json row = nlohmann::json::array();
+    for (size_t j2 = 0; j2 < t.kv_lens.size(); ++j2) {
+      if (t.q_lens[i] > t.kv_lens[j2]) {
+        row.push_back(nullptr);
+      } else {
+        row.push_back(t.seconds[i][j2]);
+      }
+    }
+    rows.push_back(row);
+  }
+  j["seconds"] = rows;
+  return j;
+}
+
+Result<CostTable> cost_table_from_json(const nlohmann::json& j, const std::string& source) {
+  const std::string pre = source + ": ";
+  if (!j.is_object()) return Status::invalid_argument(pre + "not a JSON object");
+  if (j.value("format", std::string()) != "distca-cost-table") {
+    return Status::invalid_argument(pre + "\"format\" must be \"distca-cost-table\"");
+  }
+  CostTable t;
+  auto get_int = [&](const char* key, int64_t* out) -> Status {
+    if (!j.contains(key) || !j[key].is_number_integer()) return Status::invalid_argument(pre + "\"" + key + "\" must be an integer");
+    *out = j[key].get<int64_t>();
+    return {};
+  };
+  DISTCA_RETURN_IF_ERROR(get_int("n_heads", &t.n_heads));
+  DISTCA_RETURN_IF_ERROR(get_int("n_kv_heads", &t.n_kv_heads));
+  DISTCA_RETURN_IF_ERROR(get_int("head_dim", &t.head_dim));
+  if (j.contains("hardware")) t.hardware = j["hardware"];
+  if (j.contains("saturation_fraction")) {
+    if (!j["saturation_fraction"].is_number()) return Status::invalid_argument(pre + "\"saturation_fraction\" must be a number");
+    t.saturation_fraction = j["saturation_fraction"].get<double>();
+  }
+  for (const char* key : {"q_lens", "kv_lens"}) {
+    if (!j.contains(key) || !j[key].is_array()) return Status::invalid_argument(pre + "\"" + key + "\" must be an array");
+    auto& dst = std::string(key) == "q_lens" ? t.q_lens : t.kv_lens;
+    for (const auto& e : j[key]) {
+      if (!e.is_number_integer()) return Status::invalid_argument(pre + "\"" + key + "\" must hold integers");
+      dst.push_back(e.get<int64_t>());
+    }
+  }
+  if (!j.contains("seconds") || !j["seconds"].is_array()) return Status::invalid_argument(pre + "\"seconds\" must be an array of rows");
+  for (const auto& row : j["seconds"]) {
+    if (!row.is_array()) return Status::invalid_argument(pre + "\"seconds\" must be an array of rows");
+    std::vector<double> r;
+    for (const auto& e : row) {
+      if (e.is_null()) {
+        r.push_back(0.0);
+      } else if (e.is_number()) {
+        r.push_back(e.get<double>());
+      } else {
+        return Status::invalid_argument(pre + "\"seconds\" entries must be numbers or null");
+      }
+    }
+    t.seconds.push_back(std::move(r));
+  }
+  DISTCA_RETURN_IF_ERROR(t.validate(source));
+  return t;
+}
+
+ProfiledCostModel::ProfiledCostModel(CostTable table) : table_(std::move(table)) {
+  DISTCA_CHECK_MSG(table_.validate("").ok(), table_.validate("").message());
+  const size_t nq = table_.q_lens.size(), nk = table_.kv_lens.size();
+  tput_.assign(nq, std::vector<double>(nk, 0.0));
+  for (size_t i = 0; i < nq; ++i) {
+    for (size_t j = 0; j < nk; ++j) {
+      if (table_.q_lens[i] > table_.kv_lens[j]) continue;
+      tput_[i][j] = table_.task_flops(table_.q_lens[i], table_.kv_lens[j]) / table_.seconds[i][j];
+      peak_ = std::max(peak_, tput_[i][j]);
+    }
+  }
+}
+
+double ProfiledCostModel::throughput_at(size_t i, size_t j) const {
+  if (table_.q_lens[i] <= table_.kv_lens[j]) return tput_[i][j];
+  // q > kv: not measured; use the largest measured q of this column (the diagonal, or the
+  // closest point below it).
+  size_t best = 0;
+  for (size_t r = 0; r < table_.q_lens.size(); ++r) {
+    if (table_.q_lens[r] <= table_.kv_lens[j]) best = r;
+  }
+  if (table_.q_lens[best] <= table_.kv_lens[j]) return tput_[best][j];
+  return tput_[0][0];  // unreachable after validate (q_lens[0] <= kv_lens[0] <= kv_lens[j])
+}
+
+namespace {
+// Bracketing index lo and weight w of x in grid g (clamped at both ends).
+void bracket(const std::vector<int64_t>& g, double x, size_t* lo, double* w) {
+  if (x <= static_cast<double>(g.front())) {
+    *lo = 0;
+    *w = 0;
+    return;
+  }
+  if (x >= static_cast<double>(g.back())) {
+    *lo = g.size() - 1;
+    *w = 0;
+    return;
+  }
+  size_t i = 0;
+  while (static_cast<double>(g[i + 1]) < x) ++i;
+  *lo = i;
+  const double a = std::log2(static_cast<double>(g[i])), b = std::log2(static_cast<double>(g[i + 1]));
+  *w = (std::log2(x) - a) / (b - a);
+}
+}  // namespace
+
+double ProfiledCostModel::task_cost(int64_t q_len, int64_t kv_len) const {
+  DISTCA_CHECK(q_len >= 0 && q_len <= kv_len);
+  if (q_len == 0) return 0.0;
+  const double flops = table_.task_flops(q_len, kv_len);
+  if (q_len > table_.q_lens.back() || kv_len > table_.kv_lens.back()) return flops / peak_;
+  size_t i, j;
+  double wi, wj;
+  bracket(table_.q_lens, static_cast<double>(q_len), &i, &wi);
+  bracket(table_.kv_lens, static_cast<double>(kv_len), &j, &wj);
+  const size_t i1 = std::min(i + 1, table_.q_lens.size() - 1), j1 = std::min(j + 1, table_.kv_lens.size() - 1);
+  const double t00 = throughput_at(i, j), t01 = throughput_at(i, j1);
+  const double t10 = throughput_at(i1, j), t11 = throughput_at(i1, j1);
+  const double sat = table_.saturation_fraction * peak_;
+  if (t00 >= sat && t01 >= sat && t10 >= sat && t11 >= sat) return flops / peak_;
+  const double tput = (1 - wi) * ((1 - wj) * t00 + wj * t01) + wi * ((1 - wj) * t10 + wj * t11);
+  return flops / tput;
+}
+
+Result<std::unique_ptr<AttentionCostModel>> load_cost_table(const std::string& path) {
+  DISTCA_ASSIGN_OR_RETURN(nlohmann::json j, read_json_file(path));
+  DISTCA_ASSIGN_OR_RETURN(CostTable t, cost_table_from_json(j, path));
+  return std::unique_ptr<AttentionCostModel>(std::make_unique<ProfiledCostModel>(std::move(t)));
+}
+
+}  // namespace distca

@@ -1,0 +1,431 @@
+// The CPU fast path: FlashAttention-2 style tiling with the online softmax, one sgemm per
+// block product, OpenMP over cost-sorted work items. docs/kernels.md explains the choices.
+#include "distca/kernels/attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "blas.h"
+#include "vec_math.h"
+
+namespace distca::kernels {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Stacked query rows per block (block rows x heads of a GQA group) and keys per block. Chosen
+// by measurement (docs/benchmarks.md): M x kBlockKeys scores stay in L2 with the packed
+// operands, and the sgemm calls are large enough that OpenBLAS's packing is amortised.
+constexpr int64_t kStackedRows = 256;
+constexpr int64_t kBlockKeys = 512;
+// The backward splits a (task, kv head)'s keys into chunks of about total / kChunkDivisor
+// pairs so that one huge task still spreads over the threads; each chunk owns a private dQ
+// partial, summed in chunk order afterwards (deterministic). The partials may take at most
+// kPartialCap times the size of dQ; chunks grow until they fit.
+constexpr double kChunkDivisor = 64.0;
+constexpr double kPartialCap = 4.0;
+
+// 64-byte aligned scratch, one per thread.
+class Scratch {
+ public:
+  explicit Scratch(size_t n) : n_(n), p_(n ? static_cast<float*>(::operator new[](n * sizeof(float), std::align_val_t(64))) : nullptr) {}
+  ~Scratch() {
+    if (p_) ::operator delete[](p_, std::align_val_t(64));
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  float* data() { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  size_t n_;
+  float* p_;
+};
+
+// OpenBLAS runs single-threaded inside our parallel regions (we parallelise over blocks);
+// the caller's setting comes back afterwards.
+class BlasSingleThread {
+ public:
+  BlasSingleThread() : saved_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
+  ~BlasSingleThread() { openblas_set_num_threads(saved_); }
+  BlasSingleThread(const BlasSingleThread&) = delete;
+  BlasSingleThread& operator=(const BlasSingleThread&) = delete;
+
+ private:
+  int saved_;
+};
+
+struct Geometry {
+  int64_t H, Hkv, G, d, total_q;
+  int64_t block_rows;  // query rows per block: kStackedRows / G (at least 1)
+  float scale;
+};
+
+Geometry geometry(const AttentionParams& p) {
+  Geometry g{};
+  g.H = p.n_heads;
+  g.Hkv = p.n_kv_heads;
+  g.G = g.H / g.Hkv;
+  g.d = p.head_dim;
+  g.total_q = p.total_q();
+  g.block_rows = std::max<int64_t>(1, kStackedRows / g.G);
+  g.scale = p.scale();
+  return g;
+}
+
+struct TaskShape {
+  int64_t q0, k0, q_len, kv_len, off;  // off: keys before the first query row's diagonal
+};
+
+TaskShape task_shape(const AttentionParams& p, int64_t t) {
+  TaskShape s{};
+  s.q0 = p.cu_seqlens_q[t];
+  s.k0 = p.cu_seqlens_k[t];
+  s.q_len = p.cu_seqlens_q[t + 1] - s.q0;
+  s.kv_len = p.cu_seqlens_k[t + 1] - s.k0;
+  s.off = s.kv_len - s.q_len;
+  return s;
+}
+
+// Keys visible to query row i (exclusive end).
+inline int64_t key_end(const AttentionParams& p, const TaskShape& s, int64_t i) {
+  return p.causal ? std::min(s.kv_len, s.off + i + 1) : s.kv_len;
+}
+// First query row that sees key j.
+inline int64_t first_row(const AttentionParams& p, const TaskShape& s, int64_t j) {
+  return p.causal ? std::max<int64_t>(0, j - s.off) : 0;
+}
+
+// Pairs of rows [r0, r1) x keys [0, key limit).
+double block_pairs(const AttentionParams& p, const TaskShape& s, int64_t r0, int64_t r1) {
+  if (!p.causal) return static_cast<double>(r1 - r0) * static_cast<double>(s.kv_len);
+  double total = 0;
+  for (int64_t i = r0; i < r1; ++i) total += static_cast<double>(key_end(p, s, i));
+  return total;
+}
+
+// Copies the G query heads of kv head `grp` for rows [r0, r0 + nr) of a (total, H, d) tensor
+// into dst: (nr * G, d), stacked row (i, j) = row r0 + i, head grp * G + j, times `mul`.
+void pack_rows(const float* src, const Geometry& g, int64_t row0, int64_t nr, int64_t grp,
+               float mul, float* dst) {
+  for (int64_t i = 0; i < nr; ++i) {
+    const float* s = src + ((row0 + i) * g.H + grp * g.G) * g.d;
+    float* o = dst + i * g.G * g.d;
+    for (int64_t e = 0; e < g.G * g.d; ++e) o[e] = s[e] * mul;
+  }
+}
+
+// Sets scores of stacked rows for query rows [r0, r0 + nr) to -inf where key kb + c is past
+// the row's diagonal. S: (nr * G, lds).
+void apply_causal_mask(float* S, int64_t lds, const Geometry& g, const TaskShape& s, int64_t r0,
+                       int64_t nr, int64_t kb, int64_t nk) {
+  for (int64_t i = 0; i < nr; ++i) {
+    const int64_t first_masked = std::max<int64_t>(0, s.off + r0 + i + 1 - kb);
+    if (first_masked >= nk) continue;
+    for (int64_t j = 0; j < g.G; ++j) {
+      float* row = S + (i * g.G + j) * lds;
+      for (int64_t c = first_masked; c < nk; ++c) row[c] = kNegInf;
+    }
+  }
+}
+
+struct WorkItem {
+  int64_t task, group, begin, end;  // begin/end: query rows (forward) or key blocks (backward)
+  double cost;
+};
+
+void sort_by_cost(std::vector<WorkItem>& items) {
+  // Largest first for load balance; ties by position so the list is a function of the inputs.
+  std::stable_sort(items.begin(), items.end(),
+                   [](const WorkItem& a, const WorkItem& b) { return a.cost > b.cost; });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward.
+
+void forward_item(const AttentionParams& p, const Geometry& g, const WorkItem& w, float* ws) {
+  const TaskShape s = task_shape(p, w.task);
+  const int64_t r0 = w.begin, nr = w.end - w.begin, M = nr * g.G, d = g.d;
+  const int64_t lds = kBlockKeys, ldkv = g.Hkv * d;
+  float* Qp = ws;               // (M, d)
+  float* Oacc = Qp + M * d;     // (M, d)
+  float* S = Oacc + M * d;      // (M, kBlockKeys)
+  float* m = S + M * lds;       // (M)
+  float* l = m + M;             // (M)
+  pack_rows(p.q, g, s.q0 + r0, nr, w.group, g.scale * kLog2e, Qp);
+  std::fill(m, m + M, kNegInf);
+  std::fill(l, l + M, 0.0f);
+  const int64_t kend = key_end(p, s, r0 + nr - 1);
+  const float* kbase = p.k + (s.k0 * g.Hkv + w.group) * d;
+  const float* vbase = p.v + (s.k0 * g.Hkv + w.group) * d;
+  for (int64_t kb = 0; kb < kend; kb += kBlockKeys) {
+    const int64_t nk = std::min(kBlockKeys, kend - kb);
+    sgemm_checked(CblasNoTrans, CblasTrans, M, nk, d, 1.0f, Qp, d, kbase + kb * ldkv, ldkv, 0.0f,
+                  S, lds);
+    if (p.causal) apply_causal_mask(S, lds, g, s, r0, nr, kb, nk);
+    for (int64_t r = 0; r < M; ++r) {
+      float* row = S + r * lds;
+      const float mnew = std::max(m[r], detail::row_max(row, nk));
+      const float alpha = detail::exp2_scalar(m[r] - mnew);  // 0 on the first block
+      l[r] = l[r] * alpha + detail::exp2_shift_sum(row, nk, mnew);
+      m[r] = mnew;
+      if (kb > 0) detail::scale_row(Oacc + r * d, d, alpha);
+    }
+    sgemm_checked(CblasNoTrans, CblasNoTrans, M, d, nk, 1.0f, S, lds, vbase + kb * ldkv, ldkv,
+                  kb > 0 ? 1.0f : 0.0f, Oacc, d);
+  }
+  for (int64_t i = 0; i < nr; ++i) {
+    for (int64_t j = 0; j < g.G; ++j) {
+      const int64_t r = i * g.G + j, h = w.group * g.G + j, row = s.q0 + r0 + i;
+      float* o = p.o + (row * g.H + h) * d;
+      if (kend == 0) {  // no visible key: O = 0, LSE = -inf
+        std::fill(o, o + d, 0.0f);
+        p.lse[h * g.total_q + row] = kNegInf;
+        continue;
+      }
+      const float inv = 1.0f / l[r];
+      for (int64_t c = 0; c < d; ++c) o[c] = Oacc[r * d + c] * inv;
+      p.lse[h * g.total_q + row] = (m[r] + std::log2(l[r])) * kLn2;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward.
+
+struct Chunk {
+  int64_t task, group, kb_begin, kb_end;  // key blocks [kb_begin, kb_end)
+  int64_t row_begin;                      // first query row any key of the chunk reaches
+  int64_t partial_offset;                 // into the dQ partial buffer: (q_len - row_begin, G, d)
+};
+
+// Splits every (task, kv head)'s key blocks into chunks of about `target` pairs.
+std::vector<Chunk> make_chunks(const AttentionParams& p, const Geometry& g, double target,
+                               const std::vector<std::vector<double>>& block_cost,
+                               int64_t* partial_floats) {
+  std::vector<Chunk> chunks;
+  int64_t off = 0;
+  for (int64_t t = 0; t < p.n_tasks; ++t) {
+    const TaskShape s = task_shape(p, t);
+    if (s.q_len == 0 && s.kv_len == 0) continue;
+    const int64_t nb = (s.kv_len + kBlockKeys - 1) / kBlockKeys;
+    for (int64_t grp = 0; grp < g.Hkv; ++grp) {
+      int64_t b = 0;
+      while (b < nb) {
+        Chunk c{t, grp, b, b, 0, off};
+        double cost = 0;
+        while (c.kb_end < nb && (c.kb_end == b || cost + block_cost[t][c.kb_end] <= target)) {
+          cost += block_cost[t][c.kb_end];
+          ++c.kb_end;
+        }
+        c.row_begin = std::min(s.q_len, first_row(p, s, b * kBlockKeys));
+        off += (s.q_len - c.row_begin) * g.G * g.d;
+        chunks.push_back(c);
+        b = c.kb_end;
+      }
+    }
+  }
+  *partial_floats = off;
+  return chunks;
+}
+
+void backward_chunk(const AttentionParams& p, const Geometry& g, const Chunk& c,
+                    const float* Dsum, float* partial, float* ws) {
+  const TaskShape s = task_shape(p, c.task);
+  const int64_t d = g.d, ldkv = g.Hkv * d, lds = kBlockKeys, br = g.block_rows;
+  const int64_t Mmax = br * g.G;
+  float* Qp = ws;                  // (M, d)
+  float* dOp = Qp + Mmax * d;      // (M, d)
+  float* S = dOp + Mmax * d;       // (M, kBlockKeys): scores, then P
+  float* dP = S + Mmax * lds;      // (M, kBlockKeys): dP, then dS
+  float* lse2 = dP + Mmax * lds;   // (M)
+  float* Drow = lse2 + Mmax;       // (M)
+  float* part = partial + c.partial_offset;  // (q_len - row_begin, G, d)
+  const size_t koff = static_cast<size_t>((s.k0 * g.Hkv + c.group) * d);
+  for (int64_t blk = c.kb_begin; blk < c.kb_end; ++blk) {
+    const int64_t kb = blk * kBlockKeys, nk = std::min(kBlockKeys, s.kv_len - kb);
+    const float* kblk = p.k + koff + kb * ldkv;
+    const float* vblk = p.v + koff + kb * ldkv;
+    float* dkblk = p.dk + koff + kb * ldkv;
+    float* dvblk = p.dv + koff + kb * ldkv;
+    // Zeroed up front (not by beta = 0 on the first product) because the first query blocks
+    // see only a prefix of the key block (causal) and update only those rows.
+    for (int64_t r = 0; r < nk; ++r) {
+      std::fill(dkblk + r * ldkv, dkblk + r * ldkv + d, 0.0f);
+      std::fill(dvblk + r * ldkv, dvblk + r * ldkv + d, 0.0f);
+    }
+    const int64_t row_start = (std::min(s.q_len, first_row(p, s, kb)) / br) * br;
+    for (int64_t r0 = row_start; r0 < s.q_len; r0 += br) {
+      const int64_t nr = std::min(br, s.q_len - r0), M = nr * g.G;
+      // Keys of this block that any row of the query block sees: a prefix (causal).
+      const int64_t nke = std::min(nk, key_end(p, s, r0 + nr - 1) - kb);
+      if (nke <= 0) continue;
+      pack_rows(p.q, g, s.q0 + r0, nr, c.group, g.scale * kLog2e, Qp);
+      pack_rows(p.d_o, g, s.q0 + r0, nr, c.group, 1.0f, dOp);
+      for (int64_t i = 0; i < nr; ++i) {
+        for (int64_t j = 0; j < g.G; ++j) {
+          const int64_t h = c.group * g.G + j, row = s.q0 + r0 + i;
+          lse2[i * g.G + j] = p.lse[h * g.total_q + row] * kLog2e;
+          Drow[i * g.G + j] = Dsum[h * g.total_q + row];
+        }
+      }
+      sgemm_checked(CblasNoTrans, CblasTrans, M, nke, d, 1.0f, Qp, d, kblk, ldkv, 0.0f, S, lds);
+      if (p.causal) apply_causal_mask(S, lds, g, s, r0, nr, kb, nke);
+      for (int64_t r = 0; r < M; ++r) detail::exp2_shift(S + r * lds, nke, lse2[r]);
+      // dV += P^T dO
+      sgemm_checked(CblasTrans, CblasNoTrans, nke, d, M, 1.0f, S, lds, dOp, d, 1.0f, dvblk, ldkv);
+      // dP = dO V^T; dS = P o (dP - D)
+      sgemm_checked(CblasNoTrans, CblasTrans, M, nke, d, 1.0f, dOp, d, vblk, ldkv, 0.0f, dP, lds);
+      for (int64_t r = 0; r < M; ++r) detail::softmax_grad(dP + r * lds, S + r * lds, nke, Drow[r]);
+      // dK += scale * dS^T Q  (Qp carries scale * log2 e, hence ln 2)
+      sgemm_checked(CblasTrans, CblasNoTrans, nke, d, M, kLn2, dP, lds, Qp, d, 1.0f, dkblk, ldkv);
+      // dQ partial += scale * dS K
+      sgemm_checked(CblasNoTrans, CblasNoTrans, M, d, nke, g.scale, dP, lds, kblk, ldkv, 1.0f,
+                    part + (r0 - c.row_begin) * g.G * d, d);
+    }
+  }
+}
+
+}  // namespace
+
+void attention_forward(const AttentionParams& p) {
+  DISTCA_CHECK(p.dtype == DType::kFloat32);
+  const Geometry g = geometry(p);
+  std::vector<WorkItem> items;
+  for (int64_t t = 0; t < p.n_tasks; ++t) {
+    const TaskShape s = task_shape(p, t);
+    for (int64_t r0 = 0; r0 < s.q_len; r0 += g.block_rows) {
+      const int64_t r1 = std::min(s.q_len, r0 + g.block_rows);
+      // Each block also pays its packing and per-row overhead, hence the + rows * d.
+      const double cost = block_pairs(p, s, r0, r1) + static_cast<double>((r1 - r0) * g.d);
+      for (int64_t grp = 0; grp < g.Hkv; ++grp) items.push_back({t, grp, r0, r1, cost});
+    }
+  }
+  sort_by_cost(items);
+  const int64_t M = g.block_rows * g.G;
+  const size_t ws_floats = static_cast<size_t>(2 * M * g.d + M * kBlockKeys + 2 * M);
+  BlasSingleThread blas_guard;
+  const int64_t n_items = static_cast<int64_t>(items.size());
+#pragma omp parallel if (n_items > 1)
+  {
+    Scratch ws(ws_floats);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n_items; ++i) forward_item(p, g, items[static_cast<size_t>(i)], ws.data());
+  }
+}
+
+void attention_backward(const AttentionParams& p) {
+  DISTCA_CHECK(p.dtype == DType::kFloat32);
+  const Geometry g = geometry(p);
+  const int64_t d = g.d, total_q = g.total_q;
+
+  // Per-task key-block costs (pairs per kv head) and the chunking.
+  std::vector<std::vector<double>> block_cost(static_cast<size_t>(p.n_tasks));
+  double total = 0;
+  for (int64_t t = 0; t < p.n_tasks; ++t) {
+    const TaskShape s = task_shape(p, t);
+    const int64_t nb = (s.kv_len + kBlockKeys - 1) / kBlockKeys;
+    auto& bc = block_cost[static_cast<size_t>(t)];
+    bc.assign(static_cast<size_t>(nb), 0.0);
+    for (int64_t j = 0; j < s.kv_len; ++j) {
+      bc[static_cast<size_t>(j / kBlockKeys)] += static_cast<double>(s.q_len - std::min(s.q_len, first_row(p, s, j)));
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+      bc[static_cast<size_t>(b)] += static_cast<double>(kBlockKeys * d);  // per-block overhead
+      total += bc[static_cast<size_t>(b)] * static_cast<double>(g.Hkv);
+    }
+  }
+  double target = std::max(total / kChunkDivisor, 1.0);
+  const double cap = kPartialCap * static_cast<double>(total_q * g.H * d);
+  int64_t partial_floats = 0;
+  std::vector<Chunk> chunks = make_chunks(p, g, target, block_cost, &partial_floats);
+  while (static_cast<double>(partial_floats) > cap && chunks.size() > static_cast<size_t>(p.n_tasks * g.Hkv)) {
+    target *= 2;
+    chunks = make_chunks(p, g, target, block_cost, &partial_floats);
+  }
+  std::vector<WorkItem> items;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const Chunk& c = chunks[i];
+    double cost = 0;
+    for (int64_t b = c.kb_begin; b < c.kb_end; ++b) cost += block_cost[static_cast<size_t>(c.task)][static_cast<size_t>(b)];
+    items.push_back({static_cast<int64_t>(i), 0, 0, 0, cost});
+  }
+  sort_by_cost(items);
+  // Runs of chunks of one (task, kv head): chunks of a run are consecutive in `chunks`.
+  std::vector<int64_t> first_chunk;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (i == 0 || chunks[i].task != chunks[i - 1].task || chunks[i].group != chunks[i - 1].group) {
+      first_chunk.push_back(static_cast<int64_t>(i));
+    }
+  }
+  first_chunk.push_back(static_cast<int64_t>(chunks.size()));
+  const int64_t n_runs = static_cast<int64_t>(first_chunk.size()) - 1;
+
+  std::vector<float> Dsum(static_cast<size_t>(g.H * total_q));  // (n_heads, total_q)
+  std::vector<float> partial(static_cast<size_t>(partial_floats), 0.0f);
+  const int64_t Mmax = g.block_rows * g.G;
+  const size_t ws_floats = static_cast<size_t>(2 * Mmax * d + 2 * Mmax * kBlockKeys + 2 * Mmax);
+  const int64_t n_items = static_cast<int64_t>(items.size());
+  BlasSingleThread blas_guard;
+  // One parallel region for the three phases: waking the team once matters for small batches
+  // (and on a loaded machine every region start waits for every thread to be scheduled).
+#pragma omp parallel if (n_items > 1 || total_q * g.H * d > (1 << 16))
+  {
+    // D[h, row] = dO . O (the softmax backward's row term), one fixed-order sum per element.
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < total_q; ++row) {
+      for (int64_t h = 0; h < g.H; ++h) {
+        const float* a = p.d_o + (row * g.H + h) * d;
+        const float* b = p.o + (row * g.H + h) * d;
+        float acc = 0;
+        for (int64_t c = 0; c < d; ++c) acc += a[c] * b[c];
+        Dsum[static_cast<size_t>(h * total_q + row)] = acc;
+      }
+    }
+    {
+      Scratch ws(ws_floats);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t i = 0; i < n_items; ++i) {
+        backward_chunk(p, g, chunks[static_cast<size_t>(items[static_cast<size_t>(i)].task)],
+                       Dsum.data(), partial.data(), ws.data());
+      }
+    }
+    // dQ = sum of a run's chunk partials in chunk order, whatever thread computed them.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t run = 0; run < n_runs; ++run) {
+      const Chunk& c0 = chunks[static_cast<size_t>(first_chunk[static_cast<size_t>(run)])];
+      const TaskShape s = task_shape(p, c0.task);
+      for (int64_t i = 0; i < s.q_len; ++i) {
+        float* dst = p.dq + ((s.q0 + i) * g.H + c0.group * g.G) * d;
+        std::fill(dst, dst + g.G * d, 0.0f);
+      }
+      for (int64_t ci = first_chunk[static_cast<size_t>(run)]; ci < first_chunk[static_cast<size_t>(run) + 1]; ++ci) {
+        const Chunk& c = chunks[static_cast<size_t>(ci)];
+        const float* part = partial.data() + c.partial_offset;
+        for (int64_t i = c.row_begin; i < s.q_len; ++i) {
+          float* dst = p.dq + ((s.q0 + i) * g.H + c.group * g.G) * d;
+          const float* src = part + (i - c.row_begin) * g.G * d;
+          for (int64_t e = 0; e < g.G * d; ++e) dst[e] += src[e];
+        }
+      }
+    }
+  }
+  // Query rows of tasks without keys (non-causal, kv_len 0) belong to no run: zero gradient.
+  for (int64_t t = 0; t < p.n_tasks; ++t) {
+    const TaskShape s = task_shape(p, t);
+    if (s.kv_len == 0 && s.q_len > 0) {
+      std::fill(p.dq + s.q0 * g.H * d, p.dq + (s.q0 + s.q_len) * g.H * d, 0.0f);
+    }
+  }
+}
+
+}  // namespace distca::kernels

@@ -1,0 +1,157 @@
+#include "distca/kernels/profiler.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+
+#include "distca/core/rng.h"
+#include "distca/kernels/attention.h"
+
+namespace distca::kernels {
+
+AttentionProblem make_problem(const std::vector<std::pair<int64_t, int64_t>>& tasks, int32_t n_heads,
+                              int32_t n_kv_heads, int32_t head_dim, uint64_t seed) {
+  AttentionProblem pr;
+  pr.n_heads = n_heads;
+  pr.n_kv_heads = n_kv_heads;
+  pr.head_dim = head_dim;
+  pr.cu_q.push_back(0);
+  pr.cu_k.push_back(0);
+  for (const auto& [ql, kl] : tasks) {
+    DISTCA_CHECK(ql >= 0 && kl >= 0);
+    pr.cu_q.push_back(pr.cu_q.back() + static_cast<int32_t>(ql));
+    pr.cu_k.push_back(pr.cu_k.back() + static_cast<int32_t>(kl));
+  }
+  const size_t nq = static_cast<size_t>(pr.cu_q.back()) * n_heads * head_dim;
+  const size_t nk = static_cast<size_t>(pr.cu_k.back()) * n_kv_heads * head_dim;
+  Rng rng(seed);
+  auto fill = [&](std::vector<float>& x, size_t n) {
+    x.resize(n);
+    for (auto& e : x) e = static_cast<float>(rng.uniform(-1.0, 1.0));
+  };
+  fill(pr.q, nq);
+  fill(pr.k, nk);
+  fill(pr.v, nk);
+  fill(pr.d_o, nq);
+  pr.o.assign(nq, 0.0f);
+  pr.dq.assign(nq, 0.0f);
+  pr.dk.assign(nk, 0.0f);
+  pr.dv.assign(nk, 0.0f);
+  pr.lse.assign(static_cast<size_t>(pr.cu_q.back()) * n_heads, 0.0f);
+  return pr;
+}
+
+AttentionParams params_for(AttentionProblem& pr) {
+  AttentionParams p;
+  p.q = pr.q.data();
+  p.k = pr.k.data();
+  p.v = pr.v.data();
+  p.cu_seqlens_q = pr.cu_q.data();
+  p.cu_seqlens_k = pr.cu_k.data();
+  p.n_tasks = static_cast<int32_t>(pr.cu_q.size()) - 1;
+  p.n_heads = pr.n_heads;
+  p.n_kv_heads = pr.n_kv_heads;
+  p.head_dim = pr.head_dim;
+  for (int32_t t = 0; t < p.n_tasks; ++t) {
+    p.max_seqlen_q = std::max(p.max_seqlen_q, pr.cu_q[t + 1] - pr.cu_q[t]);
+    p.max_seqlen_k = std::max(p.max_seqlen_k, pr.cu_k[t + 1] - pr.cu_k[t]);
+  }
+  p.causal = pr.causal;
+  p.o = pr.o.data();
+  p.lse = pr.lse.data();
+  p.d_o = pr.d_o.data();
+  p.dq = pr.dq.data();
+  p.dk = pr.dk.data();
+  p.dv = pr.dv.data();
+  return p;
+}
+
+namespace {
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+}  // namespace
+
+KernelTiming time_kernels(AttentionProblem& prob, int repeats, double min_seconds) {
+  const AttentionParams p = params_for(prob);
+  KernelTiming t;
+  t.forward_flops = attention_forward_flops(p);
+  t.backward_flops = attention_backward_flops(p);
+  const double start = now();
+  attention_forward(p);  // warm-up (page faults, BLAS buffers)
+  attention_backward(p);
+  std::vector<double> fwd, bwd;
+  for (int r = 0; r < std::max(1, repeats); ++r) {
+    const double t0 = now();
+    attention_forward(p);
+    const double t1 = now();
+    attention_backward(p);
+    const double t2 = now();
+    fwd.push_back(t1 - t0);
+    bwd.push_back(t2 - t1);
+    if (now() - start > min_seconds) break;
+  }
+  t.forward_seconds = median(fwd);
+  t.backward_seconds = median(bwd);
+  return t;
+}
+
+std::vector<int64_t> power_of_two_lengths(int64_t lo, int64_t hi) {
+  std::vector<int64_t> v;
+  for (int64_t x = lo; x <= hi; x *= 2) v.push_back(x);
+  return v;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t c = line.find(':');
+      if (c != std::string::npos) return line.substr(c + 2);
+    }
+  }
+  return "unknown";
+}
+
+Result<CostTable> profile_attention(const ProfileOptions& opt,
+                                    const std::function<void(const std::string&)>& progress) {
+  CostTable table;
+  table.n_heads = opt.n_heads;
+  table.n_kv_heads = opt.n_kv_heads;
+  table.head_dim = opt.head_dim;
+  table.q_lens = opt.q_lens.empty() ? power_of_two_lengths(128, 32768) : opt.q_lens;
+  table.kv_lens = opt.kv_lens.empty() ? power_of_two_lengths(128, 32768) : opt.kv_lens;
+  table.hardware = {{"cpu", cpu_model_name()},
+                    {"threads", omp_get_max_threads()},
+                    {"blas", "OpenBLAS (single-threaded per block)"},
+                    {"kernel", "distca CPU fast path, fp32"}};
+  // Check the grid before spending minutes on it (placeholder times).
+  table.seconds.assign(table.q_lens.size(), std::vector<double>(table.kv_lens.size(), 1.0));
+  DISTCA_RETURN_IF_ERROR(table.validate("profile grid"));
+  for (size_t i = 0; i < table.q_lens.size(); ++i) {
+    for (size_t j = 0; j < table.kv_lens.size(); ++j) {
+      const int64_t ql = table.q_lens[i], kl = table.kv_lens[j];
+      if (ql > kl) continue;
+      AttentionProblem prob = make_problem({{ql, kl}}, opt.n_heads, opt.n_kv_heads, opt.head_dim,
+                                           opt.seed + i * 1000 + j);
+      const KernelTiming t = time_kernels(prob, opt.repeats, opt.min_seconds);
+      table.seconds[i][j] = t.forward_seconds + t.backward_seconds;
+      if (progress) {
+        progress("q_len " + std::to_string(ql) + " kv_len " + std::to_string(kl) + ": " +
+                 std::to_string(table.seconds[i][j] * 1e3) + " ms");
+      }
+    }
+  }
+  DISTCA_RETURN_IF_ERROR(table.validate("profile"));
+  return table;
+}
+
+}  // namespace distca::kernels

@@ -1,0 +1,450 @@
+#include "distca/model/llama.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "distca/core/rng.h"
+#include "distca/model/layers.h"
+
+namespace distca::model {
+namespace {
+
+// Per-token widths of the saved activations and of the backward scratch (docs/model.md).
+struct Widths {
+  int64_t h, qd, kvd, f, v, hd;
+  explicit Widths(const ModelSpec& s)
+      : h(s.hidden), qd(s.q_dim()), kvd(s.kv_dim()), f(s.ffn), v(s.vocab), hd(s.head_dim) {}
+  // x, rstd1, xn1, q, k, v, o, x_mid, rstd2, xn2, g, u, a
+  int64_t layer() const { return 4 * h + 2 + 2 * qd + 2 * kvd + 3 * f; }
+  // x_final, rstd_final, xn_final, logits, rope cos (hd/2), rope sin (hd/2)
+  int64_t final_block() const { return 2 * h + 1 + v + hd; }
+  // dx, dxn, dq, dk, dv, d_o, dg, du, da
+  int64_t scratch() const { return 2 * h + 2 * qd + 2 * kvd + 3 * f; }
+};
+
+template <class T>
+void add_inplace(T* y, const T* x, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) y[i] += x[i];
+}
+
+}  // namespace
+
+Status LlamaOptions::validate() const {
+  if (!(rope_theta > 1.0) || !std::isfinite(rope_theta)) {
+    return Status::invalid_argument("rope_theta must be a finite number > 1");
+  }
+  if (!(rms_eps > 0.0) || !std::isfinite(rms_eps)) {
+    return Status::invalid_argument("rms_eps must be a finite positive number");
+  }
+  if (!(init_std > 0.0) || !std::isfinite(init_std)) {
+    return Status::invalid_argument("init_std must be a finite positive number");
+  }
+  return Status::ok_status();
+}
+
+Result<LlamaOptions> llama_options_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) return Status::invalid_argument("model options must be a JSON object");
+  LlamaOptions o;
+  for (const auto& [key, field] : {std::pair<const char*, double*>{"rope_theta", &o.rope_theta},
+                                   {"rms_eps", &o.rms_eps},
+                                   {"init_std", &o.init_std}}) {
+    if (!j.contains(key)) continue;
+    if (!j.at(key).is_number()) {
+      return Status::invalid_argument(std::string(key) + " must be a number");
+    }
+    *field = j.at(key).get<double>();
+  }
+  DISTCA_RETURN_IF_ERROR(o.validate());
+  return o;
+}
+
+std::vector<TensorInfo> param_layout(const ModelSpec& spec) {
+  DISTCA_CHECK(spec.validate().ok());
+  const int64_t h = spec.hidden, qd = spec.q_dim(), kvd = spec.kv_dim(), f = spec.ffn;
+  std::vector<TensorInfo> out;
+  int64_t offset = 0;
+  auto add = [&](std::string name, int64_t rows, int64_t cols, bool decay) {
+    out.push_back({std::move(name), offset, rows, cols, decay});
+    offset += rows * cols;
+  };
+  add("embedding", spec.vocab, h, true);
+  for (int64_t l = 0; l < spec.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    add(p + "attn_norm", 1, h, false);
+    add(p + "wq", qd, h, true);
+    add(p + "wk", kvd, h, true);
+    add(p + "wv", kvd, h, true);
+    add(p + "wo", h, qd, true);
+    add(p + "ffn_norm", 1, h, false);
+    add(p + "w1", f, h, true);
+    add(p + "w3", f, h, true);
+    add(p + "w2", h, f, true);
+  }
+  add("final_norm", 1, h, false);
+  add("lm_head", spec.vocab, h, true);
+  return out;
+}
+
+int64_t param_count(const ModelSpec& spec) {
+  const auto layout = param_layout(spec);
+  return layout.back().offset + layout.back().size();
+}
+
+ModelMemory model_memory(const ModelSpec& spec, int64_t bytes_per_element) {
+  const Widths w(spec);
+  ModelMemory m;
+  m.param_bytes = param_count(spec) * bytes_per_element;
+  // + 1: the per-token loss.
+  m.saved_activation_bytes_per_token =
+      (spec.n_layers * w.layer() + w.final_block() + 1) * bytes_per_element;
+  m.scratch_bytes_per_token = w.scratch() * bytes_per_element;
+  return m;
+}
+
+// Pointers into params_ or grads_ for one layer; shapes as in llama.h.
+template <class T>
+struct Llama<T>::LayerPtrs {
+  T* attn_norm;  // (h)
+  T* wq;         // (qd, h)
+  T* wk;         // (kvd, h)
+  T* wv;         // (kvd, h)
+  T* wo;         // (h, qd)
+  T* ffn_norm;   // (h)
+  T* w1;         // (f, h)
+  T* w3;         // (f, h)
+  T* w2;         // (h, f)
+};
+
+// One layer's saved activations (first n rows of each region are used).
+template <class T>
+struct Llama<T>::LayerActs {
+  T* x;      // (n, h) residual stream entering the layer
+  T* rstd1;  // (n)
+  T* xn1;    // (n, h) attn_norm(x)
+  T* q;      // (n, n_heads, head_dim) after RoPE
+  T* k;      // (n, n_kv_heads, head_dim) after RoPE
+  T* v;      // (n, n_kv_heads, head_dim)
+  T* o;      // (n, n_heads, head_dim) core attention output
+  T* x_mid;  // (n, h) x + o @ wo^T
+  T* rstd2;  // (n)
+  T* xn2;    // (n, h) ffn_norm(x_mid)
+  T* g;      // (n, f) xn2 @ w1^T (gate, before SiLU)
+  T* u;      // (n, f) xn2 @ w3^T (up)
+  T* a;      // (n, f) silu(g) * u
+};
+
+template <class T>
+typename Llama<T>::LayerPtrs Llama<T>::layer_ptrs(T* base, int64_t layer) const {
+  const size_t first = 1 + static_cast<size_t>(layer) * 9;  // index of attn_norm in layout_
+  auto at = [&](size_t i) { return base + layout_[first + i].offset; };
+  return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8)};
+}
+
+template <class T>
+typename Llama<T>::LayerActs Llama<T>::layer_acts(int64_t layer) {
+  const Widths w(spec_);
+  T* p = acts_.data() + layer * w.layer() * max_tokens_;
+  auto take = [&](int64_t width) {
+    T* r = p;
+    p += width * max_tokens_;
+    return r;
+  };
+  LayerActs a;
+  a.x = take(w.h);
+  a.rstd1 = take(1);
+  a.xn1 = take(w.h);
+  a.q = take(w.qd);
+  a.k = take(w.kvd);
+  a.v = take(w.kvd);
+  a.o = take(w.qd);
+  a.x_mid = take(w.h);
+  a.rstd2 = take(1);
+  a.xn2 = take(w.h);
+  a.g = take(w.f);
+  a.u = take(w.f);
+  a.a = take(w.f);
+  return a;
+}
+
+template <class T>
+Result<Llama<T>> Llama<T>::create(const ModelSpec& spec, int64_t max_tokens, uint64_t seed,
+                                  const LlamaOptions& options) {
+  DISTCA_RETURN_IF_ERROR(spec.validate());
+  if (spec.head_dim % 2 != 0) {
+    return Status::invalid_argument("head_dim must be even for rotary embedding (got " +
+                                    std::to_string(spec.head_dim) + ")");
+  }
+  if (max_tokens <= 0) return Status::invalid_argument("max_tokens must be positive");
+  DISTCA_RETURN_IF_ERROR(options.validate());
+  // Every matrix product must fit BLAS's 32-bit sizes: the largest operands are the logits
+  // (max_tokens, vocab) and the widest activations (max_tokens, max width).
+  const int64_t widest = std::max({spec.hidden, spec.q_dim(), spec.kv_dim(), spec.ffn, spec.vocab});
+  if (widest > INT_MAX / max_tokens) {
+    return Status::invalid_argument("max_tokens (" + std::to_string(max_tokens) +
+                                    ") times the widest layer (" + std::to_string(widest) +
+                                    ") exceeds the BLAS int range");
+  }
+  Llama m;
+  m.spec_ = spec;
+  m.options_ = options;
+  m.max_tokens_ = max_tokens;
+  m.layout_ = param_layout(spec);
+  const int64_t count = param_count(spec);
+  const Widths w(spec);
+  m.params_.assign(static_cast<size_t>(count), T(0));
+  m.grads_.assign(static_cast<size_t>(count), T(0));
+  m.acts_.assign(static_cast<size_t>((spec.n_layers * w.layer() + w.final_block()) * max_tokens),
+                 T(0));
+  m.scratch_.assign(static_cast<size_t>(w.scratch() * max_tokens), T(0));
+  m.loss_.assign(static_cast<size_t>(max_tokens), T(0));
+
+  const double residual_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(spec.n_layers));
+  for (size_t i = 0; i < m.layout_.size(); ++i) {
+    const TensorInfo& t = m.layout_[i];
+    T* p = m.params_.data() + t.offset;
+    if (!t.decay) {  // norm gains
+      std::fill(p, p + t.size(), T(1));
+      continue;
+    }
+    const bool residual_out = t.name.ends_with(".wo") || t.name.ends_with(".w2");
+    const double std_dev = options.init_std * (residual_out ? residual_scale : 1.0);
+    Rng rng(seed, i);
+    for (int64_t e = 0; e < t.size(); ++e) p[e] = static_cast<T>(std_dev * rng.normal());
+  }
+  return m;
+}
+
+template <class T>
+const TensorInfo& Llama<T>::tensor(const std::string& name) const {
+  for (const TensorInfo& t : layout_) {
+    if (t.name == name) return t;
+  }
+  DISTCA_CHECK_MSG(false, "no tensor named " + name);
+  return layout_.front();  // unreachable
+}
+
+template <class T>
+void Llama<T>::zero_grads() {
+  std::fill(grads_.begin(), grads_.end(), T(0));
+}
+
+template <class T>
+Status Llama<T>::check_inputs(const StepInputs& in, const BasicAttentionExecutor<T>& executor,
+                              std::span<T> per_token_loss) const {
+  const auto n = static_cast<int64_t>(in.tokens.size());
+  if (n > max_tokens_) {
+    return Status::invalid_argument("tokens: " + std::to_string(n) + " exceed max_tokens " +
+                                    std::to_string(max_tokens_));
+  }
+  if (static_cast<int64_t>(in.positions.size()) != n) {
+    return Status::invalid_argument("positions: size differs from tokens");
+  }
+  if (static_cast<int64_t>(in.targets.size()) != n) {
+    return Status::invalid_argument("targets: size differs from tokens");
+  }
+  if (!in.report_weights.empty() && static_cast<int64_t>(in.report_weights.size()) != n) {
+    return Status::invalid_argument("report_weights: size differs from tokens");
+  }
+  if (!per_token_loss.empty() && static_cast<int64_t>(per_token_loss.size()) != n) {
+    return Status::invalid_argument("per_token_loss: size differs from tokens");
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    const auto i = static_cast<size_t>(t);
+    if (in.tokens[i] < 0 || in.tokens[i] >= spec_.vocab) {
+      return Status::invalid_argument("tokens[" + std::to_string(t) + "] = " +
+                                      std::to_string(in.tokens[i]) + " outside [0, vocab " +
+                                      std::to_string(spec_.vocab) + ")");
+    }
+    if (in.positions[i] < 0) {
+      return Status::invalid_argument("positions[" + std::to_string(t) + "] is negative");
+    }
+    if (in.targets[i] < -1 || in.targets[i] >= spec_.vocab) {
+      return Status::invalid_argument("targets[" + std::to_string(t) + "] = " +
+                                      std::to_string(in.targets[i]) + " outside [-1, vocab " +
+                                      std::to_string(spec_.vocab) + ")");
+    }
+  }
+  const AttentionShape s = executor.shape();
+  if (s.n_heads != spec_.n_heads || s.n_kv_heads != spec_.n_kv_heads ||
+      s.head_dim != spec_.head_dim) {
+    return Status::invalid_argument("attention executor heads (" + std::to_string(s.n_heads) +
+                                    ", " + std::to_string(s.n_kv_heads) + ", " +
+                                    std::to_string(s.head_dim) + ") differ from the model's");
+  }
+  if (s.n_tokens != n) {
+    return Status::invalid_argument("attention executor is set up for " +
+                                    std::to_string(s.n_tokens) + " tokens, the step has " +
+                                    std::to_string(n));
+  }
+  return Status::ok_status();
+}
+
+template <class T>
+Result<StepLoss> Llama<T>::run_forward(const StepInputs& in, BasicAttentionExecutor<T>& executor,
+                                       std::span<T> per_token_loss) {
+  const auto n = static_cast<int64_t>(in.tokens.size());
+  const Widths w(spec_);
+  const int64_t L = spec_.n_layers;
+  T* fin = acts_.data() + L * w.layer() * max_tokens_;
+  T* x_final = fin;                                  // (n, h)
+  T* rstd_final = x_final + w.h * max_tokens_;       // (n)
+  T* xn_final = rstd_final + max_tokens_;            // (n, h)
+  T* logits = xn_final + w.h * max_tokens_;          // (n, vocab)
+  T* rope_cos = logits + w.v * max_tokens_;          // (n, head_dim / 2)
+  T* rope_sin = rope_cos + (w.hd / 2) * max_tokens_;  // (n, head_dim / 2)
+
+  rope_tables<T>(rope_cos, rope_sin, in.positions.data(), n, w.hd, options_.rope_theta);
+
+  // Embedding lookup into layer 0's residual input.
+  {
+    const T* emb = params_.data() + layout_[0].offset;  // (vocab, h)
+    T* x0 = layer_acts(0).x;                           // (n, h)
+    for (int64_t t = 0; t < n; ++t) {
+      std::copy_n(emb + in.tokens[static_cast<size_t>(t)] * w.h, w.h, x0 + t * w.h);
+    }
+  }
+
+  for (int64_t l = 0; l < L; ++l) {
+    const LayerPtrs p = layer_ptrs(params_.data(), l);
+    const LayerActs a = layer_acts(l);
+    rmsnorm_forward<T>(a.xn1, a.rstd1, a.x, p.attn_norm, n, w.h, options_.rms_eps);
+    linear_forward<T>(a.q, a.xn1, p.wq, n, w.h, w.qd);
+    linear_forward<T>(a.k, a.xn1, p.wk, n, w.h, w.kvd);
+    linear_forward<T>(a.v, a.xn1, p.wv, n, w.h, w.kvd);
+    rope_apply<T>(a.q, rope_cos, rope_sin, n, spec_.n_heads, w.hd, +1);
+    rope_apply<T>(a.k, rope_cos, rope_sin, n, spec_.n_kv_heads, w.hd, +1);
+    const Status st = executor.forward(static_cast<int>(l), a.q, a.k, a.v, a.o);
+    if (!st.ok()) return st.with_context("attention forward, layer " + std::to_string(l));
+    linear_forward<T>(a.x_mid, a.o, p.wo, n, w.qd, w.h);
+    add_inplace<T>(a.x_mid, a.x, n * w.h);
+    rmsnorm_forward<T>(a.xn2, a.rstd2, a.x_mid, p.ffn_norm, n, w.h, options_.rms_eps);
+    linear_forward<T>(a.g, a.xn2, p.w1, n, w.h, w.f);
+    linear_forward<T>(a.u, a.xn2, p.w3, n, w.h, w.f);
+    swiglu_forward<T>(a.a, a.g, a.u, n, w.f);
+    T* next = l + 1 < L ? layer_acts(l + 1).x : x_final;  // (n, h)
+    linear_forward<T>(next, a.a, p.w2, n, w.f, w.h);
+    add_inplace<T>(next, a.x_mid, n * w.h);
+  }
+
+  const TensorInfo& final_norm = layout_[layout_.size() - 2];
+  const TensorInfo& lm_head = layout_.back();
+  rmsnorm_forward<T>(xn_final, rstd_final, x_final, params_.data() + final_norm.offset, n, w.h,
+                     options_.rms_eps);
+  linear_forward<T>(logits, xn_final, params_.data() + lm_head.offset, n, w.h, w.v);
+
+  StepLoss out;
+  out.loss_sum = cross_entropy_forward<T>(loss_.data(), logits, in.targets.data(), n, w.v);
+  for (int64_t t = 0; t < n; ++t) {
+    const auto i = static_cast<size_t>(t);
+    if (in.targets[i] < 0) continue;
+    ++out.count;
+    if (!in.report_weights.empty()) {
+      out.report_sum += static_cast<double>(in.report_weights[i]) * loss_[i];
+      out.report_weight += in.report_weights[i];
+    }
+  }
+  if (!per_token_loss.empty()) std::copy_n(loss_.data(), n, per_token_loss.data());
+  return out;
+}
+
+template <class T>
+Status Llama<T>::run_backward(const StepInputs& in, BasicAttentionExecutor<T>& executor,
+                              double grad_scale) {
+  const auto n = static_cast<int64_t>(in.tokens.size());
+  const Widths w(spec_);
+  const int64_t L = spec_.n_layers;
+  T* fin = acts_.data() + L * w.layer() * max_tokens_;
+  T* x_final = fin;                                  // (n, h)
+  T* rstd_final = x_final + w.h * max_tokens_;       // (n)
+  T* xn_final = rstd_final + max_tokens_;            // (n, h)
+  T* logits = xn_final + w.h * max_tokens_;          // (n, vocab); becomes dlogits
+  T* rope_cos = logits + w.v * max_tokens_;          // (n, head_dim / 2)
+  T* rope_sin = rope_cos + (w.hd / 2) * max_tokens_;  // (n, head_dim / 2)
+
+  T* s = scratch_.data();
+  auto take = [&](int64_t width) {
+    T* r = s;
+    s += width * max_tokens_;
+    return r;
+  };
+  T* dx = take(w.h);     // (n, h) gradient of the residual stream
+  T* dxn = take(w.h);    // (n, h) gradient of a norm's output
+  T* dq = take(w.qd);    // (n, n_heads, head_dim)
+  T* dk = take(w.kvd);   // (n, n_kv_heads, head_dim)
+  T* dv = take(w.kvd);   // (n, n_kv_heads, head_dim)
+  T* d_o = take(w.qd);   // (n, n_heads, head_dim)
+  T* dg = take(w.f);     // (n, f)
+  T* du = take(w.f);     // (n, f)
+  T* da = take(w.f);     // (n, f)
+
+  const TensorInfo& final_norm = layout_[layout_.size() - 2];
+  const TensorInfo& lm_head = layout_.back();
+
+  // Loss -> logits (in place) -> final norm.
+  cross_entropy_backward<T>(logits, logits, in.targets.data(), n, w.v, grad_scale);
+  linear_backward<T>(dxn, grads_.data() + lm_head.offset, logits, xn_final,
+                     params_.data() + lm_head.offset, n, w.h, w.v, false);
+  std::fill_n(dx, n * w.h, T(0));
+  rmsnorm_backward<T>(dx, grads_.data() + final_norm.offset, dxn, x_final, rstd_final,
+                      params_.data() + final_norm.offset, n, w.h);
+
+  for (int64_t l = L - 1; l >= 0; --l) {
+    const LayerPtrs p = layer_ptrs(params_.data(), l);
+    const LayerPtrs gp = layer_ptrs(grads_.data(), l);
+    const LayerActs a = layer_acts(l);
+    // dx holds d(layer output); the residual passes it to x_mid unchanged.
+    linear_backward<T>(da, gp.w2, dx, a.a, p.w2, n, w.f, w.h, false);
+    swiglu_backward<T>(dg, du, da, a.g, a.u, n, w.f);
+    linear_backward<T>(dxn, gp.w1, dg, a.xn2, p.w1, n, w.h, w.f, false);
+    linear_backward<T>(dxn, gp.w3, du, a.xn2, p.w3, n, w.h, w.f, true);
+    rmsnorm_backward<T>(dx, gp.ffn_norm, dxn, a.x_mid, a.rstd2, p.ffn_norm, n, w.h);
+    // dx now holds d(x_mid); the residual passes it to x unchanged.
+    linear_backward<T>(d_o, gp.wo, dx, a.o, p.wo, n, w.qd, w.h, false);
+    const Status st = executor.backward(static_cast<int>(l), d_o, dq, dk, dv);
+    if (!st.ok()) return st.with_context("attention backward, layer " + std::to_string(l));
+    rope_apply<T>(dq, rope_cos, rope_sin, n, spec_.n_heads, w.hd, -1);
+    rope_apply<T>(dk, rope_cos, rope_sin, n, spec_.n_kv_heads, w.hd, -1);
+    linear_backward<T>(dxn, gp.wq, dq, a.xn1, p.wq, n, w.h, w.qd, false);
+    linear_backward<T>(dxn, gp.wk, dk, a.xn1, p.wk, n, w.h, w.kvd, true);
+    linear_backward<T>(dxn, gp.wv, dv, a.xn1, p.wv, n, w.h, w.kvd, true);
+    rmsnorm_backward<T>(dx, gp.attn_norm, dxn, a.x, a.rstd1, p.attn_norm, n, w.h);
+    // dx now holds d(layer input).
+  }
+
+  // Embedding rows: in token order, so repeated tokens add up in a fixed order.
+  T* demb = grads_.data() + layout_[0].offset;  // (vocab, h)
+  for (int64_t t = 0; t < n; ++t) {
+    add_inplace<T>(demb + in.tokens[static_cast<size_t>(t)] * w.h, dx + t * w.h, w.h);
+  }
+  return Status::ok_status();
+}
+
+template <class T>
+Result<StepLoss> Llama<T>::forward(const StepInputs& in, BasicAttentionExecutor<T>& executor,
+                                   std::span<T> per_token_loss) {
+  DISTCA_RETURN_IF_ERROR(check_inputs(in, executor, per_token_loss));
+  // No early return for n = 0: a distributed executor's calls are collective, so a rank with
+  // no tokens still takes part in every layer.
+  return run_forward(in, executor, per_token_loss);
+}
+
+template <class T>
+Result<StepLoss> Llama<T>::forward_backward(const StepInputs& in,
+                                            BasicAttentionExecutor<T>& executor,
+                                            double grad_scale, std::span<T> per_token_loss) {
+  DISTCA_RETURN_IF_ERROR(check_inputs(in, executor, per_token_loss));
+  if (!std::isfinite(grad_scale)) return Status::invalid_argument("grad_scale must be finite");
+  DISTCA_ASSIGN_OR_RETURN(StepLoss loss, run_forward(in, executor, per_token_loss));
+  DISTCA_RETURN_IF_ERROR(run_backward(in, executor, grad_scale));
+  return loss;
+}
+
+template class Llama<float>;
+template class Llama<double>;
+
+}  // namespace distca::model

@@ -1,0 +1,134 @@
+#include "distca/model/optimizer.h"
+
+#include <cmath>
+#include <numbers>
+#include <string>
+
+namespace distca::model {
+namespace {
+bool finite(double x) { return std::isfinite(x); }
+}  // namespace
+
+Status AdamWConfig::validate() const {
+  if (!finite(beta1) || beta1 < 0 || beta1 >= 1) {
+    return Status::invalid_argument("beta1 must be in [0, 1)");
+  }
+  if (!finite(beta2) || beta2 < 0 || beta2 >= 1) {
+    return Status::invalid_argument("beta2 must be in [0, 1)");
+  }
+  if (!finite(eps) || eps <= 0) return Status::invalid_argument("eps must be positive");
+  if (!finite(weight_decay) || weight_decay < 0) {
+    return Status::invalid_argument("weight_decay must be non-negative");
+  }
+  return Status::ok_status();
+}
+
+std::vector<ParamGroup> decay_groups(std::span<const TensorInfo> layout) {
+  std::vector<ParamGroup> out;
+  for (const TensorInfo& t : layout) {
+    if (!out.empty() && out.back().decay == t.decay &&
+        out.back().offset + out.back().size == t.offset) {
+      out.back().size += t.size();
+    } else {
+      out.push_back({t.offset, t.size(), t.decay});
+    }
+  }
+  return out;
+}
+
+Result<AdamW> AdamW::create(int64_t n_params, std::vector<ParamGroup> groups,
+                            const AdamWConfig& config) {
+  DISTCA_RETURN_IF_ERROR(config.validate());
+  if (n_params < 0) return Status::invalid_argument("n_params must be non-negative");
+  int64_t next = 0;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (groups[i].offset != next || groups[i].size < 0) {
+      return Status::invalid_argument("param group " + std::to_string(i) + " starts at " +
+                                      std::to_string(groups[i].offset) + ", expected " +
+                                      std::to_string(next));
+    }
+    next += groups[i].size;
+  }
+  if (next != n_params) {
+    return Status::invalid_argument("param groups cover " + std::to_string(next) + " of " +
+                                    std::to_string(n_params) + " parameters");
+  }
+  AdamW a;
+  a.config_ = config;
+  a.groups_ = std::move(groups);
+  a.m_.assign(static_cast<size_t>(n_params), 0.0f);
+  a.v_.assign(static_cast<size_t>(n_params), 0.0f);
+  return a;
+}
+
+Status AdamW::step(std::span<float> params, std::span<const float> grads, double lr) {
+  if (static_cast<int64_t>(params.size()) != n_params()) {
+    return Status::invalid_argument("params: " + std::to_string(params.size()) +
+                                    " elements, optimizer has " + std::to_string(n_params()));
+  }
+  if (static_cast<int64_t>(grads.size()) != n_params()) {
+    return Status::invalid_argument("grads: " + std::to_string(grads.size()) +
+                                    " elements, optimizer has " + std::to_string(n_params()));
+  }
+  if (!finite(lr) || lr < 0) return Status::invalid_argument("lr must be finite and >= 0");
+  ++step_;
+  const double b1 = config_.beta1, b2 = config_.beta2, eps = config_.eps;
+  const double bc1 = 1.0 - std::pow(b1, static_cast<double>(step_));
+  const double bc2 = 1.0 - std::pow(b2, static_cast<double>(step_));
+  for (const ParamGroup& g : groups_) {
+    const double shrink = g.decay ? 1.0 - lr * config_.weight_decay : 1.0;
+    const int64_t end = g.offset + g.size;
+    // Element-wise: any thread split gives the same bits.
+#pragma omp parallel for schedule(static) if (g.size > (1 << 16))
+    for (int64_t i = g.offset; i < end; ++i) {
+      const auto e = static_cast<size_t>(i);
+      const double grad = grads[e];
+      const double m = b1 * m_[e] + (1.0 - b1) * grad;
+      const double v = b2 * v_[e] + (1.0 - b2) * grad * grad;
+      m_[e] = static_cast<float>(m);
+      v_[e] = static_cast<float>(v);
+      const double p = params[e] * shrink;
+      params[e] = static_cast<float>(p - lr * (m / bc1) / (std::sqrt(v / bc2) + eps));
+    }
+  }
+  return Status::ok_status();
+}
+
+double global_norm(std::span<const float> grads) {
+  double ss = 0;
+  for (const float g : grads) ss += static_cast<double>(g) * g;
+  return std::sqrt(ss);
+}
+
+double clip_grad_norm(std::span<float> grads, double max_norm) {
+  const double norm = global_norm(grads);
+  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) {
+    const double scale = max_norm / norm;
+    for (float& g : grads) g = static_cast<float>(g * scale);
+  }
+  return norm;
+}
+
+Status LrSchedule::validate() const {
+  if (!finite(max_lr) || max_lr < 0) return Status::invalid_argument("max_lr must be >= 0");
+  if (!finite(min_lr) || min_lr < 0 || min_lr > max_lr) {
+    return Status::invalid_argument("min_lr must be in [0, max_lr]");
+  }
+  if (total_steps <= 0) return Status::invalid_argument("total_steps must be positive");
+  if (warmup_steps < 0 || warmup_steps > total_steps) {
+    return Status::invalid_argument("warmup_steps must be in [0, total_steps]");
+  }
+  return Status::ok_status();
+}
+
+double LrSchedule::at(int64_t step) const {
+  if (step < warmup_steps) {
+    return max_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  }
+  if (step >= total_steps) return min_lr;
+  const double r = static_cast<double>(step - warmup_steps) /
+                   static_cast<double>(total_steps - warmup_steps);
+  return min_lr + (max_lr - min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * r));
+}
+
+}  // namespace distca::model

@@ -1,0 +1,344 @@
+// `cad`: the communication-aware greedy scheduler (docs/scheduler.md has the full story).
+//
+// Start from the colocated schedule (every piece served at home) and move chunks of query
+// rows still at home to other servers until every load lies in [lo, hi], the tolerance band
+// around the mean shrunk by a small safety margin:
+//   1. Levels. X = total excess above hi, Y = total deficit below lo. Donors (servers above
+//      the donor target) shed down to hi when X >= Y, otherwise down to the water level w
+//      with sum((load - w)+) = Y, so max(X, Y) work moves in this phase.
+//   2. Donor phase, most loaded donor first. Candidates: its home segments with the highest
+//      top rows (most pairs per row) x destinations (the least loaded server, plus every
+//      server that already holds context of the segment's document). For each pair, chunks
+//      carrying F = min(excess, room) are fitted at a few tops (the segment's end, the
+//      Appendix B optimum above the destination's context, the end of that context, and the
+//      segment's lowest 128 rows when they carry all of F); the
+//      exact byte change (traffic.h rules, with K/V already at the destination free and K/V
+//      the donor stops needing credited) over the work moved scores it; the cheapest wins.
+//   3. Receiver phase: while the least loaded server is below lo, it pulls the cheapest chunk
+//      from the most loaded servers and from the homes of documents it holds context of,
+//      keeping the source >= lo and itself <= hi.
+// A move never lifts a destination above hi nor drops a home below lo, so a finished phase
+// never undoes the other. Every move finishes a donor, a receiver or a segment, or cuts a
+// segment by >= kMinChunkRows rows, so the loop ends; an iteration cap guards it anyway.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "cad_state.h"
+#include "distca/plan/cad.h"
+#include "distca/plan/split.h"
+
+namespace distca {
+namespace {
+
+using cad_internal::State;
+
+constexpr int64_t kMin = kMinChunkRows;
+// Candidate widths. Wider is not better: with more destinations the greedy spreads a donor's
+// work over more servers in smaller chunks, and by the square-root law (bytes ~ sqrt(work)
+// per chunk, split.h) that costs more in total; 2 x 1 (+ reuse) measured best on ProLong-
+// and Pretrain-like batches (docs/scheduler.md).
+constexpr size_t kSegCandidates = 2;   // home segments considered per source
+constexpr size_t kLeastLoaded = 1;     // least loaded destinations considered per donor
+constexpr size_t kMostLoaded = 4;      // most loaded sources considered per receiver
+constexpr size_t kReusePerDoc = 8;     // context-holding servers considered per document
+
+struct Levels {
+  double mean = 0, hi = 0, lo = 0;
+};
+
+Levels levels(const State& st, double tol) {
+  Levels l;
+  l.mean = st.mean();
+  const double margin = std::min(0.002, tol / 4.0);
+  const double up = 1.0 + tol - margin;
+  const double down = 1.0 - tol + margin;
+  l.hi = up * l.mean;
+  l.lo = down * l.mean;
+  if (st.work().is_pairs()) {  // pairs are integers: keep the band's integer points only
+    l.hi = std::floor(l.hi);
+    l.lo = std::ceil(l.lo);
+  }
+  return l;
+}
+
+// The water level w with sum((load - w)+) = y over `loads` (y <= sum of loads).
+double water_level(std::vector<double> loads, double y) {
+  std::sort(loads.begin(), loads.end(), std::greater<>());
+  double prefix = 0;
+  for (size_t k = 0; k < loads.size(); ++k) {
+    prefix += loads[k];
+    const double w = (prefix - y) / static_cast<double>(k + 1);
+    if (k + 1 == loads.size() || w >= loads[k + 1]) return w;
+  }
+  return 0;
+}
+
+struct Candidate {
+  int64_t seg = -1, dest = -1, x = 0, y = 0;
+  double gain = 0;
+  int64_t dbytes = 0;
+  double ratio() const { return static_cast<double>(dbytes) / gain; }
+};
+
+// Lower bytes per unit of work first; ties: more work, lower destination, lower segment,
+// higher top (a total order, so the choice never depends on the enumeration order).
+bool better(const Candidate& c, const Candidate& best) {
+  if (best.seg < 0) return true;
+  const double rc = c.ratio(), rb = best.ratio();
+  if (rc != rb) return rc < rb;
+  if (c.gain != best.gain) return c.gain > best.gain;
+  if (c.dest != best.dest) return c.dest < best.dest;
+  if (c.seg != best.seg) return c.seg < best.seg;
+  return c.y > best.y;
+}
+
+class Planner {
+ public:
+  explicit Planner(double tolerance) : tol_(tolerance) {}
+
+  void run(CadStats* stats);
+  State& state() { return st_; }
+
+ private:
+  void donor_phase();
+  void receiver_phase();
+  // Adds the best chunk of segment `id` (home = its rank) going to `dest` to `best`: wants
+  // `want` work, accepts at most `cap` (both > 0).
+  void consider(int64_t id, int64_t dest, double want, double cap, Candidate* best);
+  std::optional<std::pair<int64_t, int64_t>> fit(int64_t id, int64_t y, double want, double cap) const;
+  // Up to k alive segments of rank r with the highest tops.
+  void top_segments(int64_t r, size_t k, std::vector<int64_t>* out);
+
+  State st_;
+  double tol_;
+  int64_t iterations_ = 0;
+  int64_t cap_iterations_ = 0;
+  std::vector<char> donor_;  // [ranks] took part as a donor: never a destination
+  std::vector<int64_t> scratch_, servers_;
+};
+
+void Planner::top_segments(int64_t r, size_t k, std::vector<int64_t>* out) {
+  const auto& ids = st_.rank_segs(r);
+  out->assign(ids.begin(), ids.end());
+  auto higher = [&](int64_t p, int64_t q) {
+    const auto& a = st_.seg(p);
+    const auto& b = st_.seg(q);
+    return a.b != b.b ? a.b > b.b : p < q;
+  };
+  if (out->size() > k) {
+    std::partial_sort(out->begin(), out->begin() + static_cast<std::ptrdiff_t>(k), out->end(), higher);
+    out->resize(k);
+  } else {
+    std::sort(out->begin(), out->end(), higher);
+  }
+}
+
+std::optional<std::pair<int64_t, int64_t>> Planner::fit(int64_t id, int64_t y, double want,
+                                                        double cap) const {
+  const auto& g = st_.seg(id);
+  const auto& w = st_.work();
+  const int64_t a = g.a, b = g.b;
+  if (y <= a || y > b || (y < b && b - y < kMin)) return std::nullopt;
+  int64_t x = w.start_for(a, y, want);
+  if (y - x < kMin) x = std::max(a, y - kMin);
+  if (x > a && x - a < kMin) x = a;
+  if (w(x, y) > cap) {
+    // Too much: the largest chunk within cap, keeping the lower remainder legal.
+    x = w.start_for(a, y, cap);
+    if (w(x, y) > cap) ++x;
+    if (x > a && x - a < kMin) x = a + kMin;
+    if (x >= y || w(x, y) > cap) return std::nullopt;
+  }
+  const bool whole = x == a && y == b;
+  if (y - x < kMin && !whole) return std::nullopt;
+  return std::make_pair(x, y);
+}
+
+void Planner::consider(int64_t id, int64_t dest, double want, double cap, Candidate* best) {
+  const auto& g = st_.seg(id);
+  if (dest == g.rank) return;
+  const int64_t nd = st_.need(g.doc, dest);
+  int64_t tops[4];
+  int n = 0;
+  tops[n++] = g.b;
+  // The lowest chunk: the fewest pairs per row, for when a small want must fit a small cap.
+  // Only taken when it carries the whole want (so it finishes a donor, a receiver or a
+  // destination's room), else it would crawl in tiny steps.
+  const int bottom = n;
+  if (g.b - g.a >= 2 * kMin) tops[n++] = g.a + kMin;
+  // Appendix B: in pairs the continuous optimum; with a cost model the pairs that `want`
+  // corresponds to at this segment's rate (an estimate; the exact bytes decide anyway).
+  double want_pairs = want;
+  if (!st_.work().is_pairs()) {
+    const double c = st_.work()(g.a, g.b);
+    if (c > 0) want_pairs = want * static_cast<double>(causal_pairs(g.a, g.b)) / c;
+  }
+  if (want_pairs >= 1) {
+    const double star = appendix_b_top(want_pairs, {st_.s_q(), st_.s_kv()});
+    auto y = static_cast<int64_t>(std::min(star, static_cast<double>(g.b)));
+    y = std::max(y, nd);
+    if (y < g.b && g.b - y < kMin) y = g.b - kMin;
+    if (y > g.a && y < g.b) tops[n++] = y;
+  }
+  if (nd > g.a && nd < g.b && g.b - nd >= kMin) tops[n++] = nd;
+  for (int i = 0; i < n; ++i) {
+    const auto xy = fit(id, tops[i], want, cap);
+    if (!xy) continue;
+    Candidate c;
+    c.seg = id;
+    c.dest = dest;
+    c.x = xy->first;
+    c.y = xy->second;
+    c.gain = st_.dest_gain(c.x, c.y);
+    if (c.gain <= 0 || (i == bottom && c.gain < want)) continue;
+    c.dbytes = st_.delta_bytes(id, dest, c.x, c.y);
+    if (better(c, *best)) *best = c;
+  }
+}
+
+void Planner::donor_phase() {
+  Levels lv = levels(st_, tol_);
+  double excess = 0, deficit = 0;
+  std::vector<double> loads(static_cast<size_t>(st_.ranks()));
+  for (int64_t r = 0; r < st_.ranks(); ++r) {
+    loads[static_cast<size_t>(r)] = st_.load(r);
+    excess += std::max(0.0, st_.load(r) - lv.hi);
+    deficit += std::max(0.0, lv.lo - st_.load(r));
+  }
+  const bool to_water = excess < deficit;
+  double target = lv.hi;
+  if (to_water) {
+    target = std::max(lv.lo, water_level(loads, deficit));
+    if (st_.work().is_pairs()) target = std::ceil(target);
+  }
+  std::set<std::pair<double, int64_t>> donors;
+  for (int64_t r = 0; r < st_.ranks(); ++r) {
+    if (st_.load(r) > target) {
+      donors.emplace(st_.load(r), r);
+      donor_[static_cast<size_t>(r)] = 1;
+    }
+  }
+  std::vector<int64_t> segs;
+  while (!donors.empty() && iterations_ < cap_iterations_) {
+    const int64_t r = donors.rbegin()->second;
+    donors.erase(std::prev(donors.end()));
+    lv = levels(st_, tol_);
+    const double tgt = to_water ? std::min(target, lv.hi) : lv.hi;
+    const double excess_r = st_.load(r) - tgt;
+    if (excess_r <= 0) continue;
+    ++iterations_;
+    top_segments(r, kSegCandidates, &segs);
+    // Destinations: the least loaded non-donors with room ...
+    std::vector<int64_t> least;
+    for (const auto& [l, s] : st_.by_load()) {
+      if (least.size() >= kLeastLoaded || l >= lv.hi) break;
+      if (!donor_[static_cast<size_t>(s)]) least.push_back(s);
+    }
+    Candidate best;
+    for (int64_t id : segs) {
+      // ... plus the servers already holding context of this segment's document.
+      st_.context_servers(st_.seg(id).doc, &servers_);
+      scratch_ = least;
+      size_t reuse = 0;
+      for (int64_t s : servers_) {
+        if (reuse >= kReusePerDoc) break;
+        if (donor_[static_cast<size_t>(s)] || st_.load(s) >= lv.hi) continue;
+        if (std::find(least.begin(), least.end(), s) == least.end()) scratch_.push_back(s);
+        ++reuse;
+      }
+      for (int64_t d : scratch_) {
+        const double room = lv.hi - st_.load(d);
+        const double cap = std::min(room, st_.load(r) - lv.lo);
+        const double want = std::min(excess_r, room);
+        if (want <= 0 || cap <= 0) continue;
+        consider(id, d, want, cap, &best);
+      }
+    }
+    if (best.seg < 0) continue;  // nothing fits: this donor stays as it is
+    st_.move(best.seg, best.dest, best.x, best.y);
+    if (st_.load(r) > tgt) donors.emplace(st_.load(r), r);
+  }
+}
+
+void Planner::receiver_phase() {
+  std::vector<char> stuck(static_cast<size_t>(st_.ranks()), 0);
+  std::vector<int64_t> segs, sources;
+  while (iterations_ < cap_iterations_) {
+    const Levels lv = levels(st_, tol_);
+    int64_t s = -1;
+    for (const auto& [l, r] : st_.by_load()) {
+      if (l >= lv.lo) break;
+      if (!stuck[static_cast<size_t>(r)]) {
+        s = r;
+        break;
+      }
+    }
+    if (s < 0) break;
+    ++iterations_;
+    const double need = lv.lo - st_.load(s);
+    const double room = lv.hi - st_.load(s);
+    Candidate best;
+    auto try_seg = [&](int64_t id) {
+      const int64_t src = st_.seg(id).rank;
+      if (src == s) return;
+      const double give = st_.load(src) - lv.lo;
+      if (give <= 0) return;
+      const double cap = std::min(room, give);
+      consider(id, s, std::min(need, cap), cap, &best);
+    };
+    // Sources: the most loaded servers ...
+    sources.clear();
+    for (auto it = st_.by_load().rbegin(); it != st_.by_load().rend(); ++it) {
+      if (sources.size() >= kMostLoaded || it->first <= lv.lo) break;
+      if (it->second != s) sources.push_back(it->second);
+    }
+    for (int64_t src : sources) {
+      top_segments(src, kSegCandidates, &segs);
+      for (int64_t id : segs) try_seg(id);
+    }
+    // ... and the homes of documents whose context this server already has.
+    for (int64_t d : st_.server_docs(s)) {
+      st_.doc_segs(d, &scratch_);
+      for (size_t i = 0; i < scratch_.size() && i < kReusePerDoc; ++i) try_seg(scratch_[i]);
+    }
+    if (best.seg < 0) {
+      stuck[static_cast<size_t>(s)] = 1;
+      continue;
+    }
+    st_.move(best.seg, best.dest, best.x, best.y);
+  }
+}
+
+void Planner::run(CadStats* stats) {
+  donor_.assign(static_cast<size_t>(st_.ranks()), 0);
+  cap_iterations_ = 16 * (st_.ranks() + st_.num_pieces()) + 1024;
+  donor_phase();
+  receiver_phase();
+  if (stats != nullptr) {
+    const Levels lv = levels(st_, tol_);
+    stats->moves = st_.moves();
+    stats->iterations = iterations_;
+    stats->bytes_colocated = st_.bytes_start();
+    stats->bytes_incremental = st_.bytes();
+    stats->mean = lv.mean;
+    stats->load_max = st_.by_load().rbegin()->first;
+    stats->load_min = st_.by_load().begin()->first;
+    stats->balanced = stats->load_max <= (1.0 + tol_) * lv.mean && stats->load_min >= (1.0 - tol_) * lv.mean;
+  }
+}
+
+}  // namespace
+
+Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options, CadStats* stats) {
+  Planner planner(options.tolerance);
+  DISTCA_RETURN_IF_ERROR(planner.state().init(batch, options));
+  planner.run(stats);
+  return Schedule{planner.state().tasks(), batch};
+}
+
+Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options) {
+  return schedule_cad(batch, options, nullptr);
+}
+
+}  // namespace distca

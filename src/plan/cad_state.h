@@ -1,0 +1,136 @@
+// Shared state of the communication-aware schedulers (cad.cpp, cad_symmetric.cpp): the rows
+// still at home (segments), the chunks moved away, server loads, and the exact forward byte
+// count, updated incrementally with every move (traffic.h gives the rules; the tests check the
+// incremental count against compute_traffic).
+//
+// A segment is a maximal run [a, b) of query rows of one piece still served at home; a chunk
+// is a run [x, y) served elsewhere. Moves only take rows from segments, so nothing travels
+// twice, and the pieces' rows are always exactly covered by segments plus chunks.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "distca/cost/analytic.h"
+#include "distca/cost/cost_model.h"
+#include "distca/data/batch.h"
+#include "distca/core/status.h"
+#include "distca/plan/schedule.h"
+
+namespace distca::cad_internal {
+
+// Task cost: causal pairs (exact integers held in doubles) or the cost model's figure.
+class Work {
+ public:
+  explicit Work(const AttentionCostModel* model) : model_(model) {}
+  bool is_pairs() const { return model_ == nullptr; }
+  double operator()(int64_t x, int64_t y) const {
+    if (x >= y) return 0.0;
+    return model_ ? model_->task_cost(y - x, y) : static_cast<double>(causal_pairs(x, y));
+  }
+  // The largest x in [lo, y) with (*this)(x, y) >= w, or lo when even [lo, y) costs less.
+  // Assumes the cost grows with q_len at fixed kv_len (true of pairs and of measured tables).
+  int64_t start_for(int64_t lo, int64_t y, double w) const;
+
+ private:
+  const AttentionCostModel* model_;
+};
+
+struct Seg {
+  int64_t doc = 0;   // slot in index.doc_ids()
+  int64_t a = 0, b = 0;
+  int64_t rank = 0;  // home = server
+  bool alive = true;
+};
+
+struct Chunk {
+  int64_t doc = 0;  // slot
+  int64_t x = 0, y = 0;
+  int64_t home = 0, server = 0;
+};
+
+// Rows [begin, end) of a document held by `rank` (one per piece).
+struct Run {
+  int64_t begin = 0, end = 0, rank = 0;
+};
+
+class State {
+ public:
+  // Checks the batch (what Batch::validate checks, in the one pass the planner needs anyway)
+  // and the options the communication-aware schedulers use; the message names the rank,
+  // document or flag. Must succeed before anything else is called.
+  Status init(const Batch& batch, const ScheduleOptions& options);
+
+  const Work& work() const { return work_; }
+  int64_t ranks() const { return ranks_; }
+  int64_t s_q() const { return s_q_; }
+  int64_t s_kv() const { return s_kv_; }
+  int64_t num_pieces() const { return static_cast<int64_t>(runs_.size()); }
+  int64_t doc_len(int64_t d) const { return doc_len_[static_cast<size_t>(d)]; }
+  // Rows of [begin, end) of document slot d that `rank` does not hold.
+  int64_t rows_not_held(int64_t d, int64_t begin, int64_t end, int64_t rank) const;
+
+  double load(int64_t r) const { return load_[static_cast<size_t>(r)]; }
+  double total() const { return total_; }
+  double mean() const { return total_ / static_cast<double>(ranks_); }
+  // (load, rank) of every server, ascending.
+  const std::set<std::pair<double, int64_t>>& by_load() const { return by_load_; }
+
+  const Seg& seg(int64_t id) const { return segs_[static_cast<size_t>(id)]; }
+  // Alive segments of rank r (compacted on access), in creation order.
+  const std::vector<int64_t>& rank_segs(int64_t r);
+  // Alive segments of document slot d, most recent first.
+  void doc_segs(int64_t d, std::vector<int64_t>* out) const;
+  // Document slots with context on server s (its own pieces, then chunks it received; a slot
+  // may repeat).
+  const std::vector<int64_t>& server_docs(int64_t s) const { return server_docs_[static_cast<size_t>(s)]; }
+  // Servers that hold context of document slot d (need > 0), ascending, without duplicates.
+  void context_servers(int64_t d, std::vector<int64_t>* out) const;
+
+  // End of the context of document slot d present on server s: the largest q_end of the
+  // document's tasks there (0 if none). `skip_seg` is ignored in the maximum.
+  int64_t need(int64_t d, int64_t s, int64_t skip_seg = -1) const;
+  // Exact change of forward bytes if rows [x, y) of segment `id` move to server `dest`.
+  int64_t delta_bytes(int64_t id, int64_t dest, int64_t x, int64_t y) const;
+  // Change of the home's load (<= 0) and of the destination's (>= 0) for that move.
+  double home_loss(int64_t id, int64_t x, int64_t y) const;
+  double dest_gain(int64_t x, int64_t y) const { return work_(x, y); }
+
+  // Moves rows [x, y) of segment `id` to `dest` (dest != home). Preconditions: a <= x < y <= b.
+  // What stays at home keeps the id: [a, x) if x > a, else [y, b) (a second id when both stay).
+  void move(int64_t id, int64_t dest, int64_t x, int64_t y);
+
+  int64_t bytes() const { return bytes_; }
+  int64_t bytes_start() const { return bytes_start_; }
+  int64_t moves() const { return moves_; }
+  // The schedule, server by server: the server's segments at home (creation order), then the
+  // chunks it received (in the order they were moved).
+  std::vector<TaskPlacement> tasks() const;
+
+ private:
+  void set_load(int64_t r, double v);
+  int64_t new_seg(int64_t doc, int64_t a, int64_t b, int64_t rank);
+
+  Work work_{nullptr};
+  int64_t ranks_ = 0;
+  int64_t s_q_ = 0, s_kv_ = 0;
+  std::vector<int64_t> doc_id_, doc_len_;        // [slot]
+  std::vector<int64_t> run_start_;               // [slot + 1] into runs_ (CSR)
+  std::vector<Run> runs_;                        // each document's runs, sorted by begin
+  std::vector<double> load_;                     // [ranks]
+  double total_ = 0;
+  std::set<std::pair<double, int64_t>> by_load_;  // (load, rank)
+  std::vector<Seg> segs_;
+  std::vector<int64_t> seg_next_;                 // [seg] next segment of the same document
+  std::vector<int64_t> doc_seg_head_;             // [slot] first segment (-1: none)
+  std::vector<Chunk> chunks_;
+  std::vector<int64_t> chunk_next_;               // [chunk] next chunk of the same document
+  std::vector<int64_t> doc_chunk_head_;           // [slot] first chunk (-1: none)
+  std::vector<std::vector<int64_t>> rank_segs_;    // [ranks] segment ids (may hold dead ones)
+  std::vector<std::vector<int64_t>> server_docs_;  // [ranks] document slots with context
+  int64_t bytes_ = 0, bytes_start_ = 0, moves_ = 0;
+};
+
+}  // namespace distca::cad_internal

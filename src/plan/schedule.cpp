@@ -1,0 +1,82 @@
+// Scheduler names and option checks (schedule.h). The dispatcher is in run_scheduler.cpp; the
+// schedulers live in baselines.cpp (colocated, wlb, percp) and the communication-aware files.
+#include "distca/plan/schedule.h"
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+namespace distca {
+namespace {
+
+constexpr const char* kExpected = "expected colocated, wlb, percp:C, cad or cad-symmetric";
+
+std::string fmt(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+}  // namespace
+
+std::string SchedulerSpec::name() const {
+  switch (kind) {
+    case SchedulerKind::kColocated: return "colocated";
+    case SchedulerKind::kWlb: return "wlb";
+    case SchedulerKind::kPerCp: return "percp:" + std::to_string(cp_degree);
+    case SchedulerKind::kCad: return "cad";
+    case SchedulerKind::kCadSymmetric: return "cad-symmetric";
+  }
+  return "?";
+}
+
+Result<SchedulerSpec> parse_scheduler(const std::string& text) {
+  SchedulerSpec spec;
+  if (text == "colocated") {
+    spec.kind = SchedulerKind::kColocated;
+  } else if (text == "wlb") {
+    spec.kind = SchedulerKind::kWlb;
+  } else if (text == "cad") {
+    spec.kind = SchedulerKind::kCad;
+  } else if (text == "cad-symmetric") {
+    spec.kind = SchedulerKind::kCadSymmetric;
+  } else if (text.rfind("percp:", 0) == 0) {
+    const std::string digits = text.substr(6);
+    bool ok = !digits.empty() && digits.size() <= 9;
+    for (char c : digits) ok = ok && c >= '0' && c <= '9';
+    if (!ok || std::stoll(digits) < 1) {
+      return Status::invalid_argument("--scheduler: '" + text +
+                                      "' needs a positive integer CP degree (percp:C)");
+    }
+    spec.kind = SchedulerKind::kPerCp;
+    spec.cp_degree = std::stoll(digits);
+  } else {
+    return Status::invalid_argument("--scheduler: unknown scheduler '" + text + "' (" + kExpected + ")");
+  }
+  return spec;
+}
+
+Status ScheduleOptions::validate(const Batch& batch, const SchedulerSpec& spec) const {
+  DISTCA_RETURN_IF_ERROR(batch.validate());
+  DISTCA_RETURN_IF_ERROR(model.validate().with_context("--model"));
+  if (dtype_bytes != 2 && dtype_bytes != 4) {
+    return Status::invalid_argument("--dtype: activation bytes must be 2 (bf16) or 4 (fp32), got " +
+                                    std::to_string(dtype_bytes));
+  }
+  if (!std::isfinite(tolerance) || tolerance < 0 || tolerance > 1) {
+    return Status::invalid_argument("--tolerance must be in [0, 1] (got " + fmt(tolerance) + ")");
+  }
+  if (!std::isfinite(wlb_mem_cap) || wlb_mem_cap < 1) {
+    return Status::invalid_argument("--wlb-mem-cap must be >= 1 (got " + fmt(wlb_mem_cap) + ")");
+  }
+  if (spec.kind == SchedulerKind::kPerCp) {
+    if (spec.cp_degree < 1 || batch.ranks % spec.cp_degree != 0) {
+      return Status::invalid_argument("--scheduler " + spec.name() + ": CP degree " +
+                                      std::to_string(spec.cp_degree) + " does not divide the " +
+                                      std::to_string(batch.ranks) + " ranks");
+    }
+  }
+  return Status::ok_status();
+}
+
+}  // namespace distca

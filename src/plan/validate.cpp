@@ -1,0 +1,455 @@
+// The plan validator (validate.h). It deliberately re-derives everything from the batch's
+// pieces and the plan's task lists with its own simple code (no DocumentIndex, no
+// compute_traffic), so a bug in the builder or the accounting cannot hide itself.
+#include "distca/plan/validate.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "distca/cost/analytic.h"
+#include "distca/plan/traffic.h"
+
+namespace distca {
+namespace {
+
+using std::to_string;
+
+Status bad(const std::string& msg) { return Status::corrupt("plan: " + msg); }
+
+std::string task_name(int64_t s, size_t i) {
+  return "server " + to_string(s) + " task " + to_string(i);
+}
+
+// A held piece with its local position: rows [begin, end) of doc at local row `local`.
+struct Held {
+  int64_t doc, begin, end, rank, local;
+};
+
+// All pieces of a batch with their local rows, per rank in buffer order.
+std::vector<std::vector<Held>> held_pieces(const Batch& b) {
+  std::vector<std::vector<Held>> out(b.per_rank.size());
+  for (size_t r = 0; r < b.per_rank.size(); ++r) {
+    int64_t local = 0;
+    for (const Piece& p : b.per_rank[r]) {
+      out[r].push_back({p.doc, p.offset, p.offset + p.len, static_cast<int64_t>(r), local});
+      local += p.len;
+    }
+  }
+  return out;
+}
+
+// Identity of a range of buffer rows: (doc, first position, count) runs.
+struct IdRun {
+  int64_t doc, pos, len;
+};
+
+// Rows [off, off + len) of a buffer made of `blocks` (with their buffer starts) as runs of
+// document positions; false if the range leaves the buffer.
+bool identify(const std::vector<std::pair<int64_t, RowBlock>>& blocks, int64_t off, int64_t len,
+              std::vector<IdRun>& out) {
+  out.clear();
+  if (off < 0 || len < 0) return false;
+  auto it = std::upper_bound(blocks.begin(), blocks.end(), off,
+                             [](int64_t o, const auto& b) { return o < b.first; });
+  if (it == blocks.begin()) return len == 0;
+  --it;
+  while (len > 0) {
+    if (it == blocks.end()) return false;
+    const int64_t in = off - it->first;
+    if (in < 0 || in >= it->second.rows()) return false;
+    const int64_t take = std::min(len, it->second.rows() - in);
+    out.push_back({it->second.doc, it->second.begin + in, take});
+    off += take;
+    len -= take;
+    ++it;
+  }
+  return true;
+}
+
+// True when the runs are rows [pos, pos + total) of doc in order.
+bool is_rows(const std::vector<IdRun>& runs, int64_t doc, int64_t pos) {
+  for (const IdRun& r : runs) {
+    if (r.doc != doc || r.pos != pos) return false;
+    pos += r.len;
+  }
+  return true;
+}
+
+// A buffer as (start, block) pairs: the receive buffer of an exchange, or a token buffer.
+std::vector<std::pair<int64_t, RowBlock>> recv_buffer(const Exchange& e) {
+  std::vector<std::pair<int64_t, RowBlock>> out;
+  int64_t at = 0;
+  for (const auto& peer : e.recv_blocks) {
+    for (const RowBlock& b : peer) {
+      out.emplace_back(at, b);
+      at += b.rows();
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<int64_t, RowBlock>> token_buffer(const std::vector<Held>& pieces) {
+  std::vector<std::pair<int64_t, RowBlock>> out;
+  for (const Held& h : pieces) out.emplace_back(h.local, RowBlock{h.doc, h.begin, h.end});
+  return out;
+}
+
+Status check_exchange_shape(const Exchange& e, int64_t r, int64_t R, const char* name,
+                            int64_t row_bytes) {
+  const std::string ctx = "rank " + to_string(r) + " exchange " + name;
+  const auto n = static_cast<size_t>(R);
+  if (e.send_counts.size() != n || e.send_displs.size() != n || e.recv_counts.size() != n ||
+      e.recv_displs.size() != n || e.send_blocks.size() != n || e.recv_blocks.size() != n) {
+    return bad(ctx + ": vectors are not [ranks]");
+  }
+  if (e.row_bytes != row_bytes) return bad(ctx + ": row_bytes " + to_string(e.row_bytes) +
+                                           ", expected " + to_string(row_bytes));
+  int64_t sd = 0, rd = 0;
+  for (size_t p = 0; p < n; ++p) {
+    int64_t s = 0, rr = 0;
+    for (const RowBlock& b : e.send_blocks[p]) s += b.rows();
+    for (const RowBlock& b : e.recv_blocks[p]) rr += b.rows();
+    const std::string pc = ctx + " peer " + to_string(p);
+    if (s != e.send_counts[p] || rr != e.recv_counts[p]) return bad(pc + ": counts differ from the row lists");
+    if (e.send_displs[p] != sd || e.recv_displs[p] != rd) return bad(pc + ": displacements are not prefix sums");
+    if (static_cast<int64_t>(p) == r && (s != 0 || rr != 0)) return bad(pc + ": a rank sends to itself");
+    sd += s;
+    rd += rr;
+  }
+  return Status::ok_status();
+}
+
+}  // namespace
+
+Status validate_plan(const Plan& plan, const Batch& input, const AttentionCostModel* cost) {
+  // --- batch
+  DISTCA_RETURN_IF_ERROR(input.validate().with_context("plan: input batch"));
+  DISTCA_RETURN_IF_ERROR(plan.batch.validate().with_context("plan: plan batch"));
+  const Batch& batch = plan.batch;
+  const int64_t R = batch.ranks;
+  if (R != input.ranks) return bad("plan batch has " + to_string(R) + " ranks, input " + to_string(input.ranks));
+  std::map<int64_t, int64_t> docs_in, docs;  // id -> length
+  for (const auto& rank : input.per_rank) for (const Piece& p : rank) docs_in[p.doc] = p.doc_len;
+  for (const auto& rank : batch.per_rank) for (const Piece& p : rank) docs[p.doc] = p.doc_len;
+  if (docs != docs_in) return bad("plan batch's documents differ from the input's");
+  if (plan.scheduler.kind != SchedulerKind::kWlb && !(batch == input)) {
+    return bad("plan batch differs from the input batch (only wlb re-packs)");
+  }
+  if (static_cast<int64_t>(plan.servers.size()) != R || static_cast<int64_t>(plan.ranks.size()) != R) {
+    return bad("servers/ranks are not [ranks]");
+  }
+  const auto held = held_pieces(batch);
+  std::map<int64_t, std::vector<Held>> by_doc;  // doc -> pieces sorted by begin
+  for (const auto& rank : held) for (const Held& h : rank) by_doc[h.doc].push_back(h);
+  for (auto& [d, v] : by_doc) {
+    std::sort(v.begin(), v.end(), [](const Held& a, const Held& b) { return a.begin < b.begin; });
+  }
+
+  // --- tasks, coverage, work, cu_seqlens
+  std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> covered;
+  int64_t task_work = 0;
+  std::vector<TaskPlacement> all;
+  for (int64_t s = 0; s < R; ++s) {
+    const ServerPlan& sp = plan.servers[static_cast<size_t>(s)];
+    const size_t nt = sp.tasks.size();
+    if (sp.cu_seqlens_q.size() != nt + 1 || sp.cu_seqlens_k.size() != nt + 1 ||
+        sp.cu_seqlens_q[0] != 0 || sp.cu_seqlens_k[0] != 0) {
+      return bad("server " + to_string(s) + ": cu_seqlens must have tasks + 1 entries starting at 0");
+    }
+    for (size_t i = 0; i < nt; ++i) {
+      const TaskPlacement& t = sp.tasks[i].task;
+      const std::string ctx = task_name(s, i);
+      if (t.server != s) return bad(ctx + ": names server " + to_string(t.server));
+      auto d = docs.find(t.doc);
+      if (d == docs.end()) return bad(ctx + ": unknown document " + to_string(t.doc));
+      if (t.q_begin < 0 || t.q_begin >= t.q_end || t.q_end > d->second) {
+        return bad(ctx + ": query rows [" + to_string(t.q_begin) + ", " + to_string(t.q_end) +
+                   ") outside document " + to_string(t.doc) + " or empty");
+      }
+      if (t.home < 0 || t.home >= R) return bad(ctx + ": home out of range");
+      bool in_piece = false;
+      for (const Held& h : held[static_cast<size_t>(t.home)]) {
+        in_piece = in_piece || (h.doc == t.doc && h.begin <= t.q_begin && t.q_end <= h.end);
+      }
+      if (!in_piece) return bad(ctx + ": query rows not inside one piece held by home " + to_string(t.home));
+      if (sp.cu_seqlens_q[i + 1] - sp.cu_seqlens_q[i] != t.q_end - t.q_begin ||
+          sp.cu_seqlens_k[i + 1] - sp.cu_seqlens_k[i] != t.q_end) {
+        return bad(ctx + ": cu_seqlens disagree with the task's q_len / kv_len");
+      }
+      covered[t.doc].emplace_back(t.q_begin, t.q_end);
+      task_work += causal_pairs(t.q_begin, t.q_end);
+      all.push_back(t);
+    }
+  }
+  int64_t doc_work = 0;
+  for (const auto& [id, len] : docs) {
+    doc_work += document_pairs(len);
+    auto& v = covered[id];
+    std::sort(v.begin(), v.end());
+    int64_t at = 0;
+    for (const auto& [a, b] : v) {
+      if (a != at) {
+        return bad("document " + to_string(id) + ": query rows " +
+                   (a < at ? "[" + to_string(a) + ", " + to_string(std::min(at, b)) + ") covered twice"
+                           : "[" + to_string(at) + ", " + to_string(a) + ") not covered"));
+      }
+      at = b;
+    }
+    if (at != len) return bad("document " + to_string(id) + ": query rows [" + to_string(at) + ", " +
+                              to_string(len) + ") not covered");
+  }
+  if (task_work != doc_work) {
+    return bad("work not conserved: tasks " + to_string(task_work) + " pairs, documents " + to_string(doc_work));
+  }
+
+  // --- layouts
+  const RowBytes& rb = plan.row_bytes;
+  const int64_t kRowBytes[kNumExchanges] = {rb.q, rb.kv, rb.o + rb.lse, rb.o, rb.q, rb.kv};
+  for (int64_t r = 0; r < R; ++r) {
+    const RankPlan& rp = plan.ranks[static_cast<size_t>(r)];
+    if (rp.tokens != batch.rank_tokens(r)) return bad("rank " + to_string(r) + ": tokens differ from the batch");
+    for (int k = 0; k < kNumExchanges; ++k) {
+      DISTCA_RETURN_IF_ERROR(check_exchange_shape(rp.exchanges[static_cast<size_t>(k)], r, R,
+                                                  exchange_name(static_cast<ExchangeKind>(k)), kRowBytes[k]));
+    }
+  }
+  auto ex = [&](int64_t r, ExchangeKind k) -> const Exchange& {
+    return plan.ranks[static_cast<size_t>(r)].exchanges[static_cast<size_t>(k)];
+  };
+  for (int64_t a = 0; a < R; ++a) {
+    for (int64_t b = 0; b < R; ++b) {
+      for (int k = 0; k < kNumExchanges; ++k) {
+        const auto kind = static_cast<ExchangeKind>(k);
+        if (ex(a, kind).send_blocks[static_cast<size_t>(b)] != ex(b, kind).recv_blocks[static_cast<size_t>(a)]) {
+          return bad("exchange " + std::string(exchange_name(kind)) + ": rank " + to_string(a) +
+                     " sends to rank " + to_string(b) + " rows that rank does not expect");
+        }
+      }
+    }
+  }
+  // Canonical lists rebuilt from the tasks, and the mirrors.
+  for (int64_t s = 0; s < R; ++s) {
+    const ServerPlan& sp = plan.servers[static_cast<size_t>(s)];
+    std::vector<std::vector<RowBlock>> q(static_cast<size_t>(R)), kv(static_cast<size_t>(R));
+    std::vector<int64_t> order;
+    std::map<int64_t, int64_t> need;
+    for (const ServerTask& st : sp.tasks) {
+      const TaskPlacement& t = st.task;
+      if (t.home != s) q[static_cast<size_t>(t.home)].push_back({t.doc, t.q_begin, t.q_end});
+      if (!need.count(t.doc)) order.push_back(t.doc);
+      need[t.doc] = std::max(need[t.doc], t.q_end);
+    }
+    for (int64_t d : order) {
+      for (const Held& h : by_doc[d]) {
+        if (h.begin < need[d] && h.rank != s) kv[static_cast<size_t>(h.rank)].push_back({d, h.begin, std::min(h.end, need[d])});
+      }
+    }
+    const std::string ctx = "server " + to_string(s);
+    if (ex(s, ExchangeKind::kQ).recv_blocks != q) return bad(ctx + ": q receive rows are not the canonical ones");
+    if (ex(s, ExchangeKind::kKv).recv_blocks != kv) return bad(ctx + ": kv receive rows are not the canonical ones");
+    if (ex(s, ExchangeKind::kOLse).send_blocks != q || ex(s, ExchangeKind::kDO).recv_blocks != q ||
+        ex(s, ExchangeKind::kDQ).send_blocks != q) {
+      return bad(ctx + ": o_lse/do/dq rows do not mirror the q rows");
+    }
+    if (ex(s, ExchangeKind::kDKv).send_blocks != kv) return bad(ctx + ": dkv rows do not mirror the kv rows");
+  }
+
+  // --- task inputs
+  std::vector<IdRun> ids;
+  for (int64_t s = 0; s < R; ++s) {
+    const ServerPlan& sp = plan.servers[static_cast<size_t>(s)];
+    const auto qbuf = recv_buffer(ex(s, ExchangeKind::kQ));
+    const auto kvbuf = recv_buffer(ex(s, ExchangeKind::kKv));
+    const auto local = token_buffer(held[static_cast<size_t>(s)]);
+    for (size_t i = 0; i < sp.tasks.size(); ++i) {
+      const ServerTask& st = sp.tasks[i];
+      const TaskPlacement& t = st.task;
+      const auto& qsrc = t.home == s ? local : qbuf;
+      if (!identify(qsrc, st.q_offset, t.q_end - t.q_begin, ids) || !is_rows(ids, t.doc, t.q_begin)) {
+        return bad(task_name(s, i) + ": q_offset does not address the task's query rows");
+      }
+      int64_t pos = 0;
+      for (const Segment& seg : st.kv) {
+        if (seg.len <= 0 || !identify(seg.received ? kvbuf : local, seg.offset, seg.len, ids) ||
+            !is_rows(ids, t.doc, pos)) {
+          return bad(task_name(s, i) + ": kv segment at context row " + to_string(pos) +
+                     " does not address the document's rows");
+        }
+        pos += seg.len;
+      }
+      if (pos != t.q_end) return bad(task_name(s, i) + ": kv segments hold " + to_string(pos) +
+                                     " rows, the context has " + to_string(t.q_end));
+    }
+  }
+
+  // --- figures
+  const PlanMetrics& m = plan.metrics;
+  const auto n = static_cast<size_t>(R);
+  std::vector<double> loads(n, 0.0), before(n, 0.0);
+  for (int64_t s = 0; s < R; ++s) {
+    for (const ServerTask& st : plan.servers[static_cast<size_t>(s)].tasks) {
+      loads[static_cast<size_t>(s)] += task_cost(cost, st.task.q_end - st.task.q_begin, st.task.q_end);
+    }
+    if (plan.servers[static_cast<size_t>(s)].load != loads[static_cast<size_t>(s)]) {
+      return bad("server " + to_string(s) + ": load differs from its tasks' costs");
+    }
+  }
+  for (size_t r = 0; r < n; ++r) {
+    for (const Piece& p : input.per_rank[r]) before[r] += task_cost(cost, p.len, p.offset + p.len);
+  }
+  if (m.loads != loads || m.load_max_over_mean != max_over_mean(loads)) return bad("metrics: loads differ from a recount");
+  if (m.loads_before != before || m.load_before_max_over_mean != max_over_mean(before)) {
+    return bad("metrics: colocated loads differ from a recount");
+  }
+  std::vector<double> tok;
+  for (int64_t r = 0; r < R; ++r) tok.push_back(static_cast<double>(batch.rank_tokens(r)));
+  if (m.tokens.size() != n || m.tokens_max_over_mean != max_over_mean(tok)) return bad("metrics: tokens differ from the batch");
+
+  // Traffic from the layouts: rows sent times row bytes.
+  Traffic t;
+  t.per_rank.assign(n, {});
+  int64_t* kind_total[kNumExchanges] = {&t.bytes.q, &t.bytes.kv, &t.bytes.o_lse, &t.bytes.d_o, &t.bytes.dq, &t.bytes.dkv};
+  for (int64_t r = 0; r < R; ++r) {
+    for (int k = 0; k < kNumExchanges; ++k) {
+      const Exchange& e = ex(r, static_cast<ExchangeKind>(k));
+      const int64_t sent = e.send_rows() * e.row_bytes, recv = e.recv_rows() * e.row_bytes;
+      *kind_total[k] += sent;
+      auto& pr = t.per_rank[static_cast<size_t>(r)];
+      (k < 3 ? pr.fwd_sent : pr.bwd_sent) += sent;
+      (k < 3 ? pr.fwd_recv : pr.bwd_recv) += recv;
+    }
+  }
+  if (!(t == m.traffic)) return bad("metrics: traffic differs from the bytes of the layouts");
+
+  // All-gather (percp) and the reported figures.
+  AllGatherTraffic ag;
+  ag.per_rank.assign(n, {});
+  if (plan.scheduler.kind == SchedulerKind::kPerCp) {
+    const int64_t C = plan.scheduler.cp_degree;
+    if (C < 1 || R % C != 0) return bad("percp: CP degree does not divide the ranks");
+    // A document's serving ranks: every rank of every group holding one of its rows.
+    std::map<int64_t, std::set<int64_t>> serving;
+    for (const auto& rank : held) {
+      for (const Held& h : rank) {
+        for (int64_t r = h.rank / C * C; r < (h.rank / C + 1) * C; ++r) serving[h.doc].insert(r);
+      }
+    }
+    for (const auto& rank : held) {
+      for (const Held& h : rank) {
+        for (int64_t r : serving.at(h.doc)) {
+          if (r == h.rank) continue;
+          const int64_t bytes = (h.end - h.begin) * rb.kv;
+          ag.bytes += bytes;
+          ag.per_rank[static_cast<size_t>(h.rank)].fwd_sent += bytes;
+          ag.per_rank[static_cast<size_t>(r)].fwd_recv += bytes;
+          ag.per_rank[static_cast<size_t>(r)].bwd_sent += bytes;
+          ag.per_rank[static_cast<size_t>(h.rank)].bwd_recv += bytes;
+        }
+      }
+    }
+  }
+  if (!(ag == m.allgather)) return bad("metrics: all-gather bytes differ from a recount");
+  std::vector<RankBytes> reported(n);
+  int64_t fwd = 0, bwd = 0, mx = 0;
+  const bool percp = plan.scheduler.kind == SchedulerKind::kPerCp;
+  for (int64_t r = 0; r < R; ++r) {
+    const auto u = static_cast<size_t>(r);
+    auto rows_bytes = [&](ExchangeKind k, bool send) {
+      const Exchange& e = ex(r, k);
+      return (send ? e.send_rows() : e.recv_rows()) * e.row_bytes;
+    };
+    // percp reports the all-gather alone; every other scheduler its exchanges.
+    RankBytes& x = reported[u];
+    if (percp) {
+      x = ag.per_rank[u];
+    } else {
+      for (ExchangeKind k : {ExchangeKind::kQ, ExchangeKind::kKv, ExchangeKind::kOLse}) {
+        x.fwd_sent += rows_bytes(k, true);
+        x.fwd_recv += rows_bytes(k, false);
+      }
+      for (ExchangeKind k : {ExchangeKind::kDO, ExchangeKind::kDQ, ExchangeKind::kDKv}) {
+        x.bwd_sent += rows_bytes(k, true);
+        x.bwd_recv += rows_bytes(k, false);
+      }
+    }
+    fwd += x.fwd_sent;
+    bwd += x.bwd_sent;
+    mx = std::max(mx, x.fwd());
+  }
+  if (reported != m.per_rank) return bad("metrics: per-rank bytes differ from a recount");
+  if (fwd != m.comm_bytes_total) return bad("metrics: comm_bytes_total " + to_string(m.comm_bytes_total) + ", recount " + to_string(fwd));
+  if (bwd != m.comm_bytes_backward) return bad("metrics: comm_bytes_backward " + to_string(m.comm_bytes_backward) + ", recount " + to_string(bwd));
+  if (mx != m.comm_bytes_max_rank) return bad("metrics: comm_bytes_max_rank " + to_string(m.comm_bytes_max_rank) + ", recount " + to_string(mx));
+  return Status::ok_status();
+}
+
+Result<std::map<int64_t, std::vector<int32_t>>> brute_force_pair_counts(const Plan& plan) {
+  std::map<int64_t, std::vector<int32_t>> counts;
+  std::map<int64_t, int64_t> lens;
+  for (const auto& rank : plan.batch.per_rank) {
+    for (const Piece& p : rank) {
+      lens[p.doc] = p.doc_len;
+      counts[p.doc].assign(static_cast<size_t>(p.doc_len * p.doc_len), 0);
+    }
+  }
+  const auto held = held_pieces(plan.batch);
+  std::vector<IdRun> ids;
+  // Row identity of one buffer row.
+  auto row_of = [&](const std::vector<std::pair<int64_t, RowBlock>>& buf, int64_t row,
+                    std::pair<int64_t, int64_t>& out) {
+    if (!identify(buf, row, 1, ids) || ids.size() != 1) return false;
+    out = {ids[0].doc, ids[0].pos};
+    return true;
+  };
+  for (size_t s = 0; s < plan.servers.size(); ++s) {
+    const auto local = token_buffer(held[s]);
+    const auto qbuf = recv_buffer(plan.ranks[s].exchange(ExchangeKind::kQ));
+    const auto kvbuf = recv_buffer(plan.ranks[s].exchange(ExchangeKind::kKv));
+    const ServerPlan& sp = plan.servers[s];
+    for (size_t i = 0; i < sp.tasks.size(); ++i) {
+      const ServerTask& st = sp.tasks[i];
+      const int64_t q_len = sp.cu_seqlens_q[i + 1] - sp.cu_seqlens_q[i];
+      const int64_t kv_len = sp.cu_seqlens_k[i + 1] - sp.cu_seqlens_k[i];
+      // The assembled K/V input of the task, row by row.
+      std::vector<std::pair<int64_t, int64_t>> keys;
+      for (const Segment& seg : st.kv) {
+        for (int64_t j = 0; j < seg.len; ++j) {
+          std::pair<int64_t, int64_t> id;
+          if (!row_of(seg.received ? kvbuf : local, seg.offset + j, id)) {
+            return Status::corrupt("brute force: server " + std::to_string(s) + " task " +
+                                   std::to_string(i) + ": kv segment outside its buffer");
+          }
+          keys.push_back(id);
+        }
+      }
+      if (static_cast<int64_t>(keys.size()) != kv_len) {
+        return Status::corrupt("brute force: server " + std::to_string(s) + " task " +
+                               std::to_string(i) + ": kv input has the wrong length");
+      }
+      const bool local_q = st.task.home == static_cast<int64_t>(s);
+      for (int64_t r = 0; r < q_len; ++r) {
+        std::pair<int64_t, int64_t> qid;
+        if (!row_of(local_q ? local : qbuf, st.q_offset + r, qid)) {
+          return Status::corrupt("brute force: server " + std::to_string(s) + " task " +
+                                 std::to_string(i) + ": query row outside its buffer");
+        }
+        // Bottom-right causal: row r sees keys 0 .. kv_len - q_len + r.
+        for (int64_t k = 0; k <= kv_len - q_len + r && k < kv_len; ++k) {
+          if (keys[static_cast<size_t>(k)].first != qid.first) {
+            return Status::corrupt("brute force: server " + std::to_string(s) + " task " +
+                                   std::to_string(i) + ": a query meets a key of another document");
+          }
+          const int64_t L = lens.at(qid.first);
+          ++counts[qid.first][static_cast<size_t>(qid.second * L + keys[static_cast<size_t>(k)].second)];
+        }
+      }
+    }
+  }
+  return counts;
+}
+
+}  // namespace distca

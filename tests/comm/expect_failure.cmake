@@ -1,0 +1,27 @@
+# Runs the MPI test program with --inject-failure and checks the failure contract: the job
+# ends (bounded by TIMEOUT, so a hang fails this test), mpirun exits non-zero, and stderr
+# carries the failing rank's line exactly once.
+# Usage: cmake -DMPIEXEC=... -DNP=... -DPROGRAM=... -P expect_failure.cmake
+execute_process(
+  COMMAND ${MPIEXEC} --oversubscribe --allow-run-as-root -np ${NP} ${PROGRAM} --inject-failure
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 90)
+message("mpirun result: ${rc}\n--- stderr ---\n${err}")
+if("${rc}" STREQUAL "0")
+  message(FATAL_ERROR "mpirun exited 0 although rank 1 failed")
+endif()
+if(NOT "${rc}" MATCHES "^[0-9]+$")
+  message(FATAL_ERROR "mpirun did not exit by itself: ${rc}")
+endif()
+set(line "distca: rank 1 failed: injected failure during exchange 3")
+string(FIND "${err}" "${line}" first)
+string(FIND "${err}" "${line}" last REVERSE)
+if(first EQUAL -1)
+  message(FATAL_ERROR "stderr lacks '${line}'")
+endif()
+if(NOT first EQUAL last)
+  message(FATAL_ERROR "'${line}' printed more than once")
+endif()
+string(FIND "${err}" "distca: rank 0 failed" other)
+if(NOT other EQUAL -1)
+  message(FATAL_ERROR "a rank other than 1 reported a failure")
+endif()

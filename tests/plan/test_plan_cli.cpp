@@ -1,0 +1,190 @@
+// `distca plan` end to end: bad input refused with one line naming the flag (exit 2, no
+// output file), the JSON keys, --batch round trip with `workload --json --full`, several
+// batches, and byte-identical output for the same input.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <algorithm>
+#include <cstdlib>
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+class PlanCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("distca_plan_cli_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  CliRun run(const std::string& args) {
+    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
+    const std::string cmd = std::string(DISTCA_CLI) + " " + args + " >" + out.string() + " 2>" + err.string();
+    const int st = std::system(cmd.c_str());
+    CliRun r;
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+
+  // Refused with exit 2 and one stderr line naming `flag`.
+  void expect_refused(const std::string& args, const std::string& flag) {
+    const fs::path json = dir_ / "out.json";
+    const CliRun r = run(args + " --json " + json.string());
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find(flag), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(fs::exists(json)) << args;
+  }
+
+  fs::path dir_;
+};
+
+const std::string kSmall = "plan --dist prolong --ranks 4 --tokens-per-rank 4096 --seed 7";
+
+TEST_F(PlanCli, RefusesBadInput) {
+  expect_refused(kSmall + " --scheduler magic", "--scheduler");
+  expect_refused(kSmall + " --scheduler percp:", "--scheduler");
+  expect_refused(kSmall + " --scheduler percp:0", "--scheduler");
+  expect_refused("plan --ranks 8 --tokens-per-rank 4096 --scheduler percp:3", "percp:3");
+  expect_refused(kSmall + " --tolerance -0.1", "--tolerance");
+  expect_refused(kSmall + " --tolerance 1.5", "--tolerance");
+  expect_refused(kSmall + " --dtype fp16", "--dtype");
+  expect_refused(kSmall + " --model huge", "--model");
+  expect_refused(kSmall + " --wlb-mem-cap 0.5 --scheduler wlb", "--wlb-mem-cap");
+  expect_refused(kSmall + " --ranks 0", "--ranks");
+  expect_refused("plan --batch " + (dir_ / "missing.json").string(), "--batch");
+  const CliRun r = run(kSmall + " --full");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--full"), std::string::npos) << r.err;
+}
+
+TEST_F(PlanCli, PerCpDegreeMustDivideTheBatchFileRanks) {
+  const fs::path batch = dir_ / "batch.json";
+  ASSERT_EQ(run("workload --dist prolong --ranks 4 --tokens-per-rank 1024 --json --full").code, 0);
+  std::ofstream(batch) << slurp(dir_ / "stdout");
+  expect_refused("plan --batch " + batch.string() + " --scheduler percp:3", "percp:3");
+}
+
+TEST_F(PlanCli, JsonHasTheRequiredKeys) {
+  for (const std::string sched : {"colocated", "wlb", "percp:2", "cad", "cad-symmetric"}) {
+    const CliRun r = run(kSmall + " --scheduler " + sched + " --json -");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    for (const char* key : {"servers", "tasks", "scheduler", "tolerance", "load_max_over_mean",
+                            "comm_bytes_total", "comm_bytes_backward", "comm_bytes_max_rank",
+                            "allgather_bytes", "tokens_max_over_mean", "plan_seconds", "per_rank"}) {
+      EXPECT_TRUE(j.contains(key)) << sched << " lacks " << key;
+    }
+    EXPECT_EQ(j["scheduler"], sched);
+    EXPECT_EQ(j["servers"], 4);
+    EXPECT_FALSE(j.contains("plan"));
+    // The per-rank bytes add up to the totals.
+    int64_t out = 0, in = 0, mx = 0;
+    for (const auto& row : j["per_rank"]) {
+      out += row["bytes_out"].get<int64_t>();
+      in += row["bytes_in"].get<int64_t>();
+      mx = std::max(mx, row["bytes_out"].get<int64_t>() + row["bytes_in"].get<int64_t>());
+    }
+    EXPECT_EQ(out, j["comm_bytes_total"].get<int64_t>()) << sched;
+    EXPECT_EQ(in, out);
+    EXPECT_EQ(mx, j["comm_bytes_max_rank"].get<int64_t>());
+  }
+}
+
+TEST_F(PlanCli, FullJsonToFileAndFp32Doubles) {
+  const fs::path f = dir_ / "plan.json";
+  ASSERT_EQ(run(kSmall + " --scheduler cad --json " + f.string() + " --full").code, 0);
+  const auto j = nlohmann::json::parse(slurp(f));
+  ASSERT_TRUE(j.contains("plan"));
+  EXPECT_EQ(j["plan"]["servers"].size(), 4u);
+  EXPECT_EQ(j["plan"]["ranks"].size(), 4u);
+  EXPECT_TRUE(j["plan"]["ranks"][0]["exchanges"].contains("dkv"));
+  const CliRun bf = run(kSmall + " --scheduler colocated --json -");
+  const CliRun fp = run(kSmall + " --scheduler colocated --dtype fp32 --json -");
+  ASSERT_EQ(bf.code, 0);
+  ASSERT_EQ(fp.code, 0);
+  // Colocated moves only K/V (all activations): fp32 doubles every byte.
+  EXPECT_EQ(2 * nlohmann::json::parse(bf.out)["comm_bytes_total"].get<int64_t>(),
+            nlohmann::json::parse(fp.out)["comm_bytes_total"].get<int64_t>());
+}
+
+TEST_F(PlanCli, BatchFileRoundTrip) {
+  const std::string wl = "--dist prolong --ranks 4 --tokens-per-rank 4096 --layout head-tail --seed 3";
+  ASSERT_EQ(run("workload " + wl + " --json --full").code, 0);
+  const fs::path batch = dir_ / "batch.json";
+  std::ofstream(batch) << slurp(dir_ / "stdout");
+  for (const std::string sched : {"colocated", "cad"}) {
+    const CliRun a = run("plan " + wl + " --scheduler " + sched + " --json - --full");
+    const CliRun b = run("plan --batch " + batch.string() + " --scheduler " + sched + " --json - --full");
+    ASSERT_EQ(a.code, 0) << a.err;
+    ASSERT_EQ(b.code, 0) << b.err;
+    EXPECT_EQ(nlohmann::json::parse(a.out)["plan"], nlohmann::json::parse(b.out)["plan"]) << sched;
+  }
+}
+
+TEST_F(PlanCli, SeveralBatches) {
+  const CliRun r = run(kSmall + " --batches 3 --scheduler cad --json -");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["per_batch"].size(), 3u);
+  std::vector<double> bytes;
+  double worst = 0;
+  for (const auto& b : j["per_batch"]) {
+    bytes.push_back(b["comm_bytes_total"].get<double>());
+    worst = std::max(worst, b["load_max_over_mean"].get<double>());
+  }
+  std::sort(bytes.begin(), bytes.end());
+  EXPECT_EQ(j["comm_bytes_total"].get<double>(), bytes[1]);
+  EXPECT_EQ(j["load_max_over_mean"].get<double>(), worst);
+  const CliRun table = run(kSmall + " --batches 3 --scheduler cad");
+  ASSERT_EQ(table.code, 0);
+  EXPECT_NE(table.out.find("3 batches"), std::string::npos) << table.out;
+}
+
+TEST_F(PlanCli, SameInputSameBytes) {
+  for (const std::string sched : {"wlb", "percp:4", "cad", "cad-symmetric"}) {
+    const CliRun a = run(kSmall + " --scheduler " + sched + " --json - --full");
+    const CliRun b = run(kSmall + " --scheduler " + sched + " --json - --full");
+    ASSERT_EQ(a.code, 0);
+    auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
+    ja.erase("plan_seconds");
+    jb.erase("plan_seconds");
+    EXPECT_EQ(ja.dump(), jb.dump()) << sched;
+  }
+}
+
+TEST_F(PlanCli, HumanTable) {
+  const CliRun r = run(kSmall + " --scheduler cad");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* s : {"load max/mean", "work before", "work after", "bytes out", "bytes in"}) {
+    EXPECT_NE(r.out.find(s), std::string::npos) << s;
+  }
+}
+
+}  // namespace
