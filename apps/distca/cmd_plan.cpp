@@ -14,6 +14,7 @@
 #include "distca/core/io.h"
 #include "distca/core/specs.h"
 #include "distca/cost/cost_model.h"
+#include "distca/cost/profiled.h"
 #include "distca/plan/plan.h"
 #include "distca/plan/plan_json.h"
 #include "distca/plan/validate.h"
@@ -30,6 +31,7 @@ struct Options {
   double wlb_mem_cap = 1.2;
   std::string dtype = "bf16";
   std::string json_path;  // empty: table; "-": stdout
+  std::string cost_table;  // empty: causal pairs
   bool full = false;
 };
 
@@ -99,7 +101,14 @@ int run(const Options& o) {
   options.tolerance = o.tolerance;
   options.wlb_mem_cap = o.wlb_mem_cap;
   const PairsCostModel pairs;
-  options.cost = &pairs;  // the --cost-table FILE model plugs in here
+  std::unique_ptr<AttentionCostModel> profiled;
+  options.cost = &pairs;
+  if (!o.cost_table.empty()) {
+    auto table = load_cost_table(o.cost_table);
+    if (!table.ok()) return fail(Status(table.status().code(), "--cost-table: " + table.status().message()));
+    profiled = std::move(table).value();
+    options.cost = profiled.get();
+  }
   // The batch-independent checks of ScheduleOptions::validate, before any batch is drawn.
   Status st = options.validate(Batch{1, 1, {{{0, 0, 1, 1}}}}, SchedulerSpec{spec->kind, 1});
   if (!st.ok()) return fail(st);
@@ -181,6 +190,8 @@ Runner setup(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("--wlb-mem-cap", o->wlb_mem_cap, "wlb: per-rank token cap as a factor over the mean (>= 1)")
       ->capture_default_str();
+  sub.add_option("--cost-table", o->cost_table,
+                 "Balance predicted seconds from a `distca profile` table instead of causal pairs");
   sub.add_option("--dtype", o->dtype, "Activation type of the byte counts: bf16 | fp32")->capture_default_str();
   CLI::Option* json = sub.add_option("--json", o->json_path, "Write the JSON summary to FILE (atomically), or - for stdout");
   sub.add_flag("--full", o->full, "With --json: add every task and every exchange layout")->needs(json);

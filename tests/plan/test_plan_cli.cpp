@@ -188,3 +188,23 @@ TEST_F(PlanCli, HumanTable) {
 }
 
 }  // namespace
+
+namespace {
+
+// --cost-table: a profiled table (measured here on a small grid) replaces pairs as the work
+// measure; the plan still validates (the CLI validates every plan) and balances seconds.
+TEST_F(PlanCli, CostTableBalancesPredictedSeconds) {
+  const fs::path table = dir_ / "table.json";
+  ASSERT_EQ(run("profile --min-len 128 --max-len 512 --repeats 1 --out " + table.string()).code, 0);
+  const CliRun r = run(kSmall + " --cost-table " + table.string() + " --json -");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["cost_unit"], "seconds");
+  EXPECT_LE(j["load_max_over_mean"].get<double>(), 1.0 + 0.05 + 1e-9);
+
+  std::ofstream(dir_ / "broken.json") << "{\"format\": \"distca-cost-table\"}";
+  expect_refused(kSmall + " --cost-table " + (dir_ / "broken.json").string(), "--cost-table");
+  expect_refused(kSmall + " --cost-table " + (dir_ / "none.json").string(), "--cost-table");
+}
+
+}  // namespace
