@@ -1,0 +1,306 @@
+// `distca bench step`: an attention-dominated layer step (core attention through the CA
+// runtime plus a linear stand-in of tunable cost) on a skewed batch: rank 0 holds one long
+// document, every other rank many short ones. Times `colocated` and `cad` plans in the three
+// overlap modes in the same run and prints the ratios (docs/benchmarks.md, "Step").
+//
+//   mpirun -np 2 distca bench step --backend mpi --json -
+//
+// Under mpirun every rank runs the same steps and only rank 0 prints. On the local backend the
+// ranks are threads whose kernels are serialised (runtime::kernel_mutex), so its times are a
+// smoke test, not figures.
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "distca/comm/local.h"
+#include "distca/comm/mpi.h"
+#include "distca/comm/trace.h"
+#include "distca/core/io.h"
+#include "distca/core/rng.h"
+#include "distca/kernels/attention.h"
+#include "distca/runtime/pingpong.h"
+
+namespace distca::cli {
+namespace {
+
+struct StepFlags {
+  std::string backend = "local";
+  int ranks = 2;  // local backend only
+  int64_t long_doc = 16384;
+  int64_t short_doc = 1024;
+  int heads = 2, kv_heads = 1, head_dim = 64;
+  int layers = 1;
+  int reps = 3;
+  int64_t linear_width = 256;  // stand-in: (tokens, W) x (W, W) sgemm per nano-batch call
+  std::string json;            // FILE or "-"
+  std::string trace;           // Chrome trace of the last cad pingpong step
+  std::string mode = "all";    // pingpong | single-stream | signal | all
+};
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+}
+
+// Rank 0: one document of long_doc tokens; ranks 1..n-1: long_doc / short_doc documents each.
+Batch skewed_batch(const StepFlags& f, int n) {
+  Batch b;
+  b.ranks = n;
+  b.tokens_per_rank = f.long_doc;
+  b.per_rank.resize(static_cast<size_t>(n));
+  b.per_rank[0].push_back({0, 0, f.long_doc, f.long_doc});
+  int64_t id = 1;
+  for (int r = 1; r < n; ++r) {
+    for (int64_t t = 0; t + f.short_doc <= f.long_doc; t += f.short_doc) {
+      b.per_rank[static_cast<size_t>(r)].push_back({id++, 0, f.short_doc, f.short_doc});
+    }
+  }
+  return b;
+}
+
+struct Config {
+  std::string scheduler;
+  runtime::OverlapMode mode;
+};
+
+struct Measured {
+  Config config;
+  std::vector<double> steps;  // seconds, max over ranks
+  double ideal_flops_max = 0;  // max over ranks of the FLOPs the rank computes per step
+  bool outputs_valid = true;
+};
+
+// One rank's whole benchmark. Returns the figures (meaningful on rank 0).
+Status run_rank(comm::Communicator& comm, const StepFlags& f, std::vector<Measured>* results,
+                std::vector<comm::TraceEvent>* trace_out) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  const Batch batch = skewed_batch(f, n);
+  DISTCA_RETURN_IF_ERROR(batch.validate());
+  const runtime::AttentionDims dims{f.heads, f.kv_heads, f.head_dim, 0};
+  ScheduleOptions opt;
+  opt.model = {"bench-step", 1, int64_t{f.heads} * f.head_dim, f.heads, f.kv_heads, f.head_dim, int64_t{f.heads} * f.head_dim, 256};
+  opt.dtype_bytes = 4;
+  const int64_t qf = dims.q_floats(), kvf = dims.kv_floats();
+  const int64_t tokens = batch.rank_tokens(r);
+  Rng rng(1234, static_cast<uint64_t>(r));
+  auto fill = [&](int64_t count) {
+    std::vector<float> x(static_cast<size_t>(count));
+    for (auto& e : x) e = static_cast<float>(rng.uniform(-1, 1));
+    return x;
+  };
+  const auto q = fill(tokens * qf), k = fill(tokens * kvf), v = fill(tokens * kvf), d_o = fill(tokens * qf);
+  std::vector<std::vector<float>> o(static_cast<size_t>(f.layers)), dq(o.size()), dk(o.size()), dv(o.size());
+  std::vector<runtime::LayerForward> fw;
+  std::vector<runtime::LayerBackward> bw;
+  for (size_t l = 0; l < o.size(); ++l) {
+    o[l].resize(q.size()), dq[l].resize(q.size()), dk[l].resize(k.size()), dv[l].resize(k.size());
+    fw.push_back({q.data(), k.data(), v.data(), o[l].data(), nullptr});
+    bw.push_back({d_o.data(), dq[l].data(), dk[l].data(), dv[l].data()});
+  }
+  // Linear stand-in: per nano-batch call, (rows, W) x (W, W); backward does two of them.
+  const int64_t W = f.linear_width;
+  std::vector<float> wmat = fill(W * W), act = fill(tokens * W), out(static_cast<size_t>(tokens * W));
+  std::array<int64_t, 2> nano_rows{0, 0};
+  auto linear = [&](int nano, int, bool backward) {
+    const int64_t rows = nano_rows[static_cast<size_t>(nano)];
+    if (rows == 0 || W == 0) return;
+    std::lock_guard<std::mutex> lock(runtime::kernel_mutex());
+    openblas_set_num_threads(omp_get_max_threads());
+    for (int rep = 0; rep < (backward ? 2 : 1); ++rep) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(W),
+                  static_cast<int>(W), 1.0f, act.data(), static_cast<int>(W), wmat.data(), static_cast<int>(W), 0.0f,
+                  out.data(), static_cast<int>(W));
+    }
+  };
+  const double linear_flops_per_token = 2.0 * static_cast<double>(W * W) * 3.0;  // fwd + 2x bwd
+  const double attn_flops_per_pair = 4.0 * f.head_dim * f.heads * 3.5;          // fwd + 2.5x bwd
+
+  std::vector<Config> configs;
+  for (const char* s : {"colocated", "cad"}) {
+    for (runtime::OverlapMode m : {runtime::OverlapMode::kPingPong, runtime::OverlapMode::kSingleStream,
+                                   runtime::OverlapMode::kSignal}) {
+      if (f.mode == "all" || f.mode == runtime::overlap_mode_name(m)) configs.push_back({s, m});
+    }
+  }
+  // Plan every configuration first, then time them round-robin (rep by rep), so that load
+  // from other processes on a shared machine falls on every configuration alike.
+  std::vector<runtime::NanoPlans> plans;
+  for (const Config& c : configs) {
+    DISTCA_ASSIGN_OR_RETURN(SchedulerSpec spec, parse_scheduler(c.scheduler));
+    DISTCA_ASSIGN_OR_RETURN(runtime::NanoPlans np, runtime::plan_nano_batches(batch, spec, opt));
+    Measured m;
+    m.config = c;
+    for (int64_t p = 0; p < n; ++p) {
+      const double flops = f.layers * np.full.metrics.loads[static_cast<size_t>(p)] * attn_flops_per_pair +
+                           (f.layers + 1) * static_cast<double>(batch.rank_tokens(p)) * linear_flops_per_token;
+      m.ideal_flops_max = std::max(m.ideal_flops_max, flops);
+    }
+    plans.push_back(std::move(np));
+    results->push_back(std::move(m));
+  }
+  for (int rep = 0; rep <= f.reps; ++rep) {  // rep 0 warms up
+    for (size_t ci = 0; ci < configs.size(); ++ci) {
+      const Config& c = configs[ci];
+      Measured& m = (*results)[ci];
+      nano_rows = plans[ci].tokens[static_cast<size_t>(r)];
+      const bool record = !f.trace.empty() && rep == f.reps && c.scheduler == "cad" &&
+                          c.mode == runtime::OverlapMode::kPingPong;
+      DISTCA_RETURN_IF_ERROR(comm.barrier());
+      comm::TraceRecorder trace;  // epoch right after the barrier: ranks line up on one host
+      DISTCA_ASSIGN_OR_RETURN(auto runner, runtime::PingPongRunner::create(comm, plans[ci], dims, c.mode, record ? &trace : nullptr));
+      const double t0 = now_s();
+      DISTCA_RETURN_IF_ERROR(runner->forward(fw, linear));
+      DISTCA_RETURN_IF_ERROR(runner->backward(bw, linear));
+      const double mine = now_s() - t0;
+      m.outputs_valid = runner->outputs_valid();
+      DISTCA_ASSIGN_OR_RETURN(std::vector<double> all, comm.all_gather_value(mine));
+      if (rep > 0) m.steps.push_back(*std::max_element(all.begin(), all.end()));
+      if (record) DISTCA_RETURN_IF_ERROR(runtime::gather_trace(comm, trace.events(), trace_out));
+    }
+  }
+  return Status::ok_status();
+}
+
+int run(const StepFlags& f) {
+  std::unique_ptr<comm::MpiCommunicator> mpi;
+  int rank = 0;
+  std::vector<Measured> results;
+  std::vector<comm::TraceEvent> events;
+  Status st;
+  if (f.backend == "mpi") {
+    auto made = comm::make_mpi_communicator(nullptr, nullptr);
+    if (!made.ok()) return fail(made.status());
+    mpi = std::move(made).value();
+    rank = mpi->rank();
+    if (mpi->size() < 2) return fail_input("--backend mpi needs at least 2 ranks (mpirun -np 2 ...)");
+    st = run_rank(*mpi, f, &results, &events);
+    if (!st.ok()) mpi->fail(st);
+  } else {
+    std::vector<std::vector<Measured>> per(static_cast<size_t>(f.ranks));
+    std::vector<comm::TraceEvent> ev;
+    st = comm::run_local(f.ranks, [&](comm::Communicator& c) {
+      return run_rank(c, f, &per[static_cast<size_t>(c.rank())], c.rank() == 0 ? &ev : nullptr);
+    });
+    if (!st.ok()) return fail(st);
+    results = per[0];
+    events = ev;
+  }
+  if (rank != 0) return kExitOk;
+
+  auto find = [&](const std::string& s, runtime::OverlapMode m) -> const Measured* {
+    for (const auto& x : results) {
+      if (x.config.scheduler == s && x.config.mode == m) return &x;
+    }
+    return nullptr;
+  };
+  // speedup: cad over colocated in the first mode run (pingpong unless --mode says otherwise).
+  const runtime::OverlapMode main_mode = results.front().config.mode;
+  const Measured* col = find("colocated", main_mode);
+  const Measured* cad = find("cad", main_mode);
+  const Measured* pp = find("cad", runtime::OverlapMode::kPingPong);
+  const Measured* sig = find("cad", runtime::OverlapMode::kSignal);
+  const double speedup = median(col->steps) / median(cad->steps);
+  const double ideal = col->ideal_flops_max / cad->ideal_flops_max;
+  const bool have_exposed = pp && sig;
+  const double exposed = have_exposed ? (median(pp->steps) - median(sig->steps)) / median(pp->steps) : 0;
+
+  nlohmann::json j;
+  j["backend"] = f.backend;
+  j["ranks"] = static_cast<int64_t>(results.empty() ? 0 : (f.backend == "mpi" ? mpi->size() : f.ranks));
+  j["omp_threads"] = omp_get_max_threads();
+  j["long_doc"] = f.long_doc;
+  j["short_doc"] = f.short_doc;
+  j["heads"] = f.heads;
+  j["kv_heads"] = f.kv_heads;
+  j["head_dim"] = f.head_dim;
+  j["layers"] = f.layers;
+  j["reps"] = f.reps;
+  j["linear_width"] = f.linear_width;
+  j["results"] = nlohmann::json::array();
+  for (const auto& m : results) {
+    j["results"].push_back({{"scheduler", m.config.scheduler},
+                            {"mode", runtime::overlap_mode_name(m.config.mode)},
+                            {"median_s", median(m.steps)},
+                            {"steps_s", m.steps},
+                            {"outputs_valid", m.outputs_valid}});
+  }
+  j["ideal_speedup"] = ideal;
+  j["speedup"] = speedup;
+  j["speedup_mode"] = runtime::overlap_mode_name(main_mode);
+  if (have_exposed) j["exposed"] = exposed;
+
+  for (const auto& m : results) {
+    std::printf("%-10s %-14s median %8.4f s%s\n", m.config.scheduler.c_str(), runtime::overlap_mode_name(m.config.mode),
+                median(m.steps), m.outputs_valid ? "" : "  (signal: outputs invalid)");
+  }
+  std::printf("ideal speedup (FLOPs): %.3f\n", ideal);
+  std::printf("speedup: %.3f\n", speedup);
+  if (have_exposed) std::printf("exposed: %.1f%%\n", 100.0 * exposed);
+  if (f.backend == "local") std::printf("note: local backend serialises the ranks' kernels; use --backend mpi for figures\n");
+  if (!f.json.empty()) {
+    const std::string text = j.dump(2) + "\n";
+    if (f.json == "-") {
+      std::fputs(text.c_str(), stdout);
+    } else {
+      Status w = write_file_atomic(f.json, text);
+      if (!w.ok()) return fail(w);
+    }
+  }
+  if (!f.trace.empty()) {
+    Status w = write_file_atomic(f.trace, comm::chrome_trace_json(events));
+    if (!w.ok()) return fail(w);
+  }
+  return kExitOk;
+}
+
+Runner setup(CLI::App& app) {
+  auto f = std::make_shared<StepFlags>();
+  app.add_option("--backend", f->backend, "local (rank threads) or mpi (under mpirun)")
+      ->check(CLI::IsMember({"local", "mpi"}));
+  app.add_option("--ranks", f->ranks, "ranks of the local backend")->check(CLI::Range(2, 64));
+  app.add_option("--long-doc", f->long_doc, "tokens of rank 0's single document")->check(CLI::Range(int64_t{16}, int64_t{1} << 22));
+  app.add_option("--short-doc", f->short_doc, "tokens of each document of the other ranks")->check(CLI::Range(int64_t{16}, int64_t{1} << 22));
+  app.add_option("--heads", f->heads, "query heads")->check(CLI::PositiveNumber);
+  app.add_option("--kv-heads", f->kv_heads, "key/value heads (divides --heads)")->check(CLI::PositiveNumber);
+  app.add_option("--head-dim", f->head_dim, "head dimension")->check(CLI::Range(1, 1024));
+  app.add_option("--layers", f->layers, "layers per step")->check(CLI::Range(1, 64));
+  app.add_option("--reps", f->reps, "timed steps per configuration (median; one more warms up)")->check(CLI::Range(1, 1000));
+  app.add_option("--linear-width", f->linear_width,
+                 "cost of the linear stand-in: a (tokens, W) x (W, W) sgemm per nano-batch and layer (0: none)")
+      ->check(CLI::Range(int64_t{0}, int64_t{16384}));
+  app.add_option("--mode", f->mode, "overlap mode to run: pingpong, single-stream, signal or all");
+  app.add_option("--json", f->json, "write the figures as JSON to FILE (- for stdout)");
+  app.add_option("--trace", f->trace, "write a Chrome trace (Perfetto) of the last cad pingpong step");
+  return [f] {
+    if (f->heads % f->kv_heads != 0) return fail_input("--kv-heads must divide --heads");
+    if (f->short_doc > f->long_doc) return fail_input("--short-doc must not exceed --long-doc");
+    if (f->mode != "all") {
+      auto m = runtime::parse_overlap_mode(f->mode);
+      if (!m.ok()) return fail(m.status());
+    }
+    return run(*f);
+  };
+}
+
+}  // namespace
+
+DISTCA_REGISTER_COMMAND(bench_step, {"step", "bench",
+                                     "Layer step: colocated vs cad in pingpong, single-stream and signal modes", 62,
+                                     &setup});
+
+}  // namespace distca::cli

@@ -1,0 +1,162 @@
+// The CA dispatcher: runs one layer's core attention as a plan says (plan/plan.h), across the
+// ranks of a Communicator. Every rank is a home (it holds its own tokens' Q/K/V and gets their
+// O and gradients back) and an in-place attention server (it runs ONE fused kernel call over
+// the tasks the plan gives it). docs/runtime.md draws the exchanges and the schedules.
+//
+// Forward, per rank:
+//   start   pack Q rows (kQ send blocks) and K|V rows (kKv send blocks, deduplicated per
+//           server by the plan) from the caller's buffers; start both all-to-all-v's.
+//   serve   wait for them; assemble the fused Q and the per-task contiguous K/V contexts
+//           (ServerTask::kv segments: local rows or received rows, a received row may feed
+//           several tasks); one attention_forward; O|LSE rows of remote homes go into the kOLse
+//           send buffer, local homes' rows straight into the caller's o; start kOLse.
+//   finish  wait for kOLse; scatter received O (and LSE) rows to their local rows.
+// Backward: servers KEEP their fused forward inputs and outputs (in-place servers, the byte
+// rules of plan/traffic.h), so only dO travels out; dQ and dK|dV partials come back. A server
+// sums its tasks' dK/dV partials of one received row in task order; the home sums, for each
+// of its rows, its own server-side partial first, then the received partials in ascending
+// rank order (fixed order: the bits do not depend on timing).
+//
+// Wire rows (fp32): q and dO and dQ: n_heads*head_dim floats; kv and dkv: K row then V row,
+// 2*n_kv_heads*head_dim floats; o_lse: O row then the row's n_heads LSE values.
+//
+// Signal mode (DispatcherOptions::signal): every exchange sends 1 byte to each peer the plan
+// would send rows to, instead of the rows; the kernels still run (on zeros). Outputs are
+// meaningless: outputs_valid() is false. It is the balance-only lower bound of the paper.
+//
+// Which rows a call writes: o, lse and dq only at the plan's query rows (the rows of its
+// tasks' [q_begin, q_end) on this rank); a plan covering every document (any make_plan plan)
+// covers every row. dk and dv: every row of the token buffer (BackwardWrite::kOverwrite; rows
+// no task reads get 0) or += on every row (kAccumulate, for nano-batch plans that share K/V).
+//
+// The model's executor contract (model/attention_executor.h) maps 1:1: shape() <-> n_tokens()
+// and dims(); forward(layer, q, k, v, o) <-> forward(layer, q, k, v, o, nullptr);
+// backward(layer, d_o, dq, dk, dv) <-> backward(layer, d_o, dq, dk, dv). The caller's q, k, v
+// and o must stay valid and unchanged from forward(layer) until backward(layer) returns (the
+// contract guarantees it); the dispatcher keeps the rest (received rows, fused outputs, LSE)
+// per layer until backward(layer) finishes or release(layer).
+//
+// Collectives: every call below that exchanges is collective: every rank of the group makes
+// the same sequence of dispatcher calls (on every dispatcher sharing the Communicator), so
+// the k-th exchange of every rank belongs together. On a non-OK Status from an exchange the
+// caller must fail the group (Communicator::fail): the exchange handles are then abandoned.
+//
+// Thread safety: one dispatcher is used by one thread (its rank's). Kernel calls of all
+// dispatchers of one process are serialised by kernel_mutex() (the kernels use OpenMP and
+// set OpenBLAS's thread count, so two must not run at once, as with the local backend's
+// rank threads).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "distca/comm/communicator.h"
+#include "distca/comm/trace.h"
+#include "distca/core/status.h"
+#include "distca/plan/doc_index.h"
+#include "distca/plan/plan.h"
+
+namespace distca::runtime {
+
+// Held around every kernel call the runtime makes. Callers that run other OpenMP/BLAS
+// compute from several rank threads of one process (local backend) take it too.
+std::mutex& kernel_mutex();
+
+struct AttentionDims {
+  int32_t n_heads = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  float softmax_scale = 0;  // 0: 1/sqrt(head_dim)
+  int64_t q_floats() const { return int64_t{n_heads} * head_dim; }
+  int64_t kv_floats() const { return int64_t{n_kv_heads} * head_dim; }
+  // Positive, n_kv_heads divides n_heads; the message names the field.
+  Status validate() const;
+};
+
+// Rows of the kernel's query tile for these dims (kernels: kStackedRows = 256 stacked rows / GQA group).
+// The dispatcher pads each task of its fused call to whole tiles of document positions, so
+// every query row sits in the same tile as in a whole-document call: then O and LSE are
+// bitwise those of the whole-document call (measured; docs/runtime.md, "Numerics"). It
+// mirrors a constant internal to the kernels layer; the runtime's bitwise test catches a
+// change there.
+int64_t query_tile_rows(const AttentionDims& dims);
+
+struct DispatcherOptions {
+  bool signal = false;                  // 1-byte exchanges (see above)
+  comm::TraceRecorder* trace = nullptr;  // not owned; events get tid = rank
+  std::string label;                    // prefix of trace event names ("ping", "pong")
+};
+
+enum class BackwardWrite { kOverwrite, kAccumulate };
+
+class CaDispatcher {
+ public:
+  // `plan` and `comm` must outlive the dispatcher; plan.ranks.size() == comm.size().
+  // Fails (invalid_argument) on bad dims, a plan of another group size, or a plan whose
+  // cu_seqlens do not match its tasks.
+  static Result<std::unique_ptr<CaDispatcher>> create(comm::Communicator& comm, const Plan& plan,
+                                                      const AttentionDims& dims,
+                                                      const DispatcherOptions& options = {});
+  ~CaDispatcher();
+  CaDispatcher(const CaDispatcher&) = delete;
+  CaDispatcher& operator=(const CaDispatcher&) = delete;
+
+  int64_t n_tokens() const;  // rows of this rank's token buffer (plan.ranks[rank].tokens)
+  const AttentionDims& dims() const { return dims_; }
+  bool outputs_valid() const { return !options_.signal; }
+  int rank() const { return rank_; }
+
+  // Blocking calls: start + serve + finish.
+  // q, o: (n_tokens, n_heads, head_dim); k, v: (n_tokens, n_kv_heads, head_dim);
+  // lse (optional): (n_tokens, n_heads), natural log.
+  Status forward(int layer, const float* q, const float* k, const float* v, float* o,
+                 float* lse = nullptr);
+  // d_o, dq: like q; dk, dv: like k. Precondition: forward(layer) ran on this dispatcher.
+  Status backward(int layer, const float* d_o, float* dq, float* dk, float* dv,
+                  BackwardWrite write = BackwardWrite::kOverwrite);
+
+  // Phased calls, for overlap (runtime/pingpong.h). Output buffers are handed over at start
+  // and must not be read until finish returns. Per layer the order is start, serve, finish.
+  Status start_forward(int layer, const float* q, const float* k, const float* v, float* o,
+                       float* lse);
+  Status serve_forward(int layer);
+  Status finish_forward(int layer);
+  Status start_backward(int layer, const float* d_o, float* dq, float* dk, float* dv,
+                        BackwardWrite write);
+  Status serve_backward(int layer);
+  Status finish_backward(int layer);  // also drops the layer's kept state
+
+  // Drops what the dispatcher keeps for `layer` (an evaluation step without backward).
+  void release(int layer);
+
+  // Bytes this rank sent over the wire in the last completed forward / backward of any layer
+  // (payload only; signal mode counts its bytes).
+  int64_t last_forward_bytes_sent() const { return fwd_bytes_; }
+  int64_t last_backward_bytes_sent() const { return bwd_bytes_; }
+
+ private:
+  struct LayerState;
+  CaDispatcher(comm::Communicator& comm, const Plan& plan, const AttentionDims& dims,
+               const DispatcherOptions& options);
+  LayerState& state(int layer);
+  Status align_tasks();
+  void trace(const char* what, const char* category, double start_us) const;
+
+  comm::Communicator& comm_;
+  const Plan& plan_;
+  AttentionDims dims_;
+  DispatcherOptions options_;
+  int rank_ = 0;
+  DocumentIndex index_;
+  std::map<int, std::unique_ptr<LayerState>> layers_;
+  // The fused call as run: tasks padded to the kernel's query tiles (see query_tile_rows).
+  std::vector<int32_t> cu_q_, cu_k_;  // [tasks + 1]
+  std::vector<int64_t> q_row_;        // [tasks] fused row of the task's first query row
+  int64_t fwd_bytes_ = 0, bwd_bytes_ = 0;
+};
+
+}  // namespace distca::runtime

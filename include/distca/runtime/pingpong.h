@@ -1,0 +1,110 @@
+// Ping-pong execution: a micro-batch split into two nano-batches of (about) equal tokens whose
+// exchanges overlap each other's compute (docs/runtime.md draws the schedule as ticks).
+//
+// Nano-batches. Each document d of length L is cut at c = floor(L / 2): rows [0, c) are
+// nano-batch 0 ("ping"), rows [c, L) nano-batch 1 ("pong"). Every rank thus gives each
+// nano-batch about half its tokens (exactly half of every piece that lies on one side of the
+// cut). Ping is self-contained: its contexts [0, q_end <= c) are ping rows. Pong's queries need
+// ping's K/V too, which exist by then (ping's pre-CA runs first in every layer), so pong's
+// plan simply reads them from the shared token buffer: the two plans share one token buffer
+// (the whole micro-batch, Plan::batch) and each covers only its own query rows. The
+// alternative (nano-batches of whole documents) cannot balance a rank that holds one long
+// document, which is exactly the skewed case CAD is for.
+//
+// Planning: the scheduler runs ONCE on the whole micro-batch; every task [a, b) is cut at its
+// document's c into a ping task [a, min(b, c)) and a pong task [max(a, c), b) on the same
+// server and home; build_plan turns each task list into a plan. (Balance is the scheduler's
+// over the whole step; each half inherits it approximately.) Because pong's contexts include
+// ping rows, ping rows get dK/dV partials from both nano-batches: the runner sums them in a
+// fixed order (ping, then pong) into zeroed buffers.
+//
+// Modes (OverlapMode): pingpong overlaps, single-stream runs the same two nano-batches one
+// after the other with every exchange waited for at once, signal is pingpong with 1-byte
+// exchanges (outputs invalid). pingpong and single-stream run identical kernel calls, so
+// their outputs are bitwise identical.
+//
+// Thread safety: a runner is used by its rank's thread only; calls are collective.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distca/comm/communicator.h"
+#include "distca/comm/trace.h"
+#include "distca/core/status.h"
+#include "distca/plan/plan.h"
+#include "distca/runtime/dispatcher.h"
+
+namespace distca::runtime {
+
+enum class OverlapMode { kPingPong, kSingleStream, kSignal };
+// "pingpong" | "single-stream" | "signal"; the message names --mode.
+Result<OverlapMode> parse_overlap_mode(const std::string& text);
+const char* overlap_mode_name(OverlapMode mode);
+
+struct NanoPlans {
+  Plan full;                    // the scheduler's plan of the whole micro-batch
+  std::array<Plan, 2> nano;     // ping, pong (same batch and token buffers as full)
+  std::vector<std::array<int64_t, 2>> tokens;  // [rank] query rows of each nano-batch
+};
+
+// The cut of a document of length L (rows [0, cut) are ping).
+inline int64_t nano_cut(int64_t doc_len) { return doc_len / 2; }
+
+// Runs the scheduler once, builds the full plan and the two nano plans. Deterministic.
+Result<NanoPlans> plan_nano_batches(const Batch& batch, const SchedulerSpec& spec,
+                                    const ScheduleOptions& options);
+
+// Linear work of nano-batch `nano` (0 ping, 1 pong) between two attentions: in forward the
+// fused post-CA of layer l-1 and pre-CA of layer l (layer == n_layers: the last post-CA); in
+// backward the mirror image. Called on the runner's thread.
+using LinearFn = std::function<void(int nano, int layer, bool backward)>;
+
+// Per-layer buffers, all (n_tokens, heads, head_dim) over the whole token buffer.
+struct LayerForward {
+  const float *q = nullptr, *k = nullptr, *v = nullptr;
+  float* o = nullptr;
+  float* lse = nullptr;  // optional: (n_tokens, n_heads)
+};
+struct LayerBackward {
+  const float* d_o = nullptr;
+  float *dq = nullptr, *dk = nullptr, *dv = nullptr;
+};
+
+class PingPongRunner {
+ public:
+  // `plans` and `comm` must outlive the runner. Trace: dispatcher events labelled "ping" and
+  // "pong", linear events "ping linear" / "pong linear".
+  static Result<std::unique_ptr<PingPongRunner>> create(comm::Communicator& comm, const NanoPlans& plans,
+                                                        const AttentionDims& dims, OverlapMode mode,
+                                                        comm::TraceRecorder* trace = nullptr);
+
+  // Forward of layers 0..L-1 (L = layers.size()), with linear(nano, l, false) before each
+  // layer's dispatch and linear(nano, L, false) at the end. Collective.
+  Status forward(const std::vector<LayerForward>& layers, const LinearFn& linear);
+  // Backward of layers L-1..0 (after forward of the same layers): linear(nano, l + 1, true)
+  // before layer l's dispatch, linear(nano, 0, true) at the end. dk, dv are overwritten with
+  // the sum over both nano-batches. Collective.
+  Status backward(const std::vector<LayerBackward>& layers, const LinearFn& linear);
+
+  bool outputs_valid() const { return mode_ != OverlapMode::kSignal; }
+  OverlapMode mode() const { return mode_; }
+  int64_t n_tokens() const { return disp_[0]->n_tokens(); }
+
+ private:
+  PingPongRunner() = default;
+  void linear(const LinearFn& fn, int nano, int layer, bool backward) const;
+  comm::Communicator* comm_ = nullptr;
+  OverlapMode mode_ = OverlapMode::kPingPong;
+  comm::TraceRecorder* trace_ = nullptr;
+  std::array<std::unique_ptr<CaDispatcher>, 2> disp_;
+};
+
+// Gathers every rank's events to rank 0 (collective); `out` gets them on rank 0 only.
+Status gather_trace(comm::Communicator& comm, const std::vector<comm::TraceEvent>& mine,
+                    std::vector<comm::TraceEvent>* out);
+
+}  // namespace distca::runtime

@@ -1,0 +1,545 @@
+// The CA dispatcher (include/distca/runtime/dispatcher.h).
+#include "distca/runtime/dispatcher.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "distca/core/check.h"
+#include "distca/kernels/attention.h"
+
+namespace distca::runtime {
+
+std::mutex& kernel_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+Status AttentionDims::validate() const {
+  if (n_heads <= 0) return Status::invalid_argument("n_heads must be positive");
+  if (n_kv_heads <= 0) return Status::invalid_argument("n_kv_heads must be positive");
+  if (head_dim <= 0) return Status::invalid_argument("head_dim must be positive");
+  if (n_heads % n_kv_heads != 0) return Status::invalid_argument("n_kv_heads must divide n_heads");
+  return Status::ok_status();
+}
+
+namespace {
+
+size_t sz(int64_t x) { return static_cast<size_t>(x); }
+
+// One all-to-all-v in flight, with the 1-byte buffers of signal mode (which must live until
+// the exchange completes; moving the vectors keeps their storage).
+struct InFlight {
+  std::unique_ptr<comm::Exchange> handle;
+  std::vector<std::byte> sig_send, sig_recv;
+  double start_us = 0;
+  int64_t bytes_sent = 0;
+};
+
+// Starts the exchange `ex` of rows of `row_floats` floats: send rows from `send`, receive into
+// `recv` (both laid out by ex's displacements, in rows).
+Result<InFlight> start_exchange(comm::Communicator& comm, const Exchange& ex, const float* send,
+                                float* recv, int64_t row_floats, bool signal) {
+  const size_t n = sz(comm.size());
+  std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
+  InFlight f;
+  const std::byte* sp = reinterpret_cast<const std::byte*>(send);
+  std::byte* rp = reinterpret_cast<std::byte*>(recv);
+  if (signal) {
+    f.sig_send.assign(n, std::byte{1});
+    f.sig_recv.assign(n, std::byte{0});
+    for (size_t p = 0; p < n; ++p) {
+      sc[p] = ex.send_counts[p] > 0 ? 1 : 0;
+      rc[p] = ex.recv_counts[p] > 0 ? 1 : 0;
+      sd[p] = rd[p] = p;
+      f.bytes_sent += static_cast<int64_t>(sc[p]);
+    }
+    sp = f.sig_send.data();
+    rp = f.sig_recv.data();
+  } else {
+    const size_t rb = sz(row_floats) * sizeof(float);
+    for (size_t p = 0; p < n; ++p) {
+      sc[p] = sz(ex.send_counts[p]) * rb;
+      sd[p] = sz(ex.send_displs[p]) * rb;
+      rc[p] = sz(ex.recv_counts[p]) * rb;
+      rd[p] = sz(ex.recv_displs[p]) * rb;
+      f.bytes_sent += static_cast<int64_t>(sc[p]);
+    }
+  }
+  comm::AllToAllV a{sp, sc, sd, rp, rc, rd};
+  auto h = comm.start_all_to_all_v(a);
+  if (!h.ok()) return h.status();
+  f.handle = std::move(h).value();
+  return f;
+}
+
+// Calls fn(local_row, wire_row) for every row of `blocks` (per peer, in order from displs),
+// in ascending peer order. A block lies inside one piece, so its local rows are consecutive.
+template <class Fn>
+void for_rows(const DocumentIndex& index, int rank, const std::vector<std::vector<RowBlock>>& blocks,
+              const std::vector<int64_t>& displs, Fn fn) {
+  for (size_t p = 0; p < blocks.size(); ++p) {
+    int64_t w = displs[p];
+    for (const RowBlock& b : blocks[p]) {
+      const int64_t l = index.local_row(rank, b.doc, b.begin);
+      DISTCA_CHECK_MSG(l >= 0, "plan block not held by this rank");
+      for (int64_t i = 0; i < b.rows(); ++i) fn(l + i, w + i);
+      w += b.rows();
+    }
+  }
+}
+
+void copy_row(const float* src, float* dst, int64_t n) {
+  std::memcpy(dst, src, sz(n) * sizeof(float));
+}
+void add_row(const float* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+}  // namespace
+
+struct CaDispatcher::LayerState {
+  int phase = 0;  // 1 started fwd, 2 served fwd, 3 finished fwd, 4/5 started/served bwd
+  // Caller buffers (forward, then backward).
+  const float *q = nullptr, *k = nullptr, *v = nullptr;
+  float *o = nullptr, *lse = nullptr;
+  const float* d_o = nullptr;
+  float *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  BackwardWrite write = BackwardWrite::kOverwrite;
+  // Wire buffers, (rows, row floats) laid out by the plan's exchanges.
+  std::vector<float> q_send, q_recv, kv_send, kv_recv, olse_send, olse_recv;
+  std::vector<float> do_send, do_recv, dq_send, dq_recv, dkv_send, dkv_recv;
+  // The fused call (server side), kept from forward to backward.
+  std::vector<float> fq, fk, fv, fo, flse;  // (total_q|total_kv, heads, d); lse (H, total_q)
+  InFlight ex_q, ex_kv, ex_olse, ex_do, ex_dq, ex_dkv;
+};
+
+CaDispatcher::CaDispatcher(comm::Communicator& comm, const Plan& plan, const AttentionDims& dims,
+                           const DispatcherOptions& options)
+    : comm_(comm), plan_(plan), dims_(dims), options_(options), rank_(comm.rank()), index_(plan.batch) {}
+
+CaDispatcher::~CaDispatcher() = default;
+
+Result<std::unique_ptr<CaDispatcher>> CaDispatcher::create(comm::Communicator& comm, const Plan& plan,
+                                                           const AttentionDims& dims,
+                                                           const DispatcherOptions& options) {
+  DISTCA_RETURN_IF_ERROR(dims.validate());
+  const size_t n = sz(comm.size());
+  if (plan.ranks.size() != n || plan.servers.size() != n) {
+    return Status::invalid_argument("plan has " + std::to_string(plan.ranks.size()) +
+                                    " ranks but the communicator has " + std::to_string(n));
+  }
+  const ServerPlan& sp = plan.servers[sz(comm.rank())];
+  if (sp.cu_seqlens_q.size() != sp.tasks.size() + 1 || sp.cu_seqlens_k.size() != sp.tasks.size() + 1) {
+    return Status::invalid_argument("plan: cu_seqlens of server " + std::to_string(comm.rank()) +
+                                    " do not match its tasks");
+  }
+  for (size_t t = 0; t < sp.tasks.size(); ++t) {
+    const TaskPlacement& tp = sp.tasks[t].task;
+    if (sp.cu_seqlens_q[t + 1] - sp.cu_seqlens_q[t] != tp.q_end - tp.q_begin ||
+        sp.cu_seqlens_k[t + 1] - sp.cu_seqlens_k[t] != tp.q_end) {
+      return Status::invalid_argument("plan: cu_seqlens of server " + std::to_string(comm.rank()) +
+                                      " disagree with task " + std::to_string(t));
+    }
+  }
+  for (const auto& ex : plan.ranks[sz(comm.rank())].exchanges) {
+    if (ex.send_counts.size() != n || ex.recv_counts.size() != n) {
+      return Status::invalid_argument("plan: exchange layout is not sized for " + std::to_string(n) + " ranks");
+    }
+  }
+  std::unique_ptr<CaDispatcher> d(new CaDispatcher(comm, plan, dims, options));
+  DISTCA_RETURN_IF_ERROR(d->align_tasks());
+  return d;
+}
+
+int64_t query_tile_rows(const AttentionDims& dims) {
+  return std::max<int64_t>(1, 256 / (dims.n_heads / dims.n_kv_heads));  // kernels: kStackedRows / G
+}
+
+// Pads every task of the fused call so that its query tiles are the whole-document call's:
+// rows [a, b) become [a', b') with a' = a rounded down and b' = b rounded up (capped at the
+// document's length) to the kernel's query tile; context [0, b'). Pad query rows are zeros
+// (their outputs are dropped, their dO is 0 so they add exact zeros to dK/dV); pad context
+// rows [b, b') are zeros that no real row sees. Row i of the padded task sees keys up to
+// a' + i, its document position, as before.
+Status CaDispatcher::align_tasks() {
+  const ServerPlan& sp = plan_.servers[sz(rank_)];
+  const int64_t tile = query_tile_rows(dims_);
+  int64_t cq = 0, ck = 0;
+  cu_q_.assign(1, 0);
+  cu_k_.assign(1, 0);
+  q_row_.clear();
+  for (const ServerTask& st : sp.tasks) {
+    const TaskPlacement& t = st.task;
+    const int64_t a0 = (t.q_begin / tile) * tile;
+    const int64_t b1 = std::min(index_.doc_len(t.doc), (t.q_end + tile - 1) / tile * tile);
+    q_row_.push_back(cq + (t.q_begin - a0));
+    cq += b1 - a0;
+    ck += b1;
+    if (cq > INT32_MAX || ck > INT32_MAX) return Status::invalid_argument("plan: fused call of server " + std::to_string(rank_) + " exceeds int32 rows");
+    cu_q_.push_back(static_cast<int32_t>(cq));
+    cu_k_.push_back(static_cast<int32_t>(ck));
+  }
+  return Status::ok_status();
+}
+
+int64_t CaDispatcher::n_tokens() const { return plan_.ranks[sz(rank_)].tokens; }
+
+CaDispatcher::LayerState& CaDispatcher::state(int layer) {
+  auto& s = layers_[layer];
+  if (!s) s = std::make_unique<LayerState>();
+  return *s;
+}
+
+void CaDispatcher::release(int layer) { layers_.erase(layer); }
+
+void CaDispatcher::trace(const char* what, const char* category, double start_us) const {
+  if (!options_.trace) return;
+  comm::TraceEvent e;
+  e.name = options_.label.empty() ? std::string(what) : options_.label + " " + what;
+  e.category = category;
+  e.tid = rank_;
+  e.start_us = start_us;
+  e.end_us = options_.trace->now_us();
+  options_.trace->record(std::move(e));
+}
+
+namespace {
+
+// Waits for `f`; traces the transfer ("comm": start to the moment it was seen complete) and
+// the exposed part ("wait": time blocked here).
+Status finish_exchange(InFlight& f, comm::TraceRecorder* trace, int rank, const std::string& name) {
+  if (!f.handle) return Status::ok_status();
+  const double t0 = trace ? trace->now_us() : 0;
+  const bool done = f.handle->test();
+  Status st = f.handle->wait();
+  f.handle.reset();
+  if (trace) {
+    const double t1 = trace->now_us();
+    trace->record({name, "comm", 0, rank, f.start_us, done ? t0 : t1});
+    if (!done) trace->record({name + " wait", "wait", 0, rank, t0, t1});
+  }
+  return st;
+}
+
+}  // namespace
+
+Status CaDispatcher::start_forward(int layer, const float* q, const float* k, const float* v, float* o,
+                                   float* lse) {
+  const double t0 = options_.trace ? options_.trace->now_us() : 0;
+  LayerState& s = state(layer);
+  s = LayerState{};
+  s.phase = 1;
+  s.q = q, s.k = k, s.v = v, s.o = o, s.lse = lse;
+  const RankPlan& rp = plan_.ranks[sz(rank_)];
+  const Exchange& xq = rp.exchange(ExchangeKind::kQ);
+  const Exchange& xkv = rp.exchange(ExchangeKind::kKv);
+  const int64_t qf = dims_.q_floats(), kvf = dims_.kv_floats();
+  s.q_send.assign(sz(xq.send_rows() * qf), 0.0f);
+  s.q_recv.assign(sz(xq.recv_rows() * qf), 0.0f);
+  s.kv_send.assign(sz(xkv.send_rows() * 2 * kvf), 0.0f);
+  s.kv_recv.assign(sz(xkv.recv_rows() * 2 * kvf), 0.0f);
+  {  // signal mode does the same copies: only the wire differs
+    for_rows(index_, rank_, xq.send_blocks, xq.send_displs, [&](int64_t l, int64_t w) {
+      copy_row(q + l * qf, s.q_send.data() + w * qf, qf);
+    });
+    for_rows(index_, rank_, xkv.send_blocks, xkv.send_displs, [&](int64_t l, int64_t w) {
+      copy_row(k + l * kvf, s.kv_send.data() + w * 2 * kvf, kvf);
+      copy_row(v + l * kvf, s.kv_send.data() + w * 2 * kvf + kvf, kvf);
+    });
+  }
+  trace("pack q/kv", "compute", t0);
+  const double ts = options_.trace ? options_.trace->now_us() : 0;
+  {
+    auto f = start_exchange(comm_, xq, s.q_send.data(), s.q_recv.data(), qf, options_.signal);
+    if (!f.ok()) return f.status();
+    s.ex_q = std::move(f).value();
+    s.ex_q.start_us = ts;
+  }
+  {
+    auto f = start_exchange(comm_, xkv, s.kv_send.data(), s.kv_recv.data(), 2 * kvf, options_.signal);
+    if (!f.ok()) return f.status();
+    s.ex_kv = std::move(f).value();
+    s.ex_kv.start_us = ts;
+  }
+  fwd_bytes_ = s.ex_q.bytes_sent + s.ex_kv.bytes_sent;
+  return Status::ok_status();
+}
+
+Status CaDispatcher::serve_forward(int layer) {
+  LayerState& s = state(layer);
+  DISTCA_CHECK_MSG(s.phase == 1, "serve_forward without start_forward");
+  const std::string lbl = options_.label.empty() ? "" : options_.label + " ";
+  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_q, options_.trace, rank_, lbl + "q"));
+  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_kv, options_.trace, rank_, lbl + "kv"));
+  double t0 = options_.trace ? options_.trace->now_us() : 0;
+  const ServerPlan& sp = plan_.servers[sz(rank_)];
+  const int64_t qf = dims_.q_floats(), kvf = dims_.kv_floats(), H = dims_.n_heads;
+  const int64_t nt = static_cast<int64_t>(sp.tasks.size());
+  const int64_t total_q = cu_q_.back(), total_kv = cu_k_.back();
+  s.fq.assign(sz(total_q * qf), 0.0f);
+  s.fo.assign(sz(total_q * qf), 0.0f);
+  s.flse.assign(sz(total_q * H), 0.0f);
+  s.fk.assign(sz(total_kv * kvf), 0.0f);
+  s.fv.assign(sz(total_kv * kvf), 0.0f);
+  // Assemble: query rows of each task, then its context [0, q_end) from the kv segments.
+  for (int64_t t = 0; t < nt; ++t) {
+    const ServerTask& st = sp.tasks[sz(t)];
+    const int64_t ql = st.task.q_end - st.task.q_begin, q0 = q_row_[sz(t)];
+    const float* src = st.task.home == rank_ ? s.q + st.q_offset * qf : s.q_recv.data() + st.q_offset * qf;
+    std::memcpy(s.fq.data() + q0 * qf, src, sz(ql * qf) * sizeof(float));
+    int64_t row = cu_k_[sz(t)];
+    for (const Segment& seg : st.kv) {
+      for (int64_t i = 0; i < seg.len; ++i, ++row) {
+        if (seg.received) {
+          const float* r = s.kv_recv.data() + (seg.offset + i) * 2 * kvf;
+          copy_row(r, s.fk.data() + row * kvf, kvf);
+          copy_row(r + kvf, s.fv.data() + row * kvf, kvf);
+        } else {
+          copy_row(s.k + (seg.offset + i) * kvf, s.fk.data() + row * kvf, kvf);
+          copy_row(s.v + (seg.offset + i) * kvf, s.fv.data() + row * kvf, kvf);
+        }
+      }
+    }
+  }
+  trace("assemble", "compute", t0);
+  t0 = options_.trace ? options_.trace->now_us() : 0;
+  if (nt > 0) {
+    kernels::AttentionParams p;
+    p.q = s.fq.data(), p.k = s.fk.data(), p.v = s.fv.data();
+    p.cu_seqlens_q = cu_q_.data(), p.cu_seqlens_k = cu_k_.data();
+    p.n_tasks = static_cast<int32_t>(nt);
+    p.n_heads = dims_.n_heads, p.n_kv_heads = dims_.n_kv_heads, p.head_dim = dims_.head_dim;
+    p.softmax_scale = dims_.softmax_scale;
+    p.causal = true;
+    p.o = s.fo.data(), p.lse = s.flse.data();
+    DISTCA_RETURN_IF_ERROR(kernels::validate(p));
+    std::lock_guard<std::mutex> lock(kernel_mutex());
+    kernels::attention_forward(p);
+  }
+  trace("attention fwd", "compute", t0);
+  t0 = options_.trace ? options_.trace->now_us() : 0;
+  // Outputs: local homes straight to the caller, remote homes into the kOLse send buffer.
+  const Exchange& xo = plan_.ranks[sz(rank_)].exchange(ExchangeKind::kOLse);
+  const int64_t of = qf + H;
+  s.olse_send.assign(sz(xo.send_rows() * of), 0.0f);
+  s.olse_recv.assign(sz(xo.recv_rows() * of), 0.0f);
+  for (int64_t t = 0; t < nt; ++t) {
+    const ServerTask& st = sp.tasks[sz(t)];
+    const int64_t ql = st.task.q_end - st.task.q_begin, q0 = q_row_[sz(t)];
+    for (int64_t i = 0; i < ql; ++i) {
+      const float* orow = s.fo.data() + (q0 + i) * qf;
+      if (st.task.home == rank_) {
+        copy_row(orow, s.o + (st.q_offset + i) * qf, qf);
+        if (s.lse) {
+          for (int64_t h = 0; h < H; ++h) s.lse[(st.q_offset + i) * H + h] = s.flse[sz(h * total_q + q0 + i)];
+        }
+      } else {
+        float* w = s.olse_send.data() + (st.q_offset + i) * of;
+        copy_row(orow, w, qf);
+        for (int64_t h = 0; h < H; ++h) w[qf + h] = s.flse[sz(h * total_q + q0 + i)];
+      }
+    }
+  }
+  trace("pack o", "compute", t0);
+  const double ts = options_.trace ? options_.trace->now_us() : 0;
+  auto f = start_exchange(comm_, xo, s.olse_send.data(), s.olse_recv.data(), of, options_.signal);
+  if (!f.ok()) return f.status();
+  s.ex_olse = std::move(f).value();
+  s.ex_olse.start_us = ts;
+  fwd_bytes_ += s.ex_olse.bytes_sent;
+  s.phase = 2;
+  return Status::ok_status();
+}
+
+Status CaDispatcher::finish_forward(int layer) {
+  LayerState& s = state(layer);
+  DISTCA_CHECK_MSG(s.phase == 2, "finish_forward without serve_forward");
+  const std::string lbl = options_.label.empty() ? "" : options_.label + " ";
+  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_olse, options_.trace, rank_, lbl + "o_lse"));
+  const double t0 = options_.trace ? options_.trace->now_us() : 0;
+  const Exchange& xo = plan_.ranks[sz(rank_)].exchange(ExchangeKind::kOLse);
+  const int64_t qf = dims_.q_floats(), H = dims_.n_heads, of = qf + H;
+  {  // signal mode does the same copies: only the wire differs
+    for_rows(index_, rank_, xo.recv_blocks, xo.recv_displs, [&](int64_t l, int64_t w) {
+      const float* r = s.olse_recv.data() + w * of;
+      copy_row(r, s.o + l * qf, qf);
+      if (s.lse) copy_row(r + qf, s.lse + l * H, H);
+    });
+  }
+  // The wire buffers of the forward are not needed any more; the fused call is kept.
+  s.q_send = {}, s.q_recv = {}, s.kv_send = {}, s.kv_recv = {}, s.olse_send = {}, s.olse_recv = {};
+  trace("unpack o", "compute", t0);
+  s.phase = 3;
+  return Status::ok_status();
+}
+
+Status CaDispatcher::forward(int layer, const float* q, const float* k, const float* v, float* o, float* lse) {
+  DISTCA_RETURN_IF_ERROR(start_forward(layer, q, k, v, o, lse));
+  DISTCA_RETURN_IF_ERROR(serve_forward(layer));
+  return finish_forward(layer);
+}
+
+Status CaDispatcher::start_backward(int layer, const float* d_o, float* dq, float* dk, float* dv,
+                                    BackwardWrite write) {
+  LayerState& s = state(layer);
+  if (s.phase != 3) {
+    return Status::invalid_argument("backward(" + std::to_string(layer) + ") without a finished forward");
+  }
+  const double t0 = options_.trace ? options_.trace->now_us() : 0;
+  s.d_o = d_o, s.dq = dq, s.dk = dk, s.dv = dv, s.write = write;
+  const Exchange& xd = plan_.ranks[sz(rank_)].exchange(ExchangeKind::kDO);
+  const int64_t qf = dims_.q_floats();
+  s.do_send.assign(sz(xd.send_rows() * qf), 0.0f);
+  s.do_recv.assign(sz(xd.recv_rows() * qf), 0.0f);
+  {  // signal mode does the same copies: only the wire differs
+    for_rows(index_, rank_, xd.send_blocks, xd.send_displs, [&](int64_t l, int64_t w) {
+      copy_row(d_o + l * qf, s.do_send.data() + w * qf, qf);
+    });
+  }
+  trace("pack do", "compute", t0);
+  const double ts = options_.trace ? options_.trace->now_us() : 0;
+  auto f = start_exchange(comm_, xd, s.do_send.data(), s.do_recv.data(), qf, options_.signal);
+  if (!f.ok()) return f.status();
+  s.ex_do = std::move(f).value();
+  s.ex_do.start_us = ts;
+  bwd_bytes_ = s.ex_do.bytes_sent;
+  s.phase = 4;
+  return Status::ok_status();
+}
+
+Status CaDispatcher::serve_backward(int layer) {
+  LayerState& s = state(layer);
+  DISTCA_CHECK_MSG(s.phase == 4, "serve_backward without start_backward");
+  const std::string lbl = options_.label.empty() ? "" : options_.label + " ";
+  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_do, options_.trace, rank_, lbl + "do"));
+  double t0 = options_.trace ? options_.trace->now_us() : 0;
+  const ServerPlan& sp = plan_.servers[sz(rank_)];
+  const RankPlan& rp = plan_.ranks[sz(rank_)];
+  const int64_t qf = dims_.q_floats(), kvf = dims_.kv_floats();
+  const int64_t nt = static_cast<int64_t>(sp.tasks.size());
+  const int64_t total_q = cu_q_.back(), total_kv = cu_k_.back();
+  std::vector<float> fdo(sz(total_q * qf), 0.0f), fdq(sz(total_q * qf), 0.0f);
+  std::vector<float> fdk(sz(total_kv * kvf), 0.0f), fdv(sz(total_kv * kvf), 0.0f);
+  for (int64_t t = 0; t < nt; ++t) {
+    const ServerTask& st = sp.tasks[sz(t)];
+    const int64_t ql = st.task.q_end - st.task.q_begin, q0 = q_row_[sz(t)];
+    const float* src = st.task.home == rank_ ? s.d_o + st.q_offset * qf : s.do_recv.data() + st.q_offset * qf;
+    std::memcpy(fdo.data() + q0 * qf, src, sz(ql * qf) * sizeof(float));
+  }
+  trace("assemble do", "compute", t0);
+  t0 = options_.trace ? options_.trace->now_us() : 0;
+  if (nt > 0) {
+    kernels::AttentionParams p;
+    p.q = s.fq.data(), p.k = s.fk.data(), p.v = s.fv.data();
+    p.cu_seqlens_q = cu_q_.data(), p.cu_seqlens_k = cu_k_.data();
+    p.n_tasks = static_cast<int32_t>(nt);
+    p.n_heads = dims_.n_heads, p.n_kv_heads = dims_.n_kv_heads, p.head_dim = dims_.head_dim;
+    p.softmax_scale = dims_.softmax_scale;
+    p.causal = true;
+    p.o = s.fo.data(), p.lse = s.flse.data();
+    p.d_o = fdo.data(), p.dq = fdq.data(), p.dk = fdk.data(), p.dv = fdv.data();
+    std::lock_guard<std::mutex> lock(kernel_mutex());
+    kernels::attention_backward(p);
+  }
+  trace("attention bwd", "compute", t0);
+  t0 = options_.trace ? options_.trace->now_us() : 0;
+  const Exchange& xdq = rp.exchange(ExchangeKind::kDQ);
+  const Exchange& xdkv = rp.exchange(ExchangeKind::kDKv);
+  s.dq_send.assign(sz(xdq.send_rows() * qf), 0.0f);
+  s.dq_recv.assign(sz(xdq.recv_rows() * qf), 0.0f);
+  s.dkv_send.assign(sz(xdkv.send_rows() * 2 * kvf), 0.0f);
+  s.dkv_recv.assign(sz(xdkv.recv_rows() * 2 * kvf), 0.0f);
+  // The server's own share of its local rows' dK/dV, summed over tasks in task order; kept
+  // for finish_backward in the fk/fv slots (the fused inputs are done).
+  std::vector<float> local_dk(sz(n_tokens() * kvf), 0.0f), local_dv(sz(n_tokens() * kvf), 0.0f);
+  for (int64_t t = 0; t < nt; ++t) {
+    const ServerTask& st = sp.tasks[sz(t)];
+    const int64_t ql = st.task.q_end - st.task.q_begin, q0 = q_row_[sz(t)];
+    if (st.task.home == rank_) {
+      for (int64_t i = 0; i < ql; ++i) copy_row(fdq.data() + (q0 + i) * qf, s.dq + (st.q_offset + i) * qf, qf);
+    } else {
+      std::memcpy(s.dq_send.data() + st.q_offset * qf, fdq.data() + q0 * qf, sz(ql * qf) * sizeof(float));
+    }
+    int64_t row = cu_k_[sz(t)];
+    for (const Segment& seg : st.kv) {
+      for (int64_t i = 0; i < seg.len; ++i, ++row) {
+        if (seg.received) {
+          float* w = s.dkv_send.data() + (seg.offset + i) * 2 * kvf;
+          add_row(fdk.data() + row * kvf, w, kvf);
+          add_row(fdv.data() + row * kvf, w + kvf, kvf);
+        } else {
+          add_row(fdk.data() + row * kvf, local_dk.data() + (seg.offset + i) * kvf, kvf);
+          add_row(fdv.data() + row * kvf, local_dv.data() + (seg.offset + i) * kvf, kvf);
+        }
+      }
+    }
+  }
+  // The fused forward state is no longer needed: keep only the local partials.
+  s.fq = {}, s.fo = {}, s.flse = {};
+  s.fk = std::move(local_dk);
+  s.fv = std::move(local_dv);
+  trace("pack dq/dkv", "compute", t0);
+  const double ts = options_.trace ? options_.trace->now_us() : 0;
+  {
+    auto f = start_exchange(comm_, xdq, s.dq_send.data(), s.dq_recv.data(), qf, options_.signal);
+    if (!f.ok()) return f.status();
+    s.ex_dq = std::move(f).value();
+    s.ex_dq.start_us = ts;
+  }
+  {
+    auto f = start_exchange(comm_, xdkv, s.dkv_send.data(), s.dkv_recv.data(), 2 * kvf, options_.signal);
+    if (!f.ok()) return f.status();
+    s.ex_dkv = std::move(f).value();
+    s.ex_dkv.start_us = ts;
+  }
+  bwd_bytes_ += s.ex_dq.bytes_sent + s.ex_dkv.bytes_sent;
+  s.phase = 5;
+  return Status::ok_status();
+}
+
+Status CaDispatcher::finish_backward(int layer) {
+  LayerState& s = state(layer);
+  DISTCA_CHECK_MSG(s.phase == 5, "finish_backward without serve_backward");
+  const std::string lbl = options_.label.empty() ? "" : options_.label + " ";
+  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_dq, options_.trace, rank_, lbl + "dq"));
+  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_dkv, options_.trace, rank_, lbl + "dkv"));
+  const double t0 = options_.trace ? options_.trace->now_us() : 0;
+  const RankPlan& rp = plan_.ranks[sz(rank_)];
+  const int64_t qf = dims_.q_floats(), kvf = dims_.kv_floats();
+  const Exchange& xdq = rp.exchange(ExchangeKind::kDQ);
+  const Exchange& xdkv = rp.exchange(ExchangeKind::kDKv);
+  std::vector<float>& acc_k = s.fk;  // (n_tokens, kvf): own partial first
+  std::vector<float>& acc_v = s.fv;
+  {  // signal mode does the same copies: only the wire differs
+    for_rows(index_, rank_, xdq.recv_blocks, xdq.recv_displs, [&](int64_t l, int64_t w) {
+      copy_row(s.dq_recv.data() + w * qf, s.dq + l * qf, qf);
+    });
+    // Then the servers' partials in ascending rank order (for_rows walks peers ascending).
+    for_rows(index_, rank_, xdkv.recv_blocks, xdkv.recv_displs, [&](int64_t l, int64_t w) {
+      add_row(s.dkv_recv.data() + w * 2 * kvf, acc_k.data() + l * kvf, kvf);
+      add_row(s.dkv_recv.data() + w * 2 * kvf + kvf, acc_v.data() + l * kvf, kvf);
+    });
+  }
+  const int64_t n = n_tokens() * kvf;
+  if (s.write == BackwardWrite::kOverwrite) {
+    std::memcpy(s.dk, acc_k.data(), sz(n) * sizeof(float));
+    std::memcpy(s.dv, acc_v.data(), sz(n) * sizeof(float));
+  } else {
+    add_row(acc_k.data(), s.dk, n);
+    add_row(acc_v.data(), s.dv, n);
+  }
+  trace("unpack dq/dkv", "compute", t0);
+  layers_.erase(layer);
+  return Status::ok_status();
+}
+
+Status CaDispatcher::backward(int layer, const float* d_o, float* dq, float* dk, float* dv, BackwardWrite write) {
+  DISTCA_RETURN_IF_ERROR(start_backward(layer, d_o, dq, dk, dv, write));
+  DISTCA_RETURN_IF_ERROR(serve_backward(layer));
+  return finish_backward(layer);
+}
+
+}  // namespace distca::runtime

@@ -1,0 +1,198 @@
+// Ping-pong nano-batches and their schedule (include/distca/runtime/pingpong.h).
+#include "distca/runtime/pingpong.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "distca/plan/doc_index.h"
+
+namespace distca::runtime {
+
+Result<OverlapMode> parse_overlap_mode(const std::string& text) {
+  if (text == "pingpong") return OverlapMode::kPingPong;
+  if (text == "single-stream") return OverlapMode::kSingleStream;
+  if (text == "signal") return OverlapMode::kSignal;
+  return Status::invalid_argument("--mode must be pingpong, single-stream or signal (got '" + text + "')");
+}
+
+const char* overlap_mode_name(OverlapMode mode) {
+  switch (mode) {
+    case OverlapMode::kPingPong: return "pingpong";
+    case OverlapMode::kSingleStream: return "single-stream";
+    case OverlapMode::kSignal: return "signal";
+  }
+  return "?";
+}
+
+Result<NanoPlans> plan_nano_batches(const Batch& batch, const SchedulerSpec& spec,
+                                    const ScheduleOptions& options) {
+  DISTCA_RETURN_IF_ERROR(options.validate(batch, spec));
+  DISTCA_ASSIGN_OR_RETURN(Schedule full, run_scheduler(spec, batch, options));
+  const DocumentIndex index(full.batch);
+  std::array<Schedule, 2> halves;
+  for (auto& h : halves) h.batch = full.batch;
+  for (const TaskPlacement& t : full.tasks) {
+    const int64_t c = nano_cut(index.doc_len(t.doc));
+    TaskPlacement a = t, b = t;
+    a.q_end = std::min(t.q_end, c);
+    b.q_begin = std::max(t.q_begin, c);
+    if (a.q_end > a.q_begin) halves[0].tasks.push_back(a);
+    if (b.q_end > b.q_begin) halves[1].tasks.push_back(b);
+  }
+  NanoPlans out;
+  DISTCA_ASSIGN_OR_RETURN(out.full, build_plan(full, batch, spec, options));
+  for (int x = 0; x < 2; ++x) {
+    DISTCA_ASSIGN_OR_RETURN(out.nano[static_cast<size_t>(x)], build_plan(halves[static_cast<size_t>(x)], batch, spec, options));
+  }
+  out.tokens.assign(static_cast<size_t>(full.batch.ranks), {0, 0});
+  for (int64_t r = 0; r < full.batch.ranks; ++r) {
+    for (const Piece& p : full.batch.per_rank[static_cast<size_t>(r)]) {
+      const int64_t c = nano_cut(p.doc_len);
+      const int64_t ping = std::clamp<int64_t>(c - p.offset, 0, p.len);
+      out.tokens[static_cast<size_t>(r)][0] += ping;
+      out.tokens[static_cast<size_t>(r)][1] += p.len - ping;
+    }
+  }
+  return out;
+}
+
+Result<std::unique_ptr<PingPongRunner>> PingPongRunner::create(comm::Communicator& comm, const NanoPlans& plans,
+                                                               const AttentionDims& dims, OverlapMode mode,
+                                                               comm::TraceRecorder* trace) {
+  std::unique_ptr<PingPongRunner> r(new PingPongRunner());
+  r->comm_ = &comm;
+  r->mode_ = mode;
+  r->trace_ = trace;
+  for (int x = 0; x < 2; ++x) {
+    DispatcherOptions o;
+    o.signal = mode == OverlapMode::kSignal;
+    o.trace = trace;
+    o.label = x == 0 ? "ping" : "pong";
+    DISTCA_ASSIGN_OR_RETURN(r->disp_[static_cast<size_t>(x)], CaDispatcher::create(comm, plans.nano[static_cast<size_t>(x)], dims, o));
+  }
+  return r;
+}
+
+void PingPongRunner::linear(const LinearFn& fn, int nano, int layer, bool backward) const {
+  if (!fn) return;
+  const double t0 = trace_ ? trace_->now_us() : 0;
+  fn(nano, layer, backward);
+  if (trace_) {
+    trace_->record({std::string(nano == 0 ? "ping" : "pong") + (backward ? " linear bwd" : " linear"), "compute", 0,
+                    comm_->rank(), t0, trace_->now_us()});
+  }
+}
+
+Status PingPongRunner::forward(const std::vector<LayerForward>& layers, const LinearFn& fn) {
+  const int L = static_cast<int>(layers.size());
+  auto start = [&](int x, int l) {
+    const LayerForward& b = layers[static_cast<size_t>(l)];
+    return disp_[static_cast<size_t>(x)]->start_forward(l, b.q, b.k, b.v, b.o, b.lse);
+  };
+  if (mode_ == OverlapMode::kSingleStream) {
+    for (int l = 0; l < L; ++l) {
+      for (int x = 0; x < 2; ++x) {
+        linear(fn, x, l, false);
+        DISTCA_RETURN_IF_ERROR(start(x, l));
+        DISTCA_RETURN_IF_ERROR(disp_[static_cast<size_t>(x)]->serve_forward(l));
+        DISTCA_RETURN_IF_ERROR(disp_[static_cast<size_t>(x)]->finish_forward(l));
+      }
+    }
+  } else {
+    // Tick by tick (docs/runtime.md): each nano-batch's exchange runs under the other's work.
+    for (int l = 0; l < L; ++l) {
+      if (l > 0) DISTCA_RETURN_IF_ERROR(disp_[0]->finish_forward(l - 1));
+      linear(fn, 0, l, false);  // pong's O of layer l-1 in flight
+      DISTCA_RETURN_IF_ERROR(start(0, l));
+      if (l > 0) DISTCA_RETURN_IF_ERROR(disp_[1]->finish_forward(l - 1));
+      linear(fn, 1, l, false);  // ping's Q/KV in flight
+      DISTCA_RETURN_IF_ERROR(start(1, l));
+      DISTCA_RETURN_IF_ERROR(disp_[0]->serve_forward(l));  // pong's Q/KV in flight
+      DISTCA_RETURN_IF_ERROR(disp_[1]->serve_forward(l));  // ping's O in flight
+    }
+    if (L > 0) {
+      DISTCA_RETURN_IF_ERROR(disp_[0]->finish_forward(L - 1));
+    }
+  }
+  if (mode_ == OverlapMode::kSingleStream || L == 0) {
+    linear(fn, 0, L, false);
+    linear(fn, 1, L, false);
+    return Status::ok_status();
+  }
+  linear(fn, 0, L, false);  // pong's O in flight
+  DISTCA_RETURN_IF_ERROR(disp_[1]->finish_forward(L - 1));
+  linear(fn, 1, L, false);
+  return Status::ok_status();
+}
+
+Status PingPongRunner::backward(const std::vector<LayerBackward>& layers, const LinearFn& fn) {
+  const int L = static_cast<int>(layers.size());
+  const int64_t kv_floats = n_tokens() * disp_[0]->dims().kv_floats();
+  auto start = [&](int x, int l) {
+    const LayerBackward& b = layers[static_cast<size_t>(l)];
+    if (x == 0) {  // ping adds first, then pong: a fixed order whatever the schedule
+      std::memset(b.dk, 0, static_cast<size_t>(kv_floats) * sizeof(float));
+      std::memset(b.dv, 0, static_cast<size_t>(kv_floats) * sizeof(float));
+    }
+    return disp_[static_cast<size_t>(x)]->start_backward(l, b.d_o, b.dq, b.dk, b.dv, BackwardWrite::kAccumulate);
+  };
+  if (mode_ == OverlapMode::kSingleStream) {
+    for (int l = L - 1; l >= 0; --l) {
+      for (int x = 0; x < 2; ++x) {
+        linear(fn, x, l + 1, true);
+        DISTCA_RETURN_IF_ERROR(start(x, l));
+        DISTCA_RETURN_IF_ERROR(disp_[static_cast<size_t>(x)]->serve_backward(l));
+        DISTCA_RETURN_IF_ERROR(disp_[static_cast<size_t>(x)]->finish_backward(l));
+      }
+    }
+    linear(fn, 0, 0, true);
+    linear(fn, 1, 0, true);
+    return Status::ok_status();
+  }
+  for (int l = L - 1; l >= 0; --l) {
+    if (l < L - 1) DISTCA_RETURN_IF_ERROR(disp_[0]->finish_backward(l + 1));
+    linear(fn, 0, l + 1, true);
+    DISTCA_RETURN_IF_ERROR(start(0, l));
+    if (l < L - 1) DISTCA_RETURN_IF_ERROR(disp_[1]->finish_backward(l + 1));
+    linear(fn, 1, l + 1, true);
+    DISTCA_RETURN_IF_ERROR(start(1, l));
+    DISTCA_RETURN_IF_ERROR(disp_[0]->serve_backward(l));
+    DISTCA_RETURN_IF_ERROR(disp_[1]->serve_backward(l));
+  }
+  if (L > 0) DISTCA_RETURN_IF_ERROR(disp_[0]->finish_backward(0));
+  linear(fn, 0, 0, true);
+  if (L > 0) DISTCA_RETURN_IF_ERROR(disp_[1]->finish_backward(0));
+  linear(fn, 1, 0, true);
+  return Status::ok_status();
+}
+
+Status gather_trace(comm::Communicator& comm, const std::vector<comm::TraceEvent>& mine,
+                    std::vector<comm::TraceEvent>* out) {
+  const std::vector<std::byte> bytes = comm::pack_trace_events(mine);
+  const int64_t my_size = static_cast<int64_t>(bytes.size());
+  DISTCA_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, comm.all_gather_value(my_size));
+  const size_t n = static_cast<size_t>(comm.size());
+  std::vector<size_t> sc(n, 0), sd(n, 0), rc(n, 0), rd(n, 0);
+  sc[0] = bytes.size();
+  std::vector<std::byte> recv;
+  if (comm.rank() == 0) {
+    size_t off = 0;
+    for (size_t p = 0; p < n; ++p) {
+      rc[p] = static_cast<size_t>(sizes[p]);
+      rd[p] = off;
+      off += rc[p];
+    }
+    recv.resize(off);
+  }
+  DISTCA_RETURN_IF_ERROR(comm.all_to_all_v({bytes.data(), sc, sd, recv.data(), rc, rd}));
+  if (comm.rank() != 0) return Status::ok_status();
+  out->clear();
+  for (size_t p = 0; p < n; ++p) {
+    DISTCA_ASSIGN_OR_RETURN(auto ev, comm::unpack_trace_events(std::span<const std::byte>(recv.data() + rd[p], rc[p])));
+    out->insert(out->end(), ev.begin(), ev.end());
+  }
+  return Status::ok_status();
+}
+
+}  // namespace distca::runtime

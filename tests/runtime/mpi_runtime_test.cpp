@@ -1,0 +1,93 @@
+// The runtime under mpirun (label `mpi`): the same checks as the local test, one process per
+// rank. Every rank draws the same batch and computes the same whole-document reference from
+// the seed, runs the dispatcher and the ping-pong runner for every scheduler, and compares
+// its own rows. A failed check ends the job through Communicator::fail (MPI_Abort), so a
+// failure never hangs the other ranks. Rank 0 prints one line per plan and "OK" at the end.
+#include <cstdio>
+#include <string>
+
+#include "distca/comm/mpi.h"
+#include "distca/plan/validate.h"
+#include "runtime_check.h"
+
+using namespace distca;
+using namespace distca::runtime;
+using namespace distca::runtime::testing;
+
+namespace {
+
+void check(comm::Communicator& comm, const Status& st, const std::string& what) {
+  if (!st.ok()) comm.fail(Status::internal(what + ": " + st.message()));
+}
+
+// Max of every rank's comparison (for rank 0's report); all ranks call it.
+Comparison reduce(comm::Communicator& comm, const Comparison& mine) {
+  std::vector<double> v = {mine.o.max_abs, mine.lse.max_abs, mine.dq.max_abs, mine.dk.max_abs, mine.dv.max_abs,
+                           static_cast<double>(mine.o.unequal), static_cast<double>(mine.dq.unequal),
+                           static_cast<double>(mine.dk.unequal), mine.dk_err_runtime, mine.dk_err_kernel,
+                           static_cast<double>(mine.dv.unequal), static_cast<double>(mine.lse.unequal)};
+  Comparison out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    auto g = comm.all_gather_value(v[i]);
+    check(comm, g.status(), "all_gather");
+    double m = 0;
+    for (double x : g.value()) m = std::max(m, x);
+    v[i] = m;
+  }
+  out.o.max_abs = v[0], out.lse.max_abs = v[1], out.dq.max_abs = v[2], out.dk.max_abs = v[3], out.dv.max_abs = v[4];
+  out.o.unequal = static_cast<int64_t>(v[5]), out.dq.unequal = static_cast<int64_t>(v[6]);
+  out.dk.unequal = static_cast<int64_t>(v[7]);
+  out.dk_err_runtime = v[8], out.dk_err_kernel = v[9];
+  out.dv.unequal = static_cast<int64_t>(v[10]), out.lse.unequal = static_cast<int64_t>(v[11]);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto made = comm::make_mpi_communicator(&argc, &argv);
+  if (!made.ok()) {
+    std::fprintf(stderr, "mpi_runtime_test: %s\n", made.status().to_string().c_str());
+    return 1;
+  }
+  comm::Communicator& comm = *made.value();
+  const int n = comm.size();
+  const AttentionDims dims{4, 2, 16, 0};
+  const Batch batch = random_batch(n, 512, 300 + static_cast<uint64_t>(n));
+  const Problem pr = make_problem(batch, dims, 13, true);
+  const ScheduleOptions opt = schedule_options(dims);
+  for (const std::string& name : scheduler_names(n)) {
+    auto spec = parse_scheduler(name);
+    check(comm, spec.status(), name);
+    auto plan = make_plan(batch, spec.value(), opt);
+    check(comm, plan.status(), name);
+    check(comm, validate_plan(plan.value(), batch, nullptr), name + " validate_plan");
+    RankOutputs out;
+    check(comm, run_dispatcher(comm, pr, plan.value(), &out), name + " dispatcher");
+    const Comparison c = compare(pr, plan->batch, comm.rank(), out);
+    check(comm, check_close(c), name + " rank " + std::to_string(comm.rank()));
+    const Comparison all = reduce(comm, c);
+    if (comm.rank() == 0) std::printf("%-14s dispatcher: %s\n", name.c_str(), describe(all).c_str());
+
+    // Ping-pong against single-stream (bitwise) and against the kernel; signal runs.
+    auto np = plan_nano_batches(batch, spec.value(), opt);
+    check(comm, np.status(), name + " nano plans");
+    RankOutputs pp, ss, sig;
+    bool valid = false;
+    check(comm, run_runner(comm, pr, np.value(), OverlapMode::kPingPong, 2, nullptr, &pp, &valid), name + " pingpong");
+    if (!valid) comm.fail(Status::internal(name + ": pingpong outputs flagged invalid"));
+    check(comm, run_runner(comm, pr, np.value(), OverlapMode::kSingleStream, 2, nullptr, &ss, &valid), name + " single-stream");
+    if (!(pp.o == ss.o && pp.lse == ss.lse && pp.dq == ss.dq && pp.dk == ss.dk && pp.dv == ss.dv)) {
+      comm.fail(Status::internal(name + ": pingpong and single-stream differ on rank " + std::to_string(comm.rank())));
+    }
+    const Comparison cp = compare(pr, np->full.batch, comm.rank(), pp);
+    check(comm, check_close(cp), name + " pingpong rank " + std::to_string(comm.rank()));
+    check(comm, run_runner(comm, pr, np.value(), OverlapMode::kSignal, 2, nullptr, &sig, &valid), name + " signal");
+    if (valid) comm.fail(Status::internal(name + ": signal outputs not flagged invalid"));
+    const Comparison allp = reduce(comm, cp);
+    if (comm.rank() == 0) std::printf("%-14s pingpong:   %s\n", name.c_str(), describe(allp).c_str());
+  }
+  check(comm, comm.barrier(), "barrier");
+  if (comm.rank() == 0) std::printf("OK (%d ranks)\n", n);
+  return 0;
+}

@@ -1,0 +1,205 @@
+// The runtime on the local backend (1..8 ranks as threads): outputs and gradients against the
+// whole-document kernel call, ping-pong against single-stream, signal mode, the trace.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <mutex>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "distca/comm/local.h"
+#include "distca/plan/validate.h"
+#include "runtime_check.h"
+
+namespace distca::runtime::testing {
+namespace {
+
+AttentionDims small_dims() { return AttentionDims{4, 2, 16, 0}; }
+
+Comparison check_plan(const Problem& pr, const Plan& plan) {
+  const int n = static_cast<int>(plan.ranks.size());
+  std::vector<RankOutputs> outs(static_cast<size_t>(n));
+  Status st = comm::run_local(n, [&](comm::Communicator& c) { return run_dispatcher(c, pr, plan, &outs[static_cast<size_t>(c.rank())]); });
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  Comparison all;
+  if (!st.ok()) return all;
+  for (int r = 0; r < n; ++r) all.merge(compare(pr, plan.batch, r, outs[static_cast<size_t>(r)]));
+  return all;
+}
+
+void expect_close(const Comparison& c, const std::string& what) {
+  EXPECT_EQ(c.o.unequal, 0) << what;  // forward: bitwise
+  EXPECT_EQ(c.lse.unequal, 0) << what;
+  EXPECT_LE(c.o.max_abs, kFwdTol) << what;
+  EXPECT_LE(c.lse.max_abs, kFwdTol) << what;
+  EXPECT_LE(c.dq.max_abs, kFwdTol) << what;
+  EXPECT_LE(c.dk_err_runtime, kBwdFactor * c.dk_err_kernel + 1e-7) << what;
+  EXPECT_LE(c.dk.max_abs, 1e-5) << what;
+  EXPECT_LE(c.dv.max_abs, 1e-5) << what;
+}
+
+TEST(RuntimeLocal, DispatcherMatchesWholeDocumentKernelForEverySchedulerAndRankCount) {
+  const AttentionDims dims = small_dims();
+  Comparison worst;
+  for (int ranks = 1; ranks <= 8; ++ranks) {
+    const int64_t tpr = ranks <= 4 ? 512 : 256;
+    const Batch batch = random_batch(ranks, tpr, 100 + static_cast<uint64_t>(ranks));
+    const Problem pr = make_problem(batch, dims, 7, /*with_fp64=*/true);
+    const ScheduleOptions opt = schedule_options(dims);
+    for (const std::string& name : scheduler_names(ranks)) {
+      auto spec = parse_scheduler(name);
+      ASSERT_TRUE(spec.ok());
+      auto plan = make_plan(batch, spec.value(), opt);
+      ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+      ASSERT_TRUE(validate_plan(plan.value(), batch, nullptr).ok()) << name;
+      const Comparison c = check_plan(pr, plan.value());
+      const std::string what = std::to_string(ranks) + " ranks, " + name + ": " + describe(c);
+      expect_close(c, what);
+      worst.merge(c);
+    }
+  }
+  std::printf("worst over all plans: %s\n", describe(worst).c_str());
+}
+
+TEST(RuntimeLocal, HeadTailLayoutAndGqaGroupsOfFour) {
+  const AttentionDims dims{8, 2, 8, 0};
+  const Batch batch = random_batch(4, 384, 9, Layout::kHeadTail);
+  const Problem pr = make_problem(batch, dims, 11, true);
+  for (std::string name : {"colocated", "cad"}) {
+    auto plan = make_plan(batch, parse_scheduler(name).value(), schedule_options(dims));
+    ASSERT_TRUE(plan.ok());
+    const Comparison c = check_plan(pr, plan.value());
+    expect_close(c, name + std::string(": ") + describe(c));
+  }
+}
+
+// The nano-batch plans together compute every causal pair exactly once, and each alone only
+// its own half's query rows.
+TEST(RuntimeLocal, NanoPlansCoverEveryPairOnce) {
+  const AttentionDims dims = small_dims();
+  for (int ranks : {2, 3, 5}) {
+    const Batch batch = random_batch(ranks, 512, 40 + static_cast<uint64_t>(ranks));
+    for (const std::string& name : scheduler_names(ranks)) {
+      auto np = plan_nano_batches(batch, parse_scheduler(name).value(), schedule_options(dims));
+      ASSERT_TRUE(np.ok()) << np.status().to_string();
+      ASSERT_TRUE(validate_plan(np->full, batch, nullptr).ok());
+      auto c0 = brute_force_pair_counts(np->nano[0]);
+      auto c1 = brute_force_pair_counts(np->nano[1]);
+      ASSERT_TRUE(c0.ok() && c1.ok());
+      for (const auto& [doc, counts] : c0.value()) {
+        const auto& other = c1.value().at(doc);
+        const int64_t L = static_cast<int64_t>(std::sqrt(static_cast<double>(counts.size())) + 0.5);
+        for (int64_t q = 0; q < L; ++q) {
+          for (int64_t k = 0; k < L; ++k) {
+            const int32_t a = counts[static_cast<size_t>(q * L + k)], b = other[static_cast<size_t>(q * L + k)];
+            ASSERT_EQ(a + b, k <= q ? 1 : 0) << name << " doc " << doc << " q " << q << " k " << k;
+            if (q < nano_cut(L)) ASSERT_EQ(b, 0);
+            else ASSERT_EQ(a, 0);
+          }
+        }
+      }
+      int64_t total = 0;
+      for (const auto& t : np->tokens) total += t[0] + t[1];
+      EXPECT_EQ(total, [&] { int64_t s = 0; for (int64_t r = 0; r < ranks; ++r) s += batch.rank_tokens(r); return s; }());
+    }
+  }
+}
+
+TEST(RuntimeLocal, PingPongEqualsSingleStreamBitwiseAndMatchesKernel) {
+  const AttentionDims dims = small_dims();
+  for (int ranks : {1, 2, 4}) {
+    const Batch batch = random_batch(ranks, 512, 200 + static_cast<uint64_t>(ranks));
+    const Problem pr = make_problem(batch, dims, 5, true);
+    for (std::string name : {"colocated", "cad", "wlb"}) {
+      auto np = plan_nano_batches(batch, parse_scheduler(name).value(), schedule_options(dims));
+      ASSERT_TRUE(np.ok());
+      std::vector<RankOutputs> pp(static_cast<size_t>(ranks)), ss(static_cast<size_t>(ranks));
+      for (OverlapMode mode : {OverlapMode::kPingPong, OverlapMode::kSingleStream}) {
+        auto& outs = mode == OverlapMode::kPingPong ? pp : ss;
+        Status st = comm::run_local(ranks, [&](comm::Communicator& c) {
+          bool valid = false;
+          DISTCA_RETURN_IF_ERROR(run_runner(c, pr, np.value(), mode, 3, nullptr, &outs[static_cast<size_t>(c.rank())], &valid));
+          return valid ? Status::ok_status() : Status::internal("outputs flagged invalid");
+        });
+        ASSERT_TRUE(st.ok()) << st.to_string();
+      }
+      Comparison all;
+      for (int r = 0; r < ranks; ++r) {
+        const auto& a = pp[static_cast<size_t>(r)];
+        const auto& b = ss[static_cast<size_t>(r)];
+        EXPECT_TRUE(a.o == b.o && a.lse == b.lse && a.dq == b.dq && a.dk == b.dk && a.dv == b.dv) << name << " rank " << r;
+        all.merge(compare(pr, np->full.batch, r, a));
+      }
+      expect_close(all, std::to_string(ranks) + " ranks " + name + " (ping-pong): " + describe(all));
+    }
+  }
+}
+
+TEST(RuntimeLocal, SignalModeRunsAndFlagsOutputsInvalid) {
+  const AttentionDims dims = small_dims();
+  const Batch batch = random_batch(3, 512, 77);
+  const Problem pr = make_problem(batch, dims, 3, false);
+  auto np = plan_nano_batches(batch, parse_scheduler("cad").value(), schedule_options(dims));
+  ASSERT_TRUE(np.ok());
+  std::vector<int> valid(3, 1);
+  Status st = comm::run_local(3, [&](comm::Communicator& c) {
+    RankOutputs out;
+    bool v = true;
+    DISTCA_RETURN_IF_ERROR(run_runner(c, pr, np.value(), OverlapMode::kSignal, 2, nullptr, &out, &v));
+    valid[static_cast<size_t>(c.rank())] = v ? 1 : 0;
+    return Status::ok_status();
+  });
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  for (int v : valid) EXPECT_EQ(v, 0);
+}
+
+TEST(RuntimeLocal, TraceHasComputeAndCommEventsForEveryRank) {
+  const AttentionDims dims = small_dims();
+  const int ranks = 3;
+  const Batch batch = random_batch(ranks, 512, 91);
+  const Problem pr = make_problem(batch, dims, 3, false);
+  auto np = plan_nano_batches(batch, parse_scheduler("cad").value(), schedule_options(dims));
+  ASSERT_TRUE(np.ok());
+  comm::TraceRecorder trace;
+  std::vector<comm::TraceEvent> gathered;
+  Status st = comm::run_local(ranks, [&](comm::Communicator& c) {
+    comm::TraceRecorder mine(trace.epoch());
+    RankOutputs out;
+    bool v = false;
+    DISTCA_RETURN_IF_ERROR(run_runner(c, pr, np.value(), OverlapMode::kPingPong, 2, &mine, &out, &v));
+    return gather_trace(c, mine.events(), &gathered);
+  });
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  const auto j = nlohmann::json::parse(comm::chrome_trace_json(gathered));
+  ASSERT_TRUE(j.contains("traceEvents"));
+  std::map<int, std::set<std::string>> cats;
+  for (const auto& e : j["traceEvents"]) {
+    EXPECT_EQ(e["ph"], "X");
+    EXPECT_GE(e["dur"].get<double>(), 0.0);
+    cats[e["tid"].get<int>()].insert(e["cat"].get<std::string>());
+  }
+  ASSERT_EQ(cats.size(), static_cast<size_t>(ranks));
+  for (const auto& [tid, set] : cats) {
+    EXPECT_TRUE(set.count("compute")) << tid;
+    EXPECT_TRUE(set.count("comm")) << tid;
+  }
+}
+
+TEST(RuntimeLocal, RefusesAPlanForAnotherGroupSize) {
+  const AttentionDims dims = small_dims();
+  const Batch batch = random_batch(2, 256, 5);
+  auto plan = make_plan(batch, parse_scheduler("cad").value(), schedule_options(dims));
+  ASSERT_TRUE(plan.ok());
+  Status st = comm::run_local(3, [&](comm::Communicator& c) {
+    auto d = CaDispatcher::create(c, plan.value(), dims);
+    return d.ok() ? Status::internal("accepted") : Status::ok_status();
+  });
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_FALSE(parse_overlap_mode("ping").ok());
+  EXPECT_EQ(parse_overlap_mode("single-stream").value(), OverlapMode::kSingleStream);
+  EXPECT_FALSE((AttentionDims{4, 3, 8, 0}).validate().ok());
+}
+
+}  // namespace
+}  // namespace distca::runtime::testing
