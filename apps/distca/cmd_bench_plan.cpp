@@ -14,6 +14,8 @@
 // running it (doubling C at most twice when the real plan falls short). percp is slow to plan
 // and to count at hundreds of servers, so it runs on the first kPercpBatches batches only.
 // Plan times: the faster of two runs for cad, cad-symmetric and wlb; one run for percp.
+// --dist / --tokens-k / --servers select rows (e.g. the 512-server ProLong 512K row alone) and
+// --no-sweep skips the sweep, for timing one configuration quickly.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -46,6 +48,11 @@ struct Flags {
   std::string layout = "contiguous";
   double tolerance = 0.05;
   uint64_t seed = 42;
+  // Row selection (empty / 0: the default rows); --no-sweep skips the tolerance sweep.
+  std::string dist;
+  int64_t tokens_k = 0;
+  int64_t servers = 0;
+  bool no_sweep = false;
 };
 
 const char* kSchedulers[] = {"cad", "cad-symmetric", "wlb", "percp"};
@@ -196,16 +203,33 @@ int run(const Flags& f) {
       return fail_input("--json: directory '" + dir.string() + "' does not exist");
     }
   }
+  if (!f.dist.empty() && f.dist != "pretrain" && f.dist != "prolong") {
+    return fail_input("--dist must be pretrain or prolong (got '" + f.dist + "')");
+  }
+  if (f.tokens_k < 0) return fail_input("--tokens-k must be positive");
+  if (f.servers < 0) return fail_input("--servers must be positive");
+  if (f.tokens_k > 0 || f.servers > 0) {
+    WorkloadOptions w;
+    w.ranks = f.servers > 0 ? f.servers : 8;
+    w.tokens_per_rank = f.tokens_k > 0 ? f.tokens_k << 10 : 128 << 10;
+    const Status st = w.validate();
+    if (!st.ok()) return fail_input(st.message());
+  }
   const bool to_stdout = f.json_path == "-";
   const bool show = stderr_is_terminal() && !to_stdout;
   const int64_t batches = f.quick ? std::min<int64_t>(f.batches, 5) : f.batches;
 
   std::vector<Config> configs;
-  const std::vector<int64_t> tokens = f.quick ? std::vector<int64_t>{128 << 10, 512 << 10}
-                                              : std::vector<int64_t>{128 << 10, 256 << 10, 512 << 10};
-  const std::vector<int64_t> servers = f.quick ? std::vector<int64_t>{8, 64, 512}
-                                               : std::vector<int64_t>{8, 16, 32, 64, 128, 256, 512, 1024};
-  for (const char* dist : {"pretrain", "prolong"}) {
+  std::vector<int64_t> tokens = f.quick ? std::vector<int64_t>{128 << 10, 512 << 10}
+                                        : std::vector<int64_t>{128 << 10, 256 << 10, 512 << 10};
+  std::vector<int64_t> servers = f.quick ? std::vector<int64_t>{8, 64, 512}
+                                         : std::vector<int64_t>{8, 16, 32, 64, 128, 256, 512, 1024};
+  if (f.tokens_k > 0) tokens = {f.tokens_k << 10};
+  if (f.servers > 0) servers = {f.servers};
+  std::vector<const char*> dists = {"pretrain", "prolong"};
+  if (f.dist == "pretrain") dists = {"pretrain"};
+  if (f.dist == "prolong") dists = {"prolong"};
+  for (const char* dist : dists) {
     for (int64_t t : tokens) {
       for (int64_t s : servers) configs.push_back({dist, t, s});
     }
@@ -292,11 +316,12 @@ int run(const Flags& f) {
 
   // Tolerance sweep: bytes of cad and cad-symmetric as the tolerance grows.
   const int64_t sweep_servers = f.quick ? 64 : 256;
-  if (!to_stdout) {
+  if (f.no_sweep) dists.clear();
+  if (!to_stdout && !dists.empty()) {
     std::printf("\ntolerance sweep, %lld servers x 512K tokens, median forward GB (balanced batches)\n",
                 static_cast<long long>(sweep_servers));
   }
-  for (const char* dist : {"pretrain", "prolong"}) {
+  for (const char* dist : dists) {
     auto bs = make({dist, 512 << 10, sweep_servers});
     if (!bs.ok()) return fail(bs.status());
     for (double tol : {0.0, 0.05, 0.1, 0.15, 0.2, 0.3}) {
@@ -351,6 +376,10 @@ Runner setup(CLI::App& sub) {
   sub.add_option("--layout", f->layout, "Batch layout: contiguous | head-tail")->capture_default_str();
   sub.add_option("--tolerance", f->tolerance, "cad / cad-symmetric tolerance, in [0, 1]")->capture_default_str();
   sub.add_option("--seed", f->seed, "Workload seed")->capture_default_str();
+  sub.add_option("--dist", f->dist, "Only this distribution's rows (and sweep): pretrain | prolong");
+  sub.add_option("--tokens-k", f->tokens_k, "Only rows with this many K tokens per rank (e.g. 512)");
+  sub.add_option("--servers", f->servers, "Only rows with this many servers");
+  sub.add_flag("--no-sweep", f->no_sweep, "Skip the tolerance sweep");
   return [f] { return run(*f); };
 }
 

@@ -95,7 +95,8 @@ bool better(const Candidate& c, const Candidate& best) {
 
 class Planner {
  public:
-  explicit Planner(double tolerance) : tol_(tolerance) {}
+  // `state` is the caller's scratch (reused between calls, see schedule_cad).
+  Planner(double tolerance, State* state) : st_(*state), tol_(tolerance) {}
 
   void run(CadStats* stats);
   State& state() { return st_; }
@@ -107,31 +108,44 @@ class Planner {
   // `want` work, accepts at most `cap` (both > 0).
   void consider(int64_t id, int64_t dest, double want, double cap, Candidate* best);
   std::optional<std::pair<int64_t, int64_t>> fit(int64_t id, int64_t y, double want, double cap) const;
-  // Up to k alive segments of rank r with the highest tops.
-  void top_segments(int64_t r, size_t k, std::vector<int64_t>* out);
+  // Up to kSegCandidates alive segments of rank r with the highest tops (cached per rank until
+  // a move takes rows from it).
+  void top_segments(int64_t r, std::vector<int64_t>* out);
 
-  State st_;
+  State& st_;
   double tol_;
   int64_t iterations_ = 0;
   int64_t cap_iterations_ = 0;
   std::vector<char> donor_;  // [ranks] took part as a donor: never a destination
+  std::vector<int64_t> top_version_;  // [ranks] rank_version of the cached top (-1: none)
+  std::vector<int64_t> top_;          // [ranks * kSegCandidates] cached top segments (-1: none)
   std::vector<int64_t> scratch_, servers_;
 };
 
-void Planner::top_segments(int64_t r, size_t k, std::vector<int64_t>* out) {
-  const auto& ids = st_.rank_segs(r);
-  out->assign(ids.begin(), ids.end());
-  auto higher = [&](int64_t p, int64_t q) {
-    const auto& a = st_.seg(p);
-    const auto& b = st_.seg(q);
-    return a.b != b.b ? a.b > b.b : p < q;
-  };
-  if (out->size() > k) {
-    std::partial_sort(out->begin(), out->begin() + static_cast<std::ptrdiff_t>(k), out->end(), higher);
-    out->resize(k);
-  } else {
-    std::sort(out->begin(), out->end(), higher);
+void Planner::top_segments(int64_t r, std::vector<int64_t>* out) {
+  const auto ru = static_cast<size_t>(r);
+  int64_t* top = top_.data() + ru * kSegCandidates;
+  if (top_version_[ru] != st_.rank_version(r)) {
+    // One pass keeping the best few: the ranks hold ~100 segments each on ProLong-like batches,
+    // and the phases ask for the same ranks' tops again and again.
+    auto higher = [&](int64_t p, int64_t q) {
+      const auto& a = st_.seg(p);
+      const auto& b = st_.seg(q);
+      return a.b != b.b ? a.b > b.b : p < q;
+    };
+    size_t n = 0;
+    for (const int32_t id : st_.rank_segs(r)) {
+      if (n == kSegCandidates && !higher(id, top[n - 1])) continue;
+      if (n < kSegCandidates) ++n;
+      size_t i = n - 1;  // insertion into the sorted prefix
+      for (; i > 0 && higher(id, top[i - 1]); --i) top[i] = top[i - 1];
+      top[i] = id;
+    }
+    for (size_t i = n; i < kSegCandidates; ++i) top[i] = -1;
+    top_version_[ru] = st_.rank_version(r);
   }
+  out->clear();
+  for (size_t i = 0; i < kSegCandidates && top[i] >= 0; ++i) out->push_back(top[i]);
 }
 
 std::optional<std::pair<int64_t, int64_t>> Planner::fit(int64_t id, int64_t y, double want,
@@ -228,7 +242,7 @@ void Planner::donor_phase() {
     const double excess_r = st_.load(r) - tgt;
     if (excess_r <= 0) continue;
     ++iterations_;
-    top_segments(r, kSegCandidates, &segs);
+    top_segments(r, &segs);
     // Destinations: the least loaded non-donors with room ...
     std::vector<int64_t> least;
     for (const auto& [l, s] : st_.by_load()) {
@@ -294,7 +308,7 @@ void Planner::receiver_phase() {
       if (it->second != s) sources.push_back(it->second);
     }
     for (int64_t src : sources) {
-      top_segments(src, kSegCandidates, &segs);
+      top_segments(src, &segs);
       for (int64_t id : segs) try_seg(id);
     }
     // ... and the homes of documents whose context this server already has.
@@ -312,6 +326,8 @@ void Planner::receiver_phase() {
 
 void Planner::run(CadStats* stats) {
   donor_.assign(static_cast<size_t>(st_.ranks()), 0);
+  top_version_.assign(static_cast<size_t>(st_.ranks()), -1);
+  top_.assign(static_cast<size_t>(st_.ranks()) * kSegCandidates, -1);
   cap_iterations_ = 16 * (st_.ranks() + st_.num_pieces()) + 1024;
   donor_phase();
   receiver_phase();
@@ -331,7 +347,10 @@ void Planner::run(CadStats* stats) {
 }  // namespace
 
 Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options, CadStats* stats) {
-  Planner planner(options.tolerance);
+  // One State per thread, reused: its arrays keep their capacity, so planning batch after
+  // batch touches no fresh memory (the function stays pure; init starts the state afresh).
+  thread_local State scratch;
+  Planner planner(options.tolerance, &scratch);
   DISTCA_RETURN_IF_ERROR(planner.state().init(batch, options));
   planner.run(stats);
   return Schedule{planner.state().tasks(), batch};

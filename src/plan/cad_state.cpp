@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "distca/core/check.h"
@@ -40,7 +41,29 @@ std::string piece_where(int64_t r, size_t i) {
 
 }  // namespace
 
+void State::reset() {
+  work_ = Work(nullptr);
+  ranks_ = s_q_ = s_kv_ = 0;
+  doc_id_.clear();
+  doc_len_.clear();
+  runs_.clear();
+  load_.clear();
+  rank_version_.clear();
+  total_ = 0;
+  by_load_.clear();
+  segs_.clear();
+  seg_next_.clear();
+  doc_seg_head_.clear();
+  chunks_.clear();
+  chunk_next_.clear();
+  doc_chunk_head_.clear();
+  for (auto& v : rank_segs_) v.clear();
+  for (auto& v : server_docs_) v.clear();
+  bytes_ = bytes_start_ = moves_ = 0;
+}
+
 Status State::init(const Batch& batch, const ScheduleOptions& options) {
+  reset();
   DISTCA_RETURN_IF_ERROR(options.model.validate().with_context("--model"));
   if (options.dtype_bytes != 2 && options.dtype_bytes != 4) {
     return Status::invalid_argument("--dtype: activation bytes must be 2 (bf16) or 4 (fp32), got " +
@@ -63,14 +86,38 @@ Status State::init(const Batch& batch, const ScheduleOptions& options) {
   s_kv_ = rb.kv;
   const auto R = static_cast<size_t>(ranks_);
 
-  // Pass 1: per-piece checks, document slots in order of first appearance. Ids are mapped
-  // through a dense table when they are small (the packer numbers documents 0, 1, ...), else
-  // through a sorted list.
-  int64_t max_id = -1;
   size_t pieces = 0;
+  for (const auto& ps : batch.per_rank) pieces += ps.size();
+  // 32-bit segment and slot ids (cad_state.h).
+  if (pieces > (size_t{1} << 28) || ranks_ > (int64_t{1} << 28)) {
+    return Status::invalid_argument("batch: more than 2^28 pieces or ranks");
+  }
+
+  // One pass over the pieces: checks, document slots, the colocated start (one segment per
+  // piece, ids in batch order), loads, each rank's documents. Slots are in order of first
+  // appearance. The packer numbers documents 0, 1, ... in that order, so the slot is the id
+  // until a piece says otherwise; then ids are mapped through a dense table when they are
+  // small, else through a sorted list. Errors are reported in the order of separate passes:
+  // piece and rank errors first, then an inconsistent doc_len, then tiling.
+  load_.assign(R, 0.0);
+  rank_version_.assign(R, 0);
+  rank_segs_.resize(R);  // inner vectors empty (reset), capacity kept
+  server_docs_.resize(R);
+  // Moves that leave two remainders add segments; a few per server is typical.
+  segs_.reserve(pieces + 4 * R + 1024);
+  seg_next_.reserve(pieces + 4 * R + 1024);
+  runs_.reserve(pieces);
+  std::vector<int32_t> dense;
+  std::vector<std::pair<int64_t, int32_t>> sparse;  // (id, slot), sorted by id
+  bool identity = true, use_dense = false;
+  std::string doc_error;  // the first inconsistent doc_len
   for (int64_t r = 0; r < ranks_; ++r) {
     int64_t used = 0;
     const auto& ps = batch.per_rank[static_cast<size_t>(r)];
+    auto& docs = server_docs_[static_cast<size_t>(r)];
+    rank_segs_[static_cast<size_t>(r)].reserve(ps.size());
+    docs.reserve(ps.size());
+    double load = 0;
     for (size_t i = 0; i < ps.size(); ++i) {
       const Piece& p = ps[i];
       if (p.doc < 0) return Status::invalid_argument(piece_where(r, i) + ": 'doc' must be >= 0");
@@ -82,123 +129,136 @@ Status State::init(const Batch& batch, const ScheduleOptions& options) {
                                         std::to_string(p.doc) + " of length " + std::to_string(p.doc_len));
       }
       used += p.len;
-      max_id = std::max(max_id, p.doc);
+      int32_t slot = -1;
+      if (identity) {
+        if (p.doc < static_cast<int64_t>(doc_len_.size())) slot = static_cast<int32_t>(p.doc);
+      } else if (use_dense) {
+        slot = dense[static_cast<size_t>(p.doc)];
+      } else {
+        auto it = std::lower_bound(sparse.begin(), sparse.end(), std::make_pair(p.doc, int32_t{-1}));
+        if (it != sparse.end() && it->first == p.doc) slot = it->second;
+      }
+      if (slot < 0) {
+        slot = static_cast<int32_t>(doc_len_.size());
+        if (identity && p.doc != slot) {
+          // Leave the identity: every slot so far is its own id.
+          identity = false;
+          int64_t max_id = 0;
+          for (const auto& qs : batch.per_rank) {
+            for (const Piece& q : qs) max_id = std::max(max_id, q.doc);
+          }
+          use_dense = max_id < 4 * static_cast<int64_t>(pieces) + 1024;
+          doc_id_.resize(doc_len_.size());
+          for (size_t j = 0; j < doc_id_.size(); ++j) doc_id_[j] = static_cast<int64_t>(j);
+          if (use_dense) {
+            dense.assign(static_cast<size_t>(max_id + 1), -1);
+            for (size_t j = 0; j < doc_id_.size(); ++j) dense[j] = static_cast<int32_t>(j);
+          } else {
+            for (size_t j = 0; j < doc_id_.size(); ++j) sparse.emplace_back(static_cast<int64_t>(j), static_cast<int32_t>(j));
+          }
+        }
+        doc_len_.push_back(p.doc_len);
+        doc_seg_head_.push_back(-1);
+        doc_chunk_head_.push_back(-1);
+        if (!identity) {
+          doc_id_.push_back(p.doc);
+          if (use_dense) {
+            dense[static_cast<size_t>(p.doc)] = slot;
+          } else {
+            sparse.insert(std::lower_bound(sparse.begin(), sparse.end(), std::make_pair(p.doc, slot)),
+                          std::make_pair(p.doc, slot));
+          }
+        }
+      } else if (doc_len_[static_cast<size_t>(slot)] != p.doc_len && doc_error.empty()) {
+        doc_error = "batch: document " + std::to_string(p.doc) + " has inconsistent 'doc_len' (" +
+                    std::to_string(doc_len_[static_cast<size_t>(slot)]) + " and " + std::to_string(p.doc_len) + ")";
+      }
+      new_seg(slot, p.offset, p.offset + p.len, r);
+      runs_.push_back({p.offset, p.offset + p.len, r});
+      load += work_(p.offset, p.offset + p.len);
+      // doc_chunk_head_ doubles as "the last rank that listed the document" until the end.
+      int32_t& seen = doc_chunk_head_[static_cast<size_t>(slot)];
+      if (seen != static_cast<int32_t>(r)) docs.push_back(slot);
+      seen = static_cast<int32_t>(r);
     }
     if (used > batch.tokens_per_rank) {
       return Status::invalid_argument("batch: rank " + std::to_string(r) + " holds " + std::to_string(used) +
                                       " tokens, more than tokens_per_rank " +
                                       std::to_string(batch.tokens_per_rank));
     }
-    pieces += ps.size();
+    load_[static_cast<size_t>(r)] = load;
   }
-  std::vector<int64_t> dense;
-  std::vector<std::pair<int64_t, int64_t>> sparse;  // (id, slot), sorted by id
-  const bool use_dense = max_id < 4 * static_cast<int64_t>(pieces) + 1024;
-  if (use_dense) dense.assign(static_cast<size_t>(max_id + 1), -1);
-  std::vector<int64_t> piece_slot;
-  piece_slot.reserve(pieces);
-  for (int64_t r = 0; r < ranks_; ++r) {
-    for (const Piece& p : batch.per_rank[static_cast<size_t>(r)]) {
-      int64_t slot = -1;
-      if (use_dense) {
-        slot = dense[static_cast<size_t>(p.doc)];
-      } else {
-        auto it = std::lower_bound(sparse.begin(), sparse.end(), std::make_pair(p.doc, int64_t{-1}));
-        if (it != sparse.end() && it->first == p.doc) slot = it->second;
-      }
-      if (slot < 0) {
-        slot = static_cast<int64_t>(doc_id_.size());
-        doc_id_.push_back(p.doc);
-        doc_len_.push_back(p.doc_len);
-        if (use_dense) {
-          dense[static_cast<size_t>(p.doc)] = slot;
-        } else {
-          sparse.insert(std::lower_bound(sparse.begin(), sparse.end(), std::make_pair(p.doc, slot)),
-                        std::make_pair(p.doc, slot));
-        }
-      } else if (doc_len_[static_cast<size_t>(slot)] != p.doc_len) {
-        return Status::invalid_argument("batch: document " + std::to_string(p.doc) +
-                                        " has inconsistent 'doc_len' (" +
-                                        std::to_string(doc_len_[static_cast<size_t>(slot)]) + " and " +
-                                        std::to_string(p.doc_len) + ")");
-      }
-      piece_slot.push_back(slot);
-    }
-  }
-  // Pass 2: runs per document (CSR), sorted by begin; they must tile [0, doc_len).
-  const size_t D = doc_id_.size();
-  run_start_.assign(D + 1, 0);
-  for (int64_t slot : piece_slot) ++run_start_[static_cast<size_t>(slot) + 1];
-  for (size_t d = 0; d < D; ++d) run_start_[d + 1] += run_start_[d];
-  runs_.resize(pieces);
-  {
-    std::vector<int64_t> fill(run_start_.begin(), run_start_.end() - 1);
-    size_t k = 0;
-    for (int64_t r = 0; r < ranks_; ++r) {
-      for (const Piece& p : batch.per_rank[static_cast<size_t>(r)]) {
-        runs_[static_cast<size_t>(fill[static_cast<size_t>(piece_slot[k++])]++)] = {p.offset, p.offset + p.len, r};
-      }
-    }
-  }
-  for (size_t d = 0; d < D; ++d) {
-    const auto first = runs_.begin() + run_start_[d], last = runs_.begin() + run_start_[d + 1];
-    if (last - first > 1) {
-      std::sort(first, last, [](const Run& x, const Run& y) { return x.begin < y.begin; });
-    }
-    int64_t pos = 0;
-    for (auto it = first; it != last; ++it) {
-      if (it->begin != pos) {
-        return Status::invalid_argument("batch: document " + std::to_string(doc_id_[d]) +
-                                        (it->begin < pos ? " has overlapping pieces at row "
-                                                         : " has a gap before row ") +
-                                        std::to_string(it->begin));
-      }
-      pos = it->end;
-    }
-    if (pos != doc_len_[d]) {
-      return Status::invalid_argument("batch: document " + std::to_string(doc_id_[d]) + " covers " +
-                                      std::to_string(pos) + " of its " + std::to_string(doc_len_[d]) +
-                                      " rows");
-    }
-  }
+  if (!doc_error.empty()) return Status::invalid_argument(doc_error);
+  std::fill(doc_chunk_head_.begin(), doc_chunk_head_.end(), -1);
+  DISTCA_RETURN_IF_ERROR(check_tiling());
 
-  // The colocated start: one segment per piece.
-  load_.assign(R, 0.0);
-  rank_segs_.assign(R, {});
-  server_docs_.assign(R, {});
-  doc_seg_head_.assign(D, -1);
-  doc_chunk_head_.assign(D, -1);
-  segs_.reserve(pieces + pieces / 4);
-  seg_next_.reserve(pieces + pieces / 4);
-  size_t k = 0;
-  std::vector<int64_t> seen(D, -1);  // last rank that listed the document
-  for (int64_t r = 0; r < ranks_; ++r) {
-    auto& docs = server_docs_[static_cast<size_t>(r)];
-    rank_segs_[static_cast<size_t>(r)].reserve(batch.per_rank[static_cast<size_t>(r)].size());
-    for (const Piece& p : batch.per_rank[static_cast<size_t>(r)]) {
-      const int64_t d = piece_slot[k++];
-      new_seg(d, p.offset, p.offset + p.len, r);
-      load_[static_cast<size_t>(r)] += work_(p.offset, p.offset + p.len);
-      if (seen[static_cast<size_t>(d)] != r) docs.push_back(d);
-      seen[static_cast<size_t>(d)] = r;
-    }
-  }
   for (int64_t r = 0; r < ranks_; ++r) {
     total_ += load_[static_cast<size_t>(r)];
     by_load_.emplace(load_[static_cast<size_t>(r)], r);
-    for (int64_t d : server_docs_[static_cast<size_t>(r)]) {
-      bytes_ += rows_not_held(d, 0, need(d, r), r) * s_kv_;
+  }
+  // Colocated bytes: each rank holding a document needs its context [0, E), E = the end of
+  // its last piece there; a document in one piece needs nothing from anyone.
+  const size_t D = doc_len_.size();
+  for (size_t d = 0; d < D; ++d) {
+    const int32_t head = doc_seg_head_[d];
+    if (seg_next_[static_cast<size_t>(head)] < 0) continue;
+    for (int32_t i = head; i >= 0; i = seg_next_[static_cast<size_t>(i)]) {
+      const int64_t r = runs_[static_cast<size_t>(i)].rank;
+      bool listed = false;  // counted at the rank's first piece in the list
+      for (int32_t j = head; j != i && !listed; j = seg_next_[static_cast<size_t>(j)]) {
+        listed = runs_[static_cast<size_t>(j)].rank == r;
+      }
+      if (listed) continue;
+      int64_t e = 0;
+      for (int32_t j = i; j >= 0; j = seg_next_[static_cast<size_t>(j)]) {
+        if (runs_[static_cast<size_t>(j)].rank == r) e = std::max(e, runs_[static_cast<size_t>(j)].end);
+      }
+      bytes_ += rows_not_held(static_cast<int64_t>(d), 0, e, r) * s_kv_;
     }
   }
   bytes_start_ = bytes_;
   return Status::ok_status();
 }
 
+Status State::check_tiling() const {
+  std::vector<Run> sorted;
+  for (size_t d = 0; d < doc_len_.size(); ++d) {
+    // Fast path: a contiguous packing lists a document's pieces in order, so the list (batch
+    // order reversed) runs down from doc_len to 0, each piece ending where the previous began.
+    int64_t expect = doc_len_[d];
+    int32_t i = doc_seg_head_[d];
+    for (; i >= 0 && runs_[static_cast<size_t>(i)].end == expect; i = seg_next_[static_cast<size_t>(i)]) {
+      expect = runs_[static_cast<size_t>(i)].begin;
+    }
+    if (i < 0 && expect == 0) continue;
+    // Otherwise sort by begin and name the first gap or overlap.
+    sorted.clear();
+    for (i = doc_seg_head_[d]; i >= 0; i = seg_next_[static_cast<size_t>(i)]) sorted.push_back(runs_[static_cast<size_t>(i)]);
+    std::sort(sorted.begin(), sorted.end(), [](const Run& x, const Run& y) { return x.begin < y.begin; });
+    int64_t pos = 0;
+    for (const Run& run : sorted) {
+      if (run.begin != pos) {
+        return Status::invalid_argument("batch: document " + std::to_string(doc_id(static_cast<int64_t>(d))) +
+                                        (run.begin < pos ? " has overlapping pieces at row " : " has a gap before row ") +
+                                        std::to_string(run.begin));
+      }
+      pos = run.end;
+    }
+    if (pos != doc_len_[d]) {
+      return Status::invalid_argument("batch: document " + std::to_string(doc_id(static_cast<int64_t>(d))) +
+                                      " covers " + std::to_string(pos) + " of its " + std::to_string(doc_len_[d]) +
+                                      " rows");
+    }
+  }
+  return Status::ok_status();
+}
+
 int64_t State::rows_not_held(int64_t d, int64_t begin, int64_t end, int64_t rank) const {
   int64_t held = 0;
-  for (int64_t i = run_start_[static_cast<size_t>(d)]; i < run_start_[static_cast<size_t>(d) + 1]; ++i) {
+  const auto pieces = static_cast<int32_t>(runs_.size());
+  for (int32_t i = doc_seg_head_[static_cast<size_t>(d)]; i >= 0; i = seg_next_[static_cast<size_t>(i)]) {
+    if (i >= pieces) continue;  // a segment a move created; the pieces follow
     const Run& run = runs_[static_cast<size_t>(i)];
-    if (run.begin >= end) break;
     if (run.rank != rank) continue;
     const int64_t lo = std::max(begin, run.begin), hi = std::min(end, run.end);
     if (hi > lo) held += hi - lo;
@@ -207,31 +267,32 @@ int64_t State::rows_not_held(int64_t d, int64_t begin, int64_t end, int64_t rank
 }
 
 int64_t State::new_seg(int64_t doc, int64_t a, int64_t b, int64_t rank) {
-  const auto id = static_cast<int64_t>(segs_.size());
-  segs_.push_back({doc, a, b, rank, true});
+  DISTCA_CHECK(segs_.size() < static_cast<size_t>(std::numeric_limits<int32_t>::max()));
+  const auto id = static_cast<int32_t>(segs_.size());
+  segs_.push_back({a, b, static_cast<int32_t>(doc), static_cast<int32_t>(rank)});
   seg_next_.push_back(doc_seg_head_[static_cast<size_t>(doc)]);
   doc_seg_head_[static_cast<size_t>(doc)] = id;
   rank_segs_[static_cast<size_t>(rank)].push_back(id);
   return id;
 }
 
-const std::vector<int64_t>& State::rank_segs(int64_t r) {
+const std::vector<int32_t>& State::rank_segs(int64_t r) {
   auto& v = rank_segs_[static_cast<size_t>(r)];
-  std::erase_if(v, [&](int64_t id) { return !segs_[static_cast<size_t>(id)].alive; });
+  std::erase_if(v, [&](int32_t id) { return !segs_[static_cast<size_t>(id)].alive(); });
   return v;
 }
 
 void State::doc_segs(int64_t d, std::vector<int64_t>* out) const {
   out->clear();
   for (int64_t id = doc_seg_head_[static_cast<size_t>(d)]; id >= 0; id = seg_next_[static_cast<size_t>(id)]) {
-    if (segs_[static_cast<size_t>(id)].alive) out->push_back(id);
+    if (segs_[static_cast<size_t>(id)].alive()) out->push_back(id);
   }
 }
 
 void State::context_servers(int64_t d, std::vector<int64_t>* out) const {
   out->clear();
   for (int64_t id = doc_seg_head_[static_cast<size_t>(d)]; id >= 0; id = seg_next_[static_cast<size_t>(id)]) {
-    if (segs_[static_cast<size_t>(id)].alive) out->push_back(segs_[static_cast<size_t>(id)].rank);
+    if (segs_[static_cast<size_t>(id)].alive()) out->push_back(segs_[static_cast<size_t>(id)].rank);
   }
   for (int64_t c = doc_chunk_head_[static_cast<size_t>(d)]; c >= 0; c = chunk_next_[static_cast<size_t>(c)]) {
     out->push_back(chunks_[static_cast<size_t>(c)].server);
@@ -244,7 +305,7 @@ int64_t State::need(int64_t d, int64_t s, int64_t skip_seg) const {
   int64_t e = 0;
   for (int64_t id = doc_seg_head_[static_cast<size_t>(d)]; id >= 0; id = seg_next_[static_cast<size_t>(id)]) {
     const Seg& g = segs_[static_cast<size_t>(id)];
-    if (g.alive && g.rank == s && id != skip_seg) e = std::max(e, g.b);
+    if (g.alive() && g.rank == s && id != skip_seg) e = std::max(e, g.b);
   }
   for (int64_t c = doc_chunk_head_[static_cast<size_t>(d)]; c >= 0; c = chunk_next_[static_cast<size_t>(c)]) {
     const Chunk& k = chunks_[static_cast<size_t>(c)];
@@ -284,7 +345,7 @@ void State::set_load(int64_t r, double v) {
 
 void State::move(int64_t id, int64_t dest, int64_t x, int64_t y) {
   Seg g = segs_[static_cast<size_t>(id)];
-  DISTCA_CHECK(g.alive && g.a <= x && x < y && y <= g.b && dest != g.rank);
+  DISTCA_CHECK(g.alive() && g.a <= x && x < y && y <= g.b && dest != g.rank);
   bytes_ += delta_bytes(id, dest, x, y);
   const double loss = home_loss(id, x, y);
   const double gain = dest_gain(x, y);
@@ -295,13 +356,14 @@ void State::move(int64_t id, int64_t dest, int64_t x, int64_t y) {
   } else if (y < g.b) {
     segs_[static_cast<size_t>(id)].a = y;
   } else {
-    segs_[static_cast<size_t>(id)].alive = false;
+    segs_[static_cast<size_t>(id)].a = g.b;  // empty: dead
   }
   chunk_next_.push_back(doc_chunk_head_[static_cast<size_t>(g.doc)]);
-  doc_chunk_head_[static_cast<size_t>(g.doc)] = static_cast<int64_t>(chunks_.size());
+  doc_chunk_head_[static_cast<size_t>(g.doc)] = static_cast<int32_t>(chunks_.size());
   chunks_.push_back({g.doc, x, y, g.rank, dest});
   set_load(g.rank, load(g.rank) - loss);
   set_load(dest, load(dest) + gain);
+  ++rank_version_[static_cast<size_t>(g.rank)];
   ++moves_;
 }
 
@@ -319,13 +381,13 @@ std::vector<TaskPlacement> State::tasks() const {
     }
   }
   for (int64_t r = 0; r < ranks_; ++r) {
-    for (int64_t id : rank_segs_[static_cast<size_t>(r)]) {
+    for (int32_t id : rank_segs_[static_cast<size_t>(r)]) {
       const Seg& g = segs_[static_cast<size_t>(id)];
-      if (g.alive) out.push_back({doc_id_[static_cast<size_t>(g.doc)], g.a, g.b, r, r});
+      if (g.alive()) out.push_back({doc_id(g.doc), g.a, g.b, r, r});
     }
     for (int64_t i = first[static_cast<size_t>(r)]; i < first[static_cast<size_t>(r) + 1]; ++i) {
       const Chunk& c = chunks_[static_cast<size_t>(order[static_cast<size_t>(i)])];
-      out.push_back({doc_id_[static_cast<size_t>(c.doc)], c.x, c.y, c.home, c.server});
+      out.push_back({doc_id(c.doc), c.x, c.y, c.home, c.server});
     }
   }
   return out;

@@ -38,11 +38,13 @@ class Work {
   const AttentionCostModel* model_;
 };
 
+// 24 bytes: the planner keeps one per piece, and at ~10^5 pieces its memory traffic is most of
+// the plan time.
 struct Seg {
-  int64_t doc = 0;   // slot in index.doc_ids()
-  int64_t a = 0, b = 0;
-  int64_t rank = 0;  // home = server
-  bool alive = true;
+  int64_t a = 0, b = 0;  // alive while a < b (a segment that moves away whole is emptied)
+  int32_t doc = 0;       // document slot
+  int32_t rank = 0;      // home = server
+  bool alive() const { return a < b; }
 };
 
 struct Chunk {
@@ -60,7 +62,10 @@ class State {
  public:
   // Checks the batch (what Batch::validate checks, in the one pass the planner needs anyway)
   // and the options the communication-aware schedulers use; the message names the rank,
-  // document or flag. Must succeed before anything else is called.
+  // document or flag. Must succeed before anything else is called. May be called again on the
+  // same object: it starts afresh but keeps the arrays' capacity, so a planner that reuses one
+  // State per thread touches no fresh memory from one batch to the next (at ~10^5 pieces the
+  // page faults of fresh arrays cost about as much as the planning itself).
   Status init(const Batch& batch, const ScheduleOptions& options);
 
   const Work& work() const { return work_; }
@@ -69,6 +74,8 @@ class State {
   int64_t s_kv() const { return s_kv_; }
   int64_t num_pieces() const { return static_cast<int64_t>(runs_.size()); }
   int64_t doc_len(int64_t d) const { return doc_len_[static_cast<size_t>(d)]; }
+  // The batch's id of document slot d.
+  int64_t doc_id(int64_t d) const { return doc_id_.empty() ? d : doc_id_[static_cast<size_t>(d)]; }
   // Rows of [begin, end) of document slot d that `rank` does not hold.
   int64_t rows_not_held(int64_t d, int64_t begin, int64_t end, int64_t rank) const;
 
@@ -79,13 +86,16 @@ class State {
   const std::set<std::pair<double, int64_t>>& by_load() const { return by_load_; }
 
   const Seg& seg(int64_t id) const { return segs_[static_cast<size_t>(id)]; }
+  // Changes whenever a move takes rows from rank r's segments (so callers can cache what they
+  // derive from rank_segs(r)).
+  int64_t rank_version(int64_t r) const { return rank_version_[static_cast<size_t>(r)]; }
   // Alive segments of rank r (compacted on access), in creation order.
-  const std::vector<int64_t>& rank_segs(int64_t r);
+  const std::vector<int32_t>& rank_segs(int64_t r);
   // Alive segments of document slot d, most recent first.
   void doc_segs(int64_t d, std::vector<int64_t>* out) const;
   // Document slots with context on server s (its own pieces, then chunks it received; a slot
   // may repeat).
-  const std::vector<int64_t>& server_docs(int64_t s) const { return server_docs_[static_cast<size_t>(s)]; }
+  const std::vector<int32_t>& server_docs(int64_t s) const { return server_docs_[static_cast<size_t>(s)]; }
   // Servers that hold context of document slot d (need > 0), ascending, without duplicates.
   void context_servers(int64_t d, std::vector<int64_t>* out) const;
 
@@ -110,26 +120,37 @@ class State {
   std::vector<TaskPlacement> tasks() const;
 
  private:
+  void reset();  // empties everything, keeping capacity
   void set_load(int64_t r, double v);
   int64_t new_seg(int64_t doc, int64_t a, int64_t b, int64_t rank);
+  // Checks that the pieces of every document tile it; the message names the document.
+  Status check_tiling() const;
 
   Work work_{nullptr};
   int64_t ranks_ = 0;
   int64_t s_q_ = 0, s_kv_ = 0;
-  std::vector<int64_t> doc_id_, doc_len_;        // [slot]
-  std::vector<int64_t> run_start_;               // [slot + 1] into runs_ (CSR)
-  std::vector<Run> runs_;                        // each document's runs, sorted by begin
+  // Per-document and per-piece arrays use 32-bit indices: at ~10^5 pieces the planner's time
+  // is mostly memory traffic (page faults and cache misses), so smaller is faster.
+  std::vector<int64_t> doc_id_;                  // [slot]; empty when slot == id (the packer's
+                                                 // numbering: ids 0, 1, ... in order of appearance)
+  std::vector<int64_t> doc_len_;                 // [slot]
+  std::vector<Run> runs_;                        // [piece] = the piece's original segment: the
+                                                 // document's runs are its segments with ids
+                                                 // < num_pieces() (seg_next_ links them)
   std::vector<double> load_;                     // [ranks]
+  std::vector<int64_t> rank_version_;            // [ranks] moves taken from the rank's segments
   double total_ = 0;
   std::set<std::pair<double, int64_t>> by_load_;  // (load, rank)
   std::vector<Seg> segs_;
-  std::vector<int64_t> seg_next_;                 // [seg] next segment of the same document
-  std::vector<int64_t> doc_seg_head_;             // [slot] first segment (-1: none)
+  std::vector<int32_t> seg_next_;                 // [seg] next segment of the same document
+                                                  // (newest first: pieces in reverse batch order
+                                                  // after the segments moves created)
+  std::vector<int32_t> doc_seg_head_;             // [slot] first segment (-1: none)
   std::vector<Chunk> chunks_;
-  std::vector<int64_t> chunk_next_;               // [chunk] next chunk of the same document
-  std::vector<int64_t> doc_chunk_head_;           // [slot] first chunk (-1: none)
-  std::vector<std::vector<int64_t>> rank_segs_;    // [ranks] segment ids (may hold dead ones)
-  std::vector<std::vector<int64_t>> server_docs_;  // [ranks] document slots with context
+  std::vector<int32_t> chunk_next_;               // [chunk] next chunk of the same document
+  std::vector<int32_t> doc_chunk_head_;           // [slot] first chunk (-1: none)
+  std::vector<std::vector<int32_t>> rank_segs_;    // [ranks] segment ids (may hold dead ones)
+  std::vector<std::vector<int32_t>> server_docs_;  // [ranks] document slots with context
   int64_t bytes_ = 0, bytes_start_ = 0, moves_ = 0;
 };
 

@@ -210,6 +210,57 @@ TEST(Cad, Deterministic) {
   }
 }
 
+// The planner maps document ids to slots in order of first appearance (the packer's ids
+// 0, 1, ... are used as they are; other ids through a dense table or a sorted list), and
+// `cad` reuses its per-thread state from one call to the next. Neither may change a plan:
+// relabelled ids give the same tasks under the same relabelling, whatever was planned before.
+TEST(Cad, SameTasksWhateverTheDocumentIdsAndThePreviousBatch) {
+  const auto batches = split_batches(11, 24);
+  ASSERT_FALSE(batches.empty());
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const Batch& b = batches[i];
+    // Three labellings: as packed (ids 0, 1, ... in order), reversed (small, not in order:
+    // the dense table), spread far apart (the sorted list).
+    int64_t max_id = 0;
+    for (const auto& ps : b.per_rank) {
+      for (const Piece& p : ps) max_id = std::max(max_id, p.doc);
+    }
+    auto relabel = [&](int mode, int64_t id) {
+      return mode == 0 ? id : mode == 1 ? max_id - id : id * 1000003 + 7;
+    };
+    std::vector<TaskPlacement> first;
+    int64_t first_bytes = 0;
+    for (int mode = 0; mode < 3; ++mode) {
+      Batch r = b;
+      for (auto& ps : r.per_rank) {
+        for (Piece& p : ps) p.doc = relabel(mode, p.doc);
+      }
+      // Something else planned in between (larger or smaller) leaves the reused state behind.
+      CadStats other;
+      ASSERT_TRUE(schedule_cad(batches[(i + 1 + static_cast<size_t>(mode)) % batches.size()], opts(), &other).ok());
+      CadStats st;
+      auto s = schedule_cad(r, opts(), &st);
+      ASSERT_TRUE(s.ok()) << s.status().to_string();
+      std::vector<TaskPlacement> tasks = s->tasks;
+      std::map<int64_t, int64_t> back;
+      for (const auto& ps : b.per_rank) {
+        for (const Piece& p : ps) back[relabel(mode, p.doc)] = p.doc;
+      }
+      for (TaskPlacement& t : tasks) {
+        ASSERT_TRUE(back.count(t.doc)) << "unknown document " << t.doc;
+        t.doc = back[t.doc];
+      }
+      if (mode == 0) {
+        first = tasks;
+        first_bytes = st.bytes_incremental;
+      } else {
+        EXPECT_EQ(tasks, first) << "batch " << i << " labelling " << mode;
+        EXPECT_EQ(st.bytes_incremental, first_bytes);
+      }
+    }
+  }
+}
+
 TEST(Cad, StartsFromColocatedAndKeepsBalancedBatchesAtHome) {
   // Every rank holds one document of the same length: already balanced, nothing moves.
   Batch b;

@@ -5,7 +5,10 @@
 // recount (traffic.h) and benchmarks can report iterations. docs/scheduler.md describes the
 // algorithms.
 //
-// Thread safety: pure functions of their arguments.
+// Thread safety: pure functions of their arguments. `schedule_cad` keeps its working arrays
+// in a per-thread scratch object between calls (a few tens of bytes per piece of the largest
+// batch planned on that thread), so planning batch after batch touches no fresh memory;
+// results never depend on what was planned before.
 #pragma once
 
 #include <cstdint>
