@@ -1,0 +1,82 @@
+// TrainConfig: everything one `distca train` run needs, from flags, a TOML file (--config) or
+// the embedded default (configs/default.toml writes it out). docs/training.md lists the keys.
+//
+// Sources, lowest priority first: the embedded default (TrainConfig{}), the TOML file, flags.
+// TOML keys are the flag names with '_' for '-' (tokens_per_rank for --tokens-per-rank), plus
+// an optional [model_overrides] table of ModelSpec fields (n_layers, hidden, n_heads,
+// n_kv_heads, head_dim, ffn, vocab). Unknown keys and wrongly typed values are refused with one
+// line naming the file and the key.
+//
+// Thread safety: plain values; the functions are pure apart from reading the file.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "distca/core/specs.h"
+#include "distca/core/status.h"
+
+namespace distca::train {
+
+struct ModelOverrides {
+  std::optional<int64_t> n_layers, hidden, n_heads, n_kv_heads, head_dim, ffn, vocab;
+};
+
+struct TrainConfig {
+  // Model: a preset (core/specs.h) and overrides of its fields. The default narrows `tiny` to
+  // 2 layers of width 128: the 4-layer, 256-wide preset did not discover copying within 600
+  // steps here (docs/training.md). Setting `model` (key or flag) drops the overrides of
+  // lower-priority sources.
+  std::string model = "tiny";
+  ModelOverrides model_overrides{2, 128, 4, 2, 32, 256, std::nullopt};
+  // Parallelism.
+  int64_t ranks = 2;
+  std::string backend = "local";  // local | mpi
+  std::string mode = "cad";       // cad | colocated
+  std::string scheduler = "cad";  // cad mode only: cad | cad-symmetric | percp:C
+  double tolerance = 0.05;        // cad scheduler tolerance
+  // Optimisation.
+  int64_t steps = 500;
+  double lr = 3e-3;        // peak learning rate
+  double min_lr = 3e-4;    // cosine floor
+  int64_t warmup = 20;     // warm-up steps (capped at steps)
+  double weight_decay = 0.01;
+  double clip = 1.0;       // global-norm clip; <= 0 disables
+  uint64_t seed = 1;
+  // Data: "copy" or "text:DIR".
+  std::string data = "copy";
+  // Copy task: tokens are drawn from [0, copy_vocab) (0: the model's vocabulary). A small
+  // alphabet lets a small model discover copying (induction) within a few hundred steps;
+  // the model still predicts over its whole vocabulary, so the loss starts near ln(vocab).
+  int64_t copy_vocab = 32;
+  int64_t tokens_per_rank = 256;    // multiple of 16
+  // Skewed by default: the pretrain-like length distribution at 256 tokens per rank gives
+  // mostly 16-token documents and now and then long ones (capped at 128), so some steps put
+  // a long (quadratic) document on one rank and short ones on the other. Short documents are
+  // what lets the model discover copying quickly.
+  std::string dist = "pretrain";
+  int64_t max_doc_len = 128;        // 0: no cap
+  // Outputs.
+  std::string checkpoint_dir;       // empty: no checkpoints
+  int64_t checkpoint_every = 0;     // 0: only at the end (when checkpoint_dir is set)
+  std::string metrics;              // JSONL path; empty: none
+
+  // Every field; the message names the flag (--ranks, --lr, ...).
+  Status validate() const;
+  // The preset with the overrides applied, validated (message names --model or the key).
+  Result<ModelSpec> model_spec() const;
+  // The directory of data = "text:DIR" (empty for copy).
+  std::string text_dir() const;
+};
+
+// Applies the keys of a TOML file on top of `config` (does not validate the result).
+// Errors: unreadable file, TOML syntax (file:line), unknown key, wrong type; one line each.
+Status apply_toml_file(const std::string& path, TrainConfig& config);
+// Same, from TOML text; `origin` names it in messages.
+Status apply_toml_text(const std::string& text, const std::string& origin, TrainConfig& config);
+
+// The embedded default written as TOML (what configs/default.toml holds).
+std::string default_config_toml();
+
+}  // namespace distca::train

@@ -1,0 +1,83 @@
+// The trainer: data parallelism over a Communicator, core attention through the CA dispatcher.
+//
+// Every rank builds Llama<float> from the same seed (identical replicas) and, per step b:
+//   1. builds step b's batch (data.h; a pure function of (seed, b), so every rank agrees
+//      without communicating) and its own inputs;
+//   2. plans the step: make_plan with the `cad` scheduler (--mode cad) or `colocated`
+//      (--mode colocated), and wraps a runtime::CaDispatcher as the model's attention
+//      executor. Both modes run the same code; only the plan differs (colocated moves only the
+//      K/V context of documents split across ranks);
+//   3. all-reduces the target counts (double), runs forward_backward with
+//      grad_scale = 1 / global count, all-reduces the gradient buffer (deterministic rank
+//      order sum), clips, takes an AdamW step at LrSchedule::at(b);
+//   4. all-reduces the loss sums: loss = sum / count, report loss = report sum / weight.
+// Replicas stay bitwise identical; the same config gives the same bits on either backend and
+// with either mode (measured; tests/train).
+//
+// OpenBLAS: the trainer fixes OpenBLAS to one thread per process (ranks as threads share it;
+// sgemm's bits depend on it), so the local and mpi backends run identical arithmetic.
+//
+// Time split per step (rank-local wall clock): attention = the dispatcher's serve phases
+// (kernel, plus waiting for rows to arrive); communication = the dispatcher's start/finish
+// phases (packing, posting, receiving O/dQ/dKV) and the gradient and loss all-reduces;
+// waiting = a barrier before the gradient all-reduce (idle time behind the slowest rank);
+// linear = the rest of forward_backward and the optimizer.
+//
+// Thread safety: run_training is called once per rank, from that rank's thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "distca/comm/communicator.h"
+#include "distca/core/status.h"
+#include "distca/train/checkpoint.h"
+#include "distca/train/config.h"
+
+namespace distca::train {
+
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0;           // mean over every target of the step (all ranks)
+  double report_loss = 0;    // copy: mean over second-half targets; text: = loss
+  double lr = 0;
+  double grad_norm = 0;      // before clipping
+  int64_t tokens = 0;        // all ranks
+  double seconds = 0;        // rank 0's wall time of the step
+  double tokens_per_s = 0;
+  double imbalance_before = 1;  // attention load max/mean, colocated (plan metrics)
+  double imbalance_after = 1;   // attention load max/mean of the plan that ran
+  double linear_s = 0, attention_s = 0, comm_s = 0, wait_s = 0;  // rank 0, this step
+};
+
+struct TrainResult {
+  std::vector<StepMetrics> steps;   // the steps this run executed
+  std::vector<float> final_params;  // rank 0's parameters at the end
+  double linear_s = 0, attention_s = 0, comm_s = 0, wait_s = 0, total_s = 0;  // rank 0 sums
+  std::vector<int64_t> buffer_bytes;  // [ranks] params+grads+adam+workspace+peak dispatcher rows
+  int64_t checkpoints_written = 0;
+  std::string last_checkpoint;
+};
+
+struct TrainHooks {
+  // Called on rank 0 after every step (from rank 0's thread).
+  std::function<void(const StepMetrics&)> on_step;
+  // Not null: continue from this checkpoint (already verified against the config).
+  const Checkpoint* resume = nullptr;
+};
+
+// One rank's training loop. comm.size() must equal config.ranks. `result` (may be null) is
+// filled on rank 0. Errors from collectives come back as Status (the caller fails the group).
+Status run_training(const TrainConfig& config, comm::Communicator& comm, const TrainHooks& hooks,
+                    TrainResult* result);
+
+// Fixes OpenBLAS to one thread for this process. Call before any rank starts computing (the
+// mpi backend's CLI calls it at start; run_training_local calls it itself).
+void use_single_blas_thread();
+
+// config.ranks ranks as threads (local backend); returns rank 0's result.
+Status run_training_local(const TrainConfig& config, const TrainHooks& hooks, TrainResult* result);
+
+}  // namespace distca::train

@@ -1,0 +1,158 @@
+#include "distca/train/checkpoint.h"
+
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "distca/core/io.h"
+
+namespace distca::train {
+namespace {
+
+constexpr char kMagic[8] = {'D', 'C', 'A', 'C', 'K', 'P', 'T', '\n'};
+constexpr uint32_t kVersion = 1;
+
+template <class T>
+void put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+class Reader {
+ public:
+  Reader(const std::string& b, size_t end) : b_(b), end_(end) {}
+  template <class T>
+  bool get(T& v) {
+    if (end_ - pos_ < sizeof(T)) return false;
+    std::memcpy(&v, b_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool floats(std::vector<float>& v, int64_t n) {
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    if (n < 0 || end_ - pos_ < bytes) return false;
+    v.resize(static_cast<size_t>(n));
+    std::memcpy(v.data(), b_.data() + pos_, bytes);
+    pos_ += bytes;
+    return true;
+  }
+  bool text(std::string& s, uint64_t n) {
+    if (end_ - pos_ < n) return false;
+    s.assign(b_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  size_t pos() const { return pos_; }
+
+ private:
+  const std::string& b_;
+  size_t end_;
+  size_t pos_ = 0;
+};
+
+std::map<std::string, std::string> parse_pairs(const std::string& fp) {
+  std::map<std::string, std::string> m;
+  std::istringstream in(fp);
+  std::string tok;
+  while (in >> tok) {
+    const auto eq = tok.find('=');
+    if (eq != std::string::npos) m[tok.substr(0, eq)] = tok.substr(eq + 1);
+  }
+  return m;
+}
+
+}  // namespace
+
+std::string fingerprint(const TrainConfig& c, const ModelSpec& m) {
+  std::ostringstream o;
+  o.precision(17);
+  o << "model=" << m.name << " n_layers=" << m.n_layers << " hidden=" << m.hidden
+    << " n_heads=" << m.n_heads << " n_kv_heads=" << m.n_kv_heads << " head_dim=" << m.head_dim
+    << " ffn=" << m.ffn << " vocab=" << m.vocab << " ranks=" << c.ranks << " seed=" << c.seed
+    << " data=" << c.data << " copy_vocab=" << c.copy_vocab << " dist=" << c.dist << " tokens_per_rank=" << c.tokens_per_rank
+    << " max_doc_len=" << c.max_doc_len << " steps=" << c.steps << " lr=" << c.lr
+    << " min_lr=" << c.min_lr << " warmup=" << c.warmup << " weight_decay=" << c.weight_decay
+    << " clip=" << c.clip;
+  return o.str();
+}
+
+uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+std::string serialize_checkpoint(const Checkpoint& c) {
+  DISTCA_CHECK(c.adam_m.size() == c.params.size() && c.adam_v.size() == c.params.size());
+  std::string out(kMagic, sizeof(kMagic));
+  put(out, kVersion);
+  put(out, static_cast<uint64_t>(c.fingerprint.size()));
+  out += c.fingerprint;
+  put(out, c.step);
+  put(out, c.seed);
+  put(out, c.adam_step);
+  put(out, static_cast<int64_t>(c.params.size()));
+  for (const auto* v : {&c.params, &c.adam_m, &c.adam_v}) {
+    out.append(reinterpret_cast<const char*>(v->data()), v->size() * sizeof(float));
+  }
+  put(out, fnv1a64(out.data(), out.size()));
+  return out;
+}
+
+Result<Checkpoint> parse_checkpoint(const std::string& b, const std::string& name) {
+  auto corrupt = [&](const std::string& what) { return Status::corrupt(name + ": " + what); };
+  if (b.size() < sizeof(kMagic) + 4 + 8 || std::memcmp(b.data(), kMagic, sizeof(kMagic)) != 0) {
+    return corrupt("not a distca checkpoint (bad magic)");
+  }
+  uint64_t stored = 0;
+  std::memcpy(&stored, b.data() + b.size() - 8, 8);
+  if (fnv1a64(b.data(), b.size() - 8) != stored) return corrupt("checksum mismatch (file corrupt)");
+  Reader r(b, b.size() - 8);
+  char magic[8];
+  uint32_t version = 0;
+  uint64_t fp_len = 0;
+  r.get(magic);
+  if (!r.get(version)) return corrupt("truncated");
+  if (version != kVersion) {
+    return corrupt("version " + std::to_string(version) + " is not supported (expected " +
+                   std::to_string(kVersion) + ")");
+  }
+  Checkpoint c;
+  int64_t n = 0;
+  if (!r.get(fp_len) || !r.text(c.fingerprint, fp_len) || !r.get(c.step) || !r.get(c.seed) ||
+      !r.get(c.adam_step) || !r.get(n) || !r.floats(c.params, n) || !r.floats(c.adam_m, n) ||
+      !r.floats(c.adam_v, n) || r.pos() != b.size() - 8) {
+    return corrupt("truncated or malformed");
+  }
+  return c;
+}
+
+Status write_checkpoint(const std::string& path, const Checkpoint& c) {
+  return write_file_atomic(path, serialize_checkpoint(c));
+}
+
+Result<Checkpoint> read_checkpoint(const std::string& path, const std::string& expected) {
+  const std::string name = "--resume " + path;
+  auto bytes = read_file(path);
+  if (!bytes.ok()) return Status::not_found(name + ": " + bytes.status().message());
+  DISTCA_ASSIGN_OR_RETURN(Checkpoint c, parse_checkpoint(*bytes, name));
+  if (c.fingerprint != expected) {
+    const auto have = parse_pairs(c.fingerprint), want = parse_pairs(expected);
+    std::string was, is;
+    for (const auto& [k, v] : want) {
+      auto it = have.find(k);
+      const std::string hv = it == have.end() ? "(absent)" : it->second;
+      if (hv != v) {
+        if (!was.empty()) { was += ", "; is += ", "; }
+        was += k + "=" + hv;
+        is += k + "=" + v;
+      }
+    }
+    return Status::invalid_argument(name + ": was written for " + was + "; this run has " + is);
+  }
+  return c;
+}
+
+}  // namespace distca::train

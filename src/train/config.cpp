@@ -1,0 +1,208 @@
+#include "distca/train/config.h"
+
+#include <cmath>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "distca/core/io.h"
+#include "distca/data/workload.h"
+#include "distca/plan/schedule.h"
+
+namespace distca::train {
+namespace {
+
+Status bad(const std::string& flag, const std::string& what) {
+  return Status::invalid_argument(flag + " " + what);
+}
+
+bool finite(double x) { return std::isfinite(x); }
+
+}  // namespace
+
+Status TrainConfig::validate() const {
+  DISTCA_RETURN_IF_ERROR(model_spec().status());
+  if (ranks < 1 || ranks > 1024) return bad("--ranks", "must be in 1..1024 (got " + std::to_string(ranks) + ")");
+  if (backend != "local" && backend != "mpi") return bad("--backend", "must be local or mpi (got '" + backend + "')");
+  if (mode != "cad" && mode != "colocated") return bad("--mode", "must be cad or colocated (got '" + mode + "')");
+  auto sched = parse_scheduler(scheduler);
+  if (!sched.ok()) return bad("--scheduler", "is invalid: " + sched.status().message());
+  if (sched->kind == SchedulerKind::kWlb) {
+    return bad("--scheduler", "wlb re-packs documents, which training does not support; use cad, cad-symmetric or percp:C");
+  }
+  if (sched->kind == SchedulerKind::kPerCp && ranks % sched->cp_degree != 0) {
+    return bad("--scheduler", "percp:C needs C to divide --ranks");
+  }
+  if (!finite(tolerance) || tolerance < 0) return bad("--tolerance", "must be finite and >= 0");
+  if (steps < 1 || steps > 100000000) return bad("--steps", "must be positive (got " + std::to_string(steps) + ")");
+  if (!finite(lr) || lr <= 0) return bad("--lr", "must be positive and finite");
+  if (!finite(min_lr) || min_lr < 0 || min_lr > lr) return bad("--min-lr", "must be in [0, --lr]");
+  if (warmup < 0) return bad("--warmup", "must be >= 0");
+  if (!finite(weight_decay) || weight_decay < 0) return bad("--weight-decay", "must be >= 0 and finite");
+  if (!finite(clip)) return bad("--clip", "must be finite");
+  if (data != "copy" && (data.rfind("text:", 0) != 0 || data.size() == 5)) {
+    return bad("--data", "must be copy or text:DIR (got '" + data + "')");
+  }
+  WorkloadOptions w;
+  w.dist = dist;
+  w.ranks = ranks;
+  w.tokens_per_rank = tokens_per_rank;
+  w.max_doc_len = max_doc_len;
+  w.seed = seed;
+  DISTCA_RETURN_IF_ERROR(w.validate());
+  if (data == "copy") {
+    // Cheap check of the distribution's syntax; reading a file:PATH happens at the start.
+    if (dist.rfind("file:", 0) != 0) DISTCA_RETURN_IF_ERROR(LengthDistribution::create(w).status());
+  }
+  if (copy_vocab < 0 || copy_vocab == 1) return bad("--copy-vocab", "must be 0 (the model's vocabulary) or >= 2");
+  if (copy_vocab > 0) {
+    auto m = model_spec();
+    if (m.ok() && copy_vocab > m->vocab) {
+      return bad("--copy-vocab", "must not exceed the model's vocabulary (" + std::to_string(m->vocab) + ")");
+    }
+  }
+  if (checkpoint_every < 0) return bad("--checkpoint-every", "must be >= 0");
+  if (checkpoint_every > 0 && checkpoint_dir.empty()) {
+    return bad("--checkpoint-every", "needs --checkpoint-dir");
+  }
+  return {};
+}
+
+Result<ModelSpec> TrainConfig::model_spec() const {
+  auto preset = model_preset(model);
+  if (!preset.ok()) return bad("--model", preset.status().message());
+  ModelSpec m = *preset;
+  const ModelOverrides& o = model_overrides;
+  if (o.n_layers) m.n_layers = *o.n_layers;
+  if (o.hidden) m.hidden = *o.hidden;
+  if (o.n_heads) m.n_heads = *o.n_heads;
+  if (o.n_kv_heads) m.n_kv_heads = *o.n_kv_heads;
+  if (o.head_dim) m.head_dim = *o.head_dim;
+  if (o.ffn) m.ffn = *o.ffn;
+  if (o.vocab) m.vocab = *o.vocab;
+  Status st = m.validate();
+  if (!st.ok()) return bad("model_overrides:", st.message());
+  if (m.head_dim % 2 != 0) return bad("model_overrides.head_dim", "must be even (RoPE)");
+  if (data.rfind("text:", 0) == 0 && m.vocab < 257) {
+    return bad("--data", "text needs a vocabulary of at least 257 (256 bytes + end of document); the model has " + std::to_string(m.vocab));
+  }
+  return m;
+}
+
+std::string TrainConfig::text_dir() const {
+  return data.rfind("text:", 0) == 0 ? data.substr(5) : std::string();
+}
+
+namespace {
+
+template <class T>
+Status get(const toml::node& node, const std::string& origin, const std::string& key, T& out) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (auto v = node.value_exact<std::string>()) { out = *v; return {}; }
+    return Status::invalid_argument(origin + ": key '" + key + "' must be a string");
+  } else if constexpr (std::is_same_v<T, double>) {
+    if (auto v = node.value<double>()) { out = *v; return {}; }
+    return Status::invalid_argument(origin + ": key '" + key + "' must be a number");
+  } else {
+    if (auto v = node.value_exact<int64_t>()) {
+      if constexpr (std::is_unsigned_v<T>) {
+        if (*v < 0) return Status::invalid_argument(origin + ": key '" + key + "' must be >= 0");
+      }
+      out = static_cast<T>(*v);
+      return {};
+    }
+    return Status::invalid_argument(origin + ": key '" + key + "' must be an integer");
+  }
+}
+
+}  // namespace
+
+Status apply_toml_text(const std::string& text, const std::string& origin, TrainConfig& c) {
+  toml::table tbl;
+  try {
+    tbl = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    return Status::invalid_argument(origin + ":" + std::to_string(e.source().begin.line) + ": " +
+                                    std::string(e.description()));
+  }
+  // A file naming a model starts from that preset (its own [model_overrides] still apply).
+  if (tbl.contains("model")) c.model_overrides = {};
+  for (auto&& [k, node] : tbl) {
+    const std::string key(k.str());
+#define DISTCA_KEY(name) \
+    if (key == #name) { DISTCA_RETURN_IF_ERROR(get(node, origin, key, c.name)); continue; }
+    DISTCA_KEY(model) DISTCA_KEY(ranks) DISTCA_KEY(backend) DISTCA_KEY(mode)
+    DISTCA_KEY(scheduler) DISTCA_KEY(tolerance) DISTCA_KEY(steps) DISTCA_KEY(lr)
+    DISTCA_KEY(min_lr) DISTCA_KEY(warmup) DISTCA_KEY(weight_decay) DISTCA_KEY(clip)
+    DISTCA_KEY(seed) DISTCA_KEY(data) DISTCA_KEY(copy_vocab) DISTCA_KEY(tokens_per_rank) DISTCA_KEY(dist)
+    DISTCA_KEY(max_doc_len) DISTCA_KEY(checkpoint_dir) DISTCA_KEY(checkpoint_every)
+    DISTCA_KEY(metrics)
+#undef DISTCA_KEY
+    if (key == "model_overrides") {
+      const toml::table* sub = node.as_table();
+      if (!sub) return Status::invalid_argument(origin + ": key 'model_overrides' must be a table");
+      for (auto&& [k2, n2] : *sub) {
+        const std::string key2(k2.str());
+        const std::string full = "model_overrides." + key2;
+        ModelOverrides& o = c.model_overrides;
+        std::optional<int64_t>* slot = key2 == "n_layers"     ? &o.n_layers
+                                       : key2 == "hidden"     ? &o.hidden
+                                       : key2 == "n_heads"    ? &o.n_heads
+                                       : key2 == "n_kv_heads" ? &o.n_kv_heads
+                                       : key2 == "head_dim"   ? &o.head_dim
+                                       : key2 == "ffn"        ? &o.ffn
+                                       : key2 == "vocab"      ? &o.vocab
+                                                              : nullptr;
+        if (!slot) return Status::invalid_argument(origin + ": unknown key '" + full + "'");
+        int64_t v = 0;
+        DISTCA_RETURN_IF_ERROR(get(n2, origin, full, v));
+        *slot = v;
+      }
+      continue;
+    }
+    return Status::invalid_argument(origin + ": unknown key '" + key + "'");
+  }
+  return {};
+}
+
+Status apply_toml_file(const std::string& path, TrainConfig& config) {
+  auto text = read_file(path);
+  if (!text.ok()) return Status::invalid_argument("--config " + path + ": " + text.status().message());
+  return apply_toml_text(*text, path, config);
+}
+
+std::string default_config_toml() {
+  const TrainConfig c;
+  std::ostringstream o;
+  o.precision(17);
+  o << "# The embedded default of `distca train` (src/train/config.cpp writes it).\n"
+    << "model = \"" << c.model << "\"\n"
+    << "ranks = " << c.ranks << "\n"
+    << "backend = \"" << c.backend << "\"\n"
+    << "mode = \"" << c.mode << "\"\n"
+    << "scheduler = \"" << c.scheduler << "\"\n"
+    << "tolerance = " << c.tolerance << "\n"
+    << "steps = " << c.steps << "\n"
+    << "lr = " << c.lr << "\n"
+    << "min_lr = " << c.min_lr << "\n"
+    << "warmup = " << c.warmup << "\n"
+    << "weight_decay = " << c.weight_decay << "\n"
+    << "clip = " << c.clip << "\n"
+    << "seed = " << c.seed << "\n"
+    << "data = \"" << c.data << "\"\n"
+    << "copy_vocab = " << c.copy_vocab << "\n"
+    << "tokens_per_rank = " << c.tokens_per_rank << "\n"
+    << "dist = \"" << c.dist << "\"\n"
+    << "max_doc_len = " << c.max_doc_len << "\n"
+    << "\n[model_overrides]\n";
+  const ModelOverrides& m = c.model_overrides;
+  const std::pair<const char*, const std::optional<int64_t>*> fields[] = {
+      {"n_layers", &m.n_layers}, {"hidden", &m.hidden}, {"n_heads", &m.n_heads},
+      {"n_kv_heads", &m.n_kv_heads}, {"head_dim", &m.head_dim}, {"ffn", &m.ffn}, {"vocab", &m.vocab}};
+  for (const auto& [name, v] : fields) {
+    if (*v) o << name << " = " << **v << "\n";
+  }
+  return o.str();
+}
+
+}  // namespace distca::train

@@ -1,0 +1,137 @@
+#include "distca/train/data.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "distca/core/io.h"
+#include "distca/core/rng.h"
+
+namespace distca::train {
+namespace {
+
+constexpr uint64_t kCopySalt = 0xC0B1C0B1D15C0A11ULL;
+constexpr uint64_t kTextSalt = 0x7E47DA7A5EEDF00DULL;
+
+}  // namespace
+
+Result<DataSource> DataSource::create(const TrainConfig& config, int64_t vocab) {
+  DataSource s;
+  s.vocab_ = config.copy_vocab > 0 ? std::min(config.copy_vocab, vocab) : vocab;
+  s.workload_.dist = config.dist;
+  s.workload_.ranks = config.ranks;
+  s.workload_.tokens_per_rank = config.tokens_per_rank;
+  s.workload_.max_doc_len = config.max_doc_len;
+  s.workload_.seed = config.seed;
+  s.workload_.batches = 1;
+  DISTCA_RETURN_IF_ERROR(s.workload_.validate());
+  const std::string dir = config.text_dir();
+  if (dir.empty()) {
+    DISTCA_ASSIGN_OR_RETURN(LengthDistribution d, LengthDistribution::create(s.workload_));
+    s.dist_ = std::make_shared<LengthDistribution>(std::move(d));
+    return s;
+  }
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return Status::invalid_argument("--data text:" + dir + ": not a directory");
+  std::vector<std::string> paths;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (it->is_regular_file(ec)) paths.push_back(it->path().string());
+  }
+  if (ec) return Status::invalid_argument("--data text:" + dir + ": " + ec.message());
+  std::sort(paths.begin(), paths.end());
+  for (const std::string& p : paths) {
+    DISTCA_ASSIGN_OR_RETURN(std::string bytes, read_file(p));
+    std::vector<int32_t> doc;
+    doc.reserve(bytes.size() + 1);
+    for (char ch : bytes) doc.push_back(static_cast<int32_t>(static_cast<unsigned char>(ch)));
+    doc.push_back(kEndOfDocument);
+    if (config.max_doc_len > 0 && static_cast<int64_t>(doc.size()) > config.max_doc_len) {
+      doc.resize(static_cast<size_t>(config.max_doc_len));
+    }
+    s.text_.push_back(std::move(doc));
+  }
+  if (s.text_.empty()) return Status::invalid_argument("--data text:" + dir + ": no files");
+  return s;
+}
+
+namespace {
+
+// The files drawn for a text step, in packing order, and their lengths.
+void text_draw(const std::vector<std::vector<int32_t>>& text, uint64_t seed, int64_t step,
+               int64_t slots, std::vector<int64_t>* ids, std::vector<int64_t>* lengths) {
+  Rng rng(seed ^ kTextSalt, static_cast<uint64_t>(step));
+  for (int64_t total = 0; total < slots;) {
+    const auto id = static_cast<int64_t>(rng.uniform_int(text.size()));
+    ids->push_back(id);
+    lengths->push_back(static_cast<int64_t>(text[static_cast<size_t>(id)].size()));
+    total += lengths->back();
+  }
+}
+
+}  // namespace
+
+Batch DataSource::batch(int64_t step) const {
+  const int64_t slots = workload_.ranks * workload_.tokens_per_rank;
+  std::vector<int64_t> lengths;
+  if (is_copy()) {
+    // Exactly make_batches' batch `step` (data/workload.cpp).
+    Rng rng(workload_.seed, static_cast<uint64_t>(step));
+    for (int64_t total = 0; total < slots;) {
+      lengths.push_back(dist_->sample(rng));
+      total += lengths.back();
+    }
+  } else {
+    std::vector<int64_t> ids;
+    text_draw(text_, workload_.seed, step, slots, &ids, &lengths);
+  }
+  return pack_documents(lengths, workload_.ranks, workload_.tokens_per_rank, Layout::kContiguous);
+}
+
+std::vector<int32_t> DataSource::document(int64_t step, const Batch& batch, int64_t doc) const {
+  int64_t doc_len = 0;
+  for (const auto& rank : batch.per_rank) {
+    for (const Piece& p : rank) {
+      if (p.doc == doc) doc_len = p.doc_len;
+    }
+  }
+  DISTCA_CHECK(doc_len > 0);
+  std::vector<int32_t> out(static_cast<size_t>(doc_len));
+  if (is_copy()) {
+    // The packer may cut the last document to an odd length; the halves use the full length's
+    // split so the cut document stays a prefix of a proper copy document.
+    const int64_t half = (doc_len + 1) / 2;
+    Rng rng(workload_.seed ^ kCopySalt, (static_cast<uint64_t>(step) << 32) | static_cast<uint64_t>(doc));
+    for (int64_t i = 0; i < half; ++i) {
+      out[static_cast<size_t>(i)] = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(vocab_)));
+    }
+    for (int64_t i = half; i < doc_len; ++i) out[static_cast<size_t>(i)] = out[static_cast<size_t>(i - half)];
+  } else {
+    std::vector<int64_t> ids, lengths;
+    text_draw(text_, workload_.seed, step, workload_.ranks * workload_.tokens_per_rank, &ids, &lengths);
+    const auto& src = text_[static_cast<size_t>(ids[static_cast<size_t>(doc)])];
+    std::copy(src.begin(), src.begin() + doc_len, out.begin());
+  }
+  return out;
+}
+
+RankInputs DataSource::rank_inputs(int64_t step, const Batch& batch, int64_t rank) const {
+  RankInputs in;
+  for (const Piece& p : batch.per_rank[static_cast<size_t>(rank)]) {
+    const std::vector<int32_t> doc = document(step, batch, p.doc);
+    const int64_t half = (p.doc_len + 1) / 2;
+    for (int64_t i = p.offset; i < p.offset + p.len; ++i) {
+      in.tokens.push_back(doc[static_cast<size_t>(i)]);
+      in.positions.push_back(static_cast<int32_t>(i));
+      const bool has_next = i + 1 < p.doc_len;
+      in.targets.push_back(has_next ? doc[static_cast<size_t>(i + 1)] : -1);
+      // Copy: the target at position i + 1 is predictable once the second half has begun
+      // (i + 1 > half: token half repeats token 0, which nothing announces).
+      const bool report = !is_copy() || (has_next && i + 1 > half);
+      in.report_weights.push_back(report ? 1.0f : 0.0f);
+    }
+  }
+  return in;
+}
+
+}  // namespace distca::train

@@ -1,0 +1,405 @@
+// Tests of the train layer: config parsing, the copy/text data streams against independent
+// recomputation, checkpoint integrity, and the trainer's bitwise properties (cad == colocated,
+// resume == uninterrupted) on the local backend.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "distca/core/io.h"
+#include "distca/data/workload.h"
+#include "distca/train/checkpoint.h"
+#include "distca/train/config.h"
+#include "distca/train/data.h"
+#include "distca/train/trainer.h"
+#include "distca/model/llama.h"
+#include "distca/model/local_attention.h"
+#include "distca/model/optimizer.h"
+
+namespace distca::train {
+namespace {
+
+// A model small enough for many steps in a test.
+TrainConfig small_config() {
+  TrainConfig c;
+  c.model_overrides.n_layers = 2;
+  c.model_overrides.hidden = 64;
+  c.model_overrides.n_heads = 4;
+  c.model_overrides.n_kv_heads = 2;
+  c.model_overrides.head_dim = 16;
+  c.model_overrides.ffn = 128;
+  c.model_overrides.vocab = 64;
+  c.tokens_per_rank = 128;
+  c.dist = "uniform:16:256";
+  c.max_doc_len = 0;
+  c.steps = 20;
+  c.warmup = 5;
+  return c;
+}
+
+TEST(Config, DefaultIsValidAndRoundTripsThroughToml) {
+  const TrainConfig d;
+  ASSERT_TRUE(d.validate().ok()) << d.validate().to_string();
+  TrainConfig c = small_config();
+  c.seed = 99;
+  c.mode = "colocated";
+  c.model_overrides = {};
+  ASSERT_TRUE(apply_toml_text(default_config_toml(), "default", c).ok());
+  EXPECT_EQ(c.seed, d.seed);
+  EXPECT_EQ(c.mode, d.mode);
+  auto s1 = c.model_spec(), s2 = d.model_spec();
+  ASSERT_TRUE(s1.ok() && s2.ok());
+  EXPECT_EQ(fingerprint(c, *s1), fingerprint(d, *s2));
+}
+
+// configs/default.toml is the embedded default written out.
+TEST(Config, ShippedDefaultTomlIsTheEmbeddedDefault) {
+  TrainConfig c = small_config();
+  c.lr = 1;
+  ASSERT_TRUE(apply_toml_file(std::string(DISTCA_SOURCE_DIR) + "/configs/default.toml", c).ok());
+  const TrainConfig d;
+  auto s1 = c.model_spec(), s2 = d.model_spec();
+  ASSERT_TRUE(s1.ok() && s2.ok());
+  EXPECT_EQ(fingerprint(c, *s1), fingerprint(d, *s2));
+  for (const char* name : {"cad-8ranks.toml", "text-example.toml"}) {
+    TrainConfig e;
+    Status st = apply_toml_file(std::string(DISTCA_SOURCE_DIR) + "/configs/" + name, e);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_TRUE(e.validate().ok()) << name << ": " << e.validate().to_string();
+  }
+}
+
+TEST(Config, TomlSetsKeysAndOverrides) {
+  TrainConfig c;
+  const std::string text =
+      "ranks = 4\nmode = \"colocated\"\nlr = 1\nsteps = 7\ndata = \"text:/tmp\"\n"
+      "[model_overrides]\nn_layers = 3\nvocab = 300\n";
+  ASSERT_TRUE(apply_toml_text(text, "t.toml", c).ok());
+  EXPECT_EQ(c.ranks, 4);
+  EXPECT_EQ(c.mode, "colocated");
+  EXPECT_EQ(c.lr, 1.0);  // integers are accepted for floating-point keys
+  EXPECT_EQ(c.steps, 7);
+  auto spec = c.model_spec();
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  EXPECT_EQ(spec->n_layers, 3);
+  EXPECT_EQ(spec->vocab, 300);
+  EXPECT_EQ(c.text_dir(), "/tmp");
+}
+
+TEST(Config, BadKeysAndValuesNameTheKey) {
+  struct Case { std::string text, needle; };
+  for (const Case& k : std::vector<Case>{{"rnaks = 2\n", "'rnaks'"},
+                                         {"ranks = \"two\"\n", "'ranks'"},
+                                         {"[model_overrides]\nlayers = 2\n", "'model_overrides.layers'"},
+                                         {"mode = \n", "t.toml:1"}}) {
+    TrainConfig c;
+    Status st = apply_toml_text(k.text, "t.toml", c);
+    ASSERT_FALSE(st.ok()) << k.text;
+    EXPECT_NE(st.message().find(k.needle), std::string::npos) << st.message();
+    EXPECT_EQ(st.message().find('\n'), std::string::npos);
+  }
+  struct Bad { std::function<void(TrainConfig&)> set; std::string flag; };
+  for (const Bad& b : std::vector<Bad>{{[](TrainConfig& c) { c.ranks = 0; }, "--ranks"},
+                                       {[](TrainConfig& c) { c.mode = "x"; }, "--mode"},
+                                       {[](TrainConfig& c) { c.backend = "nccl"; }, "--backend"},
+                                       {[](TrainConfig& c) { c.lr = -1; }, "--lr"},
+                                       {[](TrainConfig& c) { c.data = "txt"; }, "--data"},
+                                       {[](TrainConfig& c) { c.tokens_per_rank = 100; }, "--tokens-per-rank"},
+                                       {[](TrainConfig& c) { c.model = "huge"; }, "--model"},
+                                       {[](TrainConfig& c) { c.scheduler = "wlb"; }, "--scheduler"},
+                                       {[](TrainConfig& c) { c.checkpoint_every = 3; }, "--checkpoint-every"}}) {
+    TrainConfig c;
+    b.set(c);
+    Status st = c.validate();
+    ASSERT_FALSE(st.ok()) << b.flag;
+    EXPECT_NE(st.message().find(b.flag), std::string::npos) << st.message();
+  }
+}
+
+// Reassembles every document of a step from the ranks' inputs and checks it against the copy
+// task's definition and the batch's layout.
+TEST(Data, CopyTaskMatchesItsDefinition) {
+  TrainConfig c = small_config();
+  c.ranks = 3;
+  c.dist = "uniform:16:512";  // documents cross rank boundaries
+  c.max_doc_len = 0;
+  c.copy_vocab = 32;
+  auto ds = DataSource::create(c, 64);
+  ASSERT_TRUE(ds.ok());
+  WorkloadOptions w;
+  w.dist = c.dist;
+  w.ranks = c.ranks;
+  w.tokens_per_rank = c.tokens_per_rank;
+  w.max_doc_len = c.max_doc_len;
+  w.seed = c.seed;
+  w.batches = 4;
+  auto ref = make_batches(w);
+  ASSERT_TRUE(ref.ok());
+  int split_docs = 0;
+  for (int64_t step = 0; step < 4; ++step) {
+    const Batch b = ds->batch(step);
+    ASSERT_EQ(b, (*ref)[static_cast<size_t>(step)]);
+    std::map<int64_t, std::vector<int32_t>> tok, tgt, pos;
+    std::map<int64_t, std::vector<float>> rw;
+    std::map<int64_t, int64_t> len, ranks_of;
+    for (int64_t r = 0; r < c.ranks; ++r) {
+      const RankInputs in = ds->rank_inputs(step, b, r);
+      ASSERT_EQ(static_cast<int64_t>(in.tokens.size()), b.rank_tokens(r));
+      size_t i = 0;
+      for (const Piece& p : b.per_rank[static_cast<size_t>(r)]) {
+        ++ranks_of[p.doc];
+        len[p.doc] = p.doc_len;
+        for (int64_t j = 0; j < p.len; ++j, ++i) {
+          EXPECT_EQ(in.positions[i], p.offset + j);
+          tok[p.doc].push_back(in.tokens[i]);
+          tgt[p.doc].push_back(in.targets[i]);
+          pos[p.doc].push_back(in.positions[i]);
+          rw[p.doc].push_back(in.report_weights[i]);
+        }
+      }
+    }
+    for (const auto& [doc, t] : tok) {
+      const int64_t n = len[doc];
+      ASSERT_EQ(static_cast<int64_t>(t.size()), n);
+      split_docs += ranks_of[doc] > 1;
+      const int64_t half = (n + 1) / 2;
+      for (int64_t i = 0; i < n; ++i) {
+        EXPECT_GE(t[static_cast<size_t>(i)], 0);
+        EXPECT_LT(t[static_cast<size_t>(i)], 32);
+        if (i >= half) {
+          EXPECT_EQ(t[static_cast<size_t>(i)], t[static_cast<size_t>(i - half)]);
+        }
+        EXPECT_EQ(tgt[doc][static_cast<size_t>(i)], i + 1 < n ? t[static_cast<size_t>(i + 1)] : -1);
+        EXPECT_EQ(rw[doc][static_cast<size_t>(i)], (i + 1 < n && i + 1 > half) ? 1.0f : 0.0f);
+      }
+    }
+    EXPECT_NE(ds->document(step, b, 0), ds->document(step + 1, ds->batch(step + 1), 0));
+  }
+  EXPECT_GT(split_docs, 0);  // the check covered documents split across ranks
+}
+
+TEST(Data, TextDirectoryIsByteTokensPlusEndOfDocument) {
+  const auto dir = std::filesystem::temp_directory_path() / "distca_train_text_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "sub");
+  std::map<std::string, std::string> files = {{"a.txt", "hello world\n"},
+                                              {"sub/b.txt", std::string("\xff\x01zz", 4)}};
+  for (const auto& [name, text] : files) std::ofstream(dir / name, std::ios::binary) << text;
+  TrainConfig c = small_config();
+  c.data = "text:" + dir.string();
+  c.tokens_per_rank = 16;
+  c.ranks = 2;
+  auto ds = DataSource::create(c, 300);
+  ASSERT_TRUE(ds.ok()) << ds.status().to_string();
+  EXPECT_EQ(ds->num_text_documents(), 2);
+  const Batch b = ds->batch(0);
+  for (int64_t r = 0; r < 2; ++r) {
+    const RankInputs in = ds->rank_inputs(0, b, r);
+    size_t i = 0;
+    for (const Piece& p : b.per_rank[static_cast<size_t>(r)]) {
+      const auto doc = ds->document(0, b, p.doc);
+      // Each document is one of the files' bytes + EOD (possibly cut by packing).
+      bool matches = false;
+      for (const auto& [name, text] : files) {
+        std::vector<int32_t> want;
+        for (char ch : text) want.push_back(static_cast<unsigned char>(ch));
+        want.push_back(kEndOfDocument);
+        if (doc.size() <= want.size() && std::equal(doc.begin(), doc.end(), want.begin())) matches = true;
+      }
+      EXPECT_TRUE(matches);
+      for (int64_t j = 0; j < p.len; ++j, ++i) EXPECT_EQ(in.report_weights[i], 1.0f);
+    }
+  }
+  TrainConfig bad = c;
+  bad.data = "text:" + (dir / "missing").string();
+  auto st = DataSource::create(bad, 300);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("--data"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+Checkpoint sample_checkpoint() {
+  Checkpoint c;
+  c.fingerprint = "model=tiny ranks=2 seed=1";
+  c.step = 5;
+  c.seed = 1;
+  c.adam_step = 5;
+  for (int i = 0; i < 100; ++i) {
+    c.params.push_back(0.5f * static_cast<float>(i));
+    c.adam_m.push_back(-1.0f * static_cast<float>(i));
+    c.adam_v.push_back(2.0f + static_cast<float>(i));
+  }
+  return c;
+}
+
+TEST(Checkpoint, RoundTripsAndDetectsEveryFlippedByteAndTruncation) {
+  const Checkpoint c = sample_checkpoint();
+  const std::string bytes = serialize_checkpoint(c);
+  auto back = parse_checkpoint(bytes, "f");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->params, c.params);
+  EXPECT_EQ(back->adam_m, c.adam_m);
+  EXPECT_EQ(back->adam_v, c.adam_v);
+  EXPECT_EQ(back->step, 5);
+  EXPECT_EQ(back->fingerprint, c.fingerprint);
+  for (size_t i = 0; i < bytes.size(); i += 7) {
+    std::string bad = bytes;
+    bad[i] = static_cast<char>(bad[i] ^ 0x10);
+    auto r = parse_checkpoint(bad, "f");
+    ASSERT_FALSE(r.ok()) << "byte " << i;
+    EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
+  }
+  for (size_t n : {size_t{0}, size_t{10}, bytes.size() / 2, bytes.size() - 1}) {
+    EXPECT_FALSE(parse_checkpoint(bytes.substr(0, n), "f").ok()) << n;
+  }
+  std::string flipped = bytes;
+  flipped[bytes.size() / 2] ^= 1;
+  auto r = parse_checkpoint(flipped, "--resume f");
+  EXPECT_EQ(r.status().message(), "--resume f: checksum mismatch (file corrupt)");
+}
+
+TEST(Checkpoint, FingerprintMismatchIsRefusedWithTheKey) {
+  const auto path = (std::filesystem::temp_directory_path() / "distca_ckpt_fp_test.ckpt").string();
+  Checkpoint c = sample_checkpoint();
+  ASSERT_TRUE(write_checkpoint(path, c).ok());
+  auto ok = read_checkpoint(path, c.fingerprint);
+  ASSERT_TRUE(ok.ok());
+  auto bad = read_checkpoint(path, "model=tiny ranks=4 seed=1");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "--resume " + path + ": was written for ranks=2; this run has ranks=4");
+  std::filesystem::remove(path);
+}
+
+std::vector<double> losses(const TrainResult& r) {
+  std::vector<double> out;
+  for (const auto& s : r.steps) out.push_back(s.loss);
+  return out;
+}
+
+// cad and colocated run the same model code and differ only in where attention runs; the
+// dispatcher's fixed-order sums and tile alignment make them the same function bit for bit.
+TEST(Trainer, CadAndColocatedGiveIdenticalLossesAndParameters) {
+  for (int64_t ranks : {2, 3}) {
+    TrainConfig c = small_config();
+    c.ranks = ranks;
+    c.dist = "uniform:16:384";
+    TrainResult cad, colo;
+    c.mode = "cad";
+    ASSERT_TRUE(run_training_local(c, {}, &cad).ok());
+    c.mode = "colocated";
+    ASSERT_TRUE(run_training_local(c, {}, &colo).ok());
+    ASSERT_EQ(cad.steps.size(), 20u);
+    double max_diff = 0;
+    bool planner_moved_work = false;
+    for (size_t i = 0; i < cad.steps.size(); ++i) {
+      max_diff = std::max(max_diff, std::abs(cad.steps[i].loss - colo.steps[i].loss));
+      planner_moved_work |= cad.steps[i].imbalance_after < colo.steps[i].imbalance_after - 1e-9;
+    }
+    EXPECT_EQ(max_diff, 0.0) << ranks << " ranks";
+    EXPECT_EQ(losses(cad), losses(colo));
+    EXPECT_TRUE(cad.final_params == colo.final_params);
+    EXPECT_TRUE(planner_moved_work);  // the comparison exercised real re-placement
+  }
+}
+
+// The distributed loop against an independent single-process reference: the same documents,
+// each whole, through the model with the local reference attention executor, and the same
+// optimizer steps. Both must agree up to summation order, step after step (so the backward
+// pass through the dispatcher, split documents included, gives the right gradients).
+TEST(Trainer, MatchesASingleProcessReferenceLoop) {
+  TrainConfig c = small_config();
+  c.ranks = 3;
+  c.dist = "uniform:16:384";  // documents split across ranks
+  c.steps = 4;
+  c.warmup = 1;
+  TrainResult r;
+  ASSERT_TRUE(run_training_local(c, {}, &r).ok());
+  ASSERT_EQ(r.steps.size(), 4u);
+  auto spec = c.model_spec();
+  ASSERT_TRUE(spec.ok());
+  auto ds = DataSource::create(c, spec->vocab);
+  ASSERT_TRUE(ds.ok());
+  auto model = model::Llama<float>::create(*spec, c.ranks * c.tokens_per_rank, c.seed);
+  ASSERT_TRUE(model.ok());
+  model::AdamWConfig acfg;
+  acfg.weight_decay = c.weight_decay;
+  auto opt = model::AdamW::create(model::param_count(*spec), model::decay_groups(model->layout()), acfg);
+  ASSERT_TRUE(opt.ok());
+  model::LrSchedule sched{c.lr, c.min_lr, c.warmup, c.steps};
+  for (int64_t step = 0; step < c.steps; ++step) {
+    const Batch b = ds->batch(step);
+    std::map<int64_t, int64_t> doc_len;
+    for (const auto& rank : b.per_rank) for (const Piece& p : rank) doc_len[p.doc] = p.doc_len;
+    std::vector<Piece> pieces;
+    std::vector<int32_t> tokens, positions, targets;
+    std::vector<float> weights;
+    for (const auto& [doc, n] : doc_len) {
+      pieces.push_back({doc, 0, n, n});
+      const auto t = ds->document(step, b, doc);
+      for (int64_t i = 0; i < n; ++i) {
+        tokens.push_back(t[static_cast<size_t>(i)]);
+        positions.push_back(static_cast<int32_t>(i));
+        targets.push_back(i + 1 < n ? t[static_cast<size_t>(i + 1)] : -1);
+        weights.push_back((i + 1 < n && i + 1 > (n + 1) / 2) ? 1.0f : 0.0f);
+      }
+    }
+    auto ex = model::LocalAttentionExecutor<float>::create(spec->n_heads, spec->n_kv_heads, spec->head_dim, pieces);
+    ASSERT_TRUE(ex.ok());
+    int64_t count = 0;
+    for (int32_t t : targets) count += t >= 0;
+    model->zero_grads();
+    auto loss = model->forward_backward({tokens, positions, targets, weights}, *ex, 1.0 / static_cast<double>(count));
+    ASSERT_TRUE(loss.ok()) << loss.status().to_string();
+    model::clip_grad_norm(model->grads(), c.clip);
+    ASSERT_TRUE(opt->step(model->params(), model->grads(), sched.at(step)).ok());
+    const auto& m = r.steps[static_cast<size_t>(step)];
+    EXPECT_NEAR(m.loss, loss->loss_sum / static_cast<double>(loss->count), 2e-5) << "step " << step;
+    EXPECT_NEAR(m.report_loss, loss->report_sum / loss->report_weight, 2e-5) << "step " << step;
+  }
+  double max_diff = 0;
+  for (size_t i = 0; i < r.final_params.size(); ++i) {
+    max_diff = std::max(max_diff, static_cast<double>(std::abs(r.final_params[i] - model->params()[i])));
+  }
+  EXPECT_LT(max_diff, 1e-4);
+}
+
+TEST(Trainer, ResumeIsBitwiseIdenticalToAnUninterruptedRun) {
+  const auto dir = std::filesystem::temp_directory_path() / "distca_train_resume_test";
+  std::filesystem::remove_all(dir);
+  TrainConfig c = small_config();
+  c.steps = 12;
+  c.checkpoint_dir = dir.string();
+  c.checkpoint_every = 5;
+  TrainResult straight;
+  ASSERT_TRUE(run_training_local(c, {}, &straight).ok());
+  ASSERT_EQ(straight.checkpoints_written, 3);  // steps 5, 10 and the end
+  auto spec = c.model_spec();
+  ASSERT_TRUE(spec.ok());
+  auto ck = read_checkpoint((dir / "step-00000005.ckpt").string(), fingerprint(c, *spec));
+  ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+  EXPECT_EQ(ck->step, 5);
+  TrainConfig c2 = c;
+  c2.checkpoint_dir = (dir / "resumed").string();
+  c2.mode = "colocated";  // modes compute the same bits, so a resume may switch
+  TrainHooks hooks;
+  hooks.resume = &*ck;
+  TrainResult resumed;
+  ASSERT_TRUE(run_training_local(c2, hooks, &resumed).ok());
+  ASSERT_EQ(resumed.steps.size(), 7u);
+  for (size_t i = 0; i < 7; ++i) {
+    EXPECT_EQ(resumed.steps[i].step, straight.steps[i + 5].step);
+    EXPECT_EQ(resumed.steps[i].loss, straight.steps[i + 5].loss) << i;
+    EXPECT_EQ(resumed.steps[i].report_loss, straight.steps[i + 5].report_loss) << i;
+  }
+  EXPECT_TRUE(resumed.final_params == straight.final_params);
+  // The final checkpoints agree byte for byte too.
+  auto a = read_file((dir / "step-00000012.ckpt").string());
+  auto b = read_file((dir / "resumed" / "step-00000012.ckpt").string());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(*a == *b);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace distca::train
