@@ -38,13 +38,15 @@ struct InFlight {
   int64_t bytes_sent = 0;
 };
 
-// Starts the exchange `ex` of rows of `row_floats` floats: send rows from `send`, receive into
-// `recv` (both laid out by ex's displacements, in rows).
-Result<InFlight> start_exchange(comm::Communicator& comm, const Exchange& ex, const float* send,
-                                float* recv, int64_t row_floats, bool signal) {
+// Starts the exchange `ex` of rows of `row_floats` floats into `f` (started at `start_us` for
+// the trace): send rows from `send`, receive into `recv` (both laid out by ex's
+// displacements, in rows).
+Status start_exchange(comm::Communicator& comm, const Exchange& ex, const float* send, float* recv,
+                      int64_t row_floats, bool signal, double start_us, InFlight& out) {
   const size_t n = sz(comm.size());
   std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
   InFlight f;
+  f.start_us = start_us;
   const std::byte* sp = reinterpret_cast<const std::byte*>(send);
   std::byte* rp = reinterpret_cast<std::byte*>(recv);
   if (signal) {
@@ -72,7 +74,8 @@ Result<InFlight> start_exchange(comm::Communicator& comm, const Exchange& ex, co
   auto h = comm.start_all_to_all_v(a);
   if (!h.ok()) return h.status();
   f.handle = std::move(h).value();
-  return f;
+  out = std::move(f);
+  return Status::ok_status();
 }
 
 // Calls fn(local_row, wire_row) for every row of `blocks` (per peer, in order from displs),
@@ -252,18 +255,8 @@ Status CaDispatcher::start_forward(int layer, const float* q, const float* k, co
   }
   trace("pack q/kv", "compute", t0);
   const double ts = options_.trace ? options_.trace->now_us() : 0;
-  {
-    auto f = start_exchange(comm_, xq, s.q_send.data(), s.q_recv.data(), qf, options_.signal);
-    if (!f.ok()) return f.status();
-    s.ex_q = std::move(f).value();
-    s.ex_q.start_us = ts;
-  }
-  {
-    auto f = start_exchange(comm_, xkv, s.kv_send.data(), s.kv_recv.data(), 2 * kvf, options_.signal);
-    if (!f.ok()) return f.status();
-    s.ex_kv = std::move(f).value();
-    s.ex_kv.start_us = ts;
-  }
+  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xq, s.q_send.data(), s.q_recv.data(), qf, options_.signal, ts, s.ex_q));
+  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xkv, s.kv_send.data(), s.kv_recv.data(), 2 * kvf, options_.signal, ts, s.ex_kv));
   fwd_bytes_ = s.ex_q.bytes_sent + s.ex_kv.bytes_sent;
   return Status::ok_status();
 }
@@ -345,10 +338,7 @@ Status CaDispatcher::serve_forward(int layer) {
   }
   trace("pack o", "compute", t0);
   const double ts = options_.trace ? options_.trace->now_us() : 0;
-  auto f = start_exchange(comm_, xo, s.olse_send.data(), s.olse_recv.data(), of, options_.signal);
-  if (!f.ok()) return f.status();
-  s.ex_olse = std::move(f).value();
-  s.ex_olse.start_us = ts;
+  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xo, s.olse_send.data(), s.olse_recv.data(), of, options_.signal, ts, s.ex_olse));
   fwd_bytes_ += s.ex_olse.bytes_sent;
   s.phase = 2;
   return Status::ok_status();
@@ -401,10 +391,7 @@ Status CaDispatcher::start_backward(int layer, const float* d_o, float* dq, floa
   }
   trace("pack do", "compute", t0);
   const double ts = options_.trace ? options_.trace->now_us() : 0;
-  auto f = start_exchange(comm_, xd, s.do_send.data(), s.do_recv.data(), qf, options_.signal);
-  if (!f.ok()) return f.status();
-  s.ex_do = std::move(f).value();
-  s.ex_do.start_us = ts;
+  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xd, s.do_send.data(), s.do_recv.data(), qf, options_.signal, ts, s.ex_do));
   bwd_bytes_ = s.ex_do.bytes_sent;
   s.phase = 4;
   return Status::ok_status();
@@ -483,18 +470,8 @@ Status CaDispatcher::serve_backward(int layer) {
   s.fv = std::move(local_dv);
   trace("pack dq/dkv", "compute", t0);
   const double ts = options_.trace ? options_.trace->now_us() : 0;
-  {
-    auto f = start_exchange(comm_, xdq, s.dq_send.data(), s.dq_recv.data(), qf, options_.signal);
-    if (!f.ok()) return f.status();
-    s.ex_dq = std::move(f).value();
-    s.ex_dq.start_us = ts;
-  }
-  {
-    auto f = start_exchange(comm_, xdkv, s.dkv_send.data(), s.dkv_recv.data(), 2 * kvf, options_.signal);
-    if (!f.ok()) return f.status();
-    s.ex_dkv = std::move(f).value();
-    s.ex_dkv.start_us = ts;
-  }
+  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xdq, s.dq_send.data(), s.dq_recv.data(), qf, options_.signal, ts, s.ex_dq));
+  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xdkv, s.dkv_send.data(), s.dkv_recv.data(), 2 * kvf, options_.signal, ts, s.ex_dkv));
   bwd_bytes_ += s.ex_dq.bytes_sent + s.ex_dkv.bytes_sent;
   s.phase = 5;
   return Status::ok_status();
