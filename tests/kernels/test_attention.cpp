@@ -124,6 +124,15 @@ TEST(AttentionFastPath, SquareTask) { check_case({{{300, 300}}, 2, 2, 64}, 3); }
 
 TEST(AttentionFastPath, ShorterQueryThanContext) { check_case({{{70, 333}, {129, 700}}, 2, 1, 128}, 4); }
 
+TEST(AttentionFastPath, ShardWhoseKeyBlocksStartMidQueryTile) {
+  // 1000 query rows at the end of a 2000-key context, GQA 4 (64-row query tiles): the backward
+  // cuts the keys into several chunks whose first query row (key - 1000) is not a multiple of
+  // the tile, so each chunk's dQ partial must start at the tile its first product writes.
+  check_case({{{1000, 2000}}, 4, 1, 32}, 12);
+  // Two such tasks, so chunks of different tasks sit side by side in the partial buffer.
+  check_case({{{900, 1700}, {300, 1300}}, 8, 2, 32}, 13);
+}
+
 TEST(AttentionFastPath, EmptyTasks) {
   // q_len 0 tasks (with and without keys) between real ones; their keys get zero gradients.
   check_case({{{0, 0}, {5, 17}, {0, 40}, {0, 0}, {33, 33}, {0, 300}}, 4, 2, 32}, 5);
