@@ -45,6 +45,7 @@ struct StepFlags {
   std::string json;            // FILE or "-"
   std::string trace;           // Chrome trace of the last cad pingpong step
   std::string mode = "all";    // pingpong | single-stream | signal | all
+  double tolerance = 0.05;     // cad's balance band
 };
 
 double now_s() {
@@ -95,6 +96,7 @@ Status run_rank(comm::Communicator& comm, const StepFlags& f, std::vector<Measur
   ScheduleOptions opt;
   opt.model = {"bench-step", 1, int64_t{f.heads} * f.head_dim, f.heads, f.kv_heads, f.head_dim, int64_t{f.heads} * f.head_dim, 256};
   opt.dtype_bytes = 4;
+  opt.tolerance = f.tolerance;
   const int64_t qf = dims.q_floats(), kvf = dims.kv_floats();
   const int64_t tokens = batch.rank_tokens(r);
   Rng rng(1234, static_cast<uint64_t>(r));
@@ -231,6 +233,7 @@ int run(const StepFlags& f) {
   j["layers"] = f.layers;
   j["reps"] = f.reps;
   j["linear_width"] = f.linear_width;
+  j["tolerance"] = f.tolerance;
   j["results"] = nlohmann::json::array();
   for (const auto& m : results) {
     j["results"].push_back({{"scheduler", m.config.scheduler},
@@ -283,6 +286,8 @@ Runner setup(CLI::App& app) {
   app.add_option("--linear-width", f->linear_width,
                  "cost of the linear stand-in: a (tokens, W) x (W, W) sgemm per nano-batch and layer (0: none)")
       ->check(CLI::Range(int64_t{0}, int64_t{16384}));
+  app.add_option("--tolerance", f->tolerance, "cad: every server within tolerance * mean of the mean load")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--mode", f->mode, "overlap mode to run: pingpong, single-stream, signal or all");
   app.add_option("--json", f->json, "write the figures as JSON to FILE (- for stdout)");
   app.add_option("--trace", f->trace, "write a Chrome trace (Perfetto) of the last cad pingpong step");
