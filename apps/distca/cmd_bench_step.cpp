@@ -46,6 +46,7 @@ struct StepFlags {
   std::string trace;           // Chrome trace of the last cad pingpong step
   std::string mode = "all";    // pingpong | single-stream | signal | all
   double tolerance = 0.05;     // cad's balance band
+  std::string servers = "both";  // keep | stateless | both (cad pingpong with stateless servers)
 };
 
 double now_s() {
@@ -76,6 +77,7 @@ Batch skewed_batch(const StepFlags& f, int n) {
 struct Config {
   std::string scheduler;
   runtime::OverlapMode mode;
+  bool stateless = false;  // servers receive Q, K/V, O, LSE again in backward
 };
 
 struct Measured {
@@ -136,8 +138,12 @@ Status run_rank(comm::Communicator& comm, const StepFlags& f, std::vector<Measur
   for (const char* s : {"colocated", "cad"}) {
     for (runtime::OverlapMode m : {runtime::OverlapMode::kPingPong, runtime::OverlapMode::kSingleStream,
                                    runtime::OverlapMode::kSignal}) {
-      if (f.mode == "all" || f.mode == runtime::overlap_mode_name(m)) configs.push_back({s, m});
+      if (f.mode == "all" || f.mode == runtime::overlap_mode_name(m)) configs.push_back({s, m, f.servers == "stateless"});
     }
+  }
+  if (f.servers == "both") {
+    const runtime::OverlapMode m = f.mode == "all" ? runtime::OverlapMode::kPingPong : runtime::parse_overlap_mode(f.mode).value();
+    configs.push_back({"cad", m, true});
   }
   // Plan every configuration first, then time them round-robin (rep by rep), so that load
   // from other processes on a shared machine falls on every configuration alike.
@@ -161,10 +167,10 @@ Status run_rank(comm::Communicator& comm, const StepFlags& f, std::vector<Measur
       Measured& m = (*results)[ci];
       nano_rows = plans[ci].tokens[static_cast<size_t>(r)];
       const bool record = !f.trace.empty() && rep == f.reps && c.scheduler == "cad" &&
-                          c.mode == runtime::OverlapMode::kPingPong;
+                          c.mode == runtime::OverlapMode::kPingPong && c.stateless == (f.servers == "stateless");
       DISTCA_RETURN_IF_ERROR(comm.barrier());
       comm::TraceRecorder trace;  // epoch right after the barrier: ranks line up on one host
-      DISTCA_ASSIGN_OR_RETURN(auto runner, runtime::PingPongRunner::create(comm, plans[ci], dims, c.mode, record ? &trace : nullptr));
+      DISTCA_ASSIGN_OR_RETURN(auto runner, runtime::PingPongRunner::create(comm, plans[ci], dims, c.mode, record ? &trace : nullptr, c.stateless));
       const double t0 = now_s();
       DISTCA_RETURN_IF_ERROR(runner->forward(fw, linear));
       DISTCA_RETURN_IF_ERROR(runner->backward(bw, linear));
@@ -240,6 +246,7 @@ int run(const StepFlags& f) {
                             {"mode", runtime::overlap_mode_name(m.config.mode)},
                             {"median_s", median(m.steps)},
                             {"steps_s", m.steps},
+                            {"servers", m.config.stateless ? "stateless" : "keep"},
                             {"outputs_valid", m.outputs_valid}});
   }
   j["ideal_speedup"] = ideal;
@@ -248,8 +255,16 @@ int run(const StepFlags& f) {
   if (have_exposed) j["exposed"] = exposed;
 
   for (const auto& m : results) {
-    std::printf("%-10s %-14s median %8.4f s%s\n", m.config.scheduler.c_str(), runtime::overlap_mode_name(m.config.mode),
+    const std::string who = m.config.scheduler + (m.config.stateless ? " (stateless)" : "");
+    std::printf("%-22s %-14s median %8.4f s%s\n", who.c_str(), runtime::overlap_mode_name(m.config.mode),
                 median(m.steps), m.outputs_valid ? "" : "  (signal: outputs invalid)");
+  }
+  if (f.servers == "both" && results.back().config.stateless) {
+    const Measured& st = results.back();
+    const Measured* keep = find("cad", st.config.mode);
+    const double extra = median(st.steps) / median(keep->steps) - 1;
+    j["stateless_over_keep"] = 1 + extra;
+    std::printf("stateless servers: %+.1f%% step time against servers that keep their inputs\n", 100 * extra);
   }
   std::printf("ideal speedup (FLOPs): %.3f\n", ideal);
   std::printf("speedup: %.3f\n", speedup);
@@ -288,6 +303,10 @@ Runner setup(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{16384}));
   app.add_option("--tolerance", f->tolerance, "cad: every server within tolerance * mean of the mean load")
       ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--servers", f->servers,
+                 "cad servers: keep (forward inputs kept for backward), stateless (sent again), or both "
+                 "(adds a stateless cad run)")
+      ->check(CLI::IsMember({"keep", "stateless", "both"}));
   app.add_option("--mode", f->mode, "overlap mode to run: pingpong, single-stream, signal or all");
   app.add_option("--json", f->json, "write the figures as JSON to FILE (- for stdout)");
   app.add_option("--trace", f->trace, "write a Chrome trace (Perfetto) of the last cad pingpong step");

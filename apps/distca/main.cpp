@@ -1,6 +1,9 @@
 // distca: the command-line tool. Parses arguments, dispatches to one registered command, and
 // is the only place that prints for people and chooses exit codes.
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <cstdio>
@@ -46,8 +49,26 @@ bool stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
 
 }  // namespace distca::cli
 
+namespace {
+
+// Keeps freed buffers of up to 32 MiB in the heap for reuse instead of handing them back to
+// the OS. The runtime's per-step buffers (fused Q/K/V, gradients, wire rows) are allocated
+// and freed every layer; glibc would otherwise mmap each one afresh, and page-faulting tens of
+// megabytes per step cost 5-10 ms of a 0.8 s layer step on this machine (docs/runtime.md).
+// The price is that the process keeps its peak heap. A process-wide allocator policy, so the
+// application sets it, not a library.
+void keep_freed_memory() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace distca::cli;
+  keep_freed_memory();
   CLI::App app{"distca: core attention disaggregation (CAD) for long-context LLM training"};
   app.set_version_flag("--version", DISTCA_VERSION);
   app.require_subcommand(1);

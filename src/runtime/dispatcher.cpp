@@ -116,6 +116,9 @@ struct CaDispatcher::LayerState {
   std::vector<float> do_send, do_recv, dq_send, dq_recv, dkv_send, dkv_recv;
   // The fused call (server side), kept from forward to backward.
   std::vector<float> fq, fk, fv, fo, flse;  // (total_q|total_kv, heads, d); lse (H, total_q)
+  // Stateless servers: the LSE of this rank's own rows, (n_tokens, n_heads), which the home
+  // sends back with Q and O in backward.
+  std::vector<float> home_lse;
   InFlight ex_q, ex_kv, ex_olse, ex_do, ex_dq, ex_dkv;
 };
 
@@ -236,6 +239,7 @@ Status CaDispatcher::start_forward(int layer, const float* q, const float* k, co
   s = LayerState{};
   s.phase = 1;
   s.q = q, s.k = k, s.v = v, s.o = o, s.lse = lse;
+  if (options_.stateless) s.home_lse.assign(sz(n_tokens() * dims_.n_heads), 0.0f);
   const RankPlan& rp = plan_.ranks[sz(rank_)];
   const Exchange& xq = rp.exchange(ExchangeKind::kQ);
   const Exchange& xkv = rp.exchange(ExchangeKind::kKv);
@@ -261,6 +265,29 @@ Status CaDispatcher::start_forward(int layer, const float* q, const float* k, co
   return Status::ok_status();
 }
 
+void CaDispatcher::assemble_kv(LayerState& s) const {
+  const ServerPlan& sp = plan_.servers[sz(rank_)];
+  const int64_t kvf = dims_.kv_floats();
+  s.fk.assign(sz(cu_k_.back() * kvf), 0.0f);
+  s.fv.assign(sz(cu_k_.back() * kvf), 0.0f);
+  for (size_t t = 0; t < sp.tasks.size(); ++t) {
+    int64_t row = cu_k_[t];
+    for (const Segment& seg : sp.tasks[t].kv) {
+      if (!seg.received) {  // consecutive local rows: one copy each for K and V
+        std::memcpy(s.fk.data() + row * kvf, s.k + seg.offset * kvf, sz(seg.len * kvf) * sizeof(float));
+        std::memcpy(s.fv.data() + row * kvf, s.v + seg.offset * kvf, sz(seg.len * kvf) * sizeof(float));
+        row += seg.len;
+        continue;
+      }
+      for (int64_t i = 0; i < seg.len; ++i, ++row) {
+        const float* r = s.kv_recv.data() + (seg.offset + i) * 2 * kvf;
+        copy_row(r, s.fk.data() + row * kvf, kvf);
+        copy_row(r + kvf, s.fv.data() + row * kvf, kvf);
+      }
+    }
+  }
+}
+
 Status CaDispatcher::serve_forward(int layer) {
   LayerState& s = state(layer);
   DISTCA_CHECK_MSG(s.phase == 1, "serve_forward without start_forward");
@@ -269,34 +296,20 @@ Status CaDispatcher::serve_forward(int layer) {
   DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_kv, options_.trace, rank_, lbl + "kv"));
   double t0 = options_.trace ? options_.trace->now_us() : 0;
   const ServerPlan& sp = plan_.servers[sz(rank_)];
-  const int64_t qf = dims_.q_floats(), kvf = dims_.kv_floats(), H = dims_.n_heads;
+  const int64_t qf = dims_.q_floats(), H = dims_.n_heads;
   const int64_t nt = static_cast<int64_t>(sp.tasks.size());
-  const int64_t total_q = cu_q_.back(), total_kv = cu_k_.back();
+  const int64_t total_q = cu_q_.back();
   s.fq.assign(sz(total_q * qf), 0.0f);
   s.fo.assign(sz(total_q * qf), 0.0f);
   s.flse.assign(sz(total_q * H), 0.0f);
-  s.fk.assign(sz(total_kv * kvf), 0.0f);
-  s.fv.assign(sz(total_kv * kvf), 0.0f);
   // Assemble: query rows of each task, then its context [0, q_end) from the kv segments.
   for (int64_t t = 0; t < nt; ++t) {
     const ServerTask& st = sp.tasks[sz(t)];
     const int64_t ql = st.task.q_end - st.task.q_begin, q0 = q_row_[sz(t)];
     const float* src = st.task.home == rank_ ? s.q + st.q_offset * qf : s.q_recv.data() + st.q_offset * qf;
     std::memcpy(s.fq.data() + q0 * qf, src, sz(ql * qf) * sizeof(float));
-    int64_t row = cu_k_[sz(t)];
-    for (const Segment& seg : st.kv) {
-      for (int64_t i = 0; i < seg.len; ++i, ++row) {
-        if (seg.received) {
-          const float* r = s.kv_recv.data() + (seg.offset + i) * 2 * kvf;
-          copy_row(r, s.fk.data() + row * kvf, kvf);
-          copy_row(r + kvf, s.fv.data() + row * kvf, kvf);
-        } else {
-          copy_row(s.k + (seg.offset + i) * kvf, s.fk.data() + row * kvf, kvf);
-          copy_row(s.v + (seg.offset + i) * kvf, s.fv.data() + row * kvf, kvf);
-        }
-      }
-    }
   }
+  assemble_kv(s);
   trace("assemble", "compute", t0);
   t0 = options_.trace ? options_.trace->now_us() : 0;
   if (nt > 0) {
@@ -326,8 +339,9 @@ Status CaDispatcher::serve_forward(int layer) {
       const float* orow = s.fo.data() + (q0 + i) * qf;
       if (st.task.home == rank_) {
         copy_row(orow, s.o + (st.q_offset + i) * qf, qf);
-        if (s.lse) {
-          for (int64_t h = 0; h < H; ++h) s.lse[(st.q_offset + i) * H + h] = s.flse[sz(h * total_q + q0 + i)];
+        for (float* lse : {s.lse, options_.stateless ? s.home_lse.data() : nullptr}) {
+          if (!lse) continue;
+          for (int64_t h = 0; h < H; ++h) lse[(st.q_offset + i) * H + h] = s.flse[sz(h * total_q + q0 + i)];
         }
       } else {
         float* w = s.olse_send.data() + (st.q_offset + i) * of;
@@ -340,6 +354,8 @@ Status CaDispatcher::serve_forward(int layer) {
   const double ts = options_.trace ? options_.trace->now_us() : 0;
   DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xo, s.olse_send.data(), s.olse_recv.data(), of, options_.signal, ts, s.ex_olse));
   fwd_bytes_ += s.ex_olse.bytes_sent;
+  // A stateless server forgets the fused call; backward sends its inputs again.
+  if (options_.stateless) s.fq = {}, s.fk = {}, s.fv = {}, s.fo = {}, s.flse = {};
   s.phase = 2;
   return Status::ok_status();
 }
@@ -357,6 +373,7 @@ Status CaDispatcher::finish_forward(int layer) {
       const float* r = s.olse_recv.data() + w * of;
       copy_row(r, s.o + l * qf, qf);
       if (s.lse) copy_row(r + qf, s.lse + l * H, H);
+      if (options_.stateless) copy_row(r + qf, s.home_lse.data() + l * H, H);
     });
   }
   // The wire buffers of the forward are not needed any more; the fused call is kept.
@@ -381,18 +398,39 @@ Status CaDispatcher::start_backward(int layer, const float* d_o, float* dq, floa
   const double t0 = options_.trace ? options_.trace->now_us() : 0;
   s.d_o = d_o, s.dq = dq, s.dk = dk, s.dv = dv, s.write = write;
   const Exchange& xd = plan_.ranks[sz(rank_)].exchange(ExchangeKind::kDO);
-  const int64_t qf = dims_.q_floats();
-  s.do_send.assign(sz(xd.send_rows() * qf), 0.0f);
-  s.do_recv.assign(sz(xd.recv_rows() * qf), 0.0f);
+  const int64_t qf = dims_.q_floats(), H = dims_.n_heads, kvf = dims_.kv_floats();
+  const int64_t wf = do_row_floats();
+  s.do_send.assign(sz(xd.send_rows() * wf), 0.0f);
+  s.do_recv.assign(sz(xd.recv_rows() * wf), 0.0f);
   {  // signal mode does the same copies: only the wire differs
     for_rows(index_, rank_, xd.send_blocks, xd.send_displs, [&](int64_t l, int64_t w) {
-      copy_row(d_o + l * qf, s.do_send.data() + w * qf, qf);
+      float* row = s.do_send.data() + w * wf;
+      copy_row(d_o + l * qf, row, qf);
+      if (options_.stateless) {  // dO | Q | O | LSE
+        copy_row(s.q + l * qf, row + qf, qf);
+        copy_row(s.o + l * qf, row + 2 * qf, qf);
+        copy_row(s.home_lse.data() + l * H, row + 3 * qf, H);
+      }
+    });
+  }
+  if (options_.stateless) {  // K|V again, as in forward
+    const Exchange& xkv = plan_.ranks[sz(rank_)].exchange(ExchangeKind::kKv);
+    s.kv_send.assign(sz(xkv.send_rows() * 2 * kvf), 0.0f);
+    s.kv_recv.assign(sz(xkv.recv_rows() * 2 * kvf), 0.0f);
+    for_rows(index_, rank_, xkv.send_blocks, xkv.send_displs, [&](int64_t l, int64_t w) {
+      copy_row(s.k + l * kvf, s.kv_send.data() + w * 2 * kvf, kvf);
+      copy_row(s.v + l * kvf, s.kv_send.data() + w * 2 * kvf + kvf, kvf);
     });
   }
   trace("pack do", "compute", t0);
   const double ts = options_.trace ? options_.trace->now_us() : 0;
-  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xd, s.do_send.data(), s.do_recv.data(), qf, options_.signal, ts, s.ex_do));
+  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xd, s.do_send.data(), s.do_recv.data(), wf, options_.signal, ts, s.ex_do));
   bwd_bytes_ = s.ex_do.bytes_sent;
+  if (options_.stateless) {
+    const Exchange& xkv = plan_.ranks[sz(rank_)].exchange(ExchangeKind::kKv);
+    DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xkv, s.kv_send.data(), s.kv_recv.data(), 2 * kvf, options_.signal, ts, s.ex_kv));
+    bwd_bytes_ += s.ex_kv.bytes_sent;
+  }
   s.phase = 4;
   return Status::ok_status();
 }
@@ -402,20 +440,37 @@ Status CaDispatcher::serve_backward(int layer) {
   DISTCA_CHECK_MSG(s.phase == 4, "serve_backward without start_backward");
   const std::string lbl = options_.label.empty() ? "" : options_.label + " ";
   DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_do, options_.trace, rank_, lbl + "do"));
+  if (options_.stateless) DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_kv, options_.trace, rank_, lbl + "kv"));
   double t0 = options_.trace ? options_.trace->now_us() : 0;
   const ServerPlan& sp = plan_.servers[sz(rank_)];
   const RankPlan& rp = plan_.ranks[sz(rank_)];
-  const int64_t qf = dims_.q_floats(), kvf = dims_.kv_floats();
+  const int64_t qf = dims_.q_floats(), kvf = dims_.kv_floats(), H = dims_.n_heads, wf = do_row_floats();
   const int64_t nt = static_cast<int64_t>(sp.tasks.size());
   const int64_t total_q = cu_q_.back(), total_kv = cu_k_.back();
   std::vector<float> fdo(sz(total_q * qf), 0.0f), fdq(sz(total_q * qf), 0.0f);
   std::vector<float> fdk(sz(total_kv * kvf), 0.0f), fdv(sz(total_kv * kvf), 0.0f);
+  if (options_.stateless) {  // the fused inputs again: Q, O, LSE with dO, then the contexts
+    s.fq.assign(sz(total_q * qf), 0.0f);
+    s.fo.assign(sz(total_q * qf), 0.0f);
+    s.flse.assign(sz(total_q * H), 0.0f);
+    assemble_kv(s);
+  }
   for (int64_t t = 0; t < nt; ++t) {
     const ServerTask& st = sp.tasks[sz(t)];
     const int64_t ql = st.task.q_end - st.task.q_begin, q0 = q_row_[sz(t)];
-    const float* src = st.task.home == rank_ ? s.d_o + st.q_offset * qf : s.do_recv.data() + st.q_offset * qf;
-    std::memcpy(fdo.data() + q0 * qf, src, sz(ql * qf) * sizeof(float));
+    const bool local = st.task.home == rank_;
+    for (int64_t i = 0; i < ql; ++i) {
+      const int64_t l = st.q_offset + i, f = q0 + i;  // local (or wire) row, fused row
+      const float* w = local ? nullptr : s.do_recv.data() + l * wf;
+      copy_row(local ? s.d_o + l * qf : w, fdo.data() + f * qf, qf);
+      if (!options_.stateless) continue;
+      copy_row(local ? s.q + l * qf : w + qf, s.fq.data() + f * qf, qf);
+      copy_row(local ? s.o + l * qf : w + 2 * qf, s.fo.data() + f * qf, qf);
+      const float* lse = local ? s.home_lse.data() + l * H : w + 3 * qf;
+      for (int64_t h = 0; h < H; ++h) s.flse[sz(h * total_q + f)] = lse[h];
+    }
   }
+  if (options_.stateless) s.kv_send = {}, s.kv_recv = {};
   trace("assemble do", "compute", t0);
   t0 = options_.trace ? options_.trace->now_us() : 0;
   if (nt > 0) {
@@ -465,7 +520,7 @@ Status CaDispatcher::serve_backward(int layer) {
     }
   }
   // The fused forward state is no longer needed: keep only the local partials.
-  s.fq = {}, s.fo = {}, s.flse = {};
+  s.fq = {}, s.fo = {}, s.flse = {}, s.home_lse = {};
   s.fk = std::move(local_dk);
   s.fv = std::move(local_dv);
   trace("pack dq/dkv", "compute", t0);

@@ -59,7 +59,7 @@ Result<NanoPlans> plan_nano_batches(const Batch& batch, const SchedulerSpec& spe
 
 Result<std::unique_ptr<PingPongRunner>> PingPongRunner::create(comm::Communicator& comm, const NanoPlans& plans,
                                                                const AttentionDims& dims, OverlapMode mode,
-                                                               comm::TraceRecorder* trace) {
+                                                               comm::TraceRecorder* trace, bool stateless) {
   std::unique_ptr<PingPongRunner> r(new PingPongRunner());
   r->comm_ = &comm;
   r->mode_ = mode;
@@ -69,6 +69,7 @@ Result<std::unique_ptr<PingPongRunner>> PingPongRunner::create(comm::Communicato
     o.signal = mode == OverlapMode::kSignal;
     o.trace = trace;
     o.label = x == 0 ? "ping" : "pong";
+    o.stateless = stateless;
     DISTCA_ASSIGN_OR_RETURN(r->disp_[static_cast<size_t>(x)], CaDispatcher::create(comm, plans.nano[static_cast<size_t>(x)], dims, o));
   }
   return r;

@@ -80,6 +80,11 @@ int main(int argc, char** argv) {
     if (!(pp.o == ss.o && pp.lse == ss.lse && pp.dq == ss.dq && pp.dk == ss.dk && pp.dv == ss.dv)) {
       comm.fail(Status::internal(name + ": pingpong and single-stream differ on rank " + std::to_string(comm.rank())));
     }
+    RankOutputs sl;  // stateless servers: the same bits
+    check(comm, run_runner(comm, pr, np.value(), OverlapMode::kPingPong, 2, nullptr, &sl, &valid, true), name + " stateless");
+    if (!(pp.o == sl.o && pp.lse == sl.lse && pp.dq == sl.dq && pp.dk == sl.dk && pp.dv == sl.dv)) {
+      comm.fail(Status::internal(name + ": stateless servers differ on rank " + std::to_string(comm.rank())));
+    }
     const Comparison cp = compare(pr, np->full.batch, comm.rank(), pp);
     check(comm, check_close(cp), name + " pingpong rank " + std::to_string(comm.rank()));
     check(comm, run_runner(comm, pr, np.value(), OverlapMode::kSignal, 2, nullptr, &sig, &valid), name + " signal");

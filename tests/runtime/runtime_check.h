@@ -167,7 +167,10 @@ inline Comparison compare(const Problem& pr, const Batch& batch, int rank, const
 }
 
 // Runs one layer forward + backward through a CaDispatcher on `plan` on this rank.
-inline Status run_dispatcher(comm::Communicator& comm, const Problem& pr, const Plan& plan, RankOutputs* out) {
+// `options` configures the dispatcher; `bwd_bytes` (optional) receives the bytes it sent in
+// backward.
+inline Status run_dispatcher(comm::Communicator& comm, const Problem& pr, const Plan& plan, RankOutputs* out,
+                             const DispatcherOptions& options = {}, int64_t* bwd_bytes = nullptr) {
   const int r = comm.rank();
   const int64_t qf = pr.dims.q_floats(), kvf = pr.dims.kv_floats();
   const auto q = local_rows(pr, plan.batch, r, pr.q, qf), k = local_rows(pr, plan.batch, r, pr.k, kvf),
@@ -176,16 +179,19 @@ inline Status run_dispatcher(comm::Communicator& comm, const Problem& pr, const 
   out->o.assign(q.size(), NAN), out->dq.assign(q.size(), NAN);
   out->lse.assign(static_cast<size_t>(n * pr.dims.n_heads), NAN);
   out->dk.assign(k.size(), NAN), out->dv.assign(k.size(), NAN);
-  DISTCA_ASSIGN_OR_RETURN(auto d, CaDispatcher::create(comm, plan, pr.dims));
+  DISTCA_ASSIGN_OR_RETURN(auto d, CaDispatcher::create(comm, plan, pr.dims, options));
   if (d->n_tokens() != n) return Status::internal("token count mismatch");
   DISTCA_RETURN_IF_ERROR(d->forward(3, q.data(), k.data(), v.data(), out->o.data(), out->lse.data()));
-  return d->backward(3, d_o.data(), out->dq.data(), out->dk.data(), out->dv.data());
+  DISTCA_RETURN_IF_ERROR(d->backward(3, d_o.data(), out->dq.data(), out->dk.data(), out->dv.data()));
+  if (bwd_bytes) *bwd_bytes = d->last_backward_bytes_sent();
+  return Status::ok_status();
 }
 
 // Runs `layers` layers forward + backward through a PingPongRunner (same inputs per layer);
 // returns the last layer's... every layer's outputs must agree, so outputs of layer 0.
 inline Status run_runner(comm::Communicator& comm, const Problem& pr, const NanoPlans& plans, OverlapMode mode,
-                         int layers, comm::TraceRecorder* trace, RankOutputs* out, bool* valid) {
+                         int layers, comm::TraceRecorder* trace, RankOutputs* out, bool* valid,
+                         bool stateless = false) {
   const int r = comm.rank();
   const Batch& b = plans.full.batch;
   const int64_t qf = pr.dims.q_floats(), kvf = pr.dims.kv_floats();
@@ -203,7 +209,7 @@ inline Status run_runner(comm::Communicator& comm, const Problem& pr, const Nano
     fw.push_back({q.data(), k.data(), v.data(), x.o.data(), x.lse.data()});
     bw.push_back({d_o.data(), x.dq.data(), x.dk.data(), x.dv.data()});
   }
-  DISTCA_ASSIGN_OR_RETURN(auto runner, PingPongRunner::create(comm, plans, pr.dims, mode, trace));
+  DISTCA_ASSIGN_OR_RETURN(auto runner, PingPongRunner::create(comm, plans, pr.dims, mode, trace, stateless));
   int linear_calls = 0;
   LinearFn fn = [&](int, int, bool) { ++linear_calls; };
   DISTCA_RETURN_IF_ERROR(runner->forward(fw, fn));

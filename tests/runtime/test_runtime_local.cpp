@@ -136,6 +136,64 @@ TEST(RuntimeLocal, PingPongEqualsSingleStreamBitwiseAndMatchesKernel) {
   }
 }
 
+// Stateless servers (inputs sent again in backward) compute the same bits as servers that keep
+// them, and send exactly the forward's Q, O, LSE and K/V rows more in backward.
+TEST(RuntimeLocal, StatelessServersGiveTheSameBitsForMoreBytes) {
+  const AttentionDims dims = small_dims();
+  for (int ranks : {1, 2, 3, 4}) {
+    const Batch batch = random_batch(ranks, 384, 300 + static_cast<uint64_t>(ranks));
+    const Problem pr = make_problem(batch, dims, 13, false);
+    for (const std::string& name : scheduler_names(ranks)) {
+      auto plan = make_plan(batch, parse_scheduler(name).value(), schedule_options(dims));
+      ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+      std::vector<RankOutputs> keep(static_cast<size_t>(ranks)), stateless(keep.size());
+      std::vector<int64_t> keep_bytes(keep.size()), stateless_bytes(keep.size());
+      for (bool sl : {false, true}) {
+        DispatcherOptions o;
+        o.stateless = sl;
+        Status st = comm::run_local(ranks, [&](comm::Communicator& c) {
+          const size_t r = static_cast<size_t>(c.rank());
+          return run_dispatcher(c, pr, plan.value(), sl ? &stateless[r] : &keep[r], o, sl ? &stateless_bytes[r] : &keep_bytes[r]);
+        });
+        ASSERT_TRUE(st.ok()) << st.to_string();
+      }
+      for (int r = 0; r < ranks; ++r) {
+        const size_t i = static_cast<size_t>(r);
+        EXPECT_TRUE(keep[i].o == stateless[i].o && keep[i].lse == stateless[i].lse) << name << " rank " << r;
+        EXPECT_TRUE(keep[i].dq == stateless[i].dq && keep[i].dk == stateless[i].dk && keep[i].dv == stateless[i].dv)
+            << name << " rank " << r;
+        const RankPlan& rp = plan->ranks[i];
+        const int64_t extra = rp.exchange(ExchangeKind::kQ).send_rows() * (2 * dims.q_floats() + dims.n_heads) +
+                              rp.exchange(ExchangeKind::kKv).send_rows() * 2 * dims.kv_floats();
+        EXPECT_EQ(stateless_bytes[i], keep_bytes[i] + extra * static_cast<int64_t>(sizeof(float))) << name << " rank " << r;
+      }
+    }
+  }
+}
+
+TEST(RuntimeLocal, StatelessPingPongEqualsKeepingServers) {
+  const AttentionDims dims{8, 2, 8, 0};
+  const int ranks = 3;
+  const Batch batch = random_batch(ranks, 512, 77);
+  const Problem pr = make_problem(batch, dims, 17, false);
+  auto np = plan_nano_batches(batch, parse_scheduler("cad").value(), schedule_options(dims));
+  ASSERT_TRUE(np.ok());
+  std::vector<RankOutputs> keep(ranks), stateless(ranks);
+  for (bool sl : {false, true}) {
+    Status st = comm::run_local(ranks, [&](comm::Communicator& c) {
+      bool valid = false;
+      auto& out = sl ? stateless[static_cast<size_t>(c.rank())] : keep[static_cast<size_t>(c.rank())];
+      return run_runner(c, pr, np.value(), OverlapMode::kPingPong, 2, nullptr, &out, &valid, sl);
+    });
+    ASSERT_TRUE(st.ok()) << st.to_string();
+  }
+  for (size_t r = 0; r < keep.size(); ++r) {
+    EXPECT_TRUE(keep[r].o == stateless[r].o && keep[r].dq == stateless[r].dq && keep[r].dk == stateless[r].dk &&
+                keep[r].dv == stateless[r].dv)
+        << "rank " << r;
+  }
+}
+
 TEST(RuntimeLocal, SignalModeRunsAndFlagsOutputsInvalid) {
   const AttentionDims dims = small_dims();
   const Batch batch = random_batch(3, 512, 77);

@@ -11,8 +11,12 @@
 //           several tasks); one attention_forward; O|LSE rows of remote homes go into the kOLse
 //           send buffer, local homes' rows straight into the caller's o; start kOLse.
 //   finish  wait for kOLse; scatter received O (and LSE) rows to their local rows.
-// Backward: servers KEEP their fused forward inputs and outputs (in-place servers, the byte
-// rules of plan/traffic.h), so only dO travels out; dQ and dK|dV partials come back. A server
+// Backward: by default servers KEEP their fused forward inputs and outputs (in-place servers,
+// the byte rules of plan/traffic.h), so only dO travels out; dQ and dK|dV partials come back.
+// Stateless servers (DispatcherOptions::stateless, the paper's design) drop them after
+// forward: backward sends each query row's dO|Q|O|LSE (the kDO layout) and the K|V rows again
+// (the kKv layout), so a server holds nothing between forward and backward, for more bytes.
+// Both give the same bits. A server
 // sums its tasks' dK/dV partials of one received row in task order; the home sums, for each
 // of its rows, its own server-side partial first, then the received partials in ascending
 // rank order (fixed order: the bits do not depend on timing).
@@ -89,6 +93,7 @@ struct DispatcherOptions {
   bool signal = false;                  // 1-byte exchanges (see above)
   comm::TraceRecorder* trace = nullptr;  // not owned; events get tid = rank
   std::string label;                    // prefix of trace event names ("ping", "pong")
+  bool stateless = false;               // servers keep nothing from forward to backward
 };
 
 enum class BackwardWrite { kOverwrite, kAccumulate };
@@ -144,6 +149,12 @@ class CaDispatcher {
                const DispatcherOptions& options);
   LayerState& state(int layer);
   Status align_tasks();
+  // Fills s.fk / s.fv (the fused call's contexts) from local rows and s.kv_recv.
+  void assemble_kv(LayerState& s) const;
+  // Floats per row of the kDO exchange: dO, or dO|Q|O|LSE for stateless servers.
+  int64_t do_row_floats() const {
+    return options_.stateless ? 3 * dims_.q_floats() + dims_.n_heads : dims_.q_floats();
+  }
   void trace(const char* what, const char* category, double start_us) const;
 
   comm::Communicator& comm_;

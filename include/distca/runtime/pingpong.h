@@ -77,10 +77,12 @@ struct LayerBackward {
 class PingPongRunner {
  public:
   // `plans` and `comm` must outlive the runner. Trace: dispatcher events labelled "ping" and
-  // "pong", linear events "ping linear" / "pong linear".
+  // "pong", linear events "ping linear" / "pong linear". `stateless`: the dispatchers' servers
+  // keep nothing between forward and backward (DispatcherOptions::stateless).
   static Result<std::unique_ptr<PingPongRunner>> create(comm::Communicator& comm, const NanoPlans& plans,
                                                         const AttentionDims& dims, OverlapMode mode,
-                                                        comm::TraceRecorder* trace = nullptr);
+                                                        comm::TraceRecorder* trace = nullptr,
+                                                        bool stateless = false);
 
   // Forward of layers 0..L-1 (L = layers.size()), with linear(nano, l, false) before each
   // layer's dispatch and linear(nano, L, false) at the end. Collective.
