@@ -367,19 +367,41 @@ void backward_chunk(const AttentionParams& p, const Geometry& g, const Chunk& c,
           Drow[i * g.G + j] = Dsum[h * g.total_q + row];
         }
       }
-      sgemm_checked(CblasNoTrans, CblasTrans, M, nke, d, 1.0f, Qp, d, kblk, ldkv, 0.0f, S, lds);
-      if (p.causal) apply_causal_mask(S, lds, g, s, r0, nr, kb, nke);
-      for (int64_t r = 0; r < M; ++r) detail::exp2_shift(S + r * lds, nke, lse2[r]);
-      // dV += P^T dO
-      sgemm_checked(CblasTrans, CblasNoTrans, nke, d, M, 1.0f, S, lds, dOp, d, 1.0f, dvblk, ldkv);
-      // dP = dO V^T; dS = P o (dP - D)
-      sgemm_checked(CblasNoTrans, CblasTrans, M, nke, d, 1.0f, dOp, d, vblk, ldkv, 0.0f, dP, lds);
-      for (int64_t r = 0; r < M; ++r) detail::softmax_grad(dP + r * lds, S + r * lds, nke, Drow[r]);
-      // dK += scale * dS^T Q  (Qp carries scale * log2 e, hence ln 2)
-      sgemm_checked(CblasTrans, CblasNoTrans, nke, d, M, kLn2, dP, lds, Qp, d, 1.0f, dkblk, ldkv);
-      // dQ partial += scale * dS K
-      sgemm_checked(CblasNoTrans, CblasNoTrans, M, d, nke, g.scale, dP, lds, kblk, ldkv, beta,
-                    part_rows, d);
+      // Rows [a, b) of the tile against keys [kb, kb + nkp).
+      auto update = [&](int64_t a, int64_t b, int64_t nkp) {
+        const int64_t ra = a * g.G, mp = (b - a) * g.G;  // first stacked row, stacked rows
+        float* Sp = S + ra * lds;
+        float* dPp = dP + ra * lds;
+        sgemm_checked(CblasNoTrans, CblasTrans, mp, nkp, d, 1.0f, Qp + ra * d, d, kblk, ldkv, 0.0f, Sp, lds);
+        if (p.causal) apply_causal_mask(Sp, lds, g, s, r0 + a, b - a, kb, nkp);
+        for (int64_t r = 0; r < mp; ++r) detail::exp2_shift(Sp + r * lds, nkp, lse2[ra + r]);
+        // dV += P^T dO
+        sgemm_checked(CblasTrans, CblasNoTrans, nkp, d, mp, 1.0f, Sp, lds, dOp + ra * d, d, 1.0f, dvblk, ldkv);
+        // dP = dO V^T; dS = P o (dP - D)
+        sgemm_checked(CblasNoTrans, CblasTrans, mp, nkp, d, 1.0f, dOp + ra * d, d, vblk, ldkv, 0.0f, dPp, lds);
+        for (int64_t r = 0; r < mp; ++r) detail::softmax_grad(dPp + r * lds, Sp + r * lds, nkp, Drow[ra + r]);
+        // dK += scale * dS^T Q  (Qp carries scale * log2 e, hence ln 2)
+        sgemm_checked(CblasTrans, CblasNoTrans, nkp, d, mp, kLn2, dPp, lds, Qp + ra * d, d, 1.0f, dkblk, ldkv);
+        // dQ partial += scale * dS K
+        sgemm_checked(CblasNoTrans, CblasNoTrans, mp, d, nkp, g.scale, dPp, lds, kblk, ldkv, beta,
+                      part_rows + ra * d, d);
+      };
+      // As in the forward: a tall tile whose rows reach different depths of this block goes in
+      // kDiagRows-row sub-tiles, each taking only the keys its last row sees.
+      const int64_t first_keys = std::min(nk, key_end(p, s, r0) - kb);
+      if (!p.causal || first_keys >= nke || nr <= kDiagRows) {
+        update(0, nr, nke);
+        continue;
+      }
+      for (int64_t a = 0; a < nr; a += kDiagRows) {
+        const int64_t b = std::min(nr, a + kDiagRows);
+        const int64_t nks = std::min(nk, key_end(p, s, r0 + b - 1) - kb);
+        if (nks > 0) {
+          update(a, b, nks);
+        } else if (blk == c.kb_begin) {  // rows that see nothing here still own a zero partial
+          std::fill(part_rows + a * g.G * d, part_rows + b * g.G * d, 0.0f);
+        }
+      }
     }
   }
 }

@@ -125,12 +125,15 @@ TEST(AttentionFastPath, SquareTask) { check_case({{{300, 300}}, 2, 2, 64}, 3); }
 TEST(AttentionFastPath, ShorterQueryThanContext) { check_case({{{70, 333}, {129, 700}}, 2, 1, 128}, 4); }
 
 TEST(AttentionFastPath, ShardWhoseKeyBlocksStartMidQueryTile) {
-  // 1000 query rows at the end of a 2000-key context, GQA 4 (64-row query tiles): the backward
-  // cuts the keys into several chunks whose first query row (key - 1000) is not a multiple of
+  // 600 query rows at the end of a 1300-key context, GQA 4 (64-row query tiles): the backward
+  // cuts the keys into several chunks whose first query row (key - 700) is not a multiple of
   // the tile, so each chunk's dQ partial must start at the tile its first product writes.
-  check_case({{{1000, 2000}}, 4, 1, 32}, 12);
+  check_case({{{600, 1300}}, 4, 1, 32}, 12);
   // Two such tasks, so chunks of different tasks sit side by side in the partial buffer.
-  check_case({{{900, 1700}, {300, 1300}}, 8, 2, 32}, 13);
+  check_case({{{500, 1100}, {200, 900}}, 8, 2, 32}, 13);
+  // G = 1: 256-row tiles that cross the diagonal go in 64-row sub-tiles, some of which see no
+  // key of a chunk's first block and must still zero their partial rows.
+  check_case({{{500, 1100}, {256, 256}, {300, 300}}, 2, 2, 32}, 14);
 }
 
 TEST(AttentionFastPath, EmptyTasks) {
