@@ -250,8 +250,13 @@ void forward_item(const AttentionParams& p, const Geometry& g, const WorkItem& w
   // a third of a 1K-token task's work with 256-row tiles. Sub-tiles sit at fixed offsets in
   // the tile, so a row's arithmetic still depends only on its place in the tile grid.
   const int64_t kfull = p.causal ? key_end(p, s, r0) : kend;
-  for (int64_t kb = 0; kb < kend; kb += kBlockKeys) {
-    const int64_t nk = std::min(kBlockKeys, kend - kb);
+  // Keys [0, kend) in equal blocks of at most kBlockKeys (multiples of 16), so that no block
+  // is a thin remainder (a 576-key tile: 288 + 288 rather than 512 + 64, whose sgemms run far
+  // below peak). kend, hence the blocks, is a function of the tile's place in the document.
+  const int64_t n_blocks = (kend + kBlockKeys - 1) / kBlockKeys;
+  const int64_t block_keys = n_blocks <= 1 ? kend : ((kend + n_blocks - 1) / n_blocks + 15) / 16 * 16;
+  for (int64_t kb = 0; kb < kend; kb += block_keys) {
+    const int64_t nk = std::min(block_keys, kend - kb);
     if (kb + nk <= kfull || nr <= kDiagRows) {
       update(0, nr, kb, nk);
       continue;
