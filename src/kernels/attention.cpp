@@ -33,17 +33,19 @@ constexpr int64_t kBlockKeys = 512;
 // Query rows per sub-tile where a tile crosses the causal diagonal (used when the tile is
 // taller, i.e. for GQA groups of 1 or 2 heads).
 constexpr int64_t kDiagRows = 64;
-// The backward's key blocks are its units of parallel work: a single 1K-token task has only two
-// 512-key blocks, of very unequal cost (causal), so two threads would idle a third of the
-// time. The block shrinks (512, 256, then 128 keys) until the call has at least
-// kMinBackwardBlocks of them (measured on 2 cores, docs/benchmarks.md). The choice depends on
-// the inputs only, never on the thread count, so the bits do not either.
+// The backward's key blocks are its units of parallel work: a 1K-token task has only two
+// 512-key blocks, of very unequal cost (causal, 3:1), so two threads would idle a third of
+// the time. A task of 512 to 2K keys therefore uses 128- or 256-key blocks, so that it has at
+// least 4 (measured on 2 cores, docs/benchmarks.md). Like everything below, the choice is a
+// function of the task alone (not of the other tasks of the call, nor of the thread count):
+// a task's bits do not depend on what it is fused with, which is what lets CAD and
+// co-located execution agree bit for bit when they run the same tasks.
 constexpr int64_t kMinBackwardBlocks = 4;
 constexpr int64_t kMinBlockKeys = 128;
-// The backward splits a (task, kv head)'s keys into chunks of about total / kChunkDivisor
-// pairs so that one huge task still spreads over the threads; each chunk owns a private dQ
-// partial, summed in chunk order afterwards (deterministic). The partials may take at most
-// kPartialCap times the size of dQ; chunks grow until they fit.
+// The backward splits a (task, kv head)'s keys into chunks of about task_pairs / kChunkDivisor
+// pairs (at least one block) so that one huge task still spreads over the threads; each chunk
+// owns a private dQ partial, summed in chunk order afterwards (deterministic). A task's
+// partials may take at most kPartialCap times its dQ; its chunks grow until they fit.
 constexpr double kChunkDivisor = 64.0;
 constexpr double kPartialCap = 4.0;
 
@@ -113,7 +115,6 @@ class BlasSingleThread {
 struct Geometry {
   int64_t H, Hkv, G, d, total_q;
   int64_t block_rows;  // query rows per block: kStackedRows / G (at least 1)
-  int64_t bwd_keys;    // keys per backward block (the backward's unit of parallel work)
   float scale;
 };
 
@@ -126,7 +127,6 @@ Geometry geometry(const AttentionParams& p) {
   g.total_q = p.total_q();
   g.block_rows = std::max<int64_t>(1, kStackedRows / g.G);
   g.scale = p.scale();
-  g.bwd_keys = kBlockKeys;
   return g;
 }
 
@@ -144,15 +144,11 @@ TaskShape task_shape(const AttentionParams& p, int64_t t) {
   return s;
 }
 
-int64_t backward_block_keys(const AttentionParams& p, const Geometry& g) {
+// Keys per backward block of a task with kv_len keys: 512, or less for 512 < kv_len < 2048
+// (kMinBackwardBlocks blocks at least).
+int64_t backward_block_keys(int64_t kv_len) {
   int64_t keys = kBlockKeys;
-  for (; keys > kMinBlockKeys; keys /= 2) {
-    int64_t blocks = 0;
-    for (int64_t t = 0; t < p.n_tasks; ++t) {
-      blocks += (task_shape(p, t).kv_len + keys - 1) / keys * g.Hkv;
-    }
-    if (blocks >= kMinBackwardBlocks) break;
-  }
+  while (keys > kMinBlockKeys && kv_len > keys && (kv_len + keys - 1) / keys < kMinBackwardBlocks) keys /= 2;
   return keys;
 }
 
@@ -290,12 +286,16 @@ void forward_item(const AttentionParams& p, const Geometry& g, const WorkItem& w
 
 struct Chunk {
   int64_t task, group, kb_begin, kb_end;  // key blocks [kb_begin, kb_end)
+  int64_t keys;                           // keys per block of this task
   int64_t row_begin;                      // first query tile's row that any key of the chunk reaches
   int64_t partial_offset;                 // into the dQ partial buffer: (q_len - row_begin, G, d)
 };
 
-// Splits every (task, kv head)'s key blocks into chunks of about `target` pairs.
-std::vector<Chunk> make_chunks(const AttentionParams& p, const Geometry& g, double target,
+// Splits every (task, kv head)'s key blocks into chunks: about task pairs / kChunkDivisor per
+// chunk, doubled until the task's partials fit in kPartialCap times its dQ. `block_cost[t]`:
+// the cost of each key block of task t. Returns the chunks, (task, kv head) runs in order, and
+// sets *partial_floats.
+std::vector<Chunk> make_chunks(const AttentionParams& p, const Geometry& g,
                                const std::vector<std::vector<double>>& block_cost,
                                int64_t* partial_floats) {
   std::vector<Chunk> chunks;
@@ -303,22 +303,39 @@ std::vector<Chunk> make_chunks(const AttentionParams& p, const Geometry& g, doub
   for (int64_t t = 0; t < p.n_tasks; ++t) {
     const TaskShape s = task_shape(p, t);
     if (s.q_len == 0 && s.kv_len == 0) continue;
-    const int64_t nb = (s.kv_len + g.bwd_keys - 1) / g.bwd_keys;
-    for (int64_t grp = 0; grp < g.Hkv; ++grp) {
-      int64_t b = 0;
-      while (b < nb) {
-        Chunk c{t, grp, b, b, 0, off};
+    const auto& bc = block_cost[static_cast<size_t>(t)];
+    const int64_t keys = backward_block_keys(s.kv_len);
+    const int64_t nb = static_cast<int64_t>(bc.size());
+    double total = 0;
+    for (double c : bc) total += c;
+    // One kv head's chunking (every head of the task gets the same).
+    std::vector<Chunk> one;
+    int64_t rows = 0;  // partial rows of one head
+    for (double target = std::max(total / kChunkDivisor, 1.0);; target *= 2) {
+      one.clear();
+      rows = 0;
+      for (int64_t b = 0; b < nb;) {
+        Chunk c{t, 0, b, b, keys, 0, 0};
         double cost = 0;
-        while (c.kb_end < nb && (c.kb_end == b || cost + block_cost[t][c.kb_end] <= target)) {
-          cost += block_cost[t][c.kb_end];
+        while (c.kb_end < nb && (c.kb_end == b || cost + bc[static_cast<size_t>(c.kb_end)] <= target)) {
+          cost += bc[static_cast<size_t>(c.kb_end)];
           ++c.kb_end;
         }
         // Rounded down to a query tile: backward_chunk's first tile starts there, and the
         // partial must own every row that tile writes.
-        c.row_begin = std::min(s.q_len, first_row(p, s, b * g.bwd_keys)) / g.block_rows * g.block_rows;
+        c.row_begin = std::min(s.q_len, first_row(p, s, b * keys)) / g.block_rows * g.block_rows;
+        rows += s.q_len - c.row_begin;
+        one.push_back(c);
+        b = c.kb_end;
+      }
+      if (one.size() <= 1 || static_cast<double>(rows) <= kPartialCap * static_cast<double>(s.q_len)) break;
+    }
+    for (int64_t grp = 0; grp < g.Hkv; ++grp) {
+      for (Chunk c : one) {
+        c.group = grp;
+        c.partial_offset = off;
         off += (s.q_len - c.row_begin) * g.G * g.d;
         chunks.push_back(c);
-        b = c.kb_end;
       }
     }
   }
@@ -329,18 +346,19 @@ std::vector<Chunk> make_chunks(const AttentionParams& p, const Geometry& g, doub
 void backward_chunk(const AttentionParams& p, const Geometry& g, const Chunk& c,
                     const float* Dsum, float* partial, float* ws) {
   const TaskShape s = task_shape(p, c.task);
-  const int64_t d = g.d, ldkv = g.Hkv * d, lds = g.bwd_keys, br = g.block_rows;
+  // Scratch rows are kBlockKeys wide whatever the task's block (scratch is sized for the call).
+  const int64_t d = g.d, ldkv = g.Hkv * d, lds = kBlockKeys, br = g.block_rows;
   const int64_t Mmax = br * g.G;
   float* Qp = ws;                  // (M, d)
   float* dOp = Qp + Mmax * d;      // (M, d)
-  float* S = dOp + Mmax * d;       // (M, g.bwd_keys): scores, then P
-  float* dP = S + Mmax * lds;      // (M, g.bwd_keys): dP, then dS
+  float* S = dOp + Mmax * d;       // (M, kBlockKeys): scores, then P
+  float* dP = S + Mmax * lds;      // (M, kBlockKeys): dP, then dS
   float* lse2 = dP + Mmax * lds;   // (M)
   float* Drow = lse2 + Mmax;       // (M)
   float* part = partial + c.partial_offset;  // (q_len - row_begin, G, d)
   const size_t koff = static_cast<size_t>((s.k0 * g.Hkv + c.group) * d);
   for (int64_t blk = c.kb_begin; blk < c.kb_end; ++blk) {
-    const int64_t kb = blk * g.bwd_keys, nk = std::min(g.bwd_keys, s.kv_len - kb);
+    const int64_t kb = blk * c.keys, nk = std::min(c.keys, s.kv_len - kb);
     const float* kblk = p.k + koff + kb * ldkv;
     const float* vblk = p.v + koff + kb * ldkv;
     float* dkblk = p.dk + koff + kb * ldkv;
@@ -442,34 +460,23 @@ void attention_forward(const AttentionParams& p) {
 
 void attention_backward(const AttentionParams& p) {
   DISTCA_CHECK(p.dtype == DType::kFloat32);
-  Geometry g = geometry(p);
-  g.bwd_keys = backward_block_keys(p, g);
+  const Geometry g = geometry(p);
   const int64_t d = g.d, total_q = g.total_q;
 
-  // Per-task key-block costs (pairs per kv head) and the chunking.
+  // Per-task key-block costs (pairs per kv head, plus a per-block overhead) and the chunking.
   std::vector<std::vector<double>> block_cost(static_cast<size_t>(p.n_tasks));
-  double total = 0;
   for (int64_t t = 0; t < p.n_tasks; ++t) {
     const TaskShape s = task_shape(p, t);
-    const int64_t nb = (s.kv_len + g.bwd_keys - 1) / g.bwd_keys;
+    const int64_t keys = backward_block_keys(s.kv_len);
+    const int64_t nb = (s.kv_len + keys - 1) / keys;
     auto& bc = block_cost[static_cast<size_t>(t)];
-    bc.assign(static_cast<size_t>(nb), 0.0);
+    bc.assign(static_cast<size_t>(nb), static_cast<double>(keys * d));
     for (int64_t j = 0; j < s.kv_len; ++j) {
-      bc[static_cast<size_t>(j / g.bwd_keys)] += static_cast<double>(s.q_len - std::min(s.q_len, first_row(p, s, j)));
-    }
-    for (int64_t b = 0; b < nb; ++b) {
-      bc[static_cast<size_t>(b)] += static_cast<double>(g.bwd_keys * d);  // per-block overhead
-      total += bc[static_cast<size_t>(b)] * static_cast<double>(g.Hkv);
+      bc[static_cast<size_t>(j / keys)] += static_cast<double>(s.q_len - std::min(s.q_len, first_row(p, s, j)));
     }
   }
-  double target = std::max(total / kChunkDivisor, 1.0);
-  const double cap = kPartialCap * static_cast<double>(total_q * g.H * d);
   int64_t partial_floats = 0;
-  std::vector<Chunk> chunks = make_chunks(p, g, target, block_cost, &partial_floats);
-  while (static_cast<double>(partial_floats) > cap && chunks.size() > static_cast<size_t>(p.n_tasks * g.Hkv)) {
-    target *= 2;
-    chunks = make_chunks(p, g, target, block_cost, &partial_floats);
-  }
+  const std::vector<Chunk> chunks = make_chunks(p, g, block_cost, &partial_floats);
   std::vector<WorkItem> items;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const Chunk& c = chunks[i];
@@ -495,7 +502,7 @@ void attention_backward(const AttentionParams& p) {
   // (beta = 0) by the chunk's first key block before it is accumulated into.
   float* partial = thread_scratch(ScratchSlot::kPartial, static_cast<size_t>(partial_floats));
   const int64_t Mmax = g.block_rows * g.G;
-  const size_t ws_floats = static_cast<size_t>(2 * Mmax * d + 2 * Mmax * g.bwd_keys + 2 * Mmax);
+  const size_t ws_floats = static_cast<size_t>(2 * Mmax * d + 2 * Mmax * kBlockKeys + 2 * Mmax);
   const int64_t n_items = static_cast<int64_t>(items.size());
   BlasSingleThread blas_guard;
   // One parallel region for the three phases: waking the team once matters for small batches
