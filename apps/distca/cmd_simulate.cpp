@@ -1,0 +1,331 @@
+// `distca simulate`: one training iteration on a simulated cluster under one strategy
+// (docs/simulation-model.md), or a paper-reproduction sweep (--sweep NAME --out DIR,
+// docs/simulation.md).
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "distca/core/io.h"
+#include "distca/core/specs.h"
+#include "distca/cost/profiled.h"
+#include "distca/sim/simulator.h"
+#include "distca/sim/sweeps.h"
+#include "workload_flags.h"
+
+namespace distca::cli {
+namespace {
+
+struct Options {
+  WorkloadFlags workload;
+  std::string model = "llama-8b";
+  std::string hardware = "h200";
+  int64_t gpus = 0;
+  int64_t gpus_per_node = 0;  // 0: the hardware preset's
+  int64_t pp = 1;
+  int64_t microbatches = 0;   // 0: 1 without PP, else 2 x PP (--batch: the file's batches)
+  std::string strategy = "cad";
+  double mfu = 0.5;
+  double attention_efficiency = 0.5;
+  int64_t attention_tile = 128;
+  std::string cost_table;
+  double tolerance = 0.1;
+  double wlb_mem_cap = 1.2;
+  std::string dtype = "bf16";
+  bool no_shard_optimizer = false;
+  bool no_checkpointing = false;
+  bool no_lm_head = false;
+  bool no_grad_sync = false;
+  std::string cad_servers = "keep";
+  double inter_node_gbps = 0;     // GB/s per GPU; 0: the preset's
+  double inter_node_latency_us = -1;  // < 0: the preset's
+  double memory_gb = 0;           // 0: the preset's
+  std::string trace_path;
+  std::string json_path;  // "-": stdout
+  bool json = false;
+  bool full = false;
+  // Sweep mode.
+  std::string sweep;
+  std::string out_dir;
+  int64_t sweep_batches = 30;
+  bool quick = false;
+  bool no_plot = false;
+  // Which flags were given (CLI11 counts), for the mode checks.
+  CLI::App* app = nullptr;
+};
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+  int u = 0;
+  while (std::fabs(b) >= 1000 && u < 5) {
+    b /= 1000;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
+  return buf;
+}
+
+bool given(const Options& o, const char* flag) { return o.app->count(flag) > 0; }
+
+int run_sweep_mode(const Options& o) {
+  if (o.out_dir.empty()) return fail_input("--sweep needs --out DIR");
+  for (const char* f : {"--gpus", "--strategy", "--trace", "--json", "--batch", "--pp", "--microbatches"}) {
+    if (given(o, f)) return fail_input(std::string(f) + " cannot be combined with --sweep");
+  }
+  sim::SweepOptions so;
+  so.name = o.sweep;
+  so.out_dir = o.out_dir;
+  so.batches = given(o, "--batches") ? o.workload.options.batches : o.sweep_batches;
+  so.seed = o.workload.options.seed;
+  so.plot = !o.no_plot;
+  so.quick = o.quick;
+  if (given(o, "--dist")) so.dist = o.workload.options.dist;
+  Status st = sim::validate_sweep(so);
+  if (!st.ok()) return fail(st);
+  const bool tty = stderr_is_terminal();
+  auto summary = sim::run_sweep(so, [tty](const sim::SweepProgress& p) {
+    if (tty) std::fprintf(stderr, "\r[%lld/%lld] %s\033[K", static_cast<long long>(p.done),
+                          static_cast<long long>(p.total), p.what.c_str());
+  });
+  if (tty) std::fprintf(stderr, "\n");
+  if (!summary.ok()) return fail(summary.status());
+  for (const auto& path : summary->csv_paths) std::printf("wrote %s\n", path.c_str());
+  for (const auto& path : summary->script_paths) std::printf("wrote %s\n", path.c_str());
+  for (const auto& path : summary->plot_paths) std::printf("wrote %s\n", path.c_str());
+  if (!summary->plot_note.empty()) std::printf("plot skipped: %s\n", summary->plot_note.c_str());
+  for (const auto& [what, value] : summary->headline) std::printf("%-40s %.4f\n", what.c_str(), value);
+  return kExitOk;
+}
+
+Status check_output_dir(const std::string& flag, const std::string& path) {
+  const auto dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty() && !std::filesystem::is_directory(dir)) {
+    return Status::invalid_argument(flag + ": directory '" + dir.string() + "' does not exist");
+  }
+  return Status::ok_status();
+}
+
+void print_result(const sim::SimResult& r, const Options& o) {
+  std::printf("%s on %lld GPUs (%lld nodes of %lld, PP %lld, %lld micro-batches), %s, strategy %s\n",
+              r.model.c_str(), static_cast<long long>(r.gpus), static_cast<long long>(r.units),
+              static_cast<long long>(r.gpus_per_node), static_cast<long long>(r.pp),
+              static_cast<long long>(r.microbatches), r.hardware.c_str(), r.strategy.name().c_str());
+  std::printf("iteration %.4f s (pipeline %.4f s, gradient all-reduce %.4f s), %.3g tokens/s\n", r.iteration_seconds,
+              r.pipeline_seconds, r.grad_sync_seconds, r.tokens_per_second);
+  std::printf("DP %lld x CP %lld per stage; idle %.1f%%, exposed communication %.1f%%, bytes moved %s\n",
+              static_cast<long long>(r.dp), static_cast<long long>(r.cp_degree), 100 * r.idle_fraction,
+              100 * r.exposed_comm_fraction, human_bytes(r.bytes_total).c_str());
+  std::printf("peak memory %s per GPU%s\n", human_bytes(r.peak_memory).c_str(),
+              r.oom ? (", OUT OF MEMORY: " + r.oom_reason).c_str() : "");
+  std::printf("plans %lld, tasks %lld, load max/mean %.4f (colocated %.4f), %.1f ms planning\n",
+              static_cast<long long>(r.plan.plans), static_cast<long long>(r.plan.tasks), r.plan.load_max_over_mean,
+              r.plan.load_before_max_over_mean, 1e3 * r.plan.plan_seconds);
+  if (r.cp_candidates.size() > 1) {
+    std::printf("CP degrees tried:");
+    for (const auto& c : r.cp_candidates) {
+      std::printf(" %lld: %.4f s%s;", static_cast<long long>(c.cp_degree), c.iteration_seconds, c.oom ? " (OOM)" : "");
+    }
+    std::printf("\n");
+  }
+  const size_t kMaxRows = 64;
+  std::printf("\n%-5s %-5s %10s %10s %10s %10s %10s %10s %11s\n", "unit", "stage", "busy s", "linear s", "attn s",
+              "exp.comm s", "idle s", "sent", "memory/GPU");
+  for (size_t i = 0; i < r.per_unit.size() && (i < kMaxRows || o.full); ++i) {
+    const auto& u = r.per_unit[i];
+    std::printf("%-5zu %-5lld %10.4f %10.4f %10.4f %10.4f %10.4f %10s %11s\n", i, static_cast<long long>(u.stage),
+                u.busy, u.linear, u.attention, u.exposed_comm, u.idle, human_bytes(u.bytes_sent).c_str(),
+                human_bytes(u.memory.total()).c_str());
+  }
+  if (r.per_unit.size() > kMaxRows && !o.full) {
+    std::printf("... %zu more units (--full lists them all; --json has every figure)\n", r.per_unit.size() - kMaxRows);
+  }
+}
+
+int run(const Options& o) {
+  if (!o.sweep.empty()) return run_sweep_mode(o);
+  for (const char* f : {"--out", "--quick", "--no-plot", "--sweep-batches"}) {
+    if (given(o, f)) return fail_input(std::string(f) + " needs --sweep");
+  }
+  // Every flag is checked before any batch is drawn.
+  if (o.gpus <= 0) return fail_input(given(o, "--gpus") ? "--gpus must be positive (got " + std::to_string(o.gpus) + ")"
+                                                       : "--gpus N is required (or --sweep NAME)");
+  auto model = model_preset(o.model);
+  if (!model.ok()) return fail(Status(model.status().code(), "--model: " + model.status().message()));
+  auto hw = hardware_preset(o.hardware);
+  if (!hw.ok()) return fail(Status(hw.status().code(), "--hardware: " + hw.status().message()));
+  auto strategy = sim::parse_strategy(o.strategy);
+  if (!strategy.ok()) return fail(strategy.status());
+  if (o.dtype != "bf16" && o.dtype != "fp32") return fail_input("--dtype: expected bf16 or fp32, got '" + o.dtype + "'");
+  sim::SimOptions so;
+  so.model = *model;
+  so.cluster.hw = *hw;
+  if (given(o, "--inter-node-bw")) {
+    if (!(o.inter_node_gbps > 0)) return fail_input("--inter-node-bw must be positive (GB/s per GPU)");
+    so.cluster.hw.inter_node_bw = o.inter_node_gbps * 1e9;
+  }
+  if (given(o, "--inter-node-latency")) {
+    if (!(o.inter_node_latency_us >= 0)) return fail_input("--inter-node-latency must be >= 0 (microseconds)");
+    so.cluster.hw.inter_node_latency = o.inter_node_latency_us * 1e-6;
+  }
+  if (given(o, "--memory-gb")) {
+    if (!(o.memory_gb > 0)) return fail_input("--memory-gb must be positive");
+    so.cluster.hw.memory_bytes = o.memory_gb * 1e9;
+  }
+  so.cluster.gpus = o.gpus;
+  so.cluster.gpus_per_node = o.gpus_per_node > 0 ? o.gpus_per_node : so.cluster.hw.gpus_per_node;
+  if (given(o, "--gpus-per-node") && o.gpus_per_node <= 0) return fail_input("--gpus-per-node must be positive");
+  so.cluster.pp = o.pp;
+  so.strategy = *strategy;
+  so.mfu = o.mfu;
+  so.attention_efficiency = o.attention_efficiency;
+  so.attention_tile = o.attention_tile;
+  so.tolerance = o.tolerance;
+  so.wlb_mem_cap = o.wlb_mem_cap;
+  so.dtype_bytes = o.dtype == "fp32" ? 4 : 2;
+  so.shard_optimizer = !o.no_shard_optimizer;
+  so.activation_checkpointing = !o.no_checkpointing;
+  so.lm_head = !o.no_lm_head;
+  so.grad_sync = !o.no_grad_sync;
+  so.cad_stateless = o.cad_servers == "stateless";
+  so.record_events = !o.trace_path.empty();
+  std::unique_ptr<AttentionCostModel> table;
+  if (!o.cost_table.empty()) {
+    auto t = load_cost_table(o.cost_table);
+    if (!t.ok()) return fail(Status(t.status().code(), "--cost-table: " + t.status().message()));
+    table = std::move(t).value();
+    so.attention_table = dynamic_cast<const ProfiledCostModel*>(table.get());
+    if (so.attention_table == nullptr) return fail_input("--cost-table: not a profiled cost table");
+  }
+  Status st = so.validate();
+  if (!st.ok()) return fail(st);
+  if (!o.trace_path.empty()) {
+    st = check_output_dir("--trace", o.trace_path);
+    if (!st.ok()) return fail(st);
+  }
+  if (!o.json_path.empty() && o.json_path != "-") {
+    st = check_output_dir("--json", o.json_path);
+    if (!st.ok()) return fail(st);
+  }
+  const int64_t ups = so.cluster.units_per_stage();
+  std::vector<Batch> mbs;
+  if (o.workload.batch_file.empty()) {
+    if (given(o, "--ranks") && o.workload.options.ranks != ups) {
+      return fail_input("--ranks " + std::to_string(o.workload.options.ranks) + " does not match the " +
+                        std::to_string(ups) + " nodes per pipeline stage (simulate packs one rank per node; omit --ranks)");
+    }
+    if (given(o, "--batches")) return fail_input("--batches: simulate draws --microbatches micro-batches instead");
+    const int64_t m = o.microbatches > 0 ? o.microbatches : (so.cluster.pp > 1 ? 2 * so.cluster.pp : 1);
+    if (given(o, "--microbatches") && o.microbatches <= 0) return fail_input("--microbatches must be positive");
+    if (m > 10000) return fail_input("--microbatches must be at most 10000");
+    WorkloadOptions w = o.workload.options;
+    auto layout = parse_layout(o.workload.layout);
+    if (!layout.ok()) return fail(layout.status());
+    w.layout = *layout;
+    w.ranks = ups;
+    w.batches = m;
+    st = w.validate();
+    if (!st.ok()) return fail(st);
+    auto drawn = sim::draw_microbatches(w, so.cluster, m);
+    if (!drawn.ok()) return fail(drawn.status());
+    mbs = std::move(drawn).value();
+  } else {
+    if (given(o, "--microbatches")) return fail_input("--microbatches: with --batch every batch of the file is one micro-batch");
+    auto read = resolve_batches(o.workload);
+    if (!read.ok()) return fail(read.status());
+    mbs = std::move(read).value();
+    for (size_t j = 0; j < mbs.size(); ++j) {
+      if (mbs[j].ranks != ups) {
+        return fail_input("--batch " + o.workload.batch_file + ": batch " + std::to_string(j) + " has " +
+                          std::to_string(mbs[j].ranks) + " ranks; the cluster has " + std::to_string(ups) +
+                          " nodes per pipeline stage");
+      }
+    }
+  }
+  auto result = sim::simulate(so, mbs);
+  if (!result.ok()) return fail(result.status());
+  if (!o.trace_path.empty()) {
+    st = sim::write_chrome_trace(*result, o.trace_path);
+    if (!st.ok()) return fail(st);
+  }
+  if (!o.json_path.empty()) {
+    nlohmann::json j = sim::to_json(*result);
+    if (o.workload.batch_file.empty()) {
+      j["dist"] = o.workload.options.dist;
+      j["seed"] = o.workload.options.seed;
+      j["tokens_per_unit"] = o.workload.options.tokens_per_rank;
+    } else {
+      j["batch_file"] = o.workload.batch_file;
+    }
+    if (!o.trace_path.empty()) j["trace"] = o.trace_path;
+    const std::string text = j.dump(2) + "\n";
+    if (o.json_path == "-") {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      return kExitOk;
+    }
+    st = write_file_atomic(o.json_path, text);
+    return st.ok() ? kExitOk : fail(st);
+  }
+  print_result(*result, o);
+  if (!o.trace_path.empty()) std::printf("\ntrace written to %s (open in https://ui.perfetto.dev)\n", o.trace_path.c_str());
+  return kExitOk;
+}
+
+Runner setup(CLI::App& sub) {
+  auto o = std::make_shared<Options>();
+  o->app = &sub;
+  add_workload_flags(sub, o->workload);
+  sub.add_option("--model", o->model, "Model preset (tiny, llama-8b, llama-34b)")->capture_default_str();
+  sub.add_option("--hardware", o->hardware, "Hardware preset (h200, local-cpu)")->capture_default_str();
+  sub.add_option("--gpus", o->gpus, "GPUs in the cluster (a multiple of the node size)");
+  sub.add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node = TP degree (default: the preset's)");
+  sub.add_option("--pp", o->pp, "Pipeline stages (divides the nodes; at most the model's layers)")->capture_default_str();
+  sub.add_option("--microbatches", o->microbatches, "Micro-batches per iteration (default 1, or 2 x PP)");
+  sub.add_option("--strategy", o->strategy,
+                 "colocated | wlb | wlb:C | percp:C | cad | cad:pingpong | cad:single-stream | cad:signal")
+      ->capture_default_str();
+  sub.add_option("--mfu", o->mfu, "Linear layers' fraction of peak FLOP/s, (0, 1]")->capture_default_str();
+  sub.add_option("--attention-efficiency", o->attention_efficiency, "Attention's fraction of peak FLOP/s, (0, 1]")
+      ->capture_default_str();
+  sub.add_option("--attention-tile", o->attention_tile, "Query rows a short attention shard is padded to")
+      ->capture_default_str();
+  sub.add_option("--cost-table", o->cost_table, "Attention seconds from a `distca profile` table instead");
+  sub.add_option("--tolerance", o->tolerance, "cad: scheduler tolerance, [0, 1]")->capture_default_str();
+  sub.add_option("--wlb-mem-cap", o->wlb_mem_cap, "wlb: token cap per DP group over the mean (>= 1)")
+      ->capture_default_str();
+  sub.add_option("--dtype", o->dtype, "Activation and parameter type: bf16 | fp32")->capture_default_str();
+  sub.add_flag("--no-shard-optimizer", o->no_shard_optimizer, "Replicate optimizer state on every DP rank");
+  sub.add_flag("--no-checkpointing", o->no_checkpointing, "Store every activation (no recompute in backward)");
+  sub.add_flag("--no-lm-head", o->no_lm_head, "Leave the LM head out (time and memory)");
+  sub.add_flag("--no-grad-sync", o->no_grad_sync, "Leave the DP gradient all-reduce out");
+  sub.add_option("--cad-servers", o->cad_servers,
+                 "cad: keep (servers keep forward inputs for backward) | stateless (sent again with dO)")
+      ->check(CLI::IsMember({"keep", "stateless"}))
+      ->capture_default_str();
+  sub.add_option("--inter-node-bw", o->inter_node_gbps, "Override: inter-node GB/s per GPU");
+  sub.add_option("--inter-node-latency", o->inter_node_latency_us, "Override: inter-node latency, microseconds");
+  sub.add_option("--memory-gb", o->memory_gb, "Override: GPU memory, GB");
+  sub.add_option("--trace", o->trace_path, "Write a Chrome trace (Perfetto) to FILE");
+  sub.add_option("--json", o->json_path, "Print the JSON result (or write it to FILE, atomically)")
+      ->expected(0, 1)
+      ->default_str("-");
+  sub.add_flag("--full", o->full, "List every unit in the table");
+  sub.add_option("--sweep", o->sweep, "Run a paper-reproduction sweep: fig4b | fig9 | fig10 | fig11 | fig12");
+  sub.add_option("--out", o->out_dir, "--sweep: output directory");
+  sub.add_option("--sweep-batches", o->sweep_batches, "--sweep: batches per configuration")->capture_default_str();
+  sub.add_flag("--quick", o->quick, "--sweep: fewer configurations");
+  sub.add_flag("--no-plot", o->no_plot, "--sweep: do not run gnuplot");
+  return [o] { return run(*o); };
+}
+
+}  // namespace
+
+DISTCA_REGISTER_COMMAND(simulate, {"simulate", "",
+                                   "Simulate one training iteration on a cluster (or --sweep a paper figure)", 30,
+                                   &setup});
+
+}  // namespace distca::cli

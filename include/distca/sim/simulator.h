@@ -1,0 +1,243 @@
+// The cluster simulator: one training iteration of a Llama-style model on a cluster of nodes,
+// under one attention strategy (colocated packing, WLB-ideal, per-document CP, or CAD), with
+// per-unit timelines of linear compute, core attention, communication and waiting, memory per
+// GPU, and an optional Chrome trace. docs/simulation-model.md states every formula; the
+// summary below is the contract.
+//
+// Units. A scheduler "rank" is a UNIT: one node of `gpus_per_node` GPUs running tensor
+// parallelism inside the node (TP = gpus_per_node). DP, CP and PP groups are made of units.
+// units = gpus / gpus_per_node; with PP degree p, units_per_stage = units / p, and unit u
+// belongs to stage u / units_per_stage (stage-major numbering).
+//
+// Workload. One Batch per micro-batch; every Batch has ranks == units_per_stage (the DP*CP
+// units of one pipeline stage) and holds, per unit, the tokens that unit's pipeline replica
+// processes in that micro-batch. Every stage sees the same micro-batches (a micro-batch
+// flows through all stages). draw_microbatches() draws them from WorkloadOptions.
+//
+// Compute (per unit, per layer): linear forward = tokens * linear_forward_flops_per_token /
+// (G * peak * mfu), backward 2x (3x with activation checkpointing: the recomputed forward);
+// attention of a task (q_len, kv_len) forward = its FLOPs / (G * peak * attention_efficiency)
+// with q_len padded up to attention_tile rows (the kernel's tile; kv_len at least as long), or
+// a profiled table's seconds (cost/profiled.h; forward : backward = 1 : 2.5); backward 2.5x.
+// Communication between units: G * inter_node_bw bytes/s per unit plus inter_node_latency per
+// collective step; an all-to-all of a unit lasts max(sent, received) / bandwidth (bus
+// bandwidth algBw * (n-1)/n, so only off-unit bytes count) and a collective ends for everyone
+// when its slowest unit is done.
+//
+// Determinism: simulate() is a pure function of (options, micro-batches): the same inputs
+// give the same result bits (including every event) on every platform.
+// Thread safety: no global state; distinct calls may run concurrently. SimOptions holds a
+// non-owning pointer (attention_table) that must outlive the call.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "distca/core/specs.h"
+#include "distca/core/status.h"
+#include "distca/cost/profiled.h"
+#include "distca/data/batch.h"
+#include "distca/data/workload.h"
+
+namespace distca::sim {
+
+// ---------------------------------------------------------------------------------------------
+// Strategy (--strategy)
+
+enum class StrategyKind { kColocated, kWlb, kPerCp, kCad };
+enum class CadMode { kPingPong, kSingleStream, kSignal };
+
+struct Strategy {
+  StrategyKind kind = StrategyKind::kCad;
+  // wlb: 0 = sweep the CP degree (1, 2, 4, ... dividing units_per_stage) and keep the fastest
+  // configuration that fits; C > 0 = that degree only. percp: the degree C (>= 1).
+  int64_t cp_degree = 0;
+  CadMode cad_mode = CadMode::kPingPong;  // cad only
+  // "colocated", "wlb", "wlb:4", "percp:4", "cad" (= "cad:pingpong"), "cad:single-stream",
+  // "cad:signal". parse_strategy(s.name()) == s.
+  std::string name() const;
+  bool operator==(const Strategy&) const = default;
+};
+// Parses the forms listed under name(); the message names --strategy.
+Result<Strategy> parse_strategy(const std::string& text);
+const char* cad_mode_name(CadMode mode);  // "pingpong" | "single-stream" | "signal"
+
+// ---------------------------------------------------------------------------------------------
+// Cluster
+
+struct ClusterSpec {
+  int64_t gpus = 64;
+  int64_t gpus_per_node = 8;  // G = TP degree = GPUs per unit
+  int64_t pp = 1;             // pipeline stages
+  HardwareSpec hw;            // peak FLOP/s, HBM per GPU, links (per GPU)
+
+  int64_t units() const { return gpus_per_node > 0 ? gpus / gpus_per_node : 0; }
+  int64_t units_per_stage() const { return pp > 0 ? units() / pp : 0; }
+  // gpus, gpus_per_node, pp positive; gpus divisible by gpus_per_node; units divisible by pp;
+  // hw valid. Messages name --gpus, --gpus-per-node, --pp or the hardware field.
+  Status validate() const;
+};
+// A cluster of `gpus` GPUs on the preset's nodes (gpus_per_node = the preset's), pp = 1.
+Result<ClusterSpec> make_cluster(const std::string& preset, int64_t gpus);
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+struct SimOptions {
+  ModelSpec model;
+  ClusterSpec cluster;
+  Strategy strategy;
+  double mfu = 0.5;                   // linear layers: achieved fraction of peak, (0, 1]
+  double attention_efficiency = 0.5;  // analytic attention: fraction of peak, (0, 1]
+  int64_t attention_tile = 128;       // analytic attention: query rows padded up to this (>= 1)
+  // Profiled attention: when set, attention seconds come from this table (measured on one
+  // device for its own head configuration; scaled by FLOPs to the model's heads, split over
+  // the G GPUs of a unit). Not owned; must outlive simulate().
+  const ProfiledCostModel* attention_table = nullptr;
+  double tolerance = 0.1;     // cad scheduler tolerance, [0, 1]
+  double wlb_mem_cap = 1.2;   // wlb re-pack token cap over the mean, >= 1
+  int64_t dtype_bytes = 2;    // activations and parameters on the wire and in memory: 2 or 4
+  bool shard_optimizer = true;           // optimizer state (and fp32 master) sharded over DP
+  bool activation_checkpointing = true;  // keep layer inputs only; recompute linear in backward
+  bool lm_head = true;     // charge the LM head (and its memory) to the last stage
+  bool grad_sync = true;   // charge the DP gradient all-reduce at the end of the iteration
+  // cad: stateless attention servers (the paper's design; runtime DispatcherOptions::stateless)
+  // keep nothing from forward to backward: the homes send Q, K/V and O + LSE again with dO.
+  // Default false: servers keep their inputs (the runtime's default), less traffic, more memory.
+  bool cad_stateless = false;
+  bool record_events = false;  // keep per-unit timeline events (for write_chrome_trace)
+
+  // Every field and the cluster; also n_layers >= cluster.pp. Messages name the flag (--mfu,
+  // --tolerance, --pp, ...). Batch-dependent checks happen in simulate().
+  Status validate() const;
+};
+
+// Draws `microbatches` micro-batches for `cluster`: options.ranks is replaced by
+// units_per_stage and options.batches by `microbatches` (batch b = micro-batch b).
+Result<std::vector<Batch>> draw_microbatches(WorkloadOptions options, const ClusterSpec& cluster,
+                                             int64_t microbatches);
+
+// ---------------------------------------------------------------------------------------------
+// Result
+
+// Memory of one GPU of a unit at its peak, bytes.
+struct MemoryStats {
+  double params = 0;       // dtype_bytes per parameter of the stage / G
+  double grads = 0;        // fp32 gradients of the stage / G
+  double optimizer = 0;    // fp32 master + Adam m, v (12 B/param) / G, / DP when sharded
+  double activations = 0;  // stored activations of the micro-batches in flight
+  double buffers = 0;      // CP gathered K/V, CAD server inputs kept for backward, transients
+  double total() const { return params + grads + optimizer + activations + buffers; }
+};
+
+// Whole-iteration figures of one unit (seconds, bytes per unit = node; per GPU: / G).
+struct UnitStats {
+  int64_t stage = 0;
+  int64_t tokens = 0;          // most tokens the unit holds in one micro-batch
+  double busy = 0;             // linear + attention
+  double linear = 0;
+  double attention = 0;
+  double attention_pairs = 0;  // causal pairs served (all layers, forward), for conservation
+  double comm = 0;             // time collectives involving this unit were in flight
+  double exposed_comm = 0;     // time its compute waited while its data was moving
+  double idle = 0;             // iteration - busy - exposed_comm
+  double bytes_sent = 0;       // all layers, forward + backward (+ PP activations, grads)
+  double bytes_received = 0;
+  MemoryStats memory;
+};
+
+// One CP degree tried by wlb (or the single one of wlb:C / percp:C).
+struct CpCandidate {
+  int64_t cp_degree = 1;
+  double iteration_seconds = 0;
+  bool oom = false;
+  double peak_memory = 0;  // bytes per GPU, the largest over units
+};
+
+// Planner figures over every plan the run made (one per micro-batch; cad with PP: one per
+// forward tick). Loads are attention seconds (fwd + bwd, one layer).
+struct PlanStats {
+  int64_t plans = 0;
+  int64_t tasks = 0;                       // summed over plans
+  double load_max_over_mean = 1;           // worst plan
+  double load_before_max_over_mean = 1;    // worst plan, colocated on the same batch
+  double comm_bytes_forward = 0;           // per layer, summed over plans
+  double comm_bytes_backward = 0;
+  double plan_seconds = 0;                 // wall clock of the scheduler calls
+  // cad with PP: backward ticks planned anew because the forward placements left them
+  // unbalanced (their inputs are sent again).
+  int64_t backward_replans = 0;
+  // cad with PP: forward ticks with idle stages whose plan over the active stages' units
+  // only was faster than the one pooled over every unit (moving attention to idle units can
+  // cost more bytes than it saves).
+  int64_t active_only_plans = 0;
+};
+
+// A span of one unit's timeline. track 0: compute (linear, attention, wait); track 1:
+// communication in flight.
+struct TraceEvent {
+  int64_t unit = 0;
+  int track = 0;
+  std::string name;   // "fwd linear", "fwd attention", "bwd dispatch", "grad all-reduce", ...
+  double start = 0;   // seconds from the iteration start
+  double duration = 0;
+  int64_t microbatch = -1;  // -1 when not tied to one
+};
+
+struct SimResult {
+  Strategy strategy;        // as requested
+  bool cad_stateless = false;  // SimOptions::cad_stateless (JSON "cad_servers")
+  std::string model;
+  std::string hardware;
+  int64_t gpus = 0, gpus_per_node = 0, units = 0, pp = 0, microbatches = 0;
+  int64_t dp = 0;           // data-parallel replicas per stage (units_per_stage / cp_degree)
+  int64_t cp_degree = 1;    // CP degree used (wlb: the one chosen)
+  int64_t tokens = 0;       // tokens of the iteration (all micro-batches)
+  double iteration_seconds = 0;
+  double pipeline_seconds = 0;   // forward + backward of all micro-batches
+  double grad_sync_seconds = 0;  // DP gradient all-reduce after the pipeline
+  double tokens_per_second = 0;
+  bool oom = false;              // some unit does not fit in hw.memory_bytes
+  int64_t oom_unit = -1;         // the first such unit
+  std::string oom_reason;        // "unit 3: 152.1 GB needed > 141.0 GB (activations 98.2 GB, ...)"
+  double peak_memory = 0;        // bytes per GPU, the largest over units
+  double idle_fraction = 0;      // mean idle / iteration
+  double exposed_comm_fraction = 0;  // mean exposed comm / iteration
+  double bytes_total = 0;        // sent by all units, whole iteration
+  std::vector<UnitStats> per_unit;   // [units]
+  std::vector<CpCandidate> cp_candidates;  // wlb / percp
+  PlanStats plan;
+  int64_t pp_ticks = 0;          // cad with PP: phase-aligned ticks (2 (m + p - 1))
+  std::vector<TraceEvent> events;  // only with record_events; ordered by (unit, track, start)
+};
+
+// Simulates one iteration. Errors (kInvalidArgument, one line): invalid options, no
+// micro-batches, a micro-batch whose ranks != units_per_stage or that fails validation, a
+// CP degree not dividing units_per_stage. OOM is NOT an error: the result says oom (wlb
+// reports the fastest fitting CP degree, or the least-memory one if none fits).
+Result<SimResult> simulate(const SimOptions& options, const std::vector<Batch>& microbatches);
+
+// The result as JSON (docs/simulation-model.md lists the keys): strategy, cad_servers, model, hardware,
+// gpus, gpus_per_node, units, pp, microbatches, dp, cp_degree, tokens, iteration_seconds,
+// pipeline_seconds, grad_sync_seconds, tokens_per_second, oom, oom_unit, oom_reason,
+// peak_memory_bytes, idle_fraction, exposed_comm_fraction, bytes_total, busy_max_over_mean,
+// plan{plans, tasks, load_max_over_mean, load_before_max_over_mean, comm_bytes_forward,
+// comm_bytes_backward, plan_seconds, backward_replans, active_only_plans},
+// cp_candidates[{cp_degree, iteration_seconds, oom, peak_memory_bytes}], pp_ticks,
+// per_unit[{unit, stage, tokens, busy, linear, attention, attention_pairs, comm, exposed_comm,
+// idle, bytes_sent, bytes_received, memory{params, grads, optimizer, activations, buffers,
+// total}}].
+// Events are not included (see write_chrome_trace).
+nlohmann::json to_json(const SimResult& result);
+
+// Chrome trace (JSON object with "traceEvents"; Perfetto and chrome://tracing open it): one
+// process per unit ("unit U (stage S)"), thread 0 compute, thread 1 communication; times in
+// microseconds. Written atomically. Fails (kInvalidArgument) if the result has no events
+// (record_events was off), or with the I/O error naming the file.
+Status write_chrome_trace(const SimResult& result, const std::string& path);
+std::string chrome_trace_json(const SimResult& result);
+
+}  // namespace distca::sim

@@ -1,0 +1,347 @@
+// The co-located strategies: colocated packing, WLB-ideal (wlb, wlb:C) and per-document CP
+// (percp:C), each pipeline replica running standard 1F1B (docs/simulation-model.md,
+// "Co-located strategies").
+//
+// Per micro-batch the planner gives each unit its tokens, its attention tasks and its bytes:
+//   colocated / wlb at CP 1   schedule_colocated / schedule_wlb; the K/V context of a document's
+//                             earlier pieces held on other units is fetched before attention
+//                             (compute_traffic), exposed, per unit (no group to wait for).
+//   CP degree C > 1, percp    documents are served head-tail over the units of the CP groups
+//                             holding them (what schedule_percp places); the group all-gathers
+//                             K/V once per layer (exposed, a group barrier) and reduce-scatters
+//                             dK/dV in backward. wlb:C first re-packs documents over the DP
+//                             groups with schedule_wlb (a group is one rank of C x the tokens).
+// The head-tail CP accounting is done here in closed form (chunk k of 2C' to server k or
+// 2C'-1-k; each server receives the rows it does not hold) because schedule_percp's task list
+// has 2C' tasks per document and compute_allgather walks C'^2 runs per document: at C = 512
+// that is too slow for a sweep. test_sim_strategies checks this accounting against
+// schedule_percp + server_loads + compute_allgather.
+#include <algorithm>
+#include <chrono>
+
+#include "distca/plan/doc_index.h"
+#include "distca/plan/plan.h"
+#include "distca/plan/schedule.h"
+#include "distca/plan/traffic.h"
+#include "engine.h"
+
+namespace distca::sim::detail {
+namespace {
+
+// One unit's figures for one micro-batch, one layer.
+struct UnitWork {
+  double tokens = 0;
+  double att = 0;    // forward + backward attention seconds
+  double pairs = 0;  // causal pairs served
+  double fsent = 0, frecv = 0, bsent = 0, brecv = 0;  // bytes
+};
+
+ScheduleOptions schedule_options(const Rates& R) {
+  ScheduleOptions so;
+  so.model = R.o.model;
+  so.dtype_bytes = R.o.dtype_bytes;
+  so.tolerance = R.o.tolerance;
+  so.cost = &R.cost;
+  so.wlb_mem_cap = R.o.wlb_mem_cap;
+  return so;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// `c` consecutive units form one rank of c x the tokens.
+Batch merge_groups(const Batch& b, int64_t c) {
+  Batch g;
+  g.ranks = b.ranks / c;
+  g.tokens_per_rank = b.tokens_per_rank * c;
+  g.per_rank.assign(static_cast<size_t>(g.ranks), {});
+  for (int64_t r = 0; r < b.ranks; ++r) {
+    auto& dst = g.per_rank[static_cast<size_t>(r / c)];
+    const auto& src = b.per_rank[static_cast<size_t>(r)];
+    dst.insert(dst.end(), src.begin(), src.end());
+  }
+  return g;
+}
+
+// Head-tail CP accounting (see the file comment). `groups` from percp_groups over `index`:
+// the serving units of group g are g*c .. g*c+c-1.
+void cp_accounting(const Rates& R, const DocumentIndex& index, const std::vector<std::vector<int64_t>>& groups,
+                   int64_t c, std::vector<UnitWork>& out, int64_t& tasks) {
+  const auto kv = static_cast<double>(R.rb.kv);
+  // Every serving unit receives the whole document but what it holds: L rows are added per
+  // group here (once per document, not per unit) and each chunk's rows subtracted below, so a
+  // document costs O(groups + non-empty chunks), not O(C').
+  std::vector<double> group_recv(out.size() / static_cast<size_t>(c), 0.0);
+  for (size_t slot = 0; slot < groups.size(); ++slot) {
+    const int64_t L = index.doc_len(index.doc_ids()[slot]);
+    const std::vector<int64_t>& grp = groups[slot];
+    const auto C = static_cast<int64_t>(grp.size()) * c;  // serving units S[0 .. C)
+    for (int64_t g : grp) group_recv[static_cast<size_t>(g)] += static_cast<double>(L) * kv;
+    auto chunk = [&](int64_t k, int64_t lo, int64_t hi) {  // chunk k = rows [lo, hi)
+      const int64_t i = k < C ? k : 2 * C - 1 - k;
+      UnitWork& w = out[static_cast<size_t>(grp[static_cast<size_t>(i / c)] * c + i % c)];
+      const auto rows = static_cast<double>(hi - lo);
+      w.att += R.cost.seconds(hi - lo, hi);
+      w.pairs += static_cast<double>(causal_pairs(lo, hi));
+      w.tokens += rows;
+      w.frecv -= rows * kv;
+      w.fsent += rows * static_cast<double>(C - 1) * kv;
+      ++tasks;
+    };
+    if (L >= 2 * C) {  // every chunk k = [floor(kL/2C), floor((k+1)L/2C)) is non-empty
+      for (int64_t k = 0; k < 2 * C; ++k) chunk(k, k * L / (2 * C), (k + 1) * L / (2 * C));
+    } else {  // chunks of 0 or 1 row: row r lies in chunk ceil(2C(r+1)/L) - 1
+      for (int64_t r = 0; r < L; ++r) chunk(((r + 1) * 2 * C - 1) / L, r, r + 1);
+    }
+  }
+  for (size_t u = 0; u < out.size(); ++u) {
+    UnitWork& w = out[u];
+    w.frecv += group_recv[u / static_cast<size_t>(c)];
+    w.bsent = w.frecv;  // backward: the reduce-scatter of dK/dV mirrors the all-gather
+    w.brecv = w.fsent;
+  }
+}
+
+Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<UnitWork>& out, PlanStats& ps) {
+  const StrategyKind kind = R.o.strategy.kind;
+  const ScheduleOptions so = schedule_options(R);
+  out.assign(static_cast<size_t>(R.ups), {});
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t tasks = 0;
+  if (kind != StrategyKind::kPerCp && c == 1) {
+    auto s = kind == StrategyKind::kColocated ? schedule_colocated(b, so) : schedule_wlb(b, so);
+    if (!s.ok()) return s.status();
+    ps.plan_seconds += seconds_since(t0);
+    const DocumentIndex index(s->batch);
+    const Traffic t = compute_traffic(index, s->tasks, R.rb);
+    for (const TaskPlacement& task : s->tasks) {
+      UnitWork& w = out[static_cast<size_t>(task.server)];
+      const int64_t q = task.q_end - task.q_begin;
+      w.att += R.cost.task_cost(q, task.q_end);
+      w.pairs += static_cast<double>(task_pairs(q, task.q_end));
+    }
+    for (int64_t r = 0; r < R.ups; ++r) {
+      UnitWork& w = out[static_cast<size_t>(r)];
+      const RankBytes& rb = t.per_rank[static_cast<size_t>(r)];
+      w.tokens = static_cast<double>(s->batch.rank_tokens(r));
+      w.fsent = static_cast<double>(rb.fwd_sent);
+      w.frecv = static_cast<double>(rb.fwd_recv);
+      w.bsent = static_cast<double>(rb.bwd_sent);
+      w.brecv = static_cast<double>(rb.bwd_recv);
+    }
+    tasks = static_cast<int64_t>(s->tasks.size());
+    ps.comm_bytes_forward += static_cast<double>(t.bytes.forward());
+    ps.comm_bytes_backward += static_cast<double>(t.bytes.backward());
+  } else {
+    Schedule repacked;
+    const Batch* src = &b;
+    int64_t k = c;
+    if (kind == StrategyKind::kWlb) {
+      auto s = schedule_wlb(merge_groups(b, c), so);
+      if (!s.ok()) return s.status();
+      repacked = std::move(s).value();
+      src = &repacked.batch;
+      k = 1;
+    } else {
+      DISTCA_RETURN_IF_ERROR(b.validate());
+    }
+    const DocumentIndex index(*src);
+    cp_accounting(R, index, percp_groups(index, k), c, out, tasks);
+    ps.plan_seconds += seconds_since(t0);
+    for (const UnitWork& w : out) {
+      ps.comm_bytes_forward += w.frecv;
+      ps.comm_bytes_backward += w.brecv;
+    }
+  }
+  std::vector<double> loads;
+  for (const UnitWork& w : out) loads.push_back(w.att);
+  ps.plans += 1;
+  ps.tasks += tasks;
+  ps.load_max_over_mean = std::max(ps.load_max_over_mean, max_over_mean(loads));
+  ps.load_before_max_over_mean =
+      std::max(ps.load_before_max_over_mean, max_over_mean(colocated_loads(b, &R.cost)));
+  return Status::ok_status();
+}
+
+// Seconds of one unit's transfer (0 bytes: nothing to wait for).
+double xfer(const Rates& R, double sent, double recv) {
+  const double b = std::max(sent, recv);
+  return b > 0 ? R.lat + b / R.bw : 0.0;
+}
+
+}  // namespace
+
+Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, SimResult& r) {
+  const auto m = static_cast<int64_t>(mbs.size());
+  const int64_t p = R.pp, ups = R.ups, groups = ups / c;
+  // work[j][i]: micro-batch j, unit i of a stage (every stage sees the same micro-batch).
+  std::vector<std::vector<UnitWork>> work(static_cast<size_t>(m));
+  for (int64_t j = 0; j < m; ++j) {
+    DISTCA_RETURN_IF_ERROR(layout_microbatch(R, mbs[static_cast<size_t>(j)], c, work[static_cast<size_t>(j)], r.plan));
+  }
+  Recorder rec(R.units, R.o.record_events);
+  const double share = kAttnFwdShare;
+  const auto ops = one_f_one_b(p, m);
+  std::vector<double> stage_finish(static_cast<size_t>(p), 0.0);
+  std::vector<double> unit_end(static_cast<size_t>(R.units), 0.0);
+
+  // One op of one group: n layers, group barrier per layer when c > 1. Returns the end time.
+  auto run_op = [&](int64_t s, int64_t g, int64_t j, bool bwd, double t) {
+    const auto& W = work[static_cast<size_t>(j)];
+    const int64_t base = s * ups + g * c;
+    const int64_t layers = R.stage_layers[static_cast<size_t>(s)];
+    const bool last = s == p - 1;
+    const char* lin_name = bwd ? "bwd linear" : "fwd linear";
+    const char* att_name = bwd ? "bwd attention" : "fwd attention";
+    const char* comm_name = c > 1 ? (bwd ? "dK/dV reduce-scatter" : "K/V all-gather")
+                                  : (bwd ? "dK/dV return" : "K/V fetch");
+    auto lm = [&]() {
+      double end = t;
+      for (int64_t i = 0; i < c; ++i) {
+        const UnitWork& w = W[static_cast<size_t>(g * c + i)];
+        const double d = (bwd ? R.lm_bwd_tok : R.lm_fwd_tok) * w.tokens;
+        rec.linear(base + i, t, d, bwd ? "bwd lm head" : "fwd lm head", j);
+        end = std::max(end, t + d);
+      }
+      t = end;
+    };
+    if (last && bwd) lm();
+    for (int64_t k = 0; k < layers; ++k) {
+      double coll = 0;
+      if (c > 1) {
+        for (int64_t i = 0; i < c; ++i) {
+          const UnitWork& w = W[static_cast<size_t>(g * c + i)];
+          coll = std::max(coll, bwd ? std::max(w.bsent, w.brecv) / R.bw : std::max(w.fsent, w.frecv) / R.bw);
+        }
+        coll += R.lat * static_cast<double>(c - 1);
+      }
+      double end = t;
+      for (int64_t i = 0; i < c; ++i) {
+        const UnitWork& w = W[static_cast<size_t>(g * c + i)];
+        const int64_t u = base + i;
+        const double sent = bwd ? w.bsent : w.fsent, recv = bwd ? w.brecv : w.frecv;
+        const double x = c > 1 ? coll : xfer(R, sent, recv);
+        rec.comm(u, t, x, sent, recv, comm_name, j);
+        rec.wait(u, t, t + x, t);
+        const double lin = (bwd ? R.lin_bwd_tok : R.lin_fwd_tok) * w.tokens;
+        const double att = w.att * (bwd ? 1.0 - share : share);
+        rec.linear(u, t + x, lin, lin_name, j);
+        rec.attention(u, t + x + lin, att, att_name, j);
+        if (!bwd) rec.stats()[static_cast<size_t>(u)].attention_pairs += w.pairs;
+        end = std::max(end, t + x + lin + att);
+      }
+      t = end;
+    }
+    if (last && !bwd) lm();
+    return t;
+  };
+
+  for (int64_t g = 0; g < groups; ++g) {
+    const auto P = static_cast<size_t>(p), M = static_cast<size_t>(m);
+    std::vector<std::vector<double>> f_end(P, std::vector<double>(M, -1.0)), b_end = f_end;
+    std::vector<size_t> next(P, 0);
+    std::vector<double> free_at(P, 0.0);
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (int64_t s = 0; s < p; ++s) {
+        const auto& list = ops[static_cast<size_t>(s)];
+        while (next[static_cast<size_t>(s)] < list.size()) {
+          const PipeOp op = list[next[static_cast<size_t>(s)]];
+          const auto J = static_cast<size_t>(op.microbatch);
+          double dep = 0;
+          bool remote = false;  // the input comes from another stage (a p2p transfer)
+          if (!op.backward) {
+            if (s > 0) {
+              dep = f_end[static_cast<size_t>(s - 1)][J];
+              remote = true;
+            }
+          } else if (s == p - 1) {
+            dep = f_end[static_cast<size_t>(s)][J];
+          } else {
+            dep = b_end[static_cast<size_t>(s + 1)][J];
+            remote = true;
+          }
+          if (dep < 0) break;
+          const double ready = free_at[static_cast<size_t>(s)];
+          double start = std::max(ready, dep);
+          if (remote) {
+            const auto& W = work[J];
+            double x = 0;
+            const int64_t from = op.backward ? s + 1 : s - 1;
+            for (int64_t i = 0; i < c; ++i) {
+              const double bytes = R.boundary_bytes(W[static_cast<size_t>(g * c + i)].tokens);
+              const double d = R.p2p(bytes);
+              x = std::max(x, d);
+              rec.comm(from * ups + g * c + i, dep, d, bytes, 0, op.backward ? "send grad" : "send act", op.microbatch);
+              rec.comm(s * ups + g * c + i, dep, d, 0, bytes, op.backward ? "recv grad" : "recv act", op.microbatch);
+            }
+            start = std::max(ready, dep + x);
+            for (int64_t i = 0; i < c; ++i) rec.wait(s * ups + g * c + i, ready, start, dep);
+          }
+          const double end = run_op(s, g, op.microbatch, op.backward, start);
+          (op.backward ? b_end : f_end)[static_cast<size_t>(s)][J] = end;
+          free_at[static_cast<size_t>(s)] = end;
+          ++next[static_cast<size_t>(s)];
+          progress = true;
+        }
+      }
+    }
+    for (int64_t s = 0; s < p; ++s) {
+      DISTCA_CHECK(next[static_cast<size_t>(s)] == ops[static_cast<size_t>(s)].size());
+      stage_finish[static_cast<size_t>(s)] = std::max(stage_finish[static_cast<size_t>(s)], free_at[static_cast<size_t>(s)]);
+      for (int64_t i = 0; i < c; ++i) unit_end[static_cast<size_t>(s * ups + g * c + i)] = free_at[static_cast<size_t>(s)];
+    }
+  }
+
+  // DP gradient all-reduce per stage once every replica of the stage is done.
+  r.pipeline_seconds = *std::max_element(stage_finish.begin(), stage_finish.end());
+  r.iteration_seconds = 0;
+  r.grad_sync_seconds = 0;
+  for (int64_t s = 0; s < p; ++s) {
+    double bytes = 0;
+    const double gs = grad_sync_seconds(R, s, &bytes);
+    const double start = stage_finish[static_cast<size_t>(s)];
+    for (int64_t i = 0; i < ups; ++i) {
+      const int64_t u = s * ups + i;
+      if (gs > 0) {
+        rec.comm(u, start, gs, bytes, bytes, "grad all-reduce", -1);
+        rec.wait(u, unit_end[static_cast<size_t>(u)], start + gs, start);
+      }
+    }
+    r.grad_sync_seconds = std::max(r.grad_sync_seconds, gs);
+    r.iteration_seconds = std::max(r.iteration_seconds, start + gs);
+  }
+
+  // Memory: the peak over each stage's op order of the micro-batches held.
+  std::vector<MemoryInput> mem(static_cast<size_t>(R.units));
+  for (int64_t s = 0; s < p; ++s) {
+    for (int64_t i = 0; i < ups; ++i) {
+      MemoryInput& mi = mem[static_cast<size_t>(s * ups + i)];
+      const double layers = static_cast<double>(R.stage_layers[static_cast<size_t>(s)]);
+      double tok = 0, kept = 0;
+      for (const PipeOp& op : ops[static_cast<size_t>(s)]) {
+        const UnitWork& w = work[static_cast<size_t>(op.microbatch)][static_cast<size_t>(i)];
+        const double sign = op.backward ? -1.0 : 1.0;
+        tok += sign * w.tokens;
+        kept += sign * w.frecv * layers;
+        mi.tokens_in_flight = std::max(mi.tokens_in_flight, tok);
+        mi.kept_bytes = std::max(mi.kept_bytes, kept);
+        mi.tokens_max = std::max(mi.tokens_max, w.tokens);
+      }
+    }
+  }
+  r.per_unit = std::move(rec.stats());
+  r.events = std::move(rec.events());
+  for (int64_t u = 0; u < R.units; ++u) {
+    r.per_unit[static_cast<size_t>(u)].stage = u / ups;
+    r.per_unit[static_cast<size_t>(u)].tokens = static_cast<int64_t>(mem[static_cast<size_t>(u)].tokens_max);
+  }
+  apply_memory(R, mem, r);
+  r.cp_degree = c;
+  r.dp = groups;
+  return Status::ok_status();
+}
+
+}  // namespace distca::sim::detail

@@ -1,0 +1,116 @@
+// Internal pieces of the simulator shared by its source files: the cost rates of one
+// configuration, the attention cost model the planner balances, the per-unit recorder, the
+// memory model and the two strategy engines. Not installed; docs/simulation-model.md is the
+// reference for every formula here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "distca/cost/analytic.h"
+#include "distca/cost/cost_model.h"
+#include "distca/sim/pipeline.h"
+#include "distca/sim/simulator.h"
+
+namespace distca::sim::detail {
+
+// Attention forward share of forward + backward (backward = 2.5 x forward).
+inline constexpr double kAttnFwdShare = 1.0 / (1.0 + kAttentionBackwardFactor);
+
+// Forward + backward seconds of one task on one unit, one layer: what the planner balances
+// (so cad's loads are seconds and the padding of short shards counts).
+class UnitAttentionCost final : public AttentionCostModel {
+ public:
+  explicit UnitAttentionCost(const SimOptions& o);
+  double task_cost(int64_t q_len, int64_t kv_len) const override { return seconds(q_len, kv_len); }
+  std::string unit() const override { return "seconds"; }
+  // The same, without the virtual call (the CP accounting evaluates millions of chunks).
+  double seconds(int64_t q_len, int64_t kv_len) const {
+    if (q_len <= 0) return 0.0;
+    if (table_ != nullptr) return table_seconds(q_len, kv_len);
+    // Short shards run as whole tiles of query rows (the kernel's tile): a task of q < tile
+    // rows costs what tile rows at the same end of the context cost.
+    const int64_t q = q_len > tile_ ? q_len : tile_;
+    const int64_t kv = kv_len > q ? kv_len : q;
+    // task_pairs(q, kv) = q (2 kv - q + 1) / 2, in doubles (exact below 2^53).
+    const double pairs = 0.5 * static_cast<double>(q) * static_cast<double>(2 * kv - q + 1);
+    return pairs * seconds_per_pair_;
+  }
+
+ private:
+  double table_seconds(int64_t q_len, int64_t kv_len) const;
+  double seconds_per_pair_ = 0;  // forward + backward, analytic
+  ModelSpec model_;
+  double unit_flops_ = 0;   // G * peak * efficiency
+  int64_t tile_ = 128;
+  const ProfiledCostModel* table_ = nullptr;
+  double table_scale_ = 1;  // model FLOPs / table FLOPs per pair, / G
+};
+
+// Rates of one configuration (per unit unless stated).
+struct Rates {
+  explicit Rates(const SimOptions& o);
+  const SimOptions& o;
+  int64_t G = 1, units = 1, ups = 1, pp = 1, m_layers = 1;
+  double lin_fwd_tok = 0;   // seconds per token per layer, forward
+  double lin_bwd_tok = 0;   // 2x forward (3x with activation checkpointing)
+  double pre_share = 0;     // pre-CA (norm + QKV) share of a layer's linear work
+  double lm_fwd_tok = 0;    // LM head, last stage (0 without lm_head)
+  double lm_bwd_tok = 0;
+  double bw = 0;            // bytes/s between units (G * inter_node_bw)
+  double lat = 0;           // seconds per collective step
+  RowBytes rb;
+  UnitAttentionCost cost;
+  std::vector<int64_t> stage_layers;  // [pp] layers of each stage (the first L % pp get one more)
+  // Seconds of a point-to-point transfer of `bytes` between two units (0 bytes: 0).
+  double p2p(double bytes) const { return bytes > 0 ? lat + bytes / bw : 0.0; }
+  // Activation bytes crossing a stage boundary for `tokens` tokens (either direction).
+  double boundary_bytes(double tokens) const {
+    return tokens * static_cast<double>(o.model.hidden * o.dtype_bytes);
+  }
+  // Parameters of stage s.
+  double stage_params(int64_t s) const;
+};
+
+// Per-unit accumulators and (optionally) events. Times in seconds from the iteration start.
+class Recorder {
+ public:
+  Recorder(int64_t units, bool keep_events);
+  void linear(int64_t u, double start, double dur, const char* name, int64_t mb);
+  void attention(int64_t u, double start, double dur, const char* name, int64_t mb);
+  // A collective (or transfer) involving u in flight over [start, start + dur).
+  void comm(int64_t u, double start, double dur, double sent, double recv, const char* name, int64_t mb);
+  // u waited from `ready` to `until` for data in flight over [start, end): the part while the
+  // data moved is exposed communication, the rest is idle (not recorded: derived at the end).
+  void wait(int64_t u, double ready, double until, double start);
+  std::vector<UnitStats>& stats() { return stats_; }
+  std::vector<TraceEvent>& events() { return events_; }
+  bool keep_events() const { return keep_; }
+
+ private:
+  std::vector<UnitStats> stats_;
+  std::vector<TraceEvent> events_;
+  bool keep_ = false;
+};
+
+// Peak memory inputs of one unit, filled by the engines.
+struct MemoryInput {
+  double tokens_in_flight = 0;   // peak sum of tokens of the micro-batches held at once
+  double tokens_max = 0;         // most tokens of one micro-batch (recompute / logits transients)
+  double kept_bytes = 0;  // peak bytes (whole unit, all layers) of remote K/V and CAD server
+                         // inputs/outputs kept from forward to backward
+};
+// Fills `stats.memory` of every unit and the OOM fields of `r`.
+void apply_memory(const Rates& rates, const std::vector<MemoryInput>& in, SimResult& r);
+
+// The engines: fill r.per_unit (via the recorder), pipeline/grad/iteration seconds, plan stats,
+// memory and cp_degree. `cp` is the CP degree for the baselines (wlb, percp, colocated = 1).
+Status run_baseline(const Rates& rates, const std::vector<Batch>& mbs, int64_t cp, SimResult& r);
+Status run_cad(const Rates& rates, const std::vector<Batch>& mbs, SimResult& r);
+
+// DP gradient all-reduce of stage s (ring over the stage's units): seconds and bytes each
+// unit sends (= receives).
+double grad_sync_seconds(const Rates& rates, int64_t s, double* bytes_per_unit);
+
+}  // namespace distca::sim::detail

@@ -1,0 +1,161 @@
+// Cost rates, the unit attention cost, the recorder and the memory model (engine.h;
+// docs/simulation-model.md has the formulas and the reasons).
+#include <algorithm>
+#include <cstdio>
+
+#include "engine.h"
+
+namespace distca::sim::detail {
+
+UnitAttentionCost::UnitAttentionCost(const SimOptions& o)
+    : model_(o.model),
+      unit_flops_(static_cast<double>(o.cluster.gpus_per_node) * o.cluster.hw.peak_flops * o.attention_efficiency),
+      tile_(o.attention_tile),
+      table_(o.attention_table) {
+  seconds_per_pair_ = attention_forward_flops(model_, 1.0) / unit_flops_ * (1.0 + kAttentionBackwardFactor);
+  if (table_ != nullptr) {
+    const CostTable& t = table_->table();
+    const double model_per_pair = static_cast<double>(model_.n_heads * model_.head_dim);
+    const double table_per_pair = static_cast<double>(t.n_heads * t.head_dim);
+    table_scale_ = model_per_pair / table_per_pair / static_cast<double>(o.cluster.gpus_per_node);
+  }
+}
+
+double UnitAttentionCost::table_seconds(int64_t q_len, int64_t kv_len) const {
+  return table_->task_cost(q_len, kv_len) * table_scale_;
+}
+
+Rates::Rates(const SimOptions& opt) : o(opt), cost(opt) {
+  const ModelSpec& m = o.model;
+  G = o.cluster.gpus_per_node;
+  units = o.cluster.units();
+  ups = o.cluster.units_per_stage();
+  pp = o.cluster.pp;
+  m_layers = m.n_layers;
+  const double unit_peak = static_cast<double>(G) * o.cluster.hw.peak_flops * o.mfu;
+  lin_fwd_tok = linear_forward_flops_per_token(m) / unit_peak;
+  lin_bwd_tok = lin_fwd_tok * (o.activation_checkpointing ? 3.0 : 2.0);
+  const double pre = 2.0 * static_cast<double>(m.hidden) * static_cast<double>(m.q_dim() + 2 * m.kv_dim());
+  pre_share = pre / linear_forward_flops_per_token(m);
+  lm_fwd_tok = o.lm_head ? lm_head_forward_flops_per_token(m) / unit_peak : 0.0;
+  lm_bwd_tok = 2.0 * lm_fwd_tok;
+  bw = static_cast<double>(G) * o.cluster.hw.inter_node_bw;
+  lat = o.cluster.hw.inter_node_latency;
+  rb = row_bytes(m, o.dtype_bytes);
+  stage_layers.assign(static_cast<size_t>(pp), m.n_layers / pp);
+  for (int64_t s = 0; s < m.n_layers % pp; ++s) ++stage_layers[static_cast<size_t>(s)];
+}
+
+double Rates::stage_params(int64_t s) const {
+  const ModelSpec& m = o.model;
+  const double h = static_cast<double>(m.hidden);
+  const double per_layer = h * static_cast<double>(m.q_dim() + 2 * m.kv_dim()) +  // Q, K, V
+                           static_cast<double>(m.q_dim()) * h +                   // O
+                           3.0 * h * static_cast<double>(m.ffn) +                 // SwiGLU
+                           2.0 * h;                                               // two RMSNorms
+  double p = per_layer * static_cast<double>(stage_layers[static_cast<size_t>(s)]);
+  if (s == 0) p += h * static_cast<double>(m.vocab);  // embedding
+  if (s == pp - 1 && o.lm_head) p += h * static_cast<double>(m.vocab) + h;  // LM head, final norm
+  return p;
+}
+
+double grad_sync_seconds(const Rates& rates, int64_t s, double* bytes_per_unit) {
+  const auto n = static_cast<double>(rates.ups);
+  // fp32 gradients, TP-sharded over the G GPUs of a unit; each GPU rings with its peers of
+  // the other units (G rings in parallel, so a unit moves G times a GPU's bytes at G x bw).
+  const double gpu_bytes = rates.stage_params(s) * 4.0 / static_cast<double>(rates.G);
+  const double moved = rates.ups > 1 ? 2.0 * (n - 1.0) / n * gpu_bytes * static_cast<double>(rates.G) : 0.0;
+  if (bytes_per_unit != nullptr) *bytes_per_unit = moved;
+  if (!rates.o.grad_sync || rates.ups <= 1) return 0.0;
+  return moved / rates.bw + 2.0 * (n - 1.0) * rates.lat;
+}
+
+Recorder::Recorder(int64_t units, bool keep_events) : stats_(static_cast<size_t>(units)), keep_(keep_events) {}
+
+void Recorder::linear(int64_t u, double start, double dur, const char* name, int64_t mb) {
+  if (dur <= 0) return;
+  auto& s = stats_[static_cast<size_t>(u)];
+  s.linear += dur;
+  s.busy += dur;
+  if (keep_) events_.push_back({u, 0, name, start, dur, mb});
+}
+
+void Recorder::attention(int64_t u, double start, double dur, const char* name, int64_t mb) {
+  if (dur <= 0) return;
+  auto& s = stats_[static_cast<size_t>(u)];
+  s.attention += dur;
+  s.busy += dur;
+  if (keep_) events_.push_back({u, 0, name, start, dur, mb});
+}
+
+void Recorder::comm(int64_t u, double start, double dur, double sent, double recv, const char* name, int64_t mb) {
+  auto& s = stats_[static_cast<size_t>(u)];
+  s.bytes_sent += sent;
+  s.bytes_received += recv;
+  if (dur <= 0) return;
+  s.comm += dur;
+  if (keep_) events_.push_back({u, 1, name, start, dur, mb});
+}
+
+void Recorder::wait(int64_t u, double ready, double until, double start) {
+  if (until <= ready) return;
+  stats_[static_cast<size_t>(u)].exposed_comm += until - std::max(ready, start);
+}
+
+namespace {
+
+std::string gb(double b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GB", b / 1e9);
+  return buf;
+}
+
+}  // namespace
+
+void apply_memory(const Rates& rates, const std::vector<MemoryInput>& in, SimResult& r) {
+  const SimOptions& o = rates.o;
+  const ModelSpec& m = o.model;
+  const double G = static_cast<double>(rates.G);
+  const double dt = static_cast<double>(o.dtype_bytes);
+  const double h = static_cast<double>(m.hidden);
+  // Bytes per token per layer a layer stores for backward (whole unit; / G per GPU under
+  // sequence + tensor parallelism). Full: RMSNorm inputs and outputs, Q, K, V, O, SwiGLU
+  // gate, up and product, plus the fp32 LSE. Checkpointing: the layer input and O (so core
+  // attention is not recomputed), plus the LSE.
+  const double lse = 4.0 * static_cast<double>(m.n_heads);
+  const double full = dt * (4.0 * h + 2.0 * static_cast<double>(m.q_dim()) + 2.0 * static_cast<double>(m.kv_dim()) +
+                            3.0 * static_cast<double>(m.ffn)) + lse;
+  const double stored = o.activation_checkpointing ? dt * (h + static_cast<double>(m.q_dim())) + lse : full;
+  const double capacity = o.cluster.hw.memory_bytes;
+  r.peak_memory = 0;
+  r.oom = false;
+  r.oom_unit = -1;
+  r.oom_reason.clear();
+  for (int64_t u = 0; u < rates.units; ++u) {
+    const int64_t s = u / rates.ups;
+    const double layers = static_cast<double>(rates.stage_layers[static_cast<size_t>(s)]);
+    const MemoryInput& mi = in[static_cast<size_t>(u)];
+    MemoryStats& ms = r.per_unit[static_cast<size_t>(u)].memory;
+    const double params = rates.stage_params(s);
+    ms.params = params * dt / G;
+    ms.grads = params * 4.0 / G;
+    ms.optimizer = params * 12.0 / G / (o.shard_optimizer ? static_cast<double>(rates.ups) : 1.0);
+    ms.activations = stored * layers * mi.tokens_in_flight / G;
+    // Transients of one micro-batch: the layer being recomputed (checkpointing) and, on the
+    // last stage, the logits (dtype_bytes per vocabulary entry, vocab-parallel over G).
+    double transient = o.activation_checkpointing ? full * mi.tokens_max / G : 0.0;
+    if (s == rates.pp - 1 && o.lm_head) transient += dt * static_cast<double>(m.vocab) * mi.tokens_max / G;
+    ms.buffers = mi.kept_bytes / G + transient;
+    const double total = ms.total();
+    r.peak_memory = std::max(r.peak_memory, total);
+    if (total > capacity && !r.oom) {
+      r.oom = true;
+      r.oom_unit = u;
+      r.oom_reason = "unit " + std::to_string(u) + ": " + gb(total) + " per GPU needed > " + gb(capacity) +
+                     " (params " + gb(ms.params) + ", grads " + gb(ms.grads) + ", optimizer " + gb(ms.optimizer) +
+                     ", activations " + gb(ms.activations) + ", buffers " + gb(ms.buffers) + ")";
+    }
+  }
+}
+
+}  // namespace distca::sim::detail

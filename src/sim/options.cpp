@@ -1,0 +1,164 @@
+// Strategy parsing, cluster and option validation, micro-batch drawing (simulator.h).
+#include <charconv>
+#include <cmath>
+#include <string>
+
+#include "distca/sim/simulator.h"
+
+namespace distca::sim {
+namespace {
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// Parses a positive decimal integer; false on anything else.
+bool parse_positive(const std::string& s, int64_t& out) {
+  if (s.empty()) return false;
+  const char* b = s.data();
+  const char* e = s.data() + s.size();
+  auto [p, ec] = std::from_chars(b, e, out);
+  return ec == std::errc() && p == e && out > 0;
+}
+
+}  // namespace
+
+const char* cad_mode_name(CadMode mode) {
+  switch (mode) {
+    case CadMode::kPingPong: return "pingpong";
+    case CadMode::kSingleStream: return "single-stream";
+    case CadMode::kSignal: return "signal";
+  }
+  return "?";
+}
+
+std::string Strategy::name() const {
+  switch (kind) {
+    case StrategyKind::kColocated: return "colocated";
+    case StrategyKind::kWlb: return cp_degree > 0 ? "wlb:" + std::to_string(cp_degree) : "wlb";
+    case StrategyKind::kPerCp: return "percp:" + std::to_string(cp_degree);
+    case StrategyKind::kCad:
+      return cad_mode == CadMode::kPingPong ? "cad" : std::string("cad:") + cad_mode_name(cad_mode);
+  }
+  return "?";
+}
+
+Result<Strategy> parse_strategy(const std::string& text) {
+  const std::string kForms =
+      " (expected colocated, wlb, wlb:C, percp:C, cad, cad:pingpong, cad:single-stream or cad:signal)";
+  Strategy s;
+  const auto colon = text.find(':');
+  const std::string head = text.substr(0, colon);
+  const std::string arg = colon == std::string::npos ? "" : text.substr(colon + 1);
+  const bool has_arg = colon != std::string::npos;
+  if (head == "colocated" && !has_arg) {
+    s.kind = StrategyKind::kColocated;
+    return s;
+  }
+  if (head == "wlb" || head == "percp") {
+    s.kind = head == "wlb" ? StrategyKind::kWlb : StrategyKind::kPerCp;
+    if (!has_arg) {
+      if (head == "percp") return Status::invalid_argument("--strategy percp needs a CP degree: percp:C");
+      return s;
+    }
+    if (!parse_positive(arg, s.cp_degree)) {
+      return Status::invalid_argument("--strategy " + text + ": the CP degree must be a positive integer");
+    }
+    return s;
+  }
+  if (head == "cad") {
+    s.kind = StrategyKind::kCad;
+    if (!has_arg || arg == "pingpong") return s;
+    if (arg == "single-stream") {
+      s.cad_mode = CadMode::kSingleStream;
+      return s;
+    }
+    if (arg == "signal") {
+      s.cad_mode = CadMode::kSignal;
+      return s;
+    }
+  }
+  return Status::invalid_argument("--strategy: unknown strategy '" + text + "'" + kForms);
+}
+
+Status ClusterSpec::validate() const {
+  if (gpus <= 0) return Status::invalid_argument("--gpus must be positive (got " + std::to_string(gpus) + ")");
+  if (gpus_per_node <= 0) {
+    return Status::invalid_argument("--gpus-per-node must be positive (got " + std::to_string(gpus_per_node) + ")");
+  }
+  if (gpus % gpus_per_node != 0) {
+    return Status::invalid_argument("--gpus " + std::to_string(gpus) + " is not a multiple of the node size " +
+                                    std::to_string(gpus_per_node) + " (--gpus-per-node)");
+  }
+  if (pp <= 0) return Status::invalid_argument("--pp must be positive (got " + std::to_string(pp) + ")");
+  if (units() % pp != 0) {
+    return Status::invalid_argument("--pp " + std::to_string(pp) + " does not divide the " + std::to_string(units()) +
+                                    " nodes (--gpus / --gpus-per-node)");
+  }
+  return hw.validate().with_context("hardware");
+}
+
+Result<ClusterSpec> make_cluster(const std::string& preset, int64_t gpus) {
+  DISTCA_ASSIGN_OR_RETURN(HardwareSpec hw, hardware_preset(preset));
+  ClusterSpec c;
+  c.hw = hw;
+  c.gpus = gpus;
+  c.gpus_per_node = hw.gpus_per_node;
+  c.pp = 1;
+  DISTCA_RETURN_IF_ERROR(c.validate());
+  return c;
+}
+
+Status SimOptions::validate() const {
+  DISTCA_RETURN_IF_ERROR(model.validate().with_context("--model"));
+  DISTCA_RETURN_IF_ERROR(cluster.validate());
+  if (cluster.pp > model.n_layers) {
+    return Status::invalid_argument("--pp " + std::to_string(cluster.pp) + " exceeds the model's " +
+                                    std::to_string(model.n_layers) + " layers");
+  }
+  if (!(mfu > 0 && mfu <= 1)) return Status::invalid_argument("--mfu must be in (0, 1] (got " + num(mfu) + ")");
+  if (!(attention_efficiency > 0 && attention_efficiency <= 1)) {
+    return Status::invalid_argument("--attention-efficiency must be in (0, 1] (got " + num(attention_efficiency) + ")");
+  }
+  if (attention_tile < 1) {
+    return Status::invalid_argument("--attention-tile must be positive (got " + std::to_string(attention_tile) + ")");
+  }
+  if (!(tolerance >= 0 && tolerance <= 1)) {
+    return Status::invalid_argument("--tolerance must be in [0, 1] (got " + num(tolerance) + ")");
+  }
+  if (!(wlb_mem_cap >= 1 && std::isfinite(wlb_mem_cap))) {
+    return Status::invalid_argument("--wlb-mem-cap must be >= 1 (got " + num(wlb_mem_cap) + ")");
+  }
+  if (dtype_bytes != 2 && dtype_bytes != 4) {
+    return Status::invalid_argument("--dtype: activation bytes must be 2 or 4 (got " + std::to_string(dtype_bytes) + ")");
+  }
+  const int64_t ups = cluster.units_per_stage();
+  if (strategy.kind == StrategyKind::kPerCp && strategy.cp_degree < 1) {
+    return Status::invalid_argument("--strategy percp:C needs C >= 1");
+  }
+  if ((strategy.kind == StrategyKind::kPerCp || strategy.kind == StrategyKind::kWlb) && strategy.cp_degree > 0 &&
+      ups % strategy.cp_degree != 0) {
+    return Status::invalid_argument("--strategy " + strategy.name() + ": CP degree " +
+                                    std::to_string(strategy.cp_degree) + " does not divide the " +
+                                    std::to_string(ups) + " nodes of a pipeline stage");
+  }
+  if (attention_table != nullptr) {
+    DISTCA_RETURN_IF_ERROR(attention_table->table().validate("--cost-table"));
+  }
+  return Status::ok_status();
+}
+
+Result<std::vector<Batch>> draw_microbatches(WorkloadOptions options, const ClusterSpec& cluster,
+                                             int64_t microbatches) {
+  DISTCA_RETURN_IF_ERROR(cluster.validate());
+  if (microbatches < 1) {
+    return Status::invalid_argument("--microbatches must be positive (got " + std::to_string(microbatches) + ")");
+  }
+  options.ranks = cluster.units_per_stage();
+  options.batches = microbatches;
+  return make_batches(options);
+}
+
+}  // namespace distca::sim

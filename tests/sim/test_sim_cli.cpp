@@ -1,0 +1,176 @@
+// `distca simulate` end to end: bad flags refused with exit 2 and one line naming the flag
+// (and no output file), the JSON keys, --json FILE written, --trace a valid Chrome trace
+// with one process per unit, and the same output for the same seed.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+class SimCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("distca_sim_cli_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  CliRun run(const std::string& args) {
+    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
+    const std::string cmd = std::string(DISTCA_CLI) + " simulate " + args + " >" + out.string() + " 2>" + err.string();
+    const int st = std::system(cmd.c_str());
+    CliRun r;
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+
+  void expect_refused(const std::string& args, const std::string& flag) {
+    const fs::path json = dir_ / "out.json", trace = dir_ / "trace.json";
+    const CliRun r = run(args + " --json " + json.string() + " --trace " + trace.string());
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find(flag), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+    EXPECT_FALSE(fs::exists(json)) << args;
+    EXPECT_FALSE(fs::exists(trace)) << args;
+  }
+
+  fs::path dir_;
+};
+
+const char* kSmall = "--gpus 32 --tokens-per-rank 16384 --dist prolong --seed 3";
+
+TEST_F(SimCli, RefusesBadFlagsWithOneLine) {
+  expect_refused("--gpus 30 --tokens-per-rank 16384", "--gpus");
+  expect_refused("--tokens-per-rank 16384", "--gpus");
+  expect_refused("--gpus 32 --pp 3 --tokens-per-rank 16384", "--pp");
+  expect_refused("--gpus 512 --pp 64 --tokens-per-rank 16384", "--pp");
+  expect_refused("--gpus 32 --strategy fast --tokens-per-rank 16384", "--strategy");
+  expect_refused("--gpus 32 --strategy percp:3 --tokens-per-rank 16384", "--strategy");
+  expect_refused("--gpus 32 --model huge --tokens-per-rank 16384", "--model");
+  expect_refused("--gpus 32 --mfu 0 --tokens-per-rank 16384", "--mfu");
+  expect_refused("--gpus 32 --tolerance -1 --tokens-per-rank 16384", "--tolerance");
+  expect_refused("--gpus 32 --ranks 8 --tokens-per-rank 16384", "--ranks");
+  expect_refused("--gpus 32 --tokens-per-rank 1000", "--tokens-per-rank");
+  expect_refused("--gpus 32 --dist nope --tokens-per-rank 16384", "--dist");
+  expect_refused("--gpus 32 --microbatches 0 --tokens-per-rank 16384", "--microbatches");
+  expect_refused("--gpus 32 --batch " + (dir_ / "missing.json").string(), "--batch");
+  expect_refused(std::string(kSmall) + " --out " + dir_.string(), "--out");
+  expect_refused(std::string(kSmall) + " --inter-node-bw 0", "--inter-node-bw");
+  expect_refused("--sweep fig9 --gpus 32 --out " + (dir_ / "sweep").string(), "--gpus");
+  expect_refused("--sweep fig9", "--out");
+}
+
+TEST_F(SimCli, JsonHasTheDocumentedKeys) {
+  const CliRun r = run(std::string(kSmall) + " --strategy wlb --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"strategy", "model", "hardware", "gpus", "gpus_per_node", "units", "pp", "microbatches", "dp",
+                          "cp_degree", "tokens", "iteration_seconds", "pipeline_seconds", "grad_sync_seconds",
+                          "tokens_per_second", "oom", "oom_unit", "oom_reason", "peak_memory_bytes", "idle_fraction",
+                          "exposed_comm_fraction", "bytes_total", "busy_max_over_mean", "plan", "cp_candidates",
+                          "pp_ticks", "per_unit", "dist", "seed"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  for (const char* key : {"plans", "tasks", "load_max_over_mean", "load_before_max_over_mean", "comm_bytes_forward",
+                          "comm_bytes_backward", "plan_seconds"}) {
+    EXPECT_TRUE(j["plan"].contains(key)) << key;
+  }
+  ASSERT_EQ(j["per_unit"].size(), 4u);
+  for (const char* key : {"unit", "stage", "tokens", "busy", "linear", "attention", "comm", "exposed_comm", "idle",
+                          "bytes_sent", "bytes_received", "memory"}) {
+    EXPECT_TRUE(j["per_unit"][0].contains(key)) << key;
+  }
+  EXPECT_EQ(j["strategy"], "wlb");
+  EXPECT_EQ(j["cp_candidates"].size(), 3u);  // 1, 2, 4
+  EXPECT_GT(j["iteration_seconds"].get<double>(), 0);
+  // busy + exposed + idle = iteration on every unit.
+  for (const auto& u : j["per_unit"]) {
+    EXPECT_NEAR(u["busy"].get<double>() + u["exposed_comm"].get<double>() + u["idle"].get<double>(),
+                j["iteration_seconds"].get<double>(), 1e-9);
+  }
+}
+
+TEST_F(SimCli, SameSeedSameOutputAndJsonFile) {
+  const fs::path a = dir_ / "a.json", b = dir_ / "b.json";
+  ASSERT_EQ(run(std::string(kSmall) + " --pp 2 --strategy cad --json " + a.string()).code, 0);
+  ASSERT_EQ(run(std::string(kSmall) + " --pp 2 --strategy cad --json " + b.string()).code, 0);
+  auto ja = nlohmann::json::parse(slurp(a)), jb = nlohmann::json::parse(slurp(b));
+  ja["plan"].erase("plan_seconds");
+  jb["plan"].erase("plan_seconds");
+  EXPECT_EQ(ja, jb);
+  EXPECT_EQ(ja["pp"], 2);
+  EXPECT_EQ(ja["microbatches"], 4);  // default 2 x PP
+}
+
+TEST_F(SimCli, BatchFileGivesOneMicrobatchPerBatch) {
+  const fs::path batches = dir_ / "batches.json";
+  const std::string cmd = std::string(DISTCA_CLI) + " workload --ranks 4 --tokens-per-rank 16384 --batches 3 --seed 3 " +
+                          "--json --full >" + batches.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const CliRun r = run("--gpus 32 --strategy colocated --batch " + batches.string() + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["microbatches"], 3);
+  EXPECT_EQ(j["tokens"], 3 * 4 * 16384);
+  // The same batches drawn by simulate itself give the same result.
+  const CliRun g = run("--gpus 32 --strategy colocated --tokens-per-rank 16384 --microbatches 3 --seed 3 --json");
+  ASSERT_EQ(g.code, 0) << g.err;
+  EXPECT_EQ(nlohmann::json::parse(g.out)["iteration_seconds"], j["iteration_seconds"]);
+  // A batch file for another cluster size is refused.
+  expect_refused("--gpus 64 --batch " + batches.string(), "--batch");
+}
+
+TEST_F(SimCli, TraceIsChromeJsonWithOneProcessPerUnit) {
+  for (const char* strategy : {"cad", "colocated", "percp:2"}) {
+    const fs::path trace = dir_ / "trace.json";
+    const CliRun r = run(std::string(kSmall) + " --pp 2 --strategy " + strategy + " --trace " + trace.string());
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("iteration"), std::string::npos);
+    const auto j = nlohmann::json::parse(slurp(trace));
+    ASSERT_TRUE(j.contains("traceEvents"));
+    std::set<int64_t> pids, named;
+    double end = 0;
+    for (const auto& e : j["traceEvents"]) {
+      if (e["ph"] == "M" && e["name"] == "process_name") named.insert(e["pid"].get<int64_t>());
+      if (e["ph"] != "X") continue;
+      pids.insert(e["pid"].get<int64_t>());
+      EXPECT_GE(e["dur"].get<double>(), 0);
+      EXPECT_GE(e["ts"].get<double>(), 0);
+      end = std::max(end, e["ts"].get<double>() + e["dur"].get<double>());
+    }
+    EXPECT_EQ(pids.size(), 4u) << strategy;
+    EXPECT_EQ(named, pids) << strategy;
+    const double iteration = j["otherData"]["iteration_seconds"].get<double>();
+    EXPECT_LE(end, iteration * 1e6 * (1 + 1e-9)) << strategy;
+    fs::remove(trace);
+  }
+}
+
+}  // namespace

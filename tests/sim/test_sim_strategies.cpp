@@ -1,0 +1,337 @@
+// simulate() against independent computations: equal documents (the strategies tie up to
+// their overheads), the 1F1B bubble (p-1)/(m+p-1) for uniform work, one giant document
+// (colocated = its last rank's time, assembled here from the analytic formulas), conservation
+// of attention work, determinism, the ablation order signal <= pingpong <= single-stream, CAD
+// never slower than colocated by more than its communication, the CP accounting against the
+// planner's percp schedule and all-gather count, parameters against Llama-3-8B's published
+// size, the gradient all-reduce formula, and OOM reporting.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include <nlohmann/json.hpp>
+
+#include "distca/core/specs.h"
+#include "distca/cost/analytic.h"
+#include "distca/cost/profiled.h"
+#include "distca/data/workload.h"
+#include "distca/plan/doc_index.h"
+#include "distca/plan/plan.h"
+#include "distca/plan/schedule.h"
+#include "distca/plan/traffic.h"
+#include "distca/sim/simulator.h"
+
+namespace distca::sim {
+namespace {
+
+SimOptions options(const std::string& strategy, int64_t units, int64_t pp = 1) {
+  SimOptions o;
+  o.model = model_preset("llama-8b").value();
+  o.cluster.hw = hardware_preset("h200").value();
+  o.cluster.gpus_per_node = 8;
+  o.cluster.gpus = 8 * units;
+  o.cluster.pp = pp;
+  o.strategy = parse_strategy(strategy).value();
+  return o;
+}
+
+SimResult run(const SimOptions& o, const std::vector<Batch>& mbs) {
+  auto r = simulate(o, mbs);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? std::move(r).value() : SimResult{};
+}
+
+// `ranks` ranks each holding `per_rank` documents of `len` tokens.
+Batch equal_docs(int64_t ranks, int64_t per_rank, int64_t len) {
+  std::vector<int64_t> lengths(static_cast<size_t>(ranks * per_rank), len);
+  return pack_documents(lengths, ranks, per_rank * len, Layout::kContiguous);
+}
+
+std::vector<Batch> drawn(int64_t ranks, int64_t tokens, int64_t m, uint64_t seed, const std::string& dist = "prolong") {
+  WorkloadOptions w;
+  w.dist = dist;
+  w.ranks = ranks;
+  w.tokens_per_rank = tokens;
+  w.batches = m;
+  w.seed = seed;
+  return make_batches(w).value();
+}
+
+double total_pairs(const Batch& b) {
+  const DocumentIndex index(b);
+  double s = 0;
+  for (int64_t id : index.doc_ids()) s += static_cast<double>(document_pairs(index.doc_len(id)));
+  return s;
+}
+
+double rel(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1e-300); }
+
+TEST(Strategies, EqualDocumentsTieUpToOverheads) {
+  const std::vector<Batch> mbs = {equal_docs(8, 4, 4096)};
+  const SimResult colo = run(options("colocated", 8), mbs);
+  const SimResult wlb = run(options("wlb", 8), mbs);
+  const SimResult cad = run(options("cad", 8), mbs);
+  const SimResult percp = run(options("percp:2", 8), mbs);
+  // WLB-ideal keeps CP 1 and re-packs to the same balance.
+  EXPECT_EQ(wlb.cp_degree, 1);
+  EXPECT_LT(rel(wlb.iteration_seconds, colo.iteration_seconds), 1e-12);
+  // CAD moves nothing (already balanced): only its four collectives per layer slot remain,
+  // each one latency (33 slots forward, 33 backward, 4 per slot).
+  EXPECT_EQ(cad.plan.comm_bytes_forward, 0);
+  EXPECT_GE(cad.iteration_seconds, colo.iteration_seconds * (1 - 1e-12));
+  const double lat = colo.iteration_seconds > 0 ? options("cad", 8).cluster.hw.inter_node_latency : 0;
+  EXPECT_LE(cad.iteration_seconds - colo.iteration_seconds, 2 * 33 * 4 * lat * (1 + 1e-9));
+  // percp:2 = colocated + the K/V all-gather (forward) and dK/dV reduce-scatter (backward) of
+  // every layer: each unit holds half of each of its group's 8 documents and receives the
+  // other half.
+  const SimOptions po = options("percp:2", 8);
+  const double bytes = 8.0 * 2048.0 * static_cast<double>(row_bytes(po.model, 2).kv);
+  const double coll = bytes / (8 * po.cluster.hw.inter_node_bw) + po.cluster.hw.inter_node_latency;
+  EXPECT_LT(rel(percp.iteration_seconds - colo.iteration_seconds, 2 * 32 * coll), 1e-9);
+  EXPECT_EQ(percp.cp_degree, 2);
+  EXPECT_EQ(percp.dp, 4);
+}
+
+TEST(Strategies, UniformPipelineBubbleIsPMinusOneOverMPlusPMinusOne) {
+  for (const auto& [p, m] : std::vector<std::pair<int64_t, int64_t>>{{2, 4}, {4, 8}, {4, 3}, {8, 16}}) {
+    std::vector<Batch> mbs(static_cast<size_t>(m), equal_docs(2, 2, 8192));
+    for (const char* strategy : {"colocated", "wlb:1"}) {
+      SimOptions o = options(strategy, 2 * p, p);
+      o.cluster.hw.inter_node_bw = 1e30;  // free transfers: the bubble alone
+      o.cluster.hw.inter_node_latency = 0;
+      o.grad_sync = false;
+      o.lm_head = false;
+      const SimResult r = run(o, mbs);
+      const double want = static_cast<double>(p - 1) / static_cast<double>(m + p - 1);
+      for (const UnitStats& u : r.per_unit) {
+        EXPECT_LT(std::fabs(u.idle / r.iteration_seconds - want), 1e-9) << strategy << " p=" << p << " m=" << m;
+      }
+      EXPECT_LT(std::fabs(r.idle_fraction - want), 1e-9);
+      // 1F1B holds min(p - s, m) micro-batches on stage s (equal layers per stage here).
+      const double last_stage = r.per_unit.back().memory.activations;
+      for (const UnitStats& u : r.per_unit) {
+        const double held = static_cast<double>(std::min(p - u.stage, m));
+        EXPECT_LT(rel(u.memory.activations, held * last_stage), 1e-12) << strategy << " stage " << u.stage;
+      }
+      if (std::string(strategy) == "colocated") {
+        // CAD: phase-aligned ticks; idle stages serve attention, so it is never slower.
+        SimOptions c = o;
+        c.strategy = parse_strategy("cad").value();
+        const SimResult cad = run(c, mbs);
+        EXPECT_EQ(cad.pp_ticks, 2 * (m + p - 1));
+        EXPECT_LE(cad.iteration_seconds, r.iteration_seconds * (1 + 1e-9));
+        // Phase-aligned ticks defer backwards: stage s holds up to 2(p-1-s)+1 micro-batches.
+        const double cad_last = cad.per_unit.back().memory.activations;
+        EXPECT_LT(rel(cad_last, last_stage), 1e-12);
+        for (const UnitStats& u : cad.per_unit) {
+          const double held = static_cast<double>(std::min(2 * (p - 1 - u.stage) + 1, m));
+          EXPECT_LT(rel(u.memory.activations, held * cad_last), 1e-12) << "cad stage " << u.stage;
+        }
+      }
+    }
+  }
+}
+
+TEST(Strategies, OneGiantDocumentColocatedIsItsLastRanksTime) {
+  const int64_t R = 8, T = 8192;
+  const Batch b = pack_documents({R * T}, R, T, Layout::kContiguous);
+  SimOptions o = options("colocated", R);
+  o.grad_sync = false;
+  o.lm_head = false;
+  const SimResult r = run(o, {b});
+  // Rank R-1 holds rows [(R-1)T, RT): its attention sees the whole prefix, and the K/V of
+  // (R-1)T rows come from the other ranks (dK/dV go back in backward).
+  const ModelSpec& m = o.model;
+  const double G = 8, peak = o.cluster.hw.peak_flops;
+  const double att_fwd = attention_forward_flops(m, static_cast<double>(task_pairs(T, R * T))) / (G * peak * 0.5);
+  const double lin_fwd = static_cast<double>(T) * linear_forward_flops_per_token(m) / (G * peak * 0.5);
+  const double xfer = o.cluster.hw.inter_node_latency +
+                      static_cast<double>((R - 1) * T * row_bytes(m, 2).kv) / (G * o.cluster.hw.inter_node_bw);
+  const double fwd = xfer + lin_fwd + att_fwd;
+  const double bwd = xfer + 3 * lin_fwd + 2.5 * att_fwd;  // checkpointing: 2x + recompute
+  EXPECT_LT(rel(r.iteration_seconds, 32 * (fwd + bwd)), 1e-9);
+  EXPECT_LT(rel(r.per_unit.back().busy, 32 * (4 * lin_fwd + 3.5 * att_fwd)), 1e-9);
+  EXPECT_NEAR(r.per_unit.back().idle, 0.0, 1e-9 * r.iteration_seconds);
+  // Rank 0 is the least loaded: its idle time is the imbalance.
+  EXPECT_GT(r.per_unit.front().idle, 0.5 * r.iteration_seconds);
+}
+
+TEST(Strategies, AttentionWorkIsConserved) {
+  const auto mbs = drawn(8, 32768, 3, 11);
+  double want = 0;
+  for (const Batch& b : mbs) want += 32 * total_pairs(b);
+  for (const char* s : {"colocated", "wlb", "wlb:4", "percp:2", "percp:8", "cad", "cad:single-stream"}) {
+    for (int64_t pp : {1, 2}) {
+      SimOptions o = options(s, 8 * pp, pp);
+      const SimResult r = run(o, mbs);
+      double got = 0;
+      for (const UnitStats& u : r.per_unit) got += u.attention_pairs;
+      EXPECT_LT(rel(got, want), 1e-12) << s << " pp=" << pp;
+    }
+  }
+}
+
+TEST(Strategies, SameInputsGiveIdenticalResults) {
+  for (const char* s : {"colocated", "wlb", "percp:4", "cad", "cad:signal"}) {
+    SimOptions o = options(s, 8, 2);
+    o.record_events = true;
+    const auto a = run(o, drawn(4, 32768, 4, 5));
+    const auto b = run(o, drawn(4, 32768, 4, 5));
+    nlohmann::json ja = to_json(a), jb = to_json(b);
+    ja["plan"].erase("plan_seconds");  // wall clock
+    jb["plan"].erase("plan_seconds");
+    EXPECT_EQ(ja.dump(), jb.dump()) << s;
+    ASSERT_EQ(a.events.size(), b.events.size());
+    EXPECT_TRUE(std::equal(a.events.begin(), a.events.end(), b.events.begin(), [](const TraceEvent& x, const TraceEvent& y) {
+      return x.unit == y.unit && x.track == y.track && x.name == y.name && x.start == y.start && x.duration == y.duration;
+    })) << s;
+    const auto c = run(o, drawn(4, 32768, 4, 6));
+    EXPECT_NE(to_json(c)["iteration_seconds"], ja["iteration_seconds"]) << s;
+  }
+}
+
+TEST(Strategies, AblationOrderAndCadAgainstColocated) {
+  for (uint64_t seed : {1, 2, 3}) {
+    const auto mbs = drawn(16, 262144, 1, seed);
+    const SimResult colo = run(options("colocated", 16), mbs);
+    const SimResult signal = run(options("cad:signal", 16), mbs);
+    const SimResult ping = run(options("cad", 16), mbs);
+    const SimResult single = run(options("cad:single-stream", 16), mbs);
+    EXPECT_LE(signal.iteration_seconds, ping.iteration_seconds) << seed;
+    EXPECT_LE(ping.iteration_seconds, single.iteration_seconds) << seed;
+    EXPECT_GT(single.exposed_comm_fraction, ping.exposed_comm_fraction) << seed;
+    double comm = 0;
+    for (const UnitStats& u : ping.per_unit) comm = std::max(comm, u.comm);
+    EXPECT_LE(ping.iteration_seconds, colo.iteration_seconds + comm) << seed;
+    EXPECT_LT(ping.plan.load_max_over_mean, colo.plan.load_max_over_mean) << seed;
+    // Same schedule for the three modes; single-stream runs it as one batch, so it moves no
+    // more than ping-pong (whose pong re-reads ping's context); signal sends nothing.
+    EXPECT_EQ(ping.plan.tasks, single.plan.tasks);
+    EXPECT_LE(single.plan.comm_bytes_forward, ping.plan.comm_bytes_forward);
+    EXPECT_EQ(ping.plan.comm_bytes_forward, signal.plan.comm_bytes_forward);
+    EXPECT_LT(signal.bytes_total, ping.bytes_total);
+  }
+}
+
+// Stateless servers: the same schedule; backward sends the forward's bytes again (plan
+// figures: backward = keep's backward + forward), servers keep no buffers, never faster.
+TEST(Strategies, StatelessServersTradeBuffersForBytes) {
+  for (int64_t pp : {1, 2}) {
+    const auto mbs = drawn(8 / pp, 262144, pp == 1 ? 1 : 4, 5);
+    SimOptions keep_o = options("cad", 8, pp), sl_o = keep_o;
+    sl_o.cad_stateless = true;
+    const SimResult keep = run(keep_o, mbs), sl = run(sl_o, mbs);
+    EXPECT_EQ(keep.plan.tasks, sl.plan.tasks) << pp;
+    EXPECT_DOUBLE_EQ(sl.plan.comm_bytes_forward, keep.plan.comm_bytes_forward) << pp;
+    EXPECT_DOUBLE_EQ(sl.plan.comm_bytes_backward, keep.plan.comm_bytes_backward + keep.plan.comm_bytes_forward) << pp;
+    // With PP, backward ticks the planner re-planned move the inputs again in both designs.
+    if (keep.plan.backward_replans == 0) {
+      EXPECT_GT(sl.bytes_total, keep.bytes_total) << pp;
+    } else {
+      EXPECT_GE(sl.bytes_total, keep.bytes_total) << pp;
+    }
+    EXPECT_GE(sl.iteration_seconds, keep.iteration_seconds) << pp;
+    double keep_buffers = 0;
+    for (size_t u = 0; u < sl.per_unit.size(); ++u) {
+      keep_buffers += keep.per_unit[u].memory.buffers;
+      EXPECT_LE(sl.per_unit[u].memory.buffers, keep.per_unit[u].memory.buffers) << pp << " unit " << u;
+    }
+    EXPECT_GT(keep_buffers, 0) << pp;
+    EXPECT_EQ(to_json(sl)["cad_servers"], "stateless");
+  }
+}
+
+TEST(Strategies, CpAccountingMatchesThePlannersPercp) {
+  const auto mbs = drawn(8, 16384, 1, 3);
+  const Batch& b = mbs.front();
+  for (int64_t c : {1, 2, 4, 8}) {
+    const SimOptions o = options("percp:" + std::to_string(c), 8);
+    const SimResult r = run(o, mbs);
+    ScheduleOptions so;
+    so.model = o.model;
+    auto s = schedule_percp(b, c, so);
+    ASSERT_TRUE(s.ok());
+    const std::vector<double> pairs = server_loads(8, s->tasks, nullptr);
+    for (int64_t u = 0; u < 8; ++u) {
+      EXPECT_DOUBLE_EQ(r.per_unit[static_cast<size_t>(u)].attention_pairs, 32 * pairs[static_cast<size_t>(u)]) << c;
+    }
+    const DocumentIndex index(b);
+    const AllGatherTraffic ag = compute_allgather(index, c, percp_groups(index, c), row_bytes(o.model, 2));
+    EXPECT_EQ(r.plan.comm_bytes_forward, static_cast<double>(ag.bytes)) << c;
+    EXPECT_EQ(r.plan.comm_bytes_backward, static_cast<double>(ag.bytes)) << c;
+  }
+}
+
+TEST(Strategies, ParametersMatchLlama3_8B) {
+  SimOptions o = options("colocated", 8);
+  const SimResult r = run(o, {equal_docs(8, 1, 4096)});
+  // bf16 parameters per GPU x 8 GPUs / 2 bytes: Llama-3-8B has 8.03 billion parameters.
+  const double params = r.per_unit[0].memory.params * 8 / 2;
+  EXPECT_LT(rel(params, 8.03e9), 0.005) << params;
+  EXPECT_DOUBLE_EQ(r.per_unit[0].memory.grads, 2 * r.per_unit[0].memory.params);
+  // Adam state sharded over the 8 DP units.
+  EXPECT_DOUBLE_EQ(r.per_unit[0].memory.optimizer, 6 * r.per_unit[0].memory.params / 8);
+  // Ring all-reduce of fp32 gradients over 8 units: 2 (n-1)/n bytes per GPU at its link.
+  const double n = 8;
+  const double want = 2 * (n - 1) / n * r.per_unit[0].memory.grads / o.cluster.hw.inter_node_bw +
+                      2 * (n - 1) * o.cluster.hw.inter_node_latency;
+  EXPECT_LT(rel(r.grad_sync_seconds, want), 1e-12);
+}
+
+TEST(Strategies, ActivationsScaleWithTokensAndOomIsReported) {
+  SimOptions o = options("colocated", 8);
+  const SimResult a = run(o, {equal_docs(8, 4, 4096)});
+  const SimResult b = run(o, {equal_docs(8, 8, 4096)});
+  EXPECT_LT(rel(b.per_unit[0].memory.activations, 2 * a.per_unit[0].memory.activations), 1e-12);
+  EXPECT_FALSE(a.oom);
+  o.cluster.hw.memory_bytes = 1e9;
+  const SimResult c = run(o, {equal_docs(8, 4, 4096)});
+  EXPECT_TRUE(c.oom);
+  EXPECT_EQ(c.oom_unit, 0);
+  EXPECT_NE(c.oom_reason.find("unit 0"), std::string::npos) << c.oom_reason;
+  // WLB-ideal reports a fitting CP degree when there is one, and every degree it tried.
+  SimOptions w = options("wlb", 8);
+  const SimResult d = run(w, drawn(8, 65536, 1, 9));
+  EXPECT_EQ(d.cp_candidates.size(), 4u);  // 1, 2, 4, 8
+  for (const CpCandidate& cand : d.cp_candidates) {
+    if (!cand.oom) {
+      EXPECT_GE(cand.iteration_seconds, d.iteration_seconds);
+    }
+  }
+}
+
+TEST(Strategies, ProfiledTableAtConstantThroughputMatchesTheAnalyticModel) {
+  // A table measured at a flat T FLOP/s for the model's own heads: a unit (G GPUs) runs
+  // attention at G * T, exactly the analytic model with efficiency T / peak (shards >= 128
+  // rows, so no padding difference); half the heads in the table: the same, since seconds
+  // scale by the FLOPs ratio.
+  SimOptions o = options("colocated", 8);
+  const double T = 0.4 * o.cluster.hw.peak_flops;
+  for (int64_t heads : {o.model.n_heads, o.model.n_heads / 2}) {
+    CostTable table;
+    table.n_heads = heads;
+    table.n_kv_heads = heads / 4;
+    table.head_dim = o.model.head_dim;
+    table.q_lens = {128, 1024, 8192, 65536};
+    table.kv_lens = {128, 1024, 8192, 65536};
+    for (int64_t q : table.q_lens) {
+      std::vector<double> row;
+      for (int64_t kv : table.kv_lens) row.push_back(q <= kv ? table.task_flops(q, kv) / T : 0.0);
+      table.seconds.push_back(row);
+    }
+    ASSERT_TRUE(table.validate("test").ok());
+    const ProfiledCostModel model(table);
+    const std::vector<Batch> mbs = {equal_docs(8, 4, 4096)};
+    SimOptions analytic = o;
+    analytic.attention_efficiency = 0.4;
+    SimOptions profiled = o;
+    profiled.attention_table = &model;
+    const SimResult a = run(analytic, mbs), b = run(profiled, mbs);
+    EXPECT_LT(rel(b.iteration_seconds, a.iteration_seconds), 1e-9) << heads;
+    EXPECT_LT(rel(b.per_unit[0].attention, a.per_unit[0].attention), 1e-9) << heads;
+  }
+}
+
+}  // namespace
+}  // namespace distca::sim
