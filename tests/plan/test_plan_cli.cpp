@@ -15,54 +15,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/cli_fixture.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
+using distca::testing::CliRun;
+using distca::testing::slurp;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-class PlanCli : public ::testing::Test {
+class PlanCli : public distca::testing::CliFixture {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("distca_plan_cli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  CliRun run(const std::string& args) {
-    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    const std::string cmd = std::string(DISTCA_CLI) + " " + args + " >" + out.string() + " 2>" + err.string();
-    const int st = std::system(cmd.c_str());
-    CliRun r;
-    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
-
-  // Refused with exit 2 and one stderr line naming `flag`.
-  void expect_refused(const std::string& args, const std::string& flag) {
-    const fs::path json = dir_ / "out.json";
-    const CliRun r = run(args + " --json " + json.string());
-    EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
-    EXPECT_NE(r.err.find(flag), std::string::npos) << args << ": " << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_FALSE(fs::exists(json)) << args;
-  }
-
-  fs::path dir_;
+  PlanCli() : CliFixture("plan_cli", "") {}
 };
 
 const std::string kSmall = "plan --dist prolong --ranks 4 --tokens-per-rank 4096 --seed 7";

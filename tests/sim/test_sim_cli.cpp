@@ -15,53 +15,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/cli_fixture.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
+using distca::testing::CliRun;
+using distca::testing::slurp;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-class SimCli : public ::testing::Test {
+class SimCli : public distca::testing::CliFixture {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("distca_sim_cli_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
+  SimCli() : CliFixture("sim_cli", "simulate") {}
+  void expect_refused(const std::string& args, const std::string& flag) const {
+    CliFixture::expect_refused(args, flag, {"--trace"});
   }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  CliRun run(const std::string& args) {
-    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    const std::string cmd = std::string(DISTCA_CLI) + " simulate " + args + " >" + out.string() + " 2>" + err.string();
-    const int st = std::system(cmd.c_str());
-    CliRun r;
-    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
-
-  void expect_refused(const std::string& args, const std::string& flag) {
-    const fs::path json = dir_ / "out.json", trace = dir_ / "trace.json";
-    const CliRun r = run(args + " --json " + json.string() + " --trace " + trace.string());
-    EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
-    EXPECT_NE(r.err.find(flag), std::string::npos) << args << ": " << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
-    EXPECT_FALSE(fs::exists(json)) << args;
-    EXPECT_FALSE(fs::exists(trace)) << args;
-  }
-
-  fs::path dir_;
 };
 
 const char* kSmall = "--gpus 32 --tokens-per-rank 16384 --dist prolong --seed 3";

@@ -18,6 +18,7 @@
 
 #include "distca/core/rng.h"
 #include "distca/sim/sweeps.h"
+#include "support/cli_fixture.h"
 
 namespace fs = std::filesystem;
 using distca::Rng;
@@ -27,28 +28,10 @@ using distca::sim::SweepOptions;
 
 namespace {
 
-// A fresh empty directory under the system temp dir, removed at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("distca_sweeps_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+struct TempDir : distca::testing::TempDir {
+  TempDir() : distca::testing::TempDir("sweeps") {}
 };
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using distca::testing::slurp;
 
 double doc_work(int64_t len, double alpha, double beta) {
   const double l = static_cast<double>(len);

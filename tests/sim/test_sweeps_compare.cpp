@@ -19,33 +19,17 @@
 #include "distca/data/workload.h"
 #include "distca/sim/simulator.h"
 #include "distca/sim/sweeps.h"
+#include "support/cli_fixture.h"
 
 namespace fs = std::filesystem;
 using distca::sim::SweepOptions;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("distca_sweeps_cmp_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+struct TempDir : distca::testing::TempDir {
+  TempDir() : distca::testing::TempDir("sweeps_cmp") {}
 };
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using distca::testing::slurp;
 
 // A parsed CSV: rows of column -> cell.
 struct Csv {
