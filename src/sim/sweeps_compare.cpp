@@ -186,20 +186,28 @@ const std::vector<double> kCadTolerances = {0.0, 0.05, 0.1, 0.15};
 const std::vector<double> kCadTolerances4d = {0.0, 0.1};
 
 // CAD (ping-pong) at its best tolerance: the fastest that fits, else the fastest, flagged oom.
+// Servers keep their forward inputs (the runtime's default); where that does not fit in
+// memory, stateless servers (the paper's design: inputs sent again with dO, nothing kept) are
+// tried too. `stateless` receives the design of the result.
 Result<RunStats> best_cad(SimOptions o, const std::vector<std::vector<Batch>>& iterations,
-                          const std::vector<double>& tolerances, double& tolerance) {
+                          const std::vector<double>& tolerances, double& tolerance, bool& stateless) {
   RunStats best;
   bool have = false;
   o.strategy = Strategy{StrategyKind::kCad, 0, CadMode::kPingPong};
   for (double tol : tolerances) {
     o.tolerance = tol;
-    DISTCA_ASSIGN_OR_RETURN(RunStats s, run(o, iterations));
-    const bool better = !have || (best.oom && !s.oom) ||
-                        (best.oom == s.oom && s.tokens_per_second > best.tokens_per_second);
-    if (better) {
-      best = s;
-      tolerance = tol;
-      have = true;
+    for (bool sl : {false, true}) {
+      o.cad_stateless = sl;
+      DISTCA_ASSIGN_OR_RETURN(RunStats s, run(o, iterations));
+      const bool better = !have || (best.oom && !s.oom) ||
+                          (best.oom == s.oom && s.tokens_per_second > best.tokens_per_second);
+      if (better) {
+        best = s;
+        tolerance = tol;
+        stateless = sl;
+        have = true;
+      }
+      if (!s.oom) break;  // keeping servers fit: no need for the stateless design
     }
   }
   return best;
@@ -282,7 +290,7 @@ Result<SweepSummary> run_compare(const SweepOptions& options, const SweepProgres
   t.columns.insert(t.columns.end(), {"wlb_cp", "wlb_dp", "wlb_seconds", "wlb_tokens_per_second", "wlb_oom",
                                      "wlb_idle_fraction", "wlb_peak_memory_gb"});
   if (fourd) t.columns.insert(t.columns.end(), {"cad_pp", "cad_microbatches"});
-  t.columns.insert(t.columns.end(), {"cad_tolerance", "cad_seconds", "cad_tokens_per_second", "cad_oom", "cad_exposed_comm_fraction",
+  t.columns.insert(t.columns.end(), {"cad_tolerance", "cad_servers", "cad_seconds", "cad_tokens_per_second", "cad_oom", "cad_exposed_comm_fraction",
                                      "cad_load_max_over_mean", "cad_peak_memory_gb", "speedup", "paper_speedup_lo",
                                      "paper_speedup_hi"});
   SweepSummary s;
@@ -300,6 +308,7 @@ Result<SweepSummary> run_compare(const SweepOptions& options, const SweepProgres
     RunStats wlb, cad;
     int64_t wlb_pp = 1, cad_pp = 1, wlb_m = 1, cad_m = 1;
     double cad_tol = 0;
+    bool cad_sl = false;
     bool have_w = false, have_c = false;
     for (int64_t pp : fourd ? pp_degrees(units, options.quick) : std::vector<int64_t>{1}) {
       DISTCA_ASSIGN_OR_RETURN(SimOptions o, base_options(c.model, c.gpus, pp));
@@ -316,12 +325,13 @@ Result<SweepSummary> run_compare(const SweepOptions& options, const SweepProgres
       const auto iters = group(std::move(mbs), m);
       DISTCA_ASSIGN_OR_RETURN(RunStats sw, best_wlb(o, iters));
       double tol = 0;
-      DISTCA_ASSIGN_OR_RETURN(RunStats sc, best_cad(o, iters, fourd ? kCadTolerances4d : kCadTolerances, tol));
+      bool sl = false;
+      DISTCA_ASSIGN_OR_RETURN(RunStats sc, best_cad(o, iters, fourd ? kCadTolerances4d : kCadTolerances, tol, sl));
       auto better = [](const RunStats& a, const RunStats& b) {
         return (b.oom && !a.oom) || (a.oom == b.oom && a.tokens_per_second > b.tokens_per_second);
       };
       if (!have_w || better(sw, wlb)) { wlb = sw; wlb_pp = pp; wlb_m = m; have_w = true; }
-      if (!have_c || better(sc, cad)) { cad = sc; cad_pp = pp; cad_m = m; cad_tol = tol; have_c = true; }
+      if (!have_c || better(sc, cad)) { cad = sc; cad_pp = pp; cad_m = m; cad_tol = tol; cad_sl = sl; have_c = true; }
     }
     // A configuration that does not fit has no throughput to compare (the paper reports none).
     const double speedup =
@@ -333,7 +343,7 @@ Result<SweepSummary> run_compare(const SweepOptions& options, const SweepProgres
     row.insert(row.end(), {fmt_int(wlb.cp), fmt_int(wlb.dp), fmt(wlb.seconds, 4), fmt(wlb.tokens_per_second, 0),
                            fmt_int(wlb.oom), fmt(wlb.idle_fraction, 4), fmt(wlb.peak_memory / 1e9, 1)});
     if (fourd) row.insert(row.end(), {fmt_int(cad_pp), fmt_int(cad_m)});
-    row.insert(row.end(), {fmt(cad_tol, 2), fmt(cad.seconds, 4), fmt(cad.tokens_per_second, 0), fmt_int(cad.oom),
+    row.insert(row.end(), {fmt(cad_tol, 2), cad_sl ? "stateless" : "keep", fmt(cad.seconds, 4), fmt(cad.tokens_per_second, 0), fmt_int(cad.oom),
                            fmt(cad.exposed_comm_fraction, 4), fmt(cad.load_max_over_mean, 4),
                            fmt(cad.peak_memory / 1e9, 1), fmt(speedup, 4), fmt(lo, 2), fmt(hi, 2)});
     t.rows.push_back(std::move(row));

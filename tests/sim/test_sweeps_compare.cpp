@@ -106,7 +106,7 @@ TEST(Fig9, QuickSweepHasTheColumnsAndConsistentSpeedups) {
   const std::string text = run_quick("fig9", tmp.path);
   const Csv csv = parse_csv(text);
   expect_columns(csv, {"model", "dataset", "max_doc_len", "gpus", "tokens_per_unit", "wlb_cp", "wlb_seconds",
-                       "cad_seconds", "speedup", "wlb_oom", "cad_oom"});
+                       "cad_servers", "cad_seconds", "speedup", "wlb_oom", "cad_oom"});
   ASSERT_EQ(csv.rows.size(), 2u);  // quick: 8B, 128K, 64 GPUs, both datasets
   for (size_t r = 0; r < csv.rows.size(); ++r) {
     EXPECT_TRUE(is_pow2_divisor(csv.num(r, "wlb_cp"), csv.num(r, "units"))) << r;
