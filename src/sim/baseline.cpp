@@ -297,22 +297,7 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
 
   // DP gradient all-reduce per stage once every replica of the stage is done.
   r.pipeline_seconds = *std::max_element(stage_finish.begin(), stage_finish.end());
-  r.iteration_seconds = 0;
-  r.grad_sync_seconds = 0;
-  for (int64_t s = 0; s < p; ++s) {
-    double bytes = 0;
-    const double gs = grad_sync_seconds(R, s, &bytes);
-    const double start = stage_finish[static_cast<size_t>(s)];
-    for (int64_t i = 0; i < ups; ++i) {
-      const int64_t u = s * ups + i;
-      if (gs > 0) {
-        rec.comm(u, start, gs, bytes, bytes, "grad all-reduce", -1);
-        rec.wait(u, unit_end[static_cast<size_t>(u)], start + gs, start);
-      }
-    }
-    r.grad_sync_seconds = std::max(r.grad_sync_seconds, gs);
-    r.iteration_seconds = std::max(r.iteration_seconds, start + gs);
-  }
+  run_grad_sync(R, rec, stage_finish, unit_end, r);
 
   // Memory: the peak over each stage's op order of the micro-batches held.
   std::vector<MemoryInput> mem(static_cast<size_t>(R.units));

@@ -484,23 +484,8 @@ Status run_cad(const Rates& R, const std::vector<Batch>& mbs, SimResult& r) {
 
   // Gradient all-reduce per stage after its last backward.
   r.pipeline_seconds = std::max(*std::max_element(tc.begin(), tc.end()), run.net_free());
-  r.iteration_seconds = 0;
-  r.grad_sync_seconds = 0;
-  for (int64_t s = 0; s < p; ++s) {
-    double bytes = 0;
-    const double gs = grad_sync_seconds(R, s, &bytes);
-    // Every unit serves attention until the last tick, so the all-reduce starts after it.
-    const double start = r.pipeline_seconds;
-    for (int64_t i = 0; i < ups; ++i) {
-      const int64_t u = s * ups + i;
-      if (gs > 0) {
-        rec.comm(u, start, gs, bytes, bytes, "grad all-reduce", -1);
-        rec.wait(u, tc[static_cast<size_t>(u)], start + gs, start);
-      }
-    }
-    r.grad_sync_seconds = std::max(r.grad_sync_seconds, gs);
-    r.iteration_seconds = std::max(r.iteration_seconds, start + gs);
-  }
+  // Every unit serves attention until the last tick, so every all-reduce starts after it.
+  run_grad_sync(R, rec, std::vector<double>(static_cast<size_t>(p), r.pipeline_seconds), tc, r);
   r.iteration_seconds = std::max(r.iteration_seconds, r.pipeline_seconds);
 
   // Memory: unit u's own activations follow its stage's ops; the buffers it keeps as a server

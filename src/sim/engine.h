@@ -113,4 +113,10 @@ Status run_cad(const Rates& rates, const std::vector<Batch>& mbs, SimResult& r);
 // unit sends (= receives).
 double grad_sync_seconds(const Rates& rates, int64_t s, double* bytes_per_unit);
 
+// Runs every stage's gradient all-reduce, stage s starting at stage_start[s] (its units,
+// free at unit_free[u], wait for it), and sets r.grad_sync_seconds and r.iteration_seconds
+// (the latest end).
+void run_grad_sync(const Rates& rates, Recorder& rec, const std::vector<double>& stage_start,
+                   const std::vector<double>& unit_free, SimResult& r);
+
 }  // namespace distca::sim::detail

@@ -70,6 +70,24 @@ double grad_sync_seconds(const Rates& rates, int64_t s, double* bytes_per_unit) 
   return moved / rates.bw + 2.0 * (n - 1.0) * rates.lat;
 }
 
+void run_grad_sync(const Rates& R, Recorder& rec, const std::vector<double>& stage_start,
+                   const std::vector<double>& unit_free, SimResult& r) {
+  r.iteration_seconds = 0;
+  r.grad_sync_seconds = 0;
+  for (int64_t s = 0; s < R.pp; ++s) {
+    double bytes = 0;
+    const double gs = grad_sync_seconds(R, s, &bytes);
+    const double start = stage_start[static_cast<size_t>(s)];
+    for (int64_t i = 0; i < R.ups && gs > 0; ++i) {
+      const int64_t u = s * R.ups + i;
+      rec.comm(u, start, gs, bytes, bytes, "grad all-reduce", -1);
+      rec.wait(u, unit_free[static_cast<size_t>(u)], start + gs, start);
+    }
+    r.grad_sync_seconds = std::max(r.grad_sync_seconds, gs);
+    r.iteration_seconds = std::max(r.iteration_seconds, start + gs);
+  }
+}
+
 Recorder::Recorder(int64_t units, bool keep_events) : stats_(static_cast<size_t>(units)), keep_(keep_events) {}
 
 void Recorder::linear(int64_t u, double start, double dur, const char* name, int64_t mb) {
