@@ -12,6 +12,30 @@
 
 namespace distca::model {
 
+namespace {
+
+// The kernel call over whole documents (one task per document, q = kv, causal): inputs and
+// shapes; the caller sets the outputs (and the backward's gradients).
+kernels::AttentionParams whole_document_params(const AttentionShape& shape, const std::vector<int32_t>& cu_seqlens,
+                                               int32_t max_seqlen, const float* q, const float* k, const float* v) {
+  kernels::AttentionParams p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.cu_seqlens_q = cu_seqlens.data();
+  p.cu_seqlens_k = cu_seqlens.data();
+  p.n_tasks = static_cast<int32_t>(cu_seqlens.size()) - 1;
+  p.n_heads = static_cast<int32_t>(shape.n_heads);
+  p.n_kv_heads = static_cast<int32_t>(shape.n_kv_heads);
+  p.head_dim = static_cast<int32_t>(shape.head_dim);
+  p.max_seqlen_q = max_seqlen;
+  p.max_seqlen_k = max_seqlen;
+  p.causal = true;
+  return p;
+}
+
+}  // namespace
+
 template <class T>
 Result<LocalAttentionExecutor<T>> LocalAttentionExecutor<T>::create(
     int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, std::span<const Piece> pieces,
@@ -249,19 +273,7 @@ Status LocalAttentionExecutor<T>::kernel_forward(int layer, const Kept& kp, T* o
     if (static_cast<size_t>(layer) >= lse_.size()) lse_.resize(static_cast<size_t>(layer) + 1);
     std::vector<float>& lse = lse_[static_cast<size_t>(layer)];  // (n_heads, n_tokens)
     lse.resize(static_cast<size_t>(shape_.n_heads * shape_.n_tokens));
-    kernels::AttentionParams p;
-    p.q = kp.q;
-    p.k = kp.k;
-    p.v = kp.v;
-    p.cu_seqlens_q = cu_seqlens_.data();
-    p.cu_seqlens_k = cu_seqlens_.data();
-    p.n_tasks = static_cast<int32_t>(segments_.size());
-    p.n_heads = static_cast<int32_t>(shape_.n_heads);
-    p.n_kv_heads = static_cast<int32_t>(shape_.n_kv_heads);
-    p.head_dim = static_cast<int32_t>(shape_.head_dim);
-    p.max_seqlen_q = max_seqlen_;
-    p.max_seqlen_k = max_seqlen_;
-    p.causal = true;
+    kernels::AttentionParams p = whole_document_params(shape_, cu_seqlens_, max_seqlen_, kp.q, kp.k, kp.v);
     p.o = o;
     p.lse = lse.data();
     DISTCA_RETURN_IF_ERROR(kernels::validate(p));
@@ -284,19 +296,7 @@ Status LocalAttentionExecutor<T>::kernel_backward(int layer, const Kept& kp, con
       return Status::invalid_argument("attention backward of layer " + std::to_string(layer) +
                                       " before its forward");
     }
-    kernels::AttentionParams p;
-    p.q = kp.q;
-    p.k = kp.k;
-    p.v = kp.v;
-    p.cu_seqlens_q = cu_seqlens_.data();
-    p.cu_seqlens_k = cu_seqlens_.data();
-    p.n_tasks = static_cast<int32_t>(segments_.size());
-    p.n_heads = static_cast<int32_t>(shape_.n_heads);
-    p.n_kv_heads = static_cast<int32_t>(shape_.n_kv_heads);
-    p.head_dim = static_cast<int32_t>(shape_.head_dim);
-    p.max_seqlen_q = max_seqlen_;
-    p.max_seqlen_k = max_seqlen_;
-    p.causal = true;
+    kernels::AttentionParams p = whole_document_params(shape_, cu_seqlens_, max_seqlen_, kp.q, kp.k, kp.v);
     p.o = const_cast<float*>(kp.o);  // read only in backward (the params struct is shared)
     p.lse = lse_[static_cast<size_t>(layer)].data();
     p.d_o = d_o;

@@ -94,6 +94,22 @@ void for_rows(const DocumentIndex& index, int rank, const std::vector<std::vecto
   }
 }
 
+// The server's fused call (forward, or backward once the caller adds dO and the gradients):
+// q, o (total_q, H, d); k, v (total_kv, Hkv, d); lse (H, total_q); cu_q / cu_k [tasks + 1].
+kernels::AttentionParams fused_params(const AttentionDims& dims, const std::vector<int32_t>& cu_q,
+                                      const std::vector<int32_t>& cu_k, const float* q, const float* k,
+                                      const float* v, float* o, float* lse) {
+  kernels::AttentionParams p;
+  p.q = q, p.k = k, p.v = v;
+  p.cu_seqlens_q = cu_q.data(), p.cu_seqlens_k = cu_k.data();
+  p.n_tasks = static_cast<int32_t>(cu_q.size()) - 1;
+  p.n_heads = dims.n_heads, p.n_kv_heads = dims.n_kv_heads, p.head_dim = dims.head_dim;
+  p.softmax_scale = dims.softmax_scale;
+  p.causal = true;
+  p.o = o, p.lse = lse;
+  return p;
+}
+
 void copy_row(const float* src, float* dst, int64_t n) {
   std::memcpy(dst, src, sz(n) * sizeof(float));
 }
@@ -313,14 +329,8 @@ Status CaDispatcher::serve_forward(int layer) {
   trace("assemble", "compute", t0);
   t0 = options_.trace ? options_.trace->now_us() : 0;
   if (nt > 0) {
-    kernels::AttentionParams p;
-    p.q = s.fq.data(), p.k = s.fk.data(), p.v = s.fv.data();
-    p.cu_seqlens_q = cu_q_.data(), p.cu_seqlens_k = cu_k_.data();
-    p.n_tasks = static_cast<int32_t>(nt);
-    p.n_heads = dims_.n_heads, p.n_kv_heads = dims_.n_kv_heads, p.head_dim = dims_.head_dim;
-    p.softmax_scale = dims_.softmax_scale;
-    p.causal = true;
-    p.o = s.fo.data(), p.lse = s.flse.data();
+    kernels::AttentionParams p = fused_params(dims_, cu_q_, cu_k_, s.fq.data(), s.fk.data(), s.fv.data(), s.fo.data(),
+                                              s.flse.data());
     DISTCA_RETURN_IF_ERROR(kernels::validate(p));
     std::lock_guard<std::mutex> lock(kernel_mutex());
     kernels::attention_forward(p);
@@ -474,14 +484,8 @@ Status CaDispatcher::serve_backward(int layer) {
   trace("assemble do", "compute", t0);
   t0 = options_.trace ? options_.trace->now_us() : 0;
   if (nt > 0) {
-    kernels::AttentionParams p;
-    p.q = s.fq.data(), p.k = s.fk.data(), p.v = s.fv.data();
-    p.cu_seqlens_q = cu_q_.data(), p.cu_seqlens_k = cu_k_.data();
-    p.n_tasks = static_cast<int32_t>(nt);
-    p.n_heads = dims_.n_heads, p.n_kv_heads = dims_.n_kv_heads, p.head_dim = dims_.head_dim;
-    p.softmax_scale = dims_.softmax_scale;
-    p.causal = true;
-    p.o = s.fo.data(), p.lse = s.flse.data();
+    kernels::AttentionParams p = fused_params(dims_, cu_q_, cu_k_, s.fq.data(), s.fk.data(), s.fv.data(), s.fo.data(),
+                                              s.flse.data());
     p.d_o = fdo.data(), p.dq = fdq.data(), p.dk = fdk.data(), p.dv = fdv.data();
     std::lock_guard<std::mutex> lock(kernel_mutex());
     kernels::attention_backward(p);
