@@ -46,6 +46,10 @@ struct StepFlags {
   std::string trace;           // Chrome trace of the last cad pingpong step
   std::string mode = "all";    // pingpong | single-stream | signal | all
   double tolerance = 0.05;     // cad's balance band
+  bool align = true;           // cad cuts on the kernel's query tiles (no padding)
+  std::string mpi_progress = "auto";  // auto | thread | poll (comm::ProgressMode)
+  int mpi_poll_us = 20;               // progress thread's pause between polls ...
+  int mpi_max_poll_us = 1000;         // ... backing off to this while nothing completes
   std::string servers = "both";  // keep | stateless | both (cad pingpong with stateless servers)
 };
 
@@ -99,6 +103,7 @@ Status run_rank(comm::Communicator& comm, const StepFlags& f, std::vector<Measur
   opt.model = {"bench-step", 1, int64_t{f.heads} * f.head_dim, f.heads, f.kv_heads, f.head_dim, int64_t{f.heads} * f.head_dim, 256};
   opt.dtype_bytes = 4;
   opt.tolerance = f.tolerance;
+  opt.align_rows = f.align ? runtime::query_tile_rows(dims) : 1;
   const int64_t qf = dims.q_floats(), kvf = dims.kv_floats();
   const int64_t tokens = batch.rank_tokens(r);
   Rng rng(1234, static_cast<uint64_t>(r));
@@ -191,7 +196,13 @@ int run(const StepFlags& f) {
   std::vector<comm::TraceEvent> events;
   Status st;
   if (f.backend == "mpi") {
-    auto made = comm::make_mpi_communicator(nullptr, nullptr);
+    comm::MpiOptions mo;
+    mo.progress = f.mpi_progress == "thread" ? comm::ProgressMode::kThread
+                  : f.mpi_progress == "poll" ? comm::ProgressMode::kPoll
+                                             : comm::ProgressMode::kAuto;
+    mo.poll_interval_us = f.mpi_poll_us;
+    mo.max_poll_interval_us = std::max(f.mpi_poll_us, f.mpi_max_poll_us);
+    auto made = comm::make_mpi_communicator(nullptr, nullptr, mo);
     if (!made.ok()) return fail(made.status());
     mpi = std::move(made).value();
     rank = mpi->rank();
@@ -246,6 +257,7 @@ int run(const StepFlags& f) {
   j["reps"] = f.reps;
   j["linear_width"] = f.linear_width;
   j["tolerance"] = f.tolerance;
+  j["align_rows"] = f.align ? runtime::query_tile_rows({f.heads, f.kv_heads, f.head_dim, 0}) : 1;
   j["results"] = nlohmann::json::array();
   for (const auto& m : results) {
     j["results"].push_back({{"scheduler", m.config.scheduler},
@@ -311,10 +323,20 @@ Runner setup(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{16384}));
   app.add_option("--tolerance", f->tolerance, "cad: every server within tolerance * mean of the mean load")
       ->check(CLI::Range(0.0, 1.0));
+  app.add_flag("--align,!--no-align", f->align,
+               "cad: cut documents on the kernel's query tiles, so no task pays tile padding (default on)");
   app.add_option("--servers", f->servers,
                  "cad servers: keep (forward inputs kept for backward), stateless (sent again), or both "
                  "(adds a stateless cad run)")
       ->check(CLI::IsMember({"keep", "stateless", "both"}));
+  app.add_option("--mpi-progress", f->mpi_progress,
+                 "mpi: who drives transfers during compute: a progress thread, the rank's own polls, or auto")
+      ->check(CLI::IsMember({"auto", "thread", "poll"}));
+  app.add_option("--mpi-poll-us", f->mpi_poll_us, "mpi: the progress thread's pause between polls (microseconds)")
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("--mpi-max-poll-us", f->mpi_max_poll_us,
+                 "mpi: the longest pause the progress thread backs off to while nothing completes")
+      ->check(CLI::Range(0, 1000000));
   app.add_option("--mode", f->mode, "overlap mode to run: pingpong, single-stream, signal or all");
   app.add_option("--json", f->json, "write the figures as JSON to FILE (- for stdout)");
   app.add_option("--trace", f->trace, "write a Chrome trace (Perfetto) of the last cad pingpong step");

@@ -29,6 +29,7 @@ struct Options {
   std::string scheduler = "cad";
   double tolerance = 0.05;
   double wlb_mem_cap = 1.2;
+  int64_t align_rows = 1;
   std::string dtype = "bf16";
   std::string json_path;  // empty: table; "-": stdout
   std::string cost_table;  // empty: causal pairs
@@ -100,6 +101,7 @@ int run(const Options& o) {
   options.dtype_bytes = o.dtype == "fp32" ? 4 : 2;
   options.tolerance = o.tolerance;
   options.wlb_mem_cap = o.wlb_mem_cap;
+  options.align_rows = o.align_rows;
   const PairsCostModel pairs;
   std::unique_ptr<AttentionCostModel> profiled;
   options.cost = &pairs;
@@ -187,6 +189,9 @@ Runner setup(CLI::App& sub) {
   sub.add_option("--scheduler", o->scheduler, "colocated | wlb | percp:C | cad | cad-symmetric")
       ->capture_default_str();
   sub.add_option("--tolerance", o->tolerance, "cad: every server within tolerance * mean load, in [0, 1]")
+      ->capture_default_str();
+  sub.add_option("--align-rows", o->align_rows,
+                 "cad: cut documents only at multiples of N positions (the kernel's query tile; 1: anywhere)")
       ->capture_default_str();
   sub.add_option("--wlb-mem-cap", o->wlb_mem_cap, "wlb: per-rank token cap as a factor over the mean (>= 1)")
       ->capture_default_str();

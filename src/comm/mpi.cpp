@@ -143,11 +143,18 @@ std::optional<Status> drive(ExchangeState& st, bool block) {
 }
 
 // The progress thread of one communicator (kThread mode): MPI_Testall over every exchange
-// in flight, every poll_interval; parked on the condition variable when there is none.
+// in flight; parked on the condition variable when there is none. The pause between rounds
+// starts at poll_interval and doubles, up to max_poll_interval, while rounds complete
+// nothing and nobody waits: every round wakes a thread that takes a core from the rank's
+// compute (on 2 cores, 20 us rounds through a long kernel call slowed the other rank's
+// attention by 15%, docs/runtime.md). A new exchange, a completion or a waiting owner
+// resets it to poll_interval, so a wait() sees its completion within one short pause.
 class ProgressEngine {
  public:
-  explicit ProgressEngine(int poll_interval_us)
-      : poll_interval_(poll_interval_us), thread_([this] { loop(); }) {}
+  ProgressEngine(int poll_interval_us, int max_poll_interval_us)
+      : poll_interval_(poll_interval_us),
+        max_poll_interval_(std::max(poll_interval_us, max_poll_interval_us)),
+        thread_([this] { loop(); }) {}
 
   ~ProgressEngine() {
     {
@@ -162,9 +169,12 @@ class ProgressEngine {
     {
       std::lock_guard<std::mutex> lock(mu_);
       active_.push_back(std::move(st));
+      ++events_;
     }
     cv_.notify_all();
   }
+
+  int64_t rounds() const { return rounds_.load(std::memory_order_relaxed); }
 
   bool is_done(const ExchangeState& st) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -173,19 +183,27 @@ class ProgressEngine {
 
   Status wait(const ExchangeState& st) {
     std::unique_lock<std::mutex> lock(mu_);
+    if (st.done) return st.status;
+    ++waiters_;
+    ++events_;
+    cv_.notify_all();  // cut the progress thread's pause short
     cv_.wait(lock, [&] { return st.done; });
+    --waiters_;
     return st.status;
   }
 
  private:
   void loop() {
     std::unique_lock<std::mutex> lock(mu_);
+    std::chrono::microseconds pause = poll_interval_;
     for (;;) {
       cv_.wait(lock, [&] { return stop_ || !active_.empty(); });
       if (active_.empty()) return;  // stop_ with nothing in flight
+      const uint64_t seen = events_;
       std::vector<std::shared_ptr<ExchangeState>> batch = active_;
       lock.unlock();
       std::vector<std::pair<ExchangeState*, Status>> finished;
+      rounds_.fetch_add(1, std::memory_order_relaxed);
       for (auto& st : batch) {
         if (auto result = drive(*st, /*block=*/false)) finished.emplace_back(st.get(), *result);
       }
@@ -198,18 +216,24 @@ class ProgressEngine {
         }
         cv_.notify_all();
       }
-      if (!active_.empty()) {
-        lock.unlock();
-        std::this_thread::sleep_for(poll_interval_);
-        lock.lock();
-      }
+      if (active_.empty()) continue;
+      const bool idle_owner = waiters_ > 0;
+      pause = !finished.empty() || idle_owner || events_ != seen ? poll_interval_
+                                                                 : std::min(2 * pause, max_poll_interval_);
+      if (pause.count() == 0) continue;
+      const uint64_t before = events_;
+      cv_.wait_for(lock, pause, [&] { return stop_ || events_ != before; });
     }
   }
 
   const std::chrono::microseconds poll_interval_;
+  const std::chrono::microseconds max_poll_interval_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  uint64_t events_ = 0;  // exchanges added + waits begun: each resets the pause
+  int waiters_ = 0;      // owners blocked in wait()
+  std::atomic<int64_t> rounds_{0};
   std::vector<std::shared_ptr<ExchangeState>> active_;
   std::thread thread_;  // last: starts after every other member exists
 };
@@ -260,13 +284,14 @@ constexpr uint64_t kTagRange = 32767;
 class MpiCommunicatorImpl : public MpiCommunicator {
  public:
   MpiCommunicatorImpl(std::shared_ptr<MpiEnvironment> env, MPI_Comm comm, int rank, int size,
-                      MpiInfo info, int poll_interval_us, TraceRecorder* trace)
+                      MpiInfo info, int poll_interval_us, int max_poll_interval_us, TraceRecorder* trace)
       : env_(std::move(env)),
         comm_(comm),
         rank_(rank),
         size_(size),
         info_(std::move(info)),
         poll_interval_us_(poll_interval_us),
+        max_poll_interval_us_(max_poll_interval_us),
         trace_(trace) {}
 
   ~MpiCommunicatorImpl() override {
@@ -279,6 +304,9 @@ class MpiCommunicatorImpl : public MpiCommunicator {
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
   const MpiInfo& info() const override { return info_; }
+  int64_t progress_rounds() const override {
+    return engine_ ? engine_->rounds() : 0;
+  }
 
   Status barrier() override { return mpi_check(MPI_Barrier(comm_), "MPI_Barrier", rank_); }
 
@@ -293,7 +321,7 @@ class MpiCommunicatorImpl : public MpiCommunicator {
     st->trace = trace_;
     st->start_us = start_us;
     if (info_.progress == ProgressMode::kThread) {
-      if (!engine_) engine_ = std::make_shared<ProgressEngine>(poll_interval_us_);
+      if (!engine_) engine_ = std::make_shared<ProgressEngine>(poll_interval_us_, max_poll_interval_us_);
       engine_->add(st);
     }
     return std::unique_ptr<Exchange>(std::make_unique<MpiExchange>(std::move(st), engine_));
@@ -375,6 +403,7 @@ class MpiCommunicatorImpl : public MpiCommunicator {
   const int size_;
   const MpiInfo info_;
   const int poll_interval_us_;
+  const int max_poll_interval_us_;
   TraceRecorder* const trace_;
   uint64_t next_seq_ = 0;
   std::shared_ptr<ProgressEngine> engine_;  // kThread mode, started at the first exchange
@@ -386,6 +415,11 @@ Result<std::unique_ptr<MpiCommunicator>> make_mpi_communicator(int* argc, char**
                                                                const MpiOptions& options) {
   if (options.poll_interval_us < 0) {
     return Status::invalid_argument("mpi: poll_interval_us must be >= 0 (got " +
+                                    std::to_string(options.poll_interval_us) + ")");
+  }
+  if (options.max_poll_interval_us < options.poll_interval_us) {
+    return Status::invalid_argument("mpi: max_poll_interval_us must be >= poll_interval_us (got " +
+                                    std::to_string(options.max_poll_interval_us) + " < " +
                                     std::to_string(options.poll_interval_us) + ")");
   }
   DISTCA_ASSIGN_OR_RETURN(auto env, MpiEnvironment::get(argc, argv));
@@ -432,7 +466,7 @@ Result<std::unique_ptr<MpiCommunicator>> make_mpi_communicator(int* argc, char**
   }
   return std::unique_ptr<MpiCommunicator>(std::make_unique<MpiCommunicatorImpl>(
       std::move(env), comm, rank, size, std::move(info), options.poll_interval_us,
-      options.trace));
+      options.max_poll_interval_us, options.trace));
 }
 
 void abort_job(int rank, const std::string& cause) {

@@ -96,7 +96,7 @@ bool better(const Candidate& c, const Candidate& best) {
 class Planner {
  public:
   // `state` is the caller's scratch (reused between calls, see schedule_cad).
-  Planner(double tolerance, State* state) : st_(*state), tol_(tolerance) {}
+  Planner(double tolerance, int64_t align, State* state) : st_(*state), tol_(tolerance), align_(align) {}
 
   void run(CadStats* stats);
   State& state() { return st_; }
@@ -112,8 +112,13 @@ class Planner {
   // a move takes rows from it).
   void top_segments(int64_t r, std::vector<int64_t>* out);
 
+  // Cut points on multiples of align_ (ScheduleOptions::align_rows).
+  int64_t down(int64_t v) const { return v / align_ * align_; }
+  int64_t up(int64_t v) const { return (v + align_ - 1) / align_ * align_; }
+
   State& st_;
   double tol_;
+  int64_t align_ = 1;
   int64_t iterations_ = 0;
   int64_t cap_iterations_ = 0;
   std::vector<char> donor_;  // [ranks] took part as a donor: never a destination
@@ -153,15 +158,18 @@ std::optional<std::pair<int64_t, int64_t>> Planner::fit(int64_t id, int64_t y, d
   const auto& g = st_.seg(id);
   const auto& w = st_.work();
   const int64_t a = g.a, b = g.b;
-  if (y <= a || y > b || (y < b && b - y < kMin)) return std::nullopt;
+  if (y <= a || y > b || (y < b && (b - y < kMin || y % align_ != 0))) return std::nullopt;
+  // Aligned starts round down (the chunk carries at least `want`), or up when that exceeds cap.
   int64_t x = w.start_for(a, y, want);
   if (y - x < kMin) x = std::max(a, y - kMin);
+  x = std::max(a, down(x));
   if (x > a && x - a < kMin) x = a;
   if (w(x, y) > cap) {
     // Too much: the largest chunk within cap, keeping the lower remainder legal.
     x = w.start_for(a, y, cap);
     if (w(x, y) > cap) ++x;
     if (x > a && x - a < kMin) x = a + kMin;
+    x = up(x);
     if (x >= y || w(x, y) > cap) return std::nullopt;
   }
   const bool whole = x == a && y == b;
@@ -173,14 +181,17 @@ void Planner::consider(int64_t id, int64_t dest, double want, double cap, Candid
   const auto& g = st_.seg(id);
   if (dest == g.rank) return;
   const int64_t nd = st_.need(g.doc, dest);
-  int64_t tops[4];
+  int64_t tops[6];
   int n = 0;
   tops[n++] = g.b;
   // The lowest chunk: the fewest pairs per row, for when a small want must fit a small cap.
   // Only taken when it carries the whole want (so it finishes a donor, a receiver or a
   // destination's room), else it would crawl in tiny steps.
-  const int bottom = n;
-  if (g.b - g.a >= 2 * kMin) tops[n++] = g.a + kMin;
+  int bottom = -1;
+  if (g.b - g.a >= 2 * kMin) {
+    bottom = n;
+    tops[n++] = up(g.a + kMin);
+  }
   // Appendix B: in pairs the continuous optimum; with a cost model the pairs that `want`
   // corresponds to at this segment's rate (an estimate; the exact bytes decide anyway).
   double want_pairs = want;
@@ -193,9 +204,13 @@ void Planner::consider(int64_t id, int64_t dest, double want, double cap, Candid
     auto y = static_cast<int64_t>(std::min(star, static_cast<double>(g.b)));
     y = std::max(y, nd);
     if (y < g.b && g.b - y < kMin) y = g.b - kMin;
-    if (y > g.a && y < g.b) tops[n++] = y;
+    if (y > g.a && y < g.b) {
+      // Unaligned: both neighbours (the lower one stays within context the destination has).
+      tops[n++] = down(y);
+      if (y % align_ != 0) tops[n++] = up(y);
+    }
   }
-  if (nd > g.a && nd < g.b && g.b - nd >= kMin) tops[n++] = nd;
+  if (nd > g.a && nd < g.b && g.b - nd >= kMin) tops[n++] = down(nd);
   for (int i = 0; i < n; ++i) {
     const auto xy = fit(id, tops[i], want, cap);
     if (!xy) continue;
@@ -350,7 +365,7 @@ Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options
   // One State per thread, reused: its arrays keep their capacity, so planning batch after
   // batch touches no fresh memory (the function stays pure; init starts the state afresh).
   thread_local State scratch;
-  Planner planner(options.tolerance, &scratch);
+  Planner planner(options.tolerance, options.align_rows, &scratch);
   DISTCA_RETURN_IF_ERROR(planner.state().init(batch, options));
   planner.run(stats);
   return Schedule{planner.state().tasks(), batch};

@@ -69,6 +69,7 @@ Status State::init(const Batch& batch, const ScheduleOptions& options) {
     return Status::invalid_argument("--dtype: activation bytes must be 2 (bf16) or 4 (fp32), got " +
                                     std::to_string(options.dtype_bytes));
   }
+  DISTCA_RETURN_IF_ERROR(check_align_rows(options.align_rows));
   if (!std::isfinite(options.tolerance) || options.tolerance < 0 || options.tolerance > 1) {
     return Status::invalid_argument("--tolerance must be in [0, 1] (got " +
                                     std::to_string(options.tolerance) + ")");

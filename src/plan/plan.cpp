@@ -109,6 +109,7 @@ Result<Plan> build_plan(const Schedule& schedule, const Batch& input, const Sche
   Plan plan;
   plan.scheduler = spec;
   plan.tolerance = options.tolerance;
+  plan.align_rows = options.align_rows;
   plan.dtype_bytes = options.dtype_bytes;
   plan.row_bytes = row_bytes(options.model, options.dtype_bytes);
   plan.cost_unit = options.cost != nullptr ? options.cost->unit() : "pairs";

@@ -39,6 +39,7 @@ json plan_summary_json(const Plan& plan, double plan_seconds) {
   json s;
   s["scheduler"] = plan.scheduler.name();
   s["tolerance"] = plan.tolerance;
+  s["align_rows"] = plan.align_rows;
   s["dtype"] = plan.dtype_bytes == 4 ? "fp32" : "bf16";
   s["cost_unit"] = plan.cost_unit;
   s["ranks"] = plan.batch.ranks;
@@ -78,6 +79,7 @@ json plan_to_json(const Plan& plan) {
   json p;
   p["scheduler"] = plan.scheduler.name();
   p["tolerance"] = plan.tolerance;
+  p["align_rows"] = plan.align_rows;
   p["dtype_bytes"] = plan.dtype_bytes;
   p["cost_unit"] = plan.cost_unit;
   p["row_bytes"] = {{"q", plan.row_bytes.q}, {"kv", plan.row_bytes.kv}, {"o", plan.row_bytes.o}, {"lse", plan.row_bytes.lse}};
@@ -130,7 +132,7 @@ json summarize_batches(const std::vector<json>& summaries) {
   DISTCA_CHECK(!summaries.empty());
   json out;
   const json& first = summaries.front();
-  for (const char* key : {"scheduler", "tolerance", "dtype", "cost_unit", "ranks"}) out[key] = first[key];
+  for (const char* key : {"scheduler", "tolerance", "align_rows", "dtype", "cost_unit", "ranks"}) out[key] = first[key];
   for (const char* key : {"servers", "tasks", "documents", "tokens", "load_before_max_over_mean",
                           "tokens_max_over_mean", "comm_bytes_total", "comm_bytes_backward",
                           "comm_bytes_max_rank", "allgather_bytes", "plan_seconds"}) {

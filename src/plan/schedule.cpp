@@ -56,6 +56,14 @@ Result<SchedulerSpec> parse_scheduler(const std::string& text) {
   return spec;
 }
 
+Status check_align_rows(int64_t align_rows) {
+  if (align_rows < 1 || align_rows > kMaxAlignRows) {
+    return Status::invalid_argument("--align-rows must be in [1, " + std::to_string(kMaxAlignRows) + "] (got " +
+                                    std::to_string(align_rows) + ")");
+  }
+  return Status::ok_status();
+}
+
 Status ScheduleOptions::validate(const Batch& batch, const SchedulerSpec& spec) const {
   DISTCA_RETURN_IF_ERROR(batch.validate());
   DISTCA_RETURN_IF_ERROR(model.validate().with_context("--model"));
@@ -69,6 +77,7 @@ Status ScheduleOptions::validate(const Batch& batch, const SchedulerSpec& spec) 
   if (!std::isfinite(wlb_mem_cap) || wlb_mem_cap < 1) {
     return Status::invalid_argument("--wlb-mem-cap must be >= 1 (got " + fmt(wlb_mem_cap) + ")");
   }
+  DISTCA_RETURN_IF_ERROR(check_align_rows(align_rows));
   if (spec.kind == SchedulerKind::kPerCp) {
     if (spec.cp_degree < 1 || batch.ranks % spec.cp_degree != 0) {
       return Status::invalid_argument("--scheduler " + spec.name() + ": CP degree " +

@@ -193,11 +193,13 @@ Status CaDispatcher::align_tasks() {
   cu_q_.assign(1, 0);
   cu_k_.assign(1, 0);
   q_row_.clear();
+  pad_rows_ = 0;
   for (const ServerTask& st : sp.tasks) {
     const TaskPlacement& t = st.task;
     const int64_t a0 = (t.q_begin / tile) * tile;
     const int64_t b1 = std::min(index_.doc_len(t.doc), (t.q_end + tile - 1) / tile * tile);
     q_row_.push_back(cq + (t.q_begin - a0));
+    pad_rows_ += (b1 - a0) - (t.q_end - t.q_begin);
     cq += b1 - a0;
     ck += b1;
     if (cq > INT32_MAX || ck > INT32_MAX) return Status::invalid_argument("plan: fused call of server " + std::to_string(rank_) + " exceeds int32 rows");

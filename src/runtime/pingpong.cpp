@@ -33,7 +33,7 @@ Result<NanoPlans> plan_nano_batches(const Batch& batch, const SchedulerSpec& spe
   std::array<Schedule, 2> halves;
   for (auto& h : halves) h.batch = full.batch;
   for (const TaskPlacement& t : full.tasks) {
-    const int64_t c = nano_cut(index.doc_len(t.doc));
+    const int64_t c = nano_cut(index.doc_len(t.doc), options.align_rows);
     TaskPlacement a = t, b = t;
     a.q_end = std::min(t.q_end, c);
     b.q_begin = std::max(t.q_begin, c);
@@ -48,7 +48,7 @@ Result<NanoPlans> plan_nano_batches(const Batch& batch, const SchedulerSpec& spe
   out.tokens.assign(static_cast<size_t>(full.batch.ranks), {0, 0});
   for (int64_t r = 0; r < full.batch.ranks; ++r) {
     for (const Piece& p : full.batch.per_rank[static_cast<size_t>(r)]) {
-      const int64_t c = nano_cut(p.doc_len);
+      const int64_t c = nano_cut(p.doc_len, options.align_rows);
       const int64_t ping = std::clamp<int64_t>(c - p.offset, 0, p.len);
       out.tokens[static_cast<size_t>(r)][0] += ping;
       out.tokens[static_cast<size_t>(r)][1] += p.len - ping;
@@ -64,12 +64,17 @@ Result<std::unique_ptr<PingPongRunner>> PingPongRunner::create(comm::Communicato
   r->comm_ = &comm;
   r->mode_ = mode;
   r->trace_ = trace;
+  DispatcherOptions o;
+  o.signal = mode == OverlapMode::kSignal;
+  o.trace = trace;
+  o.stateless = stateless;
+  if (mode == OverlapMode::kSingleStream) {
+    o.label = "full";
+    DISTCA_ASSIGN_OR_RETURN(r->full_, CaDispatcher::create(comm, plans.full, dims, o));
+    return r;
+  }
   for (int x = 0; x < 2; ++x) {
-    DispatcherOptions o;
-    o.signal = mode == OverlapMode::kSignal;
-    o.trace = trace;
     o.label = x == 0 ? "ping" : "pong";
-    o.stateless = stateless;
     DISTCA_ASSIGN_OR_RETURN(r->disp_[static_cast<size_t>(x)], CaDispatcher::create(comm, plans.nano[static_cast<size_t>(x)], dims, o));
   }
   return r;
@@ -93,12 +98,10 @@ Status PingPongRunner::forward(const std::vector<LayerForward>& layers, const Li
   };
   if (mode_ == OverlapMode::kSingleStream) {
     for (int l = 0; l < L; ++l) {
-      for (int x = 0; x < 2; ++x) {
-        linear(fn, x, l, false);
-        DISTCA_RETURN_IF_ERROR(start(x, l));
-        DISTCA_RETURN_IF_ERROR(disp_[static_cast<size_t>(x)]->serve_forward(l));
-        DISTCA_RETURN_IF_ERROR(disp_[static_cast<size_t>(x)]->finish_forward(l));
-      }
+      linear(fn, 0, l, false);
+      linear(fn, 1, l, false);
+      const LayerForward& b = layers[static_cast<size_t>(l)];
+      DISTCA_RETURN_IF_ERROR(full_->forward(l, b.q, b.k, b.v, b.o, b.lse));
     }
   } else {
     // Tick by tick (docs/runtime.md): each nano-batch's exchange runs under the other's work.
@@ -129,7 +132,7 @@ Status PingPongRunner::forward(const std::vector<LayerForward>& layers, const Li
 
 Status PingPongRunner::backward(const std::vector<LayerBackward>& layers, const LinearFn& fn) {
   const int L = static_cast<int>(layers.size());
-  const int64_t kv_floats = n_tokens() * disp_[0]->dims().kv_floats();
+  const int64_t kv_floats = n_tokens() * (full_ ? full_ : disp_[0])->dims().kv_floats();
   auto start = [&](int x, int l) {
     const LayerBackward& b = layers[static_cast<size_t>(l)];
     if (x == 0) {  // ping adds first, then pong: a fixed order whatever the schedule
@@ -140,12 +143,10 @@ Status PingPongRunner::backward(const std::vector<LayerBackward>& layers, const 
   };
   if (mode_ == OverlapMode::kSingleStream) {
     for (int l = L - 1; l >= 0; --l) {
-      for (int x = 0; x < 2; ++x) {
-        linear(fn, x, l + 1, true);
-        DISTCA_RETURN_IF_ERROR(start(x, l));
-        DISTCA_RETURN_IF_ERROR(disp_[static_cast<size_t>(x)]->serve_backward(l));
-        DISTCA_RETURN_IF_ERROR(disp_[static_cast<size_t>(x)]->finish_backward(l));
-      }
+      linear(fn, 0, l + 1, true);
+      linear(fn, 1, l + 1, true);
+      const LayerBackward& b = layers[static_cast<size_t>(l)];
+      DISTCA_RETURN_IF_ERROR(full_->backward(l, b.d_o, b.dq, b.dk, b.dv, BackwardWrite::kOverwrite));
     }
     linear(fn, 0, 0, true);
     linear(fn, 1, 0, true);

@@ -123,6 +123,7 @@ Status run_training(const TrainConfig& config, comm::Communicator& comm, const T
   dims.n_heads = static_cast<int32_t>(spec.n_heads);
   dims.n_kv_heads = static_cast<int32_t>(spec.n_kv_heads);
   dims.head_dim = static_cast<int32_t>(spec.head_dim);
+  sopt.align_rows = runtime::query_tile_rows(dims);  // cad cuts on tile boundaries: no padding
 
   int64_t start = 0;
   if (hooks.resume) {

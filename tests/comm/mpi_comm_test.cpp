@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm_test_util.h"
@@ -206,6 +207,34 @@ Status test_overlap(MpiCommunicator& comm, const char* label) {
   return comm.barrier();
 }
 
+// The progress thread backs off while an exchange cannot complete and its owner computes:
+// rank 0 starts an exchange that the other ranks join only after `idle_ms`. Polling every
+// poll_interval_us (20 us) it would make thousands of rounds in that time; backing off to
+// max_poll_interval_us (1 ms) it makes at most idle_ms plus the few of the ramp. It must
+// still poll (a stalled thread would never finish a transfer), and the exchange completes.
+Status test_progress_backoff(MpiCommunicator& comm) {
+  constexpr int kIdleMs = 250;
+  BigExchange ex(comm.size(), comm.rank(), 1u << 16);
+  DISTCA_RETURN_IF_ERROR(comm.barrier());
+  if (comm.rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(kIdleMs + 50));
+  DISTCA_ASSIGN_OR_RETURN(auto h, comm.start_all_to_all_v(ex.args()));
+  int64_t rounds = -1;
+  if (comm.rank() == 0) {
+    const int64_t r0 = comm.progress_rounds();
+    std::this_thread::sleep_for(std::chrono::milliseconds(kIdleMs));  // the owner "computes"
+    rounds = comm.progress_rounds() - r0;
+  }
+  DISTCA_RETURN_IF_ERROR(h->wait());
+  if (comm.rank() == 0) {
+    EXPECT_OR_RETURN(rounds >= 25, "progress thread made only " + std::to_string(rounds) + " rounds in " +
+                                       std::to_string(kIdleMs) + " ms");
+    EXPECT_OR_RETURN(rounds <= kIdleMs + 40, "progress thread made " + std::to_string(rounds) + " rounds in " +
+                                                 std::to_string(kIdleMs) + " ms: no back-off");
+  }
+  EXPECT_OR_RETURN(ex.correct(comm.rank()), "exchange data after back-off");
+  return comm.barrier();
+}
+
 // Gathers every rank's events to rank 0 (sizes by all_gather, bytes by all_to_all_v).
 Result<std::vector<TraceEvent>> gather_events(Communicator& comm,
                                               const std::vector<TraceEvent>& mine) {
@@ -241,7 +270,7 @@ struct OverlapArgs {
 Status run_overlap(int* argc, char*** argv, const OverlapArgs& args) {
   MpiOptions opts;
   opts.progress = args.progress == "thread" ? ProgressMode::kThread : ProgressMode::kPoll;
-  auto pre = make_mpi_communicator(argc, argv, {ProgressMode::kPoll, 20, nullptr});
+  auto pre = make_mpi_communicator(argc, argv, {.progress = ProgressMode::kPoll});
   if (!pre.ok()) return pre.status();
   MpiCommunicator& c0 = **pre;
   // One epoch for every process of the job: rank 0's steady_clock reading (CLOCK_MONOTONIC is
@@ -361,7 +390,7 @@ int main(int argc, char** argv) {
     Status st = run_injected_failure(comm);
     comm.fail(st);
   }
-  auto poll = make_mpi_communicator(&argc, &argv, {ProgressMode::kPoll, 20, nullptr});
+  auto poll = make_mpi_communicator(&argc, &argv, {.progress = ProgressMode::kPoll});
   if (!poll.ok()) comm.fail(poll.status());
   if (comm.rank() == 0) {
     std::printf("comm_mpi_test: %d ranks, %s, %s, progress %s\n", comm.size(),
@@ -386,6 +415,11 @@ int main(int argc, char** argv) {
          return test_overlap(comm, "progress thread");
        }},
       {"overlap_poll", [&] { return test_overlap(**poll, "test() polling"); }},
+      {"progress_backoff",
+       [&] {
+         if (comm.info().progress != ProgressMode::kThread) return Status::ok_status();
+         return test_progress_backoff(comm);
+       }},
   };
   for (const auto& c : cases) {
     Status st = c.fn();

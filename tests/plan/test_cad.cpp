@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <map>
 #include <numeric>
@@ -125,14 +126,14 @@ std::vector<Batch> split_batches(uint64_t seed, int64_t count) {
 // band's half-width (tol * mean / 2), a donor and a receiver can always meet inside the band.
 // (Counter-example otherwise: 4K tokens per rank holding the top of an 8K document: one
 // 128-row chunk is 17% of the mean, wider than a +-5% band.)
-bool fine_grained(const Batch& b, double tol) {
+bool fine_grained(const Batch& b, double tol, int64_t chunk_rows = kMinChunkRows) {
   int64_t max_len = 0;
   double total = 0;
   for (const double l : colocated_loads(b, nullptr)) total += l;
   for (const auto& rank : b.per_rank) {
     for (const Piece& p : rank) max_len = std::max(max_len, p.doc_len);
   }
-  return static_cast<double>(kMinChunkRows * max_len) <= tol * total / static_cast<double>(b.ranks) / 2;
+  return static_cast<double>(chunk_rows * max_len) <= tol * total / static_cast<double>(b.ranks) / 2;
 }
 
 TEST(Cad, ContractValidatorAndBalanceOnSplitBatches) {
@@ -312,6 +313,70 @@ TEST(Cad, BalancesANonPairsCostModel) {
   EXPECT_GE(checked, 15);
 }
 
+// ScheduleOptions::align_rows: every cut cad makes inside a piece lies on the grid; the ends
+// of pieces (where packing put them) are the only off-grid task boundaries. The band is still
+// reached where a grid step of rows is fine enough, and align_rows 1 is the unaligned planner.
+TEST(Cad, AlignedCutsStayOnTheGridAndStillBalance) {
+  const auto batches = split_batches(5, 160);
+  int64_t checked = 0, cuts = 0;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const Batch& b = batches[i];
+    const int64_t align = int64_t{16} << (i % 5);  // 16 .. 256
+    ScheduleOptions o = opts();
+    o.align_rows = align;
+    CadStats st;
+    auto s = schedule_cad(b, o, &st);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    check_contract(b, *s, st, o);
+    std::set<std::pair<int64_t, int64_t>> piece_ends;  // (doc, row): piece starts and ends
+    for (const auto& rank : b.per_rank) {
+      for (const Piece& p : rank) {
+        piece_ends.emplace(p.doc, p.offset);
+        piece_ends.emplace(p.doc, p.offset + p.len);
+      }
+    }
+    for (const TaskPlacement& t : s->tasks) {
+      for (const int64_t row : {t.q_begin, t.q_end}) {
+        if (piece_ends.count({t.doc, row})) continue;
+        ++cuts;
+        ASSERT_EQ(row % align, 0) << "batch " << i << " doc " << t.doc << " cut at " << row << ", align " << align;
+      }
+    }
+    if (fine_grained(b, o.tolerance, std::max(kMinChunkRows, align))) {
+      ++checked;
+      EXPECT_TRUE(st.balanced) << "batch " << i << " align " << align;
+    }
+    ScheduleOptions one = opts();
+    one.align_rows = 1;
+    auto u = schedule_cad(b, one, nullptr);
+    auto d = schedule_cad(b, opts(), nullptr);
+    ASSERT_TRUE(u.ok() && d.ok());
+    EXPECT_EQ(u->tasks, d->tasks);  // 1 is the default
+  }
+  EXPECT_GE(cuts, 500);  // the grid was exercised
+  EXPECT_GE(checked, 40);
+  // The skewed case of `distca bench step`: one 16K document against sixteen 1K ones. The
+  // only cut lands on the 256-row grid and the band still holds.
+  Batch skew;
+  skew.ranks = 2;
+  skew.tokens_per_rank = 16384;
+  skew.per_rank.resize(2);
+  skew.per_rank[0].push_back({0, 0, 16384, 16384});
+  for (int64_t d = 1; d <= 16; ++d) skew.per_rank[1].push_back({d, 0, 1024, 1024});
+  ScheduleOptions o = opts();
+  o.align_rows = 256;
+  CadStats st;
+  auto s = schedule_cad(skew, o, &st);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(st.balanced);
+  for (const TaskPlacement& t : s->tasks) {
+    if (t.doc == 0) {
+      EXPECT_EQ(t.q_begin % 256, 0);
+      EXPECT_TRUE(t.q_end == 16384 || t.q_end % 256 == 0);
+    }
+  }
+}
+
 TEST(Cad, ToleranceSweepNeverBreaksTheBand) {
   const auto batches = split_batches(9, 12);
   for (double tol : {0.0, 0.02, 0.15, 0.3}) {
@@ -342,6 +407,9 @@ TEST(Cad, RefusesBadInputs) {
     o = opts();
     o.tolerance = std::nan("");
     EXPECT_FALSE(kSchedulers[k](good, o, nullptr).ok());
+    o = opts();
+    o.align_rows = 0;
+    EXPECT_NE(kSchedulers[k](good, o, nullptr).status().message().find("--align-rows"), std::string::npos);
     o = opts();
     o.dtype_bytes = 3;
     EXPECT_NE(kSchedulers[k](good, o, nullptr).status().message().find("--dtype"), std::string::npos);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -42,6 +43,8 @@ TEST_F(PlanCli, RefusesBadInput) {
   expect_refused(kSmall + " --model huge", "--model");
   expect_refused(kSmall + " --wlb-mem-cap 0.5 --scheduler wlb", "--wlb-mem-cap");
   expect_refused(kSmall + " --ranks 0", "--ranks");
+  expect_refused(kSmall + " --align-rows 0", "--align-rows");
+  expect_refused(kSmall + " --align-rows x", "--align-rows");
   expect_refused("plan --batch " + (dir_ / "missing.json").string(), "--batch");
   const CliRun r = run(kSmall + " --full");
   EXPECT_EQ(r.code, 2);
@@ -60,7 +63,7 @@ TEST_F(PlanCli, JsonHasTheRequiredKeys) {
     const CliRun r = run(kSmall + " --scheduler " + sched + " --json -");
     ASSERT_EQ(r.code, 0) << r.err;
     const auto j = nlohmann::json::parse(r.out);
-    for (const char* key : {"servers", "tasks", "scheduler", "tolerance", "load_max_over_mean",
+    for (const char* key : {"servers", "tasks", "scheduler", "tolerance", "align_rows", "load_max_over_mean",
                             "comm_bytes_total", "comm_bytes_backward", "comm_bytes_max_rank",
                             "allgather_bytes", "tokens_max_over_mean", "plan_seconds", "per_rank"}) {
       EXPECT_TRUE(j.contains(key)) << sched << " lacks " << key;
@@ -79,6 +82,37 @@ TEST_F(PlanCli, JsonHasTheRequiredKeys) {
     EXPECT_EQ(in, out);
     EXPECT_EQ(mx, j["comm_bytes_max_rank"].get<int64_t>());
   }
+}
+
+// --align-rows: the plan records it, and every task boundary is a multiple of it or the end
+// of a piece (a document's end, or where packing cut it between ranks).
+TEST_F(PlanCli, AlignRowsPutsEveryCutOnTheGrid) {
+  const std::string cmd = "plan --dist prolong --ranks 4 --tokens-per-rank 16384 --seed 3 --align-rows 256 --json - --full";
+  const CliRun r = run(cmd);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["align_rows"], 256);
+  EXPECT_EQ(j["plan"]["align_rows"], 256);
+  std::set<std::pair<int64_t, int64_t>> ends;
+  for (const auto& rank : j["plan"]["batch"]["per_rank"]) {
+    for (const auto& p : rank) {
+      ends.emplace(p["doc"].get<int64_t>(), p["offset"].get<int64_t>());
+      ends.emplace(p["doc"].get<int64_t>(), p["offset"].get<int64_t>() + p["len"].get<int64_t>());
+    }
+  }
+  int64_t moved = 0;
+  for (const auto& server : j["plan"]["servers"]) {
+    for (const auto& t : server["tasks"]) {
+      if (t["home"] != server["rank"]) ++moved;
+      for (const char* key : {"q_begin", "q_end"}) {
+        const int64_t row = t[key].get<int64_t>();
+        if (!ends.count({t["doc"].get<int64_t>(), row})) {
+          EXPECT_EQ(row % 256, 0) << key << " " << row;
+        }
+      }
+    }
+  }
+  EXPECT_GT(moved, 0);  // the planner did cut something
 }
 
 TEST_F(PlanCli, FullJsonToFileAndFp32Doubles) {

@@ -10,9 +10,11 @@
 // (rendezvous) messages only inside MPI calls, so somebody must call into MPI while the rank
 // computes:
 //   - ProgressMode::kThread: a per-communicator progress thread calls MPI_Testall on every
-//     exchange in flight (sleeping poll_interval_us between rounds, parked on a condition
-//     variable when none is in flight); Exchange::test() reads a flag and wait() sleeps on a
-//     condition variable. Transfers advance with no help from the computing thread.
+//     exchange in flight (pausing poll_interval_us between rounds, backing off to
+//     max_poll_interval_us while nothing completes and the owner computes; parked on a
+//     condition variable when none is in flight); Exchange::test() reads a flag and wait()
+//     sleeps on a condition variable. Transfers advance with no help from the computing
+//     thread.
 //   - ProgressMode::kPoll: no thread; Exchange::test() calls MPI_Testall, so the runtime
 //     calls test() between compute chunks. Used when MPI_THREAD_MULTIPLE is unavailable.
 // docs/runtime.md ("Communicator") has the measurements behind the default.
@@ -46,6 +48,9 @@ struct MpiOptions {
   // Pause of the progress thread between MPI_Testall rounds while exchanges are in flight:
   // short enough to keep transfers streaming, long enough not to steal a core from compute.
   int poll_interval_us = 20;
+  // While rounds complete nothing and the owner is computing, the pause doubles up to this
+  // (>= poll_interval_us): fewer wake-ups stealing the compute's core, and a wait() resets it.
+  int max_poll_interval_us = 1000;
   // When set, every non-blocking exchange is recorded as an event "all_to_all_v" (category
   // "comm", tid = rank) from its start to the moment its completion was observed by whoever
   // drives progress (the progress thread, or test()/wait()). Not owned; must outlive the
@@ -64,6 +69,9 @@ struct MpiInfo {
 class MpiCommunicator : public Communicator {
  public:
   virtual const MpiInfo& info() const = 0;
+  // MPI_Testall rounds the progress thread has made so far (0 in kPoll mode): a diagnostic of
+  // how often it woke (tests check the back-off with it). The owner's thread, like every call.
+  virtual int64_t progress_rounds() const = 0;
 };
 
 // Initialises MPI (once per process; argc/argv may be null) and returns the world

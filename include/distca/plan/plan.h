@@ -134,6 +134,7 @@ struct PlanMetrics {
 struct Plan {
   SchedulerSpec scheduler;
   double tolerance = 0;
+  int64_t align_rows = 1;            // ScheduleOptions::align_rows the plan was made with
   int64_t dtype_bytes = 2;
   RowBytes row_bytes;
   std::string cost_unit = "pairs";

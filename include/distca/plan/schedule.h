@@ -53,8 +53,18 @@ struct ScheduleOptions {
   double tolerance = 0.05;                    // cad: every server within tolerance * mean
   const AttentionCostModel* cost = nullptr;   // work measure; nullptr means causal pairs
   double wlb_mem_cap = 1.2;                   // wlb: per-rank token cap over the mean
+  // cad: every cut it makes inside a document falls on a multiple of align_rows document
+  // positions (a piece's own ends stay where packing put them). Set it to the attention
+  // kernel's query tile (runtime::query_tile_rows) and no task pays tile padding; 1 means
+  // any row. Other schedulers ignore it. >= 1.
+  int64_t align_rows = 1;
   Status validate(const Batch& batch, const SchedulerSpec& spec) const;
 };
+
+inline constexpr int64_t kMaxAlignRows = int64_t{1} << 20;
+// The align_rows rule of ScheduleOptions::validate alone (the cad planner checks it too); the
+// message names --align-rows.
+Status check_align_rows(int64_t align_rows);
 
 struct Schedule {
   std::vector<TaskPlacement> tasks;

@@ -142,6 +142,10 @@ class CaDispatcher {
   // (payload only; signal mode counts its bytes).
   int64_t last_forward_bytes_sent() const { return fwd_bytes_; }
   int64_t last_backward_bytes_sent() const { return bwd_bytes_; }
+  // Query rows of this server's fused call beyond the plan's: the tile padding of
+  // query_tile_rows. Zero when every task starts and ends on a tile boundary or a document's
+  // end (ScheduleOptions::align_rows = query_tile_rows and pieces on tile boundaries).
+  int64_t padded_query_rows() const { return pad_rows_; }
 
  private:
   struct LayerState;
@@ -167,6 +171,7 @@ class CaDispatcher {
   // The fused call as run: tasks padded to the kernel's query tiles (see query_tile_rows).
   std::vector<int32_t> cu_q_, cu_k_;  // [tasks + 1]
   std::vector<int64_t> q_row_;        // [tasks] fused row of the task's first query row
+  int64_t pad_rows_ = 0;              // fused query rows minus the plan's
   int64_t fwd_bytes_ = 0, bwd_bytes_ = 0;
 };
 

@@ -1,7 +1,7 @@
 // Ping-pong execution: a micro-batch split into two nano-batches of (about) equal tokens whose
 // exchanges overlap each other's compute (docs/runtime.md draws the schedule as ticks).
 //
-// Nano-batches. Each document d of length L is cut at c = floor(L / 2): rows [0, c) are
+// Nano-batches. Each document d of length L is cut at c = nano_cut(L) (about L / 2): rows [0, c) are
 // nano-batch 0 ("ping"), rows [c, L) nano-batch 1 ("pong"). Every rank thus gives each
 // nano-batch about half its tokens (exactly half of every piece that lies on one side of the
 // cut). Ping is self-contained: its contexts [0, q_end <= c) are ping rows. Pong's queries need
@@ -18,10 +18,14 @@
 // ping rows, ping rows get dK/dV partials from both nano-batches: the runner sums them in a
 // fixed order (ping, then pong) into zeroed buffers.
 //
-// Modes (OverlapMode): pingpong overlaps, single-stream runs the same two nano-batches one
-// after the other with every exchange waited for at once, signal is pingpong with 1-byte
-// exchanges (outputs invalid). pingpong and single-stream run identical kernel calls, so
-// their outputs are bitwise identical.
+// Modes (OverlapMode): pingpong overlaps; single-stream is the no-overlap baseline: the whole
+// micro-batch's plan (NanoPlans::full, balanced as a whole like the two halves together) as one
+// exchange and one fused call per layer, each exchange waited for at once; signal is pingpong
+// with 1-byte exchanges (outputs invalid). Single-stream's O and LSE are bitwise pingpong's
+// (both are the whole-document call's); its dQ, dK, dV sum the same partials in another
+// association (within rounding, docs/runtime.md "Numerics"). Running the two halves one after
+// the other instead would also expose each half's own imbalance (the plan balances the step,
+// not each half), which is not what overlap is measured against.
 //
 // Thread safety: a runner is used by its rank's thread only; calls are collective.
 #pragma once
@@ -51,8 +55,14 @@ struct NanoPlans {
   std::vector<std::array<int64_t, 2>> tokens;  // [rank] query rows of each nano-batch
 };
 
-// The cut of a document of length L (rows [0, cut) are ping).
-inline int64_t nano_cut(int64_t doc_len) { return doc_len / 2; }
+// The cut of a document of length L (rows [0, cut) are ping): L / 2, rounded down to a
+// multiple of `align` (ScheduleOptions::align_rows, the kernel's query tile) when that leaves
+// ping non-empty, so that neither half pays tile padding.
+inline int64_t nano_cut(int64_t doc_len, int64_t align = 1) {
+  const int64_t half = doc_len / 2;
+  const int64_t aligned = align > 1 ? half / align * align : half;
+  return aligned > 0 ? aligned : half;
+}
 
 // Runs the scheduler once, builds the full plan and the two nano plans. Deterministic.
 Result<NanoPlans> plan_nano_batches(const Batch& batch, const SchedulerSpec& spec,
@@ -89,12 +99,12 @@ class PingPongRunner {
   Status forward(const std::vector<LayerForward>& layers, const LinearFn& linear);
   // Backward of layers L-1..0 (after forward of the same layers): linear(nano, l + 1, true)
   // before layer l's dispatch, linear(nano, 0, true) at the end. dk, dv are overwritten with
-  // the sum over both nano-batches. Collective.
+  // the sum over both nano-batches (single-stream: over the whole plan). Collective.
   Status backward(const std::vector<LayerBackward>& layers, const LinearFn& linear);
 
   bool outputs_valid() const { return mode_ != OverlapMode::kSignal; }
   OverlapMode mode() const { return mode_; }
-  int64_t n_tokens() const { return disp_[0]->n_tokens(); }
+  int64_t n_tokens() const { return (full_ ? full_ : disp_[0])->n_tokens(); }
 
  private:
   PingPongRunner() = default;
@@ -102,7 +112,8 @@ class PingPongRunner {
   comm::Communicator* comm_ = nullptr;
   OverlapMode mode_ = OverlapMode::kPingPong;
   comm::TraceRecorder* trace_ = nullptr;
-  std::array<std::unique_ptr<CaDispatcher>, 2> disp_;
+  std::array<std::unique_ptr<CaDispatcher>, 2> disp_;  // ping, pong (pingpong and signal)
+  std::unique_ptr<CaDispatcher> full_;                // the whole plan (single-stream)
 };
 
 // Gathers every rank's events to rank 0 (collective); `out` gets them on rank 0 only.
