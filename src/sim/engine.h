@@ -89,6 +89,8 @@ class Recorder {
   bool keep_events() const { return keep_; }
 
  private:
+  // A compute interval counted in `bucket` (linear or attention) and in busy.
+  void compute(int64_t u, double start, double dur, const char* name, int64_t mb, double UnitStats::*bucket);
   std::vector<UnitStats> stats_;
   std::vector<TraceEvent> events_;
   bool keep_ = false;

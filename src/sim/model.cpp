@@ -90,20 +90,21 @@ void run_grad_sync(const Rates& R, Recorder& rec, const std::vector<double>& sta
 
 Recorder::Recorder(int64_t units, bool keep_events) : stats_(static_cast<size_t>(units)), keep_(keep_events) {}
 
-void Recorder::linear(int64_t u, double start, double dur, const char* name, int64_t mb) {
+void Recorder::compute(int64_t u, double start, double dur, const char* name, int64_t mb,
+                       double UnitStats::*bucket) {
   if (dur <= 0) return;
   auto& s = stats_[static_cast<size_t>(u)];
-  s.linear += dur;
+  s.*bucket += dur;
   s.busy += dur;
   if (keep_) events_.push_back({u, 0, name, start, dur, mb});
 }
 
+void Recorder::linear(int64_t u, double start, double dur, const char* name, int64_t mb) {
+  compute(u, start, dur, name, mb, &UnitStats::linear);
+}
+
 void Recorder::attention(int64_t u, double start, double dur, const char* name, int64_t mb) {
-  if (dur <= 0) return;
-  auto& s = stats_[static_cast<size_t>(u)];
-  s.attention += dur;
-  s.busy += dur;
-  if (keep_) events_.push_back({u, 0, name, start, dur, mb});
+  compute(u, start, dur, name, mb, &UnitStats::attention);
 }
 
 void Recorder::comm(int64_t u, double start, double dur, double sent, double recv, const char* name, int64_t mb) {
