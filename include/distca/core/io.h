@@ -1,10 +1,31 @@
-// File helpers with the guarantees the CLI promises: errors name the file, and writes are
-// atomic (the content goes to a temporary file in the same directory, is flushed, then renamed
-// over the target), so a reader never sees a half-written output and a failed run leaves no
-// partial file behind.
+// File helpers with the guarantees the CLI promises (docs/development.md, "Input and output").
+//
+// Inputs. Only regular files are read. A directory, FIFO, socket or device given as an input
+// is refused with one line before anything is read (a FIFO without a writer would block
+// forever; /dev/zero would be read without end). Every read is bounded: a file larger than
+// `max_bytes` is refused, naming its size.
+//
+// Outputs. What a path names decides how it is written:
+//   * nothing yet, or a regular file: atomically. The content goes to a temporary file
+//     "<path>.tmp.<pid>" in the same directory, is flushed and fsync'ed, then renamed over the
+//     target, so a reader never sees a half-written output and a failed run leaves no partial
+//     file behind. The temporary file is registered for removal on SIGINT/SIGTERM
+//     (install_temp_file_cleanup) while it exists.
+//   * a character device (/dev/null, a terminal) or a FIFO: written through, every byte
+//     checked (a full device is an error). The node itself is never replaced.
+//   * a symbolic link: followed; what it points to is written by the rules above (the link
+//     stays a link). A dangling link is refused.
+//   * anything else (a directory, a socket, a block device): refused.
+// A write that cannot complete is an error naming the path; nothing is left half-written.
+//
+// Thread safety: the functions may be called from several threads on distinct paths. The
+// temporary-file registry is lock-free and async-signal-safe to read.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -12,9 +33,62 @@
 
 namespace distca {
 
-Result<std::string> read_file(const std::string& path);
-Status write_file_atomic(const std::string& path, const std::string& content);
-// Parses a whole file as JSON; a syntax error names the file and the byte offset.
-Result<nlohmann::json> read_json_file(const std::string& path);
+// Upper bound on what one input file may hold unless a caller asks for another (1 GiB).
+inline constexpr uint64_t kMaxInputFileBytes = uint64_t{1} << 30;
+
+// Refuses what read_file would refuse (missing, not regular, larger than max_bytes) without
+// reading: for checking every input path before any work starts.
+[[nodiscard]] Status check_input_file(const std::string& path, uint64_t max_bytes = kMaxInputFileBytes);
+[[nodiscard]] Result<std::string> read_file(const std::string& path, uint64_t max_bytes = kMaxInputFileBytes);
+
+// Parses a whole file as JSON. A syntax error names the file and the byte offset; a number out
+// of double range (1e999) or any other parser exception is a one-line error naming the file.
+[[nodiscard]] Result<nlohmann::json> read_json_file(const std::string& path,
+                                                    uint64_t max_bytes = kMaxInputFileBytes);
+// The same for text already in memory; `name` is what errors call it.
+[[nodiscard]] Result<nlohmann::json> parse_json_text(const std::string& text, const std::string& name);
+
+// Checks, before any work, that `path` can be written by write_file_atomic: its directory
+// exists and is writable, and the path is not a directory, socket, block device or dangling
+// link. Writes nothing.
+[[nodiscard]] Status check_output_path(const std::string& path);
+// Checks that `dir` exists (or can be created, when `create` is true: then it is created,
+// parents included) and is a writable directory.
+[[nodiscard]] Status check_output_dir(const std::string& dir, bool create);
+
+// Writes `content` to `path` by the rules above.
+[[nodiscard]] Status write_file_atomic(const std::string& path, const std::string& content);
+// Writes several outputs all or none: every regular target is first written to its temporary
+// file; only when all of them succeeded are they renamed into place (write-through targets are
+// written last). On any failure every temporary file is removed and no regular target changed.
+[[nodiscard]] Status write_files_atomic(const std::vector<std::pair<std::string, std::string>>& files);
+
+// Writes `content` to standard output and flushes it; a failed or short write (closed stdout,
+// /dev/full) is an io_error.
+[[nodiscard]] Status write_stdout(const std::string& content);
+
+// Installs SIGINT/SIGTERM/SIGHUP handlers that remove every registered temporary file and then
+// re-raise the signal with its default action (so the exit status still says "killed by
+// SIGINT"). Call once, from the CLI's main thread, before any work.
+void install_temp_file_cleanup();
+
+// Registers a temporary file for removal on a signal while the guard lives; the guard's
+// destructor unregisters it (it does not remove the file). For writers that stream large files
+// themselves. At most 64 registrations at once; more are silently not covered.
+class TempFileGuard {
+ public:
+  explicit TempFileGuard(const std::string& path);
+  ~TempFileGuard();
+  TempFileGuard(const TempFileGuard&) = delete;
+  TempFileGuard& operator=(const TempFileGuard&) = delete;
+
+ private:
+  int slot_ = -1;
+};
+
+// Removes "<base>.tmp.<pid>" files in `dir` whose pid is not a live process (left by a run that
+// was killed with SIGKILL). `base_prefix` restricts it to names starting with that prefix (""
+// for all). Returns how many were removed; errors are ignored (best effort).
+int remove_stale_temp_files(const std::string& dir, const std::string& base_prefix);
 
 }  // namespace distca

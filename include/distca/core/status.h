@@ -31,7 +31,7 @@ enum class StatusCode {
 
 const char* status_code_name(StatusCode code);
 
-class Status {
+class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
@@ -60,7 +60,7 @@ class Status {
 
 // Result<T>: a T or a non-OK Status. Accessing value() of an error fails a check.
 template <class T>
-class Result {
+class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)

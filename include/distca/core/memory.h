@@ -1,0 +1,38 @@
+// Memory budgets: every command estimates what it will allocate from its flags and refuses,
+// before allocating, a run that would not fit (docs/development.md, "Input and output").
+//
+// The limit is the machine's available memory (MemAvailable in /proc/meminfo) unless the user
+// set one with --max-memory (set_memory_limit). Estimates are upper bounds of the dominant
+// allocations, not exact counts; a command documents what its estimate covers.
+//
+// Thread safety: set_memory_limit is called once by the CLI before any work; the other
+// functions may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "distca/core/status.h"
+
+namespace distca {
+
+// MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read.
+uint64_t available_memory_bytes();
+
+// Overrides the limit (bytes; 0 restores the machine's available memory).
+void set_memory_limit(uint64_t bytes);
+// The limit in force: the override, or available_memory_bytes() (0 when neither is known,
+// which check_memory treats as "no limit").
+uint64_t memory_limit_bytes();
+
+// OK when `need_bytes` fits the limit; otherwise an out_of_memory Status of one line:
+// "<what> needs about 12.3 GiB, more than the 22.1 GiB available (--max-memory overrides)".
+// `what` names the flags that drive the estimate ("--ranks 8192 --tokens-per-rank 16").
+[[nodiscard]] Status check_memory(double need_bytes, const std::string& what);
+
+// "512M", "8G", "1.5GiB", "1048576" -> bytes (binary units; K/M/G/T, optional "iB"/"B").
+[[nodiscard]] Result<uint64_t> parse_byte_size(const std::string& text);
+// 12345678 -> "11.8 MiB".
+std::string format_bytes(double bytes);
+
+}  // namespace distca
