@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "blas.h"
+#include "distca/kernels/attention_traits.h"
 #include "vec_math.h"
 
 namespace distca::kernels {
@@ -25,11 +26,11 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Stacked query rows per block (block rows x heads of a GQA group) and keys per block. Chosen
-// by measurement (docs/benchmarks.md): M x kBlockKeys scores stay in L2 with the packed
-// operands, and the sgemm calls are large enough that OpenBLAS's packing is amortised.
-constexpr int64_t kStackedRows = 256;
-constexpr int64_t kBlockKeys = 512;
+// Stacked query rows per block (block rows x heads of a GQA group) and keys per block, exported
+// by AttentionTraits (callers depend on the query tile). Chosen by measurement
+// (docs/benchmarks.md): M x kBlockKeys scores stay in L2 with the packed operands, and the
+// sgemm calls are large enough that OpenBLAS's packing is amortised.
+constexpr int64_t kBlockKeys = AttentionTraits::kBlockKeys;
 // Query rows per sub-tile where a tile crosses the causal diagonal (used when the tile is
 // taller, i.e. for GQA groups of 1 or 2 heads).
 constexpr int64_t kDiagRows = 64;
@@ -114,7 +115,7 @@ class BlasSingleThread {
 
 struct Geometry {
   int64_t H, Hkv, G, d, total_q;
-  int64_t block_rows;  // query rows per block: kStackedRows / G (at least 1)
+  int64_t block_rows;  // query rows per block: AttentionTraits::query_tile_rows(G)
   float scale;
 };
 
@@ -125,7 +126,7 @@ Geometry geometry(const AttentionParams& p) {
   g.G = g.H / g.Hkv;
   g.d = p.head_dim;
   g.total_q = p.total_q();
-  g.block_rows = std::max<int64_t>(1, kStackedRows / g.G);
+  g.block_rows = AttentionTraits::query_tile_rows(g.G);
   g.scale = p.scale();
   return g;
 }
@@ -430,6 +431,20 @@ void backward_chunk(const AttentionParams& p, const Geometry& g, const Chunk& c,
 }
 
 }  // namespace
+
+double attention_scratch_bytes(int64_t total_q, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                               bool backward, int threads) {
+  const double G = static_cast<double>(n_heads / std::max<int64_t>(1, n_kv_heads));
+  const double M = static_cast<double>(AttentionTraits::query_tile_rows(static_cast<int64_t>(G))) * G;
+  const double d = static_cast<double>(head_dim), rows = static_cast<double>(total_q) * static_cast<double>(n_heads);
+  // The sizes attention_forward / attention_backward pass to thread_scratch.
+  const double fwd_tile = 2 * M * d + M * kBlockKeys + 2 * M;
+  const double bwd_tile = 2 * M * d + 2 * M * kBlockKeys + 2 * M;
+  double floats = std::max(1, threads) * (backward ? std::max(fwd_tile, bwd_tile) : fwd_tile);
+  // make_chunks keeps a task's partials within kPartialCap times its dQ (one chunk: at most dQ).
+  if (backward) floats += rows + kPartialCap * rows * d;
+  return floats * sizeof(float);
+}
 
 void attention_forward(const AttentionParams& p) {
   DISTCA_CHECK(p.dtype == DType::kFloat32);

@@ -56,8 +56,10 @@ Status validate(const AttentionParams& p) {
                                       std::to_string(kl) + " of task " + std::to_string(t));
     }
   }
-  if (p.n_tasks > 0 && (p.q == nullptr || p.k == nullptr || p.v == nullptr)) {
-    return Status::invalid_argument("q, k and v must be set");
+  // Empty tensors may come without storage (a batch whose every task has q_len 0 or kv_len 0).
+  if (p.total_q() > 0 && p.q == nullptr) return Status::invalid_argument("q must be set (total_q > 0)");
+  if (p.total_kv() > 0 && (p.k == nullptr || p.v == nullptr)) {
+    return Status::invalid_argument("k and v must be set (total_kv > 0)");
   }
   return {};
 }

@@ -43,6 +43,15 @@ AttentionProblem make_problem(const std::vector<std::pair<int64_t, int64_t>>& ta
   return pr;
 }
 
+double problem_memory_bytes(int64_t total_q, int64_t total_kv, int32_t n_heads, int32_t n_kv_heads,
+                            int32_t head_dim) {
+  const double q_rows = static_cast<double>(total_q) * n_heads, kv_rows = static_cast<double>(total_kv) * n_kv_heads;
+  // q, o, d_o, dq and k, v, dk, dv (make_problem), and lse.
+  const double floats = 4 * q_rows * head_dim + 4 * kv_rows * head_dim + q_rows;
+  return floats * sizeof(float) +
+         attention_scratch_bytes(total_q, n_heads, n_kv_heads, head_dim, true, omp_get_max_threads());
+}
+
 AttentionParams params_for(AttentionProblem& pr) {
   AttentionParams p;
   p.q = pr.q.data();

@@ -9,6 +9,7 @@
 
 #include "distca/core/check.h"
 #include "distca/kernels/attention.h"
+#include "distca/kernels/attention_traits.h"
 
 namespace distca::runtime {
 
@@ -119,8 +120,26 @@ void add_row(const float* src, float* dst, int64_t n) {
 
 }  // namespace
 
+// A layer's position in the call order of dispatcher.h; each phased call moves it one step.
+enum class CaDispatcher::Phase {
+  kIdle,              // no state (never started, finished backward, or released)
+  kForwardStarted,    // start_forward: Q and K|V exchanges in flight
+  kForwardServed,     // serve_forward: fused forward ran, O|LSE exchange in flight
+  kForwardFinished,   // finish_forward: outputs delivered; fused state kept for backward
+  kBackwardStarted,   // start_backward: dO (and, stateless, the inputs again) in flight
+  kBackwardServed,    // serve_backward: fused backward ran, dQ and dK|dV exchanges in flight
+};
+
+namespace {
+const char* phase_name(int p) {
+  static const char* const kNames[] = {"idle (no forward started)", "forward started", "forward served",
+                                       "forward finished", "backward started", "backward served"};
+  return p >= 0 && p < 6 ? kNames[p] : "?";
+}
+}  // namespace
+
 struct CaDispatcher::LayerState {
-  int phase = 0;  // 1 started fwd, 2 served fwd, 3 finished fwd, 4/5 started/served bwd
+  Phase phase = Phase::kIdle;
   // Caller buffers (forward, then backward).
   const float *q = nullptr, *k = nullptr, *v = nullptr;
   float *o = nullptr, *lse = nullptr;
@@ -130,8 +149,15 @@ struct CaDispatcher::LayerState {
   // Wire buffers, (rows, row floats) laid out by the plan's exchanges.
   std::vector<float> q_send, q_recv, kv_send, kv_recv, olse_send, olse_recv;
   std::vector<float> do_send, do_recv, dq_send, dq_recv, dkv_send, dkv_recv;
-  // The fused call (server side), kept from forward to backward.
-  std::vector<float> fq, fk, fv, fo, flse;  // (total_q|total_kv, heads, d); lse (H, total_q)
+  // The fused call (server side), kept from forward to backward (dropped after forward by
+  // stateless servers and rebuilt in backward):
+  //   fq, fo: (total_q, n_heads, head_dim); fk, fv: (total_kv, n_kv_heads, head_dim);
+  //   flse: (n_heads, total_q).
+  std::vector<float> fq, fk, fv, fo, flse;
+  // This server's own share of the dK / dV of this rank's rows, (n_tokens, n_kv_heads,
+  // head_dim), summed over its tasks in task order by serve_backward; finish_backward adds the
+  // received partials to it.
+  std::vector<float> home_dk, home_dv;
   // Stateless servers: the LSE of this rank's own rows, (n_tokens, n_heads), which the home
   // sends back with Q and O in backward.
   std::vector<float> home_lse;
@@ -177,7 +203,7 @@ Result<std::unique_ptr<CaDispatcher>> CaDispatcher::create(comm::Communicator& c
 }
 
 int64_t query_tile_rows(const AttentionDims& dims) {
-  return std::max<int64_t>(1, 256 / (dims.n_heads / dims.n_kv_heads));  // kernels: kStackedRows / G
+  return kernels::AttentionTraits::query_tile_rows(dims.n_heads / dims.n_kv_heads);
 }
 
 // Pads every task of the fused call so that its query tiles are the whole-document call's:
@@ -211,9 +237,13 @@ Status CaDispatcher::align_tasks() {
 
 int64_t CaDispatcher::n_tokens() const { return plan_.ranks[sz(rank_)].tokens; }
 
-CaDispatcher::LayerState& CaDispatcher::state(int layer) {
+CaDispatcher::LayerState& CaDispatcher::state_in(int layer, Phase expected, const char* call) {
   auto& s = layers_[layer];
   if (!s) s = std::make_unique<LayerState>();
+  DISTCA_CHECK_MSG(s->phase == expected,
+                   std::string(call) + "(" + std::to_string(layer) + ") out of order: expects the layer " +
+                       phase_name(static_cast<int>(expected)) + ", but it is " +
+                       phase_name(static_cast<int>(s->phase)));
   return *s;
 }
 
@@ -253,9 +283,12 @@ Status finish_exchange(InFlight& f, comm::TraceRecorder* trace, int rank, const 
 Status CaDispatcher::start_forward(int layer, const float* q, const float* k, const float* v, float* o,
                                    float* lse) {
   const double t0 = options_.trace ? options_.trace->now_us() : 0;
-  LayerState& s = state(layer);
+  // A finished forward may be replaced (an evaluation step runs no backward).
+  auto it = layers_.find(layer);
+  if (it != layers_.end() && it->second->phase == Phase::kForwardFinished) it->second->phase = Phase::kIdle;
+  LayerState& s = state_in(layer, Phase::kIdle, "start_forward");
   s = LayerState{};
-  s.phase = 1;
+  s.phase = Phase::kForwardStarted;
   s.q = q, s.k = k, s.v = v, s.o = o, s.lse = lse;
   if (options_.stateless) s.home_lse.assign(sz(n_tokens() * dims_.n_heads), 0.0f);
   const RankPlan& rp = plan_.ranks[sz(rank_)];
@@ -307,8 +340,7 @@ void CaDispatcher::assemble_kv(LayerState& s) const {
 }
 
 Status CaDispatcher::serve_forward(int layer) {
-  LayerState& s = state(layer);
-  DISTCA_CHECK_MSG(s.phase == 1, "serve_forward without start_forward");
+  LayerState& s = state_in(layer, Phase::kForwardStarted, "serve_forward");
   const std::string lbl = options_.label.empty() ? "" : options_.label + " ";
   DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_q, options_.trace, rank_, lbl + "q"));
   DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_kv, options_.trace, rank_, lbl + "kv"));
@@ -368,13 +400,12 @@ Status CaDispatcher::serve_forward(int layer) {
   fwd_bytes_ += s.ex_olse.bytes_sent;
   // A stateless server forgets the fused call; backward sends its inputs again.
   if (options_.stateless) s.fq = {}, s.fk = {}, s.fv = {}, s.fo = {}, s.flse = {};
-  s.phase = 2;
+  s.phase = Phase::kForwardServed;
   return Status::ok_status();
 }
 
 Status CaDispatcher::finish_forward(int layer) {
-  LayerState& s = state(layer);
-  DISTCA_CHECK_MSG(s.phase == 2, "finish_forward without serve_forward");
+  LayerState& s = state_in(layer, Phase::kForwardServed, "finish_forward");
   const std::string lbl = options_.label.empty() ? "" : options_.label + " ";
   DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_olse, options_.trace, rank_, lbl + "o_lse"));
   const double t0 = options_.trace ? options_.trace->now_us() : 0;
@@ -391,7 +422,7 @@ Status CaDispatcher::finish_forward(int layer) {
   // The wire buffers of the forward are not needed any more; the fused call is kept.
   s.q_send = {}, s.q_recv = {}, s.kv_send = {}, s.kv_recv = {}, s.olse_send = {}, s.olse_recv = {};
   trace("unpack o", "compute", t0);
-  s.phase = 3;
+  s.phase = Phase::kForwardFinished;
   return Status::ok_status();
 }
 
@@ -403,10 +434,7 @@ Status CaDispatcher::forward(int layer, const float* q, const float* k, const fl
 
 Status CaDispatcher::start_backward(int layer, const float* d_o, float* dq, float* dk, float* dv,
                                     BackwardWrite write) {
-  LayerState& s = state(layer);
-  if (s.phase != 3) {
-    return Status::invalid_argument("backward(" + std::to_string(layer) + ") without a finished forward");
-  }
+  LayerState& s = state_in(layer, Phase::kForwardFinished, "start_backward");
   const double t0 = options_.trace ? options_.trace->now_us() : 0;
   s.d_o = d_o, s.dq = dq, s.dk = dk, s.dv = dv, s.write = write;
   const Exchange& xd = plan_.ranks[sz(rank_)].exchange(ExchangeKind::kDO);
@@ -443,13 +471,12 @@ Status CaDispatcher::start_backward(int layer, const float* d_o, float* dq, floa
     DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xkv, s.kv_send.data(), s.kv_recv.data(), 2 * kvf, options_.signal, ts, s.ex_kv));
     bwd_bytes_ += s.ex_kv.bytes_sent;
   }
-  s.phase = 4;
+  s.phase = Phase::kBackwardStarted;
   return Status::ok_status();
 }
 
 Status CaDispatcher::serve_backward(int layer) {
-  LayerState& s = state(layer);
-  DISTCA_CHECK_MSG(s.phase == 4, "serve_backward without start_backward");
+  LayerState& s = state_in(layer, Phase::kBackwardStarted, "serve_backward");
   const std::string lbl = options_.label.empty() ? "" : options_.label + " ";
   DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_do, options_.trace, rank_, lbl + "do"));
   if (options_.stateless) DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_kv, options_.trace, rank_, lbl + "kv"));
@@ -459,6 +486,9 @@ Status CaDispatcher::serve_backward(int layer) {
   const int64_t qf = dims_.q_floats(), kvf = dims_.kv_floats(), H = dims_.n_heads, wf = do_row_floats();
   const int64_t nt = static_cast<int64_t>(sp.tasks.size());
   const int64_t total_q = cu_q_.back(), total_kv = cu_k_.back();
+  // The fused call's gradients: fdo, fdq (total_q, n_heads, head_dim); fdk, fdv (total_kv,
+  // n_kv_heads, head_dim), a row per (task, context row), so a K/V row read by several tasks
+  // has several partials here.
   std::vector<float> fdo(sz(total_q * qf), 0.0f), fdq(sz(total_q * qf), 0.0f);
   std::vector<float> fdk(sz(total_kv * kvf), 0.0f), fdv(sz(total_kv * kvf), 0.0f);
   if (options_.stateless) {  // the fused inputs again: Q, O, LSE with dO, then the contexts
@@ -500,9 +530,9 @@ Status CaDispatcher::serve_backward(int layer) {
   s.dq_recv.assign(sz(xdq.recv_rows() * qf), 0.0f);
   s.dkv_send.assign(sz(xdkv.send_rows() * 2 * kvf), 0.0f);
   s.dkv_recv.assign(sz(xdkv.recv_rows() * 2 * kvf), 0.0f);
-  // The server's own share of its local rows' dK/dV, summed over tasks in task order; kept
-  // for finish_backward in the fk/fv slots (the fused inputs are done).
-  std::vector<float> local_dk(sz(n_tokens() * kvf), 0.0f), local_dv(sz(n_tokens() * kvf), 0.0f);
+  // The server's own share of its local rows' dK/dV, summed over tasks in task order.
+  s.home_dk.assign(sz(n_tokens() * kvf), 0.0f);
+  s.home_dv.assign(sz(n_tokens() * kvf), 0.0f);
   for (int64_t t = 0; t < nt; ++t) {
     const ServerTask& st = sp.tasks[sz(t)];
     const int64_t ql = st.task.q_end - st.task.q_begin, q0 = q_row_[sz(t)];
@@ -519,28 +549,25 @@ Status CaDispatcher::serve_backward(int layer) {
           add_row(fdk.data() + row * kvf, w, kvf);
           add_row(fdv.data() + row * kvf, w + kvf, kvf);
         } else {
-          add_row(fdk.data() + row * kvf, local_dk.data() + (seg.offset + i) * kvf, kvf);
-          add_row(fdv.data() + row * kvf, local_dv.data() + (seg.offset + i) * kvf, kvf);
+          add_row(fdk.data() + row * kvf, s.home_dk.data() + (seg.offset + i) * kvf, kvf);
+          add_row(fdv.data() + row * kvf, s.home_dv.data() + (seg.offset + i) * kvf, kvf);
         }
       }
     }
   }
-  // The fused forward state is no longer needed: keep only the local partials.
-  s.fq = {}, s.fo = {}, s.flse = {}, s.home_lse = {};
-  s.fk = std::move(local_dk);
-  s.fv = std::move(local_dv);
+  // The fused call is done: only the home partials are kept for finish_backward.
+  s.fq = {}, s.fk = {}, s.fv = {}, s.fo = {}, s.flse = {}, s.home_lse = {};
   trace("pack dq/dkv", "compute", t0);
   const double ts = options_.trace ? options_.trace->now_us() : 0;
   DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xdq, s.dq_send.data(), s.dq_recv.data(), qf, options_.signal, ts, s.ex_dq));
   DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xdkv, s.dkv_send.data(), s.dkv_recv.data(), 2 * kvf, options_.signal, ts, s.ex_dkv));
   bwd_bytes_ += s.ex_dq.bytes_sent + s.ex_dkv.bytes_sent;
-  s.phase = 5;
+  s.phase = Phase::kBackwardServed;
   return Status::ok_status();
 }
 
 Status CaDispatcher::finish_backward(int layer) {
-  LayerState& s = state(layer);
-  DISTCA_CHECK_MSG(s.phase == 5, "finish_backward without serve_backward");
+  LayerState& s = state_in(layer, Phase::kBackwardServed, "finish_backward");
   const std::string lbl = options_.label.empty() ? "" : options_.label + " ";
   DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_dq, options_.trace, rank_, lbl + "dq"));
   DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_dkv, options_.trace, rank_, lbl + "dkv"));
@@ -549,8 +576,8 @@ Status CaDispatcher::finish_backward(int layer) {
   const int64_t qf = dims_.q_floats(), kvf = dims_.kv_floats();
   const Exchange& xdq = rp.exchange(ExchangeKind::kDQ);
   const Exchange& xdkv = rp.exchange(ExchangeKind::kDKv);
-  std::vector<float>& acc_k = s.fk;  // (n_tokens, kvf): own partial first
-  std::vector<float>& acc_v = s.fv;
+  std::vector<float>& acc_k = s.home_dk;  // (n_tokens, kvf): own partial first
+  std::vector<float>& acc_v = s.home_dv;
   {  // signal mode does the same copies: only the wire differs
     for_rows(index_, rank_, xdq.recv_blocks, xdq.recv_displs, [&](int64_t l, int64_t w) {
       copy_row(s.dq_recv.data() + w * qf, s.dq + l * qf, qf);

@@ -18,8 +18,11 @@
 // n_kv_heads).
 //
 // Numerics: fp32 storage and fp32 compute (BLAS sgemm on blocks, online softmax, a vectorised
-// exp2 accurate to about 1 ulp). `dtype` is there so bf16 storage can be added without
-// changing the struct; only kFloat32 is accepted now.
+// exp2 accurate to about 1 ulp). `dtype` names the storage type so another one can be added
+// without changing the struct; float32 is the only one.
+//
+// Tiling: the query tile callers may depend on (for bitwise agreement between differently cut
+// calls) is exported by kernels/attention_traits.h.
 //
 // Determinism: forward and backward give the same bits whatever the OpenMP thread count and
 // schedule: every output element is produced by exactly one work item whose floating-point
@@ -38,7 +41,7 @@
 
 namespace distca::kernels {
 
-enum class DType : int32_t { kFloat32 = 0, kBFloat16 = 1 };
+enum class DType : int32_t { kFloat32 = 0 };
 
 struct AttentionParams {
   DType dtype = DType::kFloat32;
@@ -85,6 +88,13 @@ void attention_forward(const AttentionParams& p);
 // Backward: reads q, k, v, o, lse (from attention_forward) and d_o; writes dq, dk, dv
 // (overwritten, not accumulated). Preconditions as for the forward, plus d_o, dq, dk, dv set.
 void attention_backward(const AttentionParams& p);
+
+// Upper bound, in bytes, of the scratch memory attention_forward (and attention_backward when
+// `backward`) allocates for a call of these shapes on `threads` OpenMP threads: per-thread
+// tiles, and for the backward the dQ chunk partials and the row sums. Callers that budget memory
+// (core/memory.h) add it to their own buffers before allocating anything.
+double attention_scratch_bytes(int64_t total_q, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                               bool backward, int threads);
 
 // Pairs-based FLOPs (docs/architecture.md): forward 4 * head_dim * n_heads * pairs, where
 // pairs counts the (query, key) pairs the mask lets through; backward is 2.5x that.

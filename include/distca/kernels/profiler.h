@@ -30,6 +30,12 @@ struct AttentionProblem {
 AttentionProblem make_problem(const std::vector<std::pair<int64_t, int64_t>>& tasks, int32_t n_heads,
                               int32_t n_kv_heads, int32_t head_dim, uint64_t seed);
 
+// Upper bound, in bytes, of what make_problem allocates for a problem of total_q query rows
+// and total_kv key rows, plus the kernels' scratch for it (attention_scratch_bytes with
+// omp_get_max_threads()): what running time_kernels on it needs.
+double problem_memory_bytes(int64_t total_q, int64_t total_kv, int32_t n_heads, int32_t n_kv_heads,
+                            int32_t head_dim);
+
 // Params whose pointers refer to `prob`'s buffers (valid while prob lives, unresized).
 AttentionParams params_for(AttentionProblem& prob);
 

@@ -89,7 +89,6 @@ struct ServerPlan {
 enum class ExchangeKind { kQ = 0, kKv, kOLse, kDO, kDQ, kDKv };
 inline constexpr int kNumExchanges = 6;
 const char* exchange_name(ExchangeKind kind);  // "q", "kv", "o_lse", "do", "dq", "dkv"
-inline bool exchange_is_forward(ExchangeKind k) { return static_cast<int>(k) < 3; }
 
 // One all-to-all-v of one rank, in rows. Every vector is [ranks].
 struct Exchange {

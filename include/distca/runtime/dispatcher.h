@@ -81,12 +81,12 @@ struct AttentionDims {
   Status validate() const;
 };
 
-// Rows of the kernel's query tile for these dims (kernels: kStackedRows = 256 stacked rows / GQA group).
-// The dispatcher pads each task of its fused call to whole tiles of document positions, so
-// every query row sits in the same tile as in a whole-document call: then O and LSE are
-// bitwise those of the whole-document call (measured; docs/runtime.md, "Numerics"). It
-// mirrors a constant internal to the kernels layer; the runtime's bitwise test catches a
-// change there.
+// Rows of the kernel's query tile for these dims: kernels::AttentionTraits::query_tile_rows of
+// the GQA group (include/distca/kernels/attention_traits.h; the runtime keeps no copy). The
+// dispatcher pads each task of its fused call to whole tiles of document positions, so every
+// query row sits in the same tile as in a whole-document call: then O, LSE and dQ are bitwise
+// those of the whole-document call (the traits' contract; docs/runtime.md, "Numerics").
+// Precondition: dims.validate().ok().
 int64_t query_tile_rows(const AttentionDims& dims);
 
 struct DispatcherOptions {
@@ -120,12 +120,21 @@ class CaDispatcher {
   // lse (optional): (n_tokens, n_heads), natural log.
   Status forward(int layer, const float* q, const float* k, const float* v, float* o,
                  float* lse = nullptr);
-  // d_o, dq: like q; dk, dv: like k. Precondition: forward(layer) ran on this dispatcher.
+  // d_o, dq: like q; dk, dv: like k. Precondition: forward(layer) finished on this dispatcher
+  // (checked: see the phase order below).
   Status backward(int layer, const float* d_o, float* dq, float* dk, float* dv,
                   BackwardWrite write = BackwardWrite::kOverwrite);
 
   // Phased calls, for overlap (runtime/pingpong.h). Output buffers are handed over at start
-  // and must not be read until finish returns. Per layer the order is start, serve, finish.
+  // and must not be read until finish returns. Per layer the order is
+  //   start_forward, serve_forward, finish_forward, start_backward, serve_backward,
+  //   finish_backward
+  // (the blocking forward/backward run three of them each). start_forward may also follow a
+  // finished forward (the kept state is replaced, as for an evaluation step without backward)
+  // or release(layer). Calls out of this order are a programming error, not bad input: they
+  // abort through DISTCA_CHECK with a message naming the layer, the call, and the phase the
+  // layer is in (they would otherwise leave the group's collectives mismatched). A non-OK
+  // Status is only ever an exchange or kernel-parameter failure.
   Status start_forward(int layer, const float* q, const float* k, const float* v, float* o,
                        float* lse);
   Status serve_forward(int layer);
@@ -149,9 +158,12 @@ class CaDispatcher {
 
  private:
   struct LayerState;
+  enum class Phase;  // where a layer is in the order above (dispatcher.cpp)
   CaDispatcher(comm::Communicator& comm, const Plan& plan, const AttentionDims& dims,
                const DispatcherOptions& options);
-  LayerState& state(int layer);
+  // The layer's state, checked to be in `expected` (DISTCA_CHECK naming `call`, the layer, the
+  // expected and the actual phase; a layer without state is in Phase::kIdle).
+  LayerState& state_in(int layer, Phase expected, const char* call);
   Status align_tasks();
   // Fills s.fk / s.fv (the fused call's contexts) from local rows and s.kv_recv.
   void assemble_kv(LayerState& s) const;
