@@ -1,12 +1,16 @@
 // `distca attention`: run the attention kernels on tensors from .npy files (a debugging and
 // interoperability tool: feed it from numpy or PyTorch, compare with your own implementation).
-#include <sys/stat.h>
+#include <omp.h>
 
+#include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "command.h"
+#include "distca/core/io.h"
+#include "distca/core/memory.h"
 #include "distca/core/npy.h"
 #include "distca/kernels/attention.h"
 #include "distca/kernels/reference.h"
@@ -19,7 +23,19 @@ struct AttentionFlags {
   bool no_causal = false;
   bool reference = false;
   double scale = 0;
+  bool scale_given = false;
 };
+
+// The flag a kernels::validate message is about (its messages start with the field's name).
+std::string flag_of(const std::string& message) {
+  if (message.rfind("cu_seqlens_k", 0) == 0 || message.rfind("max_seqlen_k", 0) == 0) return "--cu-seqlens-k";
+  if (message.rfind("softmax_scale", 0) == 0) return "--scale";
+  if (message.rfind("n_kv_heads", 0) == 0 || message.rfind("k and v", 0) == 0) return "--k";
+  if (message.rfind("n_heads", 0) == 0 || message.rfind("head_dim", 0) == 0 || message.rfind("q must", 0) == 0) {
+    return "--q";
+  }
+  return "--cu-seqlens-q";  // cu_seqlens_q, max_seqlen_q, and "task t: q_len > kv_len"
+}
 
 // Loads `path` (given with `flag`) and checks dtype and rank; errors name the flag and file.
 Result<NpyArray> load(const std::string& flag, const std::string& path, NpyDtype dtype, size_t rank) {
@@ -43,6 +59,15 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }
 
 int run(const AttentionFlags& f) {
+  // --scale: finite and positive as a float (CLI11's PositiveNumber lets nan through, and a
+  // double beyond float range, or below its smallest value, would become inf or the "default"
+  // 0 in the kernel's float).
+  const float scale = static_cast<float>(f.scale);
+  if (f.scale_given && !(std::isfinite(scale) && scale > 0.0f)) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", f.scale);
+    return fail_input(std::string("--scale: must be a finite number > 0 within float32 range (got ") + got + ")");
+  }
   const bool backward = !f.d_o.empty();
   auto q = load("--q", f.q, NpyDtype::kFloat32, 3);
   if (!q.ok()) return fail(q.status());
@@ -97,19 +122,26 @@ int run(const AttentionFlags& f) {
   p.n_heads = static_cast<int32_t>(qs[1]);
   p.n_kv_heads = static_cast<int32_t>(ks[1]);
   p.head_dim = static_cast<int32_t>(qs[2]);
-  p.softmax_scale = static_cast<float>(f.scale);
+  p.softmax_scale = f.scale_given ? scale : 0.0f;
   p.causal = !f.no_causal;
-  if (Status st = kernels::validate(p); !st.ok()) {
-    const std::string& m = st.message();
-    const std::string flag = m.rfind("cu_seqlens_k", 0) == 0 ? "--cu-seqlens-k" : "--cu-seqlens-q";
-    return fail_input(flag + ": " + m);
-  }
+  if (Status st = kernels::validate(p); !st.ok()) return fail_input(flag_of(st.message()) + ": " + st.message());
 
-  struct stat sb {};
-  if (::stat(f.out_dir.c_str(), &sb) != 0) {
-    if (::mkdir(f.out_dir.c_str(), 0755) != 0) return fail_input("--out-dir: cannot create '" + f.out_dir + "'");
-  } else if (!S_ISDIR(sb.st_mode)) {
-    return fail_input("--out-dir: '" + f.out_dir + "' is not a directory");
+  // Every output is checked before the work, and written all or none after it.
+  const std::string dir = f.out_dir + "/";
+  std::vector<std::string> names = {"o.npy", "lse.npy"};
+  if (backward) names.insert(names.end(), {"dq.npy", "dk.npy", "dv.npy"});
+  if (Status st = check_output_dir(f.out_dir, /*create=*/true); !st.ok()) return fail_input("--out-dir: " + st.message());
+  for (const std::string& n : names) {
+    if (Status st = check_output_path(dir + n); !st.ok()) return fail_input("--out-dir: " + st.message());
+  }
+  // Outputs (o, lse; dq, dk, dv) twice (the arrays and their .npy bytes) and the kernels' scratch.
+  const double out_floats = static_cast<double>(qs[0]) * qs[1] * (qs[2] + 1) +
+                            (backward ? static_cast<double>(qs[0]) * qs[1] * qs[2] + 2.0 * ks[0] * ks[1] * ks[2] : 0.0);
+  const double need = 2 * out_floats * sizeof(float) +
+                      kernels::attention_scratch_bytes(qs[0], qs[1], ks[1], qs[2], backward, omp_get_max_threads());
+  if (Status st = check_memory(need, "--q " + shape_str(qs) + " --k " + shape_str(ks) + (backward ? " --do" : ""));
+      !st.ok()) {
+    return fail_input(st.message());
   }
 
   const int64_t H = qs[1], Hkv = ks[1], d = qs[2];
@@ -134,15 +166,15 @@ int run(const AttentionFlags& f) {
     if (backward) kernels::attention_backward(p);
   }
 
-  const std::string dir = f.out_dir + "/";
-  Status st = write_npy(dir + "o.npy", o.data(), {qs[0], H, d});
-  if (st.ok()) st = write_npy(dir + "lse.npy", lse.data(), {H, qs[0]});
-  if (st.ok() && backward) {
-    st = write_npy(dir + "dq.npy", dq.data(), {qs[0], H, d});
-    if (st.ok()) st = write_npy(dir + "dk.npy", dk.data(), {ks[0], Hkv, d});
-    if (st.ok()) st = write_npy(dir + "dv.npy", dv.data(), {ks[0], Hkv, d});
+  std::vector<std::pair<std::string, std::string>> files;
+  files.emplace_back(dir + "o.npy", npy_bytes(o.data(), {qs[0], H, d}));
+  files.emplace_back(dir + "lse.npy", npy_bytes(lse.data(), {H, qs[0]}));
+  if (backward) {
+    files.emplace_back(dir + "dq.npy", npy_bytes(dq.data(), {qs[0], H, d}));
+    files.emplace_back(dir + "dk.npy", npy_bytes(dk.data(), {ks[0], Hkv, d}));
+    files.emplace_back(dir + "dv.npy", npy_bytes(dv.data(), {ks[0], Hkv, d}));
   }
-  if (!st.ok()) return fail(st);
+  if (Status st = write_files_atomic(files); !st.ok()) return fail(st);
   return kExitOk;
 }
 
@@ -155,11 +187,13 @@ Runner setup(CLI::App& app) {
   app.add_option("--cu-seqlens-k", f->cu_k, "int32 (n_tasks + 1) key/value offsets")->required();
   app.add_option("--out-dir", f->out_dir, "writes o.npy, lse.npy (and dq/dk/dv.npy with --do)")->required();
   app.add_option("--do", f->d_o, "output gradient, float32 like --q: also run the backward");
-  app.add_option("--scale", f->scale, "softmax scale (default 1/sqrt(head_dim))")
-      ->check(CLI::PositiveNumber);
+  CLI::Option* scale = app.add_option("--scale", f->scale, "softmax scale, finite and > 0 (default 1/sqrt(head_dim))");
   app.add_flag("--no-causal", f->no_causal, "every query sees every key of its task");
   app.add_flag("--reference", f->reference, "use the naive fp32 reference instead of the fast path");
-  return [f] { return run(*f); };
+  return [f, scale] {
+    f->scale_given = scale->count() > 0;
+    return run(*f);
+  };
 }
 
 }  // namespace

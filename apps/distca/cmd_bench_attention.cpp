@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -14,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "distca/core/io.h"
+#include "distca/core/memory.h"
 #include "distca/core/rng.h"
 #include "distca/kernels/attention.h"
 #include "distca/kernels/profiler.h"
@@ -31,6 +34,24 @@ struct BenchFlags {
   int64_t sgemm_n = 2048;
   std::vector<int> head_dims = {64, 128};
 };
+
+// printf into `out` (the report is written at the end with write_stdout, which fails on a
+// full or closed stdout).
+void appendf(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void appendf(std::string& out, const char* fmt, ...) {
+  va_list ap, ap2;
+  va_start(ap, fmt);
+  va_copy(ap2, ap);
+  const int n = std::vsnprintf(nullptr, 0, fmt, ap);
+  va_end(ap);
+  if (n > 0) {
+    const size_t at = out.size();
+    out.resize(at + static_cast<size_t>(n) + 1);
+    std::vsnprintf(out.data() + at, static_cast<size_t>(n) + 1, fmt, ap2);
+    out.resize(at + static_cast<size_t>(n));
+  }
+  va_end(ap2);
+}
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -183,21 +204,23 @@ int run(const BenchFlags& f) {
                             {"backward_over_sgemm", r.bwd_ratio}});
     }
     j["summary"] = summary;
-    std::printf("%s\n", j.dump(2).c_str());
+    if (Status st = write_stdout(j.dump(2) + "\n"); !st.ok()) return fail(st);
     return kExitOk;
   }
-  std::printf("CPU attention kernels, %d threads, n_heads %d, n_kv_heads %d (%s)\n", threads, f.heads, f.kv_heads,
+  std::string report;
+  appendf(report, "CPU attention kernels, %d threads, n_heads %d, n_kv_heads %d (%s)\n", threads, f.heads, f.kv_heads,
               kernels::cpu_model_name().c_str());
-  std::printf("OpenBLAS (%s kernels) sgemm %lld^3: %.1f GFLOP/s (median; each case's ratios use the sgemm run beside it)\n\n",
+  appendf(report, "OpenBLAS (%s kernels) sgemm %lld^3: %.1f GFLOP/s (median; each case's ratios use the sgemm run beside it)\n\n",
               openblas_get_corename(), static_cast<long long>(f.sgemm_n), sgemm);
-  std::printf("%-7s %4s %7s %7s %5s %10s %10s %8s %8s\n", "case", "d", "q_len", "kv_len", "tasks", "fwd GF/s",
+  appendf(report, "%-7s %4s %7s %7s %5s %10s %10s %8s %8s\n", "case", "d", "q_len", "kv_len", "tasks", "fwd GF/s",
               "bwd GF/s", "fwd/gemm", "bwd/gemm");
   for (const auto& r : results) {
-    std::printf("%-7s %4d %7lld %7lld %5lld %10.1f %10.1f %8.2f %8.2f\n", r.kind.c_str(), r.head_dim,
+    appendf(report, "%-7s %4d %7lld %7lld %5lld %10.1f %10.1f %8.2f %8.2f\n", r.kind.c_str(), r.head_dim,
                 static_cast<long long>(r.q_len), static_cast<long long>(r.kv_len), static_cast<long long>(r.tasks),
                 r.fwd_gflops, r.bwd_gflops, r.fwd_ratio, r.bwd_ratio);
   }
-  std::printf("\nsummary: %s\n", summary.dump().c_str());
+  appendf(report, "\nsummary: %s\n", summary.dump().c_str());
+  if (Status st = write_stdout(report); !st.ok()) return fail(st);
   return kExitOk;
 }
 
@@ -215,6 +238,26 @@ Runner setup(CLI::App& app) {
   app.add_option("--head-dims", f->head_dims, "head dimensions to run")->check(CLI::PositiveNumber);
   return [f] {
     if (f->heads % f->kv_heads != 0) return fail_input("--kv-heads must divide --heads");
+    if (f->head_dims.empty()) return fail_input("--head-dims: needs at least one value");
+    // The largest case's problem (one at a time) and the sgemm baseline's three matrices.
+    int64_t mixed_q = 0, mixed_kv = 0;
+    for (const auto& [q, k] : mixed_batch(f->context)) mixed_q += q, mixed_kv += k;
+    double need = 0;
+    for (int d : f->head_dims) {
+      const std::vector<std::pair<int64_t, int64_t>> largest = {
+          {f->max_len, f->max_len}, {f->context, f->context}, {mixed_q, mixed_kv}};
+      for (const auto& [q, k] : largest) {
+        need = std::max(need, kernels::problem_memory_bytes(q, k, f->heads, f->kv_heads, d));
+      }
+    }
+    need += 3.0 * static_cast<double>(f->sgemm_n) * static_cast<double>(f->sgemm_n) * sizeof(float);
+    const int max_d = *std::max_element(f->head_dims.begin(), f->head_dims.end());
+    if (Status st = check_memory(need, "--heads " + std::to_string(f->heads) + " --head-dims " + std::to_string(max_d) +
+                                           " --max-len " + std::to_string(f->max_len) + " --context " +
+                                           std::to_string(f->context) + " --sgemm-n " + std::to_string(f->sgemm_n));
+        !st.ok()) {
+      return fail_input(st.message());
+    }
     return run(*f);
   };
 }

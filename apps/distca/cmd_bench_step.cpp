@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -52,6 +53,24 @@ struct StepFlags {
   int mpi_max_poll_us = 1000;         // ... backing off to this while nothing completes
   std::string servers = "both";  // keep | stateless | both (cad pingpong with stateless servers)
 };
+
+// printf into `out` (the report is written at the end with write_stdout, which fails on a
+// full or closed stdout).
+void appendf(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void appendf(std::string& out, const char* fmt, ...) {
+  va_list ap, ap2;
+  va_start(ap, fmt);
+  va_copy(ap2, ap);
+  const int n = std::vsnprintf(nullptr, 0, fmt, ap);
+  va_end(ap);
+  if (n > 0) {
+    const size_t at = out.size();
+    out.resize(at + static_cast<size_t>(n) + 1);
+    std::vsnprintf(out.data() + at, static_cast<size_t>(n) + 1, fmt, ap2);
+    out.resize(at + static_cast<size_t>(n));
+  }
+  va_end(ap2);
+}
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -273,9 +292,10 @@ int run(const StepFlags& f) {
   j["speedup_mode"] = runtime::overlap_mode_name(main_mode);
   if (have_exposed) j["exposed"] = exposed;
 
+  std::string report;
   for (const auto& m : results) {
     const std::string who = m.config.scheduler + (m.config.stateless ? " (stateless)" : "");
-    std::printf("%-22s %-14s median %8.4f s%s\n", who.c_str(), runtime::overlap_mode_name(m.config.mode),
+    appendf(report, "%-22s %-14s median %8.4f s%s\n", who.c_str(), runtime::overlap_mode_name(m.config.mode),
                 median(m.steps), m.outputs_valid ? "" : "  (signal: outputs invalid)");
   }
   if (f.servers == "both" && results.back().config.stateless) {
@@ -283,26 +303,22 @@ int run(const StepFlags& f) {
     const Measured* keep = find("cad", st.config.mode);
     const double extra = median(st.steps) / median(keep->steps) - 1;
     j["stateless_over_keep"] = 1 + extra;
-    std::printf("stateless servers: %+.1f%% step time against servers that keep their inputs\n", 100 * extra);
+    appendf(report, "stateless servers: %+.1f%% step time against servers that keep their inputs\n", 100 * extra);
   }
-  std::printf("ideal speedup (FLOPs): %.3f\n", ideal);
-  std::printf("speedup: %.3f\n", speedup);
-  std::printf("speedup (paired by round): %.3f\n", speedup_paired);
-  if (have_exposed) std::printf("exposed: %.1f%%\n", 100.0 * exposed);
-  if (f.backend == "local") std::printf("note: local backend serialises the ranks' kernels; use --backend mpi for figures\n");
-  if (!f.json.empty()) {
-    const std::string text = j.dump(2) + "\n";
-    if (f.json == "-") {
-      std::fputs(text.c_str(), stdout);
-    } else {
-      Status w = write_file_atomic(f.json, text);
-      if (!w.ok()) return fail(w);
-    }
+  appendf(report, "ideal speedup (FLOPs): %.3f\n", ideal);
+  appendf(report, "speedup: %.3f\n", speedup);
+  appendf(report, "speedup (paired by round): %.3f\n", speedup_paired);
+  if (have_exposed) appendf(report, "exposed: %.1f%%\n", 100.0 * exposed);
+  if (f.backend == "local") appendf(report, "note: local backend serialises the ranks' kernels; use --backend mpi for figures\n");
+  std::vector<std::pair<std::string, std::string>> files;
+  if (f.json == "-") {
+    report += j.dump(2) + "\n";
+  } else if (!f.json.empty()) {
+    files.emplace_back(f.json, j.dump(2) + "\n");
   }
-  if (!f.trace.empty()) {
-    Status w = write_file_atomic(f.trace, comm::chrome_trace_json(events));
-    if (!w.ok()) return fail(w);
-  }
+  if (!f.trace.empty()) files.emplace_back(f.trace, comm::chrome_trace_json(events));
+  if (Status w = write_files_atomic(files); !w.ok()) return fail(w);
+  if (Status w = write_stdout(report); !w.ok()) return fail(w);
   return kExitOk;
 }
 
@@ -343,6 +359,13 @@ Runner setup(CLI::App& app) {
   return [f] {
     if (f->heads % f->kv_heads != 0) return fail_input("--kv-heads must divide --heads");
     if (f->short_doc > f->long_doc) return fail_input("--short-doc must not exceed --long-doc");
+    // Outputs are checked before any work (and, under mpirun, on every rank alike).
+    if (!f->json.empty() && f->json != "-") {
+      if (Status st = check_output_path(f->json); !st.ok()) return fail_input("--json: " + st.message());
+    }
+    if (!f->trace.empty()) {
+      if (Status st = check_output_path(f->trace); !st.ok()) return fail_input("--trace: " + st.message());
+    }
     if (f->mode != "all") {
       auto m = runtime::parse_overlap_mode(f->mode);
       if (!m.ok()) return fail(m.status());

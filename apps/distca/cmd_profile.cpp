@@ -1,6 +1,7 @@
 // `distca profile`: measure forward+backward attention time on a (q_len, kv_len) grid on this
 // machine and write the cost table the planner reads with --cost-table (docs/kernels.md,
 // section "Cost table").
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "command.h"
 #include "distca/core/io.h"
+#include "distca/core/memory.h"
 #include "distca/core/specs.h"
 #include "distca/cost/profiled.h"
 #include "distca/kernels/profiler.h"
@@ -43,7 +45,23 @@ int run(const ProfileFlags& f) {
   }
   if (opt.n_heads % opt.n_kv_heads != 0) return fail_input("--kv-heads must divide --heads");
   if (f.max_len < f.min_len) return fail_input("--max-len must be >= --min-len");
+  if (!std::isfinite(f.min_seconds) || f.min_seconds < 0) return fail_input("--min-seconds: must be a finite number >= 0");
+  const bool to_stdout = f.out.empty() || f.out == "-";
+  if (!to_stdout) {
+    if (Status st = check_output_path(f.out); !st.ok()) return fail_input("--out: " + st.message());
+  }
   opt.q_lens = kernels::power_of_two_lengths(f.min_len, f.max_len);
+  // The grid's largest point (q_len = kv_len = the longest length) is the largest problem; the
+  // problems are built one at a time.
+  const int64_t longest = opt.q_lens.back();
+  const double need = kernels::problem_memory_bytes(longest, longest, opt.n_heads, opt.n_kv_heads, opt.head_dim);
+  const std::string what = f.model.empty() ? "--heads " + std::to_string(opt.n_heads) + " --kv-heads " +
+                                                 std::to_string(opt.n_kv_heads) + " --head-dim " +
+                                                 std::to_string(opt.head_dim)
+                                           : "--model " + f.model;
+  if (Status st = check_memory(need, what + " --max-len " + std::to_string(f.max_len)); !st.ok()) {
+    return fail_input(st.message());
+  }
   opt.kv_lens = opt.q_lens;
   opt.repeats = f.repeats;
   opt.min_seconds = f.min_seconds;
@@ -54,11 +72,7 @@ int run(const ProfileFlags& f) {
   if (progress) std::fprintf(stderr, "\r%60s\r", "");
   if (!table.ok()) return fail(table.status());
   const std::string text = to_json(*table).dump(2) + "\n";
-  if (f.out.empty() || f.out == "-") {
-    std::fputs(text.c_str(), stdout);
-    return kExitOk;
-  }
-  if (Status st = write_file_atomic(f.out, text); !st.ok()) return fail(st);
+  if (Status st = to_stdout ? write_stdout(text) : write_file_atomic(f.out, text); !st.ok()) return fail(st);
   return kExitOk;
 }
 
@@ -73,8 +87,7 @@ Runner setup(CLI::App& app) {
   app.add_option("--max-len", f->max_len, "largest grid length (default 32768); the grid doubles")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_option("--repeats", f->repeats, "timed repetitions per point (median; default 3)")->check(CLI::Range(1, 100));
-  app.add_option("--min-seconds", f->min_seconds, "stop repeating a point after this long (default 0.5)")
-      ->check(CLI::NonNegativeNumber);
+  app.add_option("--min-seconds", f->min_seconds, "stop repeating a point after this long, finite >= 0 (default 0.5)");
   return [f] { return run(*f); };
 }
 

@@ -1,6 +1,7 @@
 // `distca attention` end to end: .npy files written here, the CLI run as a process, its
 // outputs compared with the fp64 reference; bad inputs exit 2 with one line naming the input.
 // Also `distca profile` on a tiny grid (the table must load back through the cost layer).
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -153,6 +154,130 @@ TEST_F(CliAttention, BadInputsAreRefusedWithOneLine) {
     EXPECT_FALSE(fs::exists(d + "/out/o.npy")) << c.needle;  // refused before any output
   }
   (void)pr;
+}
+
+// Every task with q_len 0 is a valid call (attention.h): outputs of zero rows, zero key
+// gradients.
+TEST_F(CliAttention, EveryTaskWithoutQueriesGivesEmptyOutputs) {
+  for (bool causal : {true, false}) {
+    write_inputs({{0, 5}, {0, 3}}, 4, 2, 8);
+    const RunResult r = run_cli(args("--do " + dir_ + "/do.npy" + (causal ? "" : " --no-causal")), dir_);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(read("o.npy", {0, 4, 8}).empty());
+    EXPECT_TRUE(read("lse.npy", {4, 0}).empty());
+    EXPECT_TRUE(read("dq.npy", {0, 4, 8}).empty());
+    EXPECT_EQ(read("dk.npy", {8, 2, 8}), std::vector<float>(8 * 2 * 8, 0.0f));
+    EXPECT_EQ(read("dv.npy", {8, 2, 8}), std::vector<float>(8 * 2 * 8, 0.0f));
+  }
+  // No keys at all either (non-causal): still valid.
+  write_inputs({{0, 0}}, 2, 1, 4);
+  const RunResult r = run_cli(args("--no-causal"), dir_);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(read("o.npy", {0, 2, 4}).empty());
+}
+
+TEST_F(CliAttention, ScaleMustBeFiniteAndPositive) {
+  write_inputs({{3, 10}}, 2, 1, 8);
+  for (const char* bad : {"nan", "inf", "-inf", "-1", "0", "1e-50", "1e300"}) {
+    const RunResult r = run_cli(args(std::string("--scale ") + bad), dir_);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.err;
+    EXPECT_NE(r.err.find("--scale"), std::string::npos) << bad << ": " << r.err;
+    EXPECT_EQ(r.err.find("--cu-seqlens"), std::string::npos) << bad << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(fs::exists(dir_ + "/out/o.npy")) << bad;
+  }
+  EXPECT_EQ(run_cli(args("--scale 0.25"), dir_).code, 0);
+}
+
+// An output that cannot be written is found before the work, and no other output is written
+// (before: o.npy and lse.npy were left behind when dq.npy failed).
+TEST_F(CliAttention, AnUnwritableOutputLeavesNoOtherOutput) {
+  write_inputs({{3, 10}}, 2, 1, 8);
+  fs::create_directories(dir_ + "/out/dq.npy");  // a directory where the third output goes
+  const RunResult r = run_cli(args("--do " + dir_ + "/do.npy"), dir_);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--out-dir"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("dq.npy"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  for (const char* f : {"o.npy", "lse.npy", "dk.npy", "dv.npy"}) EXPECT_FALSE(fs::exists(dir_ + "/out/" + f)) << f;
+  // --out-dir naming a file is refused the same way.
+  ASSERT_TRUE(write_file_atomic(dir_ + "/plain", "x").ok());
+  const RunResult f = run_cli("attention --q " + dir_ + "/q.npy --k " + dir_ + "/k.npy --v " + dir_ + "/v.npy --cu-seqlens-q " +
+                                  dir_ + "/cq.npy --cu-seqlens-k " + dir_ + "/ck.npy --out-dir " + dir_ + "/plain",
+                              dir_);
+  EXPECT_EQ(f.code, 2) << f.err;
+  EXPECT_NE(f.err.find("--out-dir"), std::string::npos) << f.err;
+}
+
+// A FIFO without a writer as an input must not block: refused at once (exit 2). `timeout`
+// turns a regression into a failure here; the CTest TIMEOUT (cli_timeouts.cmake) backs it up.
+TEST_F(CliAttention, AFifoAsInputIsRefusedWithoutBlocking) {
+  write_inputs({{3, 10}}, 2, 1, 8);
+  for (const std::string name : {"q", "cq"}) {
+    const std::string fifo = dir_ + "/" + name + ".npy";
+    fs::remove(fifo);
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    const std::string cmd = "timeout -k 2 20 " + std::string(DISTCA_CLI) + " " + args() + " 2>" + dir_ + "/err.txt";
+    const int st = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(st));
+    EXPECT_EQ(WEXITSTATUS(st), 2) << name << " (124: it blocked)";
+    auto err = read_file(dir_ + "/err.txt");
+    ASSERT_TRUE(err.ok());
+    EXPECT_NE(err->find(name == "q" ? "--q" : "--cu-seqlens-q"), std::string::npos) << *err;
+    EXPECT_NE(err->find("FIFO"), std::string::npos) << *err;
+    fs::remove(fifo);
+    write_inputs({{3, 10}}, 2, 1, 8);
+  }
+}
+
+// profile estimates its largest problem from the flags and refuses it before allocating.
+TEST_F(CliAttention, ProfileRefusesProblemsThatDoNotFitInMemory) {
+  const std::string out = dir_ + "/table.json";
+  for (const std::string flags : {"--heads 100000 --head-dim 4096", "--heads 65536 --kv-heads 65536 --head-dim 65536",
+                                  "--heads 8 --head-dim 1000000 --max-len 16777216"}) {
+    const RunResult r = run_cli("profile --out " + out + " " + flags, dir_);
+    EXPECT_EQ(r.code, 2) << flags << ": " << r.err;
+    EXPECT_NE(r.err.find("--heads"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--head-dim"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("needs about"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(fs::exists(out));
+  }
+  const RunResult b = run_cli("bench attention --heads 4096 --max-len 1048576", dir_);
+  EXPECT_EQ(b.code, 2) << b.err;
+  EXPECT_NE(b.err.find("--heads 4096"), std::string::npos) << b.err;
+}
+
+// Settings and outputs are checked before the (default: minutes long) grid runs.
+TEST_F(CliAttention, ProfileChecksItsSettingsAndOutputFirst) {
+  struct Case {
+    std::string flags, needle;
+  };
+  const std::vector<Case> cases = {
+      {"--min-seconds nan", "--min-seconds"},
+      {"--min-seconds inf", "--min-seconds"},
+      {"--out " + dir_ + "/missing/table.json", "--out"},
+      {"--out " + dir_, "--out"},  // a directory
+  };
+  for (const Case& c : cases) {
+    const RunResult r = run_cli("profile " + c.flags, dir_);
+    EXPECT_EQ(r.code, 2) << c.flags << ": " << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+// A write to stdout that cannot complete is an error (exit 1), not a silent success.
+TEST_F(CliAttention, ProfileToAFullStdoutFails) {
+  const std::string cmd = std::string(DISTCA_CLI) +
+                          " profile --min-len 16 --max-len 16 --head-dim 8 --repeats 1 --min-seconds 0 >/dev/full 2>" +
+                          dir_ + "/err.txt";
+  const int st = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 1);
+  auto err = read_file(dir_ + "/err.txt");
+  ASSERT_TRUE(err.ok());
+  EXPECT_NE(err->find("standard output"), std::string::npos) << *err;
 }
 
 TEST_F(CliAttention, ProfileWritesALoadableTable) {
