@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "distca/kernels/attention.h"
+#include "distca/kernels/attention_traits.h"
 #include "distca/kernels/profiler.h"
 #include "distca/kernels/reference.h"
 
@@ -281,6 +282,60 @@ TEST(AttentionFlops, PairsMatchBruteForce) {
   EXPECT_EQ(attention_backward_flops(p), 2.5 * 4.0 * 8 * 2 * 33);
   p.causal = false;
   EXPECT_EQ(attention_pairs(p), 15 + 0 + 36);
+}
+
+// The traits' contract: a task holding rows [a, b) of a document with context [0, b) gives its
+// rows the whole-document call's O and LSE bits when a is a multiple of query_tile_rows(G) and
+// b is one too or the document's end: the property the CA runtime's padding relies on.
+TEST(AttentionTraits, TaskOnTileBoundariesGivesTheWholeDocumentBits) {
+  EXPECT_EQ(AttentionTraits::query_tile_rows(1), 256);
+  EXPECT_EQ(AttentionTraits::query_tile_rows(4), 64);
+  EXPECT_EQ(AttentionTraits::query_tile_rows(512), 1);
+  for (const auto& [heads, kv_heads] : std::vector<std::pair<int32_t, int32_t>>{{1, 1}, {4, 2}, {4, 1}, {16, 2}}) {
+    const int64_t G = heads / kv_heads, tile = AttentionTraits::query_tile_rows(G), d = 16;
+    const int64_t L = 3 * tile + 37;
+    AttentionProblem whole = make_problem({{L, L}}, heads, kv_heads, static_cast<int32_t>(d), 31 + static_cast<uint64_t>(G));
+    attention_forward(params_for(whole));
+    const int64_t qf = heads * d;
+    for (const auto& [a, b] : std::vector<std::pair<int64_t, int64_t>>{{0, tile}, {tile, 2 * tile}, {tile, L}, {2 * tile, L}}) {
+      const std::vector<int32_t> cu_q = {0, static_cast<int32_t>(b - a)}, cu_k = {0, static_cast<int32_t>(b)};
+      std::vector<float> o(static_cast<size_t>((b - a) * qf)), lse(static_cast<size_t>((b - a) * heads));
+      AttentionParams p;
+      p.q = whole.q.data() + a * qf;
+      p.k = whole.k.data();
+      p.v = whole.v.data();
+      p.cu_seqlens_q = cu_q.data();
+      p.cu_seqlens_k = cu_k.data();
+      p.n_tasks = 1;
+      p.n_heads = heads;
+      p.n_kv_heads = kv_heads;
+      p.head_dim = static_cast<int32_t>(d);
+      p.o = o.data();
+      p.lse = lse.data();
+      ASSERT_TRUE(validate(p).ok());
+      attention_forward(p);
+      const std::string what = "G " + std::to_string(G) + " rows [" + std::to_string(a) + ", " + std::to_string(b) + ")";
+      EXPECT_EQ(0, std::memcmp(o.data(), whole.o.data() + a * qf, o.size() * sizeof(float))) << what;
+      for (int64_t h = 0; h < heads; ++h) {
+        EXPECT_EQ(0, std::memcmp(lse.data() + h * (b - a), whole.lse.data() + h * L + a,
+                                 static_cast<size_t>(b - a) * sizeof(float)))
+            << what << " head " << h;
+      }
+    }
+  }
+}
+
+// The scratch estimate bounds what the calls allocate: it grows with the problem and covers
+// the backward's dQ partials (at most kPartialCap = 4 times dQ).
+TEST(AttentionTraits, ScratchEstimateCoversTheBackwardPartials) {
+  const double fwd = attention_scratch_bytes(4096, 8, 2, 64, false, 2);
+  const double bwd = attention_scratch_bytes(4096, 8, 2, 64, true, 2);
+  EXPECT_GT(fwd, 0.0);
+  EXPECT_GE(bwd - fwd, 4.0 * 4096 * 8 * 64 * sizeof(float));
+  EXPECT_GT(attention_scratch_bytes(4096, 8, 2, 64, false, 4), fwd);
+  EXPECT_GE(problem_memory_bytes(1024, 2048, 4, 2, 32),
+            (4.0 * 1024 * 4 * 32 + 4.0 * 2048 * 2 * 32 + 1024 * 4) * sizeof(float) +
+                attention_scratch_bytes(1024, 4, 2, 32, true, omp_get_max_threads()));
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 //
 // Contract (docs/kernels.md, "Tiles"): a task's query rows are processed in tiles of
 // query_tile_rows(G) rows starting at the task's first row, G = n_heads / n_kv_heads. The bits
-// of a query row's O, LSE and dQ depend only on its inputs, its place inside its tile, and the
+// of a query row's O and LSE depend only on its inputs, its place inside its tile, and the
 // document positions its tile covers (which fix the tile's key blocks). So a task holding rows
 // [a, b) of a document of length L, with context [0, b), gives every row the bits of the
 // whole-document call when a is a multiple of query_tile_rows(G) and b is a multiple of it or L.

@@ -84,7 +84,7 @@ struct AttentionDims {
 // Rows of the kernel's query tile for these dims: kernels::AttentionTraits::query_tile_rows of
 // the GQA group (include/distca/kernels/attention_traits.h; the runtime keeps no copy). The
 // dispatcher pads each task of its fused call to whole tiles of document positions, so every
-// query row sits in the same tile as in a whole-document call: then O, LSE and dQ are bitwise
+// query row sits in the same tile as in a whole-document call: then O and LSE are bitwise
 // those of the whole-document call (the traits' contract; docs/runtime.md, "Numerics").
 // Precondition: dims.validate().ok().
 int64_t query_tile_rows(const AttentionDims& dims);
