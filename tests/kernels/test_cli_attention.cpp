@@ -268,16 +268,18 @@ TEST_F(CliAttention, ProfileChecksItsSettingsAndOutputFirst) {
 }
 
 // A write to stdout that cannot complete is an error (exit 1), not a silent success.
-TEST_F(CliAttention, ProfileToAFullStdoutFails) {
-  const std::string cmd = std::string(DISTCA_CLI) +
-                          " profile --min-len 16 --max-len 16 --head-dim 8 --repeats 1 --min-seconds 0 >/dev/full 2>" +
-                          dir_ + "/err.txt";
-  const int st = std::system(cmd.c_str());
-  ASSERT_TRUE(WIFEXITED(st));
-  EXPECT_EQ(WEXITSTATUS(st), 1);
-  auto err = read_file(dir_ + "/err.txt");
-  ASSERT_TRUE(err.ok());
-  EXPECT_NE(err->find("standard output"), std::string::npos) << *err;
+TEST_F(CliAttention, ProfileAndBenchToAFullStdoutFail) {
+  for (const std::string args : {"profile --min-len 16 --max-len 16 --head-dim 8 --repeats 1 --min-seconds 0",
+                                 "bench attention --max-len 32 --context 256 --repeats 1 --sgemm-n 64 --head-dims 8",
+                                 "bench attention --max-len 32 --context 256 --repeats 1 --sgemm-n 64 --head-dims 8 --json"}) {
+    const std::string cmd = std::string(DISTCA_CLI) + " " + args + " >/dev/full 2>" + dir_ + "/err.txt";
+    const int st = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(st));
+    EXPECT_EQ(WEXITSTATUS(st), 1) << args;
+    auto err = read_file(dir_ + "/err.txt");
+    ASSERT_TRUE(err.ok());
+    EXPECT_NE(err->find("standard output"), std::string::npos) << args << ": " << *err;
+  }
 }
 
 TEST_F(CliAttention, ProfileWritesALoadableTable) {
