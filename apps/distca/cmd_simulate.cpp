@@ -249,7 +249,7 @@ int run(const Options& o) {
   auto result = sim::simulate(so, mbs);
   if (!result.ok()) return fail(result.status());
   if (!o.trace_path.empty()) {
-    st = sim::write_chrome_trace(*result, o.trace_path);
+    st = write_file_atomic(o.trace_path, chrome_trace_json(result->events, sim::trace_metadata(*result)));
     if (!st.ok()) return fail(st);
   }
   if (!o.json_path.empty()) {

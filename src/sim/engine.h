@@ -73,7 +73,12 @@ struct Rates {
   double stage_params(int64_t s) const;
 };
 
-// Per-unit accumulators and (optionally) events. Times in seconds from the iteration start.
+// Per-unit accumulators and (optionally) trace events: pid = unit, tid = kComputeTrack
+// (linear, attention) or kCommTrack (communication in flight), microseconds from the iteration
+// start, args {"microbatch": m} when tied to one. Times given in seconds from the iteration
+// start.
+inline constexpr int64_t kComputeTrack = 0;
+inline constexpr int64_t kCommTrack = 1;
 class Recorder {
  public:
   Recorder(int64_t units, bool keep_events);
@@ -91,6 +96,7 @@ class Recorder {
  private:
   // A compute interval counted in `bucket` (linear or attention) and in busy.
   void compute(int64_t u, double start, double dur, const char* name, int64_t mb, double UnitStats::*bucket);
+  void keep_event(int64_t u, int64_t track, const char* name, double start, double dur, int64_t mb);
   std::vector<UnitStats> stats_;
   std::vector<TraceEvent> events_;
   bool keep_ = false;

@@ -96,7 +96,15 @@ void Recorder::compute(int64_t u, double start, double dur, const char* name, in
   auto& s = stats_[static_cast<size_t>(u)];
   s.*bucket += dur;
   s.busy += dur;
-  if (keep_) events_.push_back({u, 0, name, start, dur, mb});
+  if (keep_) keep_event(u, kComputeTrack, name, start, dur, mb);
+}
+
+// Seconds become the trace's microseconds here; the span keeps its start exactly and its end
+// as start + duration (the JSON's "dur" is their difference).
+void Recorder::keep_event(int64_t u, int64_t track, const char* name, double start, double dur, int64_t mb) {
+  TraceEvent e{name, track == kComputeTrack ? "compute" : "comm", u, track, start * 1e6, start * 1e6 + dur * 1e6};
+  if (mb >= 0) e.args.push_back({"microbatch", mb});
+  events_.push_back(std::move(e));
 }
 
 void Recorder::linear(int64_t u, double start, double dur, const char* name, int64_t mb) {
@@ -113,7 +121,7 @@ void Recorder::comm(int64_t u, double start, double dur, double sent, double rec
   s.bytes_received += recv;
   if (dur <= 0) return;
   s.comm += dur;
-  if (keep_) events_.push_back({u, 1, name, start, dur, mb});
+  if (keep_) keep_event(u, kCommTrack, name, start, dur, mb);
 }
 
 void Recorder::wait(int64_t u, double ready, double until, double start) {

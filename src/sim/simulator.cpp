@@ -38,9 +38,9 @@ void finish(const SimOptions& o, const std::vector<Batch>& mbs, SimResult& r) {
   r.exposed_comm_fraction = r.iteration_seconds > 0 ? exposed / n / r.iteration_seconds : 0.0;
   r.tokens_per_second = r.iteration_seconds > 0 ? static_cast<double>(r.tokens) / r.iteration_seconds : 0.0;
   std::sort(r.events.begin(), r.events.end(), [](const TraceEvent& a, const TraceEvent& b) {
-    if (a.unit != b.unit) return a.unit < b.unit;
-    if (a.track != b.track) return a.track < b.track;
-    return a.start < b.start;
+    if (a.pid != b.pid) return a.pid < b.pid;
+    if (a.tid != b.tid) return a.tid < b.tid;
+    return a.start_us < b.start_us;
   });
 }
 

@@ -183,9 +183,7 @@ TEST(Strategies, SameInputsGiveIdenticalResults) {
     jb["plan"].erase("plan_seconds");
     EXPECT_EQ(ja.dump(), jb.dump()) << s;
     ASSERT_EQ(a.events.size(), b.events.size());
-    EXPECT_TRUE(std::equal(a.events.begin(), a.events.end(), b.events.begin(), [](const TraceEvent& x, const TraceEvent& y) {
-      return x.unit == y.unit && x.track == y.track && x.name == y.name && x.start == y.start && x.duration == y.duration;
-    })) << s;
+    EXPECT_TRUE(a.events == b.events) << s;
     const auto c = run(o, drawn(4, 32768, 4, 6));
     EXPECT_NE(to_json(c)["iteration_seconds"], ja["iteration_seconds"]) << s;
   }
