@@ -220,7 +220,19 @@ TEST(Sweeps, ValidateRefusesBadOptionsBeforeAnyWork) {
 
   bad = o;
   bad.batches = 0;
-  EXPECT_NE(distca::sim::validate_sweep(bad).message().find("--batches"), std::string::npos);
+  EXPECT_NE(distca::sim::validate_sweep(bad).message().find("--sweep-batches"), std::string::npos);
+  bad.batches_flag = "--batches";  // what the CLI sets when the user typed --batches
+  EXPECT_EQ(distca::sim::validate_sweep(bad).message().rfind("--batches ", 0), 0u);
+
+  // An output file of the sweep that cannot be written: refused naming --out, before any work.
+  bad = o;
+  bad.out_dir = tmp.path.string();
+  fs::create_directories(tmp.path / "fig9.csv");
+  bad.name = "fig9";
+  st = distca::sim::validate_sweep(bad);
+  EXPECT_NE(st.message().find("--out"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("fig9.csv"), std::string::npos) << st.message();
+  fs::remove(tmp.path / "fig9.csv");
 
   bad = o;
   bad.out_dir = "";
@@ -263,13 +275,14 @@ TEST(Sweeps, Fig4bWritesCsvScriptAndDeterministicBytes) {
   o.name = "fig4b";
   o.out_dir = (tmp.path / "a").string();  // created by run_sweep
   o.batches = 12;
-  o.plot = false;
   std::vector<distca::sim::SweepProgress> seen;
   auto r = distca::sim::run_sweep(o, [&](const distca::sim::SweepProgress& p) { seen.push_back(p); });
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   ASSERT_EQ(r->csv_paths.size(), 1u);
-  EXPECT_TRUE(r->plot_paths.empty());
-  EXPECT_FALSE(r->plot_note.empty());
+  // The library writes the data and the script; drawing is the CLI's (SweepsCli below).
+  ASSERT_EQ(r->svg_paths.size(), 1u);
+  EXPECT_EQ(fs::path(r->svg_paths[0]).filename(), "fig4b.svg");
+  EXPECT_FALSE(fs::exists(r->svg_paths[0]));
   ASSERT_FALSE(seen.empty());
   EXPECT_EQ(seen.back().done, seen.back().total);
 
@@ -304,41 +317,6 @@ TEST(Sweeps, Fig4bWritesCsvScriptAndDeterministicBytes) {
   // No temporary files left behind.
   for (const auto& e : fs::directory_iterator(o.out_dir))
     EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
-}
-
-TEST(Sweeps, PlotsWithGnuplotOrSaysWhyNot) {
-  TempDir tmp;
-  SweepOptions o;
-  o.name = "fig4b";
-  o.out_dir = tmp.path.string();
-  o.batches = 4;
-  auto r = distca::sim::run_sweep(o);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
-  if (r->plot_paths.empty()) {
-    // gnuplot is optional for the tests: the reason must be given.
-    EXPECT_FALSE(r->plot_note.empty());
-  } else {
-    const std::string svg = slurp(r->plot_paths[0]);
-    EXPECT_NE(svg.find("<svg"), std::string::npos);
-    EXPECT_TRUE(r->plot_note.empty()) << r->plot_note;
-  }
-
-  // With gnuplot hidden, the CSV and the script are still written and the note says so.
-  const char* old = std::getenv("PATH");
-  const std::string saved = old ? old : "";
-  const fs::path empty = tmp.path / "empty_bin";
-  fs::create_directory(empty);
-  ::setenv("PATH", empty.c_str(), 1);
-  SweepOptions hidden = o;
-  hidden.out_dir = (tmp.path / "hidden").string();
-  auto h = distca::sim::run_sweep(hidden);
-  ::setenv("PATH", saved.c_str(), 1);
-  ASSERT_TRUE(h.ok()) << h.status().to_string();
-  EXPECT_TRUE(h->plot_paths.empty());
-  EXPECT_NE(h->plot_note.find("gnuplot"), std::string::npos) << h->plot_note;
-  EXPECT_TRUE(fs::exists(h->csv_paths.at(0)));
-  EXPECT_TRUE(fs::exists(h->script_paths.at(0)));
-  EXPECT_FALSE(fs::exists(fs::path(hidden.out_dir) / "fig4b.svg"));
 }
 
 // Cross-check on the reference corpus itself (the parametric fit replaces it by default): the
@@ -381,10 +359,13 @@ TEST(Sweeps, DistIsForFig4bOnlyAndIsCheckedUpFront) {
 
 namespace {
 
-// Runs the distca CLI with `args`; returns the exit code, stdout and stderr in out/err.
-int run_cli(const std::string& args, const fs::path& dir, std::string& out, std::string& err) {
+// Runs the distca CLI with `args` (after `env`, e.g. "PATH=/x", when given); returns the exit
+// code, stdout and stderr in out/err.
+int run_cli(const std::string& args, const fs::path& dir, std::string& out, std::string& err,
+            const std::string& env = "") {
   const fs::path o = dir / "cli.out", e = dir / "cli.err";
-  const std::string cmd = std::string(DISTCA_CLI) + " " + args + " >" + o.string() + " 2>" + e.string();
+  const std::string cmd = (env.empty() ? "" : env + " ") + std::string(DISTCA_CLI) + " " + args + " >" + o.string() +
+                          " 2>" + e.string();
   const int rc = std::system(cmd.c_str());
   out = slurp(o);
   err = slurp(e);
@@ -409,7 +390,6 @@ TEST(SweepsCli, Fig4bWritesItsFilesAndBadOutIsRefusedWithOneLine) {
   o.name = "fig4b";
   o.out_dir = (tmp.path / "lib").string();
   o.batches = 5;
-  o.plot = false;
   auto r = distca::sim::run_sweep(o);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(slurp(out_dir / "fig4b.csv"), slurp(r->csv_paths.at(0)));
@@ -426,3 +406,51 @@ TEST(SweepsCli, Fig4bWritesItsFilesAndBadOutIsRefusedWithOneLine) {
   EXPECT_NE(err.find("--sweep"), std::string::npos) << err;
   EXPECT_FALSE(fs::exists(tmp.path / "new"));
 }
+
+// The CLI draws the plot: with gnuplot on PATH the SVG is written whole (no temporary file
+// left); without it one line says the plot was skipped and the run succeeds (the CSV and the
+// script are the product); a gnuplot that fails is an error (exit 1, one line naming it).
+TEST(SweepsCli, PlotsWithGnuplotSaysWhenMissingAndFailsWhenGnuplotFails) {
+  TempDir tmp;
+  std::string out, err;
+  const bool have_gnuplot = std::system("command -v gnuplot >/dev/null 2>&1") == 0;
+  const fs::path drawn = tmp.path / "drawn";
+  ASSERT_EQ(run_cli("simulate --sweep fig4b --sweep-batches 2 --out " + drawn.string(), tmp.path, out, err), 0) << err;
+  if (have_gnuplot) {
+    EXPECT_NE(slurp(drawn / "fig4b.svg").find("<svg"), std::string::npos);
+    EXPECT_NE(out.find("wrote " + (drawn / "fig4b.svg").string()), std::string::npos) << out;
+  } else {
+    EXPECT_NE(out.find("plot skipped: gnuplot not found"), std::string::npos) << out;
+  }
+  for (const auto& e : fs::directory_iterator(drawn))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+
+  // Missing: PATH without gnuplot.
+  const fs::path bin = tmp.path / "bin";
+  fs::create_directory(bin);
+  const fs::path hidden = tmp.path / "hidden";
+  ASSERT_EQ(run_cli("simulate --sweep fig4b --sweep-batches 2 --out " + hidden.string(), tmp.path, out, err,
+                    "PATH=" + bin.string()),
+            0)
+      << err;
+  EXPECT_NE(out.find("plot skipped: gnuplot not found on PATH"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(hidden / "fig4b.csv"));
+  EXPECT_TRUE(fs::exists(hidden / "fig4b.gp"));
+  EXPECT_FALSE(fs::exists(hidden / "fig4b.svg"));
+
+  // Failing: a gnuplot that exits 3.
+  std::ofstream(bin / "gnuplot") << "#!/bin/sh\nexit 3\n";
+  fs::permissions(bin / "gnuplot", fs::perms::owner_all);
+  const fs::path failed = tmp.path / "failed";
+  EXPECT_EQ(run_cli("simulate --sweep fig4b --sweep-batches 2 --out " + failed.string(), tmp.path, out, err,
+                    "PATH=" + bin.string()),
+            1);
+  EXPECT_NE(err.find("gnuplot failed"), std::string::npos) << err;
+  EXPECT_NE(err.find("exit 3"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_TRUE(fs::exists(failed / "fig4b.csv"));
+  EXPECT_FALSE(fs::exists(failed / "fig4b.svg"));
+  for (const auto& e : fs::directory_iterator(failed))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+}
+

@@ -117,9 +117,15 @@ struct SimOptions {
 };
 
 // Draws `microbatches` micro-batches for `cluster`: options.ranks is replaced by
-// units_per_stage and options.batches by `microbatches` (batch b = micro-batch b).
+// units_per_stage and options.batches by `microbatches` (batch b = micro-batch b). Checks
+// validate_draw first.
 Result<std::vector<Batch>> draw_microbatches(WorkloadOptions options, const ClusterSpec& cluster,
                                              int64_t microbatches);
+// What draw_microbatches checks, without drawing: the cluster, microbatches in 1..10000, the
+// workload options, and the units per stage within the data layer's limits (at most 2^24
+// ranks, 2^40 tokens per batch). Since the ranks come from the cluster, those messages name
+// --gpus (and --tokens-per-rank), not the workload's --ranks.
+Status validate_draw(const WorkloadOptions& options, const ClusterSpec& cluster, int64_t microbatches);
 
 // ---------------------------------------------------------------------------------------------
 // Result
@@ -208,6 +214,20 @@ struct SimResult {
   // span belongs to one micro-batch.
   std::vector<TraceEvent> events;
 };
+
+// Memory estimates, for refusing a run before allocating (core/memory.h check_memory). Upper
+// bounds of the dominant allocations, from what is known at each point:
+// * draw_microbatches: every piece of every unit could be as short as the 16-token length
+//   quantum, so microbatches x units_per_stage x (tokens_per_unit / 16 + 1) pieces of a
+//   Batch's bytes plus the drawing's transients.
+// * simulate: per piece of the micro-batches (the plans, shards and tasks made of it), per unit
+//   and per (unit, micro-batch) (timelines, plans per tick), and with record_events every
+//   event (max_trace_events) together with its share of the Chrome trace text.
+double estimate_draw_bytes(const ClusterSpec& cluster, int64_t tokens_per_unit, int64_t microbatches);
+double estimate_simulate_bytes(const SimOptions& options, const std::vector<Batch>& microbatches);
+// Most trace events simulate() records for these options and micro-batch count (a bound the
+// tests check against real runs).
+int64_t max_trace_events(const SimOptions& options, int64_t microbatches);
 
 // Simulates one iteration. Errors (kInvalidArgument, one line): invalid options, no
 // micro-batches, a micro-batch whose ranks != units_per_stage or that fails validation, a
