@@ -93,12 +93,12 @@ Result<SimResult> simulate(const SimOptions& options, const std::vector<Batch>& 
       std::vector<CpCandidate> cands;
       int64_t best = -1;
       std::vector<SimResult> results;
-      for (int64_t c = 1; rates.ups % c == 0; c *= 2) {
+      for (int64_t c = 1; rates.units_per_stage % c == 0; c *= 2) {
         SimResult one;
         DISTCA_RETURN_IF_ERROR(detail::run_baseline(quiet_rates, microbatches, c, one));
         cands.push_back({c, one.iteration_seconds, one.oom, one.peak_memory});
         results.push_back(std::move(one));
-        if (c >= rates.ups) break;
+        if (c >= rates.units_per_stage) break;
       }
       for (size_t i = 0; i < cands.size(); ++i) {
         if (cands[i].oom) continue;
