@@ -183,6 +183,42 @@ TEST(Fig4b, LandsInThePapersBands) {
   EXPECT_NEAR(find(pts, 8, 1.0).idle_fraction, 0.55, 0.08);
 }
 
+// One fig4b row by hand. fixed:393216 (384K documents, no recipe, no elongation) packed into
+// 8 units of 512K: document and unit boundaries (k x 384K, j x 512K; shared at 1536K and
+// 3072K) cut the 4M tokens into 16 pieces: five of 384K, six of 256K, five of 128K. At DP = 8
+// (CP = 1, cap 512K per group) the greedy puts the 384K pieces on groups 0-4, two 256K pieces
+// on each of groups 5-7 (the 384K groups have no room for them) and the 128K pieces on groups
+// 0-4: every group holds 512K tokens, groups 0-4 work a (384K^2 + 128K^2)/2, groups 5-7
+// a (2 x 256K^2)/2 (plus the equal beta x 512K). alpha and beta are the documented Llama-3-8B
+// FLOPs (docs/simulation.md, fig4b).
+TEST(Fig4b, OneRowByHand) {
+  Fig4bOptions o;
+  o.dist = "fixed:393216";
+  o.batches = 1;
+  o.dps = {1, 8};
+  o.caps = {1.0};
+  auto r = distca::sim::fig4b_points(o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const double h = 4096, q = 32 * 128, kv = 8 * 128, ffn = 14336;
+  const double alpha = 4.0 * 32 * 128 * 3.5;
+  const double beta = 3.0 * 2 * h * (2 * q + 2 * kv + 3 * ffn);
+  auto work = [&](double len) { return alpha * len * (len + 1) / 2 + beta * len; };
+  const double K = 1024;
+  const double wa = work(384 * K) + work(128 * K), wb = 2 * work(256 * K);
+  const double mean = (5 * wa + 3 * wb) / 8;
+  const Fig4bPoint& d8 = find(*r, 8, 1.0);
+  EXPECT_EQ(d8.cp, 1);
+  EXPECT_NEAR(d8.idle_fraction, 1 - mean / wa, 1e-12);
+  EXPECT_NEAR(d8.token_divergence, 1.0, 1e-12);
+  EXPECT_NEAR(d8.idle_whole_docs_bound, 1 - mean / std::max(mean, work(384 * K)), 1e-12);
+  EXPECT_EQ(d8.documents, 16);
+  EXPECT_NEAR(d8.idle_p10, d8.idle_fraction, 1e-12);  // one batch
+  const Fig4bPoint& d1 = find(*r, 1, 1.0);
+  EXPECT_EQ(d1.cp, 8);
+  EXPECT_NEAR(d1.idle_fraction, 0.0, 1e-12);
+  EXPECT_EQ(d1.documents, 16);
+}
+
 TEST(Fig4b, RefusesBadOptions) {
   Fig4bOptions o;
   o.dps = {3};
