@@ -31,8 +31,8 @@ namespace {
 // One unit's figures for one micro-batch, one layer.
 struct UnitWork {
   double tokens = 0;
-  double att = 0;    // forward + backward attention seconds
-  double pairs = 0;  // causal pairs served
+  double attention_seconds = 0;  // forward + backward
+  double pairs = 0;              // causal pairs served
   double fwd_sent = 0, fwd_recv = 0, bwd_sent = 0, bwd_recv = 0;  // bytes
 };
 
@@ -82,7 +82,7 @@ void cp_accounting(const Rates& R, const DocumentIndex& index, const std::vector
       const int64_t i = k < C ? k : 2 * C - 1 - k;
       UnitWork& w = out[static_cast<size_t>(grp[static_cast<size_t>(i / c)] * c + i % c)];
       const auto rows = static_cast<double>(hi - lo);
-      w.att += R.cost.seconds(hi - lo, hi);
+      w.attention_seconds += R.cost.seconds(hi - lo, hi);
       w.pairs += static_cast<double>(causal_pairs(lo, hi));
       w.tokens += rows;
       w.fwd_recv -= rows * kv;
@@ -118,7 +118,7 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
     for (const TaskPlacement& task : s->tasks) {
       UnitWork& w = out[static_cast<size_t>(task.server)];
       const int64_t q = task.q_end - task.q_begin;
-      w.att += R.cost.task_cost(q, task.q_end);
+      w.attention_seconds += R.cost.task_cost(q, task.q_end);
       w.pairs += static_cast<double>(task_pairs(q, task.q_end));
     }
     for (int64_t r = 0; r < R.units_per_stage; ++r) {
@@ -155,7 +155,7 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
     }
   }
   std::vector<double> loads;
-  for (const UnitWork& w : out) loads.push_back(w.att);
+  for (const UnitWork& w : out) loads.push_back(w.attention_seconds);
   ps.plans += 1;
   ps.tasks += tasks;
   ps.load_max_over_mean = std::max(ps.load_max_over_mean, max_over_mean(loads));
@@ -165,7 +165,7 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
 }
 
 // Seconds of one unit's transfer (0 bytes: nothing to wait for).
-double xfer(const Rates& R, double sent, double recv) {
+double transfer_seconds(const Rates& R, double sent, double recv) {
   const double b = std::max(sent, recv);
   return b > 0 ? R.latency + b / R.bytes_per_second : 0.0;
 }
@@ -221,11 +221,11 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
         const UnitWork& w = W[static_cast<size_t>(g * c + i)];
         const int64_t u = base + i;
         const double sent = bwd ? w.bwd_sent : w.fwd_sent, recv = bwd ? w.bwd_recv : w.fwd_recv;
-        const double x = c > 1 ? coll : xfer(R, sent, recv);
+        const double x = c > 1 ? coll : transfer_seconds(R, sent, recv);
         rec.comm(u, t, x, sent, recv, comm_name, j);
         rec.wait(u, t, t + x, t);
         const double lin = (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * w.tokens;
-        const double att = w.att * (bwd ? 1.0 - share : share);
+        const double att = w.attention_seconds * (bwd ? 1.0 - share : share);
         rec.linear(u, t + x, lin, lin_name, j);
         rec.attention(u, t + x + lin, att, att_name, j);
         if (!bwd) rec.stats()[static_cast<size_t>(u)].attention_pairs += w.pairs;
