@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +15,7 @@
 
 #include "command.h"
 #include "distca/core/io.h"
+#include "distca/core/memory.h"
 #include "distca/core/specs.h"
 #include "distca/sim/simulator.h"
 
@@ -44,6 +44,10 @@ double median(std::vector<double> v) {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 int run(const Flags& f) {
+  if (!f.json_path.empty() && f.json_path != "-") {
+    Status out = check_output_path(f.json_path).with_context("--json");
+    if (!out.ok()) return fail(out);
+  }
   if (f.repeats < 1 || f.repeats > 100) return fail_input("--repeats must be in 1 .. 100");
   if (f.tokens_k < 1) return fail_input("--tokens-k must be positive");
   std::vector<sim::Strategy> strategies;
@@ -70,26 +74,25 @@ int run(const Flags& f) {
     Status st = o.validate();
     if (!st.ok()) return fail(st);
   }
-  if (!f.json_path.empty() && f.json_path != "-") {
-    const auto dir = std::filesystem::path(f.json_path).parent_path();
-    if (!dir.empty() && !std::filesystem::is_directory(dir)) {
-      return fail_input("--json: directory '" + dir.string() + "' does not exist");
-    }
-  }
   WorkloadOptions w;
   w.dist = f.dist;
   w.tokens_per_rank = f.tokens_k * 1024;
   w.seed = f.seed;
-  w.ranks = o.cluster.units_per_stage();
   const int64_t m = f.microbatches > 0 ? f.microbatches : (f.pp > 1 ? 2 * f.pp : 1);
-  w.batches = m;
-  Status st = w.validate();
+  Status st = sim::validate_draw(w, o.cluster, m);
   if (!st.ok()) return fail(st);
+  const std::string memory_flags = "--gpus " + std::to_string(f.gpus) + " --tokens-k " + std::to_string(f.tokens_k) +
+                                   " --pp " + std::to_string(f.pp) + " --microbatches " + std::to_string(m);
+  st = check_memory(sim::estimate_draw_bytes(o.cluster, w.tokens_per_rank, m), memory_flags);
+  if (!st.ok()) return fail_input(st.message());
   const bool to_stdout = f.json_path == "-";
   const double t0 = now();
   auto mbs = sim::draw_microbatches(w, o.cluster, m);
   const double draw_seconds = now() - t0;
   if (!mbs.ok()) return fail(mbs.status());
+  // One strategy's result is alive at a time; they all share the estimate (no events).
+  st = check_memory(sim::estimate_simulate_bytes(o, *mbs), memory_flags);
+  if (!st.ok()) return fail_input(st.message());
   if (!to_stdout) {
     std::printf("simulate(): %s, %lld GPUs (%lld nodes, PP %lld), %lldK tokens per node, %s, %lld micro-batch(es); "
                 "median of %lld runs\n",
@@ -129,7 +132,8 @@ int run(const Flags& f) {
                         {"dist", f.dist},        {"seed", f.seed},       {"repeats", f.repeats},
                         {"draw_seconds", draw_seconds}, {"strategies", rows}};
   if (to_stdout) {
-    std::printf("%s\n", out.dump(2).c_str());
+    st = write_stdout(out.dump(2) + "\n");
+    if (!st.ok()) return fail(st);
   } else if (!f.json_path.empty()) {
     st = write_file_atomic(f.json_path, out.dump(2) + "\n");
     if (!st.ok()) return fail(st);

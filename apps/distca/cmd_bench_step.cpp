@@ -25,7 +25,7 @@
 #include "command.h"
 #include "distca/comm/local.h"
 #include "distca/comm/mpi.h"
-#include "distca/comm/trace.h"
+#include "distca/core/trace.h"
 #include "distca/core/io.h"
 #include "distca/core/rng.h"
 #include "distca/kernels/attention.h"
@@ -112,7 +112,7 @@ struct Measured {
 
 // One rank's whole benchmark. Returns the figures (meaningful on rank 0).
 Status run_rank(comm::Communicator& comm, const StepFlags& f, std::vector<Measured>* results,
-                std::vector<comm::TraceEvent>* trace_out) {
+                std::vector<TraceEvent>* trace_out) {
   const int n = comm.size();
   const int r = comm.rank();
   const Batch batch = skewed_batch(f, n);
@@ -193,7 +193,7 @@ Status run_rank(comm::Communicator& comm, const StepFlags& f, std::vector<Measur
       const bool record = !f.trace.empty() && rep == f.reps && c.scheduler == "cad" &&
                           c.mode == runtime::OverlapMode::kPingPong && c.stateless == (f.servers == "stateless");
       DISTCA_RETURN_IF_ERROR(comm.barrier());
-      comm::TraceRecorder trace;  // epoch right after the barrier: ranks line up on one host
+      TraceRecorder trace;  // epoch right after the barrier: ranks line up on one host
       DISTCA_ASSIGN_OR_RETURN(auto runner, runtime::PingPongRunner::create(comm, plans[ci], dims, c.mode, record ? &trace : nullptr, c.stateless));
       const double t0 = now_s();
       DISTCA_RETURN_IF_ERROR(runner->forward(fw, linear));
@@ -212,7 +212,7 @@ int run(const StepFlags& f) {
   std::unique_ptr<comm::MpiCommunicator> mpi;
   int rank = 0;
   std::vector<Measured> results;
-  std::vector<comm::TraceEvent> events;
+  std::vector<TraceEvent> events;
   Status st;
   if (f.backend == "mpi") {
     comm::MpiOptions mo;
@@ -230,7 +230,7 @@ int run(const StepFlags& f) {
     if (!st.ok()) mpi->fail(st);
   } else {
     std::vector<std::vector<Measured>> per(static_cast<size_t>(f.ranks));
-    std::vector<comm::TraceEvent> ev;
+    std::vector<TraceEvent> ev;
     st = comm::run_local(f.ranks, [&](comm::Communicator& c) {
       return run_rank(c, f, &per[static_cast<size_t>(c.rank())], c.rank() == 0 ? &ev : nullptr);
     });
@@ -316,7 +316,7 @@ int run(const StepFlags& f) {
   } else if (!f.json.empty()) {
     files.emplace_back(f.json, j.dump(2) + "\n");
   }
-  if (!f.trace.empty()) files.emplace_back(f.trace, comm::chrome_trace_json(events));
+  if (!f.trace.empty()) files.emplace_back(f.trace, chrome_trace_json(events));
   if (Status w = write_files_atomic(files); !w.ok()) return fail(w);
   if (Status w = write_stdout(report); !w.ok()) return fail(w);
   return kExitOk;

@@ -1,8 +1,17 @@
 // `distca simulate`: one training iteration on a simulated cluster under one strategy
 // (docs/simulation-model.md), or a paper-reproduction sweep (--sweep NAME --out DIR,
 // docs/simulation.md).
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -11,11 +20,15 @@
 
 #include "command.h"
 #include "distca/core/io.h"
+#include "distca/core/memory.h"
+#include "distca/core/trace.h"
 #include "distca/core/specs.h"
 #include "distca/cost/profiled.h"
 #include "distca/sim/simulator.h"
 #include "distca/sim/sweeps.h"
 #include "workload_flags.h"
+
+extern char** environ;
 
 namespace distca::cli {
 namespace {
@@ -72,6 +85,83 @@ std::string human_bytes(double b) {
 
 bool given(const Options& o, const char* flag) { return o.app->count(flag) > 0; }
 
+// ---- plotting (the sim library writes the CSV and the script; drawing is the CLI's) ----------
+
+// The first executable regular file `gnuplot` on PATH, or "".
+std::string find_gnuplot() {
+  const char* path = std::getenv("PATH");
+  if (!path) return "";
+  const std::string p = path;
+  size_t start = 0;
+  while (start <= p.size()) {
+    const size_t end = std::min(p.find(':', start), p.size());
+    // An empty PATH entry means the current directory.
+    const std::filesystem::path dir = end > start ? std::filesystem::path(p.substr(start, end - start)) : ".";
+    const std::filesystem::path cand = dir / "gnuplot";
+    std::error_code ec;
+    if (::access(cand.c_str(), X_OK) == 0 && std::filesystem::is_regular_file(cand, ec)) return cand.string();
+    start = end + 1;
+  }
+  return "";
+}
+
+// Runs `exe` on `script` with working directory `dir`, drawing into `outfile` (a name inside
+// dir); gnuplot's own chatter goes to /dev/null. A failure to start, a signal or a non-zero
+// exit is an error naming the script.
+Status spawn_gnuplot(const std::string& exe, const std::string& dir, const std::string& script,
+                     const std::string& outfile) {
+  // gnuplot's single-quoted strings cannot hold a single quote.
+  if (dir.find('\'') != std::string::npos) {
+    return Status::invalid_argument("--out '" + dir + "': gnuplot cannot be given a directory name with a single quote");
+  }
+  std::vector<std::string> args = {exe, "-e", "cd '" + dir + "'; outfile='" + outfile + "'", script};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  if (posix_spawn_file_actions_init(&actions) != 0) return Status::io_error("cannot start gnuplot");
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return Status::io_error("cannot start " + exe + ": " + std::strerror(rc));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return Status::io_error("lost track of gnuplot (" + std::string(std::strerror(errno)) + ")");
+  }
+  if (WIFSIGNALED(status)) {
+    return Status::io_error("gnuplot was killed by signal " + std::to_string(WTERMSIG(status)) + " drawing " + script);
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return Status::io_error("gnuplot failed on " + script + " (exit " + std::to_string(WEXITSTATUS(status)) + ")");
+  }
+  return {};
+}
+
+// Draws `svg` from `script` (both in one directory): into a temporary name first, renamed into
+// place, so the plot appears whole or not at all.
+Status draw_plot(const std::string& exe, const std::string& script, const std::string& svg) {
+  namespace fs = std::filesystem;
+  const fs::path target = svg;
+  const std::string dir = target.parent_path().string();
+  const std::string tmp_name = "." + target.filename().string() + ".tmp." + std::to_string(::getpid());
+  const fs::path tmp = target.parent_path() / tmp_name;
+  TempFileGuard guard(tmp.string());
+  std::error_code ec;
+  Status st = spawn_gnuplot(exe, dir, script, tmp_name);
+  if (st.ok() && (!fs::is_regular_file(tmp, ec) || fs::file_size(tmp, ec) == 0)) {
+    st = Status::io_error("gnuplot wrote nothing drawing " + script);
+  }
+  if (st.ok()) {
+    fs::rename(tmp, target, ec);
+    if (ec) st = Status::io_error("cannot write '" + svg + "': " + ec.message());
+  }
+  if (!st.ok()) fs::remove(tmp, ec);
+  return st;
+}
+
 int run_sweep_mode(const Options& o) {
   if (o.out_dir.empty()) return fail_input("--sweep needs --out DIR");
   for (const char* f : {"--gpus", "--strategy", "--trace", "--json", "--batch", "--pp", "--microbatches"}) {
@@ -81,8 +171,8 @@ int run_sweep_mode(const Options& o) {
   so.name = o.sweep;
   so.out_dir = o.out_dir;
   so.batches = given(o, "--batches") ? o.workload.options.batches : o.sweep_batches;
+  so.batches_flag = given(o, "--batches") ? "--batches" : "--sweep-batches";
   so.seed = o.workload.options.seed;
-  so.plot = !o.no_plot;
   so.quick = o.quick;
   if (given(o, "--dist")) so.dist = o.workload.options.dist;
   Status st = sim::validate_sweep(so);
@@ -94,20 +184,27 @@ int run_sweep_mode(const Options& o) {
   });
   if (tty) std::fprintf(stderr, "\n");
   if (!summary.ok()) return fail(summary.status());
+  // The CSV and the script are written; a missing gnuplot only skips the drawing (the script
+  // redraws later), a gnuplot that fails is an error.
+  std::vector<std::string> drawn;
+  std::string skipped;
+  if (o.no_plot) {
+    skipped = "--no-plot";
+  } else if (const std::string exe = find_gnuplot(); exe.empty()) {
+    skipped = "gnuplot not found on PATH (run the .gp script later)";
+  } else {
+    for (size_t i = 0; i < summary->script_paths.size(); ++i) {
+      st = draw_plot(exe, summary->script_paths[i], summary->svg_paths.at(i));
+      if (!st.ok()) return fail(st);
+      drawn.push_back(summary->svg_paths[i]);
+    }
+  }
   for (const auto& path : summary->csv_paths) std::printf("wrote %s\n", path.c_str());
   for (const auto& path : summary->script_paths) std::printf("wrote %s\n", path.c_str());
-  for (const auto& path : summary->plot_paths) std::printf("wrote %s\n", path.c_str());
-  if (!summary->plot_note.empty()) std::printf("plot skipped: %s\n", summary->plot_note.c_str());
+  for (const auto& path : drawn) std::printf("wrote %s\n", path.c_str());
+  if (!skipped.empty()) std::printf("plot skipped: %s\n", skipped.c_str());
   for (const auto& [what, value] : summary->headline) std::printf("%-40s %.4f\n", what.c_str(), value);
   return kExitOk;
-}
-
-Status check_output_dir(const std::string& flag, const std::string& path) {
-  const auto dir = std::filesystem::path(path).parent_path();
-  if (!dir.empty() && !std::filesystem::is_directory(dir)) {
-    return Status::invalid_argument(flag + ": directory '" + dir.string() + "' does not exist");
-  }
-  return Status::ok_status();
 }
 
 void print_result(const sim::SimResult& r, const Options& o) {
@@ -151,9 +248,17 @@ int run(const Options& o) {
   for (const char* f : {"--out", "--quick", "--no-plot", "--sweep-batches"}) {
     if (given(o, f)) return fail_input(std::string(f) + " needs --sweep");
   }
-  // Every flag is checked before any batch is drawn.
+  // Every flag is checked before any batch is drawn, the outputs first.
   if (o.gpus <= 0) return fail_input(given(o, "--gpus") ? "--gpus must be positive (got " + std::to_string(o.gpus) + ")"
                                                        : "--gpus N is required (or --sweep NAME)");
+  if (!o.trace_path.empty()) {
+    Status out = check_output_path(o.trace_path).with_context("--trace");
+    if (!out.ok()) return fail(out);
+  }
+  if (!o.json_path.empty() && o.json_path != "-") {
+    Status out = check_output_path(o.json_path).with_context("--json");
+    if (!out.ok()) return fail(out);
+  }
   auto model = model_preset(o.model);
   if (!model.ok()) return fail(Status(model.status().code(), "--model: " + model.status().message()));
   auto hw = hardware_preset(o.hardware);
@@ -203,14 +308,8 @@ int run(const Options& o) {
   }
   Status st = so.validate();
   if (!st.ok()) return fail(st);
-  if (!o.trace_path.empty()) {
-    st = check_output_dir("--trace", o.trace_path);
-    if (!st.ok()) return fail(st);
-  }
-  if (!o.json_path.empty() && o.json_path != "-") {
-    st = check_output_dir("--json", o.json_path);
-    if (!st.ok()) return fail(st);
-  }
+  const std::string memory_flags = "--gpus " + std::to_string(o.gpus) + " --pp " + std::to_string(o.pp) +
+                                   (o.trace_path.empty() ? "" : " --trace");
   const int64_t ups = so.cluster.units_per_stage();
   std::vector<Batch> mbs;
   if (o.workload.batch_file.empty()) {
@@ -226,10 +325,12 @@ int run(const Options& o) {
     auto layout = parse_layout(o.workload.layout);
     if (!layout.ok()) return fail(layout.status());
     w.layout = *layout;
-    w.ranks = ups;
-    w.batches = m;
-    st = w.validate();
+    st = sim::validate_draw(w, so.cluster, m);
     if (!st.ok()) return fail(st);
+    st = check_memory(sim::estimate_draw_bytes(so.cluster, w.tokens_per_rank, m),
+                      memory_flags + " --tokens-per-rank " + std::to_string(w.tokens_per_rank) + " --microbatches " +
+                          std::to_string(m));
+    if (!st.ok()) return fail_input(st.message());
     auto drawn = sim::draw_microbatches(w, so.cluster, m);
     if (!drawn.ok()) return fail(drawn.status());
     mbs = std::move(drawn).value();
@@ -246,11 +347,18 @@ int run(const Options& o) {
       }
     }
   }
+  // The micro-batches are known now: what simulate() allocates follows from their pieces.
+  st = check_memory(sim::estimate_simulate_bytes(so, mbs),
+                    memory_flags + (o.workload.batch_file.empty()
+                                        ? " --tokens-per-rank " + std::to_string(o.workload.options.tokens_per_rank)
+                                        : " --batch " + o.workload.batch_file) +
+                        " (" + std::to_string(mbs.size()) + " micro-batches)");
+  if (!st.ok()) return fail_input(st.message());
   auto result = sim::simulate(so, mbs);
   if (!result.ok()) return fail(result.status());
+  std::vector<std::pair<std::string, std::string>> files;  // written all or none
   if (!o.trace_path.empty()) {
-    st = sim::write_chrome_trace(*result, o.trace_path);
-    if (!st.ok()) return fail(st);
+    files.emplace_back(o.trace_path, chrome_trace_json(result->events, sim::trace_metadata(*result)));
   }
   if (!o.json_path.empty()) {
     nlohmann::json j = sim::to_json(*result);
@@ -262,14 +370,18 @@ int run(const Options& o) {
       j["batch_file"] = o.workload.batch_file;
     }
     if (!o.trace_path.empty()) j["trace"] = o.trace_path;
-    const std::string text = j.dump(2) + "\n";
-    if (o.json_path == "-") {
-      std::fwrite(text.data(), 1, text.size(), stdout);
-      return kExitOk;
+    std::string text = j.dump(2) + "\n";
+    if (o.json_path != "-") {
+      files.emplace_back(o.json_path, std::move(text));
+      st = write_files_atomic(files);
+      return st.ok() ? kExitOk : fail(st);
     }
-    st = write_file_atomic(o.json_path, text);
+    st = write_files_atomic(files);
+    if (st.ok()) st = write_stdout(text);
     return st.ok() ? kExitOk : fail(st);
   }
+  st = write_files_atomic(files);
+  if (!st.ok()) return fail(st);
   print_result(*result, o);
   if (!o.trace_path.empty()) std::printf("\ntrace written to %s (open in https://ui.perfetto.dev)\n", o.trace_path.c_str());
   return kExitOk;
@@ -318,7 +430,7 @@ Runner setup(CLI::App& sub) {
   sub.add_option("--out", o->out_dir, "--sweep: output directory");
   sub.add_option("--sweep-batches", o->sweep_batches, "--sweep: batches per configuration")->capture_default_str();
   sub.add_flag("--quick", o->quick, "--sweep: fewer configurations");
-  sub.add_flag("--no-plot", o->no_plot, "--sweep: do not run gnuplot");
+  sub.add_flag("--no-plot", o->no_plot, "--sweep: do not run gnuplot (the .gp script still draws later)");
   return [o] { return run(*o); };
 }
 

@@ -251,7 +251,7 @@ void CaDispatcher::release(int layer) { layers_.erase(layer); }
 
 void CaDispatcher::trace(const char* what, const char* category, double start_us) const {
   if (!options_.trace) return;
-  comm::TraceEvent e;
+  TraceEvent e;
   e.name = options_.label.empty() ? std::string(what) : options_.label + " " + what;
   e.category = category;
   e.tid = rank_;
@@ -264,7 +264,7 @@ namespace {
 
 // Waits for `f`; traces the transfer ("comm": start to the moment it was seen complete) and
 // the exposed part ("wait": time blocked here).
-Status finish_exchange(InFlight& f, comm::TraceRecorder* trace, int rank, const std::string& name) {
+Status finish_exchange(InFlight& f, TraceRecorder* trace, int rank, const std::string& name) {
   if (!f.handle) return Status::ok_status();
   const double t0 = trace ? trace->now_us() : 0;
   const bool done = f.handle->test();

@@ -59,7 +59,7 @@ Result<NanoPlans> plan_nano_batches(const Batch& batch, const SchedulerSpec& spe
 
 Result<std::unique_ptr<PingPongRunner>> PingPongRunner::create(comm::Communicator& comm, const NanoPlans& plans,
                                                                const AttentionDims& dims, OverlapMode mode,
-                                                               comm::TraceRecorder* trace, bool stateless) {
+                                                               TraceRecorder* trace, bool stateless) {
   std::unique_ptr<PingPongRunner> r(new PingPongRunner());
   r->comm_ = &comm;
   r->mode_ = mode;
@@ -169,9 +169,9 @@ Status PingPongRunner::backward(const std::vector<LayerBackward>& layers, const 
   return Status::ok_status();
 }
 
-Status gather_trace(comm::Communicator& comm, const std::vector<comm::TraceEvent>& mine,
-                    std::vector<comm::TraceEvent>* out) {
-  const std::vector<std::byte> bytes = comm::pack_trace_events(mine);
+Status gather_trace(comm::Communicator& comm, const std::vector<TraceEvent>& mine,
+                    std::vector<TraceEvent>* out) {
+  const std::vector<std::byte> bytes = pack_trace_events(mine);
   const int64_t my_size = static_cast<int64_t>(bytes.size());
   DISTCA_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, comm.all_gather_value(my_size));
   const size_t n = static_cast<size_t>(comm.size());
@@ -191,7 +191,7 @@ Status gather_trace(comm::Communicator& comm, const std::vector<comm::TraceEvent
   if (comm.rank() != 0) return Status::ok_status();
   out->clear();
   for (size_t p = 0; p < n; ++p) {
-    DISTCA_ASSIGN_OR_RETURN(auto ev, comm::unpack_trace_events(std::span<const std::byte>(recv.data() + rd[p], rc[p])));
+    DISTCA_ASSIGN_OR_RETURN(auto ev, unpack_trace_events(std::span<const std::byte>(recv.data() + rd[p], rc[p])));
     out->insert(out->end(), ev.begin(), ev.end());
   }
   return Status::ok_status();

@@ -31,9 +31,9 @@ namespace {
 // One unit's figures for one micro-batch, one layer.
 struct UnitWork {
   double tokens = 0;
-  double att = 0;    // forward + backward attention seconds
-  double pairs = 0;  // causal pairs served
-  double fsent = 0, frecv = 0, bsent = 0, brecv = 0;  // bytes
+  double attention_seconds = 0;  // forward + backward
+  double pairs = 0;              // causal pairs served
+  double fwd_sent = 0, fwd_recv = 0, bwd_sent = 0, bwd_recv = 0;  // bytes
 };
 
 ScheduleOptions schedule_options(const Rates& R) {
@@ -68,7 +68,7 @@ Batch merge_groups(const Batch& b, int64_t c) {
 // the serving units of group g are g*c .. g*c+c-1.
 void cp_accounting(const Rates& R, const DocumentIndex& index, const std::vector<std::vector<int64_t>>& groups,
                    int64_t c, std::vector<UnitWork>& out, int64_t& tasks) {
-  const auto kv = static_cast<double>(R.rb.kv);
+  const auto kv = static_cast<double>(R.row_bytes.kv);
   // Every serving unit receives the whole document but what it holds: L rows are added per
   // group here (once per document, not per unit) and each chunk's rows subtracted below, so a
   // document costs O(groups + non-empty chunks), not O(C').
@@ -82,11 +82,11 @@ void cp_accounting(const Rates& R, const DocumentIndex& index, const std::vector
       const int64_t i = k < C ? k : 2 * C - 1 - k;
       UnitWork& w = out[static_cast<size_t>(grp[static_cast<size_t>(i / c)] * c + i % c)];
       const auto rows = static_cast<double>(hi - lo);
-      w.att += R.cost.seconds(hi - lo, hi);
+      w.attention_seconds += R.cost.seconds(hi - lo, hi);
       w.pairs += static_cast<double>(causal_pairs(lo, hi));
       w.tokens += rows;
-      w.frecv -= rows * kv;
-      w.fsent += rows * static_cast<double>(C - 1) * kv;
+      w.fwd_recv -= rows * kv;
+      w.fwd_sent += rows * static_cast<double>(C - 1) * kv;
       ++tasks;
     };
     if (L >= 2 * C) {  // every chunk k = [floor(kL/2C), floor((k+1)L/2C)) is non-empty
@@ -97,16 +97,16 @@ void cp_accounting(const Rates& R, const DocumentIndex& index, const std::vector
   }
   for (size_t u = 0; u < out.size(); ++u) {
     UnitWork& w = out[u];
-    w.frecv += group_recv[u / static_cast<size_t>(c)];
-    w.bsent = w.frecv;  // backward: the reduce-scatter of dK/dV mirrors the all-gather
-    w.brecv = w.fsent;
+    w.fwd_recv += group_recv[u / static_cast<size_t>(c)];
+    w.bwd_sent = w.fwd_recv;  // backward: the reduce-scatter of dK/dV mirrors the all-gather
+    w.bwd_recv = w.fwd_sent;
   }
 }
 
 Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<UnitWork>& out, PlanStats& ps) {
   const StrategyKind kind = R.o.strategy.kind;
   const ScheduleOptions so = schedule_options(R);
-  out.assign(static_cast<size_t>(R.ups), {});
+  out.assign(static_cast<size_t>(R.units_per_stage), {});
   const auto t0 = std::chrono::steady_clock::now();
   int64_t tasks = 0;
   if (kind != StrategyKind::kPerCp && c == 1) {
@@ -114,21 +114,21 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
     if (!s.ok()) return s.status();
     ps.plan_seconds += seconds_since(t0);
     const DocumentIndex index(s->batch);
-    const Traffic t = compute_traffic(index, s->tasks, R.rb);
+    const Traffic t = compute_traffic(index, s->tasks, R.row_bytes);
     for (const TaskPlacement& task : s->tasks) {
       UnitWork& w = out[static_cast<size_t>(task.server)];
       const int64_t q = task.q_end - task.q_begin;
-      w.att += R.cost.task_cost(q, task.q_end);
+      w.attention_seconds += R.cost.task_cost(q, task.q_end);
       w.pairs += static_cast<double>(task_pairs(q, task.q_end));
     }
-    for (int64_t r = 0; r < R.ups; ++r) {
+    for (int64_t r = 0; r < R.units_per_stage; ++r) {
       UnitWork& w = out[static_cast<size_t>(r)];
       const RankBytes& rb = t.per_rank[static_cast<size_t>(r)];
       w.tokens = static_cast<double>(s->batch.rank_tokens(r));
-      w.fsent = static_cast<double>(rb.fwd_sent);
-      w.frecv = static_cast<double>(rb.fwd_recv);
-      w.bsent = static_cast<double>(rb.bwd_sent);
-      w.brecv = static_cast<double>(rb.bwd_recv);
+      w.fwd_sent = static_cast<double>(rb.fwd_sent);
+      w.fwd_recv = static_cast<double>(rb.fwd_recv);
+      w.bwd_sent = static_cast<double>(rb.bwd_sent);
+      w.bwd_recv = static_cast<double>(rb.bwd_recv);
     }
     tasks = static_cast<int64_t>(s->tasks.size());
     ps.comm_bytes_forward += static_cast<double>(t.bytes.forward());
@@ -150,12 +150,12 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
     cp_accounting(R, index, percp_groups(index, k), c, out, tasks);
     ps.plan_seconds += seconds_since(t0);
     for (const UnitWork& w : out) {
-      ps.comm_bytes_forward += w.frecv;
-      ps.comm_bytes_backward += w.brecv;
+      ps.comm_bytes_forward += w.fwd_recv;
+      ps.comm_bytes_backward += w.bwd_recv;
     }
   }
   std::vector<double> loads;
-  for (const UnitWork& w : out) loads.push_back(w.att);
+  for (const UnitWork& w : out) loads.push_back(w.attention_seconds);
   ps.plans += 1;
   ps.tasks += tasks;
   ps.load_max_over_mean = std::max(ps.load_max_over_mean, max_over_mean(loads));
@@ -165,16 +165,16 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
 }
 
 // Seconds of one unit's transfer (0 bytes: nothing to wait for).
-double xfer(const Rates& R, double sent, double recv) {
+double transfer_seconds(const Rates& R, double sent, double recv) {
   const double b = std::max(sent, recv);
-  return b > 0 ? R.lat + b / R.bw : 0.0;
+  return b > 0 ? R.latency + b / R.bytes_per_second : 0.0;
 }
 
 }  // namespace
 
 Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, SimResult& r) {
   const auto m = static_cast<int64_t>(mbs.size());
-  const int64_t p = R.pp, ups = R.ups, groups = ups / c;
+  const int64_t p = R.pp, ups = R.units_per_stage, groups = ups / c;
   // work[j][i]: micro-batch j, unit i of a stage (every stage sees the same micro-batch).
   std::vector<std::vector<UnitWork>> work(static_cast<size_t>(m));
   for (int64_t j = 0; j < m; ++j) {
@@ -200,7 +200,7 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
       double end = t;
       for (int64_t i = 0; i < c; ++i) {
         const UnitWork& w = W[static_cast<size_t>(g * c + i)];
-        const double d = (bwd ? R.lm_bwd_tok : R.lm_fwd_tok) * w.tokens;
+        const double d = (bwd ? R.lm_head_bwd_per_token : R.lm_head_fwd_per_token) * w.tokens;
         rec.linear(base + i, t, d, bwd ? "bwd lm head" : "fwd lm head", j);
         end = std::max(end, t + d);
       }
@@ -212,20 +212,20 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
       if (c > 1) {
         for (int64_t i = 0; i < c; ++i) {
           const UnitWork& w = W[static_cast<size_t>(g * c + i)];
-          coll = std::max(coll, bwd ? std::max(w.bsent, w.brecv) / R.bw : std::max(w.fsent, w.frecv) / R.bw);
+          coll = std::max(coll, bwd ? std::max(w.bwd_sent, w.bwd_recv) / R.bytes_per_second : std::max(w.fwd_sent, w.fwd_recv) / R.bytes_per_second);
         }
-        coll += R.lat * static_cast<double>(c - 1);
+        coll += R.latency * static_cast<double>(c - 1);
       }
       double end = t;
       for (int64_t i = 0; i < c; ++i) {
         const UnitWork& w = W[static_cast<size_t>(g * c + i)];
         const int64_t u = base + i;
-        const double sent = bwd ? w.bsent : w.fsent, recv = bwd ? w.brecv : w.frecv;
-        const double x = c > 1 ? coll : xfer(R, sent, recv);
+        const double sent = bwd ? w.bwd_sent : w.fwd_sent, recv = bwd ? w.bwd_recv : w.fwd_recv;
+        const double x = c > 1 ? coll : transfer_seconds(R, sent, recv);
         rec.comm(u, t, x, sent, recv, comm_name, j);
         rec.wait(u, t, t + x, t);
-        const double lin = (bwd ? R.lin_bwd_tok : R.lin_fwd_tok) * w.tokens;
-        const double att = w.att * (bwd ? 1.0 - share : share);
+        const double lin = (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * w.tokens;
+        const double att = w.attention_seconds * (bwd ? 1.0 - share : share);
         rec.linear(u, t + x, lin, lin_name, j);
         rec.attention(u, t + x + lin, att, att_name, j);
         if (!bwd) rec.stats()[static_cast<size_t>(u)].attention_pairs += w.pairs;
@@ -310,7 +310,7 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
         const UnitWork& w = work[static_cast<size_t>(op.microbatch)][static_cast<size_t>(i)];
         const double sign = op.backward ? -1.0 : 1.0;
         tok += sign * w.tokens;
-        kept += sign * w.frecv * layers;
+        kept += sign * w.fwd_recv * layers;
         mi.tokens_in_flight = std::max(mi.tokens_in_flight, tok);
         mi.kept_bytes = std::max(mi.kept_bytes, kept);
         mi.tokens_max = std::max(mi.tokens_max, w.tokens);

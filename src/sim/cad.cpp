@@ -17,6 +17,7 @@
 // dO out, dQ and dK/dV back; stateless servers (SimOptions::cad_stateless) get Q, K/V and
 // O + LSE again with dO and keep nothing. A B tick composes the stored forward contributions of its ops.
 #include <algorithm>
+#include <array>
 #include <chrono>
 
 #include "distca/plan/cad.h"
@@ -29,38 +30,47 @@ namespace {
 
 using Vec = std::vector<double>;
 
-// What one (stage, micro-batch) puts on the cluster in one layer, per nano-batch x, per unit.
+// What one (stage, micro-batch) puts on the cluster in one layer, per nano-batch x (0 ping,
+// 1 pong), per unit. Bytes are what the unit sends / receives in that exchange.
 struct Contribution {
-  Vec tokens[2];            // home rows of nano-batch x (units of the stage)
-  Vec att[2], pairs[2];     // forward + backward seconds, causal pairs (servers)
-  Vec fds[2], fdr[2];       // forward dispatch sent / received (Q, K/V)
-  Vec frs[2], frr[2];       // forward return sent / received (O + LSE)
-  Vec bds[2], bdr[2];       // backward dispatch (dO)
-  Vec brs[2], brr[2];       // backward return (dQ, dK/dV)
-  Vec kept_bytes;           // per layer: server inputs + outputs kept for the backward
-  void init(size_t U) {
+  Vec tokens[2];              // home rows of nano-batch x (units of the stage)
+  Vec attention_seconds[2];   // forward + backward seconds served (servers)
+  Vec attention_pairs[2];     // causal pairs served (servers)
+  Vec fwd_dispatch_sent[2], fwd_dispatch_recv[2];  // forward dispatch (Q, K/V)
+  Vec fwd_return_sent[2], fwd_return_recv[2];      // forward return (O + LSE)
+  Vec bwd_dispatch_sent[2], bwd_dispatch_recv[2];  // backward dispatch (dO)
+  Vec bwd_return_sent[2], bwd_return_recv[2];      // backward return (dQ, dK/dV)
+  Vec kept_bytes;  // per layer: server inputs + outputs kept for the backward
+  void init(size_t units) {
     for (int x = 0; x < 2; ++x) {
-      for (Vec* v : {&tokens[x], &att[x], &pairs[x], &fds[x], &fdr[x], &frs[x], &frr[x], &bds[x], &bdr[x], &brs[x],
-                     &brr[x]}) {
-        v->assign(U, 0.0);
+      for (Vec* v : {&tokens[x], &attention_seconds[x], &attention_pairs[x], &fwd_dispatch_sent[x],
+                     &fwd_dispatch_recv[x], &fwd_return_sent[x], &fwd_return_recv[x], &bwd_dispatch_sent[x],
+                     &bwd_dispatch_recv[x], &bwd_return_sent[x], &bwd_return_recv[x]}) {
+        v->assign(units, 0.0);
       }
     }
-    kept_bytes.assign(U, 0.0);
+    kept_bytes.assign(units, 0.0);
   }
 };
 
-// Arrays of one layer slot (every unit).
+// The work of one layer slot on every unit, per nano-batch: linear seconds, then (when
+// has_attention) the dispatch, the attention seconds and the return.
 struct Slot {
-  Vec lin[2], att[2], ds[2], dr[2], rs[2], rr[2];
-  bool attention = false;
-  void reset(size_t U) {
+  Vec linear[2], attention[2];
+  Vec dispatch_sent[2], dispatch_recv[2], return_sent[2], return_recv[2];
+  bool has_attention = false;
+  void reset(size_t units) {
     for (int x = 0; x < 2; ++x) {
-      for (Vec* v : {&lin[x], &att[x], &ds[x], &dr[x], &rs[x], &rr[x]}) v->assign(U, 0.0);
+      for (Vec* v : {&linear[x], &attention[x], &dispatch_sent[x], &dispatch_recv[x], &return_sent[x],
+                     &return_recv[x]}) {
+        v->assign(units, 0.0);
+      }
     }
   }
 };
 
-struct Coll {
+// One all-to-all on the network: in flight over [start, end).
+struct Collective {
   double start = 0, end = 0;
   bool valid = false;
   // [units] 1 where the unit moves bytes in it: waiting for a collective one takes no part in
@@ -68,9 +78,12 @@ struct Coll {
   std::vector<char> part;
 };
 
+// Advances the units' clocks through layer slots: compute per unit, exchanges as collectives
+// on one network (one at a time), ping-pong overlap of one nano-batch's exchange with the
+// other's compute.
 class TickRunner {
  public:
-  TickRunner(const Rates& R, Recorder& rec, Vec& tc) : R_(R), rec_(rec), tc_(tc), U_(R.units) {}
+  TickRunner(const Rates& R, Recorder& rec, Vec& unit_clock) : R_(R), rec_(rec), clock_(unit_clock), U_(R.units) {}
 
   // Runs one layer slot. `mb` labels events (-1: several).
   void slot(const Slot& s, bool bwd, int64_t mb) {
@@ -82,38 +95,38 @@ class TickRunner {
     const char* r_name[2] = {bwd ? "dQ/dKV return ping" : "O return ping", bwd ? "dQ/dKV return pong" : "O return pong"};
     if (mode == CadMode::kSingleStream) {  // one batch (nano-batch 1 is empty), no overlap
       for (int x = 0; x < 1; ++x) {
-        linear(s.lin[x], Coll{}, lin_name[x], mb);
-        if (!s.attention) continue;
-        const Coll d = issue(s.ds[x], s.dr[x], d_name[x], mb);
-        attention(s.att[x], d, att_name[x], mb);
-        const Coll r = issue(s.rs[x], s.rr[x], r_name[x], mb);
+        linear(s.linear[x], Collective{}, lin_name[x], mb);
+        if (!s.has_attention) continue;
+        const Collective d = issue(s.dispatch_sent[x], s.dispatch_recv[x], d_name[x], mb);
+        attention(s.attention[x], d, att_name[x], mb);
+        const Collective r = issue(s.return_sent[x], s.return_recv[x], r_name[x], mb);
         wait_all(r);
       }
       return;
     }
-    Coll d[2];
+    Collective d[2];
     for (int x = 0; x < 2; ++x) {
-      linear(s.lin[x], ret_[x], lin_name[x], mb);
-      ret_[x].valid = false;
-      if (s.attention) d[x] = issue(s.ds[x], s.dr[x], d_name[x], mb);
+      linear(s.linear[x], returns_[x], lin_name[x], mb);
+      returns_[x].valid = false;
+      if (s.has_attention) d[x] = issue(s.dispatch_sent[x], s.dispatch_recv[x], d_name[x], mb);
     }
-    if (!s.attention) return;
+    if (!s.has_attention) return;
     for (int x = 0; x < 2; ++x) {
-      attention(s.att[x], d[x], att_name[x], mb);
-      ret_[x] = issue(s.rs[x], s.rr[x], r_name[x], mb);
+      attention(s.attention[x], d[x], att_name[x], mb);
+      returns_[x] = issue(s.return_sent[x], s.return_recv[x], r_name[x], mb);
     }
   }
 
   // A global step: every unit waits for the slowest, then a transfer of `dur` seconds in
   // which `sent` / `recv` units move data (PP activations between ticks).
   void barrier_transfer(double dur, const Vec& sent, const Vec& recv, const char* name, int64_t mb) {
-    double t = *std::max_element(tc_.begin(), tc_.end());
+    double t = *std::max_element(clock_.begin(), clock_.end());
     t = std::max(t, net_free_);
     for (int64_t u = 0; u < U_; ++u) {
       const auto i = static_cast<size_t>(u);
       if (sent[i] > 0 || recv[i] > 0) rec_.comm(u, t, dur, sent[i], recv[i], name, mb);
-      if (recv[i] > 0) rec_.wait(u, tc_[i], t + dur, t);
-      tc_[i] = t + dur;
+      if (recv[i] > 0) rec_.wait(u, clock_[i], t + dur, t);
+      clock_[i] = t + dur;
     }
     net_free_ = t + dur;
   }
@@ -121,16 +134,16 @@ class TickRunner {
   double net_free() const { return net_free_; }
 
  private:
-  Coll issue(const Vec& sent, const Vec& recv, const char* name, int64_t mb) {
+  Collective issue(const Vec& sent, const Vec& recv, const char* name, int64_t mb) {
     const bool signal = R_.o.strategy.cad_mode == CadMode::kSignal;
     double start = net_free_, worst = 0;
     for (int64_t u = 0; u < U_; ++u) {
       const auto i = static_cast<size_t>(u);
-      start = std::max(start, tc_[i]);
+      start = std::max(start, clock_[i]);
       worst = std::max(worst, std::max(sent[i], recv[i]));
     }
-    const double dur = R_.lat + (signal ? 0.0 : worst / R_.bw);
-    Coll c{start, start + dur, true, std::vector<char>(static_cast<size_t>(U_), 0)};
+    const double dur = R_.latency + (signal ? 0.0 : worst / R_.bytes_per_second);
+    Collective c{start, start + dur, true, std::vector<char>(static_cast<size_t>(U_), 0)};
     for (int64_t u = 0; u < U_; ++u) {
       const auto i = static_cast<size_t>(u);
       c.part[i] = sent[i] > 0 || recv[i] > 0;
@@ -139,35 +152,35 @@ class TickRunner {
     net_free_ = start + dur;
     return c;
   }
-  void wait_for(size_t i, const Coll& c) {
-    if (!c.valid || c.end <= tc_[i]) return;
-    if (c.part[i]) rec_.wait(static_cast<int64_t>(i), tc_[i], c.end, c.start);
-    tc_[i] = c.end;
+  void wait_for(size_t i, const Collective& c) {
+    if (!c.valid || c.end <= clock_[i]) return;
+    if (c.part[i]) rec_.wait(static_cast<int64_t>(i), clock_[i], c.end, c.start);
+    clock_[i] = c.end;
   }
-  void wait_all(const Coll& c) {
-    for (size_t i = 0; i < tc_.size(); ++i) wait_for(i, c);
+  void wait_all(const Collective& c) {
+    for (size_t i = 0; i < clock_.size(); ++i) wait_for(i, c);
   }
-  void linear(const Vec& lin, const Coll& after, const char* name, int64_t mb) {
-    for (size_t i = 0; i < tc_.size(); ++i) {
+  void linear(const Vec& seconds, const Collective& after, const char* name, int64_t mb) {
+    for (size_t i = 0; i < clock_.size(); ++i) {
       wait_for(i, after);
-      rec_.linear(static_cast<int64_t>(i), tc_[i], lin[i], name, mb);
-      tc_[i] += lin[i];
+      rec_.linear(static_cast<int64_t>(i), clock_[i], seconds[i], name, mb);
+      clock_[i] += seconds[i];
     }
   }
-  void attention(const Vec& att, const Coll& after, const char* name, int64_t mb) {
-    for (size_t i = 0; i < tc_.size(); ++i) {
+  void attention(const Vec& seconds, const Collective& after, const char* name, int64_t mb) {
+    for (size_t i = 0; i < clock_.size(); ++i) {
       wait_for(i, after);
-      rec_.attention(static_cast<int64_t>(i), tc_[i], att[i], name, mb);
-      tc_[i] += att[i];
+      rec_.attention(static_cast<int64_t>(i), clock_[i], seconds[i], name, mb);
+      clock_[i] += seconds[i];
     }
   }
 
   const Rates& R_;
   Recorder& rec_;
-  Vec& tc_;
+  Vec& clock_;  // [units] when each unit's compute stream is next free
   int64_t U_;
   double net_free_ = 0;
-  Coll ret_[2];  // returns in flight from the previous slot
+  Collective returns_[2];  // returns in flight from the previous slot
 };
 
 // The nano-batch cut of a document (runtime/pingpong.h): rows [0, cut) are ping. Ping must be
@@ -179,57 +192,55 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Plans one tick and fills the contributions of its ops: outs[i] receives tick.ops[i]'s.
-// all_units: the plan pools the active stages' micro-batches over every unit (idle stages'
-// units serve); otherwise over the active stages' units only. fresh_backward: a backward tick
-// planned anew (its servers did not run the forward), so the inputs travel again with dO:
-// Q, K/V, O + LSE out; dQ, dK/dV back (the forward fields are filled as for a forward plan).
-Status plan_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick, const std::vector<Contribution*>& outs,
-                 bool all_units, bool fresh_backward, PlanStats& ps) {
-  const int64_t p = R.pp, ups = R.ups, U = R.units;
-  // unit_of[rank of the pooled batch] = the unit; stage s's units keep their order.
-  std::vector<int64_t> unit_of;
-  std::vector<int64_t> rank_of(static_cast<size_t>(U), -1);
+// The ranks of one plan: the active stages' micro-batches pooled into one Batch over the
+// units that take part.
+struct PooledBatch {
+  Batch batch;
+  std::vector<int64_t> unit_of;  // [pooled rank] the unit; stage s's units keep their order
+  std::vector<int64_t> rank_of;  // [unit] the pooled rank, -1 when the unit takes no part
+};
+
+// all_units: every unit takes part (idle stages' units serve); otherwise the active stages'
+// units only. Document ids become id * pp + stage so they stay unique.
+PooledBatch pool_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick, bool all_units) {
+  const int64_t p = R.pp, ups = R.units_per_stage, U = R.units;
+  PooledBatch pooled;
+  pooled.rank_of.assign(static_cast<size_t>(U), -1);
   std::vector<bool> active(static_cast<size_t>(p), false);
   for (const PipeOp& op : tick.ops) active[static_cast<size_t>(op.stage)] = true;
   for (int64_t u = 0; u < U; ++u) {
     if (!all_units && !active[static_cast<size_t>(u / ups)]) continue;
-    rank_of[static_cast<size_t>(u)] = static_cast<int64_t>(unit_of.size());
-    unit_of.push_back(u);
+    pooled.rank_of[static_cast<size_t>(u)] = static_cast<int64_t>(pooled.unit_of.size());
+    pooled.unit_of.push_back(u);
   }
-  Batch pooled;
-  pooled.ranks = static_cast<int64_t>(unit_of.size());
-  pooled.tokens_per_rank = 1;
-  pooled.per_rank.assign(unit_of.size(), {});
+  Batch& b = pooled.batch;
+  b.ranks = static_cast<int64_t>(pooled.unit_of.size());
+  b.tokens_per_rank = 1;
+  b.per_rank.assign(pooled.unit_of.size(), {});
   for (const PipeOp& op : tick.ops) {
-    const Batch& b = mbs[static_cast<size_t>(op.microbatch)];
-    pooled.tokens_per_rank = std::max(pooled.tokens_per_rank, b.tokens_per_rank);
+    const Batch& mb = mbs[static_cast<size_t>(op.microbatch)];
+    b.tokens_per_rank = std::max(b.tokens_per_rank, mb.tokens_per_rank);
     for (int64_t i = 0; i < ups; ++i) {
-      auto& dst = pooled.per_rank[static_cast<size_t>(rank_of[static_cast<size_t>(op.stage * ups + i)])];
-      for (Piece piece : b.per_rank[static_cast<size_t>(i)]) {
+      auto& dst = b.per_rank[static_cast<size_t>(pooled.rank_of[static_cast<size_t>(op.stage * ups + i)])];
+      for (Piece piece : mb.per_rank[static_cast<size_t>(i)]) {
         piece.doc = piece.doc * p + op.stage;
         dst.push_back(piece);
       }
     }
   }
-  ScheduleOptions so;
-  so.model = R.o.model;
-  so.dtype_bytes = R.o.dtype_bytes;
-  so.tolerance = R.o.tolerance;
-  so.cost = &R.cost;
-  const auto t0 = std::chrono::steady_clock::now();
-  auto sched = schedule_cad(pooled, so, nullptr);
-  if (!sched.ok()) return sched.status();
-  ps.plan_seconds += seconds_since(t0);
-  const DocumentIndex index(pooled);
+  return pooled;
+}
 
-  // Cut at the nano-batch boundary and split by stage: lists[x][stage].
-  std::vector<std::vector<TaskPlacement>> lists[2];
+// The plan's tasks cut at the nano-batch boundary and split by stage: [x][stage].
+using NanoTaskLists = std::array<std::vector<std::vector<TaskPlacement>>, 2>;
+NanoTaskLists split_nano(const Rates& R, const std::vector<TaskPlacement>& tasks, const DocumentIndex& index) {
+  const int64_t p = R.pp;
+  NanoTaskLists lists;
   lists[0].assign(static_cast<size_t>(p), {});
   lists[1].assign(static_cast<size_t>(p), {});
   // single-stream: no nano-batches (the whole micro-batch is "ping", pong is empty).
   const bool split = R.o.strategy.cad_mode != CadMode::kSingleStream;
-  for (const TaskPlacement& t : sched->tasks) {
+  for (const TaskPlacement& t : tasks) {
     const int64_t s = t.doc % p;
     const int64_t cut = split ? nano_cut(index.doc_len(t.doc)) : t.q_end;
     if (t.q_begin < cut) {
@@ -243,16 +254,92 @@ Status plan_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick
       lists[1][static_cast<size_t>(s)].push_back(b);
     }
   }
-  const RowBytes& rb = R.rb;
-  const auto Us = static_cast<size_t>(U);
-  const auto Rn = unit_of.size();
+  return lists;
+}
+
+// Fills nano-batch x of `c` (op on the stage whose task list is `list`): attention served,
+// and the bytes of every exchange per unit. fresh_backward: see plan_tick.
+void fill_nano_contribution(const Rates& R, const PooledBatch& pooled, const DocumentIndex& index,
+                            const std::vector<TaskPlacement>& list, int x, bool fresh_backward, Contribution& c,
+                            PlanStats& ps) {
+  const RowBytes& rb = R.row_bytes;
+  const auto ranks = pooled.unit_of.size();
+  const Traffic t = compute_traffic(index, list, rb);
+  // Indexed by pooled rank; scattered to units below. q: queries out and back as dQ; out:
+  // O + LSE back; dout: dO out.
+  Vec q_sent(ranks, 0.0), q_recv(ranks, 0.0), out_sent(ranks, 0.0), out_recv(ranks, 0.0), dout_sent(ranks, 0.0),
+      dout_recv(ranks, 0.0);
+  for (const TaskPlacement& task : list) {
+    const int64_t q = task.q_end - task.q_begin;
+    const auto srv = static_cast<size_t>(task.server), home = static_cast<size_t>(task.home);
+    const auto srv_u = static_cast<size_t>(pooled.unit_of[srv]);
+    c.attention_seconds[x][srv_u] += R.cost.task_cost(q, task.q_end);
+    c.attention_pairs[x][srv_u] += static_cast<double>(task_pairs(q, task.q_end));
+    if (task.home == task.server) continue;
+    const auto n = static_cast<double>(q);
+    q_sent[home] += n * static_cast<double>(rb.q);
+    q_recv[srv] += n * static_cast<double>(rb.q);
+    out_sent[srv] += n * static_cast<double>(rb.o + rb.lse);
+    out_recv[home] += n * static_cast<double>(rb.o + rb.lse);
+    dout_sent[home] += n * static_cast<double>(rb.o);
+    dout_recv[srv] += n * static_cast<double>(rb.o);
+  }
+  for (size_t rk = 0; rk < ranks; ++rk) {
+    const RankBytes& b = t.per_rank[rk];
+    const auto u = static_cast<size_t>(pooled.unit_of[rk]);
+    const double kv_sent = static_cast<double>(b.fwd_sent) - q_sent[rk] - out_sent[rk];
+    const double kv_recv = static_cast<double>(b.fwd_recv) - q_recv[rk] - out_recv[rk];
+    c.fwd_dispatch_sent[x][u] = q_sent[rk] + kv_sent;
+    c.fwd_dispatch_recv[x][u] = q_recv[rk] + kv_recv;
+    c.fwd_return_sent[x][u] = out_sent[rk];
+    c.fwd_return_recv[x][u] = out_recv[rk];
+    c.bwd_dispatch_sent[x][u] = dout_sent[rk];
+    c.bwd_dispatch_recv[x][u] = dout_recv[rk];
+    // dQ goes back the way Q came; dK/dV partials go back to the K/V holders.
+    c.bwd_return_sent[x][u] = q_recv[rk] + kv_recv;
+    c.bwd_return_recv[x][u] = q_sent[rk] + kv_sent;
+    // Servers that keep their inputs hold the received rows and their outputs; stateless
+    // ones (and backward ticks planned anew) get Q, K/V and O + LSE again with dO.
+    if (!R.o.cad_stateless) c.kept_bytes[u] += c.fwd_dispatch_recv[x][u] + c.fwd_return_sent[x][u];
+    if (fresh_backward || R.o.cad_stateless) {
+      c.bwd_dispatch_sent[x][u] += c.fwd_dispatch_sent[x][u] + out_recv[rk];
+      c.bwd_dispatch_recv[x][u] += c.fwd_dispatch_recv[x][u] + out_sent[rk];
+    }
+  }
+  if (!fresh_backward) {
+    ps.comm_bytes_forward += static_cast<double>(t.bytes.forward());
+    ps.comm_bytes_backward += static_cast<double>(t.bytes.backward());
+    if (R.o.cad_stateless) ps.comm_bytes_backward += static_cast<double>(t.bytes.forward());
+  }
+}
+
+// Plans one tick and fills the contributions of its ops: outs[i] receives tick.ops[i]'s.
+// all_units: see pool_tick. fresh_backward: a backward tick planned anew (its servers did not
+// run the forward), so the inputs travel again with dO: Q, K/V, O + LSE out; dQ, dK/dV back
+// (the forward fields are filled as for a forward plan).
+Status plan_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick, const std::vector<Contribution*>& outs,
+                 bool all_units, bool fresh_backward, PlanStats& ps) {
+  const int64_t ups = R.units_per_stage;
+  const PooledBatch pooled = pool_tick(R, mbs, tick, all_units);
+  ScheduleOptions so;
+  so.model = R.o.model;
+  so.dtype_bytes = R.o.dtype_bytes;
+  so.tolerance = R.o.tolerance;
+  so.cost = &R.cost;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto sched = schedule_cad(pooled.batch, so, nullptr);
+  if (!sched.ok()) return sched.status();
+  ps.plan_seconds += seconds_since(t0);
+  const DocumentIndex index(pooled.batch);
+  const NanoTaskLists lists = split_nano(R, sched->tasks, index);
+  const bool split = R.o.strategy.cad_mode != CadMode::kSingleStream;
   for (size_t oi = 0; oi < tick.ops.size(); ++oi) {
     const PipeOp& op = tick.ops[oi];
     Contribution& c = *outs[oi];
-    c.init(Us);
+    c.init(static_cast<size_t>(R.units));
     for (int64_t i = 0; i < ups; ++i) {
       const int64_t u = op.stage * ups + i;
-      for (const Piece& piece : pooled.per_rank[static_cast<size_t>(rank_of[static_cast<size_t>(u)])]) {
+      for (const Piece& piece : pooled.batch.per_rank[static_cast<size_t>(pooled.rank_of[static_cast<size_t>(u)])]) {
         const int64_t cut = split ? nano_cut(piece.doc_len) : piece.doc_len;
         const int64_t ping = std::clamp(cut - piece.offset, int64_t{0}, piece.len);
         c.tokens[0][static_cast<size_t>(u)] += static_cast<double>(ping);
@@ -260,268 +347,272 @@ Status plan_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick
       }
     }
     for (int x = 0; x < 2; ++x) {
-      const auto& list = lists[x][static_cast<size_t>(op.stage)];
-      const Traffic t = compute_traffic(index, list, rb);
-      // Indexed by pooled rank; scattered to units below.
-      Vec qs(Rn, 0.0), qr(Rn, 0.0), os(Rn, 0.0), orr(Rn, 0.0), dos(Rn, 0.0), dor(Rn, 0.0);
-      for (const TaskPlacement& task : list) {
-        const int64_t q = task.q_end - task.q_begin;
-        const auto srv = static_cast<size_t>(task.server), home = static_cast<size_t>(task.home);
-        const auto srv_u = static_cast<size_t>(unit_of[srv]);
-        c.att[x][srv_u] += R.cost.task_cost(q, task.q_end);
-        c.pairs[x][srv_u] += static_cast<double>(task_pairs(q, task.q_end));
-        if (task.home == task.server) continue;
-        const auto n = static_cast<double>(q);
-        qs[home] += n * static_cast<double>(rb.q);
-        qr[srv] += n * static_cast<double>(rb.q);
-        os[srv] += n * static_cast<double>(rb.o + rb.lse);
-        orr[home] += n * static_cast<double>(rb.o + rb.lse);
-        dos[home] += n * static_cast<double>(rb.o);
-        dor[srv] += n * static_cast<double>(rb.o);
-      }
-      for (size_t rk = 0; rk < Rn; ++rk) {
-        const RankBytes& b = t.per_rank[rk];
-        const auto u = static_cast<size_t>(unit_of[rk]);
-        const double kv_sent = static_cast<double>(b.fwd_sent) - qs[rk] - os[rk];
-        const double kv_recv = static_cast<double>(b.fwd_recv) - qr[rk] - orr[rk];
-        c.fds[x][u] = qs[rk] + kv_sent;
-        c.fdr[x][u] = qr[rk] + kv_recv;
-        c.frs[x][u] = os[rk];
-        c.frr[x][u] = orr[rk];
-        c.bds[x][u] = dos[rk];
-        c.bdr[x][u] = dor[rk];
-        // dQ goes back the way Q came; dK/dV partials go back to the K/V holders.
-        c.brs[x][u] = qr[rk] + kv_recv;
-        c.brr[x][u] = qs[rk] + kv_sent;
-        // Servers that keep their inputs hold the received rows and their outputs; stateless
-        // ones (and backward ticks planned anew) get Q, K/V and O + LSE again with dO.
-        if (!R.o.cad_stateless) c.kept_bytes[u] += c.fdr[x][u] + c.frs[x][u];
-        if (fresh_backward || R.o.cad_stateless) {
-          c.bds[x][u] += c.fds[x][u] + orr[rk];
-          c.bdr[x][u] += c.fdr[x][u] + os[rk];
-        }
-      }
-      if (!fresh_backward) {
-        ps.comm_bytes_forward += static_cast<double>(t.bytes.forward());
-        ps.comm_bytes_backward += static_cast<double>(t.bytes.backward());
-        if (R.o.cad_stateless) ps.comm_bytes_backward += static_cast<double>(t.bytes.forward());
-      }
+      fill_nano_contribution(R, pooled, index, lists[static_cast<size_t>(x)][static_cast<size_t>(op.stage)], x,
+                             fresh_backward, c, ps);
     }
   }
   if (fresh_backward) return Status::ok_status();  // figures of forward plans only
   ps.plans += 1;
   ps.tasks += static_cast<int64_t>(sched->tasks.size());
-  ps.load_max_over_mean = std::max(ps.load_max_over_mean, max_over_mean(server_loads(pooled.ranks, sched->tasks, &R.cost)));
-  ps.load_before_max_over_mean = std::max(ps.load_before_max_over_mean, max_over_mean(colocated_loads(pooled, &R.cost)));
+  ps.load_max_over_mean =
+      std::max(ps.load_max_over_mean, max_over_mean(server_loads(pooled.batch.ranks, sched->tasks, &R.cost)));
+  ps.load_before_max_over_mean =
+      std::max(ps.load_before_max_over_mean, max_over_mean(colocated_loads(pooled.batch, &R.cost)));
   return Status::ok_status();
 }
 
-}  // namespace
+std::vector<Contribution*> as_ptrs(std::vector<Contribution>& v) {
+  std::vector<Contribution*> out;
+  for (Contribution& c : v) out.push_back(&c);
+  return out;
+}
 
-Status run_cad(const Rates& R, const std::vector<Batch>& mbs, SimResult& r) {
-  const auto m = static_cast<int64_t>(mbs.size());
-  const int64_t p = R.pp, ups = R.ups, U = R.units;
-  const auto Us = static_cast<size_t>(U);
-  const std::vector<Tick> ticks = phase_aligned(p, m);
-  std::vector<std::vector<Contribution>> contrib(static_cast<size_t>(p), std::vector<Contribution>(static_cast<size_t>(m)));
-  Recorder rec(U, R.o.record_events);
-  Vec tc(Us, 0.0);
-  TickRunner run(R, rec, tc);
-  int64_t K = 0;
-  for (int64_t n : R.stage_layers) K = std::max(K, n);
-  Slot slot;
-  const double share = kAttnFwdShare;
+// The CAD engine over the phase-aligned ticks: per tick, choose its plan (choose_plan), run its
+// layer slots (run_tick), move PP activations (pp_transfer); then the gradient all-reduce and
+// memory.
+class CadEngine {
+ public:
+  CadEngine(const Rates& R, const std::vector<Batch>& mbs)
+      : R_(R),
+        mbs_(mbs),
+        U_(static_cast<size_t>(R.units)),
+        ticks_(phase_aligned(R.pp, static_cast<int64_t>(mbs.size()))),
+        contrib_(static_cast<size_t>(R.pp), std::vector<Contribution>(mbs.size())),
+        rec_(R.units, R.o.record_events),
+        clock_(U_, 0.0),
+        runner_(R, rec_, clock_) {
+    for (int64_t n : R.stage_layers) max_stage_layers_ = std::max(max_stage_layers_, n);
+  }
 
-  // One tick's layer slots on `runner` (the real timeline, or a scratch one to estimate).
-  auto run_tick = [&](const Tick& tick, const std::vector<Contribution*>& src, TickRunner& runner, Recorder& rcd) {
+  Status run(SimResult& r) {
+    for (const Tick& tick : ticks_) {
+      if (tick.ops.empty()) continue;
+      std::vector<Contribution*> src;
+      for (const PipeOp& op : tick.ops) src.push_back(&stored(op));
+      DISTCA_RETURN_IF_ERROR(choose_plan(tick, src, r.plan));
+      run_tick(tick, src, runner_, rec_);
+      if (R_.pp > 1) pp_transfer(tick);
+    }
+    // Gradient all-reduce per stage after its last backward.
+    r.pipeline_seconds = std::max(*std::max_element(clock_.begin(), clock_.end()), runner_.net_free());
+    // Every unit serves attention until the last tick, so every all-reduce starts after it.
+    run_grad_sync(R_, rec_, std::vector<double>(static_cast<size_t>(R_.pp), r.pipeline_seconds), clock_, r);
+    r.iteration_seconds = std::max(r.iteration_seconds, r.pipeline_seconds);
+    finish(r);
+    return Status::ok_status();
+  }
+
+ private:
+  Contribution& stored(const PipeOp& op) {
+    return contrib_[static_cast<size_t>(op.stage)][static_cast<size_t>(op.microbatch)];
+  }
+  static int64_t label(const Tick& tick) { return tick.ops.size() == 1 ? tick.ops.front().microbatch : -1; }
+
+  // Layer slot k of `tick` (contributions `src`, one per op) into slot_; counts the forward's
+  // attention pairs in `rcd`. Slot k runs layer k's attention after the linear work between
+  // layers k-1 and k; slot n (the stage's layer count) is the linear tail without attention.
+  void fill_slot(const Tick& tick, const std::vector<Contribution*>& src, int64_t k, Recorder& rcd) {
     const bool bwd = tick.backward;
-    const int64_t label = tick.ops.size() == 1 ? tick.ops.front().microbatch : -1;
-    for (int64_t k = 0; k <= K; ++k) {
-      slot.reset(Us);
-      slot.attention = false;
-      for (size_t oi = 0; oi < tick.ops.size(); ++oi) {
-        const PipeOp& op = tick.ops[oi];
-        const int64_t n = R.stage_layers[static_cast<size_t>(op.stage)];
-        if (k > n) continue;
-        const Contribution& c = *src[oi];
-        const bool last = op.stage == p - 1;
-        // Linear share of this slot: the first slot runs the pre-CA part of layer 0 (forward)
-        // or the post-CA backward of the last layer; slot n the remainder; between, a full
-        // layer (post-CA of the previous fused with pre-CA of the next).
-        const double first = bwd ? 1.0 - R.pre_share : R.pre_share;
-        double frac = k == 0 ? first : (k == n ? 1.0 - first : 1.0);
-        if (n == 0) frac = 0;
-        const double per_tok = bwd ? R.lin_bwd_tok : R.lin_fwd_tok;
-        for (int x = 0; x < 2; ++x) {
-          for (int64_t i = 0; i < ups; ++i) {
-            const auto u = static_cast<size_t>(op.stage * ups + i);
-            double lin = frac * per_tok * c.tokens[x][u];
-            if (last && !bwd && k == n) lin += R.lm_fwd_tok * c.tokens[x][u];
-            if (last && bwd && k == 0) lin += R.lm_bwd_tok * c.tokens[x][u];
-            slot.lin[x][u] += lin;
-          }
-          if (k == n) continue;  // the tail slot has no attention
-          slot.attention = true;
-          for (size_t u = 0; u < Us; ++u) {
-            slot.att[x][u] += c.att[x][u] * (bwd ? 1.0 - share : share);
-            slot.ds[x][u] += bwd ? c.bds[x][u] : c.fds[x][u];
-            slot.dr[x][u] += bwd ? c.bdr[x][u] : c.fdr[x][u];
-            slot.rs[x][u] += bwd ? c.brs[x][u] : c.frs[x][u];
-            slot.rr[x][u] += bwd ? c.brr[x][u] : c.frr[x][u];
-            if (!bwd) rcd.stats()[u].attention_pairs += c.pairs[x][u];
-          }
+    const int64_t p = R_.pp, ups = R_.units_per_stage;
+    const double share = kAttnFwdShare;
+    slot_.reset(U_);
+    slot_.has_attention = false;
+    for (size_t oi = 0; oi < tick.ops.size(); ++oi) {
+      const PipeOp& op = tick.ops[oi];
+      const int64_t n = R_.stage_layers[static_cast<size_t>(op.stage)];
+      if (k > n) continue;
+      const Contribution& c = *src[oi];
+      const bool last = op.stage == p - 1;
+      // Linear share of this slot: the first slot runs the pre-CA part of layer 0 (forward)
+      // or the post-CA backward of the last layer; slot n the remainder; between, a full
+      // layer (post-CA of the previous fused with pre-CA of the next).
+      const double first = bwd ? 1.0 - R_.pre_share : R_.pre_share;
+      double frac = k == 0 ? first : (k == n ? 1.0 - first : 1.0);
+      if (n == 0) frac = 0;
+      const double per_tok = bwd ? R_.linear_bwd_per_token : R_.linear_fwd_per_token;
+      for (int x = 0; x < 2; ++x) {
+        for (int64_t i = 0; i < ups; ++i) {
+          const auto u = static_cast<size_t>(op.stage * ups + i);
+          double lin = frac * per_tok * c.tokens[x][u];
+          if (last && !bwd && k == n) lin += R_.lm_head_fwd_per_token * c.tokens[x][u];
+          if (last && bwd && k == 0) lin += R_.lm_head_bwd_per_token * c.tokens[x][u];
+          slot_.linear[x][u] += lin;
+        }
+        if (k == n) continue;  // the tail slot has no attention
+        slot_.has_attention = true;
+        for (size_t u = 0; u < U_; ++u) {
+          slot_.attention[x][u] += c.attention_seconds[x][u] * (bwd ? 1.0 - share : share);
+          slot_.dispatch_sent[x][u] += bwd ? c.bwd_dispatch_sent[x][u] : c.fwd_dispatch_sent[x][u];
+          slot_.dispatch_recv[x][u] += bwd ? c.bwd_dispatch_recv[x][u] : c.fwd_dispatch_recv[x][u];
+          slot_.return_sent[x][u] += bwd ? c.bwd_return_sent[x][u] : c.fwd_return_sent[x][u];
+          slot_.return_recv[x][u] += bwd ? c.bwd_return_recv[x][u] : c.fwd_return_recv[x][u];
+          if (!bwd) rcd.stats()[u].attention_pairs += c.attention_pairs[x][u];
         }
       }
-      runner.slot(slot, bwd, label);
     }
-  };
-  // The duration of a tick run alone from an idle cluster.
-  auto estimate = [&](const Tick& tick, const std::vector<Contribution*>& src) {
-    Recorder scratch(U, false);
-    Vec t0(Us, 0.0);
-    TickRunner runner(R, scratch, t0);
-    run_tick(tick, src, runner, scratch);
-    return std::max(*std::max_element(t0.begin(), t0.end()), runner.net_free());
-  };
-  // Candidate plans of one tick (each a list of contributions, one per op).
-  std::vector<std::vector<Contribution>> cands;
-  auto as_ptrs = [](std::vector<Contribution>& v) {
-    std::vector<Contribution*> out;
-    for (Contribution& c : v) out.push_back(&c);
-    return out;
-  };
+  }
 
-  for (size_t ti = 0; ti < ticks.size(); ++ti) {
-    const Tick& tick = ticks[ti];
-    if (tick.ops.empty()) continue;
+  // One tick's layer slots on `runner` (the real timeline, or a scratch one to estimate).
+  void run_tick(const Tick& tick, const std::vector<Contribution*>& src, TickRunner& runner, Recorder& rcd) {
+    for (int64_t k = 0; k <= max_stage_layers_; ++k) {
+      fill_slot(tick, src, k, rcd);
+      runner.slot(slot_, tick.backward, label(tick));
+    }
+  }
+
+  // The duration of a tick run alone from an idle cluster.
+  double estimate(const Tick& tick, const std::vector<Contribution*>& src) {
+    Recorder scratch(R_.units, false);
+    Vec clock(U_, 0.0);
+    TickRunner runner(R_, scratch, clock);
+    run_tick(tick, src, runner, scratch);
+    return std::max(*std::max_element(clock.begin(), clock.end()), runner.net_free());
+  }
+
+  // Forward ticks: one plan pooled over every unit (idle stages serve); when stages are idle,
+  // also the plan over the active stages' units only, and the faster tick wins (pooling can
+  // cost more bytes than the attention it moves). Backward ticks: the forward placements
+  // (servers kept the inputs); if they leave the servers outside the tolerance, also fresh
+  // plans (inputs sent again), fastest wins. The winner replaces `src` (forward: stored as
+  // the op's contribution for its backward).
+  Status choose_plan(const Tick& tick, std::vector<Contribution*>& src, PlanStats& plan) {
     const bool bwd = tick.backward;
-    const int64_t label = tick.ops.size() == 1 ? tick.ops.front().microbatch : -1;
-    const bool idle_stages = static_cast<int64_t>(tick.ops.size()) < p;
-    std::vector<Contribution*> src;
-    for (const PipeOp& op : tick.ops) src.push_back(&contrib[static_cast<size_t>(op.stage)][static_cast<size_t>(op.microbatch)]);
-    // Forward ticks: one plan pooled over every unit (idle stages serve); when stages are
-    // idle, also the plan over the active stages' units only, and the faster tick wins
-    // (pooling can cost more bytes than the attention it moves). Backward ticks: the forward
-    // placements (servers kept the inputs); if they leave the servers outside the tolerance,
-    // also fresh plans (inputs sent again), fastest wins.
-    cands.clear();
+    const bool idle_stages = static_cast<int64_t>(tick.ops.size()) < R_.pp;
+    candidates_.clear();
     std::vector<PlanStats> cand_stats;
-    std::vector<bool> cand_all;
+    std::vector<bool> cand_all_units;
     auto add_candidate = [&](bool all_units) -> Status {
-      cands.emplace_back(tick.ops.size());
+      candidates_.emplace_back(tick.ops.size());
       cand_stats.emplace_back();
-      cand_all.push_back(all_units);
-      return plan_tick(R, mbs, tick, as_ptrs(cands.back()), all_units, bwd, cand_stats.back());
+      cand_all_units.push_back(all_units);
+      return plan_tick(R_, mbs_, tick, as_ptrs(candidates_.back()), all_units, bwd, cand_stats.back());
     };
     if (!bwd) {
       DISTCA_RETURN_IF_ERROR(add_candidate(true));
       if (idle_stages) DISTCA_RETURN_IF_ERROR(add_candidate(false));
-    } else if (p > 1) {
-      Vec load(Us, 0.0);
+    } else if (R_.pp > 1) {
+      Vec load(U_, 0.0);
       for (const Contribution* c : src) {
-        for (size_t u = 0; u < Us; ++u) load[u] += c->att[0][u] + c->att[1][u];
+        for (size_t u = 0; u < U_; ++u) load[u] += c->attention_seconds[0][u] + c->attention_seconds[1][u];
       }
-      if (max_over_mean(load) > 1.0 + R.o.tolerance + 1e-9) {
+      if (max_over_mean(load) > 1.0 + R_.o.tolerance + 1e-9) {
         DISTCA_RETURN_IF_ERROR(add_candidate(true));
         if (idle_stages) DISTCA_RETURN_IF_ERROR(add_candidate(false));
       }
     }
-    if (!cands.empty()) {
-      for (const PlanStats& cs : cand_stats) r.plan.plan_seconds += cs.plan_seconds;
-      // Backward: the forward placements are candidate -1. Forward: a single candidate
-      // needs no estimate.
-      int64_t best = -1;
-      double best_time = bwd ? estimate(tick, src) : 0.0;
-      for (size_t ci = 0; ci < cands.size(); ++ci) {
-        if (!bwd && cands.size() == 1) {
-          best = 0;
-          break;
-        }
-        const double t = estimate(tick, as_ptrs(cands[ci]));
-        if ((!bwd && ci == 0) || t < best_time) {
-          best_time = t;
-          best = static_cast<int64_t>(ci);
-        }
+    if (candidates_.empty()) return Status::ok_status();
+    for (const PlanStats& cs : cand_stats) plan.plan_seconds += cs.plan_seconds;
+    // Backward: the forward placements are candidate -1. Forward: a single candidate needs
+    // no estimate.
+    int64_t best = -1;
+    double best_time = bwd ? estimate(tick, src) : 0.0;
+    for (size_t ci = 0; ci < candidates_.size(); ++ci) {
+      if (!bwd && candidates_.size() == 1) {
+        best = 0;
+        break;
       }
-      if (best >= 0) {
-        const auto b = static_cast<size_t>(best);
-        if (!bwd) {
-          for (size_t oi = 0; oi < tick.ops.size(); ++oi) *src[oi] = std::move(cands[b][oi]);
-          PlanStats& cs = cand_stats[b];
-          r.plan.plans += cs.plans;
-          r.plan.tasks += cs.tasks;
-          r.plan.load_max_over_mean = std::max(r.plan.load_max_over_mean, cs.load_max_over_mean);
-          r.plan.load_before_max_over_mean = std::max(r.plan.load_before_max_over_mean, cs.load_before_max_over_mean);
-          r.plan.comm_bytes_forward += cs.comm_bytes_forward;
-          r.plan.comm_bytes_backward += cs.comm_bytes_backward;
-          if (!cand_all[b]) ++r.plan.active_only_plans;
-        } else {
-          src = as_ptrs(cands[b]);
-          ++r.plan.backward_replans;
-        }
+      const double t = estimate(tick, as_ptrs(candidates_[ci]));
+      if ((!bwd && ci == 0) || t < best_time) {
+        best_time = t;
+        best = static_cast<int64_t>(ci);
       }
     }
-    run_tick(tick, src, run, rec);
-    // PP: activations (forward) or their gradients (backward) cross to the neighbour stage.
-    if (p > 1) {
-      Vec sent(Us, 0.0), recv(Us, 0.0);
-      double dur = 0;
-      for (const PipeOp& op : tick.ops) {
-        const int64_t to = bwd ? op.stage - 1 : op.stage + 1;
-        if (to < 0 || to >= p) continue;
-        const Contribution& c = contrib[static_cast<size_t>(op.stage)][static_cast<size_t>(op.microbatch)];
-        for (int64_t i = 0; i < ups; ++i) {
-          const auto from_u = static_cast<size_t>(op.stage * ups + i), to_u = static_cast<size_t>(to * ups + i);
-          const double bytes = R.boundary_bytes(c.tokens[0][from_u] + c.tokens[1][from_u]);
-          sent[from_u] += bytes;
-          recv[to_u] += bytes;
-          dur = std::max(dur, R.p2p(bytes));
-        }
-      }
-      if (dur > 0) run.barrier_transfer(dur, sent, recv, bwd ? "PP grad transfer" : "PP activation transfer", label);
+    if (best < 0) return Status::ok_status();
+    const auto b = static_cast<size_t>(best);
+    if (bwd) {
+      src = as_ptrs(candidates_[b]);
+      ++plan.backward_replans;
+      return Status::ok_status();
     }
+    for (size_t oi = 0; oi < tick.ops.size(); ++oi) *src[oi] = std::move(candidates_[b][oi]);
+    const PlanStats& cs = cand_stats[b];
+    plan.plans += cs.plans;
+    plan.tasks += cs.tasks;
+    plan.load_max_over_mean = std::max(plan.load_max_over_mean, cs.load_max_over_mean);
+    plan.load_before_max_over_mean = std::max(plan.load_before_max_over_mean, cs.load_before_max_over_mean);
+    plan.comm_bytes_forward += cs.comm_bytes_forward;
+    plan.comm_bytes_backward += cs.comm_bytes_backward;
+    if (!cand_all_units[b]) ++plan.active_only_plans;
+    return Status::ok_status();
   }
 
-  // Gradient all-reduce per stage after its last backward.
-  r.pipeline_seconds = std::max(*std::max_element(tc.begin(), tc.end()), run.net_free());
-  // Every unit serves attention until the last tick, so every all-reduce starts after it.
-  run_grad_sync(R, rec, std::vector<double>(static_cast<size_t>(p), r.pipeline_seconds), tc, r);
-  r.iteration_seconds = std::max(r.iteration_seconds, r.pipeline_seconds);
+  // PP: activations (forward) or their gradients (backward) cross to the neighbour stage.
+  void pp_transfer(const Tick& tick) {
+    const bool bwd = tick.backward;
+    const int64_t p = R_.pp, ups = R_.units_per_stage;
+    Vec sent(U_, 0.0), recv(U_, 0.0);
+    double dur = 0;
+    for (const PipeOp& op : tick.ops) {
+      const int64_t to = bwd ? op.stage - 1 : op.stage + 1;
+      if (to < 0 || to >= p) continue;
+      const Contribution& c = stored(op);
+      for (int64_t i = 0; i < ups; ++i) {
+        const auto from_u = static_cast<size_t>(op.stage * ups + i), to_u = static_cast<size_t>(to * ups + i);
+        const double bytes = R_.boundary_bytes(c.tokens[0][from_u] + c.tokens[1][from_u]);
+        sent[from_u] += bytes;
+        recv[to_u] += bytes;
+        dur = std::max(dur, R_.p2p(bytes));
+      }
+    }
+    if (dur > 0) runner_.barrier_transfer(dur, sent, recv, bwd ? "PP grad transfer" : "PP activation transfer", label(tick));
+  }
 
   // Memory: unit u's own activations follow its stage's ops; the buffers it keeps as a server
   // follow every (stage, micro-batch) it served, held from that forward tick to its backward.
-  std::vector<MemoryInput> mem(Us);
-  Vec kept(Us, 0.0);
-  std::vector<double> tok(Us, 0.0);
-  for (const Tick& tick : ticks) {
-    for (const PipeOp& op : tick.ops) {
-      const Contribution& c = contrib[static_cast<size_t>(op.stage)][static_cast<size_t>(op.microbatch)];
-      const double sign = op.backward ? -1.0 : 1.0;
-      const double layers = static_cast<double>(R.stage_layers[static_cast<size_t>(op.stage)]);
-      for (size_t u = 0; u < Us; ++u) kept[u] += sign * c.kept_bytes[u] * layers;
-      for (int64_t i = 0; i < ups; ++i) {
-        const auto u = static_cast<size_t>(op.stage * ups + i);
-        const double t = c.tokens[0][u] + c.tokens[1][u];
-        tok[u] += sign * t;
-        mem[u].tokens_max = std::max(mem[u].tokens_max, t);
+  // Then the per-unit figures of the result.
+  void finish(SimResult& r) {
+    const int64_t ups = R_.units_per_stage;
+    std::vector<MemoryInput> mem(U_);
+    Vec kept(U_, 0.0);
+    std::vector<double> tokens_held(U_, 0.0);
+    for (const Tick& tick : ticks_) {
+      for (const PipeOp& op : tick.ops) {
+        const Contribution& c = stored(op);
+        const double sign = op.backward ? -1.0 : 1.0;
+        const double layers = static_cast<double>(R_.stage_layers[static_cast<size_t>(op.stage)]);
+        for (size_t u = 0; u < U_; ++u) kept[u] += sign * c.kept_bytes[u] * layers;
+        for (int64_t i = 0; i < ups; ++i) {
+          const auto u = static_cast<size_t>(op.stage * ups + i);
+          const double t = c.tokens[0][u] + c.tokens[1][u];
+          tokens_held[u] += sign * t;
+          mem[u].tokens_max = std::max(mem[u].tokens_max, t);
+        }
+      }
+      for (size_t u = 0; u < U_; ++u) {
+        mem[u].kept_bytes = std::max(mem[u].kept_bytes, kept[u]);
+        mem[u].tokens_in_flight = std::max(mem[u].tokens_in_flight, tokens_held[u]);
       }
     }
-    for (size_t u = 0; u < Us; ++u) {
-      mem[u].kept_bytes = std::max(mem[u].kept_bytes, kept[u]);
-      mem[u].tokens_in_flight = std::max(mem[u].tokens_in_flight, tok[u]);
+    r.per_unit = std::move(rec_.stats());
+    r.events = std::move(rec_.events());
+    for (size_t u = 0; u < U_; ++u) {
+      r.per_unit[u].stage = static_cast<int64_t>(u) / ups;
+      r.per_unit[u].tokens = static_cast<int64_t>(mem[u].tokens_max);
     }
+    apply_memory(R_, mem, r);
+    r.cp_degree = 1;
+    r.dp = ups;
+    r.pp_ticks = static_cast<int64_t>(ticks_.size());
   }
-  r.per_unit = std::move(rec.stats());
-  r.events = std::move(rec.events());
-  for (int64_t u = 0; u < U; ++u) {
-    r.per_unit[static_cast<size_t>(u)].stage = u / ups;
-    r.per_unit[static_cast<size_t>(u)].tokens = static_cast<int64_t>(mem[static_cast<size_t>(u)].tokens_max);
-  }
-  apply_memory(R, mem, r);
-  r.cp_degree = 1;
-  r.dp = ups;
-  r.pp_ticks = static_cast<int64_t>(ticks.size());
-  return Status::ok_status();
+
+  const Rates& R_;
+  const std::vector<Batch>& mbs_;
+  const size_t U_;
+  const std::vector<Tick> ticks_;
+  std::vector<std::vector<Contribution>> contrib_;  // [stage][micro-batch] as planned forward
+  Recorder rec_;
+  Vec clock_;  // [units] the real timeline
+  TickRunner runner_;
+  int64_t max_stage_layers_ = 0;
+  Slot slot_;  // scratch of fill_slot
+  std::vector<std::vector<Contribution>> candidates_;  // plans of the tick being chosen
+};
+
+}  // namespace
+
+Status run_cad(const Rates& R, const std::vector<Batch>& mbs, SimResult& r) {
+  CadEngine engine(R, mbs);
+  return engine.run(r);
 }
 
 }  // namespace distca::sim::detail

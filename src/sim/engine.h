@@ -52,19 +52,20 @@ class UnitAttentionCost final : public AttentionCostModel {
 struct Rates {
   explicit Rates(const SimOptions& o);
   const SimOptions& o;
-  int64_t G = 1, units = 1, ups = 1, pp = 1, m_layers = 1;
-  double lin_fwd_tok = 0;   // seconds per token per layer, forward
-  double lin_bwd_tok = 0;   // 2x forward (3x with activation checkpointing)
-  double pre_share = 0;     // pre-CA (norm + QKV) share of a layer's linear work
-  double lm_fwd_tok = 0;    // LM head, last stage (0 without lm_head)
-  double lm_bwd_tok = 0;
-  double bw = 0;            // bytes/s between units (G * inter_node_bw)
-  double lat = 0;           // seconds per collective step
-  RowBytes rb;
+  int64_t gpus_per_unit = 1;  // G: the node's GPUs (TP inside the unit)
+  int64_t units = 1, units_per_stage = 1, pp = 1;
+  double linear_fwd_per_token = 0;   // seconds per token per layer, forward
+  double linear_bwd_per_token = 0;   // 2x forward (3x with activation checkpointing)
+  double pre_share = 0;              // pre-CA (norm + QKV) share of a layer's linear work
+  double lm_head_fwd_per_token = 0;  // LM head, last stage (0 without lm_head)
+  double lm_head_bwd_per_token = 0;
+  double bytes_per_second = 0;       // between units (G * inter_node_bw)
+  double latency = 0;                // seconds per collective step
+  RowBytes row_bytes;
   UnitAttentionCost cost;
   std::vector<int64_t> stage_layers;  // [pp] layers of each stage (the first L % pp get one more)
   // Seconds of a point-to-point transfer of `bytes` between two units (0 bytes: 0).
-  double p2p(double bytes) const { return bytes > 0 ? lat + bytes / bw : 0.0; }
+  double p2p(double bytes) const { return bytes > 0 ? latency + bytes / bytes_per_second : 0.0; }
   // Activation bytes crossing a stage boundary for `tokens` tokens (either direction).
   double boundary_bytes(double tokens) const {
     return tokens * static_cast<double>(o.model.hidden * o.dtype_bytes);
@@ -73,7 +74,12 @@ struct Rates {
   double stage_params(int64_t s) const;
 };
 
-// Per-unit accumulators and (optionally) events. Times in seconds from the iteration start.
+// Per-unit accumulators and (optionally) trace events: pid = unit, tid = kComputeTrack
+// (linear, attention) or kCommTrack (communication in flight), microseconds from the iteration
+// start, args {"microbatch": m} when tied to one. Times given in seconds from the iteration
+// start.
+inline constexpr int64_t kComputeTrack = 0;
+inline constexpr int64_t kCommTrack = 1;
 class Recorder {
  public:
   Recorder(int64_t units, bool keep_events);
@@ -91,6 +97,7 @@ class Recorder {
  private:
   // A compute interval counted in `bucket` (linear or attention) and in busy.
   void compute(int64_t u, double start, double dur, const char* name, int64_t mb, double UnitStats::*bucket);
+  void keep_event(int64_t u, int64_t track, const char* name, double start, double dur, int64_t mb);
   std::vector<UnitStats> stats_;
   std::vector<TraceEvent> events_;
   bool keep_ = false;

@@ -27,21 +27,20 @@ double UnitAttentionCost::table_seconds(int64_t q_len, int64_t kv_len) const {
 
 Rates::Rates(const SimOptions& opt) : o(opt), cost(opt) {
   const ModelSpec& m = o.model;
-  G = o.cluster.gpus_per_node;
+  gpus_per_unit = o.cluster.gpus_per_node;
   units = o.cluster.units();
-  ups = o.cluster.units_per_stage();
+  units_per_stage = o.cluster.units_per_stage();
   pp = o.cluster.pp;
-  m_layers = m.n_layers;
-  const double unit_peak = static_cast<double>(G) * o.cluster.hw.peak_flops * o.mfu;
-  lin_fwd_tok = linear_forward_flops_per_token(m) / unit_peak;
-  lin_bwd_tok = lin_fwd_tok * (o.activation_checkpointing ? 3.0 : 2.0);
+  const double unit_peak = static_cast<double>(gpus_per_unit) * o.cluster.hw.peak_flops * o.mfu;
+  linear_fwd_per_token = linear_forward_flops_per_token(m) / unit_peak;
+  linear_bwd_per_token = linear_fwd_per_token * (o.activation_checkpointing ? 3.0 : 2.0);
   const double pre = 2.0 * static_cast<double>(m.hidden) * static_cast<double>(m.q_dim() + 2 * m.kv_dim());
   pre_share = pre / linear_forward_flops_per_token(m);
-  lm_fwd_tok = o.lm_head ? lm_head_forward_flops_per_token(m) / unit_peak : 0.0;
-  lm_bwd_tok = 2.0 * lm_fwd_tok;
-  bw = static_cast<double>(G) * o.cluster.hw.inter_node_bw;
-  lat = o.cluster.hw.inter_node_latency;
-  rb = row_bytes(m, o.dtype_bytes);
+  lm_head_fwd_per_token = o.lm_head ? lm_head_forward_flops_per_token(m) / unit_peak : 0.0;
+  lm_head_bwd_per_token = 2.0 * lm_head_fwd_per_token;
+  bytes_per_second = static_cast<double>(gpus_per_unit) * o.cluster.hw.inter_node_bw;
+  latency = o.cluster.hw.inter_node_latency;
+  row_bytes = distca::row_bytes(m, o.dtype_bytes);
   stage_layers.assign(static_cast<size_t>(pp), m.n_layers / pp);
   for (int64_t s = 0; s < m.n_layers % pp; ++s) ++stage_layers[static_cast<size_t>(s)];
 }
@@ -60,14 +59,14 @@ double Rates::stage_params(int64_t s) const {
 }
 
 double grad_sync_seconds(const Rates& rates, int64_t s, double* bytes_per_unit) {
-  const auto n = static_cast<double>(rates.ups);
+  const auto n = static_cast<double>(rates.units_per_stage);
   // fp32 gradients, TP-sharded over the G GPUs of a unit; each GPU rings with its peers of
   // the other units (G rings in parallel, so a unit moves G times a GPU's bytes at G x bw).
-  const double gpu_bytes = rates.stage_params(s) * 4.0 / static_cast<double>(rates.G);
-  const double moved = rates.ups > 1 ? 2.0 * (n - 1.0) / n * gpu_bytes * static_cast<double>(rates.G) : 0.0;
+  const double gpu_bytes = rates.stage_params(s) * 4.0 / static_cast<double>(rates.gpus_per_unit);
+  const double moved = rates.units_per_stage > 1 ? 2.0 * (n - 1.0) / n * gpu_bytes * static_cast<double>(rates.gpus_per_unit) : 0.0;
   if (bytes_per_unit != nullptr) *bytes_per_unit = moved;
-  if (!rates.o.grad_sync || rates.ups <= 1) return 0.0;
-  return moved / rates.bw + 2.0 * (n - 1.0) * rates.lat;
+  if (!rates.o.grad_sync || rates.units_per_stage <= 1) return 0.0;
+  return moved / rates.bytes_per_second + 2.0 * (n - 1.0) * rates.latency;
 }
 
 void run_grad_sync(const Rates& R, Recorder& rec, const std::vector<double>& stage_start,
@@ -78,8 +77,8 @@ void run_grad_sync(const Rates& R, Recorder& rec, const std::vector<double>& sta
     double bytes = 0;
     const double gs = grad_sync_seconds(R, s, &bytes);
     const double start = stage_start[static_cast<size_t>(s)];
-    for (int64_t i = 0; i < R.ups && gs > 0; ++i) {
-      const int64_t u = s * R.ups + i;
+    for (int64_t i = 0; i < R.units_per_stage && gs > 0; ++i) {
+      const int64_t u = s * R.units_per_stage + i;
       rec.comm(u, start, gs, bytes, bytes, "grad all-reduce", -1);
       rec.wait(u, unit_free[static_cast<size_t>(u)], start + gs, start);
     }
@@ -96,7 +95,15 @@ void Recorder::compute(int64_t u, double start, double dur, const char* name, in
   auto& s = stats_[static_cast<size_t>(u)];
   s.*bucket += dur;
   s.busy += dur;
-  if (keep_) events_.push_back({u, 0, name, start, dur, mb});
+  if (keep_) keep_event(u, kComputeTrack, name, start, dur, mb);
+}
+
+// Seconds become the trace's microseconds here; the span keeps its start exactly and its end
+// as start + duration (the JSON's "dur" is their difference).
+void Recorder::keep_event(int64_t u, int64_t track, const char* name, double start, double dur, int64_t mb) {
+  TraceEvent e{name, track == kComputeTrack ? "compute" : "comm", u, track, start * 1e6, start * 1e6 + dur * 1e6};
+  if (mb >= 0) e.args.push_back({"microbatch", mb});
+  events_.push_back(std::move(e));
 }
 
 void Recorder::linear(int64_t u, double start, double dur, const char* name, int64_t mb) {
@@ -113,7 +120,7 @@ void Recorder::comm(int64_t u, double start, double dur, double sent, double rec
   s.bytes_received += recv;
   if (dur <= 0) return;
   s.comm += dur;
-  if (keep_) events_.push_back({u, 1, name, start, dur, mb});
+  if (keep_) keep_event(u, kCommTrack, name, start, dur, mb);
 }
 
 void Recorder::wait(int64_t u, double ready, double until, double start) {
@@ -134,7 +141,7 @@ std::string gb(double b) {
 void apply_memory(const Rates& rates, const std::vector<MemoryInput>& in, SimResult& r) {
   const SimOptions& o = rates.o;
   const ModelSpec& m = o.model;
-  const double G = static_cast<double>(rates.G);
+  const double G = static_cast<double>(rates.gpus_per_unit);
   const double dt = static_cast<double>(o.dtype_bytes);
   const double h = static_cast<double>(m.hidden);
   // Bytes per token per layer a layer stores for backward (whole unit; / G per GPU under
@@ -151,14 +158,14 @@ void apply_memory(const Rates& rates, const std::vector<MemoryInput>& in, SimRes
   r.oom_unit = -1;
   r.oom_reason.clear();
   for (int64_t u = 0; u < rates.units; ++u) {
-    const int64_t s = u / rates.ups;
+    const int64_t s = u / rates.units_per_stage;
     const double layers = static_cast<double>(rates.stage_layers[static_cast<size_t>(s)]);
     const MemoryInput& mi = in[static_cast<size_t>(u)];
     MemoryStats& ms = r.per_unit[static_cast<size_t>(u)].memory;
     const double params = rates.stage_params(s);
     ms.params = params * dt / G;
     ms.grads = params * 4.0 / G;
-    ms.optimizer = params * 12.0 / G / (o.shard_optimizer ? static_cast<double>(rates.ups) : 1.0);
+    ms.optimizer = params * 12.0 / G / (o.shard_optimizer ? static_cast<double>(rates.units_per_stage) : 1.0);
     ms.activations = stored * layers * mi.tokens_in_flight / G;
     // Transients of one micro-batch: the layer being recomputed (checkpointing) and, on the
     // last stage, the logits (dtype_bytes per vocabulary entry, vocab-parallel over G).

@@ -1,4 +1,5 @@
 // Strategy parsing, cluster and option validation, micro-batch drawing (simulator.h).
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <string>
@@ -150,15 +151,82 @@ Status SimOptions::validate() const {
   return Status::ok_status();
 }
 
+Status validate_draw(const WorkloadOptions& options, const ClusterSpec& cluster, int64_t microbatches) {
+  DISTCA_RETURN_IF_ERROR(cluster.validate());
+  if (microbatches < 1 || microbatches > 10000) {
+    return Status::invalid_argument("--microbatches must be in 1..10000 (got " + std::to_string(microbatches) + ")");
+  }
+  // The data layer's limits (data/workload.h), checked here so that the flag the user typed is
+  // the one named.
+  constexpr int64_t kMaxRanks = int64_t{1} << 24;
+  constexpr int64_t kMaxBatchTokens = int64_t{1} << 40;
+  const int64_t ups = cluster.units_per_stage();
+  const std::string nodes = std::to_string(ups) + " nodes per pipeline stage (--gpus " + std::to_string(cluster.gpus) +
+                            " / --gpus-per-node " + std::to_string(cluster.gpus_per_node) + " / --pp " +
+                            std::to_string(cluster.pp) + ")";
+  if (ups > kMaxRanks) return Status::invalid_argument("--gpus: " + nodes + " exceed the 16777216 the workload can draw");
+  if (options.tokens_per_rank > 0 && options.tokens_per_rank > kMaxBatchTokens / ups) {
+    return Status::invalid_argument("--gpus: " + nodes + " of --tokens-per-rank " +
+                                    std::to_string(options.tokens_per_rank) + " exceed 2^40 tokens per micro-batch");
+  }
+  WorkloadOptions w = options;
+  w.ranks = ups;
+  w.batches = microbatches;
+  return w.validate();
+}
+
 Result<std::vector<Batch>> draw_microbatches(WorkloadOptions options, const ClusterSpec& cluster,
                                              int64_t microbatches) {
-  DISTCA_RETURN_IF_ERROR(cluster.validate());
-  if (microbatches < 1) {
-    return Status::invalid_argument("--microbatches must be positive (got " + std::to_string(microbatches) + ")");
-  }
+  DISTCA_RETURN_IF_ERROR(validate_draw(options, cluster, microbatches));
   options.ranks = cluster.units_per_stage();
   options.batches = microbatches;
   return make_batches(options);
+}
+
+namespace {
+
+// Measured on this code (RSS of `distca simulate` runs over many units and pieces) and rounded
+// up: about 320-440 B per piece (cad's plans the most), 5 KB per unit and 1.7 KB per
+// (unit, micro-batch) with PP; a kept event and its trace text about 0.37 KB.
+constexpr double kBytesPerPiece = 512;
+constexpr double kBytesPerUnit = 8192;
+constexpr double kBytesPerUnitMicrobatch = 2048;
+constexpr double kBytesPerDrawnPiece = 64;  // a Piece (32 B) and the drawing's document list
+constexpr double kBytesPerEvent = 512;
+// Events of one unit per (micro-batch, layer of its stage): linear and attention forward and
+// backward, dispatch/return exchanges and waits of each phase (14-19 seen); per unit and
+// micro-batch: the PP sends and receives and the LM head; per unit: the gradient all-reduce.
+constexpr int64_t kEventsPerLayerSlot = 32;
+constexpr int64_t kEventsPerMicrobatch = 16;
+constexpr int64_t kEventsPerUnit = 16;
+
+}  // namespace
+
+double estimate_draw_bytes(const ClusterSpec& cluster, int64_t tokens_per_unit, int64_t microbatches) {
+  const double pieces_per_unit = static_cast<double>(std::max<int64_t>(tokens_per_unit, 0)) / kLengthQuantum + 1;
+  return static_cast<double>(microbatches) * static_cast<double>(cluster.units_per_stage()) * pieces_per_unit *
+         kBytesPerDrawnPiece;
+}
+
+int64_t max_trace_events(const SimOptions& options, int64_t microbatches) {
+  const ClusterSpec& c = options.cluster;
+  const int64_t pp = std::max<int64_t>(c.pp, 1);
+  const int64_t stage_layers = (options.model.n_layers + pp - 1) / pp;  // the largest stage
+  return c.units() * (microbatches * (stage_layers * kEventsPerLayerSlot + kEventsPerMicrobatch) + kEventsPerUnit);
+}
+
+double estimate_simulate_bytes(const SimOptions& options, const std::vector<Batch>& microbatches) {
+  double pieces = 0;
+  for (const Batch& b : microbatches) {
+    for (const auto& rank : b.per_rank) pieces += static_cast<double>(rank.size());
+  }
+  const auto units = static_cast<double>(options.cluster.units());
+  const auto m = static_cast<double>(microbatches.size());
+  double bytes = pieces * kBytesPerPiece + units * (kBytesPerUnit + m * kBytesPerUnitMicrobatch);
+  if (options.record_events) {
+    bytes += static_cast<double>(max_trace_events(options, static_cast<int64_t>(microbatches.size()))) * kBytesPerEvent;
+  }
+  return bytes;
 }
 
 }  // namespace distca::sim

@@ -38,9 +38,9 @@ void finish(const SimOptions& o, const std::vector<Batch>& mbs, SimResult& r) {
   r.exposed_comm_fraction = r.iteration_seconds > 0 ? exposed / n / r.iteration_seconds : 0.0;
   r.tokens_per_second = r.iteration_seconds > 0 ? static_cast<double>(r.tokens) / r.iteration_seconds : 0.0;
   std::sort(r.events.begin(), r.events.end(), [](const TraceEvent& a, const TraceEvent& b) {
-    if (a.unit != b.unit) return a.unit < b.unit;
-    if (a.track != b.track) return a.track < b.track;
-    return a.start < b.start;
+    if (a.pid != b.pid) return a.pid < b.pid;
+    if (a.tid != b.tid) return a.tid < b.tid;
+    return a.start_us < b.start_us;
   });
 }
 
@@ -93,12 +93,12 @@ Result<SimResult> simulate(const SimOptions& options, const std::vector<Batch>& 
       std::vector<CpCandidate> cands;
       int64_t best = -1;
       std::vector<SimResult> results;
-      for (int64_t c = 1; rates.ups % c == 0; c *= 2) {
+      for (int64_t c = 1; rates.units_per_stage % c == 0; c *= 2) {
         SimResult one;
         DISTCA_RETURN_IF_ERROR(detail::run_baseline(quiet_rates, microbatches, c, one));
         cands.push_back({c, one.iteration_seconds, one.oom, one.peak_memory});
         results.push_back(std::move(one));
-        if (c >= rates.ups) break;
+        if (c >= rates.units_per_stage) break;
       }
       for (size_t i = 0; i < cands.size(); ++i) {
         if (cands[i].oom) continue;

@@ -1,4 +1,4 @@
-// Shared plumbing of the sweeps (sweeps.cpp: driver, files, gnuplot, fig4b;
+// Shared plumbing of the sweeps (sweeps.cpp: driver, files, fig4b;
 // sweeps_compare.cpp: fig9 to fig12 through the simulator). Not a public header.
 #pragma once
 
@@ -27,10 +27,10 @@ std::string fmt_int(int64_t v);
 // Percentile q in [0, 1] of `v` (linear interpolation between order statistics). v non-empty.
 double percentile(std::vector<double> v, double q);
 
-// Writes DIR/<name>.csv and DIR/<name>.gp, then (options.plot) runs gnuplot to make
-// DIR/<name>.svg, filling the path fields and plot_note of `summary`. The script must draw
-// from '<name>.csv' (relative: gnuplot runs with DIR as its working directory) into `outfile`
-// (set by the caller of gnuplot; the script defaults it to '<name>.svg').
+// Writes DIR/<name>.csv and DIR/<name>.gp (both or neither) and fills the path fields of
+// `summary`. The script must draw from '<name>.csv' (relative: gnuplot runs with DIR as its
+// working directory) into `outfile` (set by whoever runs gnuplot; the script defaults it to
+// '<name>.svg').
 Status write_sweep_outputs(const SweepOptions& options, const CsvTable& table,
                            const std::string& gnuplot_body, SweepSummary& summary);
 

@@ -14,7 +14,7 @@
 
 #include "distca/comm/communicator.h"
 #include "distca/comm/local.h"
-#include "distca/comm/trace.h"
+#include "distca/core/trace.h"
 #include "distca/core/rng.h"
 #include "comm_test_util.h"
 

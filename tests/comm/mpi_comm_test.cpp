@@ -25,7 +25,7 @@
 #include "distca/comm/communicator.h"
 #include "distca/comm/local.h"
 #include "distca/comm/mpi.h"
-#include "distca/comm/trace.h"
+#include "distca/core/trace.h"
 #include "distca/core/io.h"
 
 namespace distca::comm {

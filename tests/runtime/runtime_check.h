@@ -190,7 +190,7 @@ inline Status run_dispatcher(comm::Communicator& comm, const Problem& pr, const 
 // Runs `layers` layers forward + backward through a PingPongRunner (same inputs per layer);
 // returns the last layer's... every layer's outputs must agree, so outputs of layer 0.
 inline Status run_runner(comm::Communicator& comm, const Problem& pr, const NanoPlans& plans, OverlapMode mode,
-                         int layers, comm::TraceRecorder* trace, RankOutputs* out, bool* valid,
+                         int layers, TraceRecorder* trace, RankOutputs* out, bool* valid,
                          bool stateless = false) {
   const int r = comm.rank();
   const Batch& b = plans.full.batch;

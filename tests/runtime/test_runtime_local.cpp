@@ -289,17 +289,17 @@ TEST(RuntimeLocal, TraceHasComputeAndCommEventsForEveryRank) {
   const Problem pr = make_problem(batch, dims, 3, false);
   auto np = plan_nano_batches(batch, parse_scheduler("cad").value(), schedule_options(dims));
   ASSERT_TRUE(np.ok());
-  comm::TraceRecorder trace;
-  std::vector<comm::TraceEvent> gathered;
+  TraceRecorder trace;
+  std::vector<TraceEvent> gathered;
   Status st = comm::run_local(ranks, [&](comm::Communicator& c) {
-    comm::TraceRecorder mine(trace.epoch());
+    TraceRecorder mine(trace.epoch());
     RankOutputs out;
     bool v = false;
     DISTCA_RETURN_IF_ERROR(run_runner(c, pr, np.value(), OverlapMode::kPingPong, 2, &mine, &out, &v));
     return gather_trace(c, mine.events(), &gathered);
   });
   ASSERT_TRUE(st.ok()) << st.to_string();
-  const auto j = nlohmann::json::parse(comm::chrome_trace_json(gathered));
+  const auto j = nlohmann::json::parse(chrome_trace_json(gathered));
   ASSERT_TRUE(j.contains("traceEvents"));
   std::map<int, std::set<std::string>> cats;
   for (const auto& e : j["traceEvents"]) {

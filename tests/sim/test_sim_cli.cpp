@@ -141,4 +141,88 @@ TEST_F(SimCli, TraceIsChromeJsonWithOneProcessPerUnit) {
   }
 }
 
+// Settings once found only inside the work (issue 12, classes 4 and 7): each is refused with
+// exit 2 and one line naming the flag the user typed, before anything is simulated.
+TEST_F(SimCli, FlagsDerivedFromTheClusterNameTheClusterFlag) {
+  // 2^31 GPUs make 2^28 nodes: too many ranks for the workload, but the user typed --gpus.
+  const CliRun r = run("--gpus 2147483648 --tokens-per-rank 16384");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--gpus"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("--ranks"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  expect_refused("--gpus 2147483648 --tokens-per-rank 16384", "--gpus");
+  // 2^20 nodes of 2^21 tokens: over 2^40 tokens per micro-batch.
+  const CliRun t = run("--gpus 8388608 --tokens-per-rank 2097152");
+  EXPECT_EQ(t.code, 2) << t.err;
+  EXPECT_NE(t.err.find("--gpus"), std::string::npos) << t.err;
+  EXPECT_EQ(t.err.find("--ranks"), std::string::npos) << t.err;
+}
+
+TEST_F(SimCli, SweepBatchesAreNamedAsTyped) {
+  const std::string out = " --out " + (dir_ / "sweep").string();
+  CliRun r = run("--sweep fig4b --sweep-batches 0" + out);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--sweep-batches"), std::string::npos) << r.err;
+  r = run("--sweep fig4b --batches 0" + out);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--batches"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("--sweep-batches"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "sweep"));
+}
+
+TEST_F(SimCli, UnwritableOutputsAreRefusedBeforeTheWork) {
+  const fs::path dir = dir_ / "a_directory";
+  fs::create_directory(dir);
+  const fs::path dangling = dir_ / "dangling";
+  fs::create_symlink(dir_ / "missing" / "target", dangling);
+  struct Case {
+    std::string args, flag;
+  };
+  const std::vector<Case> cases = {
+      {std::string(kSmall) + " --json " + dir.string(), "--json"},
+      {std::string(kSmall) + " --trace " + dir.string(), "--trace"},
+      {std::string(kSmall) + " --trace " + dangling.string() + " --json", "--trace"},
+      {std::string(kSmall) + " --json " + (dir_ / "missing" / "x.json").string(), "--json"},
+  };
+  for (const Case& c : cases) {
+    const CliRun r = run(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << ": " << r.err;
+    EXPECT_NE(r.err.find(c.flag), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.out, "") << c.args;  // nothing simulated, nothing printed
+  }
+  // A sweep's output file that cannot be written (here a directory where fig4b.csv goes).
+  const fs::path sweep = dir_ / "sweep";
+  fs::create_directories(sweep / "fig4b.csv");
+  const CliRun s = run("--sweep fig4b --sweep-batches 2 --no-plot --out " + sweep.string());
+  EXPECT_EQ(s.code, 2) << s.err;
+  EXPECT_NE(s.err.find("--out"), std::string::npos) << s.err;
+  EXPECT_EQ(s.out, "");
+  EXPECT_FALSE(fs::exists(sweep / "fig4b.gp"));  // neither file of the pair
+  // bench simulate --json: refused before the table is printed.
+  const std::string bench = std::string(DISTCA_CLI) + " bench simulate --gpus 64 --tokens-k 16 --repeats 1 " +
+                            "--strategies colocated --json " + dir.string() + " >" + (dir_ / "b.out").string() +
+                            " 2>" + (dir_ / "b.err").string();
+  const int st = std::system(bench.c_str());
+  EXPECT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 2);
+  EXPECT_NE(slurp(dir_ / "b.err").find("--json"), std::string::npos) << slurp(dir_ / "b.err");
+  EXPECT_EQ(slurp(dir_ / "b.out"), "");
+}
+
+// A run whose estimate exceeds any machine (2.7e12 tokens drawn at once) is refused from the
+// flags, exit 2, before anything is drawn.
+TEST_F(SimCli, RunsThatCannotFitAreRefusedFromTheirFlags) {
+  const CliRun r = run("--gpus 4096 --tokens-per-rank 524288 --microbatches 10000");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--microbatches 10000"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("needs about"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  const std::string bench = std::string(DISTCA_CLI) + " bench simulate --gpus 4096 --tokens-k 512 --microbatches 10000" +
+                            " >" + (dir_ / "b.out").string() + " 2>" + (dir_ / "b.err").string();
+  const int st = std::system(bench.c_str());
+  EXPECT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 2);
+  EXPECT_NE(slurp(dir_ / "b.err").find("needs about"), std::string::npos) << slurp(dir_ / "b.err");
+}
+
 }  // namespace
+

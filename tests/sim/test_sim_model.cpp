@@ -1,11 +1,14 @@
 // The simulator's inputs and schedules: strategy parsing round trip, cluster and option
 // validation (bad inputs refused with the flag named), the pipeline schedules checked against
 // brute-force invariants (every op once, dependencies respected, tick counts, bubble slots),
-// and the parameter count against the published Llama-3-8B size.
+// and the parameter count against the published Llama-3-8B size; the trace writer the
+// simulator shares with the runtime (core/trace.h) against a whole-document JSON reference.
 #include <gtest/gtest.h>
 
 #include <map>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "distca/core/specs.h"
 #include "distca/sim/pipeline.h"
@@ -193,6 +196,51 @@ TEST(Cluster, MakeClusterUsesThePresetNode) {
   EXPECT_EQ(c->units(), 16);
   EXPECT_FALSE(make_cluster("h200", 12).ok());
   EXPECT_FALSE(make_cluster("nope", 8).ok());
+}
+
+// The writer assembles the document event by event; the reference builds it as one JSON tree
+// (what the simulator's own writer did) and dumps it: the bytes must agree, metadata, args
+// and otherData included. pack/unpack keeps every field, args too, and refuses truncation.
+TEST(Trace, WriterMatchesAWholeDocumentDumpAndPackRoundTrips) {
+  std::vector<TraceEvent> events = {{"fwd linear", "compute", 0, 0, 0.0, 12.5},
+                                    {"Q/KV dispatch ping", "comm", 1, 1, 3.25, 7.0, {{"microbatch", 2}}},
+                                    {"grad all-reduce", "comm", 1, 1, 1e6 / 3, 2e6 / 3}};
+  TraceMetadata meta;
+  meta.processes = {{0, "unit 0 (stage 0)", 0, {{0, "compute"}, {1, "communication"}}},
+                    {1, "unit 1 (stage 1)", 1, {{0, "compute"}}}};
+  meta.other_data = {{"strategy", std::string("cad")}, {"gpus", int64_t{16}}, {"iteration_seconds", 1.5}};
+
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& p : meta.processes) {
+    list.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", p.pid}, {"tid", 0}, {"args", {{"name", p.name}}}});
+    list.push_back(
+        {{"ph", "M"}, {"name", "process_sort_index"}, {"pid", p.pid}, {"tid", 0}, {"args", {{"sort_index", p.sort_index}}}});
+    for (const auto& [tid, name] : p.threads)
+      list.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", p.pid}, {"tid", tid}, {"args", {{"name", name}}}});
+  }
+  for (const auto& e : events) {
+    nlohmann::json j = {{"ph", "X"},          {"name", e.name}, {"cat", e.category}, {"pid", e.pid},
+                        {"tid", e.tid},       {"ts", e.start_us}, {"dur", e.end_us - e.start_us}};
+    if (!e.args.empty()) j["args"] = {{e.args[0].key, e.args[0].value}};
+    list.push_back(j);
+  }
+  const nlohmann::json doc = {{"traceEvents", list},
+                              {"displayTimeUnit", "ms"},
+                              {"otherData", {{"strategy", "cad"}, {"gpus", 16}, {"iteration_seconds", 1.5}}}};
+  EXPECT_EQ(chrome_trace_json(events, meta), doc.dump() + "\n");
+  // Without metadata: no otherData, spans only (the runtime's form).
+  const nlohmann::json bare = {{"traceEvents", nlohmann::json(list.end() - 3, list.end())}, {"displayTimeUnit", "ms"}};
+  EXPECT_EQ(chrome_trace_json(events), bare.dump() + "\n");
+
+  const auto bytes = pack_trace_events(events);
+  auto back = unpack_trace_events(bytes);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(*back, events);
+  // Every cut inside the last record is a truncation (a cut at a record boundary is not).
+  const size_t last = pack_trace_events(std::span(events).last(1)).size();
+  for (size_t cut = 1; cut < last; ++cut) {
+    EXPECT_FALSE(unpack_trace_events(std::span(bytes).first(bytes.size() - cut)).ok()) << cut;
+  }
 }
 
 }  // namespace

@@ -183,9 +183,7 @@ TEST(Strategies, SameInputsGiveIdenticalResults) {
     jb["plan"].erase("plan_seconds");
     EXPECT_EQ(ja.dump(), jb.dump()) << s;
     ASSERT_EQ(a.events.size(), b.events.size());
-    EXPECT_TRUE(std::equal(a.events.begin(), a.events.end(), b.events.begin(), [](const TraceEvent& x, const TraceEvent& y) {
-      return x.unit == y.unit && x.track == y.track && x.name == y.name && x.start == y.start && x.duration == y.duration;
-    })) << s;
+    EXPECT_TRUE(a.events == b.events) << s;
     const auto c = run(o, drawn(4, 32768, 4, 6));
     EXPECT_NE(to_json(c)["iteration_seconds"], ja["iteration_seconds"]) << s;
   }
@@ -331,6 +329,48 @@ TEST(Strategies, ProfiledTableAtConstantThroughputMatchesTheAnalyticModel) {
     EXPECT_LT(rel(b.iteration_seconds, a.iteration_seconds), 1e-9) << heads;
     EXPECT_LT(rel(b.per_unit[0].attention, a.per_unit[0].attention), 1e-9) << heads;
   }
+}
+
+// The memory estimates are upper bounds of what they count: the trace-event bound holds for
+// every strategy with and without PP (on the tiny model's layers too), the trace adds to the
+// estimate, and the draw estimate covers a Batch of the shortest pieces the quantum allows.
+TEST(Estimates, TraceEventBoundHoldsAndCounts) {
+  for (const char* s : {"colocated", "wlb", "percp:2", "cad", "cad:signal", "cad:single-stream"}) {
+    for (int64_t pp : {1, 2}) {
+      for (const char* model : {"llama-8b", "tiny"}) {
+        SimOptions o = options(s, 4, pp);
+        o.model = model_preset(model).value();
+        o.record_events = true;
+        const auto mbs = drawn(4 / pp, 32768, 2 * pp, 7, "pretrain");
+        const SimResult r = run(o, mbs);
+        EXPECT_GT(r.events.size(), 0u);
+        EXPECT_LE(static_cast<int64_t>(r.events.size()), max_trace_events(o, static_cast<int64_t>(mbs.size())))
+            << s << " pp=" << pp << " " << model;
+        SimOptions quiet = o;
+        quiet.record_events = false;
+        EXPECT_GT(estimate_simulate_bytes(o, mbs), estimate_simulate_bytes(quiet, mbs));
+      }
+    }
+  }
+  const ClusterSpec c = options("cad", 4).cluster;
+  // 4 units of 1024 tokens in 16-token pieces: 64 pieces of 32 bytes each per unit at least.
+  EXPECT_GE(estimate_draw_bytes(c, 1024, 1), 4.0 * 64 * static_cast<double>(sizeof(Piece)));
+  EXPECT_DOUBLE_EQ(estimate_draw_bytes(c, 1024, 3), 3 * estimate_draw_bytes(c, 1024, 1));
+}
+
+// validate_draw names the cluster's flags for limits the workload's ranks would hit.
+TEST(Estimates, ValidateDrawNamesTheClusterFlags) {
+  WorkloadOptions w;
+  w.tokens_per_rank = 16384;
+  SimOptions o = options("cad", 1);
+  o.cluster.gpus = int64_t{1} << 31;
+  Status st = validate_draw(w, o.cluster, 1);
+  EXPECT_NE(st.message().find("--gpus"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find("--ranks"), std::string::npos) << st.message();
+  o.cluster.gpus = 64;
+  EXPECT_TRUE(validate_draw(w, o.cluster, 1).ok());
+  EXPECT_NE(validate_draw(w, o.cluster, 0).message().find("--microbatches"), std::string::npos);
+  EXPECT_NE(validate_draw(w, o.cluster, 10001).message().find("--microbatches"), std::string::npos);
 }
 
 }  // namespace

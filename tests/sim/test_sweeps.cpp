@@ -183,6 +183,42 @@ TEST(Fig4b, LandsInThePapersBands) {
   EXPECT_NEAR(find(pts, 8, 1.0).idle_fraction, 0.55, 0.08);
 }
 
+// One fig4b row by hand. fixed:393216 (384K documents, no recipe, no elongation) packed into
+// 8 units of 512K: document and unit boundaries (k x 384K, j x 512K; shared at 1536K and
+// 3072K) cut the 4M tokens into 16 pieces: five of 384K, six of 256K, five of 128K. At DP = 8
+// (CP = 1, cap 512K per group) the greedy puts the 384K pieces on groups 0-4, two 256K pieces
+// on each of groups 5-7 (the 384K groups have no room for them) and the 128K pieces on groups
+// 0-4: every group holds 512K tokens, groups 0-4 work a (384K^2 + 128K^2)/2, groups 5-7
+// a (2 x 256K^2)/2 (plus the equal beta x 512K). alpha and beta are the documented Llama-3-8B
+// FLOPs (docs/simulation.md, fig4b).
+TEST(Fig4b, OneRowByHand) {
+  Fig4bOptions o;
+  o.dist = "fixed:393216";
+  o.batches = 1;
+  o.dps = {1, 8};
+  o.caps = {1.0};
+  auto r = distca::sim::fig4b_points(o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const double h = 4096, q = 32 * 128, kv = 8 * 128, ffn = 14336;
+  const double alpha = 4.0 * 32 * 128 * 3.5;
+  const double beta = 3.0 * 2 * h * (2 * q + 2 * kv + 3 * ffn);
+  auto work = [&](double len) { return alpha * len * (len + 1) / 2 + beta * len; };
+  const double K = 1024;
+  const double wa = work(384 * K) + work(128 * K), wb = 2 * work(256 * K);
+  const double mean = (5 * wa + 3 * wb) / 8;
+  const Fig4bPoint& d8 = find(*r, 8, 1.0);
+  EXPECT_EQ(d8.cp, 1);
+  EXPECT_NEAR(d8.idle_fraction, 1 - mean / wa, 1e-12);
+  EXPECT_NEAR(d8.token_divergence, 1.0, 1e-12);
+  EXPECT_NEAR(d8.idle_whole_docs_bound, 1 - mean / std::max(mean, work(384 * K)), 1e-12);
+  EXPECT_EQ(d8.documents, 16);
+  EXPECT_NEAR(d8.idle_p10, d8.idle_fraction, 1e-12);  // one batch
+  const Fig4bPoint& d1 = find(*r, 1, 1.0);
+  EXPECT_EQ(d1.cp, 8);
+  EXPECT_NEAR(d1.idle_fraction, 0.0, 1e-12);
+  EXPECT_EQ(d1.documents, 16);
+}
+
 TEST(Fig4b, RefusesBadOptions) {
   Fig4bOptions o;
   o.dps = {3};
@@ -220,7 +256,19 @@ TEST(Sweeps, ValidateRefusesBadOptionsBeforeAnyWork) {
 
   bad = o;
   bad.batches = 0;
-  EXPECT_NE(distca::sim::validate_sweep(bad).message().find("--batches"), std::string::npos);
+  EXPECT_NE(distca::sim::validate_sweep(bad).message().find("--sweep-batches"), std::string::npos);
+  bad.batches_flag = "--batches";  // what the CLI sets when the user typed --batches
+  EXPECT_EQ(distca::sim::validate_sweep(bad).message().rfind("--batches ", 0), 0u);
+
+  // An output file of the sweep that cannot be written: refused naming --out, before any work.
+  bad = o;
+  bad.out_dir = tmp.path.string();
+  fs::create_directories(tmp.path / "fig9.csv");
+  bad.name = "fig9";
+  st = distca::sim::validate_sweep(bad);
+  EXPECT_NE(st.message().find("--out"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("fig9.csv"), std::string::npos) << st.message();
+  fs::remove(tmp.path / "fig9.csv");
 
   bad = o;
   bad.out_dir = "";
@@ -263,13 +311,14 @@ TEST(Sweeps, Fig4bWritesCsvScriptAndDeterministicBytes) {
   o.name = "fig4b";
   o.out_dir = (tmp.path / "a").string();  // created by run_sweep
   o.batches = 12;
-  o.plot = false;
   std::vector<distca::sim::SweepProgress> seen;
   auto r = distca::sim::run_sweep(o, [&](const distca::sim::SweepProgress& p) { seen.push_back(p); });
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   ASSERT_EQ(r->csv_paths.size(), 1u);
-  EXPECT_TRUE(r->plot_paths.empty());
-  EXPECT_FALSE(r->plot_note.empty());
+  // The library writes the data and the script; drawing is the CLI's (SweepsCli below).
+  ASSERT_EQ(r->svg_paths.size(), 1u);
+  EXPECT_EQ(fs::path(r->svg_paths[0]).filename(), "fig4b.svg");
+  EXPECT_FALSE(fs::exists(r->svg_paths[0]));
   ASSERT_FALSE(seen.empty());
   EXPECT_EQ(seen.back().done, seen.back().total);
 
@@ -304,41 +353,6 @@ TEST(Sweeps, Fig4bWritesCsvScriptAndDeterministicBytes) {
   // No temporary files left behind.
   for (const auto& e : fs::directory_iterator(o.out_dir))
     EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
-}
-
-TEST(Sweeps, PlotsWithGnuplotOrSaysWhyNot) {
-  TempDir tmp;
-  SweepOptions o;
-  o.name = "fig4b";
-  o.out_dir = tmp.path.string();
-  o.batches = 4;
-  auto r = distca::sim::run_sweep(o);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
-  if (r->plot_paths.empty()) {
-    // gnuplot is optional for the tests: the reason must be given.
-    EXPECT_FALSE(r->plot_note.empty());
-  } else {
-    const std::string svg = slurp(r->plot_paths[0]);
-    EXPECT_NE(svg.find("<svg"), std::string::npos);
-    EXPECT_TRUE(r->plot_note.empty()) << r->plot_note;
-  }
-
-  // With gnuplot hidden, the CSV and the script are still written and the note says so.
-  const char* old = std::getenv("PATH");
-  const std::string saved = old ? old : "";
-  const fs::path empty = tmp.path / "empty_bin";
-  fs::create_directory(empty);
-  ::setenv("PATH", empty.c_str(), 1);
-  SweepOptions hidden = o;
-  hidden.out_dir = (tmp.path / "hidden").string();
-  auto h = distca::sim::run_sweep(hidden);
-  ::setenv("PATH", saved.c_str(), 1);
-  ASSERT_TRUE(h.ok()) << h.status().to_string();
-  EXPECT_TRUE(h->plot_paths.empty());
-  EXPECT_NE(h->plot_note.find("gnuplot"), std::string::npos) << h->plot_note;
-  EXPECT_TRUE(fs::exists(h->csv_paths.at(0)));
-  EXPECT_TRUE(fs::exists(h->script_paths.at(0)));
-  EXPECT_FALSE(fs::exists(fs::path(hidden.out_dir) / "fig4b.svg"));
 }
 
 // Cross-check on the reference corpus itself (the parametric fit replaces it by default): the
@@ -381,10 +395,13 @@ TEST(Sweeps, DistIsForFig4bOnlyAndIsCheckedUpFront) {
 
 namespace {
 
-// Runs the distca CLI with `args`; returns the exit code, stdout and stderr in out/err.
-int run_cli(const std::string& args, const fs::path& dir, std::string& out, std::string& err) {
+// Runs the distca CLI with `args` (after `env`, e.g. "PATH=/x", when given); returns the exit
+// code, stdout and stderr in out/err.
+int run_cli(const std::string& args, const fs::path& dir, std::string& out, std::string& err,
+            const std::string& env = "") {
   const fs::path o = dir / "cli.out", e = dir / "cli.err";
-  const std::string cmd = std::string(DISTCA_CLI) + " " + args + " >" + o.string() + " 2>" + e.string();
+  const std::string cmd = (env.empty() ? "" : env + " ") + std::string(DISTCA_CLI) + " " + args + " >" + o.string() +
+                          " 2>" + e.string();
   const int rc = std::system(cmd.c_str());
   out = slurp(o);
   err = slurp(e);
@@ -409,7 +426,6 @@ TEST(SweepsCli, Fig4bWritesItsFilesAndBadOutIsRefusedWithOneLine) {
   o.name = "fig4b";
   o.out_dir = (tmp.path / "lib").string();
   o.batches = 5;
-  o.plot = false;
   auto r = distca::sim::run_sweep(o);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(slurp(out_dir / "fig4b.csv"), slurp(r->csv_paths.at(0)));
@@ -426,3 +442,51 @@ TEST(SweepsCli, Fig4bWritesItsFilesAndBadOutIsRefusedWithOneLine) {
   EXPECT_NE(err.find("--sweep"), std::string::npos) << err;
   EXPECT_FALSE(fs::exists(tmp.path / "new"));
 }
+
+// The CLI draws the plot: with gnuplot on PATH the SVG is written whole (no temporary file
+// left); without it one line says the plot was skipped and the run succeeds (the CSV and the
+// script are the product); a gnuplot that fails is an error (exit 1, one line naming it).
+TEST(SweepsCli, PlotsWithGnuplotSaysWhenMissingAndFailsWhenGnuplotFails) {
+  TempDir tmp;
+  std::string out, err;
+  const bool have_gnuplot = std::system("command -v gnuplot >/dev/null 2>&1") == 0;
+  const fs::path drawn = tmp.path / "drawn";
+  ASSERT_EQ(run_cli("simulate --sweep fig4b --sweep-batches 2 --out " + drawn.string(), tmp.path, out, err), 0) << err;
+  if (have_gnuplot) {
+    EXPECT_NE(slurp(drawn / "fig4b.svg").find("<svg"), std::string::npos);
+    EXPECT_NE(out.find("wrote " + (drawn / "fig4b.svg").string()), std::string::npos) << out;
+  } else {
+    EXPECT_NE(out.find("plot skipped: gnuplot not found"), std::string::npos) << out;
+  }
+  for (const auto& e : fs::directory_iterator(drawn))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+
+  // Missing: PATH without gnuplot.
+  const fs::path bin = tmp.path / "bin";
+  fs::create_directory(bin);
+  const fs::path hidden = tmp.path / "hidden";
+  ASSERT_EQ(run_cli("simulate --sweep fig4b --sweep-batches 2 --out " + hidden.string(), tmp.path, out, err,
+                    "PATH=" + bin.string()),
+            0)
+      << err;
+  EXPECT_NE(out.find("plot skipped: gnuplot not found on PATH"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(hidden / "fig4b.csv"));
+  EXPECT_TRUE(fs::exists(hidden / "fig4b.gp"));
+  EXPECT_FALSE(fs::exists(hidden / "fig4b.svg"));
+
+  // Failing: a gnuplot that exits 3.
+  std::ofstream(bin / "gnuplot") << "#!/bin/sh\nexit 3\n";
+  fs::permissions(bin / "gnuplot", fs::perms::owner_all);
+  const fs::path failed = tmp.path / "failed";
+  EXPECT_EQ(run_cli("simulate --sweep fig4b --sweep-batches 2 --out " + failed.string(), tmp.path, out, err,
+                    "PATH=" + bin.string()),
+            1);
+  EXPECT_NE(err.find("gnuplot failed"), std::string::npos) << err;
+  EXPECT_NE(err.find("exit 3"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_TRUE(fs::exists(failed / "fig4b.csv"));
+  EXPECT_FALSE(fs::exists(failed / "fig4b.svg"));
+  for (const auto& e : fs::directory_iterator(failed))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+}
+

@@ -33,7 +33,7 @@
 #include <string>
 
 #include "distca/comm/communicator.h"
-#include "distca/comm/trace.h"
+#include "distca/core/trace.h"
 
 namespace distca::comm {
 

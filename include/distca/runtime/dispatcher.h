@@ -59,7 +59,7 @@
 #include <vector>
 
 #include "distca/comm/communicator.h"
-#include "distca/comm/trace.h"
+#include "distca/core/trace.h"
 #include "distca/core/status.h"
 #include "distca/plan/doc_index.h"
 #include "distca/plan/plan.h"
@@ -91,7 +91,7 @@ int64_t query_tile_rows(const AttentionDims& dims);
 
 struct DispatcherOptions {
   bool signal = false;                  // 1-byte exchanges (see above)
-  comm::TraceRecorder* trace = nullptr;  // not owned; events get tid = rank
+  TraceRecorder* trace = nullptr;  // not owned; events get tid = rank
   std::string label;                    // prefix of trace event names ("ping", "pong")
   bool stateless = false;               // servers keep nothing from forward to backward
 };

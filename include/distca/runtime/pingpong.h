@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "distca/comm/communicator.h"
-#include "distca/comm/trace.h"
+#include "distca/core/trace.h"
 #include "distca/core/status.h"
 #include "distca/plan/plan.h"
 #include "distca/runtime/dispatcher.h"
@@ -91,7 +91,7 @@ class PingPongRunner {
   // keep nothing between forward and backward (DispatcherOptions::stateless).
   static Result<std::unique_ptr<PingPongRunner>> create(comm::Communicator& comm, const NanoPlans& plans,
                                                         const AttentionDims& dims, OverlapMode mode,
-                                                        comm::TraceRecorder* trace = nullptr,
+                                                        TraceRecorder* trace = nullptr,
                                                         bool stateless = false);
 
   // Forward of layers 0..L-1 (L = layers.size()), with linear(nano, l, false) before each
@@ -111,13 +111,13 @@ class PingPongRunner {
   void linear(const LinearFn& fn, int nano, int layer, bool backward) const;
   comm::Communicator* comm_ = nullptr;
   OverlapMode mode_ = OverlapMode::kPingPong;
-  comm::TraceRecorder* trace_ = nullptr;
+  TraceRecorder* trace_ = nullptr;
   std::array<std::unique_ptr<CaDispatcher>, 2> disp_;  // ping, pong (pingpong and signal)
   std::unique_ptr<CaDispatcher> full_;                // the whole plan (single-stream)
 };
 
 // Gathers every rank's events to rank 0 (collective); `out` gets them on rank 0 only.
-Status gather_trace(comm::Communicator& comm, const std::vector<comm::TraceEvent>& mine,
-                    std::vector<comm::TraceEvent>* out);
+Status gather_trace(comm::Communicator& comm, const std::vector<TraceEvent>& mine,
+                    std::vector<TraceEvent>* out);
 
 }  // namespace distca::runtime

@@ -38,6 +38,7 @@
 
 #include "distca/core/specs.h"
 #include "distca/core/status.h"
+#include "distca/core/trace.h"
 #include "distca/cost/profiled.h"
 #include "distca/data/batch.h"
 #include "distca/data/workload.h"
@@ -108,7 +109,7 @@ struct SimOptions {
   // keep nothing from forward to backward: the homes send Q, K/V and O + LSE again with dO.
   // Default false: servers keep their inputs (the runtime's default), less traffic, more memory.
   bool cad_stateless = false;
-  bool record_events = false;  // keep per-unit timeline events (for write_chrome_trace)
+  bool record_events = false;  // keep per-unit timeline events (SimResult::events)
 
   // Every field and the cluster; also n_layers >= cluster.pp. Messages name the flag (--mfu,
   // --tolerance, --pp, ...). Batch-dependent checks happen in simulate().
@@ -116,9 +117,15 @@ struct SimOptions {
 };
 
 // Draws `microbatches` micro-batches for `cluster`: options.ranks is replaced by
-// units_per_stage and options.batches by `microbatches` (batch b = micro-batch b).
+// units_per_stage and options.batches by `microbatches` (batch b = micro-batch b). Checks
+// validate_draw first.
 Result<std::vector<Batch>> draw_microbatches(WorkloadOptions options, const ClusterSpec& cluster,
                                              int64_t microbatches);
+// What draw_microbatches checks, without drawing: the cluster, microbatches in 1..10000, the
+// workload options, and the units per stage within the data layer's limits (at most 2^24
+// ranks, 2^40 tokens per batch). Since the ranks come from the cluster, those messages name
+// --gpus (and --tokens-per-rank), not the workload's --ranks.
+Status validate_draw(const WorkloadOptions& options, const ClusterSpec& cluster, int64_t microbatches);
 
 // ---------------------------------------------------------------------------------------------
 // Result
@@ -176,17 +183,6 @@ struct PlanStats {
   int64_t active_only_plans = 0;
 };
 
-// A span of one unit's timeline. track 0: compute (linear, attention, wait); track 1:
-// communication in flight.
-struct TraceEvent {
-  int64_t unit = 0;
-  int track = 0;
-  std::string name;   // "fwd linear", "fwd attention", "bwd dispatch", "grad all-reduce", ...
-  double start = 0;   // seconds from the iteration start
-  double duration = 0;
-  int64_t microbatch = -1;  // -1 when not tied to one
-};
-
 struct SimResult {
   Strategy strategy;        // as requested
   bool cad_stateless = false;  // SimOptions::cad_stateless (JSON "cad_servers")
@@ -211,8 +207,27 @@ struct SimResult {
   std::vector<CpCandidate> cp_candidates;  // wlb / percp
   PlanStats plan;
   int64_t pp_ticks = 0;          // cad with PP: phase-aligned ticks (2 (m + p - 1))
-  std::vector<TraceEvent> events;  // only with record_events; ordered by (unit, track, start)
+  // Only with record_events: spans of the units' timelines (core/trace.h), ordered by (pid =
+  // unit, tid, start). tid 0: compute ("fwd linear", "fwd attention", ...; category
+  // "compute"); tid 1: communication in flight ("bwd dispatch", "grad all-reduce", ...;
+  // category "comm"). Microseconds from the iteration start; args {"microbatch": m} when the
+  // span belongs to one micro-batch.
+  std::vector<TraceEvent> events;
 };
+
+// Memory estimates, for refusing a run before allocating (core/memory.h check_memory). Upper
+// bounds of the dominant allocations, from what is known at each point:
+// * draw_microbatches: every piece of every unit could be as short as the 16-token length
+//   quantum, so microbatches x units_per_stage x (tokens_per_unit / 16 + 1) pieces of a
+//   Batch's bytes plus the drawing's transients.
+// * simulate: per piece of the micro-batches (the plans, shards and tasks made of it), per unit
+//   and per (unit, micro-batch) (timelines, plans per tick), and with record_events every
+//   event (max_trace_events) together with its share of the Chrome trace text.
+double estimate_draw_bytes(const ClusterSpec& cluster, int64_t tokens_per_unit, int64_t microbatches);
+double estimate_simulate_bytes(const SimOptions& options, const std::vector<Batch>& microbatches);
+// Most trace events simulate() records for these options and micro-batch count (a bound the
+// tests check against real runs).
+int64_t max_trace_events(const SimOptions& options, int64_t microbatches);
 
 // Simulates one iteration. Errors (kInvalidArgument, one line): invalid options, no
 // micro-batches, a micro-batch whose ranks != units_per_stage or that fails validation, a
@@ -230,14 +245,12 @@ Result<SimResult> simulate(const SimOptions& options, const std::vector<Batch>& 
 // per_unit[{unit, stage, tokens, busy, linear, attention, attention_pairs, comm, exposed_comm,
 // idle, bytes_sent, bytes_received, memory{params, grads, optimizer, activations, buffers,
 // total}}].
-// Events are not included (see write_chrome_trace).
+// Events are not included (see trace_metadata).
 nlohmann::json to_json(const SimResult& result);
 
-// Chrome trace (JSON object with "traceEvents"; Perfetto and chrome://tracing open it): one
-// process per unit ("unit U (stage S)"), thread 0 compute, thread 1 communication; times in
-// microseconds. Written atomically. Fails (kInvalidArgument) if the result has no events
-// (record_events was off), or with the I/O error naming the file.
-Status write_chrome_trace(const SimResult& result, const std::string& path);
-std::string chrome_trace_json(const SimResult& result);
+// The rows of a Chrome trace of `result.events` (core/trace.h chrome_trace_json writes it): one
+// process per unit ("unit U (stage S)", sorted by unit), thread 0 "compute", thread 1
+// "communication"; otherData {strategy, model, gpus, iteration_seconds}.
+TraceMetadata trace_metadata(const SimResult& result);
 
 }  // namespace distca::sim

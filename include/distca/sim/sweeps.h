@@ -10,11 +10,10 @@
 //   fig12  scheduler tolerance sweep: latency and bytes moved vs tolerance
 //
 // A sweep writes DIR/<name>.csv (one header row of plainly named columns, then one row per
-// configuration), DIR/<name>.gp (the gnuplot script; `cd DIR && gnuplot <name>.gp` redraws)
-// and, when `gnuplot` is on PATH and options.plot is set, DIR/<name>.svg (SVG: every gnuplot
-// build has that terminal, including Debian's gnuplot-nox). Every file is written atomically
-// (core/io.h). When gnuplot is missing or fails, the CSV and the script are still written and
-// the summary says why the plot was skipped (SweepSummary::plot_note); that is not an error.
+// configuration) and DIR/<name>.gp (the gnuplot script; `cd DIR && gnuplot <name>.gp` draws
+// DIR/<name>.svg: SVG, a terminal every gnuplot build has, including Debian's gnuplot-nox),
+// both or neither, atomically (core/io.h). The library never runs gnuplot (it starts no
+// processes): `distca simulate --sweep` does, after the files are written.
 // Full runs here: fig4b, fig11, fig12 well under a second; fig9 10-20 s; fig10 1-2 min.
 //
 // Determinism: the same options (name, batches, seed, quick) give byte-identical CSVs.
@@ -44,16 +43,20 @@ struct SweepOptions {
   // samples the same number of micro-batches.
   int64_t batches = 30;
   uint64_t seed = 42;     // batch b of a configuration uses Rng(seed, b) via the data layer
-  bool plot = true;       // run gnuplot (if found) to make DIR/<name>.svg
+  // The flag `batches` came from, for messages: the CLI's --sweep-batches, or --batches when
+  // the user gave that instead.
+  std::string batches_flag = "--sweep-batches";
   bool quick = false;     // fewer configurations (for tests and smoke runs); batches unchanged
   // fig4b only: the workload's --dist (empty: "pretrain", the figure's own). Lets the figure be
   // cross-checked on the reference corpus (file:../shared/data/doclens-pretrain.json).
   std::string dist;
 };
 
-// Checks every field before any work: unknown --sweep name, --batches out of range, --dist
-// given to a sweep other than fig4b or not a valid distribution (a missing file), --out that
-// is a file, unwritable, or whose parent does not exist. The message names the flag.
+// Checks every field before any work: unknown --sweep name, batches out of range (named by
+// batches_flag), --dist given to a sweep other than fig4b or not a valid distribution (a
+// missing file), --out that is a file, unwritable, or whose parent does not exist, and, when
+// --out exists, a DIR/<name>.csv, .gp or .svg that could not be written (a directory, a
+// dangling link, ...). The message names the flag.
 // Creates nothing (run_sweep creates the directory when it is missing).
 Status validate_sweep(const SweepOptions& options);
 
@@ -68,10 +71,11 @@ using SweepProgressFn = std::function<void(const SweepProgress&)>;
 
 struct SweepSummary {
   std::string name;
-  std::vector<std::string> csv_paths;   // DIR/<name>.csv
-  std::vector<std::string> plot_paths;  // DIR/<name>.svg, empty when the plot was skipped
+  std::vector<std::string> csv_paths;     // DIR/<name>.csv
   std::vector<std::string> script_paths;  // DIR/<name>.gp
-  std::string plot_note;  // empty, or one line why the plot was skipped ("gnuplot not found")
+  // [script_paths.size()] DIR/<name>.svg: what script i draws when gnuplot runs it with DIR as
+  // its working directory and `outfile` set to that file name (not written by the library).
+  std::vector<std::string> svg_paths;
   // A few headline numbers for the CLI to print, in order, e.g.
   // {"idle_fraction dp=8 cap=1.0", 0.55}.
   std::vector<std::pair<std::string, double>> headline;
