@@ -194,7 +194,9 @@ int run(const Options& o) {
   const Launcher launcher = detect_launcher();
   const auto early_fail = [&](const std::string& msg) { return launcher.rank <= 0 ? fail_input(msg) : kExitBadInput; };
   if (!(o.mpi_timeout > 0) || !(o.mpi_timeout <= 1e6)) {
-    return early_fail("--mpi-timeout must be in (0, 1e6] seconds (got " + std::to_string(o.mpi_timeout) + ")");
+    char got[32];
+    std::snprintf(got, sizeof(got), "%g", o.mpi_timeout);
+    return early_fail("--mpi-timeout must be in (0, 1e6] seconds (got " + std::string(got) + ")");
   }
   const bool backend_mpi = cfg.backend == "mpi";
   if (cfg.backend == "local" && launcher.present && (launcher.size > 1 || launcher.rank > 0)) {

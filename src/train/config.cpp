@@ -36,7 +36,9 @@ Status TrainConfig::validate() const {
   // The cad planners' range (ScheduleOptions::validate); checked here so a run is refused
   // before it starts rather than by rank 0's first plan.
   if (!finite(tolerance) || tolerance < 0 || tolerance > 1) {
-    return bad("--tolerance", "must be in [0, 1] (got " + std::to_string(tolerance) + ")");
+    std::ostringstream got;
+    got << tolerance;
+    return bad("--tolerance", "must be in [0, 1] (got " + got.str() + ")");
   }
   if (steps < 1 || steps > 100000000) return bad("--steps", "must be positive (got " + std::to_string(steps) + ")");
   if (!finite(lr) || lr <= 0) return bad("--lr", "must be positive and finite");
