@@ -150,7 +150,11 @@ Status prepare(const TrainConfig& cfg, const std::string& resume, bool lead, Pre
     if (Status st = check_input_file(resume); !st.ok()) return Status::not_found("--resume " + resume + ": " + st.message());
   }
   p.memory = train::estimate_train_memory(cfg, p.spec, mi);
-  DISTCA_RETURN_IF_ERROR(check_memory(p.memory.process_total(), train::memory_flags(cfg)));
+  // mpi: each process checks its share; the processes mpirun put on this machine share its
+  // memory, so the share is counted that many times.
+  const int64_t here = mi.mpi ? std::max<int64_t>(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE")) : 1;
+  const std::string what = train::memory_flags(cfg) + (here > 1 ? " x " + std::to_string(here) + " processes on this machine" : "");
+  DISTCA_RETURN_IF_ERROR(check_memory(p.memory.process_total() * static_cast<double>(here), what));
 
   DISTCA_ASSIGN_OR_RETURN(train::DataSource data, train::DataSource::create(cfg, p.spec.vocab));
   p.data.emplace(std::move(data));

@@ -16,9 +16,9 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 constexpr int64_t kRankThreadBytes = 4 * kMiB;
 constexpr int64_t kTeamThreadBytes = 1 * kMiB;
 // A process's resident baseline before any buffer: code, libraries, OpenBLAS and OpenMP
-// start-up (measured 10-11 MiB), or OpenMPI's (measured about 40 MiB per process).
+// start-up (measured 10-11 MiB), or with OpenMPI's (measured about 19 MiB per process).
 constexpr int64_t kBaselineBytes = 16 * kMiB;
-constexpr int64_t kMpiBaselineBytes = 64 * kMiB;
+constexpr int64_t kMpiBaselineBytes = 32 * kMiB;
 // One plan's bytes per (rank, peer) pair: six exchanges, each with four int64 per-peer
 // vectors and two vectors of per-peer block lists (plan.h); make_plan's working copies and
 // the dispatcher's copies of the counts at most double it.
