@@ -182,10 +182,13 @@ int run(const Options& o) {
   // main installs it too; idempotent. A signal then removes the temporary file of a
   // checkpoint or metrics write in progress before the process dies.
   install_temp_file_cleanup();
+  // Before the MPI group exists only the launcher's rank 0 (or a process without one) speaks.
+  const Launcher launcher = detect_launcher();
+  const auto early_fail = [&](const std::string& msg) { return launcher.rank <= 0 ? fail_input(msg) : kExitBadInput; };
   TrainConfig cfg;
   if (!o.config_file.empty()) {
     Status st = train::apply_toml_file(o.config_file, cfg);
-    if (!st.ok()) return fail(st);
+    if (!st.ok()) return launcher.rank <= 0 ? report(st) : exit_code(st);
   }
   bool ranks_given = false;
   for (const auto& [opt, set] : o.setters) {
@@ -194,9 +197,6 @@ int run(const Options& o) {
       if (opt->get_name() == "--ranks") ranks_given = true;
     }
   }
-  // Before the MPI group exists only the launcher's rank 0 (or a process without one) speaks.
-  const Launcher launcher = detect_launcher();
-  const auto early_fail = [&](const std::string& msg) { return launcher.rank <= 0 ? fail_input(msg) : kExitBadInput; };
   if (!(o.mpi_timeout > 0) || !(o.mpi_timeout <= 1e6)) {
     char got[32];
     std::snprintf(got, sizeof(got), "%g", o.mpi_timeout);
