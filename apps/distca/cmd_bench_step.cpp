@@ -51,6 +51,7 @@ struct StepFlags {
   std::string mpi_progress = "auto";  // auto | thread | poll (comm::ProgressMode)
   int mpi_poll_us = 20;               // progress thread's pause between polls ...
   int mpi_max_poll_us = 1000;         // ... backing off to this while nothing completes
+  double mpi_timeout = 300;           // seconds without progress before a silent rank ends the job
   std::string servers = "both";  // keep | stateless | both (cad pingpong with stateless servers)
 };
 
@@ -221,6 +222,7 @@ int run(const StepFlags& f) {
                                              : comm::ProgressMode::kAuto;
     mo.poll_interval_us = f.mpi_poll_us;
     mo.max_poll_interval_us = std::max(f.mpi_poll_us, f.mpi_max_poll_us);
+    mo.timeout_s = f.mpi_timeout;
     auto made = comm::make_mpi_communicator(nullptr, nullptr, mo);
     if (!made.ok()) return fail(made.status());
     mpi = std::move(made).value();
@@ -353,6 +355,9 @@ Runner setup(CLI::App& app) {
   app.add_option("--mpi-max-poll-us", f->mpi_max_poll_us,
                  "mpi: the longest pause the progress thread backs off to while nothing completes")
       ->check(CLI::Range(0, 1000000));
+  app.add_option("--mpi-timeout", f->mpi_timeout,
+                 "mpi: seconds without progress after which a silent rank ends the job (default 300)")
+      ->check(CLI::Range(1e-3, 1e6));
   app.add_option("--mode", f->mode, "overlap mode to run: pingpong, single-stream, signal or all");
   app.add_option("--json", f->json, "write the figures as JSON to FILE (- for stdout)");
   app.add_option("--trace", f->trace, "write a Chrome trace (Perfetto) of the last cad pingpong step");

@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,9 +20,13 @@
 #include "command.h"
 #include "distca/comm/mpi.h"
 #include "distca/core/io.h"
+#include "distca/core/memory.h"
+#include "distca/kernels/blas.h"
 #include "distca/model/llama.h"
 #include "distca/train/checkpoint.h"
 #include "distca/train/config.h"
+#include "distca/train/data.h"
+#include "distca/train/memory.h"
 #include "distca/train/trainer.h"
 
 namespace distca::cli {
@@ -31,6 +37,7 @@ using train::TrainConfig;
 struct Options {
   std::string config_file;
   std::string resume;
+  double mpi_timeout = 300;  // seconds; --backend mpi
   TrainConfig flags;  // values of the flags given (the others are ignored)
   // (option, copy the flag's value into the config) for every config flag.
   std::vector<std::pair<CLI::Option*, std::function<void(TrainConfig&)>>> setters;
@@ -66,12 +73,122 @@ nlohmann::json step_json(const train::StepMetrics& m) {
           {"comm_s", m.comm_s},       {"wait_s", m.wait_s}};
 }
 
+// The launcher's environment (mpirun, mpiexec), read without initialising MPI: an mpirun that
+// starts distca without --backend mpi would run that many independent jobs.
+struct Launcher {
+  bool present = false;
+  int64_t size = -1;  // processes it started (-1: not said)
+  int64_t rank = -1;  // this process's rank (-1: not said)
+};
+
+int64_t env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return -1;
+  char* end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  return *end == '\0' && x >= 0 ? x : -1;
+}
+
+Launcher detect_launcher() {
+  Launcher l;
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK"}) {
+    if (std::getenv(name) != nullptr) l.present = true;
+  }
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    if (l.size < 0) l.size = env_int(name);
+  }
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    if (l.rank < 0) l.rank = env_int(name);
+  }
+  return l;
+}
+
+bool is_input_error(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kCorrupt:
+    case StatusCode::kOutOfMemory:  // a refused memory estimate is bad input (too large flags)
+      return true;
+    default:
+      return false;
+  }
+}
+
+int report(const Status& st) { return is_input_error(st) ? fail_input(st.message()) : fail(st); }
+int exit_code(const Status& st) { return st.ok() ? kExitOk : is_input_error(st) ? kExitBadInput : kExitFailure; }
+
+// Everything checked and read before step 0, in an order that refuses cheaply first: the
+// config, outputs, inputs (without reading), the memory estimate, then the reads and the
+// checkpoint's contents, and last the checkpoint directory (created here).
+struct Prepared {
+  ModelSpec spec;
+  std::optional<train::DataSource> data;
+  train::Checkpoint ckpt;
+  bool resume = false;
+  train::TrainMemoryEstimate memory;
+};
+
+Status prepare(const TrainConfig& cfg, const std::string& resume, bool lead, Prepared& p) {
+  DISTCA_RETURN_IF_ERROR(cfg.validate());
+  DISTCA_ASSIGN_OR_RETURN(p.spec, cfg.model_spec());
+  if (lead && !cfg.metrics.empty()) {
+    if (Status st = check_output_path(cfg.metrics); !st.ok()) return Status::invalid_argument("--metrics: " + st.message());
+  }
+  train::MemoryInputs mi;
+  mi.mpi = cfg.backend == "mpi";
+  mi.ranks_in_process = mi.mpi ? 1 : cfg.ranks;
+  mi.lead = lead;
+  mi.resume = !resume.empty();
+  if (const std::string dir = cfg.text_dir(); !dir.empty()) {
+    DISTCA_ASSIGN_OR_RETURN(train::TextCorpus corpus, train::scan_text_corpus(dir));
+    mi.text_bytes = corpus.bytes;
+    mi.text_files = static_cast<int64_t>(corpus.paths.size());
+    mi.largest_text_file = corpus.largest;
+  }
+  if (!resume.empty()) {
+    if (Status st = check_input_file(resume); !st.ok()) return Status::not_found("--resume " + resume + ": " + st.message());
+  }
+  p.memory = train::estimate_train_memory(cfg, p.spec, mi);
+  // mpi: each process checks its share; the processes mpirun put on this machine share its
+  // memory, so the share is counted that many times.
+  const int64_t here = mi.mpi ? std::max<int64_t>(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE")) : 1;
+  const std::string what = train::memory_flags(cfg) + (here > 1 ? " x " + std::to_string(here) + " processes on this machine" : "");
+  DISTCA_RETURN_IF_ERROR(check_memory(p.memory.process_total() * static_cast<double>(here), what));
+
+  DISTCA_ASSIGN_OR_RETURN(train::DataSource data, train::DataSource::create(cfg, p.spec.vocab));
+  p.data.emplace(std::move(data));
+  if (!resume.empty()) {
+    DISTCA_ASSIGN_OR_RETURN(p.ckpt, train::read_checkpoint(resume, train::fingerprint(cfg, p.spec)));
+    DISTCA_RETURN_IF_ERROR(train::check_resume(p.ckpt, cfg, model::param_count(p.spec), "--resume " + resume));
+    p.resume = true;
+  }
+  if (lead && !cfg.checkpoint_dir.empty()) {
+    if (Status st = check_output_dir(cfg.checkpoint_dir, /*create=*/true); !st.ok()) {
+      return Status::invalid_argument("--checkpoint-dir: " + st.message());
+    }
+    // Temporary files of a run killed with SIGKILL (the signal handler removes the others).
+    remove_stale_temp_files(cfg.checkpoint_dir, "step-");
+  }
+  if (lead && !cfg.metrics.empty()) {
+    const std::filesystem::path m(cfg.metrics);
+    const std::string dir = m.parent_path().empty() ? "." : m.parent_path().string();
+    remove_stale_temp_files(dir, m.filename().string() + ".tmp.");
+  }
+  return {};
+}
+
 int run(const Options& o) {
-  // The mpi backend's group exists before anything else so only rank 0 speaks.
+  // main installs it too; idempotent. A signal then removes the temporary file of a
+  // checkpoint or metrics write in progress before the process dies.
+  install_temp_file_cleanup();
+  // Before the MPI group exists only the launcher's rank 0 (or a process without one) speaks.
+  const Launcher launcher = detect_launcher();
+  const auto early_fail = [&](const std::string& msg) { return launcher.rank <= 0 ? fail_input(msg) : kExitBadInput; };
   TrainConfig cfg;
   if (!o.config_file.empty()) {
     Status st = train::apply_toml_file(o.config_file, cfg);
-    if (!st.ok()) return fail(st);
+    if (!st.ok()) return launcher.rank <= 0 ? report(st) : exit_code(st);
   }
   bool ranks_given = false;
   for (const auto& [opt, set] : o.setters) {
@@ -80,11 +197,33 @@ int run(const Options& o) {
       if (opt->get_name() == "--ranks") ranks_given = true;
     }
   }
+  if (!(o.mpi_timeout > 0) || !(o.mpi_timeout <= 1e6)) {
+    char got[32];
+    std::snprintf(got, sizeof(got), "%g", o.mpi_timeout);
+    return early_fail("--mpi-timeout must be in (0, 1e6] seconds (got " + std::string(got) + ")");
+  }
   const bool backend_mpi = cfg.backend == "mpi";
+  if (cfg.backend == "local" && launcher.present && (launcher.size > 1 || launcher.rank > 0)) {
+    const std::string n = launcher.size > 0 ? std::to_string(launcher.size) : "several";
+    return early_fail("--backend local under mpirun would run " + n +
+                      " independent jobs (one per process); add --backend mpi, or run without mpirun");
+  }
+  if (backend_mpi && !launcher.present && cfg.ranks != 1) {
+    return fail_input("--backend mpi: config says " + std::to_string(cfg.ranks) +
+                      " ranks but the MPI world has 1 (not started by mpirun); run under mpirun -np " +
+                      std::to_string(cfg.ranks));
+  }
+  if (backend_mpi && ranks_given && launcher.size > 0 && cfg.ranks != launcher.size) {
+    return early_fail("--ranks " + std::to_string(cfg.ranks) + " does not match mpirun -np " +
+                      std::to_string(launcher.size));
+  }
+  // The mpi backend's group exists before anything else so only rank 0 speaks.
   std::unique_ptr<comm::MpiCommunicator> mpi;
   int rank = 0;
   if (backend_mpi) {
-    auto c = comm::make_mpi_communicator(nullptr, nullptr);
+    comm::MpiOptions mo;
+    mo.timeout_s = o.mpi_timeout;
+    auto c = comm::make_mpi_communicator(nullptr, nullptr, mo);
     if (!c.ok()) return fail(c.status());
     mpi = std::move(*c);
     rank = mpi->rank();
@@ -96,39 +235,28 @@ int run(const Options& o) {
     }
   }
   const bool lead = rank == 0;
-  auto quiet_fail = [&](const Status& st) { return lead ? fail(st) : (st.code() == StatusCode::kInternal || st.code() == StatusCode::kIoError ? kExitFailure : kExitBadInput); };
-  if (Status st = cfg.validate(); !st.ok()) return quiet_fail(st);
-  auto spec = cfg.model_spec();
-  if (!spec.ok()) return quiet_fail(spec.status());
-  {
-    // Refuse a model that cannot fit before allocating it (parameters, gradients, AdamW m and
-    // v, and the activation workspace; ranks as threads share this machine's memory).
-    const model::ModelMemory mem = model::model_memory(*spec);
-    const double per_rank = 4.0 * static_cast<double>(mem.param_bytes) +
-                            static_cast<double>(mem.activation_bytes_per_token()) * static_cast<double>(cfg.tokens_per_rank);
-    const double need = backend_mpi ? per_rank : per_rank * static_cast<double>(cfg.ranks);
-    const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-    if (have > 0 && need > have) {
-      char msg[256];
-      std::snprintf(msg, sizeof(msg), "--model %s needs %.1f GiB (%s) but this machine has %.1f GiB",
-                    cfg.model.c_str(), need / (1 << 30), backend_mpi ? "per rank" : "all ranks", have / (1 << 30));
-      return quiet_fail(Status::invalid_argument(msg));
+  Prepared prep;
+  Status ready = prepare(cfg, o.resume, lead, prep);
+  if (backend_mpi) {
+    // Every process checks its own share (memory, files it can see); the lowest rank that
+    // refused speaks, and every rank stops before step 0.
+    auto codes = mpi->all_gather_value(exit_code(ready));
+    if (!codes.ok()) mpi->fail(codes.status());
+    int first = -1, code = kExitOk;
+    for (size_t r = 0; r < codes->size(); ++r) {
+      if ((*codes)[r] != kExitOk && first < 0) {
+        first = static_cast<int>(r);
+        code = (*codes)[r];
+      }
     }
+    if (first >= 0) return first == rank ? report(ready) : code;
+  } else if (!ready.ok()) {
+    return report(ready);
   }
-  if (!cfg.metrics.empty()) {
-    const auto dir = std::filesystem::path(cfg.metrics).parent_path();
-    if (!dir.empty() && !std::filesystem::is_directory(dir)) {
-      return quiet_fail(Status::invalid_argument("--metrics: directory '" + dir.string() + "' does not exist"));
-    }
-  }
-  train::Checkpoint ckpt;
+  const ModelSpec* spec = &prep.spec;
   train::TrainHooks hooks;
-  if (!o.resume.empty()) {
-    auto c = train::read_checkpoint(o.resume, train::fingerprint(cfg, *spec));
-    if (!c.ok()) return quiet_fail(c.status());
-    ckpt = std::move(*c);
-    hooks.resume = &ckpt;
-  }
+  hooks.data = &*prep.data;
+  if (prep.resume) hooks.resume = &prep.ckpt;
 
   const bool progress = lead && stderr_is_terminal();
   std::string jsonl;
@@ -160,7 +288,7 @@ int run(const Options& o) {
   Status st;
   std::vector<int64_t> rss;
   if (backend_mpi) {
-    train::use_single_blas_thread();
+    const kernels::ScopedBlasThreads one_blas_thread(1);  // as the local backend does
     st = train::run_training(cfg, *mpi, hooks, &result);
     if (!st.ok()) mpi->fail(st);
     auto all = mpi->all_gather_value(max_rss_bytes());
@@ -172,7 +300,7 @@ int run(const Options& o) {
   }
   if (progress) std::fprintf(stderr, "\n");
   if (!lead) return st.ok() ? kExitOk : kExitFailure;
-  if (!st.ok()) return fail(st);
+  if (!st.ok()) return report(st);
   if (!metrics_status.ok()) return fail(metrics_status);
 
   const bool copy = cfg.data == "copy";
@@ -190,6 +318,9 @@ int run(const Options& o) {
   std::printf("peak memory per rank (model, optimizer, activations and dispatcher buffers):");
   for (size_t r = 0; r < result.buffer_bytes.size(); ++r) std::printf(" %s", mib(result.buffer_bytes[r]).c_str());
   std::printf("\n");
+  std::printf("memory estimate per process: %s (%lld rank%s in it; docs/training.md, \"Memory\")\n",
+              format_bytes(prep.memory.process_total()).c_str(), static_cast<long long>(prep.memory.ranks_in_process),
+              prep.memory.ranks_in_process == 1 ? "" : "s");
   if (backend_mpi) {
     std::printf("max RSS per rank process:");
     for (int64_t b : rss) std::printf(" %s", mib(b).c_str());
@@ -220,6 +351,8 @@ Runner setup(CLI::App& sub) {
   sub.add_option("--config", o->config_file, "TOML file of settings (keys as the flags, '_' for '-'); flags override it")
       ->check(CLI::ExistingFile);
   sub.add_option("--resume", o->resume, "Continue from a checkpoint written by a run of the same config");
+  sub.add_option("--mpi-timeout", o->mpi_timeout,
+                 "--backend mpi: seconds without progress after which a silent rank ends the job (default 300)");
   auto add = [&](const std::string& name, auto& field, const std::string& help,
                  std::function<void(TrainConfig&)> set) {
     CLI::Option* opt = sub.add_option(name, field, help);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -84,65 +85,102 @@ class MpiEnvironment {
   bool owns_;
 };
 
+using Clock = std::chrono::steady_clock;
+
 // One exchange's MPI requests and their outcome. Until `done`, the requests are touched only
 // by the thread that drives progress (the progress thread in kThread mode, the owner in
 // kPoll mode).
 struct ExchangeState {
   int rank = 0;
-  std::vector<MPI_Request> requests;   // receives first, then sends
-  std::vector<int> recv_peer;          // (number of receives) peer of receive i
-  std::vector<int> recv_expected;      // (number of receives) bytes expected from it
+  std::vector<MPI_Request> requests;   // receives first, then sends; MPI_REQUEST_NULL once complete
+  std::vector<int> peer;               // (requests) the peer of request i
+  std::size_t n_recv = 0;              // requests [0, n_recv) are receives
+  std::vector<int> recv_expected;      // (n_recv) bytes expected from the peer
+  std::size_t remaining = 0;           // requests not complete yet
   bool done = false;                   // guarded by the engine's mutex in kThread mode
   Status status;                       // valid once done
   TraceRecorder* trace = nullptr;      // optional: records [start, completion observed]
   double start_us = 0;
+  double timeout_s = 0;                // > 0: no completion for this long ends the job
+  Clock::time_point last_progress;     // the start, or the latest completed request
 };
 
-// MPI_Testall on st's requests (repeated until done when `block`); on completion checks every
-// receive got exactly the bytes it expected. Returns nullopt while incomplete.
-std::optional<Status> drive(ExchangeState& st, bool block) {
-  std::vector<MPI_Status> statuses(st.requests.size());
-  int flag = 0;
-  int rc;
+// The exchange has waited timeout_s with nothing completing: name the ranks it still waits
+// for (their data has not arrived; or, when every receive is in, the ranks that have not
+// taken this rank's data) and end the job. The requests stay pending, so no Status could
+// leave the group usable; MPI_Abort is the only safe exit.
+[[noreturn]] void abort_stalled(const ExchangeState& st) {
+  std::string recv, send;
+  for (std::size_t i = 0; i < st.requests.size(); ++i) {
+    if (st.requests[i] == MPI_REQUEST_NULL) continue;
+    std::string& list = i < st.n_recv ? recv : send;
+    if (!list.empty()) list += ", ";
+    list += std::to_string(st.peer[i]);
+  }
+  char secs[32];
+  std::snprintf(secs, sizeof(secs), "%g", st.timeout_s);
+  const std::string who = !recv.empty() ? "no data from rank(s) " + recv : "rank(s) " + send + " took no data";
+  abort_job(st.rank, "no progress for " + std::string(secs) + " s (--mpi-timeout): " + who +
+                         " (stopped, hung or far behind)");
+}
+
+enum class Drive {
+  kTest,      // one round, no timeout (the owner polls between compute chunks)
+  kProgress,  // one round, timeout enforced (the progress thread)
+  kBlock,     // rounds until complete, timeout enforced from the start of the wait
+};
+
+// MPI_Testsome rounds over st's pending requests; checks every receive got exactly the bytes it
+// expected. Returns nullopt while incomplete.
+std::optional<Status> drive(ExchangeState& st, Drive how) {
+  if (how == Drive::kBlock) st.last_progress = Clock::now();
   const int count = static_cast<int>(st.requests.size());
-  // Blocking is a MPI_Testall loop, not MPI_Waitall: OpenMPI 4.1.4's MPI_Waitall was seen to
-  // spin forever on a receive that completed with MPI_ERR_TRUNCATE (a count mismatch), and
-  // its Waitall busy-polls the same progress engine anyway.
-  do {
-    rc = MPI_Testall(count, st.requests.data(), &flag, statuses.data());
-  } while (block && rc == MPI_SUCCESS && !flag);
-  if (rc == MPI_ERR_IN_STATUS) {
-    for (std::size_t i = 0; i < statuses.size(); ++i) {
-      const int err = statuses[i].MPI_ERROR;
-      if (err != MPI_SUCCESS && err != MPI_ERR_PENDING) {
-        std::string where = i < st.recv_peer.size()
-                                ? "receive from rank " + std::to_string(st.recv_peer[i])
-                                : "send";
-        return mpi_check(err, "MPI_Testall", st.rank)
-            .with_context("all_to_all_v " + where);
+  std::vector<int> indices(st.requests.size());
+  std::vector<MPI_Status> statuses(st.requests.size());
+  // Blocking is a test loop, not MPI_Waitall: OpenMPI 4.1.4's MPI_Waitall was seen to spin
+  // forever on a receive that completed with MPI_ERR_TRUNCATE (a count mismatch), and a test
+  // loop can give up after the timeout.
+  while (st.remaining > 0) {
+    int outcount = 0;
+    const int rc = MPI_Testsome(count, st.requests.data(), &outcount, indices.data(), statuses.data());
+    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) return mpi_check(rc, "MPI_Testsome", st.rank);
+    if (outcount == MPI_UNDEFINED) outcount = 0;
+    for (int j = 0; j < outcount; ++j) {
+      const auto i = static_cast<std::size_t>(indices[static_cast<std::size_t>(j)]);
+      const MPI_Status& status = statuses[static_cast<std::size_t>(j)];
+      const std::string where = i < st.n_recv ? "receive from rank " + std::to_string(st.peer[i])
+                                              : "send to rank " + std::to_string(st.peer[i]);
+      if (rc == MPI_ERR_IN_STATUS && status.MPI_ERROR != MPI_SUCCESS) {
+        return mpi_check(status.MPI_ERROR, "MPI_Testsome", st.rank).with_context("all_to_all_v " + where);
+      }
+      --st.remaining;
+      if (i >= st.n_recv) continue;
+      int got = 0;
+      DISTCA_RETURN_IF_ERROR(mpi_check(MPI_Get_count(&status, MPI_BYTE, &got), "MPI_Get_count", st.rank));
+      if (got != st.recv_expected[i]) {
+        return Status::internal("all_to_all_v: rank " + std::to_string(st.peer[i]) + " sent " +
+                                std::to_string(got) + " bytes to rank " + std::to_string(st.rank) +
+                                ", which expects " + std::to_string(st.recv_expected[i]));
       }
     }
+    if (st.remaining == 0) break;
+    if (how != Drive::kTest && st.timeout_s > 0) {
+      const auto now = Clock::now();
+      if (outcount > 0) {
+        st.last_progress = now;
+      } else if (std::chrono::duration<double>(now - st.last_progress).count() > st.timeout_s) {
+        abort_stalled(st);
+      }
+    }
+    if (how != Drive::kBlock) return std::nullopt;
   }
-  DISTCA_RETURN_IF_ERROR(mpi_check(rc, "MPI_Testall", st.rank));
-  if (!flag) return std::nullopt;
   if (st.trace) {
     st.trace->record({"all_to_all_v", "comm", 0, st.rank, st.start_us, st.trace->now_us()});
-  }
-  for (std::size_t i = 0; i < st.recv_peer.size(); ++i) {
-    int got = 0;
-    DISTCA_RETURN_IF_ERROR(mpi_check(MPI_Get_count(&statuses[i], MPI_BYTE, &got),
-                                     "MPI_Get_count", st.rank));
-    if (got != st.recv_expected[i]) {
-      return Status::internal("all_to_all_v: rank " + std::to_string(st.recv_peer[i]) +
-                              " sent " + std::to_string(got) + " bytes to rank " +
-                              std::to_string(st.rank) + ", which expects " +
-                              std::to_string(st.recv_expected[i]));
-    }
   }
   return Status::ok_status();
 }
 
-// The progress thread of one communicator (kThread mode): MPI_Testall over every exchange
+// The progress thread of one communicator (kThread mode): MPI_Testsome over every exchange
 // in flight; parked on the condition variable when there is none. The pause between rounds
 // starts at poll_interval and doubles, up to max_poll_interval, while rounds complete
 // nothing and nobody waits: every round wakes a thread that takes a core from the rank's
@@ -205,7 +243,7 @@ class ProgressEngine {
       std::vector<std::pair<ExchangeState*, Status>> finished;
       rounds_.fetch_add(1, std::memory_order_relaxed);
       for (auto& st : batch) {
-        if (auto result = drive(*st, /*block=*/false)) finished.emplace_back(st.get(), *result);
+        if (auto result = drive(*st, Drive::kProgress)) finished.emplace_back(st.get(), *result);
       }
       lock.lock();
       if (!finished.empty()) {
@@ -254,7 +292,7 @@ class MpiExchange : public Exchange {
       if (engine_) {
         result_ = engine_->wait(*st_);
       } else {
-        result_ = drive(*st_, /*block=*/true);
+        result_ = drive(*st_, Drive::kBlock);
       }
     }
     return *result_;
@@ -265,7 +303,7 @@ class MpiExchange : public Exchange {
       if (engine_) {
         if (engine_->is_done(*st_)) result_ = engine_->wait(*st_);
       } else {
-        result_ = drive(*st_, /*block=*/false);
+        result_ = drive(*st_, Drive::kTest);
       }
     }
     return result_.has_value();
@@ -284,7 +322,8 @@ constexpr uint64_t kTagRange = 32767;
 class MpiCommunicatorImpl : public MpiCommunicator {
  public:
   MpiCommunicatorImpl(std::shared_ptr<MpiEnvironment> env, MPI_Comm comm, int rank, int size,
-                      MpiInfo info, int poll_interval_us, int max_poll_interval_us, TraceRecorder* trace)
+                      MpiInfo info, int poll_interval_us, int max_poll_interval_us, TraceRecorder* trace,
+                      double timeout_s)
       : env_(std::move(env)),
         comm_(comm),
         rank_(rank),
@@ -292,7 +331,8 @@ class MpiCommunicatorImpl : public MpiCommunicator {
         info_(std::move(info)),
         poll_interval_us_(poll_interval_us),
         max_poll_interval_us_(max_poll_interval_us),
-        trace_(trace) {}
+        trace_(trace),
+        timeout_s_(timeout_s) {}
 
   ~MpiCommunicatorImpl() override {
     engine_.reset();  // joins the progress thread (exchanges are done by contract)
@@ -308,11 +348,17 @@ class MpiCommunicatorImpl : public MpiCommunicator {
     return engine_ ? engine_->rounds() : 0;
   }
 
-  Status barrier() override { return mpi_check(MPI_Barrier(comm_), "MPI_Barrier", rank_); }
+  // A zero-byte message to and from every peer rather than MPI_Barrier: the test loop bounds the
+  // wait (timeout) and knows which peers have not arrived.
+  Status barrier() override {
+    const auto n = static_cast<std::size_t>(size_);
+    std::vector<std::size_t> zeros(n, 0);
+    return all_to_all_v({nullptr, zeros, zeros, nullptr, zeros, zeros}).with_context("barrier");
+  }
 
   Status all_to_all_v(const AllToAllV& a) override {
     DISTCA_ASSIGN_OR_RETURN(auto st, post(a));
-    return drive(*st, /*block=*/true).value();
+    return drive(*st, Drive::kBlock).value();
   }
 
   Result<std::unique_ptr<Exchange>> start_all_to_all_v(const AllToAllV& a) override {
@@ -332,12 +378,11 @@ class MpiCommunicatorImpl : public MpiCommunicator {
       return Status::invalid_argument("broadcast: root " + std::to_string(root) +
                                       " is not a rank of a group of " + std::to_string(size_));
     }
-    // MPI counts are ints: large buffers go in chunks (every rank cuts the same way).
+    // MPI counts are ints: large buffers go in chunks (every rank cuts the same way). Each
+    // chunk is an all_to_all_v, so the wait is bounded like every other.
     constexpr std::size_t kChunk = std::size_t{1} << 30;
     for (std::size_t off = 0; off < data.size(); off += kChunk) {
-      const int len = static_cast<int>(std::min(kChunk, data.size() - off));
-      DISTCA_RETURN_IF_ERROR(
-          mpi_check(MPI_Bcast(data.data() + off, len, MPI_BYTE, root, comm_), "MPI_Bcast", rank_));
+      DISTCA_RETURN_IF_ERROR(Communicator::broadcast(data.subspan(off, std::min(kChunk, data.size() - off)), root));
     }
     return Status::ok_status();
   }
@@ -366,6 +411,8 @@ class MpiCommunicatorImpl : public MpiCommunicator {
     const int tag = static_cast<int>(next_seq_++ % kTagRange);
     auto st = std::make_shared<ExchangeState>();
     st->rank = rank_;
+    st->timeout_s = timeout_s_;
+    st->last_progress = Clock::now();
     st->requests.reserve(2 * static_cast<std::size_t>(size_));
     // Zero-byte messages are sent too, so a count mismatch shows up as a wrong count or a
     // truncation instead of a hang.
@@ -378,7 +425,7 @@ class MpiCommunicatorImpl : public MpiCommunicator {
                     p, tag, comm_, &req),
           "MPI_Irecv", rank_));
       st->requests.push_back(req);
-      st->recv_peer.push_back(p);
+      st->peer.push_back(p);
       st->recv_expected.push_back(static_cast<int>(a.recv_counts[up]));
     }
     for (int p = 0; p < size_; ++p) {
@@ -390,7 +437,10 @@ class MpiCommunicatorImpl : public MpiCommunicator {
                     p, tag, comm_, &req),
           "MPI_Isend", rank_));
       st->requests.push_back(req);
+      st->peer.push_back(p);
     }
+    st->n_recv = st->recv_expected.size();
+    st->remaining = st->requests.size();
     if (a.send_counts[me] > 0) {
       std::memcpy(a.recv + a.recv_displs[me], a.send + a.send_displs[me], a.send_counts[me]);
     }
@@ -405,6 +455,7 @@ class MpiCommunicatorImpl : public MpiCommunicator {
   const int poll_interval_us_;
   const int max_poll_interval_us_;
   TraceRecorder* const trace_;
+  const double timeout_s_;
   uint64_t next_seq_ = 0;
   std::shared_ptr<ProgressEngine> engine_;  // kThread mode, started at the first exchange
 };
@@ -421,6 +472,10 @@ Result<std::unique_ptr<MpiCommunicator>> make_mpi_communicator(int* argc, char**
     return Status::invalid_argument("mpi: max_poll_interval_us must be >= poll_interval_us (got " +
                                     std::to_string(options.max_poll_interval_us) + " < " +
                                     std::to_string(options.poll_interval_us) + ")");
+  }
+  if (!(options.timeout_s >= 0) || !std::isfinite(options.timeout_s)) {
+    return Status::invalid_argument("mpi: timeout_s must be finite and >= 0 (got " +
+                                    std::to_string(options.timeout_s) + ")");
   }
   DISTCA_ASSIGN_OR_RETURN(auto env, MpiEnvironment::get(argc, argv));
   MpiInfo info;
@@ -466,7 +521,7 @@ Result<std::unique_ptr<MpiCommunicator>> make_mpi_communicator(int* argc, char**
   }
   return std::unique_ptr<MpiCommunicator>(std::make_unique<MpiCommunicatorImpl>(
       std::move(env), comm, rank, size, std::move(info), options.poll_interval_us,
-      options.max_poll_interval_us, options.trace));
+      options.max_poll_interval_us, options.trace, options.timeout_s));
 }
 
 void abort_job(int rank, const std::string& cause) {

@@ -1,13 +1,12 @@
 #include "distca/model/layers.h"
 
-#include <cblas.h>
-
-#include <climits>
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <vector>
 
 #include "distca/core/check.h"
+#include "distca/kernels/blas.h"
 
 namespace distca::model {
 namespace {
@@ -15,39 +14,17 @@ namespace {
 // Below this many elements a loop stays on one thread: spawning a team costs more than it saves.
 constexpr int64_t kParallelMin = 1 << 15;
 
-bool fits_blas_int(int64_t x) { return x >= 0 && x <= INT_MAX; }
-
 }  // namespace
 
 template <class T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
           const T* b, T beta, T* c) {
-  // OpenBLAS's cblas returns void and reports a bad argument by printing and continuing, so
-  // every shape is checked here before the call.
-  DISTCA_CHECK_MSG(fits_blas_int(m) && fits_blas_int(n) && fits_blas_int(k),
-                   "gemm dimensions must be in [0, INT_MAX]");
-  DISTCA_CHECK_MSG(fits_blas_int(m * k) && fits_blas_int(k * n) && fits_blas_int(m * n),
-                   "gemm operands must have at most INT_MAX elements");
-  if (m == 0 || n == 0) return;
-  DISTCA_CHECK(c != nullptr);
-  if (k == 0) {
-    // C = beta * C; BLAS would do the same, but be explicit (a and b may be null).
-    for (int64_t i = 0; i < m * n; ++i) c[i] = beta == T(0) ? T(0) : beta * c[i];
-    return;
-  }
-  DISTCA_CHECK(a != nullptr && b != nullptr);
-  const int lda = static_cast<int>(trans_a ? m : k);
-  const int ldb = static_cast<int>(trans_b ? k : n);
-  const int ldc = static_cast<int>(n);
-  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-  const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), alpha, a, lda, b, ldb, beta, c, ldc);
-  } else {
-    cblas_dgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), alpha, a, lda, b, ldb, beta, c, ldc);
-  }
+  // Dense operands: the leading dimensions are the stored row widths (at least 1, as BLAS
+  // wants even for empty operands).
+  const int64_t lda = std::max<int64_t>(1, trans_a ? m : k);
+  const int64_t ldb = std::max<int64_t>(1, trans_b ? k : n);
+  const int64_t ldc = std::max<int64_t>(1, n);
+  kernels::gemm<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 template <class T>

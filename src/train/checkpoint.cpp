@@ -1,5 +1,6 @@
 #include "distca/train/checkpoint.h"
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -86,7 +87,11 @@ uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h) {
 
 std::string serialize_checkpoint(const Checkpoint& c) {
   DISTCA_CHECK(c.adam_m.size() == c.params.size() && c.adam_v.size() == c.params.size());
-  std::string out(kMagic, sizeof(kMagic));
+  // Sized once: the parameters and moments are most of the bytes, and growing the string by
+  // doubling would hold up to twice them at the peak.
+  std::string out;
+  out.reserve(sizeof(kMagic) + 4 + 8 + c.fingerprint.size() + 4 * 8 + 3 * c.params.size() * sizeof(float) + 8);
+  out.append(kMagic, sizeof(kMagic));
   put(out, kVersion);
   put(out, static_cast<uint64_t>(c.fingerprint.size()));
   out += c.fingerprint;
@@ -153,6 +158,34 @@ Result<Checkpoint> read_checkpoint(const std::string& path, const std::string& e
     return Status::invalid_argument(name + ": was written for " + was + "; this run has " + is);
   }
   return c;
+}
+
+Status check_resume(const Checkpoint& c, const TrainConfig& config, int64_t n_params, const std::string& name) {
+  auto bad = [&](const std::string& what) { return Status::invalid_argument(name + ": " + what); };
+  if (c.step < 0) return bad("step " + std::to_string(c.step) + " is negative");
+  if (c.step >= config.steps) {
+    return bad("step " + std::to_string(c.step) + " is not before the run's end (--steps " +
+               std::to_string(config.steps) + "): nothing left to resume");
+  }
+  if (c.adam_step != c.step) {
+    return bad("optimizer step count " + std::to_string(c.adam_step) + " does not match step " +
+               std::to_string(c.step) + " (one optimizer step per step)");
+  }
+  if (static_cast<int64_t>(c.params.size()) != n_params || c.adam_m.size() != c.params.size() ||
+      c.adam_v.size() != c.params.size()) {
+    return bad("holds " + std::to_string(c.params.size()) + " parameters; this model has " + std::to_string(n_params));
+  }
+  const std::pair<const char*, const std::vector<float>*> arrays[] = {
+      {"parameter", &c.params}, {"AdamW first moment", &c.adam_m}, {"AdamW second moment", &c.adam_v}};
+  for (const auto& [what, v] : arrays) {
+    for (size_t i = 0; i < v->size(); ++i) {
+      if (!std::isfinite((*v)[i])) return bad(std::string(what) + " " + std::to_string(i) + " is not finite");
+    }
+  }
+  for (size_t i = 0; i < c.adam_v.size(); ++i) {
+    if (c.adam_v[i] < 0) return bad("AdamW second moment " + std::to_string(i) + " is negative");
+  }
+  return {};
 }
 
 }  // namespace distca::train

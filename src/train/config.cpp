@@ -33,7 +33,13 @@ Status TrainConfig::validate() const {
   if (sched->kind == SchedulerKind::kPerCp && ranks % sched->cp_degree != 0) {
     return bad("--scheduler", "percp:C needs C to divide --ranks");
   }
-  if (!finite(tolerance) || tolerance < 0) return bad("--tolerance", "must be finite and >= 0");
+  // The cad planners' range (ScheduleOptions::validate); checked here so a run is refused
+  // before it starts rather than by rank 0's first plan.
+  if (!finite(tolerance) || tolerance < 0 || tolerance > 1) {
+    std::ostringstream got;
+    got << tolerance;
+    return bad("--tolerance", "must be in [0, 1] (got " + got.str() + ")");
+  }
   if (steps < 1 || steps > 100000000) return bad("--steps", "must be positive (got " + std::to_string(steps) + ")");
   if (!finite(lr) || lr <= 0) return bad("--lr", "must be positive and finite");
   if (!finite(min_lr) || min_lr < 0 || min_lr > lr) return bad("--min-lr", "must be in [0, --lr]");

@@ -30,29 +30,47 @@ Result<DataSource> DataSource::create(const TrainConfig& config, int64_t vocab) 
     s.dist_ = std::make_shared<LengthDistribution>(std::move(d));
     return s;
   }
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return Status::invalid_argument("--data text:" + dir + ": not a directory");
-  std::vector<std::string> paths;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    if (it->is_regular_file(ec)) paths.push_back(it->path().string());
-  }
-  if (ec) return Status::invalid_argument("--data text:" + dir + ": " + ec.message());
-  std::sort(paths.begin(), paths.end());
-  for (const std::string& p : paths) {
+  DISTCA_ASSIGN_OR_RETURN(TextCorpus corpus, scan_text_corpus(dir));
+  for (const std::string& p : corpus.paths) {
     DISTCA_ASSIGN_OR_RETURN(std::string bytes, read_file(p));
+    if (bytes.empty()) continue;  // may have been emptied since the scan
+    // Truncated to max_doc_len before converting: a large file costs its bytes once, briefly.
+    size_t keep = bytes.size() + 1;
+    if (config.max_doc_len > 0) keep = std::min(keep, static_cast<size_t>(config.max_doc_len));
     std::vector<int32_t> doc;
-    doc.reserve(bytes.size() + 1);
-    for (char ch : bytes) doc.push_back(static_cast<int32_t>(static_cast<unsigned char>(ch)));
-    doc.push_back(kEndOfDocument);
-    if (config.max_doc_len > 0 && static_cast<int64_t>(doc.size()) > config.max_doc_len) {
-      doc.resize(static_cast<size_t>(config.max_doc_len));
+    doc.reserve(keep);
+    for (size_t i = 0; i < bytes.size() && doc.size() < keep; ++i) {
+      doc.push_back(static_cast<int32_t>(static_cast<unsigned char>(bytes[i])));
     }
+    if (doc.size() < keep) doc.push_back(kEndOfDocument);
     s.text_.push_back(std::move(doc));
   }
-  if (s.text_.empty()) return Status::invalid_argument("--data text:" + dir + ": no files");
+  if (s.text_.empty()) return Status::invalid_argument("--data text:" + dir + ": every file is empty");
   return s;
+}
+
+Result<TextCorpus> scan_text_corpus(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string name = "--data text:" + dir;
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  if (ec || !fs::exists(st)) return Status::invalid_argument(name + ": no such directory");
+  if (!fs::is_directory(st)) return Status::invalid_argument(name + ": not a directory");
+  TextCorpus c;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    const auto size = static_cast<int64_t>(it->file_size(ec));
+    if (ec) break;
+    if (size == 0) continue;  // an empty document has nothing to predict
+    c.paths.push_back(it->path().string());
+    c.bytes += size;
+    c.largest = std::max(c.largest, size);
+  }
+  if (ec) return Status::invalid_argument(name + ": " + ec.message());
+  if (c.paths.empty()) return Status::invalid_argument(name + ": no non-empty regular file in the directory");
+  std::sort(c.paths.begin(), c.paths.end());
+  return c;
 }
 
 namespace {

@@ -4,18 +4,18 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <iterator>
 #include <memory>
+#include <optional>
 
 #include "distca/comm/local.h"
+#include "distca/kernels/blas.h"
 #include "distca/model/llama.h"
 #include "distca/model/optimizer.h"
 #include "distca/plan/plan.h"
 #include "distca/runtime/dispatcher.h"
 #include "distca/train/data.h"
-
-// OpenBLAS's own control (declared here rather than through cblas.h, which the model layer
-// keeps private).
-extern "C" void openblas_set_num_threads(int num_threads);
+#include "distca/train/memory.h"
 
 namespace distca::train {
 namespace {
@@ -84,9 +84,221 @@ int64_t dispatcher_bytes(const Plan& plan, int64_t rank, int64_t n_layers) {
   return n_layers * kept + send;
 }
 
+// The memory estimate (memory.h) bounds every rank's dispatcher rows; a plan past the bound
+// would make the estimate a lie, so the step fails instead of allocating it.
+Status check_plan_rows(const Plan& plan, int64_t rank, const DispatchRowLimits& limits, int64_t step) {
+  const RankPlan& rp = plan.ranks[static_cast<size_t>(rank)];
+  const ServerPlan& sp = plan.servers[static_cast<size_t>(rank)];
+  const int64_t q = std::max(rp.exchange(ExchangeKind::kQ).recv_rows(),
+                             sp.cu_seqlens_q.empty() ? int64_t{0} : int64_t{sp.cu_seqlens_q.back()});
+  const int64_t kv = std::max(rp.exchange(ExchangeKind::kKv).recv_rows(),
+                              sp.cu_seqlens_k.empty() ? int64_t{0} : int64_t{sp.cu_seqlens_k.back()});
+  if (q > limits.q || kv > limits.kv) {
+    return Status::internal("step " + std::to_string(step) + ": the plan gives rank " + std::to_string(rank) + " " +
+                                 std::to_string(q) + " query and " + std::to_string(kv) +
+                                 " context rows, more than the memory estimate allows (" + std::to_string(limits.q) +
+                                 " and " + std::to_string(limits.kv) + ")");
+  }
+  return {};
+}
+
 Status fail_group(comm::Communicator& comm, const Status& st) {
   comm.fail(st);
   return st;
+}
+
+// Everything a rank builds before its first step.
+struct RankSetup {
+  ModelSpec spec;
+  std::optional<DataSource> own_data;  // when the hooks bring none
+  const DataSource* data = nullptr;
+  std::optional<model::Llama<float>> model;
+  std::optional<model::AdamW> opt;
+  model::LrSchedule sched;
+  SchedulerSpec sspec;
+  ScheduleOptions sopt;
+  runtime::AttentionDims dims;
+  int64_t start = 0;  // first step to run
+};
+
+Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, const TrainHooks& hooks) {
+  auto s = std::make_unique<RankSetup>();
+  DISTCA_ASSIGN_OR_RETURN(s->spec, config.model_spec());
+  if (hooks.data != nullptr) {
+    s->data = hooks.data;
+  } else {
+    DISTCA_ASSIGN_OR_RETURN(DataSource d, DataSource::create(config, s->spec.vocab));
+    s->own_data.emplace(std::move(d));
+    s->data = &*s->own_data;
+  }
+  DISTCA_ASSIGN_OR_RETURN(auto model, model::Llama<float>::create(s->spec, config.tokens_per_rank, config.seed));
+  s->model.emplace(std::move(model));
+  model::AdamWConfig acfg;
+  acfg.weight_decay = config.weight_decay;
+  DISTCA_ASSIGN_OR_RETURN(auto opt, model::AdamW::create(model::param_count(s->spec),
+                                                          model::decay_groups(s->model->layout()), acfg));
+  s->opt.emplace(std::move(opt));
+  s->sched.max_lr = config.lr;
+  s->sched.min_lr = config.min_lr;
+  s->sched.warmup_steps = std::min(config.warmup, config.steps);  // short runs: warm up all the way
+  s->sched.total_steps = config.steps;
+  DISTCA_RETURN_IF_ERROR(s->sched.validate());
+  DISTCA_ASSIGN_OR_RETURN(s->sspec, parse_scheduler(config.mode == "cad" ? config.scheduler : "colocated"));
+  s->sopt.model = s->spec;
+  s->sopt.dtype_bytes = 4;
+  s->sopt.tolerance = config.tolerance;
+  s->dims.n_heads = static_cast<int32_t>(s->spec.n_heads);
+  s->dims.n_kv_heads = static_cast<int32_t>(s->spec.n_kv_heads);
+  s->dims.head_dim = static_cast<int32_t>(s->spec.head_dim);
+  s->sopt.align_rows = runtime::query_tile_rows(s->dims);  // cad cuts on tile boundaries: no padding
+  return s;
+}
+
+// Loads a checkpoint (already checked against the run by check_resume) into the replica.
+Status restore(const TrainConfig& config, const Checkpoint& c, RankSetup& s) {
+  DISTCA_RETURN_IF_ERROR(check_resume(c, config, static_cast<int64_t>(s.model->params().size()), "--resume"));
+  std::copy(c.params.begin(), c.params.end(), s.model->params().begin());
+  std::copy(c.adam_m.begin(), c.adam_m.end(), s.opt->m().begin());
+  std::copy(c.adam_v.begin(), c.adam_v.end(), s.opt->v().begin());
+  s.opt->set_step_count(c.adam_step);
+  s.start = c.step;
+  return {};
+}
+
+// One optimizer step on this rank: plan, forward/backward through the dispatcher, gradient
+// and loss all-reduces, clip, AdamW. Fills the metrics but the step's total time.
+Status run_step(const TrainConfig& config, comm::Communicator& comm, RankSetup& s, int64_t step,
+                StepMetrics& m, int64_t& peak_dispatch) {
+  const int rank = comm.rank();
+  auto& model = *s.model;
+  PhaseTimes pt;
+  double wait_s = 0, comm_s = 0;
+  const Batch batch = s.data->batch(step);
+  const RankInputs in = s.data->rank_inputs(step, batch, rank);
+  auto planned = make_plan(batch, s.sspec, s.sopt);
+  if (!planned.ok()) return planned.status().with_context("step " + std::to_string(step));
+  const Plan& plan = *planned;
+  DISTCA_RETURN_IF_ERROR(check_plan_rows(plan, rank, dispatch_row_limits(config), step));
+  peak_dispatch = std::max(peak_dispatch, dispatcher_bytes(plan, rank, s.spec.n_layers));
+  DISTCA_ASSIGN_OR_RETURN(auto disp, runtime::CaDispatcher::create(comm, plan, s.dims));
+  DispatchExecutor exec(*disp, pt);
+
+  int64_t local_count = 0;
+  for (int32_t t : in.targets) local_count += t >= 0 ? 1 : 0;
+  auto t0 = Clock::now();
+  double count = static_cast<double>(local_count);
+  DISTCA_RETURN_IF_ERROR(comm.all_reduce_sum(std::span<double>(&count, 1)));
+  comm_s += since(t0);
+
+  model.zero_grads();
+  t0 = Clock::now();
+  auto loss = model.forward_backward(in.view(), exec, 1.0 / count);
+  const double fb_s = since(t0);
+  if (!loss.ok()) return loss.status().with_context("step " + std::to_string(step));
+
+  t0 = Clock::now();
+  DISTCA_RETURN_IF_ERROR(comm.barrier());
+  wait_s += since(t0);
+  t0 = Clock::now();
+  DISTCA_RETURN_IF_ERROR(comm.all_reduce_sum(model.grads()));
+  double sums[3] = {loss->loss_sum, loss->report_sum, loss->report_weight};
+  DISTCA_RETURN_IF_ERROR(comm.all_reduce_sum(std::span<double>(sums, 3)));
+  comm_s += since(t0);
+
+  t0 = Clock::now();
+  const double norm = model::clip_grad_norm(model.grads(), config.clip);
+  const double lr = s.sched.at(step);
+  if (!std::isfinite(norm)) {
+    return Status::internal("step " + std::to_string(step) + ": gradient norm is not finite (diverged; lower --lr)");
+  }
+  DISTCA_RETURN_IF_ERROR(s.opt->step(model.params(), model.grads(), lr));
+  const double opt_s = since(t0);
+
+  m.step = step;
+  m.loss = sums[0] / count;
+  m.report_loss = sums[2] > 0 ? sums[1] / sums[2] : m.loss;
+  m.lr = lr;
+  m.grad_norm = norm;
+  m.tokens = config.ranks * config.tokens_per_rank;
+  m.imbalance_before = plan.metrics.load_before_max_over_mean;
+  m.imbalance_after = plan.metrics.load_max_over_mean;
+  m.attention_s = pt.attention;
+  m.comm_s = comm_s + pt.comm;
+  m.wait_s = wait_s;
+  m.linear_s = fb_s - pt.attention - pt.comm + opt_s;
+  return {};
+}
+
+bool checkpoint_due(const TrainConfig& config, int64_t step) {
+  return !config.checkpoint_dir.empty() &&
+         ((config.checkpoint_every > 0 && (step + 1) % config.checkpoint_every == 0) || step + 1 == config.steps);
+}
+
+// Rank 0 writes the state after `step` (write_file_atomic: a registered temporary file, so an
+// interrupted write leaves none behind).
+Result<std::string> write_step_checkpoint(const TrainConfig& config, const RankSetup& s, int64_t step) {
+  Checkpoint c;
+  c.fingerprint = fingerprint(config, s.spec);
+  c.step = step + 1;
+  c.seed = config.seed;
+  c.adam_step = s.opt->step_count();
+  c.params.assign(s.model->params().begin(), s.model->params().end());
+  c.adam_m.assign(s.opt->m().begin(), s.opt->m().end());
+  c.adam_v.assign(s.opt->v().begin(), s.opt->v().end());
+  char name[64];
+  std::snprintf(name, sizeof(name), "step-%08lld.ckpt", static_cast<long long>(step + 1));
+  const std::string path = (std::filesystem::path(config.checkpoint_dir) / name).string();
+  DISTCA_RETURN_IF_ERROR(write_checkpoint(path, c));
+  return path;
+}
+
+void add_times(const StepMetrics& m, TrainResult& r) {
+  r.linear_s += m.linear_s;
+  r.attention_s += m.attention_s;
+  r.comm_s += m.comm_s;
+  r.wait_s += m.wait_s;
+  r.total_s += m.seconds;
+}
+
+// The body of run_training; any error it returns ends the group (fail_group).
+Status train_rank(const TrainConfig& config, comm::Communicator& comm, const TrainHooks& hooks, TrainResult* result) {
+  const bool lead = comm.rank() == 0;
+  DISTCA_ASSIGN_OR_RETURN(auto setup, set_up_rank(config, hooks));
+  RankSetup& s = *setup;
+  if (hooks.resume) DISTCA_RETURN_IF_ERROR(restore(config, *hooks.resume, s));
+  if (lead && !config.checkpoint_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(config.checkpoint_dir, ec);
+    if (ec) return Status::io_error("--checkpoint-dir " + config.checkpoint_dir + ": " + ec.message());
+  }
+  const model::ModelMemory mem = model::model_memory(s.spec);
+  const int64_t fixed_bytes = 4 * mem.param_bytes + mem.activation_bytes_per_token() * config.tokens_per_rank;
+  int64_t peak_dispatch = 0;
+  TrainResult local;
+  for (int64_t step = s.start; step < config.steps; ++step) {
+    const auto t_step = Clock::now();
+    StepMetrics m;
+    DISTCA_RETURN_IF_ERROR(run_step(config, comm, s, step, m, peak_dispatch));
+    if (lead && checkpoint_due(config, step)) {
+      DISTCA_ASSIGN_OR_RETURN(local.last_checkpoint, write_step_checkpoint(config, s, step));
+      ++local.checkpoints_written;
+    }
+    m.seconds = since(t_step);
+    m.tokens_per_s = static_cast<double>(m.tokens) / m.seconds;
+    add_times(m, local);
+    if (lead) {
+      local.steps.push_back(m);
+      if (hooks.on_step) hooks.on_step(m);
+    }
+  }
+  // Everyone's buffer estimate, for the summary.
+  DISTCA_ASSIGN_OR_RETURN(auto all, comm.all_gather_value(fixed_bytes + peak_dispatch));
+  if (lead && result) {
+    local.final_params.assign(s.model->params().begin(), s.model->params().end());
+    local.buffer_bytes = std::move(all);
+    *result = std::move(local);
+  }
+  return {};
 }
 
 }  // namespace
@@ -98,168 +310,16 @@ Status run_training(const TrainConfig& config, comm::Communicator& comm, const T
     return Status::invalid_argument("--ranks " + std::to_string(config.ranks) + " does not match the " +
                                     comm.backend() + " group of " + std::to_string(comm.size()) + " ranks");
   }
-  const int rank = comm.rank();
-  const bool lead = rank == 0;
-  DISTCA_ASSIGN_OR_RETURN(ModelSpec spec, config.model_spec());
-  DISTCA_ASSIGN_OR_RETURN(DataSource data, DataSource::create(config, spec.vocab));
-  DISTCA_ASSIGN_OR_RETURN(auto model, model::Llama<float>::create(spec, config.tokens_per_rank, config.seed));
-  model::AdamWConfig acfg;
-  acfg.weight_decay = config.weight_decay;
-  DISTCA_ASSIGN_OR_RETURN(auto opt, model::AdamW::create(model::param_count(spec),
-                                                          model::decay_groups(model.layout()), acfg));
-  model::LrSchedule sched;
-  sched.max_lr = config.lr;
-  sched.min_lr = config.min_lr;
-  sched.warmup_steps = std::min(config.warmup, config.steps);  // short runs: warm up all the way
-  sched.total_steps = config.steps;
-  DISTCA_RETURN_IF_ERROR(sched.validate());
-  DISTCA_ASSIGN_OR_RETURN(SchedulerSpec sspec,
-                          parse_scheduler(config.mode == "cad" ? config.scheduler : "colocated"));
-  ScheduleOptions sopt;
-  sopt.model = spec;
-  sopt.dtype_bytes = 4;
-  sopt.tolerance = config.tolerance;
-  runtime::AttentionDims dims;
-  dims.n_heads = static_cast<int32_t>(spec.n_heads);
-  dims.n_kv_heads = static_cast<int32_t>(spec.n_kv_heads);
-  dims.head_dim = static_cast<int32_t>(spec.head_dim);
-  sopt.align_rows = runtime::query_tile_rows(dims);  // cad cuts on tile boundaries: no padding
-
-  int64_t start = 0;
-  if (hooks.resume) {
-    const Checkpoint& c = *hooks.resume;
-    if (c.params.size() != model.params().size() || c.step > config.steps) {
-      return Status::invalid_argument("--resume: checkpoint does not fit this run");
-    }
-    std::copy(c.params.begin(), c.params.end(), model.params().begin());
-    std::copy(c.adam_m.begin(), c.adam_m.end(), opt.m().begin());
-    std::copy(c.adam_v.begin(), c.adam_v.end(), opt.v().begin());
-    opt.set_step_count(c.adam_step);
-    start = c.step;
-  }
-  if (lead && !config.checkpoint_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(config.checkpoint_dir, ec);
-    if (ec) return fail_group(comm, Status::io_error("--checkpoint-dir " + config.checkpoint_dir + ": " + ec.message()));
-  }
-
-  const model::ModelMemory mem = model::model_memory(spec);
-  const int64_t fixed_bytes = 4 * mem.param_bytes + mem.activation_bytes_per_token() * config.tokens_per_rank;
-  int64_t peak_dispatch = 0;
-  TrainResult local;
-  for (int64_t step = start; step < config.steps; ++step) {
-    const auto t_step = Clock::now();
-    PhaseTimes pt;
-    double wait_s = 0, comm_s = 0;
-    const Batch batch = data.batch(step);
-    const RankInputs in = data.rank_inputs(step, batch, rank);
-    auto plan = make_plan(batch, sspec, sopt);
-    if (!plan.ok()) return fail_group(comm, plan.status().with_context("step " + std::to_string(step)));
-    peak_dispatch = std::max(peak_dispatch, dispatcher_bytes(*plan, rank, spec.n_layers));
-    auto disp = runtime::CaDispatcher::create(comm, *plan, dims);
-    if (!disp.ok()) return fail_group(comm, disp.status());
-    DispatchExecutor exec(**disp, pt);
-
-    int64_t local_count = 0;
-    for (int32_t t : in.targets) local_count += t >= 0 ? 1 : 0;
-    auto t0 = Clock::now();
-    double count = static_cast<double>(local_count);
-    Status st = comm.all_reduce_sum(std::span<double>(&count, 1));
-    if (!st.ok()) return fail_group(comm, st);
-    comm_s += since(t0);
-
-    model.zero_grads();
-    t0 = Clock::now();
-    auto loss = model.forward_backward(in.view(), exec, 1.0 / count);
-    const double fb_s = since(t0);
-    if (!loss.ok()) return fail_group(comm, loss.status().with_context("step " + std::to_string(step)));
-
-    t0 = Clock::now();
-    st = comm.barrier();
-    if (!st.ok()) return fail_group(comm, st);
-    wait_s += since(t0);
-    t0 = Clock::now();
-    st = comm.all_reduce_sum(model.grads());
-    if (!st.ok()) return fail_group(comm, st);
-    double sums[3] = {loss->loss_sum, loss->report_sum, loss->report_weight};
-    st = comm.all_reduce_sum(std::span<double>(sums, 3));
-    if (!st.ok()) return fail_group(comm, st);
-    comm_s += since(t0);
-
-    t0 = Clock::now();
-    const double norm = model::clip_grad_norm(model.grads(), config.clip);
-    const double lr = sched.at(step);
-    if (!std::isfinite(norm)) {
-      return fail_group(comm, Status::internal("step " + std::to_string(step) + ": gradient norm is not finite (diverged; lower --lr)"));
-    }
-    st = opt.step(model.params(), model.grads(), lr);
-    if (!st.ok()) return fail_group(comm, st);
-    const double opt_s = since(t0);
-
-    StepMetrics m;
-    m.step = step;
-    m.loss = sums[0] / count;
-    m.report_loss = sums[2] > 0 ? sums[1] / sums[2] : m.loss;
-    m.lr = lr;
-    m.grad_norm = norm;
-    m.tokens = config.ranks * config.tokens_per_rank;
-    m.imbalance_before = plan->metrics.load_before_max_over_mean;
-    m.imbalance_after = plan->metrics.load_max_over_mean;
-    m.attention_s = pt.attention;
-    m.comm_s = comm_s + pt.comm;
-    m.wait_s = wait_s;
-    m.linear_s = fb_s - pt.attention - pt.comm + opt_s;
-
-    if (lead && !config.checkpoint_dir.empty() &&
-        ((config.checkpoint_every > 0 && (step + 1) % config.checkpoint_every == 0) ||
-         step + 1 == config.steps)) {
-      Checkpoint c;
-      c.fingerprint = fingerprint(config, spec);
-      c.step = step + 1;
-      c.seed = config.seed;
-      c.adam_step = opt.step_count();
-      c.params.assign(model.params().begin(), model.params().end());
-      c.adam_m.assign(opt.m().begin(), opt.m().end());
-      c.adam_v.assign(opt.v().begin(), opt.v().end());
-      char name[64];
-      std::snprintf(name, sizeof(name), "step-%08lld.ckpt", static_cast<long long>(step + 1));
-      const std::string path = (std::filesystem::path(config.checkpoint_dir) / name).string();
-      st = write_checkpoint(path, c);
-      if (!st.ok()) return fail_group(comm, st);
-      ++local.checkpoints_written;
-      local.last_checkpoint = path;
-    }
-    m.seconds = since(t_step);
-    m.tokens_per_s = static_cast<double>(m.tokens) / m.seconds;
-    local.linear_s += m.linear_s;
-    local.attention_s += m.attention_s;
-    local.comm_s += m.comm_s;
-    local.wait_s += m.wait_s;
-    local.total_s += m.seconds;
-    if (lead) {
-      local.steps.push_back(m);
-      if (hooks.on_step) hooks.on_step(m);
-    }
-  }
-  // Everyone's buffer estimate, for the summary.
-  const int64_t mine = fixed_bytes + peak_dispatch;
-  auto all = comm.all_gather_value(mine);
-  if (!all.ok()) return fail_group(comm, all.status());
-  if (lead && result) {
-    local.final_params.assign(model.params().begin(), model.params().end());
-    local.buffer_bytes = std::move(*all);
-    *result = std::move(local);
-  }
+  Status st = train_rank(config, comm, hooks, result);
+  if (!st.ok()) return fail_group(comm, st);
   return {};
 }
-
-void use_single_blas_thread() { openblas_set_num_threads(1); }
 
 Status run_training_local(const TrainConfig& config, const TrainHooks& hooks, TrainResult* result) {
   DISTCA_RETURN_IF_ERROR(config.validate());
   // Ranks as threads share OpenBLAS's thread count; one thread per rank keeps the bits those
-  // of an mpi run (one single-threaded OpenBLAS per process).
-  use_single_blas_thread();
+  // of an mpi run (one single-threaded OpenBLAS per process). Restored afterwards.
+  kernels::ScopedBlasThreads one_blas_thread(1);
   return comm::run_local(static_cast<int>(config.ranks), [&](comm::Communicator& c) {
     return run_training(config, c, hooks, c.rank() == 0 ? result : nullptr);
   });

@@ -3,6 +3,9 @@
 //   mpirun -np N comm_mpi_test                  the checks below; exit 0 when all pass
 //   mpirun -np N comm_mpi_test --inject-failure rank 1 fails in the middle of an exchange
 //                                               (CTest expects exit != 0 and its line)
+//   mpirun -np N comm_mpi_test --stall barrier|exchange --timeout S
+//                                               the last rank stops itself; the others must
+//                                               end the job within S s naming it
 //   mpirun -np N comm_mpi_test --overlap [--progress thread|poll|none] [--mib M]
 //          [--compute-ms T] [--trace FILE]      overlap demonstration: figures + Chrome trace
 //
@@ -12,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -145,7 +149,7 @@ Status test_count_mismatch(Communicator& comm) {
   if (comm.size() < 2) return Status::ok_status();
   DISTCA_RETURN_IF_ERROR(
       check_mismatch(comm, 4, 8, "rank 1 sent 4 bytes to rank 0, which expects 8"));
-  return check_mismatch(comm, 8, 4, "receive from rank 1: MPI_Testall (rank 0)");
+  return check_mismatch(comm, 8, 4, "receive from rank 1: MPI_Testsome (rank 0)");
 }
 
 // A large exchange (bytes_per_peer to every peer). send/recv: (n * bytes_per_peer), peer-major.
@@ -345,6 +349,23 @@ Status run_injected_failure(MpiCommunicator& comm) {
   return Status::internal("all_reduce completed although rank 1 failed");
 }
 
+// The last rank stops itself (SIGSTOP: alive but silent); the others wait for it in a barrier
+// or a non-blocking exchange (the progress thread's path). With timeout_s set they must end
+// the job naming that rank instead of waiting forever (expect_stall.cmake).
+Status run_stall(MpiCommunicator& comm, const std::string& how) {
+  const int silent = comm.size() - 1;
+  DISTCA_RETURN_IF_ERROR(comm.barrier());  // everyone is up
+  if (comm.rank() == silent) ::raise(SIGSTOP);
+  if (how == "barrier") {
+    DISTCA_RETURN_IF_ERROR(comm.barrier());
+  } else {
+    BigExchange ex(comm.size(), comm.rank(), 1u << 16);
+    DISTCA_ASSIGN_OR_RETURN(auto h, comm.start_all_to_all_v(ex.args()));
+    DISTCA_RETURN_IF_ERROR(h->wait());
+  }
+  return Status::internal("the wait ended although rank " + std::to_string(silent) + " is stopped");
+}
+
 }  // namespace
 }  // namespace distca::comm
 
@@ -353,6 +374,8 @@ int main(int argc, char** argv) {
   using namespace distca::comm;  // NOLINT(google-build-using-namespace)
   std::string mode = "suite";
   OverlapArgs oa;
+  std::string stall;  // barrier | exchange
+  double timeout_s = 300;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -368,6 +391,8 @@ int main(int argc, char** argv) {
     else if (a == "--mib") oa.mib = std::stoul(next());
     else if (a == "--compute-ms") oa.compute_ms = std::stod(next());
     else if (a == "--trace") oa.trace_path = next();
+    else if (a == "--stall") stall = next();
+    else if (a == "--timeout") timeout_s = std::stod(next());
     else {
       std::fprintf(stderr, "comm_mpi_test: unknown argument %s\n", a.c_str());
       return 2;
@@ -383,6 +408,11 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  if (!stall.empty()) {
+    auto c = make_mpi_communicator(&argc, &argv, {.timeout_s = timeout_s});
+    if (!c.ok()) abort_job(-1, c.status().message());
+    (*c)->fail(run_stall(**c, stall));
+  }
   auto made = make_mpi_communicator(&argc, &argv);
   if (!made.ok()) abort_job(-1, made.status().message());
   MpiCommunicator& comm = **made;

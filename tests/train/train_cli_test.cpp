@@ -88,9 +88,11 @@ TEST(TrainCli, SummaryMetricsAndCheckpointRefusals) {
   }
   const auto ckpt = dir / "step-00000004.ckpt";
   ASSERT_TRUE(std::filesystem::exists(ckpt));
-  // Resuming the finished run is fine (nothing left to do); a different seed is refused.
+  // Resuming the finished run is refused (its step is not before --steps: nothing to resume);
+  // so is a different seed.
   const CliRun again = run("--config " + cfg + " --resume " + ckpt.string());
-  EXPECT_EQ(again.code, 0) << again.out;
+  EXPECT_EQ(again.code, 2) << again.out;
+  EXPECT_NE(again.out.find("step 4 is not before the run's end (--steps 4)"), std::string::npos) << again.out;
   const CliRun other = run("--config " + cfg + " --seed 7 --resume " + ckpt.string());
   EXPECT_EQ(other.code, 2) << other.out;
   EXPECT_NE(other.out.find("was written for seed=1; this run has seed=7"), std::string::npos) << other.out;

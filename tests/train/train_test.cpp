@@ -10,6 +10,7 @@
 
 #include "distca/core/io.h"
 #include "distca/data/workload.h"
+#include "distca/kernels/blas.h"
 #include "distca/train/checkpoint.h"
 #include "distca/train/config.h"
 #include "distca/train/data.h"
@@ -430,6 +431,44 @@ TEST(Trainer, ResumeIsBitwiseIdenticalToAnUninterruptedRun) {
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_TRUE(*a == *b);
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace distca::train
+
+namespace distca::train {
+namespace {
+
+// The trainer runs OpenBLAS single-threaded (bitwise agreement with mpi) and gives the
+// caller's setting back afterwards instead of leaving the process changed.
+TEST(Blas, TrainingRestoresTheCallersBlasThreadCount) {
+  const kernels::ScopedBlasThreads two(2);
+  const int before = kernels::blas_threads();
+  ASSERT_EQ(before, 2);  // this build's OpenBLAS honours the setting
+  TrainConfig c = small_config();
+  c.steps = 1;
+  TrainResult r;
+  ASSERT_TRUE(run_training_local(c, {}, &r).ok());
+  EXPECT_EQ(kernels::blas_threads(), before);
+}
+
+// The one gemm wrapper refuses what cblas would mishandle (it prints and carries on): ints out
+// of range and leading dimensions that do not fit the operand.
+TEST(BlasDeathTest, GemmChecksDimensionsAgainstIntMax) {
+  float a = 1, b = 1, c = 0;
+  EXPECT_DEATH(kernels::gemm<float>(false, false, int64_t{1} << 31, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1),
+               "gemm dimensions must be in \\[0, INT_MAX\\]");
+  EXPECT_DEATH(kernels::gemm<float>(false, false, 1 << 17, 1 << 15, 1, 1.0f, &a, 1, &b, 1 << 15, 0.0f, &c, 1 << 15),
+               "at most INT_MAX elements");
+  EXPECT_DEATH(kernels::gemm<float>(false, false, 2, 2, 3, 1.0f, &a, 2, &b, 2, 0.0f, &c, 2), "lda");
+  // In range: an ordinary product.
+  const float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {1, 0, 0, 1, 1, 1};
+  float z[4] = {};
+  kernels::gemm<float>(false, false, 2, 2, 3, 1.0f, x, 3, y, 2, 0.0f, z, 2);  // (2x3)(3x2)
+  EXPECT_EQ(z[0], 4.0f);
+  EXPECT_EQ(z[1], 5.0f);
+  EXPECT_EQ(z[2], 10.0f);
+  EXPECT_EQ(z[3], 11.0f);
 }
 
 }  // namespace

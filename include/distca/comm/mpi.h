@@ -9,15 +9,20 @@
 // duplicate of MPI_COMM_WORLD, tagged by exchange sequence number. OpenMPI moves large
 // (rendezvous) messages only inside MPI calls, so somebody must call into MPI while the rank
 // computes:
-//   - ProgressMode::kThread: a per-communicator progress thread calls MPI_Testall on every
+//   - ProgressMode::kThread: a per-communicator progress thread calls MPI_Testsome on every
 //     exchange in flight (pausing poll_interval_us between rounds, backing off to
 //     max_poll_interval_us while nothing completes and the owner computes; parked on a
 //     condition variable when none is in flight); Exchange::test() reads a flag and wait()
 //     sleeps on a condition variable. Transfers advance with no help from the computing
 //     thread.
-//   - ProgressMode::kPoll: no thread; Exchange::test() calls MPI_Testall, so the runtime
+//   - ProgressMode::kPoll: no thread; Exchange::test() calls MPI_Testsome, so the runtime
 //     calls test() between compute chunks. Used when MPI_THREAD_MULTIPLE is unavailable.
 // docs/runtime.md ("Communicator") has the measurements behind the default.
+//
+// Every wait is bounded (MpiOptions::timeout_s): barrier, broadcast and the collectives are
+// all-to-all-v exchanges (barrier: zero bytes to and from every peer) driven by MPI_Testsome
+// loops, so a silent peer is named rather than waited for forever. Not bounded: MPI_Init,
+// MPI_Comm_dup at creation and MPI_Finalize at exit (a peer that never starts or never ends).
 //
 // Errors: the communicator uses MPI_ERRORS_RETURN; every MPI call is checked and a failure
 // becomes Status::internal("MPI_Xxx (rank R): <MPI_Error_string>"). Per-peer counts must fit
@@ -45,7 +50,7 @@ enum class ProgressMode {
 
 struct MpiOptions {
   ProgressMode progress = ProgressMode::kAuto;
-  // Pause of the progress thread between MPI_Testall rounds while exchanges are in flight:
+  // Pause of the progress thread between MPI_Testsome rounds while exchanges are in flight:
   // short enough to keep transfers streaming, long enough not to steal a core from compute.
   int poll_interval_us = 20;
   // While rounds complete nothing and the owner is computing, the pause doubles up to this
@@ -56,6 +61,14 @@ struct MpiOptions {
   // drives progress (the progress thread, or test()/wait()). Not owned; must outlive the
   // communicator. This is how the overlap of transfers with compute is shown in a trace.
   TraceRecorder* trace = nullptr;
+  // Progress timeout (seconds; 0: none): an exchange, barrier or collective in which no
+  // message completes for this long - a peer stopped (SIGSTOP), hung, or that far behind -
+  // ends the job: "distca: rank R failed: no progress for T s (--mpi-timeout): no data from
+  // rank(s) P" and MPI_Abort. Measured from the exchange's start or its latest completed
+  // message; a blocking wait restarts the clock when it begins. Non-blocking test() in kPoll
+  // mode never times out (the owner may compute between calls). Must exceed the longest
+  // compute any rank does between two matching exchanges.
+  double timeout_s = 300;
 };
 
 // What the MPI library granted; for logs and docs.
@@ -69,7 +82,7 @@ struct MpiInfo {
 class MpiCommunicator : public Communicator {
  public:
   virtual const MpiInfo& info() const = 0;
-  // MPI_Testall rounds the progress thread has made so far (0 in kPoll mode): a diagnostic of
+  // MPI_Testsome rounds the progress thread has made so far (0 in kPoll mode): a diagnostic of
   // how often it woke (tests check the back-off with it). The owner's thread, like every call.
   virtual int64_t progress_rounds() const = 0;
 };

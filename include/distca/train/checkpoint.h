@@ -50,4 +50,10 @@ Status write_checkpoint(const std::string& path, const Checkpoint& c);
 // "--resume FILE: was written for <differing key=value>; this run has <key=value>".
 Result<Checkpoint> read_checkpoint(const std::string& path, const std::string& expected_fingerprint);
 
+// Whether a checkpoint whose bytes are intact can continue `config`'s run: 0 <= step < steps
+// (a finished run has nothing to resume), adam_step == step (one optimizer step per training
+// step), n_params parameters, every parameter and AdamW moment finite and every second moment
+// >= 0. invalid_argument naming `name` ("--resume FILE") and what is impossible.
+Status check_resume(const Checkpoint& c, const TrainConfig& config, int64_t n_params, const std::string& name);
+
 }  // namespace distca::train

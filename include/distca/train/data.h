@@ -9,8 +9,10 @@
 // from [0, copy_vocab) (config.h) with Rng(seed ^ kCopySalt, b * 2^32 + d), then the same L/2 tokens again.
 // Only attention across the document predicts the second half; report weights select the
 // targets inside the second half (positions L/2 + 1 .. L-1), the loss the run reports.
-// Text: every regular file under DIR (recursively, sorted by path) is one document of byte
-// tokens followed by the end-of-document token 256; report weights are 1 for every target.
+// Text: every non-empty regular file under DIR (recursively, sorted by path) is one document of
+// byte tokens followed by the end-of-document token 256 (cut to max_doc_len); report weights
+// are 1 for every target. Empty files are skipped (a lone end-of-document has no target); a
+// missing DIR, a file, or a directory without a non-empty file is refused.
 //
 // Per rank: the rank's pieces (Batch::per_rank[r]) concatenated; positions are offsets within
 // the document; the target of a token is the next token of its document (-1 for the last).
@@ -41,6 +43,15 @@ struct RankInputs {
   std::vector<float> report_weights;  // 1: counts in the reported loss
   model::StepInputs view() const { return {tokens, positions, targets, report_weights}; }
 };
+
+// The files of a text corpus (non-empty regular files, sorted) and their sizes, found without
+// reading them: the CLI's early check and memory estimate. Errors name --data.
+struct TextCorpus {
+  std::vector<std::string> paths;
+  int64_t bytes = 0;    // sum of the file sizes
+  int64_t largest = 0;  // the largest file's size
+};
+Result<TextCorpus> scan_text_corpus(const std::string& dir);
 
 class DataSource {
  public:

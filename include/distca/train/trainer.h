@@ -14,8 +14,14 @@
 // Replicas stay bitwise identical; the same config gives the same bits on either backend and
 // with either mode (measured; tests/train).
 //
-// OpenBLAS: the trainer fixes OpenBLAS to one thread per process (ranks as threads share it;
-// sgemm's bits depend on it), so the local and mpi backends run identical arithmetic.
+// OpenBLAS: the trainer runs OpenBLAS with one thread per process (ranks as threads share it;
+// sgemm's bits depend on it), so the local and mpi backends run identical arithmetic. The
+// caller's setting is restored afterwards (kernels::ScopedBlasThreads); the mpi CLI holds one
+// such scope around run_training.
+//
+// Memory: every step's plan is checked against the rows the memory estimate allows
+// (memory.h, dispatch_row_limit); a plan past it fails the run (out_of_memory) before the
+// dispatcher allocates.
 //
 // Time split per step (rank-local wall clock): attention = the dispatcher's serve phases
 // (kernel, plus waiting for rows to arrive); communication = the dispatcher's start/finish
@@ -35,6 +41,7 @@
 #include "distca/core/status.h"
 #include "distca/train/checkpoint.h"
 #include "distca/train/config.h"
+#include "distca/train/data.h"
 
 namespace distca::train {
 
@@ -64,18 +71,18 @@ struct TrainResult {
 struct TrainHooks {
   // Called on rank 0 after every step (from rank 0's thread).
   std::function<void(const StepMetrics&)> on_step;
-  // Not null: continue from this checkpoint (already verified against the config).
+  // Not null: continue from this checkpoint (fingerprint already verified; check_resume is
+  // applied again before it is loaded).
   const Checkpoint* resume = nullptr;
+  // Not null: the data every rank reads (created once by the caller; const methods are
+  // thread-safe). Null: each rank creates its own from the config.
+  const DataSource* data = nullptr;
 };
 
 // One rank's training loop. comm.size() must equal config.ranks. `result` (may be null) is
 // filled on rank 0. Errors from collectives come back as Status (the caller fails the group).
 Status run_training(const TrainConfig& config, comm::Communicator& comm, const TrainHooks& hooks,
                     TrainResult* result);
-
-// Fixes OpenBLAS to one thread for this process. Call before any rank starts computing (the
-// mpi backend's CLI calls it at start; run_training_local calls it itself).
-void use_single_blas_thread();
 
 // config.ranks ranks as threads (local backend); returns rank 0's result.
 Status run_training_local(const TrainConfig& config, const TrainHooks& hooks, TrainResult* result);

@@ -1,0 +1,89 @@
+// What one `distca train` process will allocate, estimated from the config before anything is
+// allocated (docs/training.md, "Memory"). The CLI refuses a run whose estimate exceeds the
+// memory limit (check_memory) with exit 2.
+//
+// The estimate is an upper bound of the process's peak resident memory (VmHWM), built from:
+//   per rank   parameters, gradients, AdamW m and v (4 fp32 copies), the all-reduce's
+//              receive and slice buffers (1 + 1/ranks copies), the activations kept for
+//              backward plus backward's scratch (model_memory() x tokens per rank), a bound
+//              on the dispatcher's row buffers, the step's plan (every rank builds the whole
+//              plan: its per-peer tables grow with ranks squared), and the threads the rank
+//              runs (its own and its OpenMP team; each touches a stack, an OpenBLAS packing
+//              buffer and a malloc arena: a measured constant);
+//   once       the process's baseline (code, libraries, MPI), the text corpus (shared by the
+//              rank threads), rank 0's checkpoint copies (a resumed checkpoint held for the
+//              run; the copy, serialised bytes and writer's copy of one being written), and the metrics
+//              JSONL kept in memory.
+// Under the local backend a process holds every rank; under mpi one.
+//
+// The dispatcher bound assumes a rank's received and fused query rows stay within
+// kDispatchRowFactor x its tokens T, and its received K/V and fused context rows within
+// kDispatchRowFactor x T + 2 x the longest document (a task's context is its document's
+// prefix, duplicated on every server that holds a piece of it); run_training checks every
+// step's plan against these limits and fails the run if one is exceeded (the estimate then was
+// not a bound), before the dispatcher allocates.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "distca/core/specs.h"
+#include "distca/train/config.h"
+
+namespace distca::train {
+
+// Rows a rank's dispatcher may receive or gather, in multiples of its own tokens (measured
+// peaks stay below 2.6; docs/training.md).
+inline constexpr int64_t kDispatchRowFactor = 4;
+
+struct TrainMemoryEstimate {
+  // Per rank.
+  int64_t model_state = 0;   // params, grads, AdamW m and v
+  int64_t all_reduce = 0;    // gradient all-reduce buffers
+  int64_t activations = 0;   // saved activations + backward scratch
+  int64_t dispatcher = 0;    // bound on the dispatcher's buffers (kDispatchRowFactor)
+  int64_t plan = 0;          // the step's plan (per-peer tables: ranks^2)
+  int64_t threads = 0;       // this rank's threads (stacks, BLAS buffers, arenas)
+  // Once per process.
+  int64_t baseline = 0;      // code, libraries, MPI
+  int64_t data = 0;          // text corpus as tokens (+ the largest file's bytes while read)
+  int64_t checkpoints = 0;   // rank 0: resumed checkpoint + one being written
+  int64_t metrics = 0;       // the JSONL kept in memory
+
+  int64_t ranks_in_process = 1;
+  int64_t per_rank() const { return model_state + all_reduce + activations + dispatcher + plan + threads; }
+  // What the process needs at its peak.
+  double process_total() const {
+    return static_cast<double>(per_rank()) * static_cast<double>(ranks_in_process) +
+           static_cast<double>(baseline + data + checkpoints + metrics);
+  }
+};
+
+struct MemoryInputs {
+  int64_t ranks_in_process = 1;  // config.ranks (local backend) or 1 (mpi)
+  int64_t threads_per_rank = 0;  // 0: the rank's OpenMP team (omp_get_max_threads), +1 under mpi
+  int64_t text_bytes = 0;        // sum of the text corpus's file sizes (0: copy task)
+  int64_t text_files = 0;
+  int64_t largest_text_file = 0;
+  bool lead = true;              // this process holds rank 0 (checkpoints, metrics)
+  bool resume = false;
+  bool mpi = false;
+};
+
+TrainMemoryEstimate estimate_train_memory(const TrainConfig& config, const ModelSpec& spec,
+                                          const MemoryInputs& in);
+
+// The flags the estimate grows with, for check_memory's message: "--ranks 1024
+// --tokens-per-rank 256 --model tiny".
+std::string memory_flags(const TrainConfig& config);
+
+// The most rows one rank's dispatcher may hold under the estimate (see above).
+struct DispatchRowLimits {
+  int64_t q = 0;   // received Q rows; the fused call's query rows
+  int64_t kv = 0;  // received K/V rows; the fused call's context rows
+};
+DispatchRowLimits dispatch_row_limits(const TrainConfig& config);
+
+}  // namespace distca::train

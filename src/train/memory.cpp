@@ -1,0 +1,84 @@
+#include "distca/train/memory.h"
+
+#include <omp.h>
+
+#include <algorithm>
+
+#include "distca/model/llama.h"
+
+namespace distca::train {
+namespace {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+// Measured (docs/training.md, "Memory"): beyond its buffers a rank's thread adds about 2.5 MiB
+// to VmHWM (its stack, OpenBLAS's packing buffers, a glibc malloc arena) and each further
+// thread of its OpenMP team about 0.8 MiB (OMP_NUM_THREADS 1, 2, 8 at 4 and 8 ranks).
+constexpr int64_t kRankThreadBytes = 4 * kMiB;
+constexpr int64_t kTeamThreadBytes = 1 * kMiB;
+// A process's resident baseline before any buffer: code, libraries, OpenBLAS and OpenMP
+// start-up (measured 10-11 MiB), or with OpenMPI's (measured about 19 MiB per process).
+constexpr int64_t kBaselineBytes = 16 * kMiB;
+constexpr int64_t kMpiBaselineBytes = 32 * kMiB;
+// One plan's bytes per (rank, peer) pair: six exchanges, each with four int64 per-peer
+// vectors and two vectors of per-peer block lists (plan.h); make_plan's working copies and
+// the dispatcher's copies of the counts at most double it.
+constexpr int64_t kPlanBytesPerPeer = 2 * 6 * (4 * 8 + 2 * 24 + 2 * 16);
+// Per token of the batch: the batch, the plan's tasks and segments, the rank's inputs.
+constexpr int64_t kPlanBytesPerToken = 256;
+// One JSONL line of metrics, generously.
+constexpr int64_t kMetricsLineBytes = 512;
+
+}  // namespace
+
+DispatchRowLimits dispatch_row_limits(const TrainConfig& c) {
+  const int64_t all = c.ranks * c.tokens_per_rank;
+  const int64_t longest = c.max_doc_len > 0 ? std::min(c.max_doc_len, all) : all;
+  return {kDispatchRowFactor * c.tokens_per_rank, kDispatchRowFactor * c.tokens_per_rank + 2 * longest};
+}
+
+TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec& spec, const MemoryInputs& in) {
+  const model::ModelMemory mem = model::model_memory(spec);
+  const int64_t P = mem.param_bytes;  // fp32 bytes of one copy of the parameters
+  const int64_t T = c.tokens_per_rank;
+  const int64_t R = c.ranks;
+  TrainMemoryEstimate e;
+  e.ranks_in_process = in.ranks_in_process;
+  e.model_state = 4 * P;
+  e.all_reduce = P + P / R + 64;
+  e.activations = mem.activation_bytes_per_token() * T;
+  // Row floats of the six exchanges (fp32): Q, K/V, O + lse, dO, dQ, dK/dV.
+  const int64_t q = spec.n_heads * spec.head_dim * 4, kv = 2 * spec.n_kv_heads * spec.head_dim * 4;
+  const int64_t olse = q + spec.n_heads * 4, lse = spec.n_heads * 4;
+  const DispatchRowLimits rows = dispatch_row_limits(c);
+  // Kept until backward, every layer: received Q and K/V. One layer's at a time: Q sent, O+lse
+  // sent and received, the fused call's Q, O and lse, dO sent and received, dQ sent and
+  // received (query-shaped); K/V sent, the fused context K and V, dK/dV sent and received.
+  e.dispatcher = spec.n_layers * (rows.q * q + rows.kv * kv) +
+                 rows.q * (q + 2 * olse + 2 * q + lse + 2 * q + 2 * q) + rows.kv * (kv + kv + 2 * kv);
+  e.plan = kPlanBytesPerPeer * R * R + kPlanBytesPerToken * R * T;
+  // A rank thread is the master of its own OpenMP team; mpi adds the progress thread.
+  const int64_t threads =
+      in.threads_per_rank > 0 ? in.threads_per_rank : std::max(1, omp_get_max_threads()) + (in.mpi ? 1 : 0);
+  e.threads = kRankThreadBytes + kTeamThreadBytes * (threads - 1);
+  e.baseline = in.mpi ? kMpiBaselineBytes : kBaselineBytes;
+  // Tokens are int32 per byte plus the end-of-document token, cut to max_doc_len; one file's
+  // bytes while it is read.
+  int64_t tokens = in.text_bytes + in.text_files;
+  if (c.max_doc_len > 0) tokens = std::min(tokens, in.text_files * c.max_doc_len);
+  e.data = 4 * tokens + in.largest_text_file;
+  if (in.lead) {
+    const int64_t ckpt = 3 * P + 256;  // params, m, v
+    // Writing: the Checkpoint copy, its serialised bytes and write_file_atomic's copy of them
+    // (measured: 3.7 copies above a run without checkpoints). Resuming: the one read, held.
+    e.checkpoints = (c.checkpoint_dir.empty() ? 0 : 4 * ckpt) + (in.resume ? ckpt : 0);
+    if (!c.metrics.empty()) e.metrics = 2 * kMetricsLineBytes * c.steps;
+  }
+  return e;
+}
+
+std::string memory_flags(const TrainConfig& c) {
+  return "--ranks " + std::to_string(c.ranks) + " --tokens-per-rank " + std::to_string(c.tokens_per_rank) +
+         " --model " + c.model + (c.backend == "mpi" ? " (per mpi process)" : "");
+}
+
+}  // namespace distca::train
