@@ -152,6 +152,8 @@ int parse_and_run(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
     if (msg.empty()) msg = e.get_name();
+    // CLI11's words for `distca` or `distca bench` alone.
+    if (msg.rfind("A subcommand is required", 0) == 0) msg = "no command given";
     std::fprintf(stderr, "distca: error: %s (see --help)\n", msg.c_str());
     return kExitBadInput;
   }

@@ -105,6 +105,8 @@ TEST_F(CliNumbersTest, UnknownCommandIsNamed) {
   expect_bad_input("frobnicate", {"unknown command 'frobnicate'"});
   expect_bad_input("bench frob", {"unknown command 'bench frob'"});
   expect_bad_input("--version-typo", {});  // an unknown flag stays CLI11's one-line error
+  expect_bad_input("", {"no command given"});
+  expect_bad_input("bench", {"no command given"});
 }
 
 TEST_F(CliNumbersTest, EveryLeafTakesMaxMemory) {
