@@ -12,8 +12,12 @@
 // Errors go to stderr as one line "distca: error: ..." (see fail()).
 #pragma once
 
+#include "flags.h"  // first: it must precede CLI11 (see there)
+
 #include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -34,6 +38,27 @@ struct Command {
 
 bool register_command(Command command);
 const std::vector<Command>& registered_commands();
+
+// The whole command tree, built from a list of commands (defined in flags.cpp, without the
+// registry, so that the flag-parsing fuzzer can build it alone).
+struct CliApp {
+  CLI::App app{"distca: core attention disaggregation (CAD) for long-context LLM training"};
+  // Every leaf subcommand (one that runs) with what its setup() returned.
+  std::vector<std::pair<CLI::App*, Runner>> leaves;
+  // --max-memory as given to the leaf that was parsed ("" when not given); already checked
+  // by parse_byte_size during parsing.
+  std::string max_memory;
+};
+
+// Runs every command's setup() (in `order`), groups commands with a parent under it, adds
+// --max-memory to every leaf, and makes every numeric option strict (flags.h).
+std::unique_ptr<CliApp> build_cli(std::vector<Command> commands);
+
+// The first word of argv that should name a (sub)command but names none, as
+// "unknown command 'bench frob'"; "" when there is none. CLI11 would instead report that a
+// subcommand is required. Assumes, as is the case, that levels with subcommands take no option
+// values, only flags such as --help.
+std::string find_unknown_command(CLI::App& app, int argc, const char* const* argv);
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;

@@ -1,16 +1,24 @@
 // distca: the command-line tool. Parses arguments, dispatches to one registered command, and
 // is the only place that prints for people and chooses exit codes.
+#include <fcntl.h>
 #include <unistd.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
 
-#include <algorithm>
+#include <cerrno>
 #include <cstdio>
-#include <map>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <memory>
+#include <new>
+#include <sstream>
+#include <system_error>
 
 #include "command.h"
+#include "distca/core/io.h"
+#include "distca/core/memory.h"
 
 namespace distca::cli {
 namespace {
@@ -64,39 +72,77 @@ void keep_freed_memory() {
 #endif
 }
 
-}  // namespace
+// Debian's OpenBLAS 0.3.21 does not recognise some current CPUs and falls back to its SSE3
+// kernels, 3-8x slower (docs/benchmarks.md). It reads OPENBLAS_CORETYPE once, when the library
+// is loaded, before main() runs, so setting the variable here is too late for this process:
+// set it as scripts/blas-env.sh does (same CPU test: the first "flags" line of /proc/cpuinfo)
+// and re-execute the same binary with the same arguments. exec keeps the pid, so mpirun and
+// its daemons see the same process. A variable the user set (or blas-env.sh) is left alone;
+// kReexecMarker stops a second re-exec should the variable not survive the first.
+constexpr const char* kReexecMarker = "DISTCA_OPENBLAS_REEXEC";
 
-int main(int argc, char** argv) {
-  using namespace distca::cli;
-  keep_freed_memory();
-  CLI::App app{"distca: core attention disaggregation (CAD) for long-context LLM training"};
-  app.set_version_flag("--version", DISTCA_VERSION);
-  app.require_subcommand(1);
-  app.fallthrough(false);
-
-  std::vector<Command> commands = registered_commands();
-  std::stable_sort(commands.begin(), commands.end(),
-                   [](const Command& a, const Command& b) { return a.order < b.order; });
-
-  std::map<std::string, CLI::App*> parents;
-  std::vector<std::pair<CLI::App*, std::shared_ptr<Runner>>> runners;
-  for (const auto& c : commands) {
-    CLI::App* owner = &app;
-    if (!c.parent.empty()) {
-      auto it = parents.find(c.parent);
-      if (it == parents.end()) {
-        CLI::App* p = app.add_subcommand(c.parent, "Benchmarks that print figures and ratios against a baseline measured in the same run");
-        p->require_subcommand(1);
-        it = parents.emplace(c.parent, p).first;
-      }
-      owner = it->second;
+const char* openblas_core_for_this_cpu() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.compare(0, 5, "flags") != 0) continue;
+    std::istringstream words(line);
+    bool avx512f = false, avx2 = false;
+    for (std::string w; words >> w;) {
+      avx512f = avx512f || w == "avx512f";
+      avx2 = avx2 || w == "avx2";
     }
-    CLI::App* sub = owner->add_subcommand(c.name, c.description);
-    runners.emplace_back(sub, std::make_shared<Runner>(c.setup(*sub)));
+    return avx512f ? "SkylakeX" : avx2 ? "Haswell" : nullptr;
   }
+  return nullptr;
+}
 
+void reexec_with_fast_openblas(char** argv) {
+  if (std::getenv(kReexecMarker) != nullptr) {
+    ::unsetenv(kReexecMarker);  // not inherited by what this process starts
+    return;
+  }
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  const char* core = openblas_core_for_this_cpu();
+  if (core == nullptr) return;
+  ::setenv("OPENBLAS_CORETYPE", core, 1);
+  ::setenv(kReexecMarker, "1", 1);
+  ::execv("/proc/self/exe", argv);
+  // exec failed (no /proc): run on with the kernels OpenBLAS already chose.
+  ::unsetenv("OPENBLAS_CORETYPE");
+  ::unsetenv(kReexecMarker);
+}
+
+// A closed standard descriptor would be reused by the next open(): a temporary output file
+// would become "stdout" and receive the tables. Occupy it with /dev/null opened read-only, so
+// that writes to a closed stdout still fail (EBADF) and are reported as failed writes.
+void occupy_closed_std_fds() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    const int got = ::open("/dev/null", O_RDONLY);
+    if (got >= 0 && got != fd) {
+      ::dup2(got, fd);
+      ::close(got);
+    }
+  }
+}
+
+int report(const char* what) {
+  std::fprintf(stderr, "distca: error: %s\n", what);
+  return distca::cli::kExitFailure;
+}
+
+int parse_and_run(int argc, char** argv) {
+  using namespace distca::cli;
+  std::unique_ptr<CliApp> cli = build_cli(registered_commands());
+  CLI::App& app = cli->app;
+  const std::string unknown = find_unknown_command(app, argc, argv);
+  if (!unknown.empty()) {
+    std::fprintf(stderr, "distca: error: %s (see --help)\n", unknown.c_str());
+    return kExitBadInput;
+  }
   try {
-    app.parse(argc, argv);
+    parse_strict(app, argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -106,12 +152,52 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
     if (msg.empty()) msg = e.get_name();
+    // CLI11's words for `distca` or `distca bench` alone.
+    if (msg.rfind("A subcommand is required", 0) == 0) msg = "no command given";
     std::fprintf(stderr, "distca: error: %s (see --help)\n", msg.c_str());
     return kExitBadInput;
   }
-  for (auto& [sub, runner] : runners) {
-    if (sub->parsed()) return (*runner)();
+  if (!cli->max_memory.empty()) {
+    const distca::Result<uint64_t> limit = distca::parse_byte_size(cli->max_memory);
+    if (!limit.ok()) return fail_input(limit.status().message());
+    distca::set_memory_limit(*limit);
+  }
+  for (auto& [sub, runner] : cli->leaves) {
+    if (sub->parsed()) return runner();
   }
   std::fprintf(stderr, "distca: error: no command given (see --help)\n");
   return kExitBadInput;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace distca::cli;
+  reexec_with_fast_openblas(argv);
+  occupy_closed_std_fds();
+  distca::install_temp_file_cleanup();
+  keep_freed_memory();
+  int code;
+  // The CLI boundary: whatever a lower layer throws becomes one line, never an abort.
+  try {
+    code = parse_and_run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    return report("out of memory (an allocation failed; --max-memory and the flags that size the run "
+                  "decide what is attempted)");
+  } catch (const std::system_error& e) {
+    return report(e.what());
+  } catch (const std::exception& e) {
+    return report(e.what());
+  }
+  // Output buffered in stdout is written only now: a full device or a closed stdout shows up
+  // here, and a run that could not deliver its output has failed.
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int err = errno;
+  if ((!flushed || std::ferror(stdout)) && code == kExitOk) {
+    const std::string why = err != 0 ? std::strerror(err) : "write error";
+    std::fprintf(stderr, "distca: error: cannot write to standard output: %s\n", why.c_str());
+    return kExitFailure;
+  }
+  return code;
 }

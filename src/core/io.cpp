@@ -297,6 +297,16 @@ Status write_files_atomic(const std::vector<std::pair<std::string, std::string>>
       return st;
     }
   }
+  // Write-through targets before any rename: one that fails (a full device, a FIFO without a
+  // reader) must leave every regular target unchanged.
+  for (const Pending& p : pending) {
+    if (p.how != Target::kThrough) continue;
+    Status st = write_through(p.target, p.shown, *p.content);
+    if (!st.ok()) {
+      discard(pending.size());
+      return st;
+    }
+  }
   for (size_t i = 0; i < pending.size(); ++i) {
     Pending& p = pending[i];
     if (p.how != Target::kAtomic) continue;
@@ -307,9 +317,6 @@ Status write_files_atomic(const std::vector<std::pair<std::string, std::string>>
     }
     unregister_temp(p.slot);
     p.tmp.clear();
-  }
-  for (const Pending& p : pending) {
-    if (p.how == Target::kThrough) DISTCA_RETURN_IF_ERROR(write_through(p.target, p.shown, *p.content));
   }
   return {};
 }

@@ -1,9 +1,20 @@
+// Every rule of core/io.h, one test each: what each kind of output path gets (atomic replace,
+// write-through, followed link, refusal), all-or-none multi-file writes, bounded regular-only
+// reads, JSON numbers out of range, and temporary files removed on signals and at the next
+// start.
 #include "distca/core/io.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-
-#include <filesystem>
 
 namespace distca {
 namespace {
@@ -15,50 +26,317 @@ class IoTest : public ::testing::Test {
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("distca_io_" + std::to_string(::getpid()) + "_" +
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::add);
+    fs::remove_all(dir_);
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  int entries() const {
+    int n = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++n;
+    return n;
+  }
+  static std::string contents(const std::string& p) {
+    auto r = read_file(p);
+    return r.ok() ? *r : "<unreadable: " + r.status().message() + ">";
+  }
+  static mode_t kind(const std::string& p) {
+    struct stat st {};
+    return ::lstat(p.c_str(), &st) == 0 ? (st.st_mode & S_IFMT) : 0;
+  }
   fs::path dir_;
 };
 
 TEST_F(IoTest, AtomicWriteReplacesAndLeavesNoTemporary) {
-  const std::string path = (dir_ / "out.json").string();
-  ASSERT_TRUE(write_file_atomic(path, "first").ok());
-  ASSERT_TRUE(write_file_atomic(path, "second").ok());
-  auto text = read_file(path);
-  ASSERT_TRUE(text.ok());
-  EXPECT_EQ(*text, "second");
-  int entries = 0;
-  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++entries;
-  EXPECT_EQ(entries, 1);
+  const std::string p = path("out.json");
+  ASSERT_TRUE(write_file_atomic(p, "first").ok());
+  ASSERT_TRUE(write_file_atomic(p, "second").ok());
+  EXPECT_EQ(contents(p), "second");
+  EXPECT_EQ(entries(), 1);
 }
 
 TEST_F(IoTest, WriteIntoMissingDirectoryFailsCleanly) {
-  const std::string path = (dir_ / "no" / "such" / "out.json").string();
-  Status s = write_file_atomic(path, "x");
+  const std::string p = path("no/such/out.json");
+  Status s = write_file_atomic(p, "x");
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find(path), std::string::npos);
-  EXPECT_FALSE(fs::exists(path));
+  EXPECT_NE(s.message().find(p), std::string::npos);
+  EXPECT_FALSE(fs::exists(p));
+}
+
+TEST_F(IoTest, CheckOutputPathRefusesMissingDirectoryWithoutWriting) {
+  const Status s = check_output_path(path("no/out.json"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("does not exist"), std::string::npos) << s.message();
+  EXPECT_TRUE(check_output_path(path("fine.json")).ok());
+  EXPECT_EQ(entries(), 0);  // checking wrote nothing
+}
+
+TEST_F(IoTest, DevNullIsWrittenThroughAndStaysADevice) {
+  ASSERT_EQ(kind("/dev/null"), S_IFCHR);
+  EXPECT_TRUE(check_output_path("/dev/null").ok());
+  EXPECT_TRUE(write_file_atomic("/dev/null", "discarded").ok());
+  EXPECT_EQ(kind("/dev/null"), S_IFCHR);
+  EXPECT_FALSE(fs::exists("/dev/null.tmp." + std::to_string(::getpid())));
+}
+
+TEST_F(IoTest, FullDeviceIsAnErrorAndStaysADevice) {
+  const Status s = write_file_atomic("/dev/full", "no room");
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("/dev/full"), std::string::npos) << s.message();
+  EXPECT_EQ(kind("/dev/full"), S_IFCHR);
+}
+
+TEST_F(IoTest, FifoWithReaderReceivesTheBytes) {
+  const std::string fifo = path("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // A reader that is already there (non-blocking open needs no writer).
+  const int rd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(rd, 0);
+  ASSERT_TRUE(write_file_atomic(fifo, "through the pipe").ok());
+  char buf[64] = {};
+  const ssize_t n = ::read(rd, buf, sizeof buf);
+  ::close(rd);
+  EXPECT_EQ(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0), "through the pipe");
+  EXPECT_EQ(kind(fifo), S_IFIFO);
+  EXPECT_EQ(entries(), 1);
+}
+
+TEST_F(IoTest, FifoWithoutReaderFailsAtOnce) {
+  const std::string fifo = path("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const Status s = write_file_atomic(fifo, "nobody listens");  // would block forever if it waited
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("no reader"), std::string::npos) << s.message();
+  EXPECT_EQ(kind(fifo), S_IFIFO);
+}
+
+TEST_F(IoTest, SymlinkIsFollowedAndStaysALink) {
+  fs::create_directories(dir_ / "real");
+  const std::string target = path("real/target.json");
+  ASSERT_TRUE(write_file_atomic(target, "old").ok());
+  const std::string link = path("link.json");
+  fs::create_symlink("real/target.json", link);  // relative to the link's directory
+  ASSERT_TRUE(write_file_atomic(link, "new").ok());
+  EXPECT_EQ(kind(link), S_IFLNK);
+  EXPECT_EQ(contents(target), "new");
+  EXPECT_EQ(entries(), 2);  // real/ and the link: no temporary left
+  int in_real = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_ / "real")) ++in_real;
+  EXPECT_EQ(in_real, 1);
+}
+
+TEST_F(IoTest, DanglingSymlinkIsRefused) {
+  const std::string link = path("dangling.json");
+  fs::create_symlink("missing/target.json", link);
+  EXPECT_EQ(check_output_path(link).code(), StatusCode::kInvalidArgument);
+  const Status s = write_file_atomic(link, "x");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("dangling"), std::string::npos) << s.message();
+  EXPECT_EQ(kind(link), S_IFLNK);
+  EXPECT_FALSE(fs::exists(dir_ / "missing"));
+}
+
+TEST_F(IoTest, DirectoryIsRefusedAsOutput) {
+  fs::create_directories(dir_ / "sub");
+  const Status s = check_output_path(path("sub"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("a directory"), std::string::npos) << s.message();
+  EXPECT_FALSE(write_file_atomic(path("sub"), "x").ok());
+  EXPECT_TRUE(fs::is_directory(dir_ / "sub"));
+}
+
+TEST_F(IoTest, UnwritableDirectoryIsRefused) {
+  fs::create_directories(dir_ / "ro");
+  fs::permissions(dir_ / "ro", fs::perms::owner_read | fs::perms::owner_exec);
+  if (::access((dir_ / "ro").c_str(), W_OK) == 0) GTEST_SKIP() << "running as root: permissions do not bind";
+  const Status s = check_output_path(path("ro/out.json"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("not writable"), std::string::npos) << s.message();
+  EXPECT_FALSE(check_output_dir(path("ro"), false).ok());
+}
+
+TEST_F(IoTest, CheckOutputDirCreatesOrRefuses) {
+  EXPECT_TRUE(check_output_dir(path("made/here"), true).ok());
+  EXPECT_TRUE(fs::is_directory(dir_ / "made/here"));
+  EXPECT_FALSE(check_output_dir(path("absent"), false).ok());
+  ASSERT_TRUE(write_file_atomic(path("file"), "x").ok());
+  EXPECT_FALSE(check_output_dir(path("file"), false).ok());
+}
+
+TEST_F(IoTest, MultiFileWriteIsAllOrNoneWhenATemporaryCannotBeCreated) {
+  const std::string a = path("a.json"), b = path("b.json");
+  ASSERT_TRUE(write_file_atomic(a, "old a").ok());
+  // b's temporary file name is taken by a directory: its creation fails after a's succeeded.
+  fs::create_directories(b + ".tmp." + std::to_string(::getpid()));
+  const Status s = write_files_atomic({{a, "new a"}, {b, "new b"}});
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(contents(a), "old a");
+  EXPECT_FALSE(fs::exists(b));
+  EXPECT_FALSE(fs::exists(a + ".tmp." + std::to_string(::getpid())));
+}
+
+TEST_F(IoTest, MultiFileWriteIsAllOrNoneWhenADeviceFails) {
+  const std::string a = path("a.json");
+  ASSERT_TRUE(write_file_atomic(a, "old a").ok());
+  const Status s = write_files_atomic({{a, "new a"}, {"/dev/full", "no room"}});
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(contents(a), "old a");  // the device failed before any rename
+  EXPECT_EQ(entries(), 1);
+}
+
+TEST_F(IoTest, MultiFileWriteWritesEverything) {
+  ASSERT_TRUE(write_files_atomic({{path("a"), "1"}, {path("b"), "2"}, {"/dev/null", "3"}}).ok());
+  EXPECT_EQ(contents(path("a")), "1");
+  EXPECT_EQ(contents(path("b")), "2");
+  EXPECT_EQ(entries(), 2);
+}
+
+TEST_F(IoTest, ReadRefusesFifoWithoutBlocking) {
+  const std::string fifo = path("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(check_input_file(fifo).code(), StatusCode::kInvalidArgument);
+  auto r = read_file(fifo);  // a FIFO without a writer would block a plain open()
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("a FIFO"), std::string::npos) << r.status().message();
+}
+
+TEST_F(IoTest, ReadRefusesDirectoryAndDevices) {
+  auto d = read_json_file(dir_.string());
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("a directory"), std::string::npos) << d.status().message();
+  EXPECT_EQ(d.status().message().find("JSON"), std::string::npos) << d.status().message();
+  auto z = read_file("/dev/zero");  // would be read without end
+  ASSERT_FALSE(z.ok());
+  EXPECT_NE(z.status().message().find("character device"), std::string::npos) << z.status().message();
+}
+
+TEST_F(IoTest, ReadIsBounded) {
+  const std::string p = path("big");
+  ASSERT_TRUE(write_file_atomic(p, std::string(100, 'x')).ok());
+  EXPECT_TRUE(read_file(p, 100).ok());
+  auto r = read_file(p, 99);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("100 bytes"), std::string::npos) << r.status().message();
+  EXPECT_FALSE(check_input_file(p, 99).ok());
+}
+
+TEST_F(IoTest, ReadFollowsSymlinkToRegularFile) {
+  const std::string p = path("real");
+  ASSERT_TRUE(write_file_atomic(p, "data").ok());
+  fs::create_symlink(p, dir_ / "link");
+  EXPECT_EQ(contents(path("link")), "data");
+  fs::create_symlink("/dev/zero", dir_ / "zero");
+  EXPECT_FALSE(read_file(path("zero")).ok());
 }
 
 TEST_F(IoTest, ReadJsonErrorsNameTheFile) {
-  const std::string missing = (dir_ / "missing.json").string();
+  const std::string missing = path("missing.json");
   auto r = read_json_file(missing);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
   EXPECT_NE(r.status().message().find(missing), std::string::npos);
 
-  const std::string bad = (dir_ / "bad.json").string();
+  const std::string bad = path("bad.json");
   ASSERT_TRUE(write_file_atomic(bad, "{\"a\": [1, 2,").ok());
   auto b = read_json_file(bad);
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find(bad), std::string::npos);
 
-  const std::string good = (dir_ / "good.json").string();
+  const std::string good = path("good.json");
   ASSERT_TRUE(write_file_atomic(good, "{\"a\": [1, 2]}").ok());
   auto g = read_json_file(good);
   ASSERT_TRUE(g.ok());
   EXPECT_EQ((*g)["a"][1], 2);
+}
+
+TEST_F(IoTest, JsonNumberBeyondDoubleIsOneLineError) {
+  for (const std::string text : {"{\"a\": 1e999}", "[-1e999]", "{\"x\": {\"y\": [1, 2e400]}}"}) {
+    auto r = parse_json_text(text, "input.json");
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("input.json"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("out of range"), std::string::npos) << r.status().message();
+    EXPECT_EQ(r.status().message().find('\n'), std::string::npos) << r.status().message();
+  }
+  const std::string p = path("huge.json");
+  ASSERT_TRUE(write_file_atomic(p, "{\"len\": 1e999}").ok());
+  EXPECT_FALSE(read_json_file(p).ok());
+}
+
+TEST_F(IoTest, StdoutWriteFailureIsAnError) {
+  // A child whose stdout is /dev/full: write_stdout must report it.
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int fd = ::open("/dev/full", O_WRONLY);
+    if (fd < 0 || ::dup2(fd, STDOUT_FILENO) < 0) ::_exit(3);
+    const Status s = write_stdout("cannot land\n");
+    ::_exit(s.ok() ? 0 : (s.code() == StatusCode::kIoError ? 1 : 2));
+  }
+  int st = 0;
+  ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 1);
+}
+
+// The child registers `file` with a TempFileGuard (or not, after the guard is gone) and raises
+// SIGTERM; returns the child's wait status.
+int die_by_sigterm(const std::string& file, bool guarded) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    install_temp_file_cleanup();
+    if (!write_file_atomic(file, "partial").ok()) ::_exit(3);
+    if (guarded) {
+      TempFileGuard guard(file);
+      ::raise(SIGTERM);
+    } else {
+      { TempFileGuard gone(file); }
+      ::raise(SIGTERM);
+    }
+    ::_exit(4);  // not reached: SIGTERM's default action ends the process
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return st;
+}
+
+TEST_F(IoTest, SigtermRemovesRegisteredTemporaryFiles) {
+  const std::string tmp = path("ckpt.tmp.123");
+  const int st = die_by_sigterm(tmp, true);
+  ASSERT_TRUE(WIFSIGNALED(st)) << st;
+  EXPECT_EQ(WTERMSIG(st), SIGTERM);  // re-raised: the exit status still says SIGTERM
+  EXPECT_FALSE(fs::exists(tmp));
+}
+
+TEST_F(IoTest, SigtermLeavesUnregisteredFiles) {
+  const std::string kept = path("kept.json");
+  const int st = die_by_sigterm(kept, false);
+  ASSERT_TRUE(WIFSIGNALED(st)) << st;
+  EXPECT_TRUE(fs::exists(kept));  // a destroyed guard no longer covers the file
+}
+
+TEST_F(IoTest, StaleTemporaryFilesOfDeadProcessesAreRemoved) {
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ASSERT_GT(dead, 0);
+  ::waitpid(dead, nullptr, 0);  // reaped: the pid names no process now
+  const std::string live = std::to_string(::getppid());
+  const std::string stale = path("step-1.ckpt.tmp." + std::to_string(dead));
+  const std::string kept_live = path("step-2.ckpt.tmp." + live);
+  const std::string kept_prefix = path("other.tmp." + std::to_string(dead));
+  const std::string kept_name = path("step-3.ckpt.tmp.12x");
+  for (const auto& p : {stale, kept_live, kept_prefix, kept_name}) ASSERT_TRUE(write_file_atomic(p, "x").ok());
+  EXPECT_EQ(remove_stale_temp_files(dir_.string(), "step-"), 1);
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(kept_live));
+  EXPECT_TRUE(fs::exists(kept_prefix));
+  EXPECT_TRUE(fs::exists(kept_name));
+  EXPECT_EQ(remove_stale_temp_files(dir_.string(), ""), 1);  // no prefix: other.tmp.<dead> too
+  EXPECT_FALSE(fs::exists(kept_prefix));
 }
 
 }  // namespace

@@ -59,8 +59,9 @@ inline constexpr uint64_t kMaxInputFileBytes = uint64_t{1} << 30;
 // Writes `content` to `path` by the rules above.
 [[nodiscard]] Status write_file_atomic(const std::string& path, const std::string& content);
 // Writes several outputs all or none: every regular target is first written to its temporary
-// file; only when all of them succeeded are they renamed into place (write-through targets are
-// written last). On any failure every temporary file is removed and no regular target changed.
+// file, then the write-through targets (devices, FIFOs) are written; only when all of that
+// succeeded are the temporary files renamed into place. On any failure every temporary file is
+// removed and no regular target changed (a device already written to cannot be taken back).
 [[nodiscard]] Status write_files_atomic(const std::vector<std::pair<std::string, std::string>>& files);
 
 // Writes `content` to standard output and flushes it; a failed or short write (closed stdout,
