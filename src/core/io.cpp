@@ -4,8 +4,10 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
@@ -120,6 +122,13 @@ Status classify_output(const std::string& path, std::string* resolved, Target* h
   }
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
     return Status::invalid_argument("cannot write '" + path + "': directory '" + dir + "' is not writable");
+  }
+  // access() says yes to root everywhere; kernel file systems still refuse new files.
+  struct statfs fs {};
+  constexpr long kProcMagic = 0x9fa0, kSysfsMagic = 0x62656572;
+  if (::statfs(dir.c_str(), &fs) == 0 && (fs.f_type == kProcMagic || fs.f_type == kSysfsMagic)) {
+    return Status::invalid_argument("cannot write '" + path + "': directory '" + dir +
+                                    "' is on a kernel file system (proc or sysfs)");
   }
   return {};
 }
@@ -263,11 +272,25 @@ Status check_output_dir(const std::string& dir, bool create) {
   return {};
 }
 
+namespace {
+// Outputs by reference: a checkpoint of hundreds of MB is never copied to be written.
+using OutputRefs = std::vector<std::pair<const std::string*, const std::string*>>;
+Status write_outputs(const OutputRefs& files);
+}  // namespace
+
 Status write_file_atomic(const std::string& path, const std::string& content) {
-  return write_files_atomic({{path, content}});
+  return write_outputs({{&path, &content}});
 }
 
 Status write_files_atomic(const std::vector<std::pair<std::string, std::string>>& files) {
+  OutputRefs refs;
+  refs.reserve(files.size());
+  for (const auto& f : files) refs.emplace_back(&f.first, &f.second);
+  return write_outputs(refs);
+}
+
+namespace {
+Status write_outputs(const OutputRefs& files) {
   struct Pending {
     std::string shown, target, tmp;
     int slot = -1;
@@ -276,9 +299,9 @@ Status write_files_atomic(const std::vector<std::pair<std::string, std::string>>
   };
   std::vector<Pending> pending(files.size());
   for (size_t i = 0; i < files.size(); ++i) {
-    pending[i].shown = files[i].first;
-    pending[i].content = &files[i].second;
-    DISTCA_RETURN_IF_ERROR(classify_output(files[i].first, &pending[i].target, &pending[i].how));
+    pending[i].shown = *files[i].first;
+    pending[i].content = files[i].second;
+    DISTCA_RETURN_IF_ERROR(classify_output(*files[i].first, &pending[i].target, &pending[i].how));
   }
   auto discard = [&](size_t upto) {
     for (size_t j = 0; j < upto; ++j) {
@@ -320,6 +343,7 @@ Status write_files_atomic(const std::vector<std::pair<std::string, std::string>>
   }
   return {};
 }
+}  // namespace
 
 Status write_stdout(const std::string& content) {
   std::fflush(stdout);

@@ -40,7 +40,7 @@ Status TrainConfig::validate() const {
     got << tolerance;
     return bad("--tolerance", "must be in [0, 1] (got " + got.str() + ")");
   }
-  if (steps < 1 || steps > 100000000) return bad("--steps", "must be positive (got " + std::to_string(steps) + ")");
+  if (steps < 1 || steps > 100000000) return bad("--steps", "must be in 1..100000000 (got " + std::to_string(steps) + ")");
   if (!finite(lr) || lr <= 0) return bad("--lr", "must be positive and finite");
   if (!finite(min_lr) || min_lr < 0 || min_lr > lr) return bad("--min-lr", "must be in [0, --lr]");
   if (warmup < 0) return bad("--warmup", "must be >= 0");

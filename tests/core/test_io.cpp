@@ -148,6 +148,14 @@ TEST_F(IoTest, DirectoryIsRefusedAsOutput) {
   EXPECT_TRUE(fs::is_directory(dir_ / "sub"));
 }
 
+// Root passes access() in /proc; the check must still refuse before any work.
+TEST_F(IoTest, KernelFileSystemDirectoryIsRefused) {
+  if (!fs::exists("/proc/self")) GTEST_SKIP() << "no /proc";
+  const Status s = check_output_path("/proc/distca_out.json");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("kernel file system"), std::string::npos) << s.message();
+}
+
 TEST_F(IoTest, UnwritableDirectoryIsRefused) {
   fs::create_directories(dir_ / "ro");
   fs::permissions(dir_ / "ro", fs::perms::owner_read | fs::perms::owner_exec);

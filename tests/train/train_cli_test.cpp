@@ -57,7 +57,9 @@ TEST(TrainCli, BadInputIsOneLineNamingTheFlagAndExit2) {
                                          {"--config " + bad_toml.string(), "learning_rate"},
                                          {"--resume /nonexistent/x.ckpt", "--resume"},
                                          {"--metrics /nonexistent/dir/m.jsonl", "--metrics"},
-                                         {"--model llama-34b", "--model llama-34b needs"}}) {
+                                         {"--model llama-34b", "--model llama-34b needs"},
+                                         // Past the int range: the range is stated, not "positive".
+                                         {"--steps 2147483648", "--steps must be in 1..100000000 (got 2147483648)"}}) {
     const CliRun r = run(c.args);
     EXPECT_EQ(r.code, 2) << c.args << ": " << r.out;
     EXPECT_NE(r.out.find(c.needle), std::string::npos) << r.out;
