@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -12,6 +11,7 @@
 
 #include "command.h"
 #include "distca/core/io.h"
+#include "distca/core/memory.h"
 #include "distca/core/specs.h"
 #include "distca/cost/cost_model.h"
 #include "distca/cost/profiled.h"
@@ -87,6 +87,30 @@ void print_batches(const nlohmann::json& list) {
   }
 }
 
+// Memory (docs/scheduler.md, "Memory"), constants rounding measurements up. Before any work,
+// from the batches' shape: the batches, every batch's summary and the plan of one batch
+// (linear in ranks and pieces, the sparse layouts' fixed part), and with --full every
+// batch's JSON plan, whose exchange arrays are dense [ranks] per rank (quadratic in ranks).
+constexpr double kSummaryPerRank = 2048;  // measured 1.6 KB: per_rank object and its text
+constexpr double kPlanPerRank = 4096;     // measured ~3 KB: servers, ranks, six exchanges
+constexpr double kPlanPerTask = 1024;     // measured ~600 B: task, q_offset, segments, checks
+constexpr double kFullPerRankPair = 6144; // measured 3.8 KB: six exchanges' dense entries + text
+constexpr double kPlanPerQBlock = 1024;   // eight copies (q, o_lse, do, dq on both ends) + JSON
+constexpr double kPlanPerKvBlock = 768;   // four copies (kv, dkv on both ends), position map
+
+double plan_upfront_bytes(const BatchShape& s, bool full) {
+  const double per_batch = kSummaryPerRank * s.ranks + (full ? kFullPerRankPair * s.ranks * s.ranks : 0);
+  return batches_bytes(s) + s.batches * per_batch + kPlanPerRank * s.ranks + kPlanPerTask * s.pieces;
+}
+
+// Once the schedule is known, before build_plan allocates: its tasks and row blocks.
+double plan_layout_bytes(const Batch& b, const PlanSize& size, bool full) {
+  const double ranks = static_cast<double>(b.ranks);
+  return kPlanPerRank * ranks + kPlanPerTask * static_cast<double>(size.tasks) +
+         kPlanPerQBlock * static_cast<double>(size.q_blocks) + kPlanPerKvBlock * static_cast<double>(size.kv_blocks) +
+         (full ? kFullPerRankPair * ranks * ranks : 0);
+}
+
 int run(const Options& o) {
   // Every flag is checked before any batch is drawn or planned.
   auto model = model_preset(o.model);
@@ -115,11 +139,10 @@ int run(const Options& o) {
   Status st = options.validate(Batch{1, 1, {{{0, 0, 1, 1}}}}, SchedulerSpec{spec->kind, 1});
   if (!st.ok()) return fail(st);
   if (!o.json_path.empty() && o.json_path != "-") {
-    const auto dir = std::filesystem::path(o.json_path).parent_path();
-    if (!dir.empty() && !std::filesystem::is_directory(dir)) {
-      return fail_input("--json: directory '" + dir.string() + "' does not exist");
-    }
+    st = check_output_path(o.json_path);
+    if (!st.ok()) return fail_input("--json: " + st.message());
   }
+  const std::string what = shape_flags(o.workload) + (o.full ? " --full" : "");
   if (o.workload.batch_file.empty()) {
     st = o.workload.options.validate();
     if (!st.ok()) return fail(st);
@@ -127,6 +150,13 @@ int run(const Options& o) {
       return fail_input("--scheduler " + spec->name() + ": CP degree " + std::to_string(spec->cp_degree) +
                         " does not divide --ranks " + std::to_string(o.workload.options.ranks));
     }
+    auto shape = estimate_shape(o.workload);
+    if (!shape.ok()) return fail(shape.status());
+    st = check_memory(plan_upfront_bytes(*shape, o.full), what);
+    if (!st.ok()) return fail_before_work(st);
+  } else {
+    st = check_batch_file_memory(o.workload);
+    if (!st.ok()) return fail_before_work(st);
   }
   auto batches = resolve_batches(o.workload);
   if (!batches.ok()) return fail(batches.status());
@@ -134,12 +164,24 @@ int run(const Options& o) {
     st = options.validate(b, *spec);
     if (!st.ok()) return fail(st);
   }
+  if (!o.workload.batch_file.empty()) {
+    st = check_memory(plan_upfront_bytes(shape_of(*batches), o.full), what);
+    if (!st.ok()) return fail_before_work(st);
+  }
 
   std::vector<nlohmann::json> summaries;
   for (const Batch& b : *batches) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto plan = make_plan(b, *spec, options);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    auto schedule = run_scheduler(*spec, b, options);
+    if (!schedule.ok()) return fail(schedule.status());
+    const auto t1 = std::chrono::steady_clock::now();
+    // The layouts' size depends on where the tasks went: checked before they are built.
+    st = check_memory(plan_layout_bytes(b, plan_size(*schedule), o.full), what + " (the plan's layouts)");
+    if (!st.ok()) return fail_before_work(st);
+    const auto t2 = std::chrono::steady_clock::now();
+    auto plan = build_plan(*schedule, b, *spec, options);
+    const auto t3 = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>((t1 - t0) + (t3 - t2)).count();
     if (!plan.ok()) return fail(plan.status());
     // Every plan is checked before it is reported; a failure here is a planner bug.
     Status valid = validate_plan(*plan, b, options.cost);
@@ -160,12 +202,8 @@ int run(const Options& o) {
 
   if (!o.json_path.empty()) {
     const std::string text = out.dump(2) + "\n";
-    if (o.json_path == "-") {
-      std::fwrite(text.data(), 1, text.size(), stdout);
-      return kExitOk;
-    }
-    Status st = write_file_atomic(o.json_path, text);
-    return st.ok() ? kExitOk : fail(st);
+    const Status written = o.json_path == "-" ? write_stdout(text) : write_file_atomic(o.json_path, text);
+    return written.ok() ? kExitOk : fail(written);
   }
   std::printf("model %s, %s\n", model->name.c_str(),
               o.workload.batch_file.empty() ? ("workload " + o.workload.options.dist + ", layout " + o.workload.layout).c_str()

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "distca/core/io.h"
 #include "distca/core/memory.h"
 #include "distca/core/specs.h"
 #include "workload_flags.h"
@@ -126,8 +127,8 @@ int run(const Options& o) {
   }
 
   if (o.json) {
-    std::printf("%s\n", out.dump(2).c_str());
-    return kExitOk;
+    const Status written = write_stdout(out.dump(2) + "\n");
+    return written.ok() ? kExitOk : fail(written);
   }
   std::printf("workload: %s, layout %s, model %s\n",
               out.contains("dist") ? out["dist"].get<std::string>().c_str()
