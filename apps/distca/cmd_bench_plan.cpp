@@ -141,7 +141,13 @@ double percp_proxy_max_over_mean(const Batch& b, int64_t c) {
   return max_over_mean(load);
 }
 
-Result<Sample> run_one(int k, const Batch& b, const ScheduleOptions& o) {
+// Bytes per percp task while it is measured: the TaskPlacement (40 B; schedule_percp reserves
+// the exact count) with a margin; measured about 40 B at 1024 servers.
+constexpr double kPercpPerTask = 64;
+
+// `held_bytes`: what the run holds besides the schedule (the row's batches); `what`: the flags
+// for a refusal's message.
+Result<Sample> run_one(int k, const Batch& b, const ScheduleOptions& o, double held_bytes, const std::string& what) {
   if (k == 0) return timed([&] { return schedule_cad(b, o); }, b, o, 0);
   if (k == 1) return timed([&] { return schedule_cad_symmetric(b, o); }, b, o, 0);
   if (k == 2) return timed([&] { return schedule_wlb(b, o); }, b, o, 0);
@@ -163,6 +169,9 @@ Result<Sample> run_one(int k, const Batch& b, const ScheduleOptions& o) {
   c = best_c;
   std::optional<Sample> best;
   for (int tries = 0; tries < 3; ++tries) {
+    // A large degree on many documents makes many tasks (2C per document): counted first.
+    DISTCA_RETURN_IF_ERROR(check_memory(held_bytes + kPercpPerTask * static_cast<double>(percp_task_count(b, c)),
+                                        what + " (percp:" + std::to_string(c) + ")"));
     const double t0 = now_ms();
     auto s = schedule_percp(b, c, o);
     const double ms = now_ms() - t0;
@@ -253,6 +262,7 @@ struct Bench {
   bool show = false;
   ScheduleOptions o;
   nlohmann::json out;
+  std::string what;  // the flags that size a run, for check_memory's message
 
   WorkloadOptions workload(const Config& c) const {
     WorkloadOptions w;
@@ -276,9 +286,7 @@ Status check_bench_memory(const Bench& b, const std::vector<Config>& configs, in
     DISTCA_ASSIGN_OR_RETURN(double pieces, estimate_batch_pieces(b.workload(c)));
     need = std::max(need, bench_row_bytes(b.batches, c.servers, pieces));
   }
-  return check_memory(need, "--batches " + std::to_string(b.batches) +
-                                (b.f.servers > 0 ? " --servers " + std::to_string(b.f.servers) : "") +
-                                (b.f.tokens_k > 0 ? " --tokens-k " + std::to_string(b.f.tokens_k) : ""));
+  return check_memory(need, b.what);
 }
 
 // Step 3, one row: every scheduler on the row's batches, summarized (and printed).
@@ -286,12 +294,19 @@ Status run_config(Bench& b, const Config& c) {
   const Flags& f = b.f;
   progress(b.show, c.dist + " " + std::to_string(c.tokens >> 10) + "K x " + std::to_string(c.servers));
   DISTCA_ASSIGN_OR_RETURN(std::vector<Batch> bs, make_batches(b.workload(c)));
+  double pieces = 0;
+  for (const Batch& batch : bs) {
+    double n = 0;
+    for (const auto& rank : batch.per_rank) n += static_cast<double>(rank.size());
+    pieces = std::max(pieces, n);
+  }
+  const double held = bench_row_bytes(b.batches, c.servers, pieces);
   std::vector<Sample> samples[kNumSchedulers];
   std::vector<double> ratio;
   for (size_t i = 0; i < bs.size(); ++i) {
     for (int k = 0; k < kNumSchedulers; ++k) {
       if (k == 3 && i >= kPercpBatches) continue;
-      DISTCA_ASSIGN_OR_RETURN(Sample m, run_one(k, bs[i], b.o));
+      DISTCA_ASSIGN_OR_RETURN(Sample m, run_one(k, bs[i], b.o, held, b.what));
       samples[k].push_back(m);
     }
     ratio.push_back(samples[0].back().bytes / std::max(1.0, samples[1].back().bytes));
@@ -384,6 +399,8 @@ int run(const Flags& f) {
   b.batches = f.quick ? std::min<int64_t>(f.batches, 5) : f.batches;
   b.o.model = *model_preset(f.model);
   b.o.tolerance = f.tolerance;
+  b.what = "--batches " + std::to_string(b.batches) + (f.servers > 0 ? " --servers " + std::to_string(f.servers) : "") +
+           (f.tokens_k > 0 ? " --tokens-k " + std::to_string(f.tokens_k) : "");
   std::vector<const char*> dists;
   const std::vector<Config> configs = select_configs(f, dists);
   const int64_t sweep_servers = f.quick ? 64 : 256;
@@ -403,7 +420,7 @@ int run(const Flags& f) {
   }
   for (const Config& c : configs) {
     st = run_config(b, c);
-    if (!st.ok()) return fail(st);
+    if (!st.ok()) return st.code() == StatusCode::kOutOfMemory ? fail_input(st.message()) : fail(st);
   }
   if (!b.to_stdout && !dists.empty()) {
     std::printf("\ntolerance sweep, %lld servers x 512K tokens, median forward GB (balanced batches)\n",

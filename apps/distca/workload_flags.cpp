@@ -106,8 +106,9 @@ BatchShape shape_of(const std::vector<Batch>& batches) {
 double batches_bytes(const BatchShape& s) {
   // Measured: 42 bytes per piece (the Piece and the drawn length) and 24 per rank list, with
   // the allocator's overhead; rounded up for margin.
-  constexpr double kPerPiece = 64, kPerRank = 64;
-  return s.batches * (kPerPiece * s.pieces + kPerRank * s.ranks);
+  // The process itself (binary, libraries, allocator arenas) adds about 10 MB.
+  constexpr double kPerPiece = 64, kPerRank = 64, kProcess = 16 << 20;
+  return kProcess + s.batches * (kPerPiece * s.pieces + kPerRank * s.ranks);
 }
 
 std::string shape_flags(const WorkloadFlags& f) {

@@ -62,7 +62,8 @@ struct BatchShape {
 // Precondition: flags.batch_file is empty and flags.options.validate() is OK.
 Result<BatchShape> estimate_shape(const WorkloadFlags& flags);
 BatchShape shape_of(const std::vector<Batch>& batches);
-// Bytes of the Batch values themselves (pieces and per-rank lists, lengths while drawing).
+// Bytes of the Batch values themselves (pieces and per-rank lists, lengths while drawing),
+// plus the process itself (16 MiB).
 double batches_bytes(const BatchShape& shape);
 // The flags that drive the estimate, for check_memory's message:
 // "--ranks 8 --tokens-per-rank 16 --batches 1" or "--batch FILE".

@@ -102,10 +102,10 @@ PlanSize plan_size(const Schedule& schedule) {
     e = std::max(e, t.q_end);
   }
   for (const auto& [key, end] : context) {
-    const auto& runs = index.runs(key.second);
-    const auto first_past = std::lower_bound(runs.begin(), runs.end(), end,
-                                             [](const HeldRun& r, int64_t e) { return r.begin < e; });
-    size.kv_blocks += first_past - runs.begin();
+    for (const HeldRun& run : index.runs(key.second)) {
+      if (run.begin >= end) break;
+      if (run.rank != key.first) ++size.kv_blocks;
+    }
   }
   return size;
 }

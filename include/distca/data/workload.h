@@ -85,9 +85,10 @@ class LengthDistribution {
 Result<std::vector<Batch>> make_batches(const WorkloadOptions& options);
 
 // An upper bound, with a margin, of the pieces ONE batch of `options` holds, for memory
-// estimates before anything is drawn: documents <= slots / shortest length for fixed and
-// uniform; for the others slots / (half the mean of 4096 fixed draws), never more than
-// slots / 16; pieces <= documents + ranks (a rank boundary cuts one document), twice that for
+// estimates before anything is drawn: documents <= slots / length for fixed; for the others
+// slots / (a fraction of the mean of 4096 fixed draws of the distribution: half for the
+// heavy-tailed pretrain, prolong and file, 0.9 for uniform), never more than slots / 16;
+// pieces <= documents + ranks (a rank boundary cuts one document), documents + 4 * ranks for
 // head-tail. Errors: those of LengthDistribution::create.
 Result<double> estimate_batch_pieces(const WorkloadOptions& options);
 

@@ -159,10 +159,10 @@ Result<Plan> build_plan(const Schedule& schedule, const Batch& input, const Sche
                         const ScheduleOptions& options);
 
 // What build_plan will hold for `schedule`, counted before it allocates (the CLI's memory
-// estimate, docs/scheduler.md): its tasks, one q block per task served away from home, and an
-// upper bound of the kv blocks (per (document, server) pair, the held runs that start inside
-// the context [0, E), E the pair's largest q_end). Tasks naming an unknown document are
-// skipped (build_plan refuses them). Precondition: schedule.batch.validate() is OK.
+// estimate, docs/scheduler.md): its tasks, one q block per task served away from home, and the
+// kv blocks (per (document, server) pair, the runs held by other ranks that start inside the
+// context [0, E), E the pair's largest q_end). Tasks naming an unknown document are skipped
+// (build_plan refuses them). Precondition: schedule.batch.validate() is OK.
 struct PlanSize {
   int64_t tasks = 0;
   int64_t q_blocks = 0;
