@@ -220,14 +220,22 @@ Status check_flags(const Flags& f) {
   if (!f.dist.empty() && f.dist != "pretrain" && f.dist != "prolong") {
     return Status::invalid_argument("--dist must be pretrain or prolong (got '" + f.dist + "')");
   }
-  if (f.tokens_k < 0) return Status::invalid_argument("--tokens-k must be positive");
-  if (f.servers < 0) return Status::invalid_argument("--servers must be positive");
-  if (f.tokens_k > 0 || f.servers > 0) {
-    WorkloadOptions w;
-    w.ranks = f.servers > 0 ? f.servers : 8;
-    w.tokens_per_rank = f.tokens_k > 0 ? f.tokens_k << 10 : 128 << 10;
-    const Status st = w.validate();
-    if (!st.ok()) return Status::invalid_argument(st.message());
+  // Checked here in the flags' own terms (WorkloadOptions::validate would name --ranks and
+  // --tokens-per-rank, which this command does not have).
+  if (f.tokens_k < 0) return Status::invalid_argument("--tokens-k must be positive (got " + std::to_string(f.tokens_k) + ")");
+  if (f.servers < 0) return Status::invalid_argument("--servers must be positive (got " + std::to_string(f.servers) + ")");
+  constexpr int64_t kMaxServers = int64_t{1} << 24, kMaxTokensK = int64_t{1} << 30;  // 2^40 tokens
+  if (f.servers > kMaxServers) {
+    return Status::invalid_argument("--servers must be at most 16777216 (got " + std::to_string(f.servers) + ")");
+  }
+  if (f.tokens_k > kMaxTokensK) {
+    return Status::invalid_argument("--tokens-k must be at most 1073741824 (got " + std::to_string(f.tokens_k) + ")");
+  }
+  // The largest row's batch: the given values, or the defaults' largest (1024 servers, 512K).
+  const int64_t servers = f.servers > 0 ? f.servers : 1024, tokens_k = f.tokens_k > 0 ? f.tokens_k : 512;
+  if (tokens_k > (kMaxTokensK / servers)) {
+    return Status::invalid_argument("--servers (" + std::to_string(servers) + ") times --tokens-k (" +
+                                    std::to_string(tokens_k) + ") exceeds 2^40 tokens per batch");
   }
   return Status::ok_status();
 }

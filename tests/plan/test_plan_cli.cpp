@@ -114,6 +114,27 @@ TEST_F(PlanCli, UnwritableJsonIsRefusedFirst) {
   EXPECT_EQ(b.out.find("cad"), std::string::npos) << "bench plan ran before refusing: " << b.out;
 }
 
+// bench plan's refusals name its own flags (--servers, --tokens-k), never the --ranks /
+// --tokens-per-rank of the workload options it builds from them.
+TEST_F(PlanCli, BenchPlanRefusalsNameItsFlags) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--servers 16777217", "--servers"},
+      {"--tokens-k 1152921504606846976", "--tokens-k"},
+      {"--servers 16777216 --tokens-k 1024", "--servers (16777216) times --tokens-k"},
+      {"--tokens-k -1", "--tokens-k"},
+      {"--batches 0", "--batches"},
+      {"--batches 1000000 --servers 1024", "--batches 1000000 --servers 1024"},
+  };
+  for (const auto& [args, flag] : cases) {
+    const CliRun r = run("bench plan " + args + " --json " + (dir_ / "bench.json").string());
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(flag), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(r.err.find("--ranks"), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(r.err.find("--tokens-per-rank"), std::string::npos) << args << ": " << r.err;
+    EXPECT_FALSE(fs::exists(dir_ / "bench.json"));
+  }
+}
+
 // Inputs that are not regular files: a FIFO without a writer (would block forever), /dev/zero
 // (would be read without end) and a directory (must say so, not "not valid JSON"). `timeout`
 // turns a hang into exit 124, which fails the test instead of stalling the suite.
