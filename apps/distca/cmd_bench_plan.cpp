@@ -20,7 +20,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -31,6 +30,7 @@
 
 #include "command.h"
 #include "distca/core/io.h"
+#include "distca/core/memory.h"
 #include "distca/core/specs.h"
 #include "distca/data/workload.h"
 #include "distca/plan/cad.h"
@@ -141,7 +141,13 @@ double percp_proxy_max_over_mean(const Batch& b, int64_t c) {
   return max_over_mean(load);
 }
 
-Result<Sample> run_one(int k, const Batch& b, const ScheduleOptions& o) {
+// Bytes per percp task while it is measured: the TaskPlacement (40 B; schedule_percp reserves
+// the exact count) with a margin; measured about 40 B at 1024 servers.
+constexpr double kPercpPerTask = 64;
+
+// `held_bytes`: what the run holds besides the schedule (the row's batches); `what`: the flags
+// for a refusal's message.
+Result<Sample> run_one(int k, const Batch& b, const ScheduleOptions& o, double held_bytes, const std::string& what) {
   if (k == 0) return timed([&] { return schedule_cad(b, o); }, b, o, 0);
   if (k == 1) return timed([&] { return schedule_cad_symmetric(b, o); }, b, o, 0);
   if (k == 2) return timed([&] { return schedule_wlb(b, o); }, b, o, 0);
@@ -163,6 +169,9 @@ Result<Sample> run_one(int k, const Batch& b, const ScheduleOptions& o) {
   c = best_c;
   std::optional<Sample> best;
   for (int tries = 0; tries < 3; ++tries) {
+    // A large degree on many documents makes many tasks (2C per document): counted first.
+    DISTCA_RETURN_IF_ERROR(check_memory(held_bytes + kPercpPerTask * static_cast<double>(percp_task_count(b, c)),
+                                        what + " (percp:" + std::to_string(c) + ")"));
     const double t0 = now_ms();
     auto s = schedule_percp(b, c, o);
     const double ms = now_ms() - t0;
@@ -187,38 +196,52 @@ void progress(bool on, const std::string& line) {
   if (on) std::fprintf(stderr, "\r%-70s", line.c_str());
 }
 
-int run(const Flags& f) {
-  // Everything checked before any work.
-  if (f.batches < 1) return fail_input("--batches must be >= 1 (got " + std::to_string(f.batches) + ")");
+// What a run holds at its peak (docs/scheduler.md, "Memory"): one row's batches (measured
+// about 42 bytes per piece and 1.6 KB per rank with the allocator's overhead) and one
+// schedule with its traffic count (about 600 bytes per task, tasks about the pieces, and a
+// few KB per rank). The constants round the measurements up.
+double bench_row_bytes(int64_t batches, int64_t servers, double pieces) {
+  constexpr double kPerPiece = 64, kPerRank = 64, kSchedulePerPiece = 1024, kSchedulePerRank = 4096;
+  return static_cast<double>(batches) * (kPerPiece * pieces + kPerRank * static_cast<double>(servers)) +
+         kSchedulePerPiece * pieces + kSchedulePerRank * static_cast<double>(servers);
+}
+
+// Step 1: every flag checked, output path included, before any work.
+Status check_flags(const Flags& f) {
+  if (f.batches < 1) return Status::invalid_argument("--batches must be >= 1 (got " + std::to_string(f.batches) + ")");
   if (!std::isfinite(f.tolerance) || f.tolerance < 0 || f.tolerance > 1) {
-    return fail_input("--tolerance must be in [0, 1]");
+    return Status::invalid_argument("--tolerance must be in [0, 1]");
   }
-  auto model = model_preset(f.model);
-  if (!model.ok()) return fail(model.status().with_context("--model"));
-  auto layout = parse_layout(f.layout);
-  if (!layout.ok()) return fail(layout.status());
+  DISTCA_RETURN_IF_ERROR(model_preset(f.model).status().with_context("--model"));
+  DISTCA_RETURN_IF_ERROR(parse_layout(f.layout).status());
   if (!f.json_path.empty() && f.json_path != "-") {
-    const auto dir = std::filesystem::path(f.json_path).parent_path();
-    if (!dir.empty() && !std::filesystem::is_directory(dir)) {
-      return fail_input("--json: directory '" + dir.string() + "' does not exist");
-    }
+    DISTCA_RETURN_IF_ERROR(check_output_path(f.json_path).with_context("--json"));
   }
   if (!f.dist.empty() && f.dist != "pretrain" && f.dist != "prolong") {
-    return fail_input("--dist must be pretrain or prolong (got '" + f.dist + "')");
+    return Status::invalid_argument("--dist must be pretrain or prolong (got '" + f.dist + "')");
   }
-  if (f.tokens_k < 0) return fail_input("--tokens-k must be positive");
-  if (f.servers < 0) return fail_input("--servers must be positive");
-  if (f.tokens_k > 0 || f.servers > 0) {
-    WorkloadOptions w;
-    w.ranks = f.servers > 0 ? f.servers : 8;
-    w.tokens_per_rank = f.tokens_k > 0 ? f.tokens_k << 10 : 128 << 10;
-    const Status st = w.validate();
-    if (!st.ok()) return fail_input(st.message());
+  // Checked here in the flags' own terms (WorkloadOptions::validate would name --ranks and
+  // --tokens-per-rank, which this command does not have).
+  if (f.tokens_k < 0) return Status::invalid_argument("--tokens-k must be positive (got " + std::to_string(f.tokens_k) + ")");
+  if (f.servers < 0) return Status::invalid_argument("--servers must be positive (got " + std::to_string(f.servers) + ")");
+  constexpr int64_t kMaxServers = int64_t{1} << 24, kMaxTokensK = int64_t{1} << 30;  // 2^40 tokens
+  if (f.servers > kMaxServers) {
+    return Status::invalid_argument("--servers must be at most 16777216 (got " + std::to_string(f.servers) + ")");
   }
-  const bool to_stdout = f.json_path == "-";
-  const bool show = stderr_is_terminal() && !to_stdout;
-  const int64_t batches = f.quick ? std::min<int64_t>(f.batches, 5) : f.batches;
+  if (f.tokens_k > kMaxTokensK) {
+    return Status::invalid_argument("--tokens-k must be at most 1073741824 (got " + std::to_string(f.tokens_k) + ")");
+  }
+  // The largest row's batch: the given values, or the defaults' largest (1024 servers, 512K).
+  const int64_t servers = f.servers > 0 ? f.servers : 1024, tokens_k = f.tokens_k > 0 ? f.tokens_k : 512;
+  if (tokens_k > (kMaxTokensK / servers)) {
+    return Status::invalid_argument("--servers (" + std::to_string(servers) + ") times --tokens-k (" +
+                                    std::to_string(tokens_k) + ") exceeds 2^40 tokens per batch");
+  }
+  return Status::ok_status();
+}
 
+// The rows selected by the flags (every default row unless --dist / --tokens-k / --servers).
+std::vector<Config> select_configs(const Flags& f, std::vector<const char*>& dists) {
   std::vector<Config> configs;
   std::vector<int64_t> tokens = f.quick ? std::vector<int64_t>{128 << 10, 512 << 10}
                                         : std::vector<int64_t>{128 << 10, 256 << 10, 512 << 10};
@@ -226,7 +249,7 @@ int run(const Flags& f) {
                                          : std::vector<int64_t>{8, 16, 32, 64, 128, 256, 512, 1024};
   if (f.tokens_k > 0) tokens = {f.tokens_k << 10};
   if (f.servers > 0) servers = {f.servers};
-  std::vector<const char*> dists = {"pretrain", "prolong"};
+  dists = {"pretrain", "prolong"};
   if (f.dist == "pretrain") dists = {"pretrain"};
   if (f.dist == "prolong") dists = {"prolong"};
   for (const char* dist : dists) {
@@ -234,137 +257,192 @@ int run(const Flags& f) {
       for (int64_t s : servers) configs.push_back({dist, t, s});
     }
   }
-  ScheduleOptions o;
-  o.model = *model;
-  o.tolerance = f.tolerance;
+  return configs;
+}
 
-  auto make = [&](const Config& c) {
+// Everything one run shares: the flags as resolved, the scheduling options, the output.
+struct Bench {
+  explicit Bench(const Flags& flags) : f(flags) {}
+  const Flags& f;
+  Layout layout = Layout::kContiguous;
+  int64_t batches = 0;
+  bool to_stdout = false;
+  bool show = false;
+  ScheduleOptions o;
+  nlohmann::json out;
+  std::string what;  // the flags that size a run, for check_memory's message
+
+  WorkloadOptions workload(const Config& c) const {
     WorkloadOptions w;
     w.dist = c.dist;
     w.ranks = c.servers;
     w.tokens_per_rank = c.tokens;
-    w.layout = *layout;
+    w.layout = layout;
     w.batches = batches;
     w.seed = f.seed;
-    return make_batches(w);
-  };
-
-  nlohmann::json out = {{"bench", "plan"}, {"model", f.model}, {"layout", f.layout},
-                        {"tolerance", f.tolerance}, {"batches", batches}, {"seed", f.seed},
-                        {"dtype_bytes", o.dtype_bytes}, {"configs", nlohmann::json::array()},
-                        {"sweep", nlohmann::json::array()}};
-  if (!to_stdout) {
-    std::printf("distca bench plan: %s, %s layout, tolerance %g, %lld batches per row, medians\n",
-                f.model.c_str(), f.layout.c_str(), f.tolerance, static_cast<long long>(batches));
-    std::printf("%-8s %5s %5s | %-13s %8s %8s %8s %9s %9s | %s\n", "dist", "tok", "srv", "scheduler",
-                "plan ms", "max/mean", "worst", "bytes GB", "rank GB", "balanced");
+    return w;
   }
-  for (const Config& c : configs) {
-    progress(show, c.dist + " " + std::to_string(c.tokens >> 10) + "K x " + std::to_string(c.servers));
-    auto bs = make(c);
-    if (!bs.ok()) return fail(bs.status());
-    std::vector<Sample> samples[kNumSchedulers];
-    std::vector<double> ratio;
-    for (size_t i = 0; i < bs->size(); ++i) {
-      const Batch& b = (*bs)[i];
-      for (int k = 0; k < kNumSchedulers; ++k) {
-        if (k == 3 && i >= kPercpBatches) continue;
-        auto m = run_one(k, b, o);
-        if (!m.ok()) return fail(m.status());
-        samples[k].push_back(*m);
-      }
-      ratio.push_back(samples[0].back().bytes / std::max(1.0, samples[1].back().bytes));
-    }
-    progress(show, "");
-    if (show) std::fprintf(stderr, "\r");
-    nlohmann::json row = {{"dist", c.dist}, {"tokens_per_rank", c.tokens}, {"servers", c.servers},
-                          {"cad_over_symmetric_bytes_median", median(ratio)}, {"schedulers", nlohmann::json::object()}};
+};
+
+// Step 2: the largest row (the sweep's included) must fit before the first one runs.
+Status check_bench_memory(const Bench& b, const std::vector<Config>& configs, int64_t sweep_servers,
+                          const std::vector<const char*>& dists) {
+  std::vector<Config> all = configs;
+  for (const char* dist : dists) all.push_back({dist, 512 << 10, sweep_servers});
+  double need = 0;
+  for (const Config& c : all) {
+    DISTCA_ASSIGN_OR_RETURN(double pieces, estimate_batch_pieces(b.workload(c)));
+    need = std::max(need, bench_row_bytes(b.batches, c.servers, pieces));
+  }
+  return check_memory(need, b.what);
+}
+
+// Step 3, one row: every scheduler on the row's batches, summarized (and printed).
+Status run_config(Bench& b, const Config& c) {
+  const Flags& f = b.f;
+  progress(b.show, c.dist + " " + std::to_string(c.tokens >> 10) + "K x " + std::to_string(c.servers));
+  DISTCA_ASSIGN_OR_RETURN(std::vector<Batch> bs, make_batches(b.workload(c)));
+  double pieces = 0;
+  for (const Batch& batch : bs) {
+    double n = 0;
+    for (const auto& rank : batch.per_rank) n += static_cast<double>(rank.size());
+    pieces = std::max(pieces, n);
+  }
+  const double held = bench_row_bytes(b.batches, c.servers, pieces);
+  std::vector<Sample> samples[kNumSchedulers];
+  std::vector<double> ratio;
+  for (size_t i = 0; i < bs.size(); ++i) {
     for (int k = 0; k < kNumSchedulers; ++k) {
-      std::vector<double> ms, mm, by, br, cp;
-      int64_t balanced = 0;
-      for (const Sample& s : samples[k]) {
-        ms.push_back(s.ms);
-        mm.push_back(s.max_over_mean);
-        by.push_back(s.bytes);
-        br.push_back(s.bytes_max_rank);
-        cp.push_back(static_cast<double>(s.cp));
-        if (s.max_over_mean <= 1 + f.tolerance) ++balanced;
-      }
-      nlohmann::json j = {{"plan_ms_median", median(ms)},
-                          {"load_max_over_mean_median", median(mm)},
-                          {"load_max_over_mean_worst", *std::max_element(mm.begin(), mm.end())},
-                          {"comm_bytes_total_median", median(by)},
-                          {"comm_bytes_max_rank_median", median(br)},
-                          {"balanced_batches", balanced},
-                          {"batches", samples[k].size()}};
-      if (k == 3) j["cp_degree_median"] = median(cp);
-      row["schedulers"][kSchedulers[k]] = j;
-      if (!to_stdout) {
-        std::printf("%-8s %4lldK %5lld | %-13s %8.2f %8.4f %8.4f %9.2f %9.3f | %lld/%lld%s\n", c.dist.c_str(),
-                    static_cast<long long>(c.tokens >> 10), static_cast<long long>(c.servers), kSchedulers[k],
-                    median(ms), median(mm), *std::max_element(mm.begin(), mm.end()), median(by) / 1e9,
-                    median(br) / 1e9, static_cast<long long>(balanced), static_cast<long long>(samples[k].size()),
-                    k == 3 ? (" (C=" + std::to_string(static_cast<long long>(median(cp))) + ")").c_str() : "");
-      }
+      if (k == 3 && i >= kPercpBatches) continue;
+      DISTCA_ASSIGN_OR_RETURN(Sample m, run_one(k, bs[i], b.o, held, b.what));
+      samples[k].push_back(m);
     }
-    if (!to_stdout) std::printf("%-8s %4lldK %5lld | cad / cad-symmetric bytes: %.3f (median of per-batch ratios)\n",
+    ratio.push_back(samples[0].back().bytes / std::max(1.0, samples[1].back().bytes));
+  }
+  progress(b.show, "");
+  if (b.show) std::fprintf(stderr, "\r");
+  nlohmann::json row = {{"dist", c.dist}, {"tokens_per_rank", c.tokens}, {"servers", c.servers},
+                        {"cad_over_symmetric_bytes_median", median(ratio)}, {"schedulers", nlohmann::json::object()}};
+  for (int k = 0; k < kNumSchedulers; ++k) {
+    std::vector<double> ms, mm, by, br, cp;
+    int64_t balanced = 0;
+    for (const Sample& s : samples[k]) {
+      ms.push_back(s.ms);
+      mm.push_back(s.max_over_mean);
+      by.push_back(s.bytes);
+      br.push_back(s.bytes_max_rank);
+      cp.push_back(static_cast<double>(s.cp));
+      if (s.max_over_mean <= 1 + f.tolerance) ++balanced;
+    }
+    nlohmann::json j = {{"plan_ms_median", median(ms)},
+                        {"load_max_over_mean_median", median(mm)},
+                        {"load_max_over_mean_worst", *std::max_element(mm.begin(), mm.end())},
+                        {"comm_bytes_total_median", median(by)},
+                        {"comm_bytes_max_rank_median", median(br)},
+                        {"balanced_batches", balanced},
+                        {"batches", samples[k].size()}};
+    if (k == 3) j["cp_degree_median"] = median(cp);
+    row["schedulers"][kSchedulers[k]] = j;
+    if (!b.to_stdout) {
+      std::printf("%-8s %4lldK %5lld | %-13s %8.2f %8.4f %8.4f %9.2f %9.3f | %lld/%lld%s\n", c.dist.c_str(),
+                  static_cast<long long>(c.tokens >> 10), static_cast<long long>(c.servers), kSchedulers[k],
+                  median(ms), median(mm), *std::max_element(mm.begin(), mm.end()), median(by) / 1e9,
+                  median(br) / 1e9, static_cast<long long>(balanced), static_cast<long long>(samples[k].size()),
+                  k == 3 ? (" (C=" + std::to_string(static_cast<long long>(median(cp))) + ")").c_str() : "");
+    }
+  }
+  if (!b.to_stdout) std::printf("%-8s %4lldK %5lld | cad / cad-symmetric bytes: %.3f (median of per-batch ratios)\n",
                                 c.dist.c_str(), static_cast<long long>(c.tokens >> 10),
                                 static_cast<long long>(c.servers), median(ratio));
-    out["configs"].push_back(row);
-    std::fflush(stdout);
-  }
+  b.out["configs"].push_back(row);
+  std::fflush(stdout);
+  return Status::ok_status();
+}
 
-  // Tolerance sweep: bytes of cad and cad-symmetric as the tolerance grows.
-  const int64_t sweep_servers = f.quick ? 64 : 256;
-  if (f.no_sweep) dists.clear();
-  if (!to_stdout && !dists.empty()) {
-    std::printf("\ntolerance sweep, %lld servers x 512K tokens, median forward GB (balanced batches)\n",
-                static_cast<long long>(sweep_servers));
-  }
-  for (const char* dist : dists) {
-    auto bs = make({dist, 512 << 10, sweep_servers});
-    if (!bs.ok()) return fail(bs.status());
-    for (double tol : {0.0, 0.05, 0.1, 0.15, 0.2, 0.3}) {
-      progress(show, std::string("sweep ") + dist + " tol " + std::to_string(tol));
-      ScheduleOptions ot = o;
-      ot.tolerance = tol;
-      std::vector<double> bytes[2], mm[2];
-      int64_t balanced[2] = {0, 0};
-      for (const Batch& b : *bs) {
-        for (int k = 0; k < 2; ++k) {
-          CadStats st;
-          auto s = k == 0 ? schedule_cad(b, ot, &st) : schedule_cad_symmetric(b, ot, &st);
-          if (!s.ok()) return fail(s.status());
-          bytes[k].push_back(static_cast<double>(st.bytes_incremental));
-          mm[k].push_back(st.load_max / st.mean);
-          if (st.balanced) ++balanced[k];
-        }
+// Step 4, one distribution: bytes of cad and cad-symmetric as the tolerance grows.
+Status run_sweep(Bench& b, const char* dist, int64_t sweep_servers) {
+  DISTCA_ASSIGN_OR_RETURN(std::vector<Batch> bs, make_batches(b.workload({dist, 512 << 10, sweep_servers})));
+  for (double tol : {0.0, 0.05, 0.1, 0.15, 0.2, 0.3}) {
+    progress(b.show, std::string("sweep ") + dist + " tol " + std::to_string(tol));
+    ScheduleOptions ot = b.o;
+    ot.tolerance = tol;
+    std::vector<double> bytes[2], mm[2];
+    int64_t balanced[2] = {0, 0};
+    for (const Batch& batch : bs) {
+      for (int k = 0; k < 2; ++k) {
+        CadStats st;
+        auto s = k == 0 ? schedule_cad(batch, ot, &st) : schedule_cad_symmetric(batch, ot, &st);
+        if (!s.ok()) return s.status();
+        bytes[k].push_back(static_cast<double>(st.bytes_incremental));
+        mm[k].push_back(st.load_max / st.mean);
+        if (st.balanced) ++balanced[k];
       }
-      progress(show, "");
-      if (show) std::fprintf(stderr, "\r");
-      out["sweep"].push_back({{"dist", dist}, {"servers", sweep_servers}, {"tokens_per_rank", 512 << 10},
+    }
+    progress(b.show, "");
+    if (b.show) std::fprintf(stderr, "\r");
+    b.out["sweep"].push_back({{"dist", dist}, {"servers", sweep_servers}, {"tokens_per_rank", 512 << 10},
                               {"tolerance", tol},
                               {"cad_bytes_median", median(bytes[0])},
                               {"cad_symmetric_bytes_median", median(bytes[1])},
                               {"cad_load_max_over_mean_worst", *std::max_element(mm[0].begin(), mm[0].end())},
                               {"cad_balanced_batches", balanced[0]},
                               {"cad_symmetric_balanced_batches", balanced[1]}});
-      if (!to_stdout) {
-        std::printf("%-8s tol %.2f  cad %9.2f (%lld/%lld)  cad-symmetric %9.2f (%lld/%lld)  ratio %.3f\n", dist, tol,
-                    median(bytes[0]) / 1e9, static_cast<long long>(balanced[0]), static_cast<long long>(batches),
-                    median(bytes[1]) / 1e9, static_cast<long long>(balanced[1]), static_cast<long long>(batches),
-                    median(bytes[0]) / std::max(1.0, median(bytes[1])));
-      }
+    if (!b.to_stdout) {
+      std::printf("%-8s tol %.2f  cad %9.2f (%lld/%lld)  cad-symmetric %9.2f (%lld/%lld)  ratio %.3f\n", dist, tol,
+                  median(bytes[0]) / 1e9, static_cast<long long>(balanced[0]), static_cast<long long>(b.batches),
+                  median(bytes[1]) / 1e9, static_cast<long long>(balanced[1]), static_cast<long long>(b.batches),
+                  median(bytes[0]) / std::max(1.0, median(bytes[1])));
     }
   }
-  if (show) std::fprintf(stderr, "\r%70s\r", "");
-  if (to_stdout) {
-    std::printf("%s\n", out.dump(2).c_str());
-  } else if (!f.json_path.empty()) {
-    const Status st = write_file_atomic(f.json_path, out.dump(2) + "\n");
+  return Status::ok_status();
+}
+
+int run(const Flags& f) {
+  Status st = check_flags(f);
+  if (!st.ok()) return fail_input(st.message());
+  Bench b(f);
+  b.layout = *parse_layout(f.layout);
+  b.to_stdout = f.json_path == "-";
+  b.show = stderr_is_terminal() && !b.to_stdout;
+  b.batches = f.quick ? std::min<int64_t>(f.batches, 5) : f.batches;
+  b.o.model = *model_preset(f.model);
+  b.o.tolerance = f.tolerance;
+  b.what = "--batches " + std::to_string(b.batches) + (f.servers > 0 ? " --servers " + std::to_string(f.servers) : "") +
+           (f.tokens_k > 0 ? " --tokens-k " + std::to_string(f.tokens_k) : "");
+  std::vector<const char*> dists;
+  const std::vector<Config> configs = select_configs(f, dists);
+  const int64_t sweep_servers = f.quick ? 64 : 256;
+  if (f.no_sweep) dists.clear();
+  st = check_bench_memory(b, configs, sweep_servers, dists);
+  if (!st.ok()) return st.code() == StatusCode::kOutOfMemory ? fail_input(st.message()) : fail(st);
+
+  b.out = {{"bench", "plan"}, {"model", f.model}, {"layout", f.layout},
+           {"tolerance", f.tolerance}, {"batches", b.batches}, {"seed", f.seed},
+           {"dtype_bytes", b.o.dtype_bytes}, {"configs", nlohmann::json::array()},
+           {"sweep", nlohmann::json::array()}};
+  if (!b.to_stdout) {
+    std::printf("distca bench plan: %s, %s layout, tolerance %g, %lld batches per row, medians\n",
+                f.model.c_str(), f.layout.c_str(), f.tolerance, static_cast<long long>(b.batches));
+    std::printf("%-8s %5s %5s | %-13s %8s %8s %8s %9s %9s | %s\n", "dist", "tok", "srv", "scheduler",
+                "plan ms", "max/mean", "worst", "bytes GB", "rank GB", "balanced");
+  }
+  for (const Config& c : configs) {
+    st = run_config(b, c);
+    if (!st.ok()) return st.code() == StatusCode::kOutOfMemory ? fail_input(st.message()) : fail(st);
+  }
+  if (!b.to_stdout && !dists.empty()) {
+    std::printf("\ntolerance sweep, %lld servers x 512K tokens, median forward GB (balanced batches)\n",
+                static_cast<long long>(sweep_servers));
+  }
+  for (const char* dist : dists) {
+    st = run_sweep(b, dist, sweep_servers);
     if (!st.ok()) return fail(st);
   }
-  return kExitOk;
+  if (b.show) std::fprintf(stderr, "\r%70s\r", "");
+  const std::string text = b.out.dump(2) + "\n";
+  if (b.to_stdout) st = write_stdout(text);
+  else if (!f.json_path.empty()) st = write_file_atomic(f.json_path, text);
+  return st.ok() ? kExitOk : fail(st);
 }
 
 Runner setup(CLI::App& sub) {

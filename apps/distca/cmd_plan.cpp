@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -12,6 +11,7 @@
 
 #include "command.h"
 #include "distca/core/io.h"
+#include "distca/core/memory.h"
 #include "distca/core/specs.h"
 #include "distca/cost/cost_model.h"
 #include "distca/cost/profiled.h"
@@ -87,6 +87,46 @@ void print_batches(const nlohmann::json& list) {
   }
 }
 
+// Memory (docs/scheduler.md, "Memory"); the constants are measured costs rounded up (by
+// 1.1-1.7x on the shapes measured). What stays held: the batches and every batch's summary,
+// with --full every batch's JSON plan, whose exchange arrays are dense [ranks] per rank
+// (quadratic in ranks). On top, the plan of one batch and its validation: before any work
+// estimated with a task per piece and no row blocks; for percp, before scheduling, from its
+// exact task count (percp_task_count); and, once the schedule is known and before build_plan
+// allocates, from its tasks and row blocks (plan_size).
+constexpr double kSummaryPerRank = 2048;   // measured 1.6 KB: per_rank object and its text
+constexpr double kFullPerRankPair = 6144;  // measured 3.8 KB: six exchanges' dense entries + text
+constexpr double kPlanPerRank = 4096;      // measured ~3 KB: servers, ranks, six exchanges
+constexpr double kPlanPerPiece = 640;      // the document index, the validator's maps
+constexpr double kPlanPerTask = 256;       // task, q_offset, segments, schedule
+constexpr double kPlanPerQBlock = 256;     // eight copies (q, o_lse, do, dq on both ends)
+constexpr double kPlanPerKvBlock = 640;    // four copies (kv, dkv on both ends), position map
+
+double plan_held_bytes(const BatchShape& s, bool full) {
+  const double per_batch = kSummaryPerRank * s.ranks + (full ? kFullPerRankPair * s.ranks * s.ranks : 0);
+  return batches_bytes(s) + s.batches * per_batch;
+}
+
+double plan_bytes(double ranks, double pieces, double tasks, double q_blocks, double kv_blocks) {
+  return kPlanPerRank * ranks + kPlanPerPiece * pieces + kPlanPerTask * tasks + kPlanPerQBlock * q_blocks +
+         kPlanPerKvBlock * kv_blocks;
+}
+
+double plan_upfront_bytes(const BatchShape& s, bool full) {
+  return plan_held_bytes(s, full) + plan_bytes(s.ranks, s.pieces, s.pieces, 0, 0);
+}
+
+double pieces_of(const Batch& b) {
+  double n = 0;
+  for (const auto& rank : b.per_rank) n += static_cast<double>(rank.size());
+  return n;
+}
+
+double layout_bytes(const Batch& b, const PlanSize& z) {
+  return plan_bytes(static_cast<double>(b.ranks), pieces_of(b), static_cast<double>(z.tasks),
+                    static_cast<double>(z.q_blocks), static_cast<double>(z.kv_blocks));
+}
+
 int run(const Options& o) {
   // Every flag is checked before any batch is drawn or planned.
   auto model = model_preset(o.model);
@@ -115,11 +155,10 @@ int run(const Options& o) {
   Status st = options.validate(Batch{1, 1, {{{0, 0, 1, 1}}}}, SchedulerSpec{spec->kind, 1});
   if (!st.ok()) return fail(st);
   if (!o.json_path.empty() && o.json_path != "-") {
-    const auto dir = std::filesystem::path(o.json_path).parent_path();
-    if (!dir.empty() && !std::filesystem::is_directory(dir)) {
-      return fail_input("--json: directory '" + dir.string() + "' does not exist");
-    }
+    st = check_output_path(o.json_path);
+    if (!st.ok()) return fail_input("--json: " + st.message());
   }
+  const std::string what = shape_flags(o.workload) + (o.full ? " --full" : "");
   if (o.workload.batch_file.empty()) {
     st = o.workload.options.validate();
     if (!st.ok()) return fail(st);
@@ -127,6 +166,13 @@ int run(const Options& o) {
       return fail_input("--scheduler " + spec->name() + ": CP degree " + std::to_string(spec->cp_degree) +
                         " does not divide --ranks " + std::to_string(o.workload.options.ranks));
     }
+    auto shape = estimate_shape(o.workload);
+    if (!shape.ok()) return fail(shape.status());
+    st = check_memory(plan_upfront_bytes(*shape, o.full), what);
+    if (!st.ok()) return fail_before_work(st);
+  } else {
+    st = check_batch_file_memory(o.workload);
+    if (!st.ok()) return fail_before_work(st);
   }
   auto batches = resolve_batches(o.workload);
   if (!batches.ok()) return fail(batches.status());
@@ -134,12 +180,34 @@ int run(const Options& o) {
     st = options.validate(b, *spec);
     if (!st.ok()) return fail(st);
   }
+  const BatchShape shape = shape_of(*batches);
+  if (!o.workload.batch_file.empty()) {
+    st = check_memory(plan_upfront_bytes(shape, o.full), what);
+    if (!st.ok()) return fail_before_work(st);
+  }
+  const double held = plan_held_bytes(shape, o.full);
 
   std::vector<nlohmann::json> summaries;
   for (const Batch& b : *batches) {
+    if (spec->kind == SchedulerKind::kPerCp) {
+      // percp cuts every document into 2C chunks: far more tasks than pieces at large C.
+      // Nearly every task is served away from home: a q block each.
+      const double tasks = static_cast<double>(percp_task_count(b, spec->cp_degree));
+      st = check_memory(held + plan_bytes(static_cast<double>(b.ranks), pieces_of(b), tasks, tasks, 0),
+                        what + " --scheduler " + spec->name());
+      if (!st.ok()) return fail_before_work(st);
+    }
     const auto t0 = std::chrono::steady_clock::now();
-    auto plan = make_plan(b, *spec, options);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    auto schedule = run_scheduler(*spec, b, options);
+    if (!schedule.ok()) return fail(schedule.status());
+    const auto t1 = std::chrono::steady_clock::now();
+    // The layouts' size depends on where the tasks went: checked before they are built.
+    st = check_memory(held + layout_bytes(b, plan_size(*schedule)), what + " (the plan's layouts)");
+    if (!st.ok()) return fail_before_work(st);
+    const auto t2 = std::chrono::steady_clock::now();
+    auto plan = build_plan(*schedule, b, *spec, options);
+    const auto t3 = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>((t1 - t0) + (t3 - t2)).count();
     if (!plan.ok()) return fail(plan.status());
     // Every plan is checked before it is reported; a failure here is a planner bug.
     Status valid = validate_plan(*plan, b, options.cost);
@@ -160,12 +228,8 @@ int run(const Options& o) {
 
   if (!o.json_path.empty()) {
     const std::string text = out.dump(2) + "\n";
-    if (o.json_path == "-") {
-      std::fwrite(text.data(), 1, text.size(), stdout);
-      return kExitOk;
-    }
-    Status st = write_file_atomic(o.json_path, text);
-    return st.ok() ? kExitOk : fail(st);
+    const Status written = o.json_path == "-" ? write_stdout(text) : write_file_atomic(o.json_path, text);
+    return written.ok() ? kExitOk : fail(written);
   }
   std::printf("model %s, %s\n", model->name.c_str(),
               o.workload.batch_file.empty() ? ("workload " + o.workload.options.dist + ", layout " + o.workload.layout).c_str()

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "distca/core/io.h"
+#include "distca/core/memory.h"
 #include "distca/core/specs.h"
 #include "workload_flags.h"
 
@@ -48,16 +50,37 @@ void print_batches_table(const nlohmann::json& list) {
   }
 }
 
+// What `workload` holds at its peak (docs/workloads.md, "Memory"): the batches, every batch's
+// summary (a JSON object per rank, measured 1.6 KB with its text) and, with --full, every
+// piece as JSON (measured 1.06 KB with its text). The constants round the measurements up.
+double workload_bytes(const BatchShape& s, bool full) {
+  constexpr double kSummaryPerRank = 2560, kFullPerPiece = 1600, kFullPerRank = 512;
+  const double per_batch = kSummaryPerRank * s.ranks + (full ? kFullPerPiece * s.pieces + kFullPerRank * s.ranks : 0);
+  return batches_bytes(s) + s.batches * per_batch;
+}
+
 int run(const Options& o) {
   // Everything the user typed is checked before any batch is drawn.
   auto model = model_preset(o.model);
   if (!model.ok()) return fail(Status(model.status().code(), "--model: " + model.status().message()));
+  const std::string what = shape_flags(o.workload) + (o.full ? " --full" : "");
   if (o.workload.batch_file.empty()) {
     Status st = o.workload.options.validate();
     if (!st.ok()) return fail(st);
+    auto shape = estimate_shape(o.workload);
+    if (!shape.ok()) return fail(shape.status());
+    st = check_memory(workload_bytes(*shape, o.full), what);
+    if (!st.ok()) return fail_before_work(st);
+  } else {
+    Status st = check_batch_file_memory(o.workload);
+    if (!st.ok()) return fail_before_work(st);
   }
   auto batches = resolve_batches(o.workload);
   if (!batches.ok()) return fail(batches.status());
+  if (!o.workload.batch_file.empty()) {
+    const Status st = check_memory(workload_bytes(shape_of(*batches), o.full), what);
+    if (!st.ok()) return fail_before_work(st);
+  }
 
   nlohmann::json out;
   if (o.workload.batch_file.empty()) {
@@ -104,8 +127,8 @@ int run(const Options& o) {
   }
 
   if (o.json) {
-    std::printf("%s\n", out.dump(2).c_str());
-    return kExitOk;
+    const Status written = write_stdout(out.dump(2) + "\n");
+    return written.ok() ? kExitOk : fail(written);
   }
   std::printf("workload: %s, layout %s, model %s\n",
               out.contains("dist") ? out["dist"].get<std::string>().c_str()

@@ -33,6 +33,7 @@
 #include "distca/core/status.h"
 #include "distca/data/batch.h"
 #include "distca/data/workload.h"
+#include "command.h"
 
 namespace distca::cli {
 
@@ -48,6 +49,32 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& flags);
 // Generates (validating the options first, before any work) or reads the batches.
 // Errors are one line naming the flag (--ranks, --dist, --batch ...).
 Result<std::vector<Batch>> resolve_batches(const WorkloadFlags& flags);
+
+// Memory estimates (docs/workloads.md, "Memory"). The shape of the batches a command will
+// hold: how many, and per batch the ranks and an upper bound of the pieces. Generated batches
+// are estimated from the flags alone (estimate_batch_pieces in data/workload.h); batches read
+// from --batch are measured once read (their file was bounded first by check_batch_file_memory).
+struct BatchShape {
+  double batches = 1;
+  double ranks = 0;   // the largest batch's
+  double pieces = 0;  // the largest batch's (an upper bound when estimated)
+};
+// Precondition: flags.batch_file is empty and flags.options.validate() is OK.
+Result<BatchShape> estimate_shape(const WorkloadFlags& flags);
+BatchShape shape_of(const std::vector<Batch>& batches);
+// Bytes of the Batch values themselves (pieces and per-rank lists, lengths while drawing),
+// plus the process itself (16 MiB).
+double batches_bytes(const BatchShape& shape);
+// The flags that drive the estimate, for check_memory's message:
+// "--ranks 8 --tokens-per-rank 16 --batches 1" or "--batch FILE".
+std::string shape_flags(const WorkloadFlags& flags);
+// --batch FILE: the parsed document of the file (about 16 bytes of memory per byte of JSON)
+// must fit before it is read. OK when no file is given.
+Status check_batch_file_memory(const WorkloadFlags& flags);
+
+// A refusal before any work: a memory estimate over the limit is bad input (exit 2, the
+// message names the flags), anything else goes through cli::fail.
+int fail_before_work(const Status& status);
 
 // Per-batch summary as `distca workload --json` prints it (docs/workloads.md lists the keys):
 // ranks, tokens_per_rank, documents, tokens, attn_pairs, attn_load_max_over_mean and

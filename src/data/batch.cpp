@@ -1,6 +1,7 @@
 #include "distca/data/batch.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +20,10 @@ Result<int64_t> get_int(const nlohmann::json& obj, const char* key, const std::s
   const auto& v = obj.at(key);
   if (!v.is_number_integer()) {
     return Status::invalid_argument(ctx + ": field '" + key + "' must be an integer");
+  }
+  // nlohmann stores 2^63 .. 2^64-1 as unsigned; get<int64_t> would wrap it negative.
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    return Status::invalid_argument(ctx + ": field '" + key + "' is beyond int64");
   }
   return v.get<int64_t>();
 }

@@ -14,6 +14,7 @@
 
 #include "distca/core/check.h"
 #include "distca/core/io.h"
+#include "distca/data/json_field.h"
 
 namespace distca {
 namespace {
@@ -105,15 +106,20 @@ Result<std::vector<int64_t>> read_lengths(const std::string& path) {
   const std::string& t = *text;
   const size_t first = t.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && t[first] == '[') {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(t);
-    } catch (const nlohmann::json::parse_error& e) {
-      return Status::invalid_argument(ctx + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
-    }
+    auto parsed = parse_json_fields(t, path);
+    if (!parsed.ok()) return Status(parsed.status().code(), ctx + ": " + parsed.status().message());
+    const nlohmann::json& j = *parsed;
     if (!j.is_array()) return Status::invalid_argument(ctx + ": expected a JSON array of lengths");
     for (size_t i = 0; i < j.size(); ++i) {
-      if (!j[i].is_number_integer() || j[i].get<int64_t>() <= 0 || j[i].get<int64_t>() > kMaxLength) {
+      // Checked on the stored kind: get<int64_t> of an unsigned 2^63 would wrap negative, and a
+      // float (2.5, 1e300) is not a length.
+      bool fits = false;
+      if (j[i].is_number_unsigned()) {
+        fits = j[i].get<uint64_t>() >= 1 && j[i].get<uint64_t>() <= static_cast<uint64_t>(kMaxLength);
+      } else if (j[i].is_number_integer()) {
+        fits = j[i].get<int64_t>() >= 1 && j[i].get<int64_t>() <= kMaxLength;
+      }
+      if (!fits) {
         return Status::invalid_argument(ctx + ": element " + std::to_string(i) +
                                         " is not a positive integer up to 2^40");
       }
@@ -407,6 +413,36 @@ Batch pack_documents(const std::vector<int64_t>& lengths, int64_t ranks, int64_t
     pieces = std::move(out);
   }
   return b;
+}
+
+Result<double> estimate_batch_pieces(const WorkloadOptions& options) {
+  DISTCA_ASSIGN_OR_RETURN(LengthDistribution dist, LengthDistribution::create(options));
+  DISTCA_ASSIGN_OR_RETURN(DistSpec spec, parse_dist(options.dist));
+  const double slots = static_cast<double>(options.ranks) * static_cast<double>(options.tokens_per_rank);
+  double mean = 0;
+  if (spec.kind == DistKind::kFixed) {
+    // Every length (rounded up to the quantum, capped) is the same: the count is exact.
+    int64_t shortest = (spec.a + kLengthQuantum - 1) / kLengthQuantum * kLengthQuantum;
+    const int64_t cap = options.max_doc_len / kLengthQuantum * kLengthQuantum;
+    if (cap > 0) shortest = std::min(shortest, cap);
+    mean = static_cast<double>(shortest);
+  } else {
+    // The mean of a fixed set of draws, halved: documents fill the slots one after another,
+    // so their count concentrates around slots / mean, and the margin covers the sampling
+    // error of a heavy-tailed mean.
+    Rng rng(0x6d656d, 0);
+    constexpr int kDraws = 4096;
+    double sum = 0;
+    for (int i = 0; i < kDraws; ++i) sum += static_cast<double>(dist.sample(rng));
+    // uniform is bounded, so 4096 draws pin its mean within about 1%.
+    mean = (spec.kind == DistKind::kUniform ? 0.9 : 0.5) * sum / kDraws;
+  }
+  const double docs = std::min(slots / std::max<double>(mean, kLengthQuantum), slots / kLengthQuantum) + 1;
+  const double ranks = static_cast<double>(options.ranks);
+  // Contiguous: every rank boundary cuts at most one document. Head-tail re-splits a document
+  // spanning k >= 2 ranks into 2k <= 4(k - 1) pieces, and the k - 1 summed over documents is
+  // at most the ranks.
+  return options.layout == Layout::kHeadTail ? docs + 4 * ranks : docs + ranks;
 }
 
 Result<std::vector<Batch>> make_batches(const WorkloadOptions& options) {

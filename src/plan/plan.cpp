@@ -19,28 +19,33 @@ Exchange empty_exchange(int64_t ranks, int64_t row_bytes) {
   Exchange e;
   e.row_bytes = row_bytes;
   const auto n = static_cast<size_t>(ranks);
-  e.send_counts.assign(n, 0);
-  e.send_displs.assign(n, 0);
-  e.recv_counts.assign(n, 0);
-  e.recv_displs.assign(n, 0);
-  e.send_blocks.assign(n, {});
-  e.recv_blocks.assign(n, {});
+  e.send_counts = PeerVector<int64_t>(n);
+  e.send_displs = PeerVector<int64_t>(n);
+  e.recv_counts = PeerVector<int64_t>(n);
+  e.recv_displs = PeerVector<int64_t>(n);
+  e.send_blocks = PeerVector<std::vector<RowBlock>>(n);
+  e.recv_blocks = PeerVector<std::vector<RowBlock>>(n);
   return e;
 }
 
-void fill_counts(Exchange& e) {
-  int64_t send = 0, recv = 0;
-  for (size_t p = 0; p < e.send_blocks.size(); ++p) {
-    int64_t s = 0, r = 0;
-    for (const RowBlock& b : e.send_blocks[p]) s += b.rows();
-    for (const RowBlock& b : e.recv_blocks[p]) r += b.rows();
-    e.send_counts[p] = s;
-    e.recv_counts[p] = r;
-    e.send_displs[p] = send;
-    e.recv_displs[p] = recv;
-    send += s;
-    recv += r;
+// Counts and displacements of one direction from its blocks: only the peers with rows get
+// entries (the sparse layout of plan.h).
+void fill_direction(const PeerVector<std::vector<RowBlock>>& blocks, PeerVector<int64_t>& counts,
+                    PeerVector<int64_t>& displs) {
+  int64_t at = 0;
+  for (const auto& [p, list] : blocks.entries()) {
+    int64_t rows = 0;
+    for (const RowBlock& b : list) rows += b.rows();
+    if (rows == 0) continue;
+    counts.mut(p) = rows;
+    displs.mut(p) = at;
+    at += rows;
   }
+}
+
+void fill_counts(Exchange& e) {
+  fill_direction(e.send_blocks, e.send_counts, e.send_displs);
+  fill_direction(e.recv_blocks, e.recv_counts, e.recv_displs);
 }
 
 // Appends a segment, merging it into the previous one when the rows are consecutive.
@@ -69,13 +74,13 @@ const char* exchange_name(ExchangeKind kind) {
 
 int64_t Exchange::send_rows() const {
   int64_t n = 0;
-  for (int64_t c : send_counts) n += c;
+  for (const auto& [p, c] : send_counts.entries()) n += c;
   return n;
 }
 
 int64_t Exchange::recv_rows() const {
   int64_t n = 0;
-  for (int64_t c : recv_counts) n += c;
+  for (const auto& [p, c] : recv_counts.entries()) n += c;
   return n;
 }
 
@@ -83,6 +88,26 @@ int64_t Plan::num_tasks() const {
   int64_t n = 0;
   for (const auto& s : servers) n += static_cast<int64_t>(s.tasks.size());
   return n;
+}
+
+PlanSize plan_size(const Schedule& schedule) {
+  const DocumentIndex index(schedule.batch);
+  PlanSize size;
+  std::map<std::pair<int64_t, int64_t>, int64_t> context;  // (server, doc) -> E
+  for (const TaskPlacement& t : schedule.tasks) {
+    ++size.tasks;
+    if (t.home != t.server) ++size.q_blocks;
+    if (!index.contains(t.doc)) continue;
+    int64_t& e = context[{t.server, t.doc}];
+    e = std::max(e, t.q_end);
+  }
+  for (const auto& [key, end] : context) {
+    for (const HeldRun& run : index.runs(key.second)) {
+      if (run.begin >= end) break;
+      if (run.rank != key.first) ++size.kv_blocks;
+    }
+  }
+  return size;
 }
 
 std::vector<std::vector<int64_t>> percp_groups(const DocumentIndex& index, int64_t cp_degree) {
@@ -97,6 +122,192 @@ std::vector<std::vector<int64_t>> percp_groups(const DocumentIndex& index, int64
   }
   return out;
 }
+
+namespace {
+
+Exchange& exchange_of(Plan& plan, int64_t r, ExchangeKind k) {
+  return plan.ranks[static_cast<size_t>(r)].exchanges[static_cast<size_t>(k)];
+}
+
+// Step 1: every task checked against the batch and appended to its server, in schedule order.
+Status assign_tasks(const Schedule& schedule, const DocumentIndex& index, Plan& plan) {
+  const int64_t R = index.ranks();
+  for (size_t i = 0; i < schedule.tasks.size(); ++i) {
+    const TaskPlacement& t = schedule.tasks[i];
+    if (!index.contains(t.doc)) return Status::invalid_argument(task_ctx(i, t) + ": unknown document");
+    if (t.q_begin < 0 || t.q_begin >= t.q_end || t.q_end > index.doc_len(t.doc)) {
+      return Status::invalid_argument(task_ctx(i, t) + ": query rows outside the document or empty");
+    }
+    if (t.home < 0 || t.home >= R || t.server < 0 || t.server >= R) {
+      return Status::invalid_argument(task_ctx(i, t) + ": rank out of range");
+    }
+    const HeldRun& run = index.run_at(t.doc, t.q_begin);
+    if (run.rank != t.home || t.q_end > run.end) {
+      return Status::invalid_argument(task_ctx(i, t) + ": query rows not inside one piece held by home");
+    }
+    plan.servers[static_cast<size_t>(t.server)].tasks.push_back({t, 0, {}});
+  }
+  return Status::ok_status();
+}
+
+// Step 2: every rank's token count and six empty exchanges with their row sizes.
+void init_ranks(const Batch& batch, Plan& plan) {
+  const RowBytes& rb = plan.row_bytes;
+  const int64_t kRowBytes[kNumExchanges] = {rb.q, rb.kv, rb.o + rb.lse, rb.o, rb.q, rb.kv};
+  for (int64_t r = 0; r < batch.ranks; ++r) {
+    auto& rp = plan.ranks[static_cast<size_t>(r)];
+    rp.tokens = batch.rank_tokens(r);
+    for (int k = 0; k < kNumExchanges; ++k) rp.exchanges[static_cast<size_t>(k)] = empty_exchange(batch.ranks, kRowBytes[k]);
+  }
+}
+
+// Where a server's received rows sit within their peer's part of the receive buffer (the
+// peer's displacement is added once the counts are known).
+struct ReceivePositions {
+  std::vector<int64_t> q;                                  // [task]
+  std::map<std::pair<int64_t, int64_t>, int64_t> kv;       // (doc slot, run begin) -> row
+};
+
+// Step 3, one server: its q blocks (task order) and kv blocks (documents in order of their
+// first task, context [0, E) per held run), on both ends of each pair. `peer_rows` is a
+// [ranks] scratch vector of zeros, left zeroed.
+ReceivePositions lay_out_server(int64_t s, const DocumentIndex& index, Plan& plan, std::vector<int64_t>& peer_rows) {
+  ReceivePositions pos;
+  const auto& sp = plan.servers[static_cast<size_t>(s)];
+  std::vector<size_t> touched;
+  auto bump = [&](size_t peer, int64_t rows) {
+    if (peer_rows[peer] == 0) touched.push_back(peer);
+    peer_rows[peer] += rows;
+  };
+  auto reset = [&] {
+    for (size_t p : touched) peer_rows[p] = 0;
+    touched.clear();
+  };
+  for (const ServerTask& st : sp.tasks) {
+    const TaskPlacement& t = st.task;
+    pos.q.push_back(peer_rows[static_cast<size_t>(t.home)]);
+    if (t.home == s) continue;
+    const RowBlock b{t.doc, t.q_begin, t.q_end};
+    exchange_of(plan, s, ExchangeKind::kQ).recv_blocks.mut(static_cast<size_t>(t.home)).push_back(b);
+    exchange_of(plan, t.home, ExchangeKind::kQ).send_blocks.mut(static_cast<size_t>(s)).push_back(b);
+    bump(static_cast<size_t>(t.home), b.rows());
+  }
+  reset();
+  std::vector<std::pair<int64_t, int64_t>> docs;  // (doc, E) in first-appearance order
+  std::map<int64_t, size_t> where;
+  for (const ServerTask& st : sp.tasks) {
+    auto [it, fresh] = where.emplace(st.task.doc, docs.size());
+    if (fresh) docs.emplace_back(st.task.doc, st.task.q_end);
+    else docs[it->second].second = std::max(docs[it->second].second, st.task.q_end);
+  }
+  for (const auto& [doc, end] : docs) {
+    for (const HeldRun& run : index.runs(doc)) {
+      if (run.begin >= end) break;
+      if (run.rank == s) continue;
+      const RowBlock b{doc, run.begin, std::min(end, run.end)};
+      const auto h = static_cast<size_t>(run.rank);
+      exchange_of(plan, s, ExchangeKind::kKv).recv_blocks.mut(h).push_back(b);
+      exchange_of(plan, run.rank, ExchangeKind::kKv).send_blocks.mut(static_cast<size_t>(s)).push_back(b);
+      pos.kv[{index.slot(doc), run.begin}] = peer_rows[h];
+      bump(h, b.rows());
+    }
+  }
+  reset();
+  return pos;
+}
+
+// Step 4: o_lse and dq are q reversed, do is q, dkv is kv reversed; then counts and
+// displacements from the blocks.
+void mirror_exchanges(Plan& plan) {
+  for (auto& rp : plan.ranks) {
+    auto& x = rp.exchanges;
+    const Exchange& q = x[static_cast<size_t>(ExchangeKind::kQ)];
+    const Exchange& kv = x[static_cast<size_t>(ExchangeKind::kKv)];
+    for (ExchangeKind k : {ExchangeKind::kOLse, ExchangeKind::kDQ}) {
+      x[static_cast<size_t>(k)].send_blocks = q.recv_blocks;
+      x[static_cast<size_t>(k)].recv_blocks = q.send_blocks;
+    }
+    x[static_cast<size_t>(ExchangeKind::kDO)].send_blocks = q.send_blocks;
+    x[static_cast<size_t>(ExchangeKind::kDO)].recv_blocks = q.recv_blocks;
+    x[static_cast<size_t>(ExchangeKind::kDKv)].send_blocks = kv.recv_blocks;
+    x[static_cast<size_t>(ExchangeKind::kDKv)].recv_blocks = kv.send_blocks;
+    for (auto& e : x) fill_counts(e);
+  }
+}
+
+// Step 5, one server: every task's q_offset and kv segments, cu_seqlens and the load.
+Status assign_task_inputs(int64_t s, const DocumentIndex& index, const ReceivePositions& pos,
+                          const AttentionCostModel* cost, Plan& plan) {
+  auto& sp = plan.servers[static_cast<size_t>(s)];
+  const Exchange& q = exchange_of(plan, s, ExchangeKind::kQ);
+  const Exchange& kv = exchange_of(plan, s, ExchangeKind::kKv);
+  int64_t cq = 0, ck = 0;
+  sp.cu_seqlens_q.push_back(0);
+  sp.cu_seqlens_k.push_back(0);
+  for (size_t i = 0; i < sp.tasks.size(); ++i) {
+    ServerTask& st = sp.tasks[i];
+    const TaskPlacement& t = st.task;
+    st.q_offset = t.home == s ? index.local_row(s, t.doc, t.q_begin)
+                              : q.recv_displs[static_cast<size_t>(t.home)] + pos.q[i];
+    for (const HeldRun& run : index.runs(t.doc)) {
+      if (run.begin >= t.q_end) break;
+      const int64_t len = std::min(t.q_end, run.end) - run.begin;
+      if (run.rank == s) {
+        push_segment(st.kv, {false, run.local_row, len});
+      } else {
+        const int64_t at = pos.kv.at({index.slot(t.doc), run.begin});
+        push_segment(st.kv, {true, kv.recv_displs[static_cast<size_t>(run.rank)] + at, len});
+      }
+    }
+    cq += t.q_end - t.q_begin;
+    ck += t.q_end;
+    if (ck > std::numeric_limits<int32_t>::max()) {
+      return Status::invalid_argument("plan: server " + std::to_string(s) +
+                                      ": fused call exceeds int32 cu_seqlens_k");
+    }
+    sp.cu_seqlens_q.push_back(static_cast<int32_t>(cq));
+    sp.cu_seqlens_k.push_back(static_cast<int32_t>(ck));
+    sp.load += task_cost(cost, t.q_end - t.q_begin, t.q_end);
+  }
+  return Status::ok_status();
+}
+
+// Step 6: the reported figures (plan.h, PlanMetrics).
+PlanMetrics compute_metrics(const Schedule& schedule, const DocumentIndex& index, const Batch& input,
+                            const SchedulerSpec& spec, const ScheduleOptions& options, const RowBytes& rb) {
+  const Batch& batch = schedule.batch;
+  const int64_t R = batch.ranks;
+  PlanMetrics m;
+  m.loads = server_loads(R, schedule.tasks, options.cost);
+  m.loads_before = colocated_loads(input, options.cost);
+  std::vector<double> tok;
+  for (int64_t r = 0; r < R; ++r) {
+    m.tokens.push_back(batch.rank_tokens(r));
+    tok.push_back(static_cast<double>(m.tokens.back()));
+  }
+  m.load_max_over_mean = max_over_mean(m.loads);
+  m.load_before_max_over_mean = max_over_mean(m.loads_before);
+  m.tokens_max_over_mean = max_over_mean(tok);
+  m.traffic = compute_traffic(index, schedule.tasks, rb);
+  m.allgather.per_rank.assign(static_cast<size_t>(R), {});
+  if (spec.kind == SchedulerKind::kPerCp) {
+    // What CP moves (plan.h): the loader lays the head-tail shards out, so only the K/V
+    // all-gather and the dK/dV reduce-scatter cross ranks.
+    m.allgather = compute_allgather(index, spec.cp_degree, percp_groups(index, spec.cp_degree), rb);
+    m.comm_bytes_total = m.allgather.bytes;
+    m.comm_bytes_backward = m.allgather.bytes;
+    m.per_rank = m.allgather.per_rank;
+  } else {
+    m.comm_bytes_total = m.traffic.bytes.forward();
+    m.comm_bytes_backward = m.traffic.bytes.backward();
+    m.per_rank = m.traffic.per_rank;
+  }
+  m.comm_bytes_max_rank = 0;
+  for (const auto& r : m.per_rank) m.comm_bytes_max_rank = std::max(m.comm_bytes_max_rank, r.fwd());
+  return m;
+}
+
+}  // namespace
 
 Result<Plan> build_plan(const Schedule& schedule, const Batch& input, const SchedulerSpec& spec,
                         const ScheduleOptions& options) {
@@ -116,154 +327,17 @@ Result<Plan> build_plan(const Schedule& schedule, const Batch& input, const Sche
   plan.batch = batch;
   plan.servers.assign(n, {});
   plan.ranks.assign(n, {});
-  const RowBytes& rb = plan.row_bytes;
 
-  for (size_t i = 0; i < schedule.tasks.size(); ++i) {
-    const TaskPlacement& t = schedule.tasks[i];
-    if (!index.contains(t.doc)) return Status::invalid_argument(task_ctx(i, t) + ": unknown document");
-    if (t.q_begin < 0 || t.q_begin >= t.q_end || t.q_end > index.doc_len(t.doc)) {
-      return Status::invalid_argument(task_ctx(i, t) + ": query rows outside the document or empty");
-    }
-    if (t.home < 0 || t.home >= R || t.server < 0 || t.server >= R) {
-      return Status::invalid_argument(task_ctx(i, t) + ": rank out of range");
-    }
-    const HeldRun& run = index.run_at(t.doc, t.q_begin);
-    if (run.rank != t.home || t.q_end > run.end) {
-      return Status::invalid_argument(task_ctx(i, t) + ": query rows not inside one piece held by home");
-    }
-    plan.servers[static_cast<size_t>(t.server)].tasks.push_back({t, 0, {}});
-  }
-
-  for (int64_t r = 0; r < R; ++r) {
-    auto& rp = plan.ranks[static_cast<size_t>(r)];
-    rp.tokens = batch.rank_tokens(r);
-    rp.exchanges[0] = empty_exchange(R, rb.q);
-    rp.exchanges[1] = empty_exchange(R, rb.kv);
-    rp.exchanges[2] = empty_exchange(R, rb.o + rb.lse);
-    rp.exchanges[3] = empty_exchange(R, rb.o);
-    rp.exchanges[4] = empty_exchange(R, rb.q);
-    rp.exchanges[5] = empty_exchange(R, rb.kv);
-  }
-  auto ex = [&](int64_t r, ExchangeKind k) -> Exchange& {
-    return plan.ranks[static_cast<size_t>(r)].exchanges[static_cast<size_t>(k)];
-  };
-
-  // Per server: (doc slot, run begin) -> position of that received run within its peer's
-  // kKv list (displacement added once the counts are known). Same for Q per task.
-  std::vector<std::map<std::pair<int64_t, int64_t>, int64_t>> kv_pos(n);
-  std::vector<std::vector<int64_t>> q_pos(n);
+  DISTCA_RETURN_IF_ERROR(assign_tasks(schedule, index, plan));
+  init_ranks(batch, plan);
+  std::vector<ReceivePositions> positions(n);
+  std::vector<int64_t> peer_rows(n, 0);
+  for (int64_t s = 0; s < R; ++s) positions[static_cast<size_t>(s)] = lay_out_server(s, index, plan, peer_rows);
+  mirror_exchanges(plan);
   for (int64_t s = 0; s < R; ++s) {
-    auto& sp = plan.servers[static_cast<size_t>(s)];
-    std::vector<int64_t> peer_rows_q(n, 0), peer_rows_kv(n, 0);
-    // Query blocks, in task order.
-    for (const ServerTask& st : sp.tasks) {
-      const TaskPlacement& t = st.task;
-      q_pos[static_cast<size_t>(s)].push_back(peer_rows_q[static_cast<size_t>(t.home)]);
-      if (t.home == s) continue;
-      const RowBlock b{t.doc, t.q_begin, t.q_end};
-      ex(s, ExchangeKind::kQ).recv_blocks[static_cast<size_t>(t.home)].push_back(b);
-      ex(t.home, ExchangeKind::kQ).send_blocks[static_cast<size_t>(s)].push_back(b);
-      peer_rows_q[static_cast<size_t>(t.home)] += b.rows();
-    }
-    // Context blocks: documents in order of their first task here, context [0, E).
-    std::vector<std::pair<int64_t, int64_t>> docs;  // (doc, E) in first-appearance order
-    std::map<int64_t, size_t> where;
-    for (const ServerTask& st : sp.tasks) {
-      auto [it, fresh] = where.emplace(st.task.doc, docs.size());
-      if (fresh) docs.emplace_back(st.task.doc, st.task.q_end);
-      else docs[it->second].second = std::max(docs[it->second].second, st.task.q_end);
-    }
-    for (const auto& [doc, end] : docs) {
-      for (const HeldRun& run : index.runs(doc)) {
-        if (run.begin >= end) break;
-        if (run.rank == s) continue;
-        const RowBlock b{doc, run.begin, std::min(end, run.end)};
-        const auto h = static_cast<size_t>(run.rank);
-        ex(s, ExchangeKind::kKv).recv_blocks[h].push_back(b);
-        ex(run.rank, ExchangeKind::kKv).send_blocks[static_cast<size_t>(s)].push_back(b);
-        kv_pos[static_cast<size_t>(s)][{index.slot(doc), run.begin}] = peer_rows_kv[h];
-        peer_rows_kv[h] += b.rows();
-      }
-    }
+    DISTCA_RETURN_IF_ERROR(assign_task_inputs(s, index, positions[static_cast<size_t>(s)], options.cost, plan));
   }
-  // Mirrors: o_lse and dq are q reversed, do is q, dkv is kv reversed.
-  for (int64_t r = 0; r < R; ++r) {
-    const Exchange& q = ex(r, ExchangeKind::kQ);
-    const Exchange& kv = ex(r, ExchangeKind::kKv);
-    for (ExchangeKind k : {ExchangeKind::kOLse, ExchangeKind::kDQ}) {
-      ex(r, k).send_blocks = q.recv_blocks;
-      ex(r, k).recv_blocks = q.send_blocks;
-    }
-    ex(r, ExchangeKind::kDO).send_blocks = q.send_blocks;
-    ex(r, ExchangeKind::kDO).recv_blocks = q.recv_blocks;
-    ex(r, ExchangeKind::kDKv).send_blocks = kv.recv_blocks;
-    ex(r, ExchangeKind::kDKv).recv_blocks = kv.send_blocks;
-    for (auto& e : plan.ranks[static_cast<size_t>(r)].exchanges) fill_counts(e);
-  }
-
-  // Task inputs and cu_seqlens.
-  for (int64_t s = 0; s < R; ++s) {
-    auto& sp = plan.servers[static_cast<size_t>(s)];
-    const Exchange& q = ex(s, ExchangeKind::kQ);
-    const Exchange& kv = ex(s, ExchangeKind::kKv);
-    int64_t cq = 0, ck = 0;
-    sp.cu_seqlens_q.push_back(0);
-    sp.cu_seqlens_k.push_back(0);
-    for (size_t i = 0; i < sp.tasks.size(); ++i) {
-      ServerTask& st = sp.tasks[i];
-      const TaskPlacement& t = st.task;
-      st.q_offset = t.home == s ? index.local_row(s, t.doc, t.q_begin)
-                                : q.recv_displs[static_cast<size_t>(t.home)] + q_pos[static_cast<size_t>(s)][i];
-      for (const HeldRun& run : index.runs(t.doc)) {
-        if (run.begin >= t.q_end) break;
-        const int64_t len = std::min(t.q_end, run.end) - run.begin;
-        if (run.rank == s) {
-          push_segment(st.kv, {false, run.local_row, len});
-        } else {
-          const int64_t pos = kv_pos[static_cast<size_t>(s)].at({index.slot(t.doc), run.begin});
-          push_segment(st.kv, {true, kv.recv_displs[static_cast<size_t>(run.rank)] + pos, len});
-        }
-      }
-      cq += t.q_end - t.q_begin;
-      ck += t.q_end;
-      if (ck > std::numeric_limits<int32_t>::max()) {
-        return Status::invalid_argument("plan: server " + std::to_string(s) +
-                                        ": fused call exceeds int32 cu_seqlens_k");
-      }
-      sp.cu_seqlens_q.push_back(static_cast<int32_t>(cq));
-      sp.cu_seqlens_k.push_back(static_cast<int32_t>(ck));
-      sp.load += task_cost(options.cost, t.q_end - t.q_begin, t.q_end);
-    }
-  }
-
-  // Figures.
-  PlanMetrics& m = plan.metrics;
-  m.loads = server_loads(R, schedule.tasks, options.cost);
-  m.loads_before = colocated_loads(input, options.cost);
-  std::vector<double> tok;
-  for (int64_t r = 0; r < R; ++r) {
-    m.tokens.push_back(batch.rank_tokens(r));
-    tok.push_back(static_cast<double>(m.tokens.back()));
-  }
-  m.load_max_over_mean = max_over_mean(m.loads);
-  m.load_before_max_over_mean = max_over_mean(m.loads_before);
-  m.tokens_max_over_mean = max_over_mean(tok);
-  m.traffic = compute_traffic(index, schedule.tasks, rb);
-  m.allgather.per_rank.assign(n, {});
-  if (spec.kind == SchedulerKind::kPerCp) {
-    // What CP moves (plan.h): the loader lays the head-tail shards out, so only the K/V
-    // all-gather and the dK/dV reduce-scatter cross ranks.
-    m.allgather = compute_allgather(index, spec.cp_degree, percp_groups(index, spec.cp_degree), rb);
-    m.comm_bytes_total = m.allgather.bytes;
-    m.comm_bytes_backward = m.allgather.bytes;
-    m.per_rank = m.allgather.per_rank;
-  } else {
-    m.comm_bytes_total = m.traffic.bytes.forward();
-    m.comm_bytes_backward = m.traffic.bytes.backward();
-    m.per_rank = m.traffic.per_rank;
-  }
-  m.comm_bytes_max_rank = 0;
-  for (const auto& r : m.per_rank) m.comm_bytes_max_rank = std::max(m.comm_bytes_max_rank, r.fwd());
+  plan.metrics = compute_metrics(schedule, index, input, spec, options, plan.row_bytes);
   return plan;
 }
 

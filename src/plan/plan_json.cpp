@@ -15,12 +15,28 @@ json rank_bytes_json(const RankBytes& b) {
   return {{"fwd_sent", b.fwd_sent}, {"fwd_recv", b.fwd_recv}, {"bwd_sent", b.bwd_sent}, {"bwd_recv", b.bwd_recv}};
 }
 
-json blocks_json(const std::vector<std::vector<RowBlock>>& per_peer) {
+// The dense [ranks] forms the JSON keeps (docs/plan-format.md): an empty list, or a zero
+// count, for every peer the sparse layout leaves out.
+json blocks_json(const PeerVector<std::vector<RowBlock>>& per_peer) {
   json out = json::array();
-  for (const auto& blocks : per_peer) {
+  for (size_t p = 0; p < per_peer.size(); ++p) {
     json list = json::array();
-    for (const RowBlock& b : blocks) list.push_back({b.doc, b.begin, b.end});
+    for (const RowBlock& b : per_peer[p]) list.push_back({b.doc, b.begin, b.end});
     out.push_back(std::move(list));
+  }
+  return out;
+}
+
+json counts_json(const PeerVector<int64_t>& counts) { return json(counts.dense()); }
+
+// Displacements as the dense prefix sums of the counts: what an all-to-all-v of [ranks]
+// expects, including the (unused) displacement of a peer with no rows.
+json displs_json(const PeerVector<int64_t>& counts) {
+  json out = json::array();
+  int64_t at = 0;
+  for (size_t p = 0; p < counts.size(); ++p) {
+    out.push_back(at);
+    at += counts[p];
   }
   return out;
 }
@@ -112,10 +128,10 @@ json plan_to_json(const Plan& plan) {
     for (int k = 0; k < kNumExchanges; ++k) {
       const Exchange& e = rp.exchanges[static_cast<size_t>(k)];
       ex[exchange_name(static_cast<ExchangeKind>(k))] = {{"row_bytes", e.row_bytes},
-                                                        {"send_counts", e.send_counts},
-                                                        {"send_displs", e.send_displs},
-                                                        {"recv_counts", e.recv_counts},
-                                                        {"recv_displs", e.recv_displs},
+                                                        {"send_counts", counts_json(e.send_counts)},
+                                                        {"send_displs", displs_json(e.send_counts)},
+                                                        {"recv_counts", counts_json(e.recv_counts)},
+                                                        {"recv_displs", displs_json(e.recv_counts)},
                                                         {"send_rows", blocks_json(e.send_blocks)},
                                                         {"recv_rows", blocks_json(e.recv_blocks)}};
     }

@@ -83,8 +83,8 @@ bool is_rows(const std::vector<IdRun>& runs, int64_t doc, int64_t pos) {
 std::vector<std::pair<int64_t, RowBlock>> recv_buffer(const Exchange& e) {
   std::vector<std::pair<int64_t, RowBlock>> out;
   int64_t at = 0;
-  for (const auto& peer : e.recv_blocks) {
-    for (const RowBlock& b : peer) {
+  for (const auto& [peer, blocks] : e.recv_blocks.entries()) {
+    for (const RowBlock& b : blocks) {
       out.emplace_back(at, b);
       at += b.rows();
     }
@@ -98,6 +98,34 @@ std::vector<std::pair<int64_t, RowBlock>> token_buffer(const std::vector<Held>& 
   return out;
 }
 
+// One direction of an exchange (sparse, plan.h): counts equal the rows of the blocks for
+// every peer either names, displacements are the prefix sums where rows move (0 elsewhere),
+// and nothing goes to the rank itself.
+Status check_direction(const PeerVector<int64_t>& counts, const PeerVector<int64_t>& displs,
+                       const PeerVector<std::vector<RowBlock>>& blocks, int64_t self, const std::string& ctx) {
+  auto rows_of = [](const std::vector<RowBlock>& list) {
+    int64_t n = 0;
+    for (const RowBlock& b : list) n += b.rows();
+    return n;
+  };
+  int64_t at = 0;
+  for (const auto& [p, list] : blocks.entries()) {
+    const int64_t rows = rows_of(list);
+    const std::string pc = ctx + " peer " + to_string(p);
+    if (rows != counts[p]) return bad(pc + ": counts differ from the row lists");
+    if (rows > 0 && displs[p] != at) return bad(pc + ": displacements are not prefix sums");
+    if (static_cast<int64_t>(p) == self && rows != 0) return bad(pc + ": a rank sends to itself");
+    at += rows;
+  }
+  for (const auto& [p, c] : counts.entries()) {
+    if (c != rows_of(blocks[p])) return bad(ctx + " peer " + to_string(p) + ": counts differ from the row lists");
+  }
+  for (const auto& [p, d] : displs.entries()) {
+    if (counts[p] == 0 && d != 0) return bad(ctx + " peer " + to_string(p) + ": displacements are not prefix sums");
+  }
+  return Status::ok_status();
+}
+
 Status check_exchange_shape(const Exchange& e, int64_t r, int64_t R, const char* name,
                             int64_t row_bytes) {
   const std::string ctx = "rank " + to_string(r) + " exchange " + name;
@@ -108,53 +136,58 @@ Status check_exchange_shape(const Exchange& e, int64_t r, int64_t R, const char*
   }
   if (e.row_bytes != row_bytes) return bad(ctx + ": row_bytes " + to_string(e.row_bytes) +
                                            ", expected " + to_string(row_bytes));
-  int64_t sd = 0, rd = 0;
-  for (size_t p = 0; p < n; ++p) {
-    int64_t s = 0, rr = 0;
-    for (const RowBlock& b : e.send_blocks[p]) s += b.rows();
-    for (const RowBlock& b : e.recv_blocks[p]) rr += b.rows();
-    const std::string pc = ctx + " peer " + to_string(p);
-    if (s != e.send_counts[p] || rr != e.recv_counts[p]) return bad(pc + ": counts differ from the row lists");
-    if (e.send_displs[p] != sd || e.recv_displs[p] != rd) return bad(pc + ": displacements are not prefix sums");
-    if (static_cast<int64_t>(p) == r && (s != 0 || rr != 0)) return bad(pc + ": a rank sends to itself");
-    sd += s;
-    rd += rr;
+  DISTCA_RETURN_IF_ERROR(check_direction(e.send_counts, e.send_displs, e.send_blocks, r, ctx));
+  return check_direction(e.recv_counts, e.recv_displs, e.recv_blocks, r, ctx);
+}
+
+// What the steps below share: the batch's pieces by rank and by document, its documents.
+struct Context {
+  Context(const Plan& p, const Batch& in, const AttentionCostModel* c) : plan(p), input(in), cost(c) {}
+  const Plan& plan;
+  const Batch& input;
+  const AttentionCostModel* cost;
+  int64_t R = 0;
+  std::map<int64_t, int64_t> docs;                 // id -> length
+  std::vector<std::vector<Held>> held;             // [rank] pieces in buffer order
+  std::map<int64_t, std::vector<Held>> by_doc;     // doc -> pieces sorted by begin
+
+  const Exchange& ex(int64_t r, ExchangeKind k) const {
+    return plan.ranks[static_cast<size_t>(r)].exchanges[static_cast<size_t>(k)];
+  }
+};
+
+// --- batch: valid, the input's documents, equal to the input except for wlb.
+Status check_batch(Context& c) {
+  const Plan& plan = c.plan;
+  const Batch& input = c.input;
+  DISTCA_RETURN_IF_ERROR(input.validate().with_context("plan: input batch"));
+  DISTCA_RETURN_IF_ERROR(plan.batch.validate().with_context("plan: plan batch"));
+  const Batch& batch = plan.batch;
+  c.R = batch.ranks;
+  if (c.R != input.ranks) return bad("plan batch has " + to_string(c.R) + " ranks, input " + to_string(input.ranks));
+  std::map<int64_t, int64_t> docs_in;
+  for (const auto& rank : input.per_rank) for (const Piece& p : rank) docs_in[p.doc] = p.doc_len;
+  for (const auto& rank : batch.per_rank) for (const Piece& p : rank) c.docs[p.doc] = p.doc_len;
+  if (c.docs != docs_in) return bad("plan batch's documents differ from the input's");
+  if (plan.scheduler.kind != SchedulerKind::kWlb && !(batch == input)) {
+    return bad("plan batch differs from the input batch (only wlb re-packs)");
+  }
+  if (static_cast<int64_t>(plan.servers.size()) != c.R || static_cast<int64_t>(plan.ranks.size()) != c.R) {
+    return bad("servers/ranks are not [ranks]");
+  }
+  c.held = held_pieces(batch);
+  for (const auto& rank : c.held) for (const Held& h : rank) c.by_doc[h.doc].push_back(h);
+  for (auto& [d, v] : c.by_doc) {
+    std::sort(v.begin(), v.end(), [](const Held& a, const Held& b) { return a.begin < b.begin; });
   }
   return Status::ok_status();
 }
 
-}  // namespace
-
-Status validate_plan(const Plan& plan, const Batch& input, const AttentionCostModel* cost) {
-  // --- batch
-  DISTCA_RETURN_IF_ERROR(input.validate().with_context("plan: input batch"));
-  DISTCA_RETURN_IF_ERROR(plan.batch.validate().with_context("plan: plan batch"));
-  const Batch& batch = plan.batch;
-  const int64_t R = batch.ranks;
-  if (R != input.ranks) return bad("plan batch has " + to_string(R) + " ranks, input " + to_string(input.ranks));
-  std::map<int64_t, int64_t> docs_in, docs;  // id -> length
-  for (const auto& rank : input.per_rank) for (const Piece& p : rank) docs_in[p.doc] = p.doc_len;
-  for (const auto& rank : batch.per_rank) for (const Piece& p : rank) docs[p.doc] = p.doc_len;
-  if (docs != docs_in) return bad("plan batch's documents differ from the input's");
-  if (plan.scheduler.kind != SchedulerKind::kWlb && !(batch == input)) {
-    return bad("plan batch differs from the input batch (only wlb re-packs)");
-  }
-  if (static_cast<int64_t>(plan.servers.size()) != R || static_cast<int64_t>(plan.ranks.size()) != R) {
-    return bad("servers/ranks are not [ranks]");
-  }
-  const auto held = held_pieces(batch);
-  std::map<int64_t, std::vector<Held>> by_doc;  // doc -> pieces sorted by begin
-  for (const auto& rank : held) for (const Held& h : rank) by_doc[h.doc].push_back(h);
-  for (auto& [d, v] : by_doc) {
-    std::sort(v.begin(), v.end(), [](const Held& a, const Held& b) { return a.begin < b.begin; });
-  }
-
-  // --- tasks, coverage, work, cu_seqlens
-  std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> covered;
-  int64_t task_work = 0;
-  std::vector<TaskPlacement> all;
-  for (int64_t s = 0; s < R; ++s) {
-    const ServerPlan& sp = plan.servers[static_cast<size_t>(s)];
+// --- tasks and cu_seqlens; collects every task's query rows for the coverage check.
+Status check_tasks(const Context& c, std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>>& covered,
+                   int64_t& task_work) {
+  for (int64_t s = 0; s < c.R; ++s) {
+    const ServerPlan& sp = c.plan.servers[static_cast<size_t>(s)];
     const size_t nt = sp.tasks.size();
     if (sp.cu_seqlens_q.size() != nt + 1 || sp.cu_seqlens_k.size() != nt + 1 ||
         sp.cu_seqlens_q[0] != 0 || sp.cu_seqlens_k[0] != 0) {
@@ -164,15 +197,15 @@ Status validate_plan(const Plan& plan, const Batch& input, const AttentionCostMo
       const TaskPlacement& t = sp.tasks[i].task;
       const std::string ctx = task_name(s, i);
       if (t.server != s) return bad(ctx + ": names server " + to_string(t.server));
-      auto d = docs.find(t.doc);
-      if (d == docs.end()) return bad(ctx + ": unknown document " + to_string(t.doc));
+      auto d = c.docs.find(t.doc);
+      if (d == c.docs.end()) return bad(ctx + ": unknown document " + to_string(t.doc));
       if (t.q_begin < 0 || t.q_begin >= t.q_end || t.q_end > d->second) {
         return bad(ctx + ": query rows [" + to_string(t.q_begin) + ", " + to_string(t.q_end) +
                    ") outside document " + to_string(t.doc) + " or empty");
       }
-      if (t.home < 0 || t.home >= R) return bad(ctx + ": home out of range");
+      if (t.home < 0 || t.home >= c.R) return bad(ctx + ": home out of range");
       bool in_piece = false;
-      for (const Held& h : held[static_cast<size_t>(t.home)]) {
+      for (const Held& h : c.held[static_cast<size_t>(t.home)]) {
         in_piece = in_piece || (h.doc == t.doc && h.begin <= t.q_begin && t.q_end <= h.end);
       }
       if (!in_piece) return bad(ctx + ": query rows not inside one piece held by home " + to_string(t.home));
@@ -182,11 +215,16 @@ Status validate_plan(const Plan& plan, const Batch& input, const AttentionCostMo
       }
       covered[t.doc].emplace_back(t.q_begin, t.q_end);
       task_work += causal_pairs(t.q_begin, t.q_end);
-      all.push_back(t);
     }
   }
+  return Status::ok_status();
+}
+
+// --- coverage (every document's query rows exactly once) and work conservation.
+Status check_coverage(const Context& c, std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>>& covered,
+                      int64_t task_work) {
   int64_t doc_work = 0;
-  for (const auto& [id, len] : docs) {
+  for (const auto& [id, len] : c.docs) {
     doc_work += document_pairs(len);
     auto& v = covered[id];
     std::sort(v.begin(), v.end());
@@ -205,66 +243,80 @@ Status validate_plan(const Plan& plan, const Batch& input, const AttentionCostMo
   if (task_work != doc_work) {
     return bad("work not conserved: tasks " + to_string(task_work) + " pairs, documents " + to_string(doc_work));
   }
+  return Status::ok_status();
+}
 
-  // --- layouts
-  const RowBytes& rb = plan.row_bytes;
+// --- layouts: tokens, each exchange's shape, sender and receiver agreeing on every pair.
+Status check_layouts(const Context& c) {
+  const RowBytes& rb = c.plan.row_bytes;
   const int64_t kRowBytes[kNumExchanges] = {rb.q, rb.kv, rb.o + rb.lse, rb.o, rb.q, rb.kv};
-  for (int64_t r = 0; r < R; ++r) {
-    const RankPlan& rp = plan.ranks[static_cast<size_t>(r)];
-    if (rp.tokens != batch.rank_tokens(r)) return bad("rank " + to_string(r) + ": tokens differ from the batch");
+  for (int64_t r = 0; r < c.R; ++r) {
+    const RankPlan& rp = c.plan.ranks[static_cast<size_t>(r)];
+    if (rp.tokens != c.plan.batch.rank_tokens(r)) return bad("rank " + to_string(r) + ": tokens differ from the batch");
     for (int k = 0; k < kNumExchanges; ++k) {
-      DISTCA_RETURN_IF_ERROR(check_exchange_shape(rp.exchanges[static_cast<size_t>(k)], r, R,
+      DISTCA_RETURN_IF_ERROR(check_exchange_shape(rp.exchanges[static_cast<size_t>(k)], r, c.R,
                                                   exchange_name(static_cast<ExchangeKind>(k)), kRowBytes[k]));
     }
   }
-  auto ex = [&](int64_t r, ExchangeKind k) -> const Exchange& {
-    return plan.ranks[static_cast<size_t>(r)].exchanges[static_cast<size_t>(k)];
+  // Only the pairs either side names can disagree (every other pair is empty on both ends).
+  auto mismatch = [](ExchangeKind kind, int64_t from, int64_t to) {
+    return bad("exchange " + std::string(exchange_name(kind)) + ": rank " + to_string(from) +
+               " sends to rank " + to_string(to) + " rows that rank does not expect");
   };
-  for (int64_t a = 0; a < R; ++a) {
-    for (int64_t b = 0; b < R; ++b) {
-      for (int k = 0; k < kNumExchanges; ++k) {
-        const auto kind = static_cast<ExchangeKind>(k);
-        if (ex(a, kind).send_blocks[static_cast<size_t>(b)] != ex(b, kind).recv_blocks[static_cast<size_t>(a)]) {
-          return bad("exchange " + std::string(exchange_name(kind)) + ": rank " + to_string(a) +
-                     " sends to rank " + to_string(b) + " rows that rank does not expect");
-        }
+  for (int64_t a = 0; a < c.R; ++a) {
+    for (int k = 0; k < kNumExchanges; ++k) {
+      const auto kind = static_cast<ExchangeKind>(k);
+      const auto ua = static_cast<size_t>(a);
+      for (const auto& [b, blocks] : c.ex(a, kind).send_blocks.entries()) {
+        if (blocks != c.ex(static_cast<int64_t>(b), kind).recv_blocks[ua]) return mismatch(kind, a, static_cast<int64_t>(b));
+      }
+      for (const auto& [b, blocks] : c.ex(a, kind).recv_blocks.entries()) {
+        if (blocks != c.ex(static_cast<int64_t>(b), kind).send_blocks[ua]) return mismatch(kind, static_cast<int64_t>(b), a);
       }
     }
   }
-  // Canonical lists rebuilt from the tasks, and the mirrors.
-  for (int64_t s = 0; s < R; ++s) {
-    const ServerPlan& sp = plan.servers[static_cast<size_t>(s)];
-    std::vector<std::vector<RowBlock>> q(static_cast<size_t>(R)), kv(static_cast<size_t>(R));
+  return Status::ok_status();
+}
+
+// --- canonical lists rebuilt from the tasks (plan.h), and the mirrors.
+Status check_canonical(const Context& c) {
+  const auto n = static_cast<size_t>(c.R);
+  for (int64_t s = 0; s < c.R; ++s) {
+    const ServerPlan& sp = c.plan.servers[static_cast<size_t>(s)];
+    PeerVector<std::vector<RowBlock>> q(n), kv(n);
     std::vector<int64_t> order;
     std::map<int64_t, int64_t> need;
     for (const ServerTask& st : sp.tasks) {
       const TaskPlacement& t = st.task;
-      if (t.home != s) q[static_cast<size_t>(t.home)].push_back({t.doc, t.q_begin, t.q_end});
+      if (t.home != s) q.mut(static_cast<size_t>(t.home)).push_back({t.doc, t.q_begin, t.q_end});
       if (!need.count(t.doc)) order.push_back(t.doc);
       need[t.doc] = std::max(need[t.doc], t.q_end);
     }
     for (int64_t d : order) {
-      for (const Held& h : by_doc[d]) {
-        if (h.begin < need[d] && h.rank != s) kv[static_cast<size_t>(h.rank)].push_back({d, h.begin, std::min(h.end, need[d])});
+      for (const Held& h : c.by_doc.at(d)) {
+        if (h.begin < need[d] && h.rank != s) kv.mut(static_cast<size_t>(h.rank)).push_back({d, h.begin, std::min(h.end, need[d])});
       }
     }
     const std::string ctx = "server " + to_string(s);
-    if (ex(s, ExchangeKind::kQ).recv_blocks != q) return bad(ctx + ": q receive rows are not the canonical ones");
-    if (ex(s, ExchangeKind::kKv).recv_blocks != kv) return bad(ctx + ": kv receive rows are not the canonical ones");
-    if (ex(s, ExchangeKind::kOLse).send_blocks != q || ex(s, ExchangeKind::kDO).recv_blocks != q ||
-        ex(s, ExchangeKind::kDQ).send_blocks != q) {
+    if (c.ex(s, ExchangeKind::kQ).recv_blocks != q) return bad(ctx + ": q receive rows are not the canonical ones");
+    if (c.ex(s, ExchangeKind::kKv).recv_blocks != kv) return bad(ctx + ": kv receive rows are not the canonical ones");
+    if (c.ex(s, ExchangeKind::kOLse).send_blocks != q || c.ex(s, ExchangeKind::kDO).recv_blocks != q ||
+        c.ex(s, ExchangeKind::kDQ).send_blocks != q) {
       return bad(ctx + ": o_lse/do/dq rows do not mirror the q rows");
     }
-    if (ex(s, ExchangeKind::kDKv).send_blocks != kv) return bad(ctx + ": dkv rows do not mirror the kv rows");
+    if (c.ex(s, ExchangeKind::kDKv).send_blocks != kv) return bad(ctx + ": dkv rows do not mirror the kv rows");
   }
+  return Status::ok_status();
+}
 
-  // --- task inputs
+// --- task inputs: q_offset and every kv segment address the task's document rows.
+Status check_task_inputs(const Context& c) {
   std::vector<IdRun> ids;
-  for (int64_t s = 0; s < R; ++s) {
-    const ServerPlan& sp = plan.servers[static_cast<size_t>(s)];
-    const auto qbuf = recv_buffer(ex(s, ExchangeKind::kQ));
-    const auto kvbuf = recv_buffer(ex(s, ExchangeKind::kKv));
-    const auto local = token_buffer(held[static_cast<size_t>(s)]);
+  for (int64_t s = 0; s < c.R; ++s) {
+    const ServerPlan& sp = c.plan.servers[static_cast<size_t>(s)];
+    const auto qbuf = recv_buffer(c.ex(s, ExchangeKind::kQ));
+    const auto kvbuf = recv_buffer(c.ex(s, ExchangeKind::kKv));
+    const auto local = token_buffer(c.held[static_cast<size_t>(s)]);
     for (size_t i = 0; i < sp.tasks.size(); ++i) {
       const ServerTask& st = sp.tasks[i];
       const TaskPlacement& t = st.task;
@@ -285,37 +337,43 @@ Status validate_plan(const Plan& plan, const Batch& input, const AttentionCostMo
                                      " rows, the context has " + to_string(t.q_end));
     }
   }
+  return Status::ok_status();
+}
 
-  // --- figures
-  const PlanMetrics& m = plan.metrics;
-  const auto n = static_cast<size_t>(R);
+// --- figures: loads (after and colocated) and tokens.
+Status check_loads(const Context& c) {
+  const PlanMetrics& m = c.plan.metrics;
+  const auto n = static_cast<size_t>(c.R);
   std::vector<double> loads(n, 0.0), before(n, 0.0);
-  for (int64_t s = 0; s < R; ++s) {
-    for (const ServerTask& st : plan.servers[static_cast<size_t>(s)].tasks) {
-      loads[static_cast<size_t>(s)] += task_cost(cost, st.task.q_end - st.task.q_begin, st.task.q_end);
+  for (int64_t s = 0; s < c.R; ++s) {
+    for (const ServerTask& st : c.plan.servers[static_cast<size_t>(s)].tasks) {
+      loads[static_cast<size_t>(s)] += task_cost(c.cost, st.task.q_end - st.task.q_begin, st.task.q_end);
     }
-    if (plan.servers[static_cast<size_t>(s)].load != loads[static_cast<size_t>(s)]) {
+    if (c.plan.servers[static_cast<size_t>(s)].load != loads[static_cast<size_t>(s)]) {
       return bad("server " + to_string(s) + ": load differs from its tasks' costs");
     }
   }
   for (size_t r = 0; r < n; ++r) {
-    for (const Piece& p : input.per_rank[r]) before[r] += task_cost(cost, p.len, p.offset + p.len);
+    for (const Piece& p : c.input.per_rank[r]) before[r] += task_cost(c.cost, p.len, p.offset + p.len);
   }
   if (m.loads != loads || m.load_max_over_mean != max_over_mean(loads)) return bad("metrics: loads differ from a recount");
   if (m.loads_before != before || m.load_before_max_over_mean != max_over_mean(before)) {
     return bad("metrics: colocated loads differ from a recount");
   }
   std::vector<double> tok;
-  for (int64_t r = 0; r < R; ++r) tok.push_back(static_cast<double>(batch.rank_tokens(r)));
+  for (int64_t r = 0; r < c.R; ++r) tok.push_back(static_cast<double>(c.plan.batch.rank_tokens(r)));
   if (m.tokens.size() != n || m.tokens_max_over_mean != max_over_mean(tok)) return bad("metrics: tokens differ from the batch");
+  return Status::ok_status();
+}
 
-  // Traffic from the layouts: rows sent times row bytes.
+// --- figures: the exchanges' traffic, from the layouts (rows sent times row bytes).
+Status check_traffic(const Context& c) {
   Traffic t;
-  t.per_rank.assign(n, {});
+  t.per_rank.assign(static_cast<size_t>(c.R), {});
   int64_t* kind_total[kNumExchanges] = {&t.bytes.q, &t.bytes.kv, &t.bytes.o_lse, &t.bytes.d_o, &t.bytes.dq, &t.bytes.dkv};
-  for (int64_t r = 0; r < R; ++r) {
+  for (int64_t r = 0; r < c.R; ++r) {
     for (int k = 0; k < kNumExchanges; ++k) {
-      const Exchange& e = ex(r, static_cast<ExchangeKind>(k));
+      const Exchange& e = c.ex(r, static_cast<ExchangeKind>(k));
       const int64_t sent = e.send_rows() * e.row_bytes, recv = e.recv_rows() * e.row_bytes;
       *kind_total[k] += sent;
       auto& pr = t.per_rank[static_cast<size_t>(r)];
@@ -323,26 +381,30 @@ Status validate_plan(const Plan& plan, const Batch& input, const AttentionCostMo
       (k < 3 ? pr.fwd_recv : pr.bwd_recv) += recv;
     }
   }
-  if (!(t == m.traffic)) return bad("metrics: traffic differs from the bytes of the layouts");
+  if (!(t == c.plan.metrics.traffic)) return bad("metrics: traffic differs from the bytes of the layouts");
+  return Status::ok_status();
+}
 
-  // All-gather (percp) and the reported figures.
+// --- figures: percp's all-gather, recounted from the pieces (zero for other schedulers).
+Result<AllGatherTraffic> check_allgather(const Context& c) {
   AllGatherTraffic ag;
-  ag.per_rank.assign(n, {});
-  if (plan.scheduler.kind == SchedulerKind::kPerCp) {
-    const int64_t C = plan.scheduler.cp_degree;
-    if (C < 1 || R % C != 0) return bad("percp: CP degree does not divide the ranks");
+  ag.per_rank.assign(static_cast<size_t>(c.R), {});
+  if (c.plan.scheduler.kind == SchedulerKind::kPerCp) {
+    const int64_t C = c.plan.scheduler.cp_degree;
+    if (C < 1 || c.R % C != 0) return bad("percp: CP degree does not divide the ranks");
     // A document's serving ranks: every rank of every group holding one of its rows.
     std::map<int64_t, std::set<int64_t>> serving;
-    for (const auto& rank : held) {
+    for (const auto& rank : c.held) {
       for (const Held& h : rank) {
         for (int64_t r = h.rank / C * C; r < (h.rank / C + 1) * C; ++r) serving[h.doc].insert(r);
       }
     }
-    for (const auto& rank : held) {
+    const int64_t kv = c.plan.row_bytes.kv;
+    for (const auto& rank : c.held) {
       for (const Held& h : rank) {
         for (int64_t r : serving.at(h.doc)) {
           if (r == h.rank) continue;
-          const int64_t bytes = (h.end - h.begin) * rb.kv;
+          const int64_t bytes = (h.end - h.begin) * kv;
           ag.bytes += bytes;
           ag.per_rank[static_cast<size_t>(h.rank)].fwd_sent += bytes;
           ag.per_rank[static_cast<size_t>(r)].fwd_recv += bytes;
@@ -352,17 +414,23 @@ Status validate_plan(const Plan& plan, const Batch& input, const AttentionCostMo
       }
     }
   }
-  if (!(ag == m.allgather)) return bad("metrics: all-gather bytes differ from a recount");
-  std::vector<RankBytes> reported(n);
+  if (!(ag == c.plan.metrics.allgather)) return bad("metrics: all-gather bytes differ from a recount");
+  return ag;
+}
+
+// --- figures: the reported per-rank bytes and comm_bytes_* (percp: the all-gather alone;
+// every other scheduler: its exchanges).
+Status check_reported(const Context& c, const AllGatherTraffic& ag) {
+  const PlanMetrics& m = c.plan.metrics;
+  std::vector<RankBytes> reported(static_cast<size_t>(c.R));
   int64_t fwd = 0, bwd = 0, mx = 0;
-  const bool percp = plan.scheduler.kind == SchedulerKind::kPerCp;
-  for (int64_t r = 0; r < R; ++r) {
+  const bool percp = c.plan.scheduler.kind == SchedulerKind::kPerCp;
+  for (int64_t r = 0; r < c.R; ++r) {
     const auto u = static_cast<size_t>(r);
     auto rows_bytes = [&](ExchangeKind k, bool send) {
-      const Exchange& e = ex(r, k);
+      const Exchange& e = c.ex(r, k);
       return (send ? e.send_rows() : e.recv_rows()) * e.row_bytes;
     };
-    // percp reports the all-gather alone; every other scheduler its exchanges.
     RankBytes& x = reported[u];
     if (percp) {
       x = ag.per_rank[u];
@@ -385,6 +453,24 @@ Status validate_plan(const Plan& plan, const Batch& input, const AttentionCostMo
   if (bwd != m.comm_bytes_backward) return bad("metrics: comm_bytes_backward " + to_string(m.comm_bytes_backward) + ", recount " + to_string(bwd));
   if (mx != m.comm_bytes_max_rank) return bad("metrics: comm_bytes_max_rank " + to_string(m.comm_bytes_max_rank) + ", recount " + to_string(mx));
   return Status::ok_status();
+}
+
+}  // namespace
+
+Status validate_plan(const Plan& plan, const Batch& input, const AttentionCostModel* cost) {
+  Context c(plan, input, cost);
+  DISTCA_RETURN_IF_ERROR(check_batch(c));
+  std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> covered;
+  int64_t task_work = 0;
+  DISTCA_RETURN_IF_ERROR(check_tasks(c, covered, task_work));
+  DISTCA_RETURN_IF_ERROR(check_coverage(c, covered, task_work));
+  DISTCA_RETURN_IF_ERROR(check_layouts(c));
+  DISTCA_RETURN_IF_ERROR(check_canonical(c));
+  DISTCA_RETURN_IF_ERROR(check_task_inputs(c));
+  DISTCA_RETURN_IF_ERROR(check_loads(c));
+  DISTCA_RETURN_IF_ERROR(check_traffic(c));
+  DISTCA_ASSIGN_OR_RETURN(AllGatherTraffic ag, check_allgather(c));
+  return check_reported(c, ag);
 }
 
 Result<std::map<int64_t, std::vector<int32_t>>> brute_force_pair_counts(const Plan& plan) {

@@ -1,6 +1,8 @@
 // `distca workload` end to end: every bad input is refused with exit 2, nothing on stdout and
 // exactly one stderr line naming the flag; a good run's JSON agrees with brute-force counting
 // on the batch it prints, and that batch reads back through --batch.
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -9,6 +11,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -39,6 +42,20 @@ struct CliRun {
 CliRun run_cli(const std::string& args) {
   const std::string out = temp_path("stdout"), err = temp_path("stderr");
   const std::string cmd = std::string(DISTCA_CLI) + " workload " + args + " >" + out + " 2>" + err;
+  const int status = std::system(cmd.c_str());
+  CliRun r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  return r;
+}
+
+// run_cli under `timeout 60`: a blocked read ends with exit 124 instead of hanging the suite.
+CliRun run_cli_bounded(const std::string& args) {
+  const std::string out = temp_path("stdout"), err = temp_path("stderr");
+  const std::string cmd = "timeout 60 " + std::string(DISTCA_CLI) + " workload " + args + " >" + out + " 2>" + err;
   const int status = std::system(cmd.c_str());
   CliRun r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -103,6 +120,78 @@ TEST(WorkloadCli, BadInputIsRefusedInOneLine) {
   expect_refused("--batch " + overfilled + " --ranks 4", "--batch");
   expect_refused("--no-such-flag", "--no-such-flag");
   for (const auto& p : {bad_lengths, bad_json, overfilled, gap}) std::filesystem::remove(p);
+}
+
+// Sizes that cannot fit are refused from the flags before anything is drawn, naming them:
+// 2^24 ranks of 64K tokens (16 batches: over a TiB of batches), and --full's JSON of every
+// piece of 16-token documents.
+TEST(WorkloadCli, RefusesWhatCannotFitBeforeDrawing) {
+  expect_refused("--ranks 16777216 --tokens-per-rank 65536 --batches 16", "--ranks 16777216 --tokens-per-rank 65536");
+  expect_refused("--ranks 65536 --tokens-per-rank 65536 --dist fixed:16 --json --full", "--full");
+  const CliRun r = run_cli("--ranks 16777216 --tokens-per-rank 65536 --batches 16");
+  EXPECT_NE(r.err.find("needs about"), std::string::npos) << r.err;
+}
+
+// Inputs that are not regular files, as --batch and as a length file: a FIFO without a writer
+// (would block forever; `timeout` turns a hang into exit 124), /dev/zero (would be read without
+// end) and a directory (says so, not "not valid JSON").
+TEST(WorkloadCli, NonRegularInputsAreRefused) {
+  const std::string fifo = temp_path("fifo");
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string dir = temp_path("a_dir");
+  std::filesystem::create_directories(dir);
+  for (const std::string& flag : {std::string("--batch "), std::string("--dist file:")}) {
+    for (const std::string& path : {fifo, std::string("/dev/zero"), dir}) {
+      const CliRun r = run_cli_bounded(flag + path);
+      EXPECT_EQ(r.code, 2) << flag << path << ": " << r.err;
+      EXPECT_NE(r.err.find(flag.substr(0, flag.size() - 1)), std::string::npos) << r.err;
+      EXPECT_EQ(r.err.find("not valid JSON"), std::string::npos) << r.err;
+      EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
+    }
+    EXPECT_NE(run_cli_bounded(flag + dir).err.find("directory"), std::string::npos);
+  }
+  std::filesystem::remove(fifo);
+  std::filesystem::remove_all(dir);
+}
+
+// Numbers a length file or a batch file cannot hold, each refused in one line naming the file
+// and the element or field: out of double range, beyond int64, not an integer, negative.
+TEST(WorkloadCli, NumbersOutOfRangeAreRefused) {
+  const std::string f = temp_path("numbers.json");
+  const std::vector<std::pair<std::string, std::string>> lengths = {
+      {"[16, 32, 1e999]", "field [2]"},
+      {"[16, 9223372036854775808]", "element 1"},
+      {"[16, 18446744073709551616]", "element 1"},
+      {"[16, 2.5]", "element 1"},
+      {"[16, -16]", "element 1"},
+  };
+  for (const auto& [text, expect] : lengths) {
+    std::ofstream(f) << text;
+    const CliRun r = run_cli("--dist file:" + f);
+    EXPECT_EQ(r.code, 2) << text << ": " << r.err;
+    EXPECT_NE(r.err.find(f), std::string::npos) << text << ": " << r.err;
+    EXPECT_NE(r.err.find(expect), std::string::npos) << text << ": " << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
+  }
+  const std::string head = R"({"ranks": 1, "tokens_per_rank": 16, "per_rank": [[{"doc": 0, "offset": 0, "len": 16, "doc_len": )";
+  const std::vector<std::pair<std::string, std::string>> fields = {
+      {"1e999", "per_rank[0][0].doc_len"},
+      {"9223372036854775808", "'doc_len' is beyond int64"},
+      {"16.5", "'doc_len' must be an integer"},
+      {"-16", "'doc_len' must be positive"},
+  };
+  for (const auto& [value, expect] : fields) {
+    std::ofstream(f) << head << value << "}]]}";
+    const CliRun r = run_cli("--batch " + f);
+    EXPECT_EQ(r.code, 2) << value << ": " << r.err;
+    EXPECT_NE(r.err.find(f), std::string::npos) << value << ": " << r.err;
+    EXPECT_NE(r.err.find(expect), std::string::npos) << value << ": " << r.err;
+  }
+  // A field out of range in a `batches` list names its position in the list.
+  std::ofstream(f) << R"({"batches": [{"batch": {"ranks": 1e999}}]})";
+  EXPECT_NE(run_cli("--batch " + f).err.find("batches[0].batch.ranks"), std::string::npos);
+  std::filesystem::remove(f);
 }
 
 // Brute-force attention pairs of a piece: query positions [offset, offset + len) over keys

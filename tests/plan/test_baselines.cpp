@@ -231,6 +231,19 @@ TEST(Baselines, PerCpAllGatherIsCMinusOneTimesTheTokens) {
   }
 }
 
+// The memory estimate's task count equals the tasks schedule_percp really makes.
+TEST(Baselines, PerCpTaskCountMatchesTheSchedule) {
+  for (uint64_t seed = 0; seed < 400; ++seed) {
+    const Batch b = test::random_batch(seed + 300, seed % 2 ? TestLayout::kScattered : TestLayout::kContiguous);
+    for (int64_t c = 1; c <= b.ranks; ++c) {
+      if (b.ranks % c != 0) continue;
+      auto s = schedule_percp(b, c, ScheduleOptions{});
+      ASSERT_TRUE(s.ok()) << s.status().to_string();
+      ASSERT_EQ(percp_task_count(b, c), static_cast<int64_t>(s->tasks.size())) << "seed " << seed << " C " << c;
+    }
+  }
+}
+
 TEST(Baselines, DeterministicJson) {
   for (uint64_t seed = 0; seed < 40; ++seed) {
     const Batch b = test::random_batch(seed, seed % 2 ? TestLayout::kScattered : TestLayout::kContiguous);

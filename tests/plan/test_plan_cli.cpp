@@ -2,6 +2,7 @@
 // output file), the JSON keys, --batch round trip with `workload --json --full`, several
 // batches, and byte-identical output for the same input.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -13,6 +14,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -28,6 +31,19 @@ using distca::testing::slurp;
 class PlanCli : public distca::testing::CliFixture {
  protected:
   PlanCli() : CliFixture("plan_cli", "") {}
+
+  // run() under `timeout 60`: a blocked read ends with exit 124 instead of hanging the suite.
+  CliRun run_bounded(const std::string& args) const {
+    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
+    const std::string cmd = "timeout 60 " + std::string(DISTCA_CLI) + " " + args + " >" + out.string() + " 2>" +
+                            err.string();
+    const int st = std::system(cmd.c_str());
+    CliRun r;
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
 };
 
 const std::string kSmall = "plan --dist prolong --ranks 4 --tokens-per-rank 4096 --seed 7";
@@ -49,6 +65,111 @@ TEST_F(PlanCli, RefusesBadInput) {
   const CliRun r = run(kSmall + " --full");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--full"), std::string::npos) << r.err;
+}
+
+// Sizes whose plan cannot fit any machine are refused from the flags, before a batch is drawn
+// (no output file): the batches and plan of 2^24 ranks, and --full's dense [ranks] exchange
+// arrays of 65536 ranks (quadratic in ranks: tens of TiB).
+TEST_F(PlanCli, RefusesWhatCannotFitBeforeAnyWork) {
+  expect_refused("plan --ranks 16777216 --tokens-per-rank 65536", "--ranks 16777216 --tokens-per-rank 65536");
+  expect_refused("plan --ranks 65536 --tokens-per-rank 16 --full", "--full");
+  const CliRun r = run("plan --ranks 16777216 --tokens-per-rank 65536 --json -");
+  EXPECT_NE(r.err.find("needs about"), std::string::npos) << r.err;
+}
+
+// 8192 ranks of 16 tokens: quadratic (~34 GB) while every rank kept a dense [ranks] layout per
+// exchange; with the sparse layout it is planned (about 0.6 GB), or, on a machine with less
+// memory free, refused honestly with exit 2 and the estimate.
+TEST_F(PlanCli, EightThousandRanksArePlannedOrRefusedHonestly) {
+  const CliRun r = run("plan --ranks 8192 --tokens-per-rank 16 --scheduler colocated --json -");
+  if (r.code == 2) {
+    EXPECT_NE(r.err.find("needs about"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--ranks 8192"), std::string::npos) << r.err;
+    GTEST_SKIP() << "refused for memory: " << r.err;
+  }
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["servers"], 8192);
+  EXPECT_EQ(j["per_rank"].size(), 8192u);
+}
+
+// An output that cannot be written is refused before the work: the message names --json even
+// when the batch file is also bad (the work would have failed first on it), and no file is left.
+TEST_F(PlanCli, UnwritableJsonIsRefusedFirst) {
+  const fs::path bad_batch = dir_ / "bad.json";
+  std::ofstream(bad_batch) << "{\"ranks\": 0}";
+  fs::create_directories(dir_ / "a_dir");
+  for (const std::string& target : {(dir_ / "a_dir").string(), (dir_ / "missing" / "x.json").string()}) {
+    CliRun r = run("plan --batch " + bad_batch.string() + " --json " + target);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find("--json"), std::string::npos) << r.err;
+    r = run(kSmall + " --json " + target);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find("--json"), std::string::npos) << r.err;
+  }
+  const CliRun b = run("bench plan --quick --servers 8 --tokens-k 128 --batches 1 --no-sweep --json " +
+                       (dir_ / "a_dir").string());
+  EXPECT_EQ(b.code, 2) << b.err;
+  EXPECT_NE(b.err.find("--json"), std::string::npos) << b.err;
+  EXPECT_EQ(b.out.find("cad"), std::string::npos) << "bench plan ran before refusing: " << b.out;
+}
+
+// bench plan's refusals name its own flags (--servers, --tokens-k), never the --ranks /
+// --tokens-per-rank of the workload options it builds from them.
+TEST_F(PlanCli, BenchPlanRefusalsNameItsFlags) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--servers 16777217", "--servers"},
+      {"--tokens-k 1152921504606846976", "--tokens-k"},
+      {"--servers 16777216 --tokens-k 1024", "--servers (16777216) times --tokens-k"},
+      {"--tokens-k -1", "--tokens-k"},
+      {"--batches 0", "--batches"},
+      {"--batches 1000000 --servers 1024", "--batches 1000000 --servers 1024"},
+  };
+  for (const auto& [args, flag] : cases) {
+    const CliRun r = run("bench plan " + args + " --json " + (dir_ / "bench.json").string());
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(flag), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(r.err.find("--ranks"), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(r.err.find("--tokens-per-rank"), std::string::npos) << args << ": " << r.err;
+    EXPECT_FALSE(fs::exists(dir_ / "bench.json"));
+  }
+}
+
+// Inputs that are not regular files: a FIFO without a writer (would block forever), /dev/zero
+// (would be read without end) and a directory (must say so, not "not valid JSON"). `timeout`
+// turns a hang into exit 124, which fails the test instead of stalling the suite.
+TEST_F(PlanCli, NonRegularBatchFilesAreRefused) {
+  const fs::path fifo = dir_ / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {fifo.string(), std::string("/dev/zero"), dir_.string()}) {
+    const CliRun r = run_bounded("plan --batch " + path);
+    EXPECT_EQ(r.code, 2) << path << ": " << r.err;
+    EXPECT_NE(r.err.find("--batch"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("not valid JSON"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  EXPECT_NE(run_bounded("plan --batch " + dir_.string()).err.find("directory"), std::string::npos);
+}
+
+// Numbers a batch file cannot hold: out of double range, beyond int64, not integers, negative.
+// Each is one line naming the file and the field.
+TEST_F(PlanCli, BatchFileNumbersAreChecked) {
+  const std::string head = R"({"ranks": 1, "tokens_per_rank": 16, "per_rank": [[{"doc": 0, "offset": 0, "len": )";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"1e999", "per_rank[0][0].len"},
+      {"9223372036854775808", "'len' is beyond int64"},
+      {"2.5", "'len' must be an integer"},
+      {"-16", "'len' must be positive"},
+  };
+  for (const auto& [value, expect] : cases) {
+    const fs::path f = dir_ / "batch.json";
+    std::ofstream(f) << head << value << R"(, "doc_len": 16}]]})";
+    const CliRun r = run("plan --batch " + f.string());
+    EXPECT_EQ(r.code, 2) << value << ": " << r.err;
+    EXPECT_NE(r.err.find(f.string()), std::string::npos) << value << ": " << r.err;
+    EXPECT_NE(r.err.find(expect), std::string::npos) << value << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
 }
 
 TEST_F(PlanCli, PerCpDegreeMustDivideTheBatchFileRanks) {

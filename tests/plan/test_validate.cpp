@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
+#include <set>
+#include <tuple>
 #include <string>
 
 #include "distca/plan/plan.h"
@@ -140,102 +143,229 @@ TEST(Validate, HandWorkedBytes) {
   EXPECT_EQ(plan.servers[0].cu_seqlens_q, (std::vector<int32_t>{0, 4, 6, 8}));
   EXPECT_EQ(plan.servers[0].cu_seqlens_k, (std::vector<int32_t>{0, 4, 10, 18}));
   EXPECT_EQ(plan.ranks[1].exchange(ExchangeKind::kKv).send_blocks[0], (std::vector<RowBlock>{{5, 4, 8}}));
-  EXPECT_EQ(plan.ranks[1].exchange(ExchangeKind::kQ).send_counts, (std::vector<int64_t>{4, 0}));
-  EXPECT_EQ(plan.ranks[0].exchange(ExchangeKind::kOLse).send_counts, (std::vector<int64_t>{0, 4}));
+  EXPECT_EQ(plan.ranks[1].exchange(ExchangeKind::kQ).send_counts.dense(), (std::vector<int64_t>{4, 0}));
+  EXPECT_EQ(plan.ranks[0].exchange(ExchangeKind::kOLse).send_counts.dense(), (std::vector<int64_t>{0, 4}));
   expect_pairs_once(plan);
 }
 
-// A plan with remote work in every exchange, for the mutation tests.
+// The sparse layout (peer_vector.h) against an independent dense count: for every ordered
+// pair of ranks, the rows each exchange moves, recounted row by row from the tasks and the
+// batch alone. The dense view equals the recount, and only peers with rows are stored.
+TEST(Validate, SparseLayoutMatchesADenseRecount) {
+  for (uint64_t seed = 0; seed < 300; ++seed) {
+    const Batch b = test::random_batch(seed, seed % 2 ? TestLayout::kScattered : TestLayout::kContiguous);
+    const auto tasks = test::random_tasks(b, seed + 7);
+    const Plan plan = plan_of(b, tasks);
+    const auto R = static_cast<size_t>(b.ranks);
+    std::map<std::pair<int64_t, int64_t>, int64_t> holder;  // (doc, row) -> rank
+    for (size_t r = 0; r < R; ++r) {
+      for (const Piece& p : b.per_rank[r]) {
+        for (int64_t i = 0; i < p.len; ++i) holder[{p.doc, p.offset + i}] = static_cast<int64_t>(r);
+      }
+    }
+    // q[from][to]: query rows home -> server; kv[from][to]: context rows holder -> server,
+    // each (doc, row, server) once.
+    std::vector<std::vector<int64_t>> q(R, std::vector<int64_t>(R, 0)), kv = q;
+    std::set<std::tuple<int64_t, int64_t, int64_t>> sent;
+    for (const TaskPlacement& t : tasks) {
+      if (t.home != t.server) q[static_cast<size_t>(t.home)][static_cast<size_t>(t.server)] += t.q_end - t.q_begin;
+      for (int64_t row = 0; row < t.q_end; ++row) {
+        const int64_t h = holder.at({t.doc, row});
+        if (h != t.server && sent.insert({t.doc, row, t.server}).second) ++kv[static_cast<size_t>(h)][static_cast<size_t>(t.server)];
+      }
+    }
+    for (size_t r = 0; r < R; ++r) {
+      for (int k = 0; k < kNumExchanges; ++k) {
+        const auto kind = static_cast<ExchangeKind>(k);
+        const Exchange& e = plan.ranks[r].exchange(kind);
+        const auto& ref = (kind == ExchangeKind::kKv || kind == ExchangeKind::kDKv) ? kv : q;
+        // q, kv, do go forward along ref; o_lse, dq, dkv go back.
+        const bool forward = kind == ExchangeKind::kQ || kind == ExchangeKind::kKv || kind == ExchangeKind::kDO;
+        std::vector<int64_t> send(R), recv(R);
+        for (size_t p = 0; p < R; ++p) {
+          send[p] = forward ? ref[r][p] : ref[p][r];
+          recv[p] = forward ? ref[p][r] : ref[r][p];
+        }
+        ASSERT_EQ(e.send_counts.dense(), send) << "seed " << seed << " rank " << r << " " << exchange_name(kind);
+        ASSERT_EQ(e.recv_counts.dense(), recv) << "seed " << seed << " rank " << r << " " << exchange_name(kind);
+        for (const auto& [p, c] : e.send_counts.entries()) ASSERT_GT(c, 0) << "a stored peer without rows";
+        for (const auto& [p, c] : e.recv_counts.entries()) ASSERT_GT(c, 0) << "a stored peer without rows";
+        ASSERT_LE(e.send_blocks.entries().size(), e.send_counts.entries().size());
+      }
+    }
+    ASSERT_TRUE(validate_plan(plan, b, nullptr).ok()) << "seed " << seed;
+  }
+}
+
+TEST(PeerVector, ReadsLikeTheDenseVector) {
+  PeerVector<int64_t> v(5);
+  v.mut(3) = 7;
+  v.mut(1) = 2;  // out of order: inserted before 3
+  EXPECT_EQ(v.dense(), (std::vector<int64_t>{0, 2, 0, 7, 0}));
+  EXPECT_EQ(v[0], 0);
+  EXPECT_EQ(v[3], 7);
+  ASSERT_EQ(v.entries().size(), 2u);
+  EXPECT_EQ(v.entries()[0].first, 1u);
+  PeerVector<int64_t> w(5);
+  w.mut(1) = 2;
+  w.mut(3) = 7;
+  w.mut(4) = 0;  // an explicit default equals an unset peer
+  EXPECT_TRUE(v == w);
+  w.mut(4) = 1;
+  EXPECT_FALSE(v == w);
+  EXPECT_FALSE(v == PeerVector<int64_t>(4));
+  const std::vector<int64_t> dense = v;  // the implicit dense view the runtime uses
+  EXPECT_EQ(dense, v.dense());
+}
+
+// A corruption of a valid plan and the rule that must refuse it: `expect` is a fragment of
+// the validator's message for that rule, so a mutation caught by an unrelated check fails.
+// `mutate` returns false when the plan offers nothing to corrupt that way.
+struct Mutation {
+  std::string name;
+  std::string expect;
+  std::function<bool(Plan&)> mutate;
+};
+
+std::vector<Mutation> mutations() {
+  auto ex = [](Plan& p, int64_t r, ExchangeKind k) -> Exchange& {
+    return p.ranks[static_cast<size_t>(r)].exchanges[static_cast<size_t>(k)];
+  };
+  return {
+      {"drop a task", "not covered", [](Plan& p) {
+         p.servers[1].tasks.pop_back();
+         p.servers[1].cu_seqlens_q.pop_back();
+         p.servers[1].cu_seqlens_k.pop_back();
+         return true;
+       }},
+      {"duplicate a task on another server", "covered twice", [](Plan& p) {
+         ServerTask t = p.servers[1].tasks[0];
+         t.task.server = 2;
+         p.servers[2].tasks.push_back(t);
+         p.servers[2].cu_seqlens_q.push_back(p.servers[2].cu_seqlens_q.back() + static_cast<int32_t>(t.task.q_end - t.task.q_begin));
+         p.servers[2].cu_seqlens_k.push_back(p.servers[2].cu_seqlens_k.back() + static_cast<int32_t>(t.task.q_end));
+         return true;
+       }},
+      {"shrink a task", "cu_seqlens disagree", [](Plan& p) {
+         auto& t = p.servers[1].tasks[0].task;
+         if (t.q_end - t.q_begin > 1) --t.q_end; else ++t.q_end;
+         return true;
+       }},
+      {"wrong home", "not inside one piece held by home", [](Plan& p) {
+         auto& t = p.servers[1].tasks[0].task;
+         t.home = (t.home + 1) % p.batch.ranks;
+         return true;
+       }},
+      {"wrong cu_seqlens_k", "cu_seqlens disagree", [](Plan& p) {
+         p.servers[1].cu_seqlens_k.back() += 1;
+         return true;
+       }},
+      {"wrong send count", "counts differ from the row lists", [ex](Plan& p) {
+         for (auto& [peer, c] : ex(p, 0, ExchangeKind::kKv).send_counts.entries_mut()) {
+           if (c > 0) { ++c; return true; }
+         }
+         return false;
+       }},
+      {"count without rows", "counts differ from the row lists", [ex](Plan& p) {
+         // A count for a peer the row lists do not name (only the sparse side knows it).
+         auto& e = ex(p, 0, ExchangeKind::kQ);
+         for (size_t peer = 1; peer < e.send_counts.size(); ++peer) {
+           if (e.send_blocks[peer].empty()) { e.send_counts.mut(peer) = 3; return true; }
+         }
+         return false;
+       }},
+      {"sender and receiver disagree", "exchange dq: rank 0 sends to rank", [ex](Plan& p) {
+         // Same row count, other rows: only the pairwise comparison can see it.
+         for (auto& [peer, blocks] : ex(p, 0, ExchangeKind::kDQ).send_blocks.entries_mut()) {
+           if (!blocks.empty()) { blocks[0].begin += 1; blocks[0].end += 1; return true; }
+         }
+         return false;
+       }},
+      {"swap two received blocks", "exchange q: rank", [](Plan& p) {
+         for (auto& rp : p.ranks) {
+           for (auto& [peer, blocks] : rp.exchanges[static_cast<size_t>(ExchangeKind::kQ)].recv_blocks.entries_mut()) {
+             if (blocks.size() >= 2 && blocks[0] != blocks[1]) { std::swap(blocks[0], blocks[1]); return true; }
+           }
+         }
+         return false;
+       }},
+      {"kv segment off by one", "kv segment at context row", [](Plan& p) {
+         for (auto& s : p.servers) for (auto& t : s.tasks) for (auto& seg : t.kv) if (seg.received) { ++seg.offset; return true; }
+         return false;
+       }},
+      {"q_offset off by one", "q_offset does not address", [](Plan& p) {
+         p.servers[1].tasks[0].q_offset += 1;
+         return true;
+       }},
+      {"comm_bytes_total", "comm_bytes_total", [](Plan& p) { p.metrics.comm_bytes_total += 1; return true; }},
+      {"comm_bytes_max_rank", "comm_bytes_max_rank", [](Plan& p) { p.metrics.comm_bytes_max_rank -= 1; return true; }},
+      {"a load", "loads differ from a recount", [](Plan& p) { p.metrics.loads[0] += 1; return true; }},
+      {"kv traffic", "traffic differs", [](Plan& p) { p.metrics.traffic.bytes.kv += 128; return true; }},
+      {"plan batch", "differs from the input batch", [](Plan& p) {
+         std::swap(p.batch.per_rank[0], p.batch.per_rank[1]);
+         return true;
+       }},
+      {"self traffic", "a rank sends to itself", [ex](Plan& p) {
+         auto& e = ex(p, 0, ExchangeKind::kQ);
+         const Piece& first = p.batch.per_rank[0][0];
+         const RowBlock blk{first.doc, first.offset, first.offset + 1};
+         // Rank 0 is the lowest peer, so its rows sit at displacement 0 on both sides.
+         e.send_blocks.mut(0).insert(e.send_blocks.mut(0).begin(), blk);
+         e.recv_blocks.mut(0).insert(e.recv_blocks.mut(0).begin(), blk);
+         e.send_counts.mut(0) = e.recv_counts.mut(0) = 1;
+         for (auto& [peer, d] : e.send_displs.entries_mut()) if (peer > 0) d += 1;
+         for (auto& [peer, d] : e.recv_displs.entries_mut()) if (peer > 0) d += 1;
+         return true;
+       }},
+      {"consistent but not canonical order", "kv receive rows are not the canonical ones", [](Plan& p) {
+         // Swap two blocks of one peer on both ends: sender and receiver agree, the order
+         // is not the canonical one (so another runtime rank would misread the rows).
+         for (int64_t s = 0; s < p.batch.ranks; ++s) {
+           auto& recv = p.ranks[static_cast<size_t>(s)].exchanges[static_cast<size_t>(ExchangeKind::kKv)].recv_blocks;
+           for (auto& [h, blocks] : recv.entries_mut()) {
+             if (blocks.size() >= 2 && blocks[0].rows() == blocks[1].rows() && blocks[0] != blocks[1]) {
+               std::swap(blocks[0], blocks[1]);
+               auto& send = p.ranks[h].exchanges[static_cast<size_t>(ExchangeKind::kKv)].send_blocks.mut(static_cast<size_t>(s));
+               std::swap(send[0], send[1]);
+               return true;
+             }
+           }
+         }
+         return false;
+       }},
+  };
+}
+
+// A plan with remote work in every exchange on which every mutation applies.
 Plan mutation_base(Batch& b) {
-  for (uint64_t seed = 3;; ++seed) {
+  for (uint64_t seed = 3; seed < 100000; ++seed) {
     b = test::random_batch(seed, TestLayout::kScattered);
     if (b.ranks < 3) continue;
     Plan p = plan_of(b, test::random_tasks(b, seed));
-    bool full = true;
+    bool full = p.servers[1].tasks.size() >= 2;
     for (int k = 0; k < kNumExchanges; ++k) full = full && p.ranks[0].exchanges[static_cast<size_t>(k)].send_rows() > 0;
-    if (full && p.servers[1].tasks.size() >= 2) return p;
+    for (const Mutation& m : mutations()) {
+      if (!full) break;
+      Plan q = p;
+      full = m.mutate(q);
+    }
+    if (full) return p;
   }
+  ADD_FAILURE() << "no seed gives a plan every mutation applies to";
+  return {};
 }
 
 TEST(Validate, RejectsCorruptedPlans) {
   Batch b;
   const Plan base = mutation_base(b);
   ASSERT_TRUE(validate_plan(base, b, nullptr).ok());
-  const std::vector<std::pair<std::string, std::function<void(Plan&)>>> mutations = {
-      {"drop a task", [](Plan& p) {
-         p.servers[1].tasks.pop_back();
-         p.servers[1].cu_seqlens_q.pop_back();
-         p.servers[1].cu_seqlens_k.pop_back();
-       }},
-      {"duplicate a task on another server", [](Plan& p) {
-         ServerTask t = p.servers[1].tasks[0];
-         t.task.server = 2;
-         p.servers[2].tasks.push_back(t);
-         p.servers[2].cu_seqlens_q.push_back(p.servers[2].cu_seqlens_q.back() + static_cast<int32_t>(t.task.q_end - t.task.q_begin));
-         p.servers[2].cu_seqlens_k.push_back(p.servers[2].cu_seqlens_k.back() + static_cast<int32_t>(t.task.q_end));
-       }},
-      {"shrink a task", [](Plan& p) {
-         auto& t = p.servers[1].tasks[0].task;
-         if (t.q_end - t.q_begin > 1) --t.q_end; else ++t.q_end;
-       }},
-      {"wrong home", [](Plan& p) { auto& t = p.servers[1].tasks[0].task; t.home = (t.home + 1) % p.batch.ranks; }},
-      {"wrong cu_seqlens_k", [](Plan& p) { p.servers[1].cu_seqlens_k.back() += 1; }},
-      {"wrong send count", [](Plan& p) {
-         auto& e = p.ranks[0].exchanges[static_cast<size_t>(ExchangeKind::kKv)];
-         for (auto& c : e.send_counts) if (c > 0) { ++c; break; }
-       }},
-      {"sender and receiver disagree", [](Plan& p) {
-         auto& e = p.ranks[0].exchanges[static_cast<size_t>(ExchangeKind::kDQ)];
-         // Same row count, other rows: only the pairwise comparison can see it.
-         for (auto& blocks : e.send_blocks) if (!blocks.empty()) { blocks[0].begin += 1; blocks[0].end += 1; break; }
-       }},
-      {"swap two received blocks", [](Plan& p) {
-         for (auto& rp : p.ranks) {
-           for (auto& blocks : rp.exchanges[static_cast<size_t>(ExchangeKind::kQ)].recv_blocks) {
-             if (blocks.size() >= 2 && blocks[0] != blocks[1]) { std::swap(blocks[0], blocks[1]); return; }
-           }
-         }
-         p.ranks[0].exchanges[0].row_bytes += 1;  // no such pair: still corrupt the plan
-       }},
-      {"kv segment off by one", [](Plan& p) {
-         for (auto& s : p.servers) for (auto& t : s.tasks) for (auto& seg : t.kv) if (seg.received) { ++seg.offset; return; }
-       }},
-      {"q_offset off by one", [](Plan& p) { p.servers[1].tasks[0].q_offset += 1; }},
-      {"comm_bytes_total", [](Plan& p) { p.metrics.comm_bytes_total += 1; }},
-      {"comm_bytes_max_rank", [](Plan& p) { p.metrics.comm_bytes_max_rank -= 1; }},
-      {"a load", [](Plan& p) { p.metrics.loads[0] += 1; }},
-      {"kv traffic", [](Plan& p) { p.metrics.traffic.bytes.kv += 128; }},
-      {"plan batch", [](Plan& p) { std::swap(p.batch.per_rank[0], p.batch.per_rank[1]); }},
-      {"self traffic", [](Plan& p) {
-         auto& e = p.ranks[0].exchanges[static_cast<size_t>(ExchangeKind::kQ)];
-         const RowBlock blk{p.batch.per_rank[0][0].doc, p.batch.per_rank[0][0].offset, p.batch.per_rank[0][0].offset + 1};
-         e.send_blocks[0].push_back(blk);
-         e.recv_blocks[0].push_back(blk);
-         e.send_counts[0] = e.recv_counts[0] = 1;
-       }},
-      {"consistent but not canonical order", [](Plan& p) {
-         // Swap two blocks of one peer on both ends: sender and receiver agree, the order
-         // is not the canonical one (so another runtime rank would misread the rows).
-         for (int64_t s = 0; s < p.batch.ranks; ++s) {
-           auto& recv = p.ranks[static_cast<size_t>(s)].exchanges[static_cast<size_t>(ExchangeKind::kKv)].recv_blocks;
-           for (size_t h = 0; h < recv.size(); ++h) {
-             if (recv[h].size() >= 2 && recv[h][0].rows() == recv[h][1].rows()) {
-               std::swap(recv[h][0], recv[h][1]);
-               auto& send = p.ranks[h].exchanges[static_cast<size_t>(ExchangeKind::kKv)].send_blocks[static_cast<size_t>(s)];
-               std::swap(send[0], send[1]);
-               return;
-             }
-           }
-         }
-         p.metrics.loads[1] = -1;  // no such pair: still corrupt the plan
-       }},
-  };
-  for (const auto& [name, mutate] : mutations) {
+  for (const Mutation& m : mutations()) {
     Plan p = base;
-    mutate(p);
+    ASSERT_TRUE(m.mutate(p)) << m.name;
     const Status st = validate_plan(p, b, nullptr);
-    EXPECT_FALSE(st.ok()) << name;
-    EXPECT_EQ(st.message().find('\n'), std::string::npos) << name;
+    ASSERT_FALSE(st.ok()) << m.name;
+    EXPECT_NE(st.message().find(m.expect), std::string::npos) << m.name << ": refused for another reason: " << st.message();
+    EXPECT_EQ(st.message().find('\n'), std::string::npos) << m.name;
   }
 }
 

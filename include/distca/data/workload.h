@@ -84,6 +84,14 @@ class LengthDistribution {
 // options, unreadable or malformed length file.
 Result<std::vector<Batch>> make_batches(const WorkloadOptions& options);
 
+// An upper bound, with a margin, of the pieces ONE batch of `options` holds, for memory
+// estimates before anything is drawn: documents <= slots / length for fixed; for the others
+// slots / (a fraction of the mean of 4096 fixed draws of the distribution: half for the
+// heavy-tailed pretrain, prolong and file, 0.9 for uniform), never more than slots / 16;
+// pieces <= documents + ranks (a rank boundary cuts one document), documents + 4 * ranks for
+// head-tail. Errors: those of LengthDistribution::create.
+Result<double> estimate_batch_pieces(const WorkloadOptions& options);
+
 // Packs document lengths (already rounded and capped) into `ranks` ranks of `tokens_per_rank`
 // slots in order; document i gets id i. Documents past the last slot are dropped; the document
 // that crosses the end of the batch is cut to fit (its doc_len becomes the length that fits).

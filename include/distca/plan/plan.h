@@ -44,6 +44,7 @@
 
 #include "distca/cost/analytic.h"
 #include "distca/data/batch.h"
+#include "distca/plan/peer_vector.h"
 #include "distca/plan/schedule.h"
 #include "distca/plan/traffic.h"
 
@@ -90,11 +91,16 @@ enum class ExchangeKind { kQ = 0, kKv, kOLse, kDO, kDQ, kDKv };
 inline constexpr int kNumExchanges = 6;
 const char* exchange_name(ExchangeKind kind);  // "q", "kv", "o_lse", "do", "dq", "dkv"
 
-// One all-to-all-v of one rank, in rows. Every vector is [ranks].
+// One all-to-all-v of one rank, in rows. Every vector is [ranks], stored sparsely
+// (peer_vector.h): a rank holds entries only for the peers it exchanges rows with, so a plan
+// is linear in ranks plus the pairs that talk, not quadratic. counts[p] is 0 and blocks[p]
+// empty for any other peer; displs[p] is the prefix sum of the counts of peers below p where
+// counts[p] > 0 and 0 where counts[p] == 0 (an all-to-all-v ignores the displacement of an
+// empty message; the JSON prints the dense prefix sums, docs/plan-format.md).
 struct Exchange {
   int64_t row_bytes = 0;
-  std::vector<int64_t> send_counts, send_displs, recv_counts, recv_displs;
-  std::vector<std::vector<RowBlock>> send_blocks, recv_blocks;  // [peer][blocks in order]
+  PeerVector<int64_t> send_counts, send_displs, recv_counts, recv_displs;
+  PeerVector<std::vector<RowBlock>> send_blocks, recv_blocks;  // [peer][blocks in order]
   int64_t send_rows() const;
   int64_t recv_rows() const;
   bool operator==(const Exchange&) const = default;
@@ -150,6 +156,18 @@ struct Plan {
 // inside one piece held by home. It does NOT check coverage; validate_plan does.
 Result<Plan> build_plan(const Schedule& schedule, const Batch& input, const SchedulerSpec& spec,
                         const ScheduleOptions& options);
+
+// What build_plan will hold for `schedule`, counted before it allocates (the CLI's memory
+// estimate, docs/scheduler.md): its tasks, one q block per task served away from home, and the
+// kv blocks (per (document, server) pair, the runs held by other ranks that start inside the
+// context [0, E), E the pair's largest q_end). Tasks naming an unknown document are skipped
+// (build_plan refuses them). Precondition: schedule.batch.validate() is OK.
+struct PlanSize {
+  int64_t tasks = 0;
+  int64_t q_blocks = 0;
+  int64_t kv_blocks = 0;
+};
+PlanSize plan_size(const Schedule& schedule);
 
 // The groups (of CP degree C) serving each document under percp: every group holding any of
 // its rows, ascending (one group unless the document crosses a group boundary).

@@ -74,6 +74,11 @@ struct Schedule {
 Result<Schedule> schedule_colocated(const Batch& batch, const ScheduleOptions& options);
 Result<Schedule> schedule_wlb(const Batch& batch, const ScheduleOptions& options);
 Result<Schedule> schedule_percp(const Batch& batch, int64_t cp_degree, const ScheduleOptions& options);
+// The number of tasks schedule_percp(batch, cp_degree) makes, counted without making them (for
+// memory estimates: a document of L rows served by C' ranks gives up to 2C' + runs tasks, so
+// large degrees on many documents make far more tasks than pieces). Preconditions: those of
+// schedule_percp (a valid batch, cp_degree dividing its ranks).
+int64_t percp_task_count(const Batch& batch, int64_t cp_degree);
 Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options);
 Result<Schedule> schedule_cad_symmetric(const Batch& batch, const ScheduleOptions& options);
 // Dispatches on spec.kind after validating options against the batch.

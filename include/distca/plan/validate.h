@@ -14,9 +14,11 @@
 //   cu_seqlens prefix sums of q_len and q_end, starting at 0, int32 without overflow
 //   inputs     q_offset and every kv segment address the right rows: local rows that hold
 //              the named document rows, received rows whose RowBlock identity is the row
-//   layouts    per exchange: counts == rows of the blocks, displs are prefix sums, no self
-//              traffic, sender's send list == receiver's receive list for every pair, and
-//              the lists equal the canonical ones rebuilt from the tasks (plan.h)
+//   layouts    per exchange (sparse per peer, plan.h): counts == rows of the blocks for every
+//              peer either names, displs are prefix sums where rows move and 0 elsewhere, no
+//              self traffic, sender's send list == receiver's receive list for every pair
+//              either side names, and the lists equal the canonical ones rebuilt from the
+//              tasks (plan.h)
 //   figures    loads, tokens, traffic, all-gather and the reported comm_bytes_* recomputed
 //              from scratch equal the plan's metrics exactly
 //
