@@ -1,7 +1,6 @@
 // `distca bench attention`: forward and backward GFLOP/s of the CPU attention kernels (pairs-
 // based FLOPs, docs/architecture.md) against OpenBLAS sgemm measured in the same run on the
 // same threads. Figures go to docs/benchmarks.md.
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 #include "distca/core/memory.h"
 #include "distca/core/rng.h"
 #include "distca/kernels/attention.h"
+#include "distca/kernels/blas.h"
 #include "distca/kernels/profiler.h"
 
 namespace distca::cli {
@@ -73,10 +73,9 @@ class SgemmBaseline {
   }
   // GFLOP/s of one call.
   double run() {
-    openblas_set_num_threads(omp_get_max_threads());
+    kernels::ScopedBlasThreads threads(omp_get_max_threads());
     const double t0 = now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n_, n_, n_, 1.0f, a_.data(), n_, b_.data(), n_, 0.0f,
-                c_.data(), n_);
+    kernels::gemm<float>(false, false, n_, n_, n_, 1.0f, a_.data(), n_, b_.data(), n_, 0.0f, c_.data(), n_);
     const double t = now() - t0;
     const double gf = 2.0 * n_ * static_cast<double>(n_) * n_ / t / 1e9;
     all_.push_back(gf);
@@ -193,7 +192,7 @@ int run(const BenchFlags& f) {
     j["cpu"] = kernels::cpu_model_name();
     j["n_heads"] = f.heads;
     j["n_kv_heads"] = f.kv_heads;
-    j["blas_core"] = openblas_get_corename();
+    j["blas_core"] = kernels::blas_core_name();
     j["sgemm_n"] = f.sgemm_n;
     j["sgemm_gflops"] = sgemm;
     j["cases"] = nlohmann::json::array();
@@ -211,7 +210,7 @@ int run(const BenchFlags& f) {
   appendf(report, "CPU attention kernels, %d threads, n_heads %d, n_kv_heads %d (%s)\n", threads, f.heads, f.kv_heads,
               kernels::cpu_model_name().c_str());
   appendf(report, "OpenBLAS (%s kernels) sgemm %lld^3: %.1f GFLOP/s (median; each case's ratios use the sgemm run beside it)\n\n",
-              openblas_get_corename(), static_cast<long long>(f.sgemm_n), sgemm);
+              kernels::blas_core_name(), static_cast<long long>(f.sgemm_n), sgemm);
   appendf(report, "%-7s %4s %7s %7s %5s %10s %10s %8s %8s\n", "case", "d", "q_len", "kv_len", "tasks", "fwd GF/s",
               "bwd GF/s", "fwd/gemm", "bwd/gemm");
   for (const auto& r : results) {

@@ -8,7 +8,6 @@
 // Under mpirun every rank runs the same steps and only rank 0 prints. On the local backend the
 // ranks are threads whose kernels are serialised (runtime::kernel_mutex), so its times are a
 // smoke test, not figures.
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -25,10 +24,11 @@
 #include "command.h"
 #include "distca/comm/local.h"
 #include "distca/comm/mpi.h"
-#include "distca/core/trace.h"
 #include "distca/core/io.h"
 #include "distca/core/rng.h"
+#include "distca/core/trace.h"
 #include "distca/kernels/attention.h"
+#include "distca/kernels/blas.h"
 #include "distca/runtime/pingpong.h"
 
 namespace distca::cli {
@@ -149,11 +149,9 @@ Status run_rank(comm::Communicator& comm, const StepFlags& f, std::vector<Measur
     const int64_t rows = nano_rows[static_cast<size_t>(nano)];
     if (rows == 0 || W == 0) return;
     std::lock_guard<std::mutex> lock(runtime::kernel_mutex());
-    openblas_set_num_threads(omp_get_max_threads());
+    kernels::ScopedBlasThreads threads(omp_get_max_threads());
     for (int rep = 0; rep < (backward ? 2 : 1); ++rep) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(W),
-                  static_cast<int>(W), 1.0f, act.data(), static_cast<int>(W), wmat.data(), static_cast<int>(W), 0.0f,
-                  out.data(), static_cast<int>(W));
+      kernels::gemm<float>(false, false, rows, W, W, 1.0f, act.data(), W, wmat.data(), W, 0.0f, out.data(), W);
     }
   };
   const double linear_flops_per_token = 2.0 * static_cast<double>(W * W) * 3.0;  // fwd + 2x bwd

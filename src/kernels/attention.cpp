@@ -100,18 +100,6 @@ class FlushDenormals {
 #endif
 };
 
-// OpenBLAS runs single-threaded inside our parallel regions (we parallelise over blocks);
-// the caller's setting comes back afterwards.
-class BlasSingleThread {
- public:
-  BlasSingleThread() : saved_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
-  ~BlasSingleThread() { openblas_set_num_threads(saved_); }
-  BlasSingleThread(const BlasSingleThread&) = delete;
-  BlasSingleThread& operator=(const BlasSingleThread&) = delete;
-
- private:
-  int saved_;
-};
 
 struct Geometry {
   int64_t H, Hkv, G, d, total_q;
@@ -462,7 +450,8 @@ void attention_forward(const AttentionParams& p) {
   sort_by_cost(items);
   const int64_t M = g.block_rows * g.G;
   const size_t ws_floats = static_cast<size_t>(2 * M * g.d + M * kBlockKeys + 2 * M);
-  BlasSingleThread blas_guard;
+  // OpenBLAS runs single-threaded inside our parallel regions (we parallelise over blocks).
+  ScopedBlasThreads blas_guard(1);
   const int64_t n_items = static_cast<int64_t>(items.size());
 #pragma omp parallel if (n_items > 1)
   {
@@ -519,7 +508,8 @@ void attention_backward(const AttentionParams& p) {
   const int64_t Mmax = g.block_rows * g.G;
   const size_t ws_floats = static_cast<size_t>(2 * Mmax * d + 2 * Mmax * kBlockKeys + 2 * Mmax);
   const int64_t n_items = static_cast<int64_t>(items.size());
-  BlasSingleThread blas_guard;
+  // OpenBLAS runs single-threaded inside our parallel regions (we parallelise over blocks).
+  ScopedBlasThreads blas_guard(1);
   // One parallel region for the three phases: waking the team once matters for small batches
   // (and on a loaded machine every region start waits for every thread to be scheduled).
 #pragma omp parallel if (n_items > 1 || total_q * g.H * d > (1 << 16))

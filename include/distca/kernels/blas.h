@@ -66,6 +66,9 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
 // OpenBLAS's process-wide thread count.
 inline int blas_threads() { return openblas_get_num_threads(); }
 
+// The kernel family OpenBLAS picked for this CPU ("SkylakeX", "Haswell", "Prescott", ...).
+inline const char* blas_core_name() { return openblas_get_corename(); }
+
 // Sets OpenBLAS's thread count for the scope; the destructor restores the previous value.
 class ScopedBlasThreads {
  public:
