@@ -110,6 +110,8 @@ Result<std::vector<int64_t>> read_lengths(const std::string& path) {
       j = nlohmann::json::parse(t);
     } catch (const nlohmann::json::parse_error& e) {
       return Status::invalid_argument(ctx + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
+    } catch (const nlohmann::json::exception&) {  // out_of_range: a number such as 1e999
+      return Status::invalid_argument(ctx + ": holds a number out of range (beyond double precision)");
     }
     if (!j.is_array()) return Status::invalid_argument(ctx + ": expected a JSON array of lengths");
     for (size_t i = 0; i < j.size(); ++i) {
