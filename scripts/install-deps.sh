@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs every Debian package distca's build, tests, benchmarks and plots need. Idempotent:
 # when everything is present it only checks (dpkg-query) and returns in well under a second.
-# Runs as root (or with sudo available). CUDA and NCCL are not installed here: they are
-# optional (-DDISTCA_CUDA=ON) and come with the machine's CUDA toolkit.
+# Runs as root (or with sudo available). clang and libclang-rt-14-dev (which holds the runtime
+# -fsanitize=fuzzer links; libfuzzer-14-dev is only the standalone archive) build the fuzz targets
+# (fuzz/, cmake/distca_fuzz.cmake).
 set -euo pipefail
 
 packages=(
@@ -11,6 +12,7 @@ packages=(
   libopenblas-dev libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   gnuplot-nox
+  clang libclang-rt-14-dev
 )
 
 missing=()

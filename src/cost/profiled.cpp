@@ -1,7 +1,9 @@
 #include "distca/cost/profiled.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdio>
 
 #include "distca/core/io.h"
 #include "distca/cost/analytic.h"
@@ -16,11 +18,30 @@ double CostTable::task_flops(int64_t q_len, int64_t kv_len) const {
 namespace {
 Status check_lengths(const std::vector<int64_t>& v, const std::string& where) {
   if (v.empty()) return Status::invalid_argument(where + " is empty");
+  if (v.size() > kMaxCostTableGrid) {
+    return Status::invalid_argument(where + " has more than " + std::to_string(kMaxCostTableGrid) + " entries");
+  }
   for (size_t i = 0; i < v.size(); ++i) {
-    if (v[i] <= 0) return Status::invalid_argument(where + "[" + std::to_string(i) + "] must be positive");
+    if (v[i] <= 0 || v[i] > kMaxCostTableLength) {
+      return Status::invalid_argument(where + "[" + std::to_string(i) + "] must be in 1..2^40");
+    }
     if (i > 0 && v[i] <= v[i - 1]) return Status::invalid_argument(where + " must be strictly increasing");
   }
   return {};
+}
+
+// "key" with its quotes, for messages. (Built by appending: GCC 12 reports a false -Wrestrict
+// on "\"" + std::string(key).)
+std::string quoted(const char* key) {
+  std::string q(1, '"');
+  q += key;
+  q += '"';
+  return q;
+}
+
+// A measured time: finite, normal and inside the documented bounds (profiled.h).
+bool sane_seconds(double s) {
+  return std::isnormal(s) && s >= kMinTaskSeconds && s <= kMaxTaskSeconds;
 }
 }  // namespace
 
@@ -28,6 +49,9 @@ Status CostTable::validate(const std::string& source) const {
   const std::string pre = source.empty() ? "" : source + ": ";
   if (n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || n_heads % n_kv_heads != 0) {
     return Status::invalid_argument(pre + "n_heads, n_kv_heads, head_dim must be positive with n_kv_heads dividing n_heads");
+  }
+  if (n_heads > kMaxCostTableHeads || head_dim > kMaxCostTableHeadDim) {
+    return Status::invalid_argument(pre + "n_heads and head_dim must be at most " + std::to_string(kMaxCostTableHeads));
   }
   DISTCA_RETURN_IF_ERROR(check_lengths(q_lens, pre + "q_lens"));
   DISTCA_RETURN_IF_ERROR(check_lengths(kv_lens, pre + "kv_lens"));
@@ -43,9 +67,11 @@ Status CostTable::validate(const std::string& source) const {
       return Status::invalid_argument(pre + "seconds[" + std::to_string(i) + "] must have one entry per kv_lens entry");
     }
     for (size_t j = 0; j < kv_lens.size(); ++j) {
-      if (q_lens[i] <= kv_lens[j] && !(seconds[i][j] > 0 && std::isfinite(seconds[i][j]))) {
-        return Status::invalid_argument(pre + "seconds[" + std::to_string(i) + "][" + std::to_string(j) +
-                                        "] must be a positive number");
+      if (q_lens[i] <= kv_lens[j] && !sane_seconds(seconds[i][j])) {
+        char why[96];
+        std::snprintf(why, sizeof why, "] must be a time in [%g, %g] seconds (got %g)", kMinTaskSeconds,
+                      kMaxTaskSeconds, seconds[i][j]);
+        return Status::invalid_argument(pre + "seconds[" + std::to_string(i) + "][" + std::to_string(j) + why);
       }
     }
   }
@@ -81,43 +107,68 @@ nlohmann::json to_json(const CostTable& t) {
 
 Result<CostTable> cost_table_from_json(const nlohmann::json& j, const std::string& source) {
   const std::string pre = source + ": ";
-  if (!j.is_object()) return Status::invalid_argument(pre + "not a JSON object");
-  if (j.value("format", std::string()) != "distca-cost-table") {
-    return Status::invalid_argument(pre + "\"format\" must be \"distca-cost-table\"");
+  auto bad = [&](const std::string& what) { return Status::invalid_argument(pre + what); };
+  if (!j.is_object()) return bad("not a JSON object");
+  // Every access below checks the JSON type first: nlohmann's get<> throws on a mismatch.
+  const auto format = j.find("format");
+  if (format == j.end() || !format->is_string() || format->get<std::string>() != "distca-cost-table") {
+    return bad("\"format\" must be \"distca-cost-table\"");
+  }
+  const auto version = j.find("version");
+  if (version == j.end() || !version->is_number_integer() || version->get<int64_t>() != kCostTableVersion) {
+    return bad("\"version\" must be " + std::to_string(kCostTableVersion) +
+               " (the only cost-table version this build reads)");
   }
   CostTable t;
   auto get_int = [&](const char* key, int64_t* out) -> Status {
-    if (!j.contains(key) || !j[key].is_number_integer()) return Status::invalid_argument(pre + "\"" + key + "\" must be an integer");
-    *out = j[key].get<int64_t>();
+    const auto it = j.find(key);
+    // An unsigned value above INT64_MAX would wrap in get<int64_t>.
+    if (it == j.end() || !it->is_number_integer() || (it->is_number_unsigned() && it->get<uint64_t>() > INT64_MAX)) {
+      return bad(quoted(key) + " must be an integer");
+    }
+    *out = it->get<int64_t>();
     return {};
   };
   DISTCA_RETURN_IF_ERROR(get_int("n_heads", &t.n_heads));
   DISTCA_RETURN_IF_ERROR(get_int("n_kv_heads", &t.n_kv_heads));
   DISTCA_RETURN_IF_ERROR(get_int("head_dim", &t.head_dim));
-  if (j.contains("hardware")) t.hardware = j["hardware"];
-  if (j.contains("saturation_fraction")) {
-    if (!j["saturation_fraction"].is_number()) return Status::invalid_argument(pre + "\"saturation_fraction\" must be a number");
-    t.saturation_fraction = j["saturation_fraction"].get<double>();
+  if (const auto it = j.find("hardware"); it != j.end()) t.hardware = *it;
+  if (const auto it = j.find("saturation_fraction"); it != j.end()) {
+    if (!it->is_number()) return bad("\"saturation_fraction\" must be a number");
+    t.saturation_fraction = it->get<double>();
   }
   for (const char* key : {"q_lens", "kv_lens"}) {
-    if (!j.contains(key) || !j[key].is_array()) return Status::invalid_argument(pre + "\"" + key + "\" must be an array");
+    const auto it = j.find(key);
+    if (it == j.end() || !it->is_array()) return bad(quoted(key) + " must be an array");
+    if (it->size() > kMaxCostTableGrid) {
+      return bad(quoted(key) + " has more than " + std::to_string(kMaxCostTableGrid) + " entries");
+    }
     auto& dst = std::string(key) == "q_lens" ? t.q_lens : t.kv_lens;
-    for (const auto& e : j[key]) {
-      if (!e.is_number_integer()) return Status::invalid_argument(pre + "\"" + key + "\" must hold integers");
+    for (const auto& e : *it) {
+      if (!e.is_number_integer() || (e.is_number_unsigned() && e.get<uint64_t>() > INT64_MAX)) {
+        return bad(quoted(key) + " must hold integers");
+      }
       dst.push_back(e.get<int64_t>());
     }
   }
-  if (!j.contains("seconds") || !j["seconds"].is_array()) return Status::invalid_argument(pre + "\"seconds\" must be an array of rows");
-  for (const auto& row : j["seconds"]) {
-    if (!row.is_array()) return Status::invalid_argument(pre + "\"seconds\" must be an array of rows");
+  const auto rows = j.find("seconds");
+  if (rows == j.end() || !rows->is_array()) return bad("\"seconds\" must be an array of rows");
+  if (rows->size() != t.q_lens.size()) return bad("seconds must have one row per q_lens entry");
+  for (size_t i = 0; i < rows->size(); ++i) {
+    const auto& row = (*rows)[i];
+    if (!row.is_array()) return bad("\"seconds\" must be an array of rows");
+    if (row.size() != t.kv_lens.size()) {
+      return bad("seconds[" + std::to_string(i) + "] must have one entry per kv_lens entry");
+    }
     std::vector<double> r;
-    for (const auto& e : row) {
+    for (size_t k = 0; k < row.size(); ++k) {
+      const auto& e = row[k];
       if (e.is_null()) {
         r.push_back(0.0);
       } else if (e.is_number()) {
         r.push_back(e.get<double>());
       } else {
-        return Status::invalid_argument(pre + "\"seconds\" entries must be numbers or null");
+        return bad("seconds[" + std::to_string(i) + "][" + std::to_string(k) + "] must be a number or null");
       }
     }
     t.seconds.push_back(std::move(r));

@@ -29,10 +29,11 @@ class Reader {
     return true;
   }
   bool floats(std::vector<float>& v, int64_t n) {
+    // Compare counts, not bytes: n * 4 wraps for n >= 2^62 and would pass a byte check.
+    if (n < 0 || static_cast<uint64_t>(n) > (end_ - pos_) / sizeof(float)) return false;
     const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-    if (n < 0 || end_ - pos_ < bytes) return false;
     v.resize(static_cast<size_t>(n));
-    std::memcpy(v.data(), b_.data() + pos_, bytes);
+    if (bytes > 0) std::memcpy(v.data(), b_.data() + pos_, bytes);  // v.data() may be null
     pos_ += bytes;
     return true;
   }

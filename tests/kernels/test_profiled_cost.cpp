@@ -2,6 +2,8 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -134,6 +136,98 @@ TEST(ProfiledCost, RefusesBadTables) {
   auto missing = load_cost_table("/nonexistent/table.json");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("/nonexistent/table.json"), std::string::npos);
+}
+
+// Class 10 of issue 12: times outside [kMinTaskSeconds, kMaxTaskSeconds] (1e308 overflowed the
+// planner's sums, a subnormal 1e-320 made a throughput infinite) were accepted and failed only
+// later, inside plan validation. Now the load refuses them naming the file and the cell.
+TEST(ProfiledCost, RefusesTimesOutsideTheDocumentedRange) {
+  const nlohmann::json good = to_json(synthetic(kGrid, kGrid, [](int64_t, int64_t) { return 1e9; }));
+  for (double bad : {1e308, 1e-320, 1e-300, 0.5e-9, 2e6, 0.0}) {
+    auto j = good;
+    j["seconds"][1][3] = bad;
+    auto r = cost_table_from_json(j, "bad.json");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().message().rfind("bad.json: seconds[1][3] must be a time in [1e-09, 1e+06] seconds", 0), 0u)
+        << r.status().message();
+    EXPECT_EQ(r.status().message().find('\n'), std::string::npos);
+  }
+  // The bounds themselves are valid times.
+  for (double ok : {kMinTaskSeconds, kMaxTaskSeconds}) {
+    auto j = good;
+    j["seconds"][1][3] = ok;
+    EXPECT_TRUE(cost_table_from_json(j, "ok.json").ok()) << ok;
+  }
+  // Through the file reader the message names the path.
+  auto j = good;
+  j["seconds"][0][0] = 1e308;
+  const std::string path = testing::TempDir() + "/cost_table_huge.json";
+  ASSERT_TRUE(write_file_atomic(path, j.dump()).ok());
+  auto m = load_cost_table(path);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().message().rfind(path + ": seconds[0][0]", 0), 0u) << m.status().message();
+  std::remove(path.c_str());
+}
+
+TEST(ProfiledCost, RefusesUnknownVersion) {
+  const nlohmann::json good = to_json(synthetic(kGrid, kGrid, [](int64_t, int64_t) { return 1e9; }));
+  EXPECT_EQ(good["version"], kCostTableVersion);
+  for (const nlohmann::json& v : {nlohmann::json(2), nlohmann::json(0), nlohmann::json("1"), nlohmann::json(1.5),
+                                  nlohmann::json(nullptr)}) {
+    auto j = good;
+    j["version"] = v;
+    auto r = cost_table_from_json(j, "v.json");
+    ASSERT_FALSE(r.ok()) << v.dump();
+    EXPECT_EQ(r.status().message().rfind("v.json: \"version\" must be 1", 0), 0u) << r.status().message();
+  }
+  auto j = good;
+  j.erase("version");
+  EXPECT_FALSE(cost_table_from_json(j, "v.json").ok());
+}
+
+// Found by fuzz_cost_table: a non-string "format" threw nlohmann's type_error out of the
+// reader (fuzz/corpus/fuzz_cost_table/crash-format-not-a-string). Every wrongly typed field
+// is a one-line refusal.
+TEST(ProfiledCost, WronglyTypedFieldsAreRefusedNotThrown) {
+  const nlohmann::json good = to_json(synthetic(kGrid, kGrid, [](int64_t, int64_t) { return 1e9; }));
+  const std::vector<std::pair<std::string, nlohmann::json>> cases = {
+      {"format", 1},           {"format", nlohmann::json::array()}, {"n_heads", "2"},
+      {"n_heads", 2.5},        {"q_lens", 128},                     {"kv_lens", {"a"}},
+      {"seconds", "x"},        {"seconds", {1, 2}},                 {"saturation_fraction", "0.9"},
+      {"n_heads", 18446744073709551615ULL}};
+  for (const auto& [key, value] : cases) {
+    auto j = good;
+    j[key] = value;
+    Result<CostTable> r = Status::internal("not run");
+    ASSERT_NO_THROW(r = cost_table_from_json(j, "t.json")) << key << "=" << value.dump();
+    ASSERT_FALSE(r.ok()) << key << "=" << value.dump();
+    EXPECT_EQ(r.status().message().rfind("t.json: ", 0), 0u);
+    EXPECT_NE(r.status().message().find(key == "seconds" ? "seconds" : key), std::string::npos) << r.status().message();
+  }
+  auto j = good;
+  j["seconds"][2][3] = "fast";
+  auto r = cost_table_from_json(j, "t.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("seconds[2][3]"), std::string::npos) << r.status().message();
+}
+
+// Heads, dimensions and lengths are bounded so that FLOP counts and throughputs stay finite.
+TEST(ProfiledCost, RefusesDimensionsBeyondTheBounds) {
+  const nlohmann::json good = to_json(synthetic(kGrid, kGrid, [](int64_t, int64_t) { return 1e9; }));
+  auto expect_bad = [](nlohmann::json j, const std::string& needle) {
+    auto r = cost_table_from_json(j, "d.json");
+    ASSERT_FALSE(r.ok()) << needle;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  auto j = good;
+  j["n_heads"] = kMaxCostTableHeads * 2;
+  expect_bad(j, "n_heads");
+  j = good;
+  j["head_dim"] = kMaxCostTableHeadDim + 1;
+  expect_bad(j, "head_dim");
+  j = good;
+  j["kv_lens"][4] = kMaxCostTableLength * 2;
+  expect_bad(j, "kv_lens[4]");
 }
 
 }  // namespace

@@ -31,6 +31,20 @@
 
 namespace distca {
 
+// What a loaded table may hold (CostTable::validate refuses anything outside, naming the
+// field). A measured time is positive, finite, a normal double and within
+// [kMinTaskSeconds, kMaxTaskSeconds]: a nanosecond is far below any real task's launch cost and
+// a million seconds far above any task's run, so a value outside is a broken or hostile table
+// (1e308 or a subnormal 1e-320 would overflow or vanish in the planner's sums). The other
+// bounds keep every derived FLOP count and throughput finite.
+inline constexpr int kCostTableVersion = 1;
+inline constexpr double kMinTaskSeconds = 1e-9;
+inline constexpr double kMaxTaskSeconds = 1e6;
+inline constexpr int64_t kMaxCostTableHeads = 65536;     // n_heads, n_kv_heads
+inline constexpr int64_t kMaxCostTableHeadDim = 65536;
+inline constexpr int64_t kMaxCostTableLength = int64_t{1} << 40;  // a q_lens / kv_lens entry
+inline constexpr size_t kMaxCostTableGrid = 1024;        // entries of q_lens and of kv_lens
+
 struct CostTable {
   nlohmann::json hardware = nlohmann::json::object();  // free-form description (cpu, threads)
   int64_t n_heads = 0;
@@ -39,7 +53,8 @@ struct CostTable {
   std::vector<int64_t> q_lens;   // strictly increasing, positive
   std::vector<int64_t> kv_lens;  // strictly increasing, positive
   // seconds[i][j]: forward+backward time of one task (q_lens[i], kv_lens[j]); 0 (JSON null)
-  // where q_lens[i] > kv_lens[j]. Every point with q <= kv must be positive.
+  // where q_lens[i] > kv_lens[j]. Every point with q <= kv is in [kMinTaskSeconds,
+  // kMaxTaskSeconds].
   std::vector<std::vector<double>> seconds;
   double saturation_fraction = 0.9;
 
@@ -50,7 +65,9 @@ struct CostTable {
 };
 
 nlohmann::json to_json(const CostTable& table);
-// `source` (a file name) names the input in error messages.
+// `source` (a file name) names the input in error messages. Refuses (one line naming the file
+// and the field): a "format" other than "distca-cost-table", a "version" other than
+// kCostTableVersion, a field of the wrong JSON type, and whatever validate refuses.
 Result<CostTable> cost_table_from_json(const nlohmann::json& j, const std::string& source);
 
 class ProfiledCostModel final : public AttentionCostModel {
