@@ -203,18 +203,22 @@ Result<std::string> read_file(const std::string& path, uint64_t max_bytes) {
   size_t done = 0;
   for (;;) {
     if (done == out.size()) {
+      // Every byte fstat announced is in; one probe byte tells whether the file grew since
+      // (read on, still bounded) or ends here, without growing the buffer for nothing.
+      char probe;
+      ssize_t n;
+      do {
+        n = ::read(fd, &probe, 1);
+      } while (n < 0 && errno == EINTR);
+      if (n <= 0) break;
       if (out.size() >= max_bytes) {
-        char probe;
-        const ssize_t n = ::read(fd, &probe, 1);
-        if (n > 0) {
-          ::close(fd);
-          return Status::invalid_argument("cannot read '" + path + "': more than the limit of " +
-                                          std::to_string(max_bytes) + " bytes");
-        }
-        break;
+        ::close(fd);
+        return Status::invalid_argument("cannot read '" + path + "': more than the limit of " +
+                                        std::to_string(max_bytes) + " bytes");
       }
-      // The file grew since fstat: read on, still bounded.
       out.resize(std::min<uint64_t>(max_bytes, out.size() + 65536));
+      out[done++] = probe;
+      continue;
     }
     const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
     if (n < 0) {
