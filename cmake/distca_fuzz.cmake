@@ -66,6 +66,7 @@ if(DISTCA_BUILD_TESTS)
     add_test(NAME fuzz.${t}
              COMMAND ${CMAKE_COMMAND} -DFUZZER=${DISTCA_FUZZ_BINARY_DIR}/${t}
                      -DSEEDS=${PROJECT_SOURCE_DIR}/fuzz/corpus/${t}
+                     -DDICT=${PROJECT_SOURCE_DIR}/fuzz/${t}.dict
                      -DWORK=${DISTCA_FUZZ_BINARY_DIR}/run/${t} -DSECONDS=${DISTCA_FUZZ_SECONDS}
                      -P ${PROJECT_SOURCE_DIR}/cmake/run_fuzzer.cmake)
     math(EXPR _timeout "${DISTCA_FUZZ_SECONDS} + 120")

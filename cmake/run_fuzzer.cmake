@@ -13,8 +13,13 @@ file(MAKE_DIRECTORY ${WORK}/corpus ${WORK}/tmp)
 # faster on targets that allocate per input); use-after-free within 16 MiB is still caught.
 set(ENV{ASAN_OPTIONS} "quarantine_size_mb=16:$ENV{ASAN_OPTIONS}")
 set(ENV{TMPDIR} ${WORK}/tmp)
+# A dictionary beside the target's source (fuzz/<target>.dict) names the tokens of its format.
+set(dict_flag "")
+if(DEFINED DICT AND EXISTS "${DICT}")
+  set(dict_flag "-dict=${DICT}")
+endif()
 execute_process(
-  COMMAND ${FUZZER} -max_total_time=${SECONDS} -timeout=10 -rss_limit_mb=2048
+  COMMAND ${FUZZER} ${dict_flag} -max_total_time=${SECONDS} -timeout=10 -rss_limit_mb=2048
           -print_final_stats=1 -artifact_prefix=${WORK}/ ${WORK}/corpus ${SEEDS}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(NOT rc EQUAL 0)

@@ -33,8 +33,10 @@ if [ -n "${FUZZ_RUNS:-}" ]; then limit=(-runs="$FUZZ_RUNS"); fi
 failed=0
 for t in "${targets[@]}"; do
   mkdir -p "$build/corpus/$t"
+  dict=()
+  if [ -f "$source_dir/fuzz/$t.dict" ]; then dict=(-dict="$source_dir/fuzz/$t.dict"); fi
   echo "fuzz: $t (${limit[*]})" >&2
-  if ! "$build/$t" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  if ! "$build/$t" "${dict[@]}" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
       -artifact_prefix="$build/artifacts/$t-" "$build/corpus/$t" "$source_dir/fuzz/corpus/$t" \
       2> "$build/$t.log"; then
     echo "fuzz: $t FAILED; log $build/$t.log, reproducer in $build/artifacts/" >&2

@@ -120,10 +120,10 @@ TEST_F(CliNumbersTest, EveryLeafTakesMaxMemory) {
 }
 
 TEST_F(CliNumbersTest, AllocationFailureIsOneLineNotAnAbort) {
-  // 300 MB of address space cannot hold 26 TB of query rows; --max-memory 1000T lets the run past
+  // 300 MB of address space cannot hold 16 TB of query rows; --max-memory 1000T lets the run past
   // any estimate, so the allocation itself fails (std::bad_alloc): one line, exit 1.
   const std::string cmd = "ulimit -v 300000; " + std::string(DISTCA_CLI) +
-                          " profile --heads 100000 --head-dim 1024 --min-len 65536 --max-len 65536 --max-memory 1000T"
+                          " profile --heads 60000 --head-dim 1024 --min-len 65536 --max-len 65536 --max-memory 1000T"
                           " >/dev/null 2>" +
                           (dir_ / "err").string();
   const int st = std::system(("/bin/sh -c '" + cmd + "'").c_str());
