@@ -55,24 +55,6 @@ struct StepFlags {
   std::string servers = "both";  // keep | stateless | both (cad pingpong with stateless servers)
 };
 
-// printf into `out` (the report is written at the end with write_stdout, which fails on a
-// full or closed stdout).
-void appendf(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-void appendf(std::string& out, const char* fmt, ...) {
-  va_list ap, ap2;
-  va_start(ap, fmt);
-  va_copy(ap2, ap);
-  const int n = std::vsnprintf(nullptr, 0, fmt, ap);
-  va_end(ap);
-  if (n > 0) {
-    const size_t at = out.size();
-    out.resize(at + static_cast<size_t>(n) + 1);
-    std::vsnprintf(out.data() + at, static_cast<size_t>(n) + 1, fmt, ap2);
-    out.resize(at + static_cast<size_t>(n));
-  }
-  va_end(ap2);
-}
-
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

@@ -70,6 +70,10 @@ int fail(const Status& status);
 // Same, for a plain message about bad input (exit 2).
 int fail_input(const std::string& message);
 
+// printf into `out`: a command builds its report in a string and writes it at the end with
+// write_stdout (core/io.h), which fails on a full or closed stdout.
+void appendf(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
 // True when stdout (or stderr) is a terminal: progress lines are shown only then.
 bool stdout_is_terminal();
 bool stderr_is_terminal();

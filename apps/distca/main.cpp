@@ -7,6 +7,7 @@
 #endif
 
 #include <cerrno>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -50,6 +51,21 @@ int fail(const Status& status) {
 int fail_input(const std::string& message) {
   std::fprintf(stderr, "distca: error: %s\n", message.c_str());
   return kExitBadInput;
+}
+
+void appendf(std::string& out, const char* fmt, ...) {
+  va_list ap, ap2;
+  va_start(ap, fmt);
+  va_copy(ap2, ap);
+  const int n = std::vsnprintf(nullptr, 0, fmt, ap);
+  va_end(ap);
+  if (n > 0) {
+    const size_t at = out.size();
+    out.resize(at + static_cast<size_t>(n) + 1);
+    std::vsnprintf(out.data() + at, static_cast<size_t>(n) + 1, fmt, ap2);
+    out.resize(at + static_cast<size_t>(n));
+  }
+  va_end(ap2);
 }
 
 bool stdout_is_terminal() { return ::isatty(STDOUT_FILENO) == 1; }

@@ -39,23 +39,12 @@ struct CliRun {
   std::string out, err;
 };
 
-CliRun run_cli(const std::string& args) {
+// `timeout_s` > 0 runs it under `timeout`: a blocked read ends with exit 124 instead of
+// hanging the suite.
+CliRun run_cli(const std::string& args, int timeout_s = 0) {
   const std::string out = temp_path("stdout"), err = temp_path("stderr");
-  const std::string cmd = std::string(DISTCA_CLI) + " workload " + args + " >" + out + " 2>" + err;
-  const int status = std::system(cmd.c_str());
-  CliRun r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  std::filesystem::remove(out);
-  std::filesystem::remove(err);
-  return r;
-}
-
-// run_cli under `timeout 60`: a blocked read ends with exit 124 instead of hanging the suite.
-CliRun run_cli_bounded(const std::string& args) {
-  const std::string out = temp_path("stdout"), err = temp_path("stderr");
-  const std::string cmd = "timeout 60 " + std::string(DISTCA_CLI) + " workload " + args + " >" + out + " 2>" + err;
+  const std::string prefix = timeout_s > 0 ? "timeout " + std::to_string(timeout_s) + " " : "";
+  const std::string cmd = prefix + std::string(DISTCA_CLI) + " workload " + args + " >" + out + " 2>" + err;
   const int status = std::system(cmd.c_str());
   CliRun r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -143,13 +132,13 @@ TEST(WorkloadCli, NonRegularInputsAreRefused) {
   std::filesystem::create_directories(dir);
   for (const std::string& flag : {std::string("--batch "), std::string("--dist file:")}) {
     for (const std::string& path : {fifo, std::string("/dev/zero"), dir}) {
-      const CliRun r = run_cli_bounded(flag + path);
+      const CliRun r = run_cli(flag + path, 60);
       EXPECT_EQ(r.code, 2) << flag << path << ": " << r.err;
       EXPECT_NE(r.err.find(flag.substr(0, flag.size() - 1)), std::string::npos) << r.err;
       EXPECT_EQ(r.err.find("not valid JSON"), std::string::npos) << r.err;
       EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
     }
-    EXPECT_NE(run_cli_bounded(flag + dir).err.find("directory"), std::string::npos);
+    EXPECT_NE(run_cli(flag + dir, 60).err.find("directory"), std::string::npos);
   }
   std::filesystem::remove(fifo);
   std::filesystem::remove_all(dir);

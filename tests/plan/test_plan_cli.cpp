@@ -31,19 +31,6 @@ using distca::testing::slurp;
 class PlanCli : public distca::testing::CliFixture {
  protected:
   PlanCli() : CliFixture("plan_cli", "") {}
-
-  // run() under `timeout 60`: a blocked read ends with exit 124 instead of hanging the suite.
-  CliRun run_bounded(const std::string& args) const {
-    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    const std::string cmd = "timeout 60 " + std::string(DISTCA_CLI) + " " + args + " >" + out.string() + " 2>" +
-                            err.string();
-    const int st = std::system(cmd.c_str());
-    CliRun r;
-    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
 };
 
 const std::string kSmall = "plan --dist prolong --ranks 4 --tokens-per-rank 4096 --seed 7";
@@ -142,13 +129,13 @@ TEST_F(PlanCli, NonRegularBatchFilesAreRefused) {
   const fs::path fifo = dir_ / "fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   for (const std::string& path : {fifo.string(), std::string("/dev/zero"), dir_.string()}) {
-    const CliRun r = run_bounded("plan --batch " + path);
+    const CliRun r = run("plan --batch " + path, 60);
     EXPECT_EQ(r.code, 2) << path << ": " << r.err;
     EXPECT_NE(r.err.find("--batch"), std::string::npos) << r.err;
     EXPECT_EQ(r.err.find("not valid JSON"), std::string::npos) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
-  EXPECT_NE(run_bounded("plan --batch " + dir_.string()).err.find("directory"), std::string::npos);
+  EXPECT_NE(run("plan --batch " + dir_.string(), 60).err.find("directory"), std::string::npos);
 }
 
 // Numbers a batch file cannot hold: out of double range, beyond int64, not integers, negative.

@@ -68,10 +68,13 @@ class CliFixture : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  CliRun run(const std::string& args) const {
+  // `timeout_s` > 0 runs it under `timeout`: a blocked read ends with exit 124 instead of
+  // hanging the suite.
+  CliRun run(const std::string& args, int timeout_s = 0) const {
     const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    const std::string cmd = std::string(DISTCA_CLI) + " " + command_ + " " + args + " >" + out.string() + " 2>" +
-                            err.string();
+    const std::string prefix = timeout_s > 0 ? "timeout " + std::to_string(timeout_s) + " " : "";
+    const std::string cmd = prefix + std::string(DISTCA_CLI) + " " + command_ + " " + args + " >" + out.string() +
+                            " 2>" + err.string();
     const int st = std::system(cmd.c_str());
     CliRun r;
     r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
