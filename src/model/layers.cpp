@@ -24,7 +24,8 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
   const int64_t lda = std::max<int64_t>(1, trans_a ? m : k);
   const int64_t ldb = std::max<int64_t>(1, trans_b ? k : n);
   const int64_t ldc = std::max<int64_t>(1, n);
-  kernels::gemm<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  // Tiled over the OpenMP team with a fixed partition: the same bits for any thread count.
+  kernels::gemm_tiled<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 template <class T>
