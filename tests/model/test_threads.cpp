@@ -1,10 +1,11 @@
 // Determinism across thread counts: one training step (forward, backward, clip, AdamW) of a
 // model whose matrix products span many gemm tiles gives the same bits (loss, gradients,
-// parameters) with 1, 2 and 3 OpenMP threads, with OpenBLAS itself set to 1 or 2 threads. The
-// independent reference is the single-threaded run; OpenBLAS's own threading would fail it
-// (docs/model.md, "Threads").
+// gradient norm, parameters) with 1, 2 and 3 OpenMP threads, with OpenBLAS itself set to 1 or
+// 2 threads. The independent reference is the single-threaded run; OpenBLAS's own threading would fail it
+// (docs/model.md, "Numerics and determinism").
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -21,8 +22,33 @@ namespace {
 
 struct StepBits {
   double loss_sum = 0;
+  double grad_norm = 0;
   std::vector<float> grads, params;
 };
+
+// Global norm and clipping over more than one chunk and more than the team threshold (a ragged
+// tail too): a long-double reference, and the same bits for 1 and 3 threads.
+TEST(Threads, GlobalNormIsExactEnoughAndThreadIndependent) {
+  const int64_t n = 5 * (1 << 14) + 13;
+  Rng rng(4, 4);
+  std::vector<float> g(static_cast<size_t>(n));
+  for (auto& x : g) x = static_cast<float>(rng.normal());
+  long double ref = 0;
+  for (const float x : g) ref += static_cast<long double>(x) * x;
+  double norms[2];
+  std::vector<float> clipped[2];
+  for (int i = 0; i < 2; ++i) {
+    const kernels::ScopedComputeThreads team(i == 0 ? 1 : 3);
+    clipped[i] = g;
+    norms[i] = clip_grad_norm(clipped[i], 1.0);
+  }
+  EXPECT_NEAR(norms[0], std::sqrt(static_cast<double>(ref)), 1e-12 * norms[0]);
+  EXPECT_EQ(std::memcmp(&norms[0], &norms[1], sizeof(double)), 0);
+  EXPECT_TRUE(clipped[0] == clipped[1]);
+  for (size_t i = 0; i < g.size(); i += 997) {
+    EXPECT_EQ(clipped[0][i], static_cast<float>(g[i] * (1.0 / norms[0]))) << i;
+  }
+}
 
 // Wide enough that every gemm of the step has several (64, 128) tiles and crosses the team
 // threshold: 300 tokens, hidden 192, ffn 320, vocab 260 (none a multiple of the tile).
@@ -58,7 +84,7 @@ StepBits one_step(int threads) {
     EXPECT_TRUE(r.ok());
     out.loss_sum = r->loss_sum;
     out.grads.assign(model->grads().begin(), model->grads().end());
-    clip_grad_norm(model->grads(), 1.0);
+    out.grad_norm = clip_grad_norm(model->grads(), 1e-3);  // small: the scaling runs too
     EXPECT_TRUE(opt->step(model->params(), model->grads(), 1e-3).ok());
   }
   out.params.assign(model->params().begin(), model->params().end());
@@ -67,6 +93,7 @@ StepBits one_step(int threads) {
 
 void expect_same_bits(const StepBits& a, const StepBits& b, const char* what) {
   EXPECT_EQ(std::memcmp(&a.loss_sum, &b.loss_sum, sizeof(double)), 0) << what << ": loss";
+  EXPECT_EQ(std::memcmp(&a.grad_norm, &b.grad_norm, sizeof(double)), 0) << what << ": gradient norm";
   ASSERT_EQ(a.grads.size(), b.grads.size());
   size_t grad_diff = 0, param_diff = 0;
   for (size_t i = 0; i < a.grads.size(); ++i) grad_diff += std::memcmp(&a.grads[i], &b.grads[i], 4) != 0;

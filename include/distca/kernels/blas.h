@@ -107,9 +107,10 @@ inline constexpr int64_t kGemmTileRows = 64;
 inline constexpr int64_t kGemmTileCols = 128;
 
 // gemm (same contract and checks) computed tile by tile: C's (kGemmTileRows, kGemmTileCols)
-// tiles, in row-major tile order, are statically shared among omp_get_max_threads() threads
-// (one thread when the product is too small to pay for a team: that only changes who computes
-// a tile, not how). The bits depend on neither the team size nor OpenBLAS's thread count: the
+// tiles, in row-major tile order, are handed out one at a time to omp_get_max_threads()
+// threads (dynamically, so a thread the OS preempts holds up one tile, not its share; one
+// thread when the product is too small to pay for a team: either only changes who computes a
+// tile, not how). The bits depend on neither the team size nor OpenBLAS's thread count: the
 // tiles run with OpenBLAS on one thread. When OpenBLAS is set to more, the call sets it to one
 // for its duration (ScopedBlasThreads), so callers that run gemm_tiled on several threads at
 // once (ranks as threads) must set OpenBLAS to one thread around them, as the trainer does.
@@ -137,7 +138,7 @@ void gemm_tiled(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T a
     // Below about 2^18 multiply-adds a team costs more than it saves.
     [[maybe_unused]] const bool team = m * n * k >= (int64_t{1} << 18);
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (team)
+#pragma omp parallel for schedule(dynamic, 1) if (team)
 #endif
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t i0 = (t / tile_cols) * kGemmTileRows, j0 = (t % tile_cols) * kGemmTileCols;
