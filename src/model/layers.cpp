@@ -11,8 +11,10 @@
 namespace distca::model {
 namespace {
 
-// Below this many elements a loop stays on one thread: spawning a team costs more than it saves.
-constexpr int64_t kParallelMin = 1 << 15;
+// Below this many elements a loop stays on one thread: a team costs more than it saves, and
+// every region waits for its slowest thread, which on a machine other jobs load can be a whole
+// scheduler time slice. (Row- and element-wise loops: the bits do not depend on it.)
+constexpr int64_t kParallelMin = 100000;
 
 }  // namespace
 

@@ -50,12 +50,13 @@ TEST(Threads, GlobalNormIsExactEnoughAndThreadIndependent) {
   }
 }
 
-// Wide enough that every gemm of the step has several (64, 128) tiles and crosses the team
-// threshold: 300 tokens, hidden 192, ffn 320, vocab 260 (none a multiple of the tile).
+// Wide enough that every gemm of the step has several (128, 128) tiles and crosses the team
+// threshold, and that the element-wise loops (RMSNorm, RoPE, SwiGLU, cross-entropy) run on the
+// team too: 400 tokens, hidden 256, ffn 320, vocab 260 (not all multiples of the tile).
 ModelSpec wide_spec() {
   ModelSpec s = testing::tiny_spec();
-  s.hidden = 192;
-  s.n_heads = 6;
+  s.hidden = 256;
+  s.n_heads = 8;
   s.n_kv_heads = 2;
   s.head_dim = 32;
   s.ffn = 320;
@@ -68,7 +69,7 @@ StepBits one_step(int threads) {
   const ModelSpec spec = wide_spec();
   Rng rng(3, 1);
   testing::Packed p;
-  for (int64_t d = 0; d < 4; ++d) testing::append_doc(p, d, testing::random_ids(rng, 75, spec.vocab));
+  for (int64_t d = 0; d < 4; ++d) testing::append_doc(p, d, testing::random_ids(rng, 100, spec.vocab));
   auto model = Llama<float>::create(spec, static_cast<int64_t>(p.tokens.size()), 11);
   EXPECT_TRUE(model.ok());
   testing::perturb_gains(*model, 5);
@@ -80,7 +81,7 @@ StepBits one_step(int threads) {
   // Two steps, so the second runs on parameters the first step's update produced.
   for (int step = 0; step < 2; ++step) {
     model->zero_grads();
-    auto r = model->forward_backward(p.inputs(), *ex, 1.0 / 296);
+    auto r = model->forward_backward(p.inputs(), *ex, 1.0 / 396);
     EXPECT_TRUE(r.ok());
     out.loss_sum = r->loss_sum;
     out.grads.assign(model->grads().begin(), model->grads().end());
