@@ -104,7 +104,7 @@ class ScopedBlasThreads {
 // The fixed tile of gemm_tiled. Changing it changes the bits of every training run (not their
 // independence of the thread count): keep it fixed. 128 x 128: single-threaded, the tiles of
 // the tiny model's products run at 94% of one whole sgemm call (64 x 128: 90%), and 256 tokens
-// still give 2 to 22 tiles per product to share.
+// still give 2 to 12 tiles per product to share.
 inline constexpr int64_t kGemmTileRows = 128;
 inline constexpr int64_t kGemmTileCols = 128;
 
@@ -138,7 +138,7 @@ void gemm_tiled(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T a
   const int64_t tiles = tile_rows * tile_cols;
   auto run = [&] {
     // Below about 2^18 multiply-adds a team costs more than it saves.
-    [[maybe_unused]] const bool team = m * n * k >= (int64_t{1} << 18);
+    [[maybe_unused]] const bool team = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) >= 262144.0;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) if (team)
 #endif
