@@ -89,6 +89,13 @@ int64_t env_int(const char* name) {
   return *end == '\0' && x >= 0 ? x : -1;
 }
 
+// The rank processes mpirun put on this machine (Open MPI's local size); all `ranks` when the
+// launcher does not say.
+int64_t mpi_local_ranks(int64_t ranks) {
+  const int64_t v = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return v >= 1 ? v : ranks;
+}
+
 Launcher detect_launcher() {
   Launcher l;
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK"}) {
@@ -288,7 +295,10 @@ int run(const Options& o) {
   Status st;
   std::vector<int64_t> rss;
   if (backend_mpi) {
-    const kernels::ScopedBlasThreads one_blas_thread(1);  // as the local backend does
+    // As the local backend does: BLAS on one thread, an OpenMP team per rank process sized by
+    // the processes on this machine (Open MPI's local size; all ranks when it is not set).
+    const kernels::ScopedBlasThreads one_blas_thread(1);
+    const kernels::ScopedComputeThreads team(kernels::compute_threads_per_rank(mpi_local_ranks(cfg.ranks)));
     st = train::run_training(cfg, *mpi, hooks, &result);
     if (!st.ok()) mpi->fail(st);
     auto all = mpi->all_gather_value(max_rss_bytes());
@@ -315,6 +325,10 @@ int run(const Options& o) {
               result.total_s, result.linear_s, 100 * result.linear_s / tot, result.attention_s,
               100 * result.attention_s / tot, result.comm_s, 100 * result.comm_s / tot,
               result.wait_s, 100 * result.wait_s / tot);
+  // The policy both backends applied (kernels/blas.h); the bits do not depend on it.
+  std::printf("threads per rank: %d (OpenMP; BLAS on one thread each; %d usable cores)\n",
+              kernels::compute_threads_per_rank(backend_mpi ? mpi_local_ranks(cfg.ranks) : cfg.ranks),
+              kernels::usable_cores());
   std::printf("peak memory per rank (model, optimizer, activations and dispatcher buffers):");
   for (size_t r = 0; r < result.buffer_bytes.size(); ++r) std::printf(" %s", mib(result.buffer_bytes[r]).c_str());
   std::printf("\n");

@@ -11,8 +11,10 @@
 namespace distca::model {
 namespace {
 
-// Below this many elements a loop stays on one thread: spawning a team costs more than it saves.
-constexpr int64_t kParallelMin = 1 << 15;
+// Below this many elements a loop stays on one thread: a team costs more than it saves, and
+// every region waits for its slowest thread, which on a machine other jobs load can be a whole
+// scheduler time slice. (Row- and element-wise loops: the bits do not depend on it.)
+constexpr int64_t kParallelMin = 100000;
 
 }  // namespace
 
@@ -24,7 +26,8 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
   const int64_t lda = std::max<int64_t>(1, trans_a ? m : k);
   const int64_t ldb = std::max<int64_t>(1, trans_b ? k : n);
   const int64_t ldc = std::max<int64_t>(1, n);
-  kernels::gemm<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  // Tiled over the OpenMP team with a fixed partition: the same bits for any thread count.
+  kernels::gemm_tiled<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 template <class T>

@@ -1,8 +1,10 @@
 #include "distca/model/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <string>
+#include <vector>
 
 namespace distca::model {
 namespace {
@@ -61,6 +63,9 @@ Result<AdamW> AdamW::create(int64_t n_params, std::vector<ParamGroup> groups,
   return a;
 }
 
+// Vectorised: this file is compiled with -fno-math-errno (src/model/CMakeLists.txt), since the
+// square root's errno check would keep the update loop scalar; the operations stay the same
+// correctly rounded ones, so the bits do too.
 Status AdamW::step(std::span<float> params, std::span<const float> grads, double lr) {
   if (static_cast<int64_t>(params.size()) != n_params()) {
     return Status::invalid_argument("params: " + std::to_string(params.size()) +
@@ -75,28 +80,53 @@ Status AdamW::step(std::span<float> params, std::span<const float> grads, double
   const double b1 = config_.beta1, b2 = config_.beta2, eps = config_.eps;
   const double bc1 = 1.0 - std::pow(b1, static_cast<double>(step_));
   const double bc2 = 1.0 - std::pow(b2, static_cast<double>(step_));
+  // Raw restrict pointers: the four arrays never overlap, and saying so lets the compiler
+  // vectorise the loop (the same IEEE operations per element, so the same bits).
+  float* __restrict p_all = params.data();
+  const float* __restrict g_all = grads.data();
+  float* __restrict m_all = m_.data();
+  float* __restrict v_all = v_.data();
   for (const ParamGroup& g : groups_) {
     const double shrink = g.decay ? 1.0 - lr * config_.weight_decay : 1.0;
     const int64_t end = g.offset + g.size;
     // Element-wise: any thread split gives the same bits.
-#pragma omp parallel for schedule(static) if (g.size > (1 << 16))
+#pragma omp parallel for simd schedule(static) if (g.size > (1 << 16))
     for (int64_t i = g.offset; i < end; ++i) {
-      const auto e = static_cast<size_t>(i);
-      const double grad = grads[e];
-      const double m = b1 * m_[e] + (1.0 - b1) * grad;
-      const double v = b2 * v_[e] + (1.0 - b2) * grad * grad;
-      m_[e] = static_cast<float>(m);
-      v_[e] = static_cast<float>(v);
-      const double p = params[e] * shrink;
-      params[e] = static_cast<float>(p - lr * (m / bc1) / (std::sqrt(v / bc2) + eps));
+      const double grad = g_all[i];
+      const double m = b1 * m_all[i] + (1.0 - b1) * grad;
+      const double v = b2 * v_all[i] + (1.0 - b2) * grad * grad;
+      m_all[i] = static_cast<float>(m);
+      v_all[i] = static_cast<float>(v);
+      const double p = p_all[i] * shrink;
+      p_all[i] = static_cast<float>(p - lr * (m / bc1) / (std::sqrt(v / bc2) + eps));
     }
   }
   return Status::ok_status();
 }
 
 double global_norm(std::span<const float> grads) {
+  // A fixed summation tree, whatever the thread count: fixed chunks, each summed with eight
+  // interleaved accumulators (lane j takes elements j, j + 8, ...: vectorisable without
+  // reassociating), the lanes and then the chunks added in a fixed order.
+  constexpr int64_t kChunk = 1 << 14, kLanes = 8;
+  const auto n = static_cast<int64_t>(grads.size());
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> part(static_cast<size_t>(chunks));
+  const float* g = grads.data();
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
+    double lane[kLanes] = {};
+    int64_t i = begin;
+    for (; i + kLanes <= end; i += kLanes) {
+      for (int64_t j = 0; j < kLanes; ++j) lane[j] += static_cast<double>(g[i + j]) * g[i + j];
+    }
+    for (int64_t j = 0; i < end; ++i, ++j) lane[j] += static_cast<double>(g[i]) * g[i];
+    part[static_cast<size_t>(c)] =
+        ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  }
   double ss = 0;
-  for (const float g : grads) ss += static_cast<double>(g) * g;
+  for (const double p : part) ss += p;
   return std::sqrt(ss);
 }
 
@@ -104,7 +134,10 @@ double clip_grad_norm(std::span<float> grads, double max_norm) {
   const double norm = global_norm(grads);
   if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) {
     const double scale = max_norm / norm;
-    for (float& g : grads) g = static_cast<float>(g * scale);
+    float* g = grads.data();
+    const auto n = static_cast<int64_t>(grads.size());
+#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) g[i] = static_cast<float>(g[i] * scale);
   }
   return norm;
 }

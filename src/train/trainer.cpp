@@ -317,10 +317,13 @@ Status run_training(const TrainConfig& config, comm::Communicator& comm, const T
 
 Status run_training_local(const TrainConfig& config, const TrainHooks& hooks, TrainResult* result) {
   DISTCA_RETURN_IF_ERROR(config.validate());
-  // Ranks as threads share OpenBLAS's thread count; one thread per rank keeps the bits those
-  // of an mpi run (one single-threaded OpenBLAS per process). Restored afterwards.
-  kernels::ScopedBlasThreads one_blas_thread(1);
+  // Ranks as threads share OpenBLAS's process-wide thread count: BLAS stays on one thread and
+  // each rank computes with its own OpenMP team (the spare cores when ranks < cores; the model
+  // gives the same bits for any team size). Both settings are restored afterwards.
+  const kernels::ScopedBlasThreads one_blas_thread(1);
+  const int threads = kernels::compute_threads_per_rank(config.ranks);
   return comm::run_local(static_cast<int>(config.ranks), [&](comm::Communicator& c) {
+    const kernels::ScopedComputeThreads team(threads);  // this rank thread's team
     return run_training(config, c, hooks, c.rank() == 0 ? result : nullptr);
   });
 }

@@ -7,6 +7,9 @@
 #include <fstream>
 #include <cstdio>
 #include <map>
+#include <cstdlib>
+#include <omp.h>
+#include <string>
 
 #include "distca/core/io.h"
 #include "distca/data/workload.h"
@@ -469,6 +472,87 @@ TEST(BlasDeathTest, GemmChecksDimensionsAgainstIntMax) {
   EXPECT_EQ(z[1], 5.0f);
   EXPECT_EQ(z[2], 10.0f);
   EXPECT_EQ(z[3], 11.0f);
+}
+
+}  // namespace
+}  // namespace distca::train
+
+namespace distca::train {
+namespace {
+
+// Saves an environment variable and puts it back (or removes it) at scope exit.
+class SavedEnv {
+ public:
+  explicit SavedEnv(const char* name) : name_(name) {
+    const char* v = std::getenv(name);
+    had_ = v != nullptr;
+    if (had_) value_.assign(v);
+  }
+  ~SavedEnv() {
+    if (had_) {
+      setenv(name_, value_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  SavedEnv(const SavedEnv&) = delete;
+  SavedEnv& operator=(const SavedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string value_;
+};
+
+// One rank computes with the spare cores (an OpenMP team per rank) without changing a bit: the
+// run with OMP_NUM_THREADS=2 ends with the losses and parameters of the run with 1. The team
+// size each run really used is read inside the rank thread (on_step runs there).
+TEST(Trainer, OneRankGivesTheSameBitsWithOneAndTwoThreads) {
+  TrainConfig c = small_config();
+  c.ranks = 1;
+  c.model_overrides.hidden = 128;
+  c.model_overrides.ffn = 256;
+  c.model_overrides.vocab = 256;
+  c.tokens_per_rank = 256;
+  c.steps = 4;
+  c.warmup = 1;
+  const SavedEnv saved("OMP_NUM_THREADS");
+  TrainResult runs[2];
+  for (int t = 1; t <= 2; ++t) {
+    // What the OpenMP runtime would have read from OMP_NUM_THREADS at start-up.
+    ASSERT_EQ(setenv("OMP_NUM_THREADS", t == 1 ? "1" : "2", 1), 0);
+    const kernels::ScopedComputeThreads as_read(t);
+    int used = 0;
+    TrainHooks hooks;
+    hooks.on_step = [&](const StepMetrics&) { used = omp_get_max_threads(); };
+    ASSERT_TRUE(run_training_local(c, hooks, &runs[t - 1]).ok());
+    EXPECT_EQ(used, t);
+  }
+  ASSERT_EQ(runs[0].steps.size(), runs[1].steps.size());
+  for (size_t i = 0; i < runs[0].steps.size(); ++i) {
+    EXPECT_EQ(runs[0].steps[i].loss, runs[1].steps[i].loss) << "step " << i;
+    EXPECT_EQ(runs[0].steps[i].grad_norm, runs[1].steps[i].grad_norm) << "step " << i;
+  }
+  EXPECT_TRUE(runs[0].final_params == runs[1].final_params);
+}
+
+// The policy: an explicit OMP_NUM_THREADS, then OPENBLAS_NUM_THREADS, else the usable cores
+// shared among the ranks on this machine (at least one thread each).
+TEST(Trainer, ThreadsPerRankPolicy) {
+  const SavedEnv omp("OMP_NUM_THREADS"), blas("OPENBLAS_NUM_THREADS");
+  unsetenv("OMP_NUM_THREADS");
+  unsetenv("OPENBLAS_NUM_THREADS");
+  const int cores = kernels::usable_cores();
+  EXPECT_EQ(kernels::compute_threads_per_rank(1), cores);
+  EXPECT_EQ(kernels::compute_threads_per_rank(2), std::max(1, cores / 2));
+  EXPECT_EQ(kernels::compute_threads_per_rank(int64_t{cores} * 4), 1);
+  setenv("OPENBLAS_NUM_THREADS", "3", 1);
+  EXPECT_EQ(kernels::compute_threads_per_rank(64), 3);
+  setenv("OMP_NUM_THREADS", "5", 1);
+  {
+    const kernels::ScopedComputeThreads as_read(5);
+    EXPECT_EQ(kernels::compute_threads_per_rank(64), 5);
+  }
 }
 
 }  // namespace

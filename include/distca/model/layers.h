@@ -14,15 +14,22 @@
 // T is float (training) or double (gradient checks in tests); both are instantiated in
 // src/model/layers.cpp.
 //
-// Thread safety: the functions keep no state; concurrent calls on disjoint buffers are fine
-// as far as this code goes (OpenBLAS's own threading is the caller's business).
+// Threads: every function here uses the calling thread's OpenMP team (omp_get_max_threads();
+// kernels::ScopedComputeThreads sets it) and gives the same bits for any team size: gemm is
+// kernels::gemm_tiled (a fixed tile partition, each tile one single-threaded BLAS call), the
+// element-wise loops write disjoint outputs, and no reduction depends on the split.
+//
+// Thread safety: the functions keep no state; concurrent calls on disjoint buffers are fine.
+// Callers that run them on several threads at once (ranks as threads) set OpenBLAS to one
+// thread around them (kernels/blas.h, gemm_tiled).
 #pragma once
 
 #include <cstdint>
 
 namespace distca::model {
 
-// C (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C, all row-major.
+// C (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C, all row-major, dense operands
+// (kernels::gemm_tiled: bits independent of the thread count).
 // op(A) is A (m, k), or A^T when trans_a (A stored (k, m)); likewise for B.
 // Dimensions are checked with DISTCA_CHECK (each, and each operand's element count, must fit
 // BLAS's int; m or n of 0 is a no-op): a wrong shape here is a bug in distca, not user input.

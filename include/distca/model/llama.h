@@ -46,14 +46,13 @@
 //
 // Numerics: T = float for training (fp32 storage and BLAS sgemm; per-row reductions, softmax
 // and the loss sum in double); T = double exists for the gradient checks in tests.
-// Determinism: the same inputs, parameters and OpenBLAS thread count give the same bits (loss
-// and gradients). Across thread counts sgemm may change its blocking and with it the bits.
+// Determinism: the same inputs and parameters give the same bits (loss and gradients) for any
+// OpenMP team size and any OpenBLAS thread count (layers.h, "Threads"; tests/model/
+// test_threads.cpp checks 1, 2 and 3 threads).
 //
-// Thread safety: one thread at a time per object. Distinct objects may run in distinct threads
-// (ranks as threads), but they share OpenBLAS's global thread count: the kernels layer sets it
-// to 1 for the duration of its calls, and sgemm's bits may depend on it, so a process that
-// runs several ranks as threads should fix OpenBLAS to one thread (or serialise BLAS work) to
-// keep runs reproducible.
+// Thread safety: one thread at a time per object; a step uses the calling thread's OpenMP team.
+// Distinct objects may run in distinct threads (ranks as threads); they share OpenBLAS's
+// process-wide thread count, which such a process sets to one around them (the trainer does).
 #pragma once
 
 #include <cstdint>

@@ -77,7 +77,9 @@ class AdamW {
   int64_t step_ = 0;
 };
 
-// sqrt(sum g^2), accumulated in double in index order (the same bits on every rank).
+// sqrt(sum g^2), accumulated in double over a fixed summation tree (fixed chunks of 2^14 in
+// eight interleaved lanes, then the chunks in index order), so the bits do not depend on the
+// OpenMP thread count and are the same on every rank. The calling thread's team sums chunks.
 double global_norm(std::span<const float> grads);
 
 // Clipping by global norm: when norm > max_norm, scales grads by max_norm / norm. Returns the
