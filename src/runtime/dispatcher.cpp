@@ -82,11 +82,12 @@ Status start_exchange(comm::Communicator& comm, const Exchange& ex, const float*
 // Calls fn(local_row, wire_row) for every row of `blocks` (per peer, in order from displs),
 // in ascending peer order. A block lies inside one piece, so its local rows are consecutive.
 template <class Fn>
-void for_rows(const DocumentIndex& index, int rank, const std::vector<std::vector<RowBlock>>& blocks,
-              const std::vector<int64_t>& displs, Fn fn) {
-  for (size_t p = 0; p < blocks.size(); ++p) {
+void for_rows(const DocumentIndex& index, int rank, const PeerVector<std::vector<RowBlock>>& blocks,
+              const PeerVector<int64_t>& displs, Fn fn) {
+  // Only the peers that hold blocks, ascending (the order a dense walk would visit them in).
+  for (const auto& [p, peer_blocks] : blocks.entries()) {
     int64_t w = displs[p];
-    for (const RowBlock& b : blocks[p]) {
+    for (const RowBlock& b : peer_blocks) {
       const int64_t l = index.local_row(rank, b.doc, b.begin);
       DISTCA_CHECK_MSG(l >= 0, "plan block not held by this rank");
       for (int64_t i = 0; i < b.rows(); ++i) fn(l + i, w + i);
