@@ -21,6 +21,7 @@
 #include "distca/comm/mpi.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
+#include "distca/core/trace.h"
 #include "distca/kernels/blas.h"
 #include "distca/model/llama.h"
 #include "distca/train/checkpoint.h"
@@ -70,7 +71,8 @@ nlohmann::json step_json(const train::StepMetrics& m) {
           {"seconds", m.seconds},     {"tokens_per_s", m.tokens_per_s},
           {"imbalance_before", m.imbalance_before}, {"imbalance_after", m.imbalance_after},
           {"linear_s", m.linear_s},   {"attention_s", m.attention_s},
-          {"comm_s", m.comm_s},       {"wait_s", m.wait_s}};
+          {"comm_s", m.comm_s},       {"wait_s", m.wait_s},
+          {"nano_tokens", {m.nano_tokens[0], m.nano_tokens[1]}}, {"bytes_sent", m.bytes_sent}};
 }
 
 // The launcher's environment (mpirun, mpiexec), read without initialising MPI: an mpirun that
@@ -141,6 +143,9 @@ Status prepare(const TrainConfig& cfg, const std::string& resume, bool lead, Pre
   DISTCA_ASSIGN_OR_RETURN(p.spec, cfg.model_spec());
   if (lead && !cfg.metrics.empty()) {
     if (Status st = check_output_path(cfg.metrics); !st.ok()) return Status::invalid_argument("--metrics: " + st.message());
+  }
+  if (lead && !cfg.trace.empty()) {
+    if (Status st = check_output_path(cfg.trace); !st.ok()) return Status::invalid_argument("--trace: " + st.message());
   }
   train::MemoryInputs mi;
   mi.mpi = cfg.backend == "mpi";
@@ -227,9 +232,13 @@ int run(const Options& o) {
   // The mpi backend's group exists before anything else so only rank 0 speaks.
   std::unique_ptr<comm::MpiCommunicator> mpi;
   int rank = 0;
+  // With --trace on mpi, the communicator records its exchanges' transfers too (start to the
+  // moment the progress thread saw them complete): that is what shows overlap in the trace.
+  TraceRecorder trace_recorder;
   if (backend_mpi) {
     comm::MpiOptions mo;
     mo.timeout_s = o.mpi_timeout;
+    if (!cfg.trace.empty()) mo.trace = &trace_recorder;
     auto c = comm::make_mpi_communicator(nullptr, nullptr, mo);
     if (!c.ok()) return fail(c.status());
     mpi = std::move(*c);
@@ -264,6 +273,11 @@ int run(const Options& o) {
   train::TrainHooks hooks;
   hooks.data = &*prep.data;
   if (prep.resume) hooks.resume = &prep.ckpt;
+  if (backend_mpi && !cfg.trace.empty()) hooks.trace = &trace_recorder;
+  if (lead && cfg.mode == "cad" && cfg.overlap == "signal") {
+    std::fprintf(stderr, "distca train: --overlap signal is a timing ablation: exchanges carry 1 byte, outputs are "
+                         "invalid, parameters are not updated and no checkpoint is written\n");
+  }
 
   const bool progress = lead && stderr_is_terminal();
   std::string jsonl;
@@ -312,16 +326,28 @@ int run(const Options& o) {
   if (!lead) return st.ok() ? kExitOk : kExitFailure;
   if (!st.ok()) return report(st);
   if (!metrics_status.ok()) return fail(metrics_status);
+  if (!cfg.trace.empty()) {
+    TraceMetadata meta;
+    TraceProcess proc{0, "distca train", 0, {}};
+    for (int64_t r = 0; r < cfg.ranks; ++r) proc.threads.emplace_back(r, "rank " + std::to_string(r));
+    meta.processes.push_back(std::move(proc));
+    meta.other_data = {{"step", cfg.steps - 1}, {"overlap", cfg.mode == "cad" ? cfg.overlap_or_default() : "none"},
+                       {"mode", cfg.mode}, {"backend", cfg.backend}};
+    if (Status ws = write_file_atomic(cfg.trace, chrome_trace_json(result.trace, meta)); !ws.ok()) {
+      return fail(ws.with_context("--trace"));
+    }
+  }
 
   const bool copy = cfg.data == "copy";
   std::printf("distca train: model %s (%lld layers, hidden %lld), %lld ranks (%s backend), mode %s, data %s, steps %lld..%lld\n",
               spec->name.c_str(), static_cast<long long>(spec->n_layers), static_cast<long long>(spec->hidden),
               static_cast<long long>(cfg.ranks), cfg.backend.c_str(),
-              cfg.mode.c_str(), cfg.data.c_str(), static_cast<long long>(start_step),
+              (cfg.mode == "cad" ? "cad " + cfg.overlap_or_default() : cfg.mode).c_str(), cfg.data.c_str(),
+              static_cast<long long>(start_step),
               static_cast<long long>(cfg.steps));
   const double tot = result.total_s > 0 ? result.total_s : 1;
   std::printf("time (rank 0): %.2f s = linear %.2f s (%.0f%%), attention %.2f s (%.0f%%), "
-              "communication %.2f s (%.0f%%), waiting %.2f s (%.0f%%)\n",
+              "communication waited for %.2f s (%.0f%%), waiting %.2f s (%.0f%%)\n",
               result.total_s, result.linear_s, 100 * result.linear_s / tot, result.attention_s,
               100 * result.attention_s / tot, result.comm_s, 100 * result.comm_s / tot,
               result.wait_s, 100 * result.wait_s / tot);
@@ -344,6 +370,9 @@ int run(const Options& o) {
                 mib(rss[0]).c_str());
   }
   if (!result.last_checkpoint.empty()) std::printf("checkpoint: %s\n", result.last_checkpoint.c_str());
+  if (!result.outputs_valid) {
+    std::printf("outputs invalid (--overlap signal): losses below are not a model's, parameters were not updated\n");
+  }
   if (!result.steps.empty()) {
     // Batches differ step to step (one long document or many short ones), so a single step's
     // loss is noisy: the final loss is the mean over the last tenth of the run (>= 1 step).
@@ -402,6 +431,10 @@ Runner setup(CLI::App& sub) {
   DISTCA_FLAG("--checkpoint-dir", checkpoint_dir, "Write checkpoints into DIR (step-NNNNNNNN.ckpt)");
   DISTCA_FLAG("--checkpoint-every", checkpoint_every, "Checkpoint every N steps (0: at the end only)");
   DISTCA_FLAG("--metrics", metrics, "Write per-step metrics as JSONL to FILE");
+  DISTCA_FLAG("--overlap", overlap,
+              "cad mode: pingpong (two nano-batches hide each other's exchanges; default) | single-stream | "
+              "signal (1-byte exchanges: a timing ablation, outputs invalid, no update)");
+  DISTCA_FLAG("--trace", trace, "Write a Chrome trace of the last step (every rank) to FILE");
 #undef DISTCA_FLAG
   return [o] { return run(*o); };
 }

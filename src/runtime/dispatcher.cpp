@@ -2,6 +2,7 @@
 #include "distca/runtime/dispatcher.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <string>
@@ -264,13 +265,15 @@ void CaDispatcher::trace(const char* what, const char* category, double start_us
 namespace {
 
 // Waits for `f`; traces the transfer ("comm": start to the moment it was seen complete) and
-// the exposed part ("wait": time blocked here).
-Status finish_exchange(InFlight& f, TraceRecorder* trace, int rank, const std::string& name) {
+// the exposed part ("wait": time blocked here); adds the blocked seconds to *waited.
+Status finish_exchange(InFlight& f, TraceRecorder* trace, int rank, const std::string& name, double* waited) {
   if (!f.handle) return Status::ok_status();
+  const auto c0 = std::chrono::steady_clock::now();
   const double t0 = trace ? trace->now_us() : 0;
   const bool done = f.handle->test();
   Status st = f.handle->wait();
   f.handle.reset();
+  *waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
   if (trace) {
     const double t1 = trace->now_us();
     trace->record({name, "comm", 0, rank, f.start_us, done ? t0 : t1});
@@ -343,8 +346,8 @@ void CaDispatcher::assemble_kv(LayerState& s) const {
 Status CaDispatcher::serve_forward(int layer) {
   LayerState& s = state_in(layer, Phase::kForwardStarted, "serve_forward");
   const std::string lbl = options_.label.empty() ? "" : options_.label + " ";
-  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_q, options_.trace, rank_, lbl + "q"));
-  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_kv, options_.trace, rank_, lbl + "kv"));
+  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_q, options_.trace, rank_, lbl + "q", &waited_s_));
+  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_kv, options_.trace, rank_, lbl + "kv", &waited_s_));
   double t0 = options_.trace ? options_.trace->now_us() : 0;
   const ServerPlan& sp = plan_.servers[sz(rank_)];
   const int64_t qf = dims_.q_floats(), H = dims_.n_heads;
@@ -408,7 +411,7 @@ Status CaDispatcher::serve_forward(int layer) {
 Status CaDispatcher::finish_forward(int layer) {
   LayerState& s = state_in(layer, Phase::kForwardServed, "finish_forward");
   const std::string lbl = options_.label.empty() ? "" : options_.label + " ";
-  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_olse, options_.trace, rank_, lbl + "o_lse"));
+  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_olse, options_.trace, rank_, lbl + "o_lse", &waited_s_));
   const double t0 = options_.trace ? options_.trace->now_us() : 0;
   const Exchange& xo = plan_.ranks[sz(rank_)].exchange(ExchangeKind::kOLse);
   const int64_t qf = dims_.q_floats(), H = dims_.n_heads, of = qf + H;
@@ -479,8 +482,8 @@ Status CaDispatcher::start_backward(int layer, const float* d_o, float* dq, floa
 Status CaDispatcher::serve_backward(int layer) {
   LayerState& s = state_in(layer, Phase::kBackwardStarted, "serve_backward");
   const std::string lbl = options_.label.empty() ? "" : options_.label + " ";
-  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_do, options_.trace, rank_, lbl + "do"));
-  if (options_.stateless) DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_kv, options_.trace, rank_, lbl + "kv"));
+  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_do, options_.trace, rank_, lbl + "do", &waited_s_));
+  if (options_.stateless) DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_kv, options_.trace, rank_, lbl + "kv", &waited_s_));
   double t0 = options_.trace ? options_.trace->now_us() : 0;
   const ServerPlan& sp = plan_.servers[sz(rank_)];
   const RankPlan& rp = plan_.ranks[sz(rank_)];
@@ -570,8 +573,8 @@ Status CaDispatcher::serve_backward(int layer) {
 Status CaDispatcher::finish_backward(int layer) {
   LayerState& s = state_in(layer, Phase::kBackwardServed, "finish_backward");
   const std::string lbl = options_.label.empty() ? "" : options_.label + " ";
-  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_dq, options_.trace, rank_, lbl + "dq"));
-  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_dkv, options_.trace, rank_, lbl + "dkv"));
+  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_dq, options_.trace, rank_, lbl + "dq", &waited_s_));
+  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_dkv, options_.trace, rank_, lbl + "dkv", &waited_s_));
   const double t0 = options_.trace ? options_.trace->now_us() : 0;
   const RankPlan& rp = plan_.ranks[sz(rank_)];
   const int64_t qf = dims_.q_floats(), kvf = dims_.kv_floats();

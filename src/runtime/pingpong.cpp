@@ -2,6 +2,7 @@
 #include "distca/runtime/pingpong.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -9,11 +10,11 @@
 
 namespace distca::runtime {
 
-Result<OverlapMode> parse_overlap_mode(const std::string& text) {
+Result<OverlapMode> parse_overlap_mode(const std::string& text, const std::string& flag) {
   if (text == "pingpong") return OverlapMode::kPingPong;
   if (text == "single-stream") return OverlapMode::kSingleStream;
   if (text == "signal") return OverlapMode::kSignal;
-  return Status::invalid_argument("--mode must be pingpong, single-stream or signal (got '" + text + "')");
+  return Status::invalid_argument(flag + " must be pingpong, single-stream or signal (got '" + text + "')");
 }
 
 const char* overlap_mode_name(OverlapMode mode) {
@@ -80,22 +81,58 @@ Result<std::unique_ptr<PingPongRunner>> PingPongRunner::create(comm::Communicato
   return r;
 }
 
-void PingPongRunner::linear(const LinearFn& fn, int nano, int layer, bool backward) const {
+void PingPongRunner::linear(const LinearFn& fn, int nano, int layer, bool backward) {
   if (!fn) return;
+  const auto c0 = std::chrono::steady_clock::now();
   const double t0 = trace_ ? trace_->now_us() : 0;
   fn(nano, layer, backward);
   if (trace_) {
-    trace_->record({std::string(nano == 0 ? "ping" : "pong") + (backward ? " linear bwd" : " linear"), "compute", 0,
-                    comm_->rank(), t0, trace_->now_us()});
+    TraceEvent e{std::string(nano == 0 ? "ping" : "pong") + (backward ? " linear bwd" : " linear"), "compute", 0,
+                 comm_->rank(), t0, trace_->now_us()};
+    e.args = {{"nano", nano}, {"layer", layer}};
+    trace_->record(std::move(e));
   }
+  linear_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
 }
 
+RunnerTimes PingPongRunner::times() const {
+  RunnerTimes t;
+  t.linear = linear_s_;
+  for (const auto* d : {full_.get(), disp_[0].get(), disp_[1].get()}) {
+    if (d != nullptr) t.waited += d->waited_seconds();
+  }
+  t.other = std::max(0.0, total_s_ - t.linear - t.waited);
+  return t;
+}
+
+int64_t PingPongRunner::last_bytes_sent() const {
+  int64_t bytes = 0;
+  for (const auto* d : {full_.get(), disp_[0].get(), disp_[1].get()}) {
+    if (d != nullptr) bytes += d->last_forward_bytes_sent() + d->last_backward_bytes_sent();
+  }
+  return bytes;
+}
+
+namespace {
+
+// Adds the wall time of a runner call to `total` on every return path.
+class CallTimer {
+ public:
+  explicit CallTimer(double& total) : total_(total), t0_(std::chrono::steady_clock::now()) {}
+  ~CallTimer() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  CallTimer(const CallTimer&) = delete;
+  CallTimer& operator=(const CallTimer&) = delete;
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace
+
 Status PingPongRunner::forward(const std::vector<LayerForward>& layers, const LinearFn& fn) {
+  const CallTimer timer(total_s_);
   const int L = static_cast<int>(layers.size());
-  auto start = [&](int x, int l) {
-    const LayerForward& b = layers[static_cast<size_t>(l)];
-    return disp_[static_cast<size_t>(x)]->start_forward(l, b.q, b.k, b.v, b.o, b.lse);
-  };
   if (mode_ == OverlapMode::kSingleStream) {
     for (int l = 0; l < L; ++l) {
       linear(fn, 0, l, false);
@@ -103,69 +140,69 @@ Status PingPongRunner::forward(const std::vector<LayerForward>& layers, const Li
       const LayerForward& b = layers[static_cast<size_t>(l)];
       DISTCA_RETURN_IF_ERROR(full_->forward(l, b.q, b.k, b.v, b.o, b.lse));
     }
-  } else {
-    // Tick by tick (docs/runtime.md): each nano-batch's exchange runs under the other's work.
-    for (int l = 0; l < L; ++l) {
-      if (l > 0) DISTCA_RETURN_IF_ERROR(disp_[0]->finish_forward(l - 1));
-      linear(fn, 0, l, false);  // pong's O of layer l-1 in flight
-      DISTCA_RETURN_IF_ERROR(start(0, l));
-      if (l > 0) DISTCA_RETURN_IF_ERROR(disp_[1]->finish_forward(l - 1));
-      linear(fn, 1, l, false);  // ping's Q/KV in flight
-      DISTCA_RETURN_IF_ERROR(start(1, l));
-      DISTCA_RETURN_IF_ERROR(disp_[0]->serve_forward(l));  // pong's Q/KV in flight
-      DISTCA_RETURN_IF_ERROR(disp_[1]->serve_forward(l));  // ping's O in flight
-    }
-    if (L > 0) {
-      DISTCA_RETURN_IF_ERROR(disp_[0]->finish_forward(L - 1));
-    }
-  }
-  if (mode_ == OverlapMode::kSingleStream || L == 0) {
     linear(fn, 0, L, false);
     linear(fn, 1, L, false);
     return Status::ok_status();
   }
+  auto start = [&](int x, int l) {
+    const LayerForward& b = layers[static_cast<size_t>(l)];
+    return disp_[static_cast<size_t>(x)]->start_forward(l, b.q, b.k, b.v, b.o, b.lse);
+  };
+  // Tick by tick (docs/runtime.md): each nano-batch's exchange runs under the other's work.
+  for (int l = 0; l < L; ++l) {
+    if (l > 0) DISTCA_RETURN_IF_ERROR(disp_[0]->finish_forward(l - 1));
+    linear(fn, 0, l, false);  // pong's O of layer l-1 in flight
+    DISTCA_RETURN_IF_ERROR(start(0, l));
+    if (l > 0) DISTCA_RETURN_IF_ERROR(disp_[1]->finish_forward(l - 1));
+    linear(fn, 1, l, false);  // ping's Q/KV in flight
+    DISTCA_RETURN_IF_ERROR(start(1, l));
+    DISTCA_RETURN_IF_ERROR(disp_[0]->serve_forward(l));  // pong's Q/KV in flight
+    DISTCA_RETURN_IF_ERROR(disp_[1]->serve_forward(l));  // ping's O in flight
+  }
+  if (L > 0) DISTCA_RETURN_IF_ERROR(disp_[0]->finish_forward(L - 1));
   linear(fn, 0, L, false);  // pong's O in flight
-  DISTCA_RETURN_IF_ERROR(disp_[1]->finish_forward(L - 1));
+  if (L > 0) DISTCA_RETURN_IF_ERROR(disp_[1]->finish_forward(L - 1));
   linear(fn, 1, L, false);
   return Status::ok_status();
 }
 
 Status PingPongRunner::backward(const std::vector<LayerBackward>& layers, const LinearFn& fn) {
+  const CallTimer timer(total_s_);
   const int L = static_cast<int>(layers.size());
-  const int64_t kv_floats = n_tokens() * (full_ ? full_ : disp_[0])->dims().kv_floats();
+  if (mode_ == OverlapMode::kSingleStream) {
+    for (int l = L - 1; l >= 0; --l) {
+      linear(fn, 1, l + 1, true);
+      linear(fn, 0, l + 1, true);
+      const LayerBackward& b = layers[static_cast<size_t>(l)];
+      DISTCA_RETURN_IF_ERROR(full_->backward(l, b.d_o, b.dq, b.dk, b.dv, BackwardWrite::kOverwrite));
+    }
+    linear(fn, 1, 0, true);
+    linear(fn, 0, 0, true);
+    return Status::ok_status();
+  }
+  const int64_t kv_floats = n_tokens() * disp_[0]->dims().kv_floats();
   auto start = [&](int x, int l) {
     const LayerBackward& b = layers[static_cast<size_t>(l)];
-    if (x == 0) {  // ping adds first, then pong: a fixed order whatever the schedule
+    if (x == 1) {  // pong adds first, then ping: a fixed order whatever the timing
       std::memset(b.dk, 0, static_cast<size_t>(kv_floats) * sizeof(float));
       std::memset(b.dv, 0, static_cast<size_t>(kv_floats) * sizeof(float));
     }
     return disp_[static_cast<size_t>(x)]->start_backward(l, b.d_o, b.dq, b.dk, b.dv, BackwardWrite::kAccumulate);
   };
-  if (mode_ == OverlapMode::kSingleStream) {
-    for (int l = L - 1; l >= 0; --l) {
-      linear(fn, 0, l + 1, true);
-      linear(fn, 1, l + 1, true);
-      const LayerBackward& b = layers[static_cast<size_t>(l)];
-      DISTCA_RETURN_IF_ERROR(full_->backward(l, b.d_o, b.dq, b.dk, b.dv, BackwardWrite::kOverwrite));
-    }
-    linear(fn, 0, 0, true);
-    linear(fn, 1, 0, true);
-    return Status::ok_status();
-  }
   for (int l = L - 1; l >= 0; --l) {
-    if (l < L - 1) DISTCA_RETURN_IF_ERROR(disp_[0]->finish_backward(l + 1));
-    linear(fn, 0, l + 1, true);
-    DISTCA_RETURN_IF_ERROR(start(0, l));
     if (l < L - 1) DISTCA_RETURN_IF_ERROR(disp_[1]->finish_backward(l + 1));
-    linear(fn, 1, l + 1, true);
+    linear(fn, 1, l + 1, true);  // ping's dQ/dKV of layer l+1 in flight
     DISTCA_RETURN_IF_ERROR(start(1, l));
-    DISTCA_RETURN_IF_ERROR(disp_[0]->serve_backward(l));
-    DISTCA_RETURN_IF_ERROR(disp_[1]->serve_backward(l));
+    if (l < L - 1) DISTCA_RETURN_IF_ERROR(disp_[0]->finish_backward(l + 1));
+    linear(fn, 0, l + 1, true);  // pong's dO in flight
+    DISTCA_RETURN_IF_ERROR(start(0, l));
+    DISTCA_RETURN_IF_ERROR(disp_[1]->serve_backward(l));  // ping's dO in flight
+    DISTCA_RETURN_IF_ERROR(disp_[0]->serve_backward(l));  // pong's dQ/dKV in flight
   }
+  if (L > 0) DISTCA_RETURN_IF_ERROR(disp_[1]->finish_backward(0));
+  linear(fn, 1, 0, true);  // ping's dQ/dKV in flight
   if (L > 0) DISTCA_RETURN_IF_ERROR(disp_[0]->finish_backward(0));
   linear(fn, 0, 0, true);
-  if (L > 0) DISTCA_RETURN_IF_ERROR(disp_[1]->finish_backward(0));
-  linear(fn, 1, 0, true);
   return Status::ok_status();
 }
 

@@ -25,6 +25,14 @@ Status TrainConfig::validate() const {
   if (ranks < 1 || ranks > 1024) return bad("--ranks", "must be in 1..1024 (got " + std::to_string(ranks) + ")");
   if (backend != "local" && backend != "mpi") return bad("--backend", "must be local or mpi (got '" + backend + "')");
   if (mode != "cad" && mode != "colocated") return bad("--mode", "must be cad or colocated (got '" + mode + "')");
+  if (!overlap.empty()) {
+    if (overlap != "pingpong" && overlap != "single-stream" && overlap != "signal") {
+      return bad("--overlap", "must be pingpong, single-stream or signal (got '" + overlap + "')");
+    }
+    if (mode == "colocated") {
+      return bad("--overlap", "applies to --mode cad only (colocated runs no attention exchange to overlap)");
+    }
+  }
   auto sched = parse_scheduler(scheduler);
   if (!sched.ok()) return bad("--scheduler", "is invalid: " + sched.status().message());
   if (sched->kind == SchedulerKind::kWlb) {
@@ -142,7 +150,7 @@ Status apply_toml_text(const std::string& text, const std::string& origin, Train
     DISTCA_KEY(min_lr) DISTCA_KEY(warmup) DISTCA_KEY(weight_decay) DISTCA_KEY(clip)
     DISTCA_KEY(seed) DISTCA_KEY(data) DISTCA_KEY(copy_vocab) DISTCA_KEY(tokens_per_rank) DISTCA_KEY(dist)
     DISTCA_KEY(max_doc_len) DISTCA_KEY(checkpoint_dir) DISTCA_KEY(checkpoint_every)
-    DISTCA_KEY(metrics)
+    DISTCA_KEY(metrics) DISTCA_KEY(overlap) DISTCA_KEY(trace)
 #undef DISTCA_KEY
     if (key == "model_overrides") {
       const toml::table* sub = node.as_table();
@@ -186,6 +194,7 @@ std::string default_config_toml() {
     << "ranks = " << c.ranks << "\n"
     << "backend = \"" << c.backend << "\"\n"
     << "mode = \"" << c.mode << "\"\n"
+    << "# overlap = \"pingpong\"  # cad mode: pingpong (the default) | single-stream | signal\n"
     << "scheduler = \"" << c.scheduler << "\"\n"
     << "tolerance = " << c.tolerance << "\n"
     << "steps = " << c.steps << "\n"

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <iterator>
@@ -14,6 +15,7 @@
 #include "distca/model/optimizer.h"
 #include "distca/plan/plan.h"
 #include "distca/runtime/dispatcher.h"
+#include "distca/runtime/pingpong.h"
 #include "distca/train/data.h"
 #include "distca/train/memory.h"
 
@@ -25,51 +27,6 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
-
-struct PhaseTimes {
-  double attention = 0;
-  double comm = 0;
-};
-
-// The model's executor contract on top of the CA dispatcher (1:1, dispatcher.h), with the
-// phased calls timed separately: start/finish count as communication, serve as attention.
-class DispatchExecutor final : public model::AttentionExecutor {
- public:
-  DispatchExecutor(runtime::CaDispatcher& d, PhaseTimes& t) : d_(d), t_(t) {}
-  model::AttentionShape shape() const override {
-    const auto& dims = d_.dims();
-    return {d_.n_tokens(), dims.n_heads, dims.n_kv_heads, dims.head_dim};
-  }
-  Status forward(int layer, const float* q, const float* k, const float* v, float* o) override {
-    auto t0 = Clock::now();
-    DISTCA_RETURN_IF_ERROR(d_.start_forward(layer, q, k, v, o, nullptr));
-    t_.comm += since(t0);
-    t0 = Clock::now();
-    DISTCA_RETURN_IF_ERROR(d_.serve_forward(layer));
-    t_.attention += since(t0);
-    t0 = Clock::now();
-    DISTCA_RETURN_IF_ERROR(d_.finish_forward(layer));
-    t_.comm += since(t0);
-    return {};
-  }
-  Status backward(int layer, const float* d_o, float* dq, float* dk, float* dv) override {
-    auto t0 = Clock::now();
-    DISTCA_RETURN_IF_ERROR(
-        d_.start_backward(layer, d_o, dq, dk, dv, runtime::BackwardWrite::kOverwrite));
-    t_.comm += since(t0);
-    t0 = Clock::now();
-    DISTCA_RETURN_IF_ERROR(d_.serve_backward(layer));
-    t_.attention += since(t0);
-    t0 = Clock::now();
-    DISTCA_RETURN_IF_ERROR(d_.finish_backward(layer));
-    t_.comm += since(t0);
-    return {};
-  }
-
- private:
-  runtime::CaDispatcher& d_;
-  PhaseTimes& t_;
-};
 
 // Bytes of the dispatcher's row buffers for one step of `plan` on `rank` (an estimate: the
 // received Q and K/V rows kept for every layer until backward, plus one layer's send buffers).
@@ -118,6 +75,7 @@ struct RankSetup {
   SchedulerSpec sspec;
   ScheduleOptions sopt;
   runtime::AttentionDims dims;
+  runtime::OverlapMode overlap = runtime::OverlapMode::kSingleStream;  // colocated: one exchange per layer
   int64_t start = 0;  // first step to run
 };
 
@@ -151,6 +109,9 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, const 
   s->dims.n_kv_heads = static_cast<int32_t>(s->spec.n_kv_heads);
   s->dims.head_dim = static_cast<int32_t>(s->spec.head_dim);
   s->sopt.align_rows = runtime::query_tile_rows(s->dims);  // cad cuts on tile boundaries: no padding
+  if (config.mode == "cad") {
+    DISTCA_ASSIGN_OR_RETURN(s->overlap, runtime::parse_overlap_mode(config.overlap_or_default(), "--overlap"));
+  }
   return s;
 }
 
@@ -165,53 +126,101 @@ Status restore(const TrainConfig& config, const Checkpoint& c, RankSetup& s) {
   return {};
 }
 
-// One optimizer step on this rank: plan, forward/backward through the dispatcher, gradient
-// and loss all-reduces, clip, AdamW. Fills the metrics but the step's total time.
+// The model's layer phases as the runner's linear work (runtime/pingpong.h, LinearFn): the
+// rows of nano-batch x are rows[x] of the rank's token buffer (nano 0 first).
+runtime::LinearFn model_linear(model::Llama<float>& model, const std::array<model::RowRange, 2>& rows,
+                               double grad_scale) {
+  const int L = static_cast<int>(model.spec().n_layers);
+  return [&model, rows, grad_scale, L](int x, int l, bool backward) {
+    const model::RowRange r = rows[static_cast<size_t>(x)];
+    if (r.size() == 0) return;
+    if (!backward) {
+      if (l > 0) model.forward_post(l - 1, r);
+      if (l < L) model.forward_pre(l, r);
+      else model.forward_head(r);
+      return;
+    }
+    if (l == L) model.backward_head(r, grad_scale);
+    else model.backward_pre(l, r);
+    if (l > 0) model.backward_post(l - 1, r);
+  };
+}
+
+// Which of the step's plans the runner's dispatchers hold (single-stream: the whole plan).
+std::vector<const Plan*> running_plans(const runtime::NanoPlans& np, runtime::OverlapMode mode) {
+  if (mode == runtime::OverlapMode::kSingleStream) return {&np.full};
+  return {&np.nano[0], &np.nano[1]};
+}
+
+// One optimizer step on this rank: plan, forward/backward of the model's nano-batches through
+// the ping-pong runner, gradient and loss all-reduces, clip, AdamW (not in signal mode, whose
+// outputs are invalid). Fills the metrics but the step's total time.
 Status run_step(const TrainConfig& config, comm::Communicator& comm, RankSetup& s, int64_t step,
-                StepMetrics& m, int64_t& peak_dispatch) {
+                StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace) {
   const int rank = comm.rank();
   auto& model = *s.model;
-  PhaseTimes pt;
   double wait_s = 0, comm_s = 0;
   const Batch batch = s.data->batch(step);
-  const RankInputs in = s.data->rank_inputs(step, batch, rank);
-  auto planned = make_plan(batch, s.sspec, s.sopt);
+  auto planned = runtime::plan_nano_batches(batch, s.sspec, s.sopt);
   if (!planned.ok()) return planned.status().with_context("step " + std::to_string(step));
-  const Plan& plan = *planned;
-  DISTCA_RETURN_IF_ERROR(check_plan_rows(plan, rank, dispatch_row_limits(config), step));
-  peak_dispatch = std::max(peak_dispatch, dispatcher_bytes(plan, rank, s.spec.n_layers));
-  DISTCA_ASSIGN_OR_RETURN(auto disp, runtime::CaDispatcher::create(comm, plan, s.dims));
-  DispatchExecutor exec(*disp, pt);
+  const runtime::NanoPlans& plans = *planned;
+  // The rank's tokens in the split's order: nano 0's rows, then nano 1's.
+  const RankInputs in = s.data->rank_inputs(step, plans.split.batch, rank);
+  const auto& t = plans.split.tokens[static_cast<size_t>(rank)];
+  const std::array<model::RowRange, 2> rows{model::RowRange{0, t[0]}, model::RowRange{t[0], t[0] + t[1]}};
+  int64_t kept = 0;
+  for (const Plan* p : running_plans(plans, s.overlap)) {
+    DISTCA_RETURN_IF_ERROR(check_plan_rows(*p, rank, dispatch_row_limits(config), step));
+    kept += dispatcher_bytes(*p, rank, s.spec.n_layers);
+  }
+  peak_dispatch = std::max(peak_dispatch, kept);
+  DISTCA_ASSIGN_OR_RETURN(auto runner, runtime::PingPongRunner::create(comm, plans, s.dims, s.overlap, trace));
 
   int64_t local_count = 0;
-  for (int32_t t : in.targets) local_count += t >= 0 ? 1 : 0;
+  for (int32_t target : in.targets) local_count += target >= 0 ? 1 : 0;
   auto t0 = Clock::now();
   double count = static_cast<double>(local_count);
   DISTCA_RETURN_IF_ERROR(comm.all_reduce_sum(std::span<double>(&count, 1)));
   comm_s += since(t0);
 
+  const int L = static_cast<int>(s.spec.n_layers);
+  std::vector<runtime::LayerForward> fw;
+  std::vector<runtime::LayerBackward> bw;
+  for (int l = 0; l < L; ++l) {
+    const model::LayerAttentionIo<float> io = model.attention_io(l);
+    fw.push_back({io.q, io.k, io.v, io.o, nullptr});
+    bw.push_back({io.d_o, io.dq, io.dk, io.dv});
+  }
   model.zero_grads();
   t0 = Clock::now();
-  auto loss = model.forward_backward(in.view(), exec, 1.0 / count);
+  DISTCA_RETURN_IF_ERROR(model.begin_step(in.view()).with_context("step " + std::to_string(step)));
+  const runtime::LinearFn linear = model_linear(model, rows, 1.0 / count);
+  Status st = runner->forward(fw, linear);
+  if (!st.ok()) return st.with_context("step " + std::to_string(step) + ", forward");
+  const model::StepLoss loss = model.step_loss();
+  st = runner->backward(bw, linear);
+  if (!st.ok()) return st.with_context("step " + std::to_string(step) + ", backward");
   const double fb_s = since(t0);
-  if (!loss.ok()) return loss.status().with_context("step " + std::to_string(step));
+  const runtime::RunnerTimes rt = runner->times();
 
   t0 = Clock::now();
   DISTCA_RETURN_IF_ERROR(comm.barrier());
   wait_s += since(t0);
   t0 = Clock::now();
   DISTCA_RETURN_IF_ERROR(comm.all_reduce_sum(model.grads()));
-  double sums[3] = {loss->loss_sum, loss->report_sum, loss->report_weight};
+  double sums[3] = {loss.loss_sum, loss.report_sum, loss.report_weight};
   DISTCA_RETURN_IF_ERROR(comm.all_reduce_sum(std::span<double>(sums, 3)));
   comm_s += since(t0);
 
   t0 = Clock::now();
   const double norm = model::clip_grad_norm(model.grads(), config.clip);
   const double lr = s.sched.at(step);
-  if (!std::isfinite(norm)) {
-    return Status::internal("step " + std::to_string(step) + ": gradient norm is not finite (diverged; lower --lr)");
+  if (runner->outputs_valid()) {
+    if (!std::isfinite(norm)) {
+      return Status::internal("step " + std::to_string(step) + ": gradient norm is not finite (diverged; lower --lr)");
+    }
+    DISTCA_RETURN_IF_ERROR(s.opt->step(model.params(), model.grads(), lr));
   }
-  DISTCA_RETURN_IF_ERROR(s.opt->step(model.params(), model.grads(), lr));
   const double opt_s = since(t0);
 
   m.step = step;
@@ -220,12 +229,16 @@ Status run_step(const TrainConfig& config, comm::Communicator& comm, RankSetup& 
   m.lr = lr;
   m.grad_norm = norm;
   m.tokens = config.ranks * config.tokens_per_rank;
-  m.imbalance_before = plan.metrics.load_before_max_over_mean;
-  m.imbalance_after = plan.metrics.load_max_over_mean;
-  m.attention_s = pt.attention;
-  m.comm_s = comm_s + pt.comm;
+  m.imbalance_before = plans.full.metrics.load_before_max_over_mean;
+  m.imbalance_after = plans.full.metrics.load_max_over_mean;
+  m.nano_tokens = {t[0], t[1]};
+  m.bytes_sent = runner->last_bytes_sent();
+  // Everything inside forward/backward that is neither linear work nor a wait for an exchange:
+  // attention kernels, packing and assembling rows (the runner's "other").
+  m.attention_s = rt.other;
+  m.comm_s = comm_s + rt.waited;
   m.wait_s = wait_s;
-  m.linear_s = fb_s - pt.attention - pt.comm + opt_s;
+  m.linear_s = std::max(0.0, fb_s - rt.other - rt.waited) + opt_s;  // begin_step's embedding included
   return {};
 }
 
@@ -252,6 +265,30 @@ Result<std::string> write_step_checkpoint(const TrainConfig& config, const RankS
   return path;
 }
 
+// This rank's events since `from_us` on `trace`, gathered to rank 0 on one time axis: steady
+// clock microseconds (shared by the processes of one machine) from rank 0's traced-step start.
+Result<std::vector<TraceEvent>> collect_trace(comm::Communicator& comm, const TraceRecorder& trace, double from_us) {
+  const double epoch_us =
+      std::chrono::duration<double, std::micro>(trace.epoch().time_since_epoch()).count();
+  std::vector<TraceEvent> mine;
+  for (TraceEvent e : trace.events()) {
+    if (e.start_us < from_us) continue;
+    e.tid = comm.rank();
+    e.start_us += epoch_us;
+    e.end_us += epoch_us;
+    mine.push_back(std::move(e));
+  }
+  const double zero = from_us + epoch_us;
+  DISTCA_ASSIGN_OR_RETURN(std::vector<double> zeros, comm.all_gather_value(zero));
+  std::vector<TraceEvent> all;
+  DISTCA_RETURN_IF_ERROR(runtime::gather_trace(comm, mine, &all));
+  for (TraceEvent& e : all) {
+    e.start_us -= zeros[0];
+    e.end_us -= zeros[0];
+  }
+  return all;
+}
+
 void add_times(const StepMetrics& m, TrainResult& r) {
   r.linear_s += m.linear_s;
   r.attention_s += m.attention_s;
@@ -266,7 +303,8 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
   DISTCA_ASSIGN_OR_RETURN(auto setup, set_up_rank(config, hooks));
   RankSetup& s = *setup;
   if (hooks.resume) DISTCA_RETURN_IF_ERROR(restore(config, *hooks.resume, s));
-  if (lead && !config.checkpoint_dir.empty()) {
+  const bool valid_outputs = s.overlap != runtime::OverlapMode::kSignal;
+  if (lead && valid_outputs && !config.checkpoint_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(config.checkpoint_dir, ec);
     if (ec) return Status::io_error("--checkpoint-dir " + config.checkpoint_dir + ": " + ec.message());
@@ -278,8 +316,22 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
   for (int64_t step = s.start; step < config.steps; ++step) {
     const auto t_step = Clock::now();
     StepMetrics m;
-    DISTCA_RETURN_IF_ERROR(run_step(config, comm, s, step, m, peak_dispatch));
-    if (lead && checkpoint_due(config, step)) {
+    // The trace holds the run's last step: steady state, after every warm-up.
+    const bool traced = !config.trace.empty() && step + 1 == config.steps;
+    std::optional<TraceRecorder> own_trace;
+    TraceRecorder* trace = nullptr;
+    double trace_from_us = 0;
+    if (traced) {
+      if (hooks.trace == nullptr) own_trace.emplace();
+      trace = hooks.trace != nullptr ? hooks.trace : &*own_trace;
+      DISTCA_RETURN_IF_ERROR(comm.barrier());  // every rank starts the traced step together
+      trace_from_us = trace->now_us();
+    }
+    DISTCA_RETURN_IF_ERROR(run_step(config, comm, s, step, m, peak_dispatch, trace));
+    if (traced) {
+      DISTCA_ASSIGN_OR_RETURN(local.trace, collect_trace(comm, *trace, trace_from_us));
+    }
+    if (lead && valid_outputs && checkpoint_due(config, step)) {
       DISTCA_ASSIGN_OR_RETURN(local.last_checkpoint, write_step_checkpoint(config, s, step));
       ++local.checkpoints_written;
     }
@@ -296,6 +348,7 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
   if (lead && result) {
     local.final_params.assign(s.model->params().begin(), s.model->params().end());
     local.buffer_bytes = std::move(all);
+    local.outputs_valid = valid_outputs;
     *result = std::move(local);
   }
   return {};

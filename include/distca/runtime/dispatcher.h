@@ -155,6 +155,9 @@ class CaDispatcher {
   // query_tile_rows. Zero when every task starts and ends on a tile boundary or a document's
   // end (ScheduleOptions::align_rows = query_tile_rows and pieces on tile boundaries).
   int64_t padded_query_rows() const { return pad_rows_; }
+  // Seconds this rank has spent blocked waiting for exchanges to complete, over the
+  // dispatcher's life (the exposed communication; packing and kernels are not included).
+  double waited_seconds() const { return waited_s_; }
 
  private:
   struct LayerState;
@@ -185,6 +188,7 @@ class CaDispatcher {
   std::vector<int64_t> q_row_;        // [tasks] fused row of the task's first query row
   int64_t pad_rows_ = 0;              // fused query rows minus the plan's
   int64_t fwd_bytes_ = 0, bwd_bytes_ = 0;
+  double waited_s_ = 0;
 };
 
 }  // namespace distca::runtime

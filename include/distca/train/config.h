@@ -36,6 +36,9 @@ struct TrainConfig {
   std::string mode = "cad";       // cad | colocated
   std::string scheduler = "cad";  // cad mode only: cad | cad-symmetric | percp:C
   double tolerance = 0.05;        // cad scheduler tolerance
+  // cad mode only: pingpong | single-stream | signal (runtime/pingpong.h); empty: pingpong.
+  // Refused with --mode colocated, which has no exchange to overlap.
+  std::string overlap;
   // Optimisation.
   int64_t steps = 500;
   double lr = 3e-3;        // peak learning rate
@@ -61,11 +64,14 @@ struct TrainConfig {
   std::string checkpoint_dir;       // empty: no checkpoints
   int64_t checkpoint_every = 0;     // 0: only at the end (when checkpoint_dir is set)
   std::string metrics;              // JSONL path; empty: none
+  std::string trace;                // Chrome trace of the last step; empty: none
 
   // Every field; the message names the flag (--ranks, --lr, ...).
   Status validate() const;
   // The preset with the overrides applied, validated (message names --model or the key).
   Result<ModelSpec> model_spec() const;
+  // `overlap`, or "pingpong" when empty (cad mode's default).
+  std::string overlap_or_default() const { return overlap.empty() ? "pingpong" : overlap; }
   // The directory of data = "text:DIR" (empty for copy).
   std::string text_dir() const;
 };

@@ -3,16 +3,23 @@
 // Every rank builds Llama<float> from the same seed (identical replicas) and, per step b:
 //   1. builds step b's batch (data.h; a pure function of (seed, b), so every rank agrees
 //      without communicating) and its own inputs;
-//   2. plans the step: make_plan with the `cad` scheduler (--mode cad) or `colocated`
-//      (--mode colocated), and wraps a runtime::CaDispatcher as the model's attention
-//      executor. Both modes run the same code; only the plan differs (colocated moves only the
-//      K/V context of documents split across ranks);
-//   3. all-reduces the target counts (double), runs forward_backward with
-//      grad_scale = 1 / global count, all-reduces the gradient buffer (deterministic rank
-//      order sum), clips, takes an AdamW step at LrSchedule::at(b);
+//   2. plans the step: runtime::plan_nano_batches splits the batch into two nano-batches
+//      (plan/nano_split.h: each rank's rows of nano 0 first, then nano 1's) and plans it with
+//      the `cad` scheduler (--mode cad) or `colocated` (--mode colocated); the rank's inputs
+//      follow the split's order;
+//   3. all-reduces the target counts (double), then runs the model's phased step
+//      (model/llama.h) under a runtime::PingPongRunner: the model's layer phases per
+//      nano-batch are the runner's linear work, core attention goes through its dispatchers
+//      (--overlap: pingpong overlaps each nano-batch's exchanges with the other's linear work
+//      and attention; single-stream and colocated run one exchange per layer, waited for at
+//      once; signal sends 1-byte messages). Every mode runs the same model calls in the same
+//      order, so the linear layers give the same bits in every mode; then all-reduces the
+//      gradient buffer (deterministic rank order sum), clips, takes an AdamW step at
+//      LrSchedule::at(b) (signal: outputs are invalid, so no step and no checkpoint);
 //   4. all-reduces the loss sums: loss = sum / count, report loss = report sum / weight.
-// Replicas stay bitwise identical; the same config gives the same bits on either backend and
-// with either mode (measured; tests/train).
+// Replicas stay bitwise identical; the same config gives the same bits on either backend.
+// Modes agree bitwise where their attention tasks are the same and within float rounding
+// otherwise (dK/dV partial sums associate differently; docs/runtime.md, "Numerics"; tests/train).
 //
 // OpenBLAS: the trainer runs OpenBLAS with one thread per process (ranks as threads share it;
 // sgemm's bits depend on it), so the local and mpi backends run identical arithmetic. The
@@ -23,15 +30,22 @@
 // (memory.h, dispatch_row_limit); a plan past it fails the run (out_of_memory) before the
 // dispatcher allocates.
 //
-// Time split per step (rank-local wall clock): attention = the dispatcher's serve phases
-// (kernel, plus waiting for rows to arrive); communication = the dispatcher's start/finish
-// phases (packing, posting, receiving O/dQ/dKV) and the gradient and loss all-reduces;
-// waiting = a barrier before the gradient all-reduce (idle time behind the slowest rank);
-// linear = the rest of forward_backward and the optimizer.
+// Time split per step (rank-local wall clock): communication = only the time the rank was
+// blocked waiting for an exchange to complete (runtime::RunnerTimes::waited), plus the
+// gradient and loss all-reduces (blocking); attention = the rest of the runner's time that is
+// not linear work (kernels, packing and assembling rows); waiting = a barrier before the
+// gradient all-reduce (idle time behind the slowest rank); linear = the model's layer phases,
+// the embedding and the optimizer. Hidden communication thus counts nowhere.
+//
+// Trace (TrainConfig::trace): the run's last step is recorded (runner and dispatcher events,
+// plus whatever else records into TrainHooks::trace during it, e.g. the mpi backend's
+// exchanges) and gathered to rank 0 in TrainResult::trace, on one time axis from that step's
+// start (a barrier starts it on every rank).
 //
 // Thread safety: run_training is called once per rank, from that rank's thread.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -39,6 +53,7 @@
 
 #include "distca/comm/communicator.h"
 #include "distca/core/status.h"
+#include "distca/core/trace.h"
 #include "distca/train/checkpoint.h"
 #include "distca/train/config.h"
 #include "distca/train/data.h"
@@ -57,6 +72,8 @@ struct StepMetrics {
   double imbalance_before = 1;  // attention load max/mean, colocated (plan metrics)
   double imbalance_after = 1;   // attention load max/mean of the plan that ran
   double linear_s = 0, attention_s = 0, comm_s = 0, wait_s = 0;  // rank 0, this step
+  std::array<int64_t, 2> nano_tokens{0, 0};  // rank 0's rows in nano-batch 0 and 1
+  int64_t bytes_sent = 0;  // rank 0's attention exchange bytes, last layer's forward + backward
 };
 
 struct TrainResult {
@@ -66,6 +83,8 @@ struct TrainResult {
   std::vector<int64_t> buffer_bytes;  // [ranks] params+grads+adam+workspace+peak dispatcher rows
   int64_t checkpoints_written = 0;
   std::string last_checkpoint;
+  bool outputs_valid = true;       // false with --overlap signal (no update, no checkpoint)
+  std::vector<TraceEvent> trace;   // rank 0: every rank's events of the traced step
 };
 
 struct TrainHooks {
@@ -77,6 +96,10 @@ struct TrainHooks {
   // Not null: the data every rank reads (created once by the caller; const methods are
   // thread-safe). Null: each rank creates its own from the config.
   const DataSource* data = nullptr;
+  // Not null: the recorder the traced step records into (the caller may also give it to the
+  // mpi communicator, MpiOptions::trace, so the exchanges' transfers appear). Null: the
+  // trainer uses its own. Used only when TrainConfig::trace is set.
+  TraceRecorder* trace = nullptr;
 };
 
 // One rank's training loop. comm.size() must equal config.ranks. `result` (may be null) is
