@@ -41,8 +41,8 @@
 // Rng(seed, i), so a tensor's values do not depend on the sizes of the others.
 //
 // Activations kept for backward live in a workspace allocated once for max_tokens tokens
-// (model_memory() gives the bytes, docs/model.md lists the regions). Logits take vocab values per token; for large vocabularies
-// they dominate (chunking them is a later optimisation).
+// (model_memory() gives the bytes, docs/model.md lists the regions). Logits take vocab values
+// per token; for large vocabularies they dominate (chunking them is a later optimisation).
 //
 // Numerics: T = float for training (fp32 storage and BLAS sgemm; per-row reductions, softmax
 // and the loss sum in double); T = double exists for the gradient checks in tests.
@@ -80,7 +80,7 @@
 //   - forward_pre(l, r) after forward_post(l-1, r) (l = 0: after begin_step).
 //   - the attention of layer l for the queries of r needs q of r and k, v of every row that
 //     those queries see: a range holding a PREFIX of every document (positions 0..p of each)
-//     sees only its own rows; a range of suffixes also needs forward_pre(l, ·) of the prefixes.
+//     sees only its own rows; a range of suffixes also needs forward_pre(l, prefix range).
 //   - forward_post(l, r) after the o rows of r for layer l are written.
 //   - forward_head(r) after forward_post(L-1, r); backward_head(r) after forward_head(r) and
 //     at most once per step (it consumes the logits rows).
@@ -90,14 +90,15 @@
 //     contributions from the suffix range's queries, so backward runs the suffixes first
 //     (mirrored: a suffix range's keys are seen by its own queries only).
 // Buffer lifetimes: q, k, v, o of layer l are layer l's own and stay valid and unchanged from
-// forward_pre / the attention until the next begin_step (what the executor contract needs).
+// forward_pre(l) / the attention until the next step's forward_pre(l) (as the executor contract
+// needs: an executor may keep pointers to them).
 // d_o and dq are one buffer for all layers: the attention backward of layer l must have read
 // d_o rows of r (and written dq rows of r, read by backward_pre(l, r)) before
 // backward_post(l-1, r) / the attention backward of layer l-1 writes them; rows of different
 // ranges never interfere. dk, dv come in two sets by layer parity, so the attention backward of
 // layer l-1 may write its dk, dv while layer l's are still being completed (summed by an
 // exchange in flight); layer l's set is next written by layer l-2's attention backward, which
-// must wait until backward_pre(l, ·) has read it for every range. The spans of the StepInputs
+// must wait until backward_pre(l, r') has read it for every range r'. The spans of the StepInputs
 // given to begin_step (and per_token_loss) must stay valid until the step's last phase.
 // Determinism of the phased step: a weight gradient accumulates in CALL order, each tensor in
 // exactly one kind of phase (lm_head, final_norm: backward_head; w2, w1, w3, ffn_norm, wo:
