@@ -435,6 +435,10 @@ Runner setup(CLI::App& sub) {
               "cad mode: pingpong (two nano-batches hide each other's exchanges; default) | single-stream | "
               "signal (1-byte exchanges: a timing ablation, outputs invalid, no update)");
   DISTCA_FLAG("--trace", trace, "Write a Chrome trace of the last step (every rank) to FILE");
+  DISTCA_FLAG("--pp", pp,
+              "Pipeline stages (default 1): ranks = data-parallel replicas x stages; 1F1B, --mode colocated only");
+  DISTCA_FLAG("--micro-batches", micro_batches,
+              "Micro-batches per replica per step (default 1; >= --pp; with --pp 1: gradient accumulation)");
 #undef DISTCA_FLAG
   return [o] { return run(*o); };
 }

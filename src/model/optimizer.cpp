@@ -104,7 +104,15 @@ Status AdamW::step(std::span<float> params, std::span<const float> grads, double
   return Status::ok_status();
 }
 
-double global_norm(std::span<const float> grads) {
+double global_norm(std::span<const float> grads) { return std::sqrt(squared_norm(grads)); }
+
+double norm_from_tensor_squares(std::span<const double> squares) {
+  double ss = 0;
+  for (const double x : squares) ss += x;
+  return std::sqrt(ss);
+}
+
+double squared_norm(std::span<const float> grads) {
   // A fixed summation tree, whatever the thread count: fixed chunks, each summed with eight
   // interleaved accumulators (lane j takes elements j, j + 8, ...: vectorisable without
   // reassociating), the lanes and then the chunks added in a fixed order.
@@ -127,11 +135,16 @@ double global_norm(std::span<const float> grads) {
   }
   double ss = 0;
   for (const double p : part) ss += p;
-  return std::sqrt(ss);
+  return ss;
 }
 
 double clip_grad_norm(std::span<float> grads, double max_norm) {
   const double norm = global_norm(grads);
+  clip_to_norm(grads, norm, max_norm);
+  return norm;
+}
+
+void clip_to_norm(std::span<float> grads, double norm, double max_norm) {
   if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) {
     const double scale = max_norm / norm;
     float* g = grads.data();
@@ -139,7 +152,6 @@ double clip_grad_norm(std::span<float> grads, double max_norm) {
 #pragma omp parallel for simd schedule(static) if (n > (1 << 16))
     for (int64_t i = 0; i < n; ++i) g[i] = static_cast<float>(g[i] * scale);
   }
-  return norm;
 }
 
 Status LrSchedule::validate() const {

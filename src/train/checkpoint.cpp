@@ -74,6 +74,9 @@ std::string fingerprint(const TrainConfig& c, const ModelSpec& m) {
     << " max_doc_len=" << c.max_doc_len << " steps=" << c.steps << " lr=" << c.lr
     << " min_lr=" << c.min_lr << " warmup=" << c.warmup << " weight_decay=" << c.weight_decay
     << " clip=" << c.clip;
+  // Written only when set, so checkpoints of runs without pipelines keep their fingerprint.
+  if (c.pp != 1) o << " pp=" << c.pp;
+  if (c.micro_batches != 1) o << " micro_batches=" << c.micro_batches;
   return o.str();
 }
 

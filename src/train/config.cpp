@@ -33,13 +33,32 @@ Status TrainConfig::validate() const {
       return bad("--overlap", "applies to --mode cad only (colocated runs no attention exchange to overlap)");
     }
   }
+  if (pp < 1 || pp > 64) return bad("--pp", "must be in 1..64 (got " + std::to_string(pp) + ")");
+  if (ranks % pp != 0) {
+    return bad("--pp", std::to_string(pp) + " does not divide --ranks " + std::to_string(ranks));
+  }
+  if (micro_batches < 1 || micro_batches > 4096) {
+    return bad("--micro-batches", "must be in 1..4096 (got " + std::to_string(micro_batches) + ")");
+  }
+  if (pp > 1) {
+    if (micro_batches < pp) {
+      return bad("--micro-batches", std::to_string(micro_batches) + " is fewer than the " + std::to_string(pp) +
+                                        " pipeline stages (1F1B needs at least one micro-batch per stage)");
+    }
+    if (mode == "cad") {
+      return bad("--pp", "> 1 runs --mode colocated only: cad's phase-aligned pipeline schedule is not built yet");
+    }
+    if (auto m = model_spec(); m.ok() && pp > m->n_layers) {
+      return bad("--pp", std::to_string(pp) + " stages exceed the model's " + std::to_string(m->n_layers) + " layers");
+    }
+  }
   auto sched = parse_scheduler(scheduler);
   if (!sched.ok()) return bad("--scheduler", "is invalid: " + sched.status().message());
   if (sched->kind == SchedulerKind::kWlb) {
     return bad("--scheduler", "wlb re-packs documents, which training does not support; use cad, cad-symmetric or percp:C");
   }
-  if (sched->kind == SchedulerKind::kPerCp && ranks % sched->cp_degree != 0) {
-    return bad("--scheduler", "percp:C needs C to divide --ranks");
+  if (sched->kind == SchedulerKind::kPerCp && dp() % sched->cp_degree != 0) {
+    return bad("--scheduler", "percp:C needs C to divide the data-parallel ranks (--ranks / --pp)");
   }
   // The cad planners' range (ScheduleOptions::validate); checked here so a run is refused
   // before it starts rather than by rank 0's first plan.
@@ -59,7 +78,7 @@ Status TrainConfig::validate() const {
   }
   WorkloadOptions w;
   w.dist = dist;
-  w.ranks = ranks;
+  w.ranks = dp();
   w.tokens_per_rank = tokens_per_rank;
   w.max_doc_len = max_doc_len;
   w.seed = seed;
@@ -150,7 +169,7 @@ Status apply_toml_text(const std::string& text, const std::string& origin, Train
     DISTCA_KEY(min_lr) DISTCA_KEY(warmup) DISTCA_KEY(weight_decay) DISTCA_KEY(clip)
     DISTCA_KEY(seed) DISTCA_KEY(data) DISTCA_KEY(copy_vocab) DISTCA_KEY(tokens_per_rank) DISTCA_KEY(dist)
     DISTCA_KEY(max_doc_len) DISTCA_KEY(checkpoint_dir) DISTCA_KEY(checkpoint_every)
-    DISTCA_KEY(metrics) DISTCA_KEY(overlap) DISTCA_KEY(trace)
+    DISTCA_KEY(metrics) DISTCA_KEY(overlap) DISTCA_KEY(trace) DISTCA_KEY(pp) DISTCA_KEY(micro_batches)
 #undef DISTCA_KEY
     if (key == "model_overrides") {
       const toml::table* sub = node.as_table();

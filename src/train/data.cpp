@@ -18,7 +18,7 @@ Result<DataSource> DataSource::create(const TrainConfig& config, int64_t vocab) 
   DataSource s;
   s.vocab_ = config.copy_vocab > 0 ? std::min(config.copy_vocab, vocab) : vocab;
   s.workload_.dist = config.dist;
-  s.workload_.ranks = config.ranks;
+  s.workload_.ranks = config.dp();  // a micro-batch is packed over the data-parallel replicas
   s.workload_.tokens_per_rank = config.tokens_per_rank;
   s.workload_.max_doc_len = config.max_doc_len;
   s.workload_.seed = config.seed;

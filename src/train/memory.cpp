@@ -47,7 +47,10 @@ TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec&
   e.ranks_in_process = in.ranks_in_process;
   e.model_state = 4 * P;
   e.all_reduce = P + P / R + 64;
-  e.activations = mem.activation_bytes_per_token() * T;
+  // A pipeline's first stage keeps min(micro-batches, stages) micro-batches in flight (1F1B),
+  // each with its activations and its dispatcher rows.
+  const int64_t in_flight = std::min(c.micro_batches, c.pp);
+  e.activations = mem.activation_bytes_per_token() * T * in_flight;
   // Row floats of the six exchanges (fp32): Q, K/V, O + lse, dO, dQ, dK/dV.
   const int64_t q = spec.n_heads * spec.head_dim * 4, kv = 2 * spec.n_kv_heads * spec.head_dim * 4;
   const int64_t olse = q + spec.n_heads * 4, lse = spec.n_heads * 4;
@@ -55,7 +58,7 @@ TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec&
   // Kept until backward, every layer: received Q and K/V. One layer's at a time: Q sent, O+lse
   // sent and received, the fused call's Q, O and lse, dO sent and received, dQ sent and
   // received (query-shaped); K/V sent, the fused context K and V, dK/dV sent and received.
-  e.dispatcher = spec.n_layers * (rows.q * q + rows.kv * kv) +
+  e.dispatcher = in_flight * spec.n_layers * (rows.q * q + rows.kv * kv) +
                  rows.q * (q + 2 * olse + 2 * q + lse + 2 * q + 2 * q) + rows.kv * (kv + kv + 2 * kv);
   e.plan = kPlanBytesPerPeer * R * R + kPlanBytesPerToken * R * T;
   // A rank thread is the master of its own OpenMP team; mpi adds the progress thread.

@@ -1,5 +1,6 @@
 #include "distca/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <array>
@@ -16,6 +17,7 @@
 #include "distca/plan/plan.h"
 #include "distca/runtime/dispatcher.h"
 #include "distca/runtime/pingpong.h"
+#include "step.h"
 #include "distca/train/data.h"
 #include "distca/train/memory.h"
 
@@ -28,64 +30,22 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Bytes of the dispatcher's row buffers for one step of `plan` on `rank` (an estimate: the
-// received Q and K/V rows kept for every layer until backward, plus one layer's send buffers).
-int64_t dispatcher_bytes(const Plan& plan, int64_t rank, int64_t n_layers) {
-  const RankPlan& rp = plan.ranks[static_cast<size_t>(rank)];
-  int64_t kept = 0, send = 0;
-  for (int e = 0; e < kNumExchanges; ++e) {
-    const Exchange& x = rp.exchanges[static_cast<size_t>(e)];
-    send += x.send_rows() * x.row_bytes;
-    if (e <= static_cast<int>(ExchangeKind::kKv)) kept += x.recv_rows() * x.row_bytes;
-  }
-  return n_layers * kept + send;
-}
-
-// The memory estimate (memory.h) bounds every rank's dispatcher rows, summed over the plans
-// whose dispatchers live at once (ping and pong); a step past the bound would make the
-// estimate a lie, so the step fails instead of allocating it.
-Status check_plan_rows(const std::vector<const Plan*>& plans, int64_t rank, const DispatchRowLimits& limits,
-                       int64_t step) {
-  int64_t q = 0, kv = 0;
-  for (const Plan* plan : plans) {
-    const RankPlan& rp = plan->ranks[static_cast<size_t>(rank)];
-    const ServerPlan& sp = plan->servers[static_cast<size_t>(rank)];
-    q += std::max(rp.exchange(ExchangeKind::kQ).recv_rows(),
-                  sp.cu_seqlens_q.empty() ? int64_t{0} : int64_t{sp.cu_seqlens_q.back()});
-    kv += std::max(rp.exchange(ExchangeKind::kKv).recv_rows(),
-                   sp.cu_seqlens_k.empty() ? int64_t{0} : int64_t{sp.cu_seqlens_k.back()});
-  }
-  if (q > limits.q || kv > limits.kv) {
-    return Status::internal("step " + std::to_string(step) + ": the plan gives rank " + std::to_string(rank) + " " +
-                                 std::to_string(q) + " query and " + std::to_string(kv) +
-                                 " context rows, more than the memory estimate allows (" + std::to_string(limits.q) +
-                                 " and " + std::to_string(limits.kv) + ")");
-  }
-  return {};
-}
-
 Status fail_group(comm::Communicator& comm, const Status& st) {
   comm.fail(st);
   return st;
 }
 
-// Everything a rank builds before its first step.
-struct RankSetup {
-  ModelSpec spec;
-  std::optional<DataSource> own_data;  // when the hooks bring none
-  const DataSource* data = nullptr;
-  std::optional<model::Llama<float>> model;
-  std::optional<model::AdamW> opt;
-  model::LrSchedule sched;
-  SchedulerSpec sspec;
-  ScheduleOptions sopt;
-  runtime::AttentionDims dims;
-  runtime::OverlapMode overlap = runtime::OverlapMode::kSingleStream;  // colocated: one exchange per layer
-  int64_t start = 0;  // first step to run
-};
-
-Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, const TrainHooks& hooks) {
+Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::Communicator& world,
+                                               const TrainHooks& hooks) {
   auto s = std::make_unique<RankSetup>();
+  s->pp = config.pp;
+  s->dp = config.dp();
+  s->micro_batches = config.micro_batches;
+  s->stage = world.rank() / s->dp;
+  s->replica = world.rank() % s->dp;
+  std::vector<int> members;
+  for (int64_t d = 0; d < s->dp; ++d) members.push_back(static_cast<int>(s->stage * s->dp + d));
+  DISTCA_ASSIGN_OR_RETURN(s->dp_comm, comm::GroupCommunicator::create(world, std::move(members), kGroupTag));
   DISTCA_ASSIGN_OR_RETURN(s->spec, config.model_spec());
   if (hooks.data != nullptr) {
     s->data = hooks.data;
@@ -94,11 +54,23 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, const 
     s->own_data.emplace(std::move(d));
     s->data = &*s->own_data;
   }
-  DISTCA_ASSIGN_OR_RETURN(auto model, model::Llama<float>::create(s->spec, config.tokens_per_rank, config.seed));
+  s->layers = model::stage_layers(s->spec.n_layers, s->pp, s->stage);
+  // 1F1B holds at most pp - stage micro-batches of a stage in flight.
+  const int64_t slots = std::min(s->micro_batches, s->pp - s->stage);
+  DISTCA_ASSIGN_OR_RETURN(auto model, model::Llama<float>::create(s->spec, config.tokens_per_rank, config.seed, {},
+                                                                   s->layers, slots));
   s->model.emplace(std::move(model));
+  {
+    const std::vector<model::TensorInfo> full = model::param_layout(s->spec);
+    for (const model::TensorInfo& ti : s->model->layout()) {
+      const auto it = std::find_if(full.begin(), full.end(), [&](const model::TensorInfo& f) { return f.name == ti.name; });
+      DISTCA_CHECK(it != full.end());
+      s->full_tensor_index.push_back(it - full.begin());
+    }
+  }
   model::AdamWConfig acfg;
   acfg.weight_decay = config.weight_decay;
-  DISTCA_ASSIGN_OR_RETURN(auto opt, model::AdamW::create(model::param_count(s->spec),
+  DISTCA_ASSIGN_OR_RETURN(auto opt, model::AdamW::create(static_cast<int64_t>(s->model->params().size()),
                                                           model::decay_groups(s->model->layout()), acfg));
   s->opt.emplace(std::move(opt));
   s->sched.max_lr = config.lr;
@@ -120,129 +92,17 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, const 
   return s;
 }
 
-// Loads a checkpoint (already checked against the run by check_resume) into the replica.
+// Loads a checkpoint (already checked against the run by check_resume) into the stage: the
+// stage's range of the whole model's vectors.
 Status restore(const TrainConfig& config, const Checkpoint& c, RankSetup& s) {
-  DISTCA_RETURN_IF_ERROR(check_resume(c, config, static_cast<int64_t>(s.model->params().size()), "--resume"));
-  std::copy(c.params.begin(), c.params.end(), s.model->params().begin());
-  std::copy(c.adam_m.begin(), c.adam_m.end(), s.opt->m().begin());
-  std::copy(c.adam_v.begin(), c.adam_v.end(), s.opt->v().begin());
+  DISTCA_RETURN_IF_ERROR(check_resume(c, config, model::param_count(s.spec), "--resume"));
+  const ParamRange r = stage_param_range(s.spec, s.pp, s.stage);
+  DISTCA_CHECK(r.size() == static_cast<int64_t>(s.model->params().size()));
+  std::copy_n(c.params.begin() + r.first, r.size(), s.model->params().begin());
+  std::copy_n(c.adam_m.begin() + r.first, r.size(), s.opt->m().begin());
+  std::copy_n(c.adam_v.begin() + r.first, r.size(), s.opt->v().begin());
   s.opt->set_step_count(c.adam_step);
   s.start = c.step;
-  return {};
-}
-
-// The model's layer phases as the runner's linear work (runtime/pingpong.h, LinearFn): the
-// rows of nano-batch x are rows[x] of the rank's token buffer (nano 0 first).
-runtime::LinearFn model_linear(model::Llama<float>& model, const std::array<model::RowRange, 2>& rows,
-                               double grad_scale) {
-  const int L = static_cast<int>(model.spec().n_layers);
-  return [&model, rows, grad_scale, L](int x, int l, bool backward) {
-    const model::RowRange r = rows[static_cast<size_t>(x)];
-    if (r.size() == 0) return;
-    if (!backward) {
-      if (l > 0) model.forward_post(l - 1, r);
-      if (l < L) model.forward_pre(l, r);
-      else model.forward_head(r);
-      return;
-    }
-    if (l == L) model.backward_head(r, grad_scale);
-    else model.backward_pre(l, r);
-    if (l > 0) model.backward_post(l - 1, r);
-  };
-}
-
-// Which of the step's plans the runner's dispatchers hold (single-stream: the whole plan).
-std::vector<const Plan*> running_plans(const runtime::NanoPlans& np, runtime::OverlapMode mode) {
-  if (mode == runtime::OverlapMode::kSingleStream) return {&np.full};
-  return {&np.nano[0], &np.nano[1]};
-}
-
-// One optimizer step on this rank: plan, forward/backward of the model's nano-batches through
-// the ping-pong runner, gradient and loss all-reduces, clip, AdamW (not in signal mode, whose
-// outputs are invalid). Fills the metrics but the step's total time.
-Status run_step(const TrainConfig& config, comm::Communicator& comm, RankSetup& s, int64_t step,
-                StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace) {
-  const int rank = comm.rank();
-  auto& model = *s.model;
-  double wait_s = 0, comm_s = 0;
-  const Batch batch = s.data->batch(step);
-  auto planned = runtime::plan_nano_batches(batch, s.sspec, s.sopt);
-  if (!planned.ok()) return planned.status().with_context("step " + std::to_string(step));
-  const runtime::NanoPlans& plans = *planned;
-  // The rank's tokens in the split's order: nano 0's rows, then nano 1's.
-  const RankInputs in = s.data->rank_inputs(step, plans.split.batch, rank);
-  const auto& t = plans.split.tokens[static_cast<size_t>(rank)];
-  const std::array<model::RowRange, 2> rows{model::RowRange{0, t[0]}, model::RowRange{t[0], t[0] + t[1]}};
-  const std::vector<const Plan*> running = running_plans(plans, s.overlap);
-  DISTCA_RETURN_IF_ERROR(check_plan_rows(running, rank, dispatch_row_limits(config), step));
-  int64_t kept = 0;
-  for (const Plan* p : running) kept += dispatcher_bytes(*p, rank, s.spec.n_layers);
-  peak_dispatch = std::max(peak_dispatch, kept);
-  DISTCA_ASSIGN_OR_RETURN(auto runner, runtime::PingPongRunner::create(comm, plans, s.dims, s.overlap, trace));
-
-  int64_t local_count = 0;
-  for (int32_t target : in.targets) local_count += target >= 0 ? 1 : 0;
-  auto t0 = Clock::now();
-  double count = static_cast<double>(local_count);
-  DISTCA_RETURN_IF_ERROR(comm.all_reduce_sum(std::span<double>(&count, 1)));
-  comm_s += since(t0);
-
-  const int L = static_cast<int>(s.spec.n_layers);
-  std::vector<runtime::LayerForward> fw;
-  std::vector<runtime::LayerBackward> bw;
-  for (int l = 0; l < L; ++l) {
-    const model::LayerAttentionIo<float> io = model.attention_io(l);
-    fw.push_back({io.q, io.k, io.v, io.o, nullptr});
-    bw.push_back({io.d_o, io.dq, io.dk, io.dv});
-  }
-  model.zero_grads();
-  t0 = Clock::now();
-  DISTCA_RETURN_IF_ERROR(model.begin_step(in.view()).with_context("step " + std::to_string(step)));
-  const runtime::LinearFn linear = model_linear(model, rows, 1.0 / count);
-  Status st = runner->forward(fw, linear);
-  if (!st.ok()) return st.with_context("step " + std::to_string(step) + ", forward");
-  const model::StepLoss loss = model.step_loss();
-  st = runner->backward(bw, linear);
-  if (!st.ok()) return st.with_context("step " + std::to_string(step) + ", backward");
-  const double fb_s = since(t0);
-  const runtime::RunnerTimes rt = runner->times();
-
-  t0 = Clock::now();
-  DISTCA_RETURN_IF_ERROR(comm.barrier());
-  wait_s += since(t0);
-  t0 = Clock::now();
-  DISTCA_RETURN_IF_ERROR(comm.all_reduce_sum(model.grads()));
-  double sums[3] = {loss.loss_sum, loss.report_sum, loss.report_weight};
-  DISTCA_RETURN_IF_ERROR(comm.all_reduce_sum(std::span<double>(sums, 3)));
-  comm_s += since(t0);
-
-  t0 = Clock::now();
-  const double norm = model::clip_grad_norm(model.grads(), config.clip);
-  const double lr = s.sched.at(step);
-  if (runner->outputs_valid()) {
-    if (!std::isfinite(norm)) {
-      return Status::internal("step " + std::to_string(step) + ": gradient norm is not finite (diverged; lower --lr)");
-    }
-    DISTCA_RETURN_IF_ERROR(s.opt->step(model.params(), model.grads(), lr));
-  }
-  const double opt_s = since(t0);
-
-  m.step = step;
-  m.loss = sums[0] / count;
-  m.report_loss = sums[2] > 0 ? sums[1] / sums[2] : m.loss;
-  m.lr = lr;
-  m.grad_norm = norm;
-  m.tokens = config.ranks * config.tokens_per_rank;
-  m.imbalance_before = plans.full.metrics.load_before_max_over_mean;
-  m.imbalance_after = plans.full.metrics.load_max_over_mean;
-  m.nano_tokens = {t[0], t[1]};
-  m.bytes_sent = runner->last_bytes_sent();
-  // Everything inside forward/backward that is neither linear work nor a wait for an exchange:
-  // attention kernels, packing and assembling rows (the runner's "other").
-  m.attention_s = rt.other;
-  m.comm_s = comm_s + rt.waited;
-  m.wait_s = wait_s;
-  m.linear_s = std::max(0.0, fb_s - rt.other - rt.waited) + opt_s;  // begin_step's embedding included
   return {};
 }
 
@@ -251,17 +111,42 @@ bool checkpoint_due(const TrainConfig& config, int64_t step) {
          ((config.checkpoint_every > 0 && (step + 1) % config.checkpoint_every == 0) || step + 1 == config.steps);
 }
 
+// The whole model's vector on rank 0 from the stages' ranges (replica 0 of each stage sends
+// its range point to point; collective over the pipeline of replica 0, a no-op copy without
+// pipelines). Other ranks get an empty vector.
+Result<std::vector<float>> gather_stages(comm::Communicator& world, const RankSetup& s, std::span<const float> mine,
+                                         int which) {
+  const int tag = kGatherTag + which;
+  if (s.replica != 0) return std::vector<float>{};
+  if (s.stage != 0) {
+    DISTCA_ASSIGN_OR_RETURN(auto ex, world.start_send(std::as_bytes(mine), 0, tag));
+    DISTCA_RETURN_IF_ERROR(ex->wait());
+    return std::vector<float>{};
+  }
+  std::vector<float> all(static_cast<size_t>(model::param_count(s.spec)));
+  std::copy(mine.begin(), mine.end(), all.begin());
+  for (int64_t k = 1; k < s.pp; ++k) {
+    const ParamRange r = stage_param_range(s.spec, s.pp, k);
+    std::span<float> dst(all.data() + r.first, static_cast<size_t>(r.size()));
+    DISTCA_ASSIGN_OR_RETURN(auto ex, world.start_recv(std::as_writable_bytes(dst), static_cast<int>(k * s.dp), tag));
+    DISTCA_RETURN_IF_ERROR(ex->wait());
+  }
+  return all;
+}
+
 // Rank 0 writes the state after `step` (write_file_atomic: a registered temporary file, so an
-// interrupted write leaves none behind).
-Result<std::string> write_step_checkpoint(const TrainConfig& config, const RankSetup& s, int64_t step) {
+// interrupted write leaves none behind); every stage's replica 0 takes part in the gather.
+Result<std::string> write_step_checkpoint(const TrainConfig& config, comm::Communicator& world, const RankSetup& s,
+                                          int64_t step) {
   Checkpoint c;
+  DISTCA_ASSIGN_OR_RETURN(c.params, gather_stages(world, s, s.model->params(), 0));
+  DISTCA_ASSIGN_OR_RETURN(c.adam_m, gather_stages(world, s, s.opt->m(), 1));
+  DISTCA_ASSIGN_OR_RETURN(c.adam_v, gather_stages(world, s, s.opt->v(), 2));
+  if (world.rank() != 0) return std::string();
   c.fingerprint = fingerprint(config, s.spec);
   c.step = step + 1;
   c.seed = config.seed;
   c.adam_step = s.opt->step_count();
-  c.params.assign(s.model->params().begin(), s.model->params().end());
-  c.adam_m.assign(s.opt->m().begin(), s.opt->m().end());
-  c.adam_v.assign(s.opt->v().begin(), s.opt->v().end());
   char name[64];
   std::snprintf(name, sizeof(name), "step-%08lld.ckpt", static_cast<long long>(step + 1));
   const std::string path = (std::filesystem::path(config.checkpoint_dir) / name).string();
@@ -304,7 +189,7 @@ void add_times(const StepMetrics& m, TrainResult& r) {
 // The body of run_training; any error it returns ends the group (fail_group).
 Status train_rank(const TrainConfig& config, comm::Communicator& comm, const TrainHooks& hooks, TrainResult* result) {
   const bool lead = comm.rank() == 0;
-  DISTCA_ASSIGN_OR_RETURN(auto setup, set_up_rank(config, hooks));
+  DISTCA_ASSIGN_OR_RETURN(auto setup, set_up_rank(config, comm, hooks));
   RankSetup& s = *setup;
   if (hooks.resume) DISTCA_RETURN_IF_ERROR(restore(config, *hooks.resume, s));
   const bool valid_outputs = s.overlap != runtime::OverlapMode::kSignal;
@@ -314,7 +199,10 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
     if (ec) return Status::io_error("--checkpoint-dir " + config.checkpoint_dir + ": " + ec.message());
   }
   const model::ModelMemory mem = model::model_memory(s.spec);
-  const int64_t fixed_bytes = 4 * mem.param_bytes + mem.activation_bytes_per_token() * config.tokens_per_rank;
+  // The stage's parameters, gradients and AdamW moments, and an activation workspace per slot
+  // (every layer's width counted: an upper bound for a stage of fewer layers).
+  const int64_t fixed_bytes = 4 * static_cast<int64_t>(sizeof(float) * s.model->params().size()) +
+                              mem.activation_bytes_per_token() * config.tokens_per_rank * s.model->slots();
   int64_t peak_dispatch = 0;
   TrainResult local;
   for (int64_t step = s.start; step < config.steps; ++step) {
@@ -335,9 +223,12 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
     if (traced) {
       DISTCA_ASSIGN_OR_RETURN(local.trace, collect_trace(comm, *trace, trace_from_us));
     }
-    if (lead && valid_outputs && checkpoint_due(config, step)) {
-      DISTCA_ASSIGN_OR_RETURN(local.last_checkpoint, write_step_checkpoint(config, s, step));
-      ++local.checkpoints_written;
+    if (valid_outputs && checkpoint_due(config, step)) {
+      DISTCA_ASSIGN_OR_RETURN(std::string path, write_step_checkpoint(config, comm, s, step));
+      if (lead) {
+        local.last_checkpoint = std::move(path);
+        ++local.checkpoints_written;
+      }
     }
     m.seconds = since(t_step);
     m.tokens_per_s = static_cast<double>(m.tokens) / m.seconds;
@@ -347,10 +238,11 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
       if (hooks.on_step) hooks.on_step(m);
     }
   }
+  DISTCA_ASSIGN_OR_RETURN(std::vector<float> final_params, gather_stages(comm, s, s.model->params(), 3));
   // Everyone's buffer estimate, for the summary.
   DISTCA_ASSIGN_OR_RETURN(auto all, comm.all_gather_value(fixed_bytes + peak_dispatch));
   if (lead && result) {
-    local.final_params.assign(s.model->params().begin(), s.model->params().end());
+    local.final_params = std::move(final_params);
     local.buffer_bytes = std::move(all);
     local.outputs_valid = valid_outputs;
     *result = std::move(local);

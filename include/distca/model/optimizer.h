@@ -81,6 +81,19 @@ class AdamW {
 // eight interleaved lanes, then the chunks in index order), so the bits do not depend on the
 // OpenMP thread count and are the same on every rank. The calling thread's team sums chunks.
 double global_norm(std::span<const float> grads);
+// The same tree's sum g^2, before the square root.
+double squared_norm(std::span<const float> grads);
+
+// The global norm of a parameter buffer split into tensors (the model's layout), defined so
+// that it does not depend on how the tensors are spread over pipeline stages:
+// sqrt(sum over tensors, in layout order, of squared_norm(tensor)). squares[i] is tensor i's
+// squared_norm; a pipeline fills each stage's entries and sums the vectors over the stages
+// (adding zeros is exact), then takes this.
+double norm_from_tensor_squares(std::span<const double> squares);
+
+// Scales grads by max_norm / norm when norm > max_norm (and both are finite and positive);
+// the clipping of clip_grad_norm with a norm computed elsewhere.
+void clip_to_norm(std::span<float> grads, double norm, double max_norm);
 
 // Clipping by global norm: when norm > max_norm, scales grads by max_norm / norm. Returns the
 // norm before clipping. A non-finite norm leaves grads untouched (the caller decides whether

@@ -39,6 +39,13 @@ struct TrainConfig {
   // cad mode only: pingpong | single-stream | signal (runtime/pingpong.h); empty: pingpong.
   // Refused with --mode colocated, which has no exchange to overlap.
   std::string overlap;
+  // Pipeline parallelism: pp stages (ranks = dp x pp), each step micro_batches micro-batches
+  // per data-parallel replica, run in 1F1B order (runtime/pipeline_schedule.h). pp > 1 needs
+  // micro_batches >= pp, pp <= the model's layers, and --mode colocated (cad's phase-aligned
+  // pipeline schedule is not built yet). micro_batches > 1 with pp = 1 is gradient
+  // accumulation (either mode).
+  int64_t pp = 1;
+  int64_t micro_batches = 1;
   // Optimisation.
   int64_t steps = 500;
   double lr = 3e-3;        // peak learning rate
@@ -70,6 +77,8 @@ struct TrainConfig {
   Status validate() const;
   // The preset with the overrides applied, validated (message names --model or the key).
   Result<ModelSpec> model_spec() const;
+  // Data-parallel replicas: ranks / pp.
+  int64_t dp() const { return pp > 0 ? ranks / pp : ranks; }
   // `overlap`, or "pingpong" when empty (cad mode's default).
   std::string overlap_or_default() const { return overlap.empty() ? "pingpong" : overlap; }
   // The directory of data = "text:DIR" (empty for copy).

@@ -1,0 +1,295 @@
+// One optimizer step of one rank: the stage's 1F1B order of the step's micro-batches, each
+// through the ping-pong runner, then the reductions and the optimizer (src/train/step.h).
+#include "step.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "distca/plan/plan.h"
+#include "distca/runtime/pipeline_schedule.h"
+#include "distca/train/memory.h"
+
+namespace distca::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Bytes of the dispatcher's row buffers for one micro-batch of `plan` on `rank` (an estimate:
+// the received Q and K/V rows kept for every layer until backward, plus one layer's send
+// buffers).
+int64_t dispatcher_bytes(const Plan& plan, int64_t rank, int64_t n_layers) {
+  const RankPlan& rp = plan.ranks[static_cast<size_t>(rank)];
+  int64_t kept = 0, send = 0;
+  for (int e = 0; e < kNumExchanges; ++e) {
+    const Exchange& x = rp.exchanges[static_cast<size_t>(e)];
+    send += x.send_rows() * x.row_bytes;
+    if (e <= static_cast<int>(ExchangeKind::kKv)) kept += x.recv_rows() * x.row_bytes;
+  }
+  return n_layers * kept + send;
+}
+
+// The memory estimate (memory.h) bounds every rank's dispatcher rows, summed over the plans
+// whose dispatchers live at once (ping and pong); a step past the bound would make the
+// estimate a lie, so the step fails instead of allocating it.
+Status check_plan_rows(const std::vector<const Plan*>& plans, int64_t rank, const DispatchRowLimits& limits,
+                       int64_t step) {
+  int64_t q = 0, kv = 0;
+  for (const Plan* plan : plans) {
+    const RankPlan& rp = plan->ranks[static_cast<size_t>(rank)];
+    const ServerPlan& sp = plan->servers[static_cast<size_t>(rank)];
+    q += std::max(rp.exchange(ExchangeKind::kQ).recv_rows(),
+                  sp.cu_seqlens_q.empty() ? int64_t{0} : int64_t{sp.cu_seqlens_q.back()});
+    kv += std::max(rp.exchange(ExchangeKind::kKv).recv_rows(),
+                   sp.cu_seqlens_k.empty() ? int64_t{0} : int64_t{sp.cu_seqlens_k.back()});
+  }
+  if (q > limits.q || kv > limits.kv) {
+    return Status::internal("step " + std::to_string(step) + ": the plan gives rank " + std::to_string(rank) + " " +
+                            std::to_string(q) + " query and " + std::to_string(kv) +
+                            " context rows, more than the memory estimate allows (" + std::to_string(limits.q) +
+                            " and " + std::to_string(limits.kv) + ")");
+  }
+  return {};
+}
+
+// Which of the step's plans the runner's dispatchers hold (single-stream: the whole plan).
+std::vector<const Plan*> running_plans(const runtime::NanoPlans& np, runtime::OverlapMode mode) {
+  if (mode == runtime::OverlapMode::kSingleStream) return {&np.full};
+  return {&np.nano[0], &np.nano[1]};
+}
+
+// The stage's layer phases as the runner's linear work (runtime/pingpong.h, LinearFn): runner
+// layer l is model layer first + l; the rows of nano-batch x are rows[x] of the micro-batch's
+// token buffer (nano 0 first). The head runs on the last stage only; elsewhere the runner's
+// last forward call ends with post-CA of the stage's last layer (its output goes to the next
+// stage) and its first backward call starts from the received output gradient.
+runtime::LinearFn stage_linear(model::Llama<float>& model, const model::StageRange& layers, bool head,
+                               const std::array<model::RowRange, 2>& rows, double grad_scale) {
+  const int first = static_cast<int>(layers.first);
+  const int n = static_cast<int>(layers.last - layers.first);
+  return [&model, rows, grad_scale, first, n, head](int x, int l, bool backward) {
+    const model::RowRange r = rows[static_cast<size_t>(x)];
+    if (r.size() == 0) return;
+    if (!backward) {
+      if (l > 0) model.forward_post(first + l - 1, r);
+      if (l < n) model.forward_pre(first + l, r);
+      else if (head) model.forward_head(r);
+      return;
+    }
+    if (l < n) model.backward_pre(first + l, r);
+    else if (head) model.backward_head(r, grad_scale);
+    if (l > 0) model.backward_post(first + l - 1, r);
+  };
+}
+
+// One micro-batch on this stage, from its forward to its backward.
+struct Micro {
+  Batch batch;
+  std::optional<runtime::NanoPlans> plans;
+  RankInputs in;
+  std::array<model::RowRange, 2> rows{};
+  std::unique_ptr<runtime::PingPongRunner> runner;
+  int64_t slot = 0;
+  std::vector<float> grad_out;                 // (n, hidden): the input gradient sent back
+  std::unique_ptr<comm::Exchange> send_fwd, send_bwd;
+  int64_t tokens() const { return rows[1].end; }
+};
+
+// Blocks on `ex`, adding the time to `waited`.
+Status wait_for(comm::Exchange& ex, double& waited) {
+  const auto t0 = Clock::now();
+  Status st = ex.wait();
+  waited += since(t0);
+  return st;
+}
+
+}  // namespace
+
+ParamRange stage_param_range(const ModelSpec& spec, int64_t pp, int64_t k) {
+  const std::vector<model::TensorInfo> layout = model::param_layout(spec);
+  const int64_t total = layout.back().offset + layout.back().size();
+  // Tensor 1 + 9 l is layer l's attn_norm, the first tensor of the layer (llama.h layout).
+  auto layer_start = [&](int64_t l) { return layout[static_cast<size_t>(1 + 9 * l)].offset; };
+  const model::StageRange r = model::stage_layers(spec.n_layers, pp, k);
+  ParamRange out;
+  out.first = k == 0 ? 0 : layer_start(r.first);
+  out.end = k == pp - 1 ? total : layer_start(r.last);
+  return out;
+}
+
+Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup& s, int64_t step, StepMetrics& m,
+                int64_t& peak_dispatch, TraceRecorder* trace) {
+  auto& model = *s.model;
+  comm::Communicator& dpc = *s.dp_comm;
+  const int64_t P = s.pp, M = s.micro_batches, stage = s.stage;
+  const bool head = stage == P - 1;
+  const int hidden = static_cast<int>(s.spec.hidden);
+  const int prev = stage > 0 ? static_cast<int>((stage - 1) * s.dp + s.replica) : -1;
+  const int next = head ? -1 : static_cast<int>((stage + 1) * s.dp + s.replica);
+  const std::string at = "step " + std::to_string(step);
+  double waited = 0, linear = 0, attention = 0, other = 0;
+
+  // The step's micro-batches and the global target count: every document's tokens but its
+  // last, over all micro-batches and replicas (every rank computes it from the data alone).
+  std::vector<Micro> mbs(static_cast<size_t>(M));
+  double count = 0;
+  for (int64_t mb = 0; mb < M; ++mb) {
+    Micro& u = mbs[static_cast<size_t>(mb)];
+    u.batch = s.data->batch(step * M + mb);
+    for (const auto& pieces : u.batch.per_rank) {
+      for (const Piece& p : pieces) count += static_cast<double>(p.len - (p.offset + p.len == p.doc_len ? 1 : 0));
+    }
+  }
+  const double grad_scale = 1.0 / count;
+
+  const int L = static_cast<int>(s.layers.last - s.layers.first);
+  std::vector<runtime::LayerForward> fw;
+  std::vector<runtime::LayerBackward> bw;
+  model.zero_grads();
+  const std::vector<runtime::PipeOp> ops = runtime::one_f_one_b(P, M)[static_cast<size_t>(stage)];
+  const auto t_pipe = Clock::now();
+  model::StepLoss loss;
+  double imbalance_before = 1, imbalance_after = 1;
+  int64_t bytes = 0;
+  for (const runtime::PipeOp& op : ops) {
+    Micro& u = mbs[static_cast<size_t>(op.microbatch)];
+    const int tag = static_cast<int>(2 * op.microbatch);
+    if (!op.backward) {
+      auto planned = runtime::plan_nano_batches(u.batch, s.sspec, s.sopt);
+      if (!planned.ok()) return planned.status().with_context(at);
+      u.plans.emplace(std::move(planned).value());
+      const runtime::NanoPlans& plans = *u.plans;
+      imbalance_before = std::max(imbalance_before, plans.full.metrics.load_before_max_over_mean);
+      imbalance_after = std::max(imbalance_after, plans.full.metrics.load_max_over_mean);
+      u.in = s.data->rank_inputs(step * M + op.microbatch, plans.split.batch, s.replica);
+      const auto& t = plans.split.tokens[static_cast<size_t>(s.replica)];
+      u.rows = {model::RowRange{0, t[0]}, model::RowRange{t[0], t[0] + t[1]}};
+      const std::vector<const Plan*> running = running_plans(plans, s.overlap);
+      DISTCA_RETURN_IF_ERROR(check_plan_rows(running, s.replica, dispatch_row_limits(config), step));
+      int64_t kept = 0;
+      for (const Plan* p : running) kept += dispatcher_bytes(*p, s.replica, L);
+      peak_dispatch = std::max(peak_dispatch, kept * std::min<int64_t>(M, P - stage));
+      DISTCA_ASSIGN_OR_RETURN(u.runner, runtime::PingPongRunner::create(dpc, plans, s.dims, s.overlap, trace));
+      u.slot = op.microbatch % model.slots();
+      DISTCA_RETURN_IF_ERROR(model.begin_step(u.in.view(), {}, u.slot).with_context(at));
+      const int64_t n = u.tokens();
+      if (prev >= 0) {
+        std::span<std::byte> dst(reinterpret_cast<std::byte*>(model.stage_input()), sizeof(float) * n * hidden);
+        DISTCA_ASSIGN_OR_RETURN(auto r, world.start_recv(dst, prev, tag));
+        DISTCA_RETURN_IF_ERROR(wait_for(*r, waited).with_context(at + ": activations from rank " + std::to_string(prev)));
+      }
+      fw.clear();
+      for (int l = 0; l < L; ++l) {
+        const model::LayerAttentionIo<float> io = model.attention_io(static_cast<int>(s.layers.first) + l);
+        fw.push_back({io.q, io.k, io.v, io.o, nullptr});
+      }
+      Status st = u.runner->forward(fw, stage_linear(model, s.layers, head, u.rows, grad_scale));
+      if (!st.ok()) return st.with_context(at + ", forward");
+      if (next >= 0) {
+        std::span<const std::byte> src(reinterpret_cast<const std::byte*>(model.stage_output()), sizeof(float) * n * hidden);
+        DISTCA_ASSIGN_OR_RETURN(u.send_fwd, world.start_send(src, next, tag));
+      }
+      if (head) {
+        const model::StepLoss l = model.step_loss();
+        loss.loss_sum += l.loss_sum;
+        loss.count += l.count;
+        loss.report_sum += l.report_sum;
+        loss.report_weight += l.report_weight;
+      }
+      continue;
+    }
+    const int64_t n = u.tokens();
+    model.select_slot(u.slot);
+    if (next >= 0) {
+      // The activations sent in forward live in this slot: their send must be done before
+      // the slot is reused, and it is done once the next stage has sent the gradient back.
+      std::span<std::byte> dst(reinterpret_cast<std::byte*>(model.stage_output_grad()), sizeof(float) * n * hidden);
+      DISTCA_ASSIGN_OR_RETURN(auto r, world.start_recv(dst, next, tag + 1));
+      DISTCA_RETURN_IF_ERROR(wait_for(*r, waited).with_context(at + ": gradients from rank " + std::to_string(next)));
+      DISTCA_RETURN_IF_ERROR(wait_for(*u.send_fwd, waited).with_context(at));
+    }
+    bw.clear();
+    for (int l = 0; l < L; ++l) {
+      const model::LayerAttentionIo<float> io = model.attention_io(static_cast<int>(s.layers.first) + l);
+      bw.push_back({io.d_o, io.dq, io.dk, io.dv});
+    }
+    Status st = u.runner->backward(bw, stage_linear(model, s.layers, head, u.rows, grad_scale));
+    if (!st.ok()) return st.with_context(at + ", backward");
+    if (prev >= 0) {
+      // The model's input gradient lives in shared scratch: send a copy.
+      u.grad_out.assign(model.stage_input_grad(), model.stage_input_grad() + n * hidden);
+      std::span<const std::byte> src(reinterpret_cast<const std::byte*>(u.grad_out.data()), sizeof(float) * n * hidden);
+      DISTCA_ASSIGN_OR_RETURN(u.send_bwd, world.start_send(src, prev, tag + 1));
+    }
+    const runtime::RunnerTimes rt = u.runner->times();
+    linear += rt.linear;
+    waited += rt.waited;
+    attention += rt.other;
+    bytes += u.runner->last_bytes_sent();
+    if (op.microbatch + 1 == M) m.nano_tokens = {u.rows[0].size(), u.rows[1].size()};
+    u.runner.reset();
+    u.plans.reset();
+  }
+  for (Micro& u : mbs) {
+    if (u.send_bwd) DISTCA_RETURN_IF_ERROR(wait_for(*u.send_bwd, waited).with_context(at));
+  }
+  other = std::max(0.0, since(t_pipe) - linear - waited - attention);  // embedding, copies
+
+  double wait_s = 0, comm_s = 0;
+  auto t0 = Clock::now();
+  DISTCA_RETURN_IF_ERROR(world.barrier());
+  wait_s += since(t0);
+  t0 = Clock::now();
+  DISTCA_RETURN_IF_ERROR(dpc.all_reduce_sum(model.grads()));
+  // Only the last stage holds losses; the other ranks add zeros, which is exact.
+  double sums[3] = {loss.loss_sum, loss.report_sum, loss.report_weight};
+  DISTCA_RETURN_IF_ERROR(world.all_reduce_sum(std::span<double>(sums, 3)));
+  // The global norm over every stage: each tensor's squared norm from replica 0 of its stage.
+  const std::vector<model::TensorInfo>& mine = model.layout();
+  std::vector<double> squares(static_cast<size_t>(9 * s.spec.n_layers + 3), 0.0);
+  if (s.replica == 0) {
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const model::TensorInfo& ti = mine[i];
+      squares[static_cast<size_t>(s.full_tensor_index[i])] =
+          model::squared_norm(std::span<const float>(model.grads().data() + ti.offset, static_cast<size_t>(ti.size())));
+    }
+  }
+  DISTCA_RETURN_IF_ERROR(world.all_reduce_sum(std::span<double>(squares)));
+  comm_s += since(t0);
+
+  t0 = Clock::now();
+  const double norm = model::norm_from_tensor_squares(squares);
+  const double lr = s.sched.at(step);
+  const bool valid = s.overlap != runtime::OverlapMode::kSignal;
+  if (valid) {
+    if (!std::isfinite(norm)) {
+      return Status::internal(at + ": gradient norm is not finite (diverged; lower --lr)");
+    }
+    model::clip_to_norm(model.grads(), norm, config.clip);
+    DISTCA_RETURN_IF_ERROR(s.opt->step(model.params(), model.grads(), lr));
+  }
+  const double opt_s = since(t0);
+
+  m.step = step;
+  m.loss = sums[0] / count;
+  m.report_loss = sums[2] > 0 ? sums[1] / sums[2] : m.loss;
+  m.lr = lr;
+  m.grad_norm = norm;
+  m.tokens = config.ranks / P * config.tokens_per_rank * M;
+  m.imbalance_before = imbalance_before;
+  m.imbalance_after = imbalance_after;
+  m.bytes_sent = bytes;
+  m.attention_s = attention;
+  m.comm_s = comm_s + waited;
+  m.wait_s = wait_s;
+  m.linear_s = linear + other + opt_s;
+  return {};
+}
+
+}  // namespace distca::train

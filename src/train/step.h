@@ -1,0 +1,68 @@
+// One optimizer step of one rank (internal to the train layer; trainer.h documents the
+// behaviour). A rank is stage `stage` of data-parallel replica `replica`: ranks are numbered
+// stage-major, rank = stage * dp + replica, so a stage's data-parallel group is the dp
+// consecutive ranks [stage * dp, (stage + 1) * dp) and replica d's pipeline is the ranks
+// d, dp + d, 2 dp + d, ...
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "distca/comm/communicator.h"
+#include "distca/comm/group.h"
+#include "distca/core/trace.h"
+#include "distca/model/llama.h"
+#include "distca/model/optimizer.h"
+#include "distca/plan/schedule.h"
+#include "distca/runtime/dispatcher.h"
+#include "distca/runtime/pingpong.h"
+#include "distca/train/config.h"
+#include "distca/train/data.h"
+#include "distca/train/trainer.h"
+
+namespace distca::train {
+
+// Point-to-point tags (comm/communicator.h): a micro-batch's activations 2m, their gradient
+// 2m + 1; the stage's data-parallel group kGroupTag (never a micro-batch tag); the gather of
+// a stage's vectors to rank 0 kGatherTag + k.
+inline constexpr int kGroupTag = 1 << 19;
+inline constexpr int kGatherTag = (1 << 19) + 16;
+
+// Everything a rank builds before its first step.
+struct RankSetup {
+  ModelSpec spec;
+  std::optional<DataSource> own_data;  // when the hooks bring none
+  const DataSource* data = nullptr;
+  std::optional<model::Llama<float>> model;  // this stage's layers
+  std::optional<model::AdamW> opt;           // over this stage's parameters
+  model::LrSchedule sched;
+  SchedulerSpec sspec;
+  ScheduleOptions sopt;
+  runtime::AttentionDims dims;
+  runtime::OverlapMode overlap = runtime::OverlapMode::kSingleStream;  // colocated: one exchange per layer
+  int64_t start = 0;  // first step to run
+  // Pipeline placement.
+  int64_t pp = 1, dp = 1, stage = 0, replica = 0, micro_batches = 1;
+  model::StageRange layers;
+  std::vector<int64_t> full_tensor_index;  // [model.layout() entry] its index in param_layout(spec)
+  std::unique_ptr<comm::GroupCommunicator> dp_comm;  // this stage's data-parallel ranks
+};
+
+// [first, end) of stage k's parameters in the whole model's buffer (model/llama.h layout).
+struct ParamRange {
+  int64_t first = 0, end = 0;
+  int64_t size() const { return end - first; }
+};
+ParamRange stage_param_range(const ModelSpec& spec, int64_t pp, int64_t k);
+
+// Plans, runs the stage's 1F1B order of the step's micro-batches (runtime/pipeline_schedule.h;
+// one stage: each micro-batch forward then backward), all-reduces the gradients over the
+// stage's data-parallel group, reduces the losses and the global gradient norm over every
+// rank, clips, takes the AdamW step (not in signal mode). Fills the metrics but the step's
+// total time. `peak_dispatch`: the largest dispatcher row bytes of any step so far.
+Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup& s, int64_t step, StepMetrics& m,
+                int64_t& peak_dispatch, TraceRecorder* trace);
+
+}  // namespace distca::train
