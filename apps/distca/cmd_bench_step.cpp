@@ -123,17 +123,20 @@ Status run_rank(comm::Communicator& comm, const StepFlags& f, std::vector<Measur
     fw.push_back({q.data(), k.data(), v.data(), o[l].data(), nullptr});
     bw.push_back({d_o.data(), dq[l].data(), dk[l].data(), dv[l].data()});
   }
-  // Linear stand-in: per nano-batch call, (rows, W) x (W, W); backward does two of them.
+  // Linear stand-in: per nano-batch call, (rows, W) x (W, W) on the nano-batch's own rows
+  // (the split batch holds ping's rows first, then pong's); backward does two of them.
   const int64_t W = f.linear_width;
   std::vector<float> wmat = fill(W * W), act = fill(tokens * W), out(static_cast<size_t>(tokens * W));
   std::array<int64_t, 2> nano_rows{0, 0};
   auto linear = [&](int nano, int, bool backward) {
     const int64_t rows = nano_rows[static_cast<size_t>(nano)];
     if (rows == 0 || W == 0) return;
+    const int64_t row0 = nano == 0 ? 0 : nano_rows[0];
     std::lock_guard<std::mutex> lock(runtime::kernel_mutex());
     kernels::ScopedBlasThreads threads(omp_get_max_threads());
     for (int rep = 0; rep < (backward ? 2 : 1); ++rep) {
-      kernels::gemm<float>(false, false, rows, W, W, 1.0f, act.data(), W, wmat.data(), W, 0.0f, out.data(), W);
+      kernels::gemm<float>(false, false, rows, W, W, 1.0f, act.data() + row0 * W, W, wmat.data(), W, 0.0f,
+                           out.data() + row0 * W, W);
     }
   };
   const double linear_flops_per_token = 2.0 * static_cast<double>(W * W) * 3.0;  // fwd + 2x bwd
@@ -170,7 +173,7 @@ Status run_rank(comm::Communicator& comm, const StepFlags& f, std::vector<Measur
     for (size_t ci = 0; ci < configs.size(); ++ci) {
       const Config& c = configs[ci];
       Measured& m = (*results)[ci];
-      nano_rows = plans[ci].tokens[static_cast<size_t>(r)];
+      nano_rows = plans[ci].split.tokens[static_cast<size_t>(r)];
       const bool record = !f.trace.empty() && rep == f.reps && c.scheduler == "cad" &&
                           c.mode == runtime::OverlapMode::kPingPong && c.stateless == (f.servers == "stateless");
       DISTCA_RETURN_IF_ERROR(comm.barrier());

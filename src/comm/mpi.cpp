@@ -100,6 +100,7 @@ struct ExchangeState {
   bool done = false;                   // guarded by the engine's mutex in kThread mode
   Status status;                       // valid once done
   TraceRecorder* trace = nullptr;      // optional: records [start, completion observed]
+  std::string trace_name = "all_to_all_v";
   double start_us = 0;
   double timeout_s = 0;                // > 0: no completion for this long ends the job
   Clock::time_point last_progress;     // the start, or the latest completed request
@@ -175,7 +176,7 @@ std::optional<Status> drive(ExchangeState& st, Drive how) {
     if (how != Drive::kBlock) return std::nullopt;
   }
   if (st.trace) {
-    st.trace->record({"all_to_all_v", "comm", 0, st.rank, st.start_us, st.trace->now_us()});
+    st.trace->record({st.trace_name, "comm", 0, st.rank, st.start_us, st.trace->now_us()});
   }
   return Status::ok_status();
 }
@@ -365,6 +366,7 @@ class MpiCommunicatorImpl : public MpiCommunicator {
     const double start_us = trace_ ? trace_->now_us() : 0.0;
     DISTCA_ASSIGN_OR_RETURN(auto st, post(a));
     st->trace = trace_;
+    if (trace_ != nullptr && a.label != nullptr) st->trace_name = std::string(a.label) + " transfer";
     st->start_us = start_us;
     if (info_.progress == ProgressMode::kThread) {
       if (!engine_) engine_ = std::make_shared<ProgressEngine>(poll_interval_us_, max_poll_interval_us_);

@@ -23,8 +23,8 @@ struct Widths {
   int64_t layer() const { return 4 * h + 2 + 2 * qd + 2 * kvd + 3 * f; }
   // x_final, rstd_final, xn_final, logits, rope cos (hd/2), rope sin (hd/2)
   int64_t final_block() const { return 2 * h + 1 + v + hd; }
-  // dx, dxn, dq, dk, dv, d_o, dg, du, da
-  int64_t scratch() const { return 2 * h + 2 * qd + 2 * kvd + 3 * f; }
+  // dx, dxn, dq, dk, dv, d_o, dg, du, da, then the odd layers' dk, dv (phased step)
+  int64_t scratch() const { return 2 * h + 2 * qd + 4 * kvd + 3 * f; }
 };
 
 template <class T>
@@ -171,6 +171,69 @@ typename Llama<T>::LayerActs Llama<T>::layer_acts(int64_t layer) {
   return a;
 }
 
+// The final block and the RoPE tables (first n rows of each region are used).
+template <class T>
+struct Llama<T>::FinalActs {
+  T* x;         // (n, h) residual stream after the last layer
+  T* rstd;      // (n)
+  T* xn;        // (n, h) final_norm(x)
+  T* logits;    // (n, vocab); dlogits after backward_head
+  T* rope_cos;  // (n, head_dim / 2)
+  T* rope_sin;  // (n, head_dim / 2)
+};
+
+// Backward's temporaries (first n rows of each region are used).
+template <class T>
+struct Llama<T>::Scratch {
+  T* dx;     // (n, h) gradient of the residual stream
+  T* dxn;    // (n, h) gradient of a norm's output
+  T* dq;     // (n, n_heads, head_dim)
+  T* dk[2];  // (n, n_kv_heads, head_dim) by layer parity
+  T* dv[2];  // (n, n_kv_heads, head_dim) by layer parity
+  T* d_o;    // (n, n_heads, head_dim)
+  T* dg;     // (n, f)
+  T* du;     // (n, f)
+  T* da;     // (n, f)
+};
+
+template <class T>
+typename Llama<T>::FinalActs Llama<T>::final_acts() {
+  const Widths w(spec_);
+  FinalActs f;
+  f.x = acts_.data() + spec_.n_layers * w.layer() * max_tokens_;
+  f.rstd = f.x + w.h * max_tokens_;
+  f.xn = f.rstd + max_tokens_;
+  f.logits = f.xn + w.h * max_tokens_;
+  f.rope_cos = f.logits + w.v * max_tokens_;
+  f.rope_sin = f.rope_cos + (w.hd / 2) * max_tokens_;
+  return f;
+}
+
+template <class T>
+typename Llama<T>::Scratch Llama<T>::scratch() {
+  const Widths w(spec_);
+  T* p = scratch_.data();
+  auto take = [&](int64_t width) {
+    T* r = p;
+    p += width * max_tokens_;
+    return r;
+  };
+  Scratch s;
+  s.dx = take(w.h);
+  s.dxn = take(w.h);
+  s.dq = take(w.qd);
+  s.dk[0] = take(w.kvd);
+  s.dv[0] = take(w.kvd);
+  s.d_o = take(w.qd);
+  s.dg = take(w.f);
+  s.du = take(w.f);
+  s.da = take(w.f);
+  // The odd layers' set last, so the even set keeps the offsets of the one-set layout.
+  s.dk[1] = take(w.kvd);
+  s.dv[1] = take(w.kvd);
+  return s;
+}
+
 template <class T>
 Result<Llama<T>> Llama<T>::create(const ModelSpec& spec, int64_t max_tokens, uint64_t seed,
                                   const LlamaOptions& options) {
@@ -234,8 +297,7 @@ void Llama<T>::zero_grads() {
 }
 
 template <class T>
-Status Llama<T>::check_inputs(const StepInputs& in, const BasicAttentionExecutor<T>& executor,
-                              std::span<T> per_token_loss) const {
+Status Llama<T>::check_inputs(const StepInputs& in, std::span<T> per_token_loss) const {
   const auto n = static_cast<int64_t>(in.tokens.size());
   if (n > max_tokens_) {
     return Status::invalid_argument("tokens: " + std::to_string(n) + " exceed max_tokens " +
@@ -269,6 +331,11 @@ Status Llama<T>::check_inputs(const StepInputs& in, const BasicAttentionExecutor
                                       std::to_string(spec_.vocab) + ")");
     }
   }
+  return Status::ok_status();
+}
+
+template <class T>
+Status Llama<T>::check_executor(const BasicAttentionExecutor<T>& executor, int64_t n) const {
   const AttentionShape s = executor.shape();
   if (s.n_heads != spec_.n_heads || s.n_kv_heads != spec_.n_kv_heads ||
       s.head_dim != spec_.head_dim) {
@@ -285,141 +352,240 @@ Status Llama<T>::check_inputs(const StepInputs& in, const BasicAttentionExecutor
 }
 
 template <class T>
-Result<StepLoss> Llama<T>::run_forward(const StepInputs& in, BasicAttentionExecutor<T>& executor,
-                                       std::span<T> per_token_loss) {
+Status Llama<T>::start_step(const StepInputs& in, std::span<T> per_token_loss,
+                            const BasicAttentionExecutor<T>* executor, double grad_scale) {
+  step_ready_ = false;
   const auto n = static_cast<int64_t>(in.tokens.size());
+  DISTCA_RETURN_IF_ERROR(check_inputs(in, per_token_loss));
+  if (executor != nullptr) DISTCA_RETURN_IF_ERROR(check_executor(*executor, n));
+  if (!std::isfinite(grad_scale)) return Status::invalid_argument("grad_scale must be finite");
+  step_in_ = in;
+  step_per_token_loss_ = per_token_loss;
+  step_n_ = n;
+  step_loss_ = StepLoss{};
+
   const Widths w(spec_);
-  const int64_t L = spec_.n_layers;
-  T* fin = acts_.data() + L * w.layer() * max_tokens_;
-  T* x_final = fin;                                  // (n, h)
-  T* rstd_final = x_final + w.h * max_tokens_;       // (n)
-  T* xn_final = rstd_final + max_tokens_;            // (n, h)
-  T* logits = xn_final + w.h * max_tokens_;          // (n, vocab)
-  T* rope_cos = logits + w.v * max_tokens_;          // (n, head_dim / 2)
-  T* rope_sin = rope_cos + (w.hd / 2) * max_tokens_;  // (n, head_dim / 2)
-
-  rope_tables<T>(rope_cos, rope_sin, in.positions.data(), n, w.hd, options_.rope_theta);
-
+  const FinalActs f = final_acts();
+  rope_tables<T>(f.rope_cos, f.rope_sin, in.positions.data(), n, w.hd, options_.rope_theta);
   // Embedding lookup into layer 0's residual input.
-  {
-    const T* emb = params_.data() + layout_[0].offset;  // (vocab, h)
-    T* x0 = layer_acts(0).x;                           // (n, h)
-    for (int64_t t = 0; t < n; ++t) {
-      std::copy_n(emb + in.tokens[static_cast<size_t>(t)] * w.h, w.h, x0 + t * w.h);
-    }
-  }
-
-  for (int64_t l = 0; l < L; ++l) {
-    const LayerPtrs p = layer_ptrs(params_.data(), l);
-    const LayerActs a = layer_acts(l);
-    rmsnorm_forward<T>(a.xn1, a.rstd1, a.x, p.attn_norm, n, w.h, options_.rms_eps);
-    linear_forward<T>(a.q, a.xn1, p.wq, n, w.h, w.qd);
-    linear_forward<T>(a.k, a.xn1, p.wk, n, w.h, w.kvd);
-    linear_forward<T>(a.v, a.xn1, p.wv, n, w.h, w.kvd);
-    rope_apply<T>(a.q, rope_cos, rope_sin, n, spec_.n_heads, w.hd, +1);
-    rope_apply<T>(a.k, rope_cos, rope_sin, n, spec_.n_kv_heads, w.hd, +1);
-    const Status st = executor.forward(static_cast<int>(l), a.q, a.k, a.v, a.o);
-    if (!st.ok()) return st.with_context("attention forward, layer " + std::to_string(l));
-    linear_forward<T>(a.x_mid, a.o, p.wo, n, w.qd, w.h);
-    add_inplace<T>(a.x_mid, a.x, n * w.h);
-    rmsnorm_forward<T>(a.xn2, a.rstd2, a.x_mid, p.ffn_norm, n, w.h, options_.rms_eps);
-    linear_forward<T>(a.g, a.xn2, p.w1, n, w.h, w.f);
-    linear_forward<T>(a.u, a.xn2, p.w3, n, w.h, w.f);
-    swiglu_forward<T>(a.a, a.g, a.u, n, w.f);
-    T* next = l + 1 < L ? layer_acts(l + 1).x : x_final;  // (n, h)
-    linear_forward<T>(next, a.a, p.w2, n, w.f, w.h);
-    add_inplace<T>(next, a.x_mid, n * w.h);
-  }
-
-  const TensorInfo& final_norm = layout_[layout_.size() - 2];
-  const TensorInfo& lm_head = layout_.back();
-  rmsnorm_forward<T>(xn_final, rstd_final, x_final, params_.data() + final_norm.offset, n, w.h,
-                     options_.rms_eps);
-  linear_forward<T>(logits, xn_final, params_.data() + lm_head.offset, n, w.h, w.v);
-
-  StepLoss out;
-  out.loss_sum = cross_entropy_forward<T>(loss_.data(), logits, in.targets.data(), n, w.v);
+  const T* emb = params_.data() + layout_[0].offset;  // (vocab, h)
+  T* x0 = layer_acts(0).x;                           // (n, h)
   for (int64_t t = 0; t < n; ++t) {
-    const auto i = static_cast<size_t>(t);
-    if (in.targets[i] < 0) continue;
-    ++out.count;
-    if (!in.report_weights.empty()) {
-      out.report_sum += static_cast<double>(in.report_weights[i]) * loss_[i];
-      out.report_weight += in.report_weights[i];
-    }
+    std::copy_n(emb + in.tokens[static_cast<size_t>(t)] * w.h, w.h, x0 + t * w.h);
   }
-  if (!per_token_loss.empty()) std::copy_n(loss_.data(), n, per_token_loss.data());
-  return out;
+  step_ready_ = true;
+  return Status::ok_status();
 }
 
 template <class T>
-Status Llama<T>::run_backward(const StepInputs& in, BasicAttentionExecutor<T>& executor,
-                              double grad_scale) {
-  const auto n = static_cast<int64_t>(in.tokens.size());
+Status Llama<T>::begin_step(const StepInputs& in, std::span<T> per_token_loss) {
+  return start_step(in, per_token_loss, nullptr, 0.0);
+}
+
+template <class T>
+LayerAttentionIo<T> Llama<T>::attention_io(int layer) {
+  DISTCA_CHECK(layer >= 0 && layer < spec_.n_layers);
+  const LayerActs a = layer_acts(layer);
+  const Scratch s = scratch();
+  const int parity = layer % 2;
+  return {a.q, a.k, a.v, a.o, s.d_o, s.dq, s.dk[parity], s.dv[parity]};
+}
+
+template <class T>
+void Llama<T>::check_phase(int layer, RowRange rows) const {
+  DISTCA_CHECK_MSG(step_ready_, "a phase of a step without a successful begin_step");
+  DISTCA_CHECK(layer >= 0 && layer < spec_.n_layers);
+  DISTCA_CHECK(rows.begin >= 0 && rows.begin <= rows.end && rows.end <= step_n_);
+}
+
+// In every phase: b is the first row, m the row count, and each buffer is offset by b rows.
+template <class T>
+void Llama<T>::forward_pre(int layer, RowRange rows) {
+  check_phase(layer, rows);
   const Widths w(spec_);
-  const int64_t L = spec_.n_layers;
-  T* fin = acts_.data() + L * w.layer() * max_tokens_;
-  T* x_final = fin;                                  // (n, h)
-  T* rstd_final = x_final + w.h * max_tokens_;       // (n)
-  T* xn_final = rstd_final + max_tokens_;            // (n, h)
-  T* logits = xn_final + w.h * max_tokens_;          // (n, vocab); becomes dlogits
-  T* rope_cos = logits + w.v * max_tokens_;          // (n, head_dim / 2)
-  T* rope_sin = rope_cos + (w.hd / 2) * max_tokens_;  // (n, head_dim / 2)
+  const int64_t b = rows.begin, m = rows.size();
+  const LayerPtrs p = layer_ptrs(params_.data(), layer);
+  const LayerActs a = layer_acts(layer);
+  const FinalActs f = final_acts();
+  T* q = a.q + b * w.qd;
+  T* k = a.k + b * w.kvd;
+  T* xn1 = a.xn1 + b * w.h;
+  rmsnorm_forward<T>(xn1, a.rstd1 + b, a.x + b * w.h, p.attn_norm, m, w.h, options_.rms_eps);
+  linear_forward<T>(q, xn1, p.wq, m, w.h, w.qd);
+  linear_forward<T>(k, xn1, p.wk, m, w.h, w.kvd);
+  linear_forward<T>(a.v + b * w.kvd, xn1, p.wv, m, w.h, w.kvd);
+  const T* cos_t = f.rope_cos + b * (w.hd / 2);
+  const T* sin_t = f.rope_sin + b * (w.hd / 2);
+  rope_apply<T>(q, cos_t, sin_t, m, spec_.n_heads, w.hd, +1);
+  rope_apply<T>(k, cos_t, sin_t, m, spec_.n_kv_heads, w.hd, +1);
+}
 
-  T* s = scratch_.data();
-  auto take = [&](int64_t width) {
-    T* r = s;
-    s += width * max_tokens_;
-    return r;
-  };
-  T* dx = take(w.h);     // (n, h) gradient of the residual stream
-  T* dxn = take(w.h);    // (n, h) gradient of a norm's output
-  T* dq = take(w.qd);    // (n, n_heads, head_dim)
-  T* dk = take(w.kvd);   // (n, n_kv_heads, head_dim)
-  T* dv = take(w.kvd);   // (n, n_kv_heads, head_dim)
-  T* d_o = take(w.qd);   // (n, n_heads, head_dim)
-  T* dg = take(w.f);     // (n, f)
-  T* du = take(w.f);     // (n, f)
-  T* da = take(w.f);     // (n, f)
+template <class T>
+void Llama<T>::forward_post(int layer, RowRange rows) {
+  check_phase(layer, rows);
+  const Widths w(spec_);
+  const int64_t b = rows.begin, m = rows.size();
+  const LayerPtrs p = layer_ptrs(params_.data(), layer);
+  const LayerActs a = layer_acts(layer);
+  T* x_mid = a.x_mid + b * w.h;
+  T* xn2 = a.xn2 + b * w.h;
+  T* g = a.g + b * w.f;
+  T* u = a.u + b * w.f;
+  T* act = a.a + b * w.f;
+  linear_forward<T>(x_mid, a.o + b * w.qd, p.wo, m, w.qd, w.h);
+  add_inplace<T>(x_mid, a.x + b * w.h, m * w.h);
+  rmsnorm_forward<T>(xn2, a.rstd2 + b, x_mid, p.ffn_norm, m, w.h, options_.rms_eps);
+  linear_forward<T>(g, xn2, p.w1, m, w.h, w.f);
+  linear_forward<T>(u, xn2, p.w3, m, w.h, w.f);
+  swiglu_forward<T>(act, g, u, m, w.f);
+  T* next = (layer + 1 < spec_.n_layers ? layer_acts(layer + 1).x : final_acts().x) + b * w.h;
+  linear_forward<T>(next, act, p.w2, m, w.f, w.h);
+  add_inplace<T>(next, x_mid, m * w.h);
+}
 
+template <class T>
+void Llama<T>::forward_head(RowRange rows) {
+  check_phase(0, rows);
+  const Widths w(spec_);
+  const int64_t b = rows.begin, m = rows.size();
+  const FinalActs f = final_acts();
   const TensorInfo& final_norm = layout_[layout_.size() - 2];
   const TensorInfo& lm_head = layout_.back();
+  T* xn = f.xn + b * w.h;
+  T* logits = f.logits + b * w.v;
+  rmsnorm_forward<T>(xn, f.rstd + b, f.x + b * w.h, params_.data() + final_norm.offset, m, w.h,
+                     options_.rms_eps);
+  linear_forward<T>(logits, xn, params_.data() + lm_head.offset, m, w.h, w.v);
 
-  // Loss -> logits (in place) -> final norm.
-  cross_entropy_backward<T>(logits, logits, in.targets.data(), n, w.v, grad_scale);
-  linear_backward<T>(dxn, grads_.data() + lm_head.offset, logits, xn_final,
-                     params_.data() + lm_head.offset, n, w.h, w.v, false);
-  std::fill_n(dx, n * w.h, T(0));
-  rmsnorm_backward<T>(dx, grads_.data() + final_norm.offset, dxn, x_final, rstd_final,
-                      params_.data() + final_norm.offset, n, w.h);
-
-  for (int64_t l = L - 1; l >= 0; --l) {
-    const LayerPtrs p = layer_ptrs(params_.data(), l);
-    const LayerPtrs gp = layer_ptrs(grads_.data(), l);
-    const LayerActs a = layer_acts(l);
-    // dx holds d(layer output); the residual passes it to x_mid unchanged.
-    linear_backward<T>(da, gp.w2, dx, a.a, p.w2, n, w.f, w.h, false);
-    swiglu_backward<T>(dg, du, da, a.g, a.u, n, w.f);
-    linear_backward<T>(dxn, gp.w1, dg, a.xn2, p.w1, n, w.h, w.f, false);
-    linear_backward<T>(dxn, gp.w3, du, a.xn2, p.w3, n, w.h, w.f, true);
-    rmsnorm_backward<T>(dx, gp.ffn_norm, dxn, a.x_mid, a.rstd2, p.ffn_norm, n, w.h);
-    // dx now holds d(x_mid); the residual passes it to x unchanged.
-    linear_backward<T>(d_o, gp.wo, dx, a.o, p.wo, n, w.qd, w.h, false);
-    const Status st = executor.backward(static_cast<int>(l), d_o, dq, dk, dv);
-    if (!st.ok()) return st.with_context("attention backward, layer " + std::to_string(l));
-    rope_apply<T>(dq, rope_cos, rope_sin, n, spec_.n_heads, w.hd, -1);
-    rope_apply<T>(dk, rope_cos, rope_sin, n, spec_.n_kv_heads, w.hd, -1);
-    linear_backward<T>(dxn, gp.wq, dq, a.xn1, p.wq, n, w.h, w.qd, false);
-    linear_backward<T>(dxn, gp.wk, dk, a.xn1, p.wk, n, w.h, w.kvd, true);
-    linear_backward<T>(dxn, gp.wv, dv, a.xn1, p.wv, n, w.h, w.kvd, true);
-    rmsnorm_backward<T>(dx, gp.attn_norm, dxn, a.x, a.rstd1, p.attn_norm, n, w.h);
-    // dx now holds d(layer input).
+  // The rows' sums first, then added to the step's: one range [0, n) gives the bits of a
+  // single sum over the step.
+  StepLoss part;
+  part.loss_sum =
+      cross_entropy_forward<T>(loss_.data() + b, logits, step_in_.targets.data() + b, m, w.v);
+  for (int64_t t = b; t < rows.end; ++t) {
+    const auto i = static_cast<size_t>(t);
+    if (step_in_.targets[i] < 0) continue;
+    ++part.count;
+    if (!step_in_.report_weights.empty()) {
+      part.report_sum += static_cast<double>(step_in_.report_weights[i]) * loss_[i];
+      part.report_weight += step_in_.report_weights[i];
+    }
   }
+  step_loss_.loss_sum += part.loss_sum;
+  step_loss_.count += part.count;
+  step_loss_.report_sum += part.report_sum;
+  step_loss_.report_weight += part.report_weight;
+  if (!step_per_token_loss_.empty()) {
+    std::copy_n(loss_.data() + b, m, step_per_token_loss_.data() + b);
+  }
+}
 
-  // Embedding rows: in token order, so repeated tokens add up in a fixed order.
+template <class T>
+void Llama<T>::backward_head(RowRange rows, double grad_scale) {
+  check_phase(0, rows);
+  DISTCA_CHECK(std::isfinite(grad_scale));
+  const Widths w(spec_);
+  const int64_t b = rows.begin, m = rows.size();
+  const FinalActs f = final_acts();
+  const Scratch s = scratch();
+  const TensorInfo& final_norm = layout_[layout_.size() - 2];
+  const TensorInfo& lm_head = layout_.back();
+  T* logits = f.logits + b * w.v;
+  T* dxn = s.dxn + b * w.h;
+  T* dx = s.dx + b * w.h;
+  // Loss -> logits (in place) -> final norm.
+  cross_entropy_backward<T>(logits, logits, step_in_.targets.data() + b, m, w.v, grad_scale);
+  linear_backward<T>(dxn, grads_.data() + lm_head.offset, logits, f.xn + b * w.h,
+                     params_.data() + lm_head.offset, m, w.h, w.v, false);
+  std::fill_n(dx, m * w.h, T(0));
+  rmsnorm_backward<T>(dx, grads_.data() + final_norm.offset, dxn, f.x + b * w.h, f.rstd + b,
+                      params_.data() + final_norm.offset, m, w.h);
+}
+
+template <class T>
+void Llama<T>::backward_post(int layer, RowRange rows) {
+  check_phase(layer, rows);
+  const Widths w(spec_);
+  const int64_t b = rows.begin, m = rows.size();
+  const LayerPtrs p = layer_ptrs(params_.data(), layer);
+  const LayerPtrs gp = layer_ptrs(grads_.data(), layer);
+  const LayerActs a = layer_acts(layer);
+  const Scratch s = scratch();
+  T* dx = s.dx + b * w.h;
+  T* dxn = s.dxn + b * w.h;
+  T* da = s.da + b * w.f;
+  T* dg = s.dg + b * w.f;
+  T* du = s.du + b * w.f;
+  const T* xn2 = a.xn2 + b * w.h;
+  // dx holds d(layer output); the residual passes it to x_mid unchanged.
+  linear_backward<T>(da, gp.w2, dx, a.a + b * w.f, p.w2, m, w.f, w.h, false);
+  swiglu_backward<T>(dg, du, da, a.g + b * w.f, a.u + b * w.f, m, w.f);
+  linear_backward<T>(dxn, gp.w1, dg, xn2, p.w1, m, w.h, w.f, false);
+  linear_backward<T>(dxn, gp.w3, du, xn2, p.w3, m, w.h, w.f, true);
+  rmsnorm_backward<T>(dx, gp.ffn_norm, dxn, a.x_mid + b * w.h, a.rstd2 + b, p.ffn_norm, m, w.h);
+  // dx now holds d(x_mid); the residual passes it to x unchanged.
+  linear_backward<T>(s.d_o + b * w.qd, gp.wo, dx, a.o + b * w.qd, p.wo, m, w.qd, w.h, false);
+}
+
+template <class T>
+void Llama<T>::backward_pre(int layer, RowRange rows) {
+  check_phase(layer, rows);
+  const Widths w(spec_);
+  const int64_t b = rows.begin, m = rows.size();
+  const LayerPtrs p = layer_ptrs(params_.data(), layer);
+  const LayerPtrs gp = layer_ptrs(grads_.data(), layer);
+  const LayerActs a = layer_acts(layer);
+  const FinalActs f = final_acts();
+  const LayerAttentionIo<T> io = attention_io(layer);
+  const Scratch s = scratch();
+  T* dq = io.dq + b * w.qd;
+  T* dk = io.dk + b * w.kvd;
+  T* dx = s.dx + b * w.h;
+  T* dxn = s.dxn + b * w.h;
+  const T* xn1 = a.xn1 + b * w.h;
+  const T* cos_t = f.rope_cos + b * (w.hd / 2);
+  const T* sin_t = f.rope_sin + b * (w.hd / 2);
+  rope_apply<T>(dq, cos_t, sin_t, m, spec_.n_heads, w.hd, -1);
+  rope_apply<T>(dk, cos_t, sin_t, m, spec_.n_kv_heads, w.hd, -1);
+  linear_backward<T>(dxn, gp.wq, dq, xn1, p.wq, m, w.h, w.qd, false);
+  linear_backward<T>(dxn, gp.wk, dk, xn1, p.wk, m, w.h, w.kvd, true);
+  linear_backward<T>(dxn, gp.wv, io.dv + b * w.kvd, xn1, p.wv, m, w.h, w.kvd, true);
+  rmsnorm_backward<T>(dx, gp.attn_norm, dxn, a.x + b * w.h, a.rstd1 + b, p.attn_norm, m, w.h);
+  // dx now holds d(layer input).
+  if (layer != 0) return;
+  // Embedding rows: in row order, so repeated tokens add up in a fixed order.
   T* demb = grads_.data() + layout_[0].offset;  // (vocab, h)
-  for (int64_t t = 0; t < n; ++t) {
-    add_inplace<T>(demb + in.tokens[static_cast<size_t>(t)] * w.h, dx + t * w.h, w.h);
+  for (int64_t t = b; t < rows.end; ++t) {
+    add_inplace<T>(demb + step_in_.tokens[static_cast<size_t>(t)] * w.h, s.dx + t * w.h, w.h);
+  }
+}
+
+// The blocking step: the phases on the single range [0, n), the executor on attention_io's
+// buffers (so its bits are those of any one-range phased run).
+template <class T>
+Status Llama<T>::run_forward(BasicAttentionExecutor<T>& executor) {
+  const RowRange all{0, step_n_};
+  for (int l = 0; l < spec_.n_layers; ++l) {
+    forward_pre(l, all);
+    const LayerAttentionIo<T> io = attention_io(l);
+    const Status st = executor.forward(l, io.q, io.k, io.v, io.o);
+    if (!st.ok()) return st.with_context("attention forward, layer " + std::to_string(l));
+    forward_post(l, all);
+  }
+  forward_head(all);
+  return Status::ok_status();
+}
+
+template <class T>
+Status Llama<T>::run_backward(BasicAttentionExecutor<T>& executor, double grad_scale) {
+  const RowRange all{0, step_n_};
+  backward_head(all, grad_scale);
+  for (int l = spec_.n_layers - 1; l >= 0; --l) {
+    backward_post(l, all);
+    const LayerAttentionIo<T> io = attention_io(l);
+    const Status st = executor.backward(l, io.d_o, io.dq, io.dk, io.dv);
+    if (!st.ok()) return st.with_context("attention backward, layer " + std::to_string(l));
+    backward_pre(l, all);
   }
   return Status::ok_status();
 }
@@ -427,20 +593,21 @@ Status Llama<T>::run_backward(const StepInputs& in, BasicAttentionExecutor<T>& e
 template <class T>
 Result<StepLoss> Llama<T>::forward(const StepInputs& in, BasicAttentionExecutor<T>& executor,
                                    std::span<T> per_token_loss) {
-  DISTCA_RETURN_IF_ERROR(check_inputs(in, executor, per_token_loss));
+  DISTCA_RETURN_IF_ERROR(start_step(in, per_token_loss, &executor, 0.0));
   // No early return for n = 0: a distributed executor's calls are collective, so a rank with
   // no tokens still takes part in every layer.
-  return run_forward(in, executor, per_token_loss);
+  DISTCA_RETURN_IF_ERROR(run_forward(executor));
+  return step_loss_;
 }
 
 template <class T>
 Result<StepLoss> Llama<T>::forward_backward(const StepInputs& in,
                                             BasicAttentionExecutor<T>& executor,
                                             double grad_scale, std::span<T> per_token_loss) {
-  DISTCA_RETURN_IF_ERROR(check_inputs(in, executor, per_token_loss));
-  if (!std::isfinite(grad_scale)) return Status::invalid_argument("grad_scale must be finite");
-  DISTCA_ASSIGN_OR_RETURN(StepLoss loss, run_forward(in, executor, per_token_loss));
-  DISTCA_RETURN_IF_ERROR(run_backward(in, executor, grad_scale));
+  DISTCA_RETURN_IF_ERROR(start_step(in, per_token_loss, &executor, grad_scale));
+  DISTCA_RETURN_IF_ERROR(run_forward(executor));
+  const StepLoss loss = step_loss_;
+  DISTCA_RETURN_IF_ERROR(run_backward(executor, grad_scale));
   return loss;
 }
 

@@ -43,8 +43,9 @@ struct InFlight {
 // Starts the exchange `ex` of rows of `row_floats` floats into `f` (started at `start_us` for
 // the trace): send rows from `send`, receive into `recv` (both laid out by ex's
 // displacements, in rows).
+// `name` labels the transfer in a backend's own trace (AllToAllV::label).
 Status start_exchange(comm::Communicator& comm, const Exchange& ex, const float* send, float* recv,
-                      int64_t row_floats, bool signal, double start_us, InFlight& out) {
+                      int64_t row_floats, bool signal, double start_us, const std::string& name, InFlight& out) {
   const size_t n = sz(comm.size());
   std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
   InFlight f;
@@ -73,6 +74,7 @@ Status start_exchange(comm::Communicator& comm, const Exchange& ex, const float*
     }
   }
   comm::AllToAllV a{sp, sc, sd, rp, rc, rd};
+  a.label = name.c_str();
   auto h = comm.start_all_to_all_v(a);
   if (!h.ok()) return h.status();
   f.handle = std::move(h).value();
@@ -168,7 +170,13 @@ struct CaDispatcher::LayerState {
 
 CaDispatcher::CaDispatcher(comm::Communicator& comm, const Plan& plan, const AttentionDims& dims,
                            const DispatcherOptions& options)
-    : comm_(comm), plan_(plan), dims_(dims), options_(options), rank_(comm.rank()), index_(plan.batch) {}
+    : comm_(comm),
+      plan_(plan),
+      dims_(dims),
+      options_(options),
+      label_(options.label.empty() ? "" : options.label + " "),
+      rank_(comm.rank()),
+      index_(plan.batch) {}
 
 CaDispatcher::~CaDispatcher() = default;
 
@@ -314,8 +322,8 @@ Status CaDispatcher::start_forward(int layer, const float* q, const float* k, co
   }
   trace("pack q/kv", "compute", t0);
   const double ts = options_.trace ? options_.trace->now_us() : 0;
-  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xq, s.q_send.data(), s.q_recv.data(), qf, options_.signal, ts, s.ex_q));
-  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xkv, s.kv_send.data(), s.kv_recv.data(), 2 * kvf, options_.signal, ts, s.ex_kv));
+  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xq, s.q_send.data(), s.q_recv.data(), qf, options_.signal, ts, label_ + "q", s.ex_q));
+  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xkv, s.kv_send.data(), s.kv_recv.data(), 2 * kvf, options_.signal, ts, label_ + "kv", s.ex_kv));
   fwd_bytes_ = s.ex_q.bytes_sent + s.ex_kv.bytes_sent;
   return Status::ok_status();
 }
@@ -400,7 +408,7 @@ Status CaDispatcher::serve_forward(int layer) {
   }
   trace("pack o", "compute", t0);
   const double ts = options_.trace ? options_.trace->now_us() : 0;
-  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xo, s.olse_send.data(), s.olse_recv.data(), of, options_.signal, ts, s.ex_olse));
+  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xo, s.olse_send.data(), s.olse_recv.data(), of, options_.signal, ts, label_ + "o_lse", s.ex_olse));
   fwd_bytes_ += s.ex_olse.bytes_sent;
   // A stateless server forgets the fused call; backward sends its inputs again.
   if (options_.stateless) s.fq = {}, s.fk = {}, s.fv = {}, s.fo = {}, s.flse = {};
@@ -468,11 +476,11 @@ Status CaDispatcher::start_backward(int layer, const float* d_o, float* dq, floa
   }
   trace("pack do", "compute", t0);
   const double ts = options_.trace ? options_.trace->now_us() : 0;
-  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xd, s.do_send.data(), s.do_recv.data(), wf, options_.signal, ts, s.ex_do));
+  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xd, s.do_send.data(), s.do_recv.data(), wf, options_.signal, ts, label_ + "do", s.ex_do));
   bwd_bytes_ = s.ex_do.bytes_sent;
   if (options_.stateless) {
     const Exchange& xkv = plan_.ranks[sz(rank_)].exchange(ExchangeKind::kKv);
-    DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xkv, s.kv_send.data(), s.kv_recv.data(), 2 * kvf, options_.signal, ts, s.ex_kv));
+    DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xkv, s.kv_send.data(), s.kv_recv.data(), 2 * kvf, options_.signal, ts, label_ + "kv", s.ex_kv));
     bwd_bytes_ += s.ex_kv.bytes_sent;
   }
   s.phase = Phase::kBackwardStarted;
@@ -563,8 +571,8 @@ Status CaDispatcher::serve_backward(int layer) {
   s.fq = {}, s.fk = {}, s.fv = {}, s.fo = {}, s.flse = {}, s.home_lse = {};
   trace("pack dq/dkv", "compute", t0);
   const double ts = options_.trace ? options_.trace->now_us() : 0;
-  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xdq, s.dq_send.data(), s.dq_recv.data(), qf, options_.signal, ts, s.ex_dq));
-  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xdkv, s.dkv_send.data(), s.dkv_recv.data(), 2 * kvf, options_.signal, ts, s.ex_dkv));
+  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xdq, s.dq_send.data(), s.dq_recv.data(), qf, options_.signal, ts, label_ + "dq", s.ex_dq));
+  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xdkv, s.dkv_send.data(), s.dkv_recv.data(), 2 * kvf, options_.signal, ts, label_ + "dkv", s.ex_dkv));
   bwd_bytes_ += s.ex_dq.bytes_sent + s.ex_dkv.bytes_sent;
   s.phase = Phase::kBackwardServed;
   return Status::ok_status();

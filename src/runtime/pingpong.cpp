@@ -6,7 +6,6 @@
 #include <cstring>
 #include <utility>
 
-#include "distca/plan/doc_index.h"
 
 namespace distca::runtime {
 
@@ -29,31 +28,39 @@ const char* overlap_mode_name(OverlapMode mode) {
 Result<NanoPlans> plan_nano_batches(const Batch& batch, const SchedulerSpec& spec,
                                     const ScheduleOptions& options) {
   DISTCA_RETURN_IF_ERROR(options.validate(batch, spec));
-  DISTCA_ASSIGN_OR_RETURN(Schedule full, run_scheduler(spec, batch, options));
-  const DocumentIndex index(full.batch);
+  NanoPlans out;
+  DISTCA_ASSIGN_OR_RETURN(out.split, split_nano_batches(batch, options.align_rows));
+  // The scheduler's input, kept for build_plan's loads_before (what validate_plan checks).
+  const Batch input = out.split.batch;
+  DISTCA_ASSIGN_OR_RETURN(Schedule sched, run_scheduler(spec, input, options));
+  if (!(sched.batch == input)) {
+    // wlb re-packs whole documents, ignoring the split's pieces: split its batch again. A cut
+    // document keeps its cut (a function of its length); short ones stay whole.
+    DISTCA_ASSIGN_OR_RETURN(out.split, split_nano_batches(sched.batch, options.align_rows));
+  }
+  // Each task [a, b) is cut at its document's cut (a no-op when its piece already lies on one
+  // side, i.e. for every scheduler that keeps the split's pieces).
+  Schedule whole;
   std::array<Schedule, 2> halves;
-  for (auto& h : halves) h.batch = full.batch;
-  for (const TaskPlacement& t : full.tasks) {
-    const int64_t c = nano_cut(index.doc_len(t.doc), options.align_rows);
+  whole.batch = out.split.batch;
+  for (auto& h : halves) h.batch = out.split.batch;
+  for (const TaskPlacement& t : sched.tasks) {
+    const int64_t c = out.split.cut_of(t.doc);
     TaskPlacement a = t, b = t;
     a.q_end = std::min(t.q_end, c);
     b.q_begin = std::max(t.q_begin, c);
-    if (a.q_end > a.q_begin) halves[0].tasks.push_back(a);
-    if (b.q_end > b.q_begin) halves[1].tasks.push_back(b);
-  }
-  NanoPlans out;
-  DISTCA_ASSIGN_OR_RETURN(out.full, build_plan(full, batch, spec, options));
-  for (int x = 0; x < 2; ++x) {
-    DISTCA_ASSIGN_OR_RETURN(out.nano[static_cast<size_t>(x)], build_plan(halves[static_cast<size_t>(x)], batch, spec, options));
-  }
-  out.tokens.assign(static_cast<size_t>(full.batch.ranks), {0, 0});
-  for (int64_t r = 0; r < full.batch.ranks; ++r) {
-    for (const Piece& p : full.batch.per_rank[static_cast<size_t>(r)]) {
-      const int64_t c = nano_cut(p.doc_len, options.align_rows);
-      const int64_t ping = std::clamp<int64_t>(c - p.offset, 0, p.len);
-      out.tokens[static_cast<size_t>(r)][0] += ping;
-      out.tokens[static_cast<size_t>(r)][1] += p.len - ping;
+    if (a.q_end > a.q_begin) {
+      halves[0].tasks.push_back(a);
+      whole.tasks.push_back(a);
     }
+    if (b.q_end > b.q_begin) {
+      halves[1].tasks.push_back(b);
+      whole.tasks.push_back(b);
+    }
+  }
+  DISTCA_ASSIGN_OR_RETURN(out.full, build_plan(whole, input, spec, options));
+  for (size_t x = 0; x < 2; ++x) {
+    DISTCA_ASSIGN_OR_RETURN(out.nano[x], build_plan(halves[x], input, spec, options));
   }
   return out;
 }

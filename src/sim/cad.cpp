@@ -5,14 +5,16 @@
 //
 // Per forward tick: the pooled batch puts stage s's micro-batch on the units of stage s (the
 // other units hold nothing and only serve); document ids become id * pp + stage so they stay
-// unique. schedule_cad balances UnitAttentionCost (seconds, padded short shards). Every task
-// is cut at its document's nano cut floor(L / 2) into a ping and a pong task on the same
-// server (as runtime/pingpong.h does: ping must be a prefix of each document, see nano_cut;
-// a unit holding only a long document's tail so has only pong tokens). single-stream runs the
-// micro-batch as ONE batch with every exchange waited for (the ablation without ping-pong:
-// runtime/pingpong.h's single-stream instead runs the two nano plans one after the other,
-// which here would add the nano-batches' imbalance to the missing overlap). The bytes of each (nano-batch, stage) task list follow
-// traffic.h (compute_traffic), split into the dispatch (Q, K/V) and the return (O + LSE). The
+// unique. schedule_cad balances UnitAttentionCost (seconds, padded short shards). The pooled
+// batch is split as the runtime splits it (plan/nano_split.h: split_nano_batches on the grid
+// of SimOptions::attention_tile, the runtime's align_rows): every document is cut near
+// L / sqrt(2) (documents under two tiles go whole to one side), and schedule_cad plans the
+// split batch in every mode. Ping-pong cuts every task at its document's cut into a ping and a
+// pong task on the same server (ping must be a prefix of each document; a unit holding only a
+// long document's tail so has only pong tokens). single-stream runs the micro-batch as ONE
+// batch with every exchange waited for (the ablation without ping-pong; runtime/pingpong.h's
+// single-stream likewise runs the split batch's whole plan). The bytes of each (nano-batch,
+// stage) task list follow traffic.h (compute_traffic), split into the dispatch (Q, K/V) and the return (O + LSE). The
 // backward of a micro-batch runs on the servers of its forward (servers keep their inputs):
 // dO out, dQ and dK/dV back; stateless servers (SimOptions::cad_stateless) get Q, K/V and
 // O + LSE again with dO and keep nothing. A B tick composes the stored forward contributions of its ops.
@@ -22,6 +24,7 @@
 
 #include "distca/plan/cad.h"
 #include "distca/plan/doc_index.h"
+#include "distca/plan/nano_split.h"
 #include "distca/plan/traffic.h"
 #include "engine.h"
 
@@ -183,11 +186,6 @@ class TickRunner {
   Collective returns_[2];  // returns in flight from the previous slot
 };
 
-// The nano-batch cut of a document (runtime/pingpong.h): rows [0, cut) are ping. Ping must be
-// a prefix of every document: pong's K/V of a layer exist only after ping's exchange of that
-// layer is under way, so ping may not need them (a cut per piece would break this).
-int64_t nano_cut(int64_t doc_len) { return doc_len / 2; }
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -233,16 +231,16 @@ PooledBatch pool_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick&
 
 // The plan's tasks cut at the nano-batch boundary and split by stage: [x][stage].
 using NanoTaskLists = std::array<std::vector<std::vector<TaskPlacement>>, 2>;
-NanoTaskLists split_nano(const Rates& R, const std::vector<TaskPlacement>& tasks, const DocumentIndex& index) {
+// `split`: the nano-batch split (nullptr for single-stream: no nano-batches, the whole
+// micro-batch is "ping", pong is empty).
+NanoTaskLists split_nano(const Rates& R, const std::vector<TaskPlacement>& tasks, const NanoSplit* split) {
   const int64_t p = R.pp;
   NanoTaskLists lists;
   lists[0].assign(static_cast<size_t>(p), {});
   lists[1].assign(static_cast<size_t>(p), {});
-  // single-stream: no nano-batches (the whole micro-batch is "ping", pong is empty).
-  const bool split = R.o.strategy.cad_mode != CadMode::kSingleStream;
   for (const TaskPlacement& t : tasks) {
     const int64_t s = t.doc % p;
-    const int64_t cut = split ? nano_cut(index.doc_len(t.doc)) : t.q_end;
+    const int64_t cut = split ? split->cut_of(t.doc) : t.q_end;
     if (t.q_begin < cut) {
       TaskPlacement a = t;
       a.q_end = std::min(t.q_end, cut);
@@ -326,24 +324,31 @@ Status plan_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick
   so.dtype_bytes = R.o.dtype_bytes;
   so.tolerance = R.o.tolerance;
   so.cost = &R.cost;
+  // Every mode plans the split batch, as the runtime does (its single-stream runs the split
+  // batch's whole plan): the three modes share one schedule.
+  const bool split = R.o.strategy.cad_mode != CadMode::kSingleStream;
+  // The split's grid is the kernel's query tile (the runtime's align_rows in `distca train`
+  // and `bench step`): short shards are padded to it, so cutting a document under two tiles
+  // would pay padding on both halves.
+  DISTCA_ASSIGN_OR_RETURN(const NanoSplit nano, split_nano_batches(pooled.batch, R.o.attention_tile));
+  const Batch& planned = nano.batch;  // same ranks and units as the pooled batch
   const auto t0 = std::chrono::steady_clock::now();
-  auto sched = schedule_cad(pooled.batch, so, nullptr);
+  auto sched = schedule_cad(planned, so, nullptr);
   if (!sched.ok()) return sched.status();
   ps.plan_seconds += seconds_since(t0);
-  const DocumentIndex index(pooled.batch);
-  const NanoTaskLists lists = split_nano(R, sched->tasks, index);
-  const bool split = R.o.strategy.cad_mode != CadMode::kSingleStream;
+  const DocumentIndex index(planned);
+  const NanoTaskLists lists = split_nano(R, sched->tasks, split ? &nano : nullptr);
   for (size_t oi = 0; oi < tick.ops.size(); ++oi) {
     const PipeOp& op = tick.ops[oi];
     Contribution& c = *outs[oi];
     c.init(static_cast<size_t>(R.units));
     for (int64_t i = 0; i < ups; ++i) {
       const int64_t u = op.stage * ups + i;
-      for (const Piece& piece : pooled.batch.per_rank[static_cast<size_t>(pooled.rank_of[static_cast<size_t>(u)])]) {
-        const int64_t cut = split ? nano_cut(piece.doc_len) : piece.doc_len;
-        const int64_t ping = std::clamp(cut - piece.offset, int64_t{0}, piece.len);
-        c.tokens[0][static_cast<size_t>(u)] += static_cast<double>(ping);
-        c.tokens[1][static_cast<size_t>(u)] += static_cast<double>(piece.len - ping);
+      const int64_t rank = pooled.rank_of[static_cast<size_t>(u)];
+      for (int x = 0; x < 2; ++x) {
+        const int64_t rows = split ? nano.tokens[static_cast<size_t>(rank)][static_cast<size_t>(x)]
+                                   : (x == 0 ? pooled.batch.rank_tokens(rank) : 0);
+        c.tokens[x][static_cast<size_t>(u)] = static_cast<double>(rows);
       }
     }
     for (int x = 0; x < 2; ++x) {

@@ -33,7 +33,9 @@ constexpr int64_t kMetricsLineBytes = 512;
 DispatchRowLimits dispatch_row_limits(const TrainConfig& c) {
   const int64_t all = c.ranks * c.tokens_per_rank;
   const int64_t longest = c.max_doc_len > 0 ? std::min(c.max_doc_len, all) : all;
-  return {kDispatchRowFactor * c.tokens_per_rank, kDispatchRowFactor * c.tokens_per_rank + 2 * longest};
+  // Ping-pong keeps two plans' rows at once; pong's tasks read ping's rows as context again.
+  const int64_t plans = c.mode == "cad" && c.overlap_or_default() != "single-stream" ? 2 : 1;
+  return {kDispatchRowFactor * c.tokens_per_rank, plans * (kDispatchRowFactor * c.tokens_per_rank + 2 * longest)};
 }
 
 TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec& spec, const MemoryInputs& in) {

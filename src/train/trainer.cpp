@@ -41,15 +41,20 @@ int64_t dispatcher_bytes(const Plan& plan, int64_t rank, int64_t n_layers) {
   return n_layers * kept + send;
 }
 
-// The memory estimate (memory.h) bounds every rank's dispatcher rows; a plan past the bound
-// would make the estimate a lie, so the step fails instead of allocating it.
-Status check_plan_rows(const Plan& plan, int64_t rank, const DispatchRowLimits& limits, int64_t step) {
-  const RankPlan& rp = plan.ranks[static_cast<size_t>(rank)];
-  const ServerPlan& sp = plan.servers[static_cast<size_t>(rank)];
-  const int64_t q = std::max(rp.exchange(ExchangeKind::kQ).recv_rows(),
-                             sp.cu_seqlens_q.empty() ? int64_t{0} : int64_t{sp.cu_seqlens_q.back()});
-  const int64_t kv = std::max(rp.exchange(ExchangeKind::kKv).recv_rows(),
-                              sp.cu_seqlens_k.empty() ? int64_t{0} : int64_t{sp.cu_seqlens_k.back()});
+// The memory estimate (memory.h) bounds every rank's dispatcher rows, summed over the plans
+// whose dispatchers live at once (ping and pong); a step past the bound would make the
+// estimate a lie, so the step fails instead of allocating it.
+Status check_plan_rows(const std::vector<const Plan*>& plans, int64_t rank, const DispatchRowLimits& limits,
+                       int64_t step) {
+  int64_t q = 0, kv = 0;
+  for (const Plan* plan : plans) {
+    const RankPlan& rp = plan->ranks[static_cast<size_t>(rank)];
+    const ServerPlan& sp = plan->servers[static_cast<size_t>(rank)];
+    q += std::max(rp.exchange(ExchangeKind::kQ).recv_rows(),
+                  sp.cu_seqlens_q.empty() ? int64_t{0} : int64_t{sp.cu_seqlens_q.back()});
+    kv += std::max(rp.exchange(ExchangeKind::kKv).recv_rows(),
+                   sp.cu_seqlens_k.empty() ? int64_t{0} : int64_t{sp.cu_seqlens_k.back()});
+  }
   if (q > limits.q || kv > limits.kv) {
     return Status::internal("step " + std::to_string(step) + ": the plan gives rank " + std::to_string(rank) + " " +
                                  std::to_string(q) + " query and " + std::to_string(kv) +
@@ -168,11 +173,10 @@ Status run_step(const TrainConfig& config, comm::Communicator& comm, RankSetup& 
   const RankInputs in = s.data->rank_inputs(step, plans.split.batch, rank);
   const auto& t = plans.split.tokens[static_cast<size_t>(rank)];
   const std::array<model::RowRange, 2> rows{model::RowRange{0, t[0]}, model::RowRange{t[0], t[0] + t[1]}};
+  const std::vector<const Plan*> running = running_plans(plans, s.overlap);
+  DISTCA_RETURN_IF_ERROR(check_plan_rows(running, rank, dispatch_row_limits(config), step));
   int64_t kept = 0;
-  for (const Plan* p : running_plans(plans, s.overlap)) {
-    DISTCA_RETURN_IF_ERROR(check_plan_rows(*p, rank, dispatch_row_limits(config), step));
-    kept += dispatcher_bytes(*p, rank, s.spec.n_layers);
-  }
+  for (const Plan* p : running) kept += dispatcher_bytes(*p, rank, s.spec.n_layers);
   peak_dispatch = std::max(peak_dispatch, kept);
   DISTCA_ASSIGN_OR_RETURN(auto runner, runtime::PingPongRunner::create(comm, plans, s.dims, s.overlap, trace));
 

@@ -193,7 +193,7 @@ inline Status run_runner(comm::Communicator& comm, const Problem& pr, const Nano
                          int layers, TraceRecorder* trace, RankOutputs* out, bool* valid,
                          bool stateless = false) {
   const int r = comm.rank();
-  const Batch& b = plans.full.batch;
+  const Batch& b = plans.full.batch;  // the split batch: ping's rows first on every rank
   const int64_t qf = pr.dims.q_floats(), kvf = pr.dims.kv_floats();
   const auto q = local_rows(pr, b, r, pr.q, qf), k = local_rows(pr, b, r, pr.k, kvf), v = local_rows(pr, b, r, pr.v, kvf),
              d_o = local_rows(pr, b, r, pr.d_o, qf);

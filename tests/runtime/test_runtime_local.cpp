@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "distca/comm/local.h"
+#include "distca/plan/doc_index.h"
 #include "distca/plan/validate.h"
 #include "runtime_check.h"
 
@@ -85,7 +86,10 @@ TEST(RuntimeLocal, NanoPlansCoverEveryPairOnce) {
     for (const std::string& name : scheduler_names(ranks)) {
       auto np = plan_nano_batches(batch, parse_scheduler(name).value(), schedule_options(dims));
       ASSERT_TRUE(np.ok()) << np.status().to_string();
-      ASSERT_TRUE(validate_plan(np->full, batch, nullptr).ok());
+      // The scheduler ran on the split of the batch (wlb then re-packs it and splits again).
+      const Batch split_input = split_nano_batches(batch, 1).value().batch;
+      const Status valid = validate_plan(np->full, split_input, nullptr);
+      ASSERT_TRUE(valid.ok()) << name << ": " << valid.to_string();
       auto c0 = brute_force_pair_counts(np->nano[0]);
       auto c1 = brute_force_pair_counts(np->nano[1]);
       ASSERT_TRUE(c0.ok() && c1.ok());
@@ -96,14 +100,37 @@ TEST(RuntimeLocal, NanoPlansCoverEveryPairOnce) {
           for (int64_t k = 0; k < L; ++k) {
             const int32_t a = counts[static_cast<size_t>(q * L + k)], b = other[static_cast<size_t>(q * L + k)];
             ASSERT_EQ(a + b, k <= q ? 1 : 0) << name << " doc " << doc << " q " << q << " k " << k;
-            if (q < nano_cut(L)) ASSERT_EQ(b, 0);
+            if (q < np->split.cut_of(doc)) ASSERT_EQ(b, 0);
             else ASSERT_EQ(a, 0);
           }
         }
       }
-      int64_t total = 0;
-      for (const auto& t : np->tokens) total += t[0] + t[1];
-      EXPECT_EQ(total, [&] { int64_t s = 0; for (int64_t r = 0; r < ranks; ++r) s += batch.rank_tokens(r); return s; }());
+      // Every plan runs on the split batch (ping's rows first on every rank), whose rank
+      // totals are the input's (wlb's re-packed batch's for wlb).
+      for (const Plan* p : {&np->full, &np->nano[0], &np->nano[1]}) ASSERT_EQ(p->batch, np->split.batch) << name;
+      // Nano-batch x's query rows sit in its contiguous local range on their home rank: ping
+      // in [0, t0), pong in [t0, t0 + t1) (a task's rows lie in one piece, so contiguously).
+      const DocumentIndex index(np->split.batch);
+      for (size_t x = 0; x < 2; ++x) {
+        for (const ServerPlan& sp : np->nano[x].servers) {
+          for (const ServerTask& st : sp.tasks) {
+            const TaskPlacement& t = st.task;
+            const auto& tok = np->split.tokens[static_cast<size_t>(t.home)];
+            const int64_t lo = x == 0 ? 0 : tok[0], hi = x == 0 ? tok[0] : tok[0] + tok[1];
+            const int64_t first = index.local_row(t.home, t.doc, t.q_begin), last = index.local_row(t.home, t.doc, t.q_end - 1);
+            ASSERT_EQ(last - first, t.q_end - 1 - t.q_begin) << name;
+            ASSERT_TRUE(first >= lo && last < hi) << name << " nano " << x << " doc " << t.doc << " rows " << first << ".."
+                                                  << last << " outside [" << lo << ", " << hi << ")";
+          }
+        }
+      }
+      for (int64_t r = 0; r < ranks; ++r) {
+        const auto& t = np->split.tokens[static_cast<size_t>(r)];
+        EXPECT_EQ(t[0] + t[1], np->split.batch.rank_tokens(r)) << name << " rank " << r;
+        if (name != "wlb") {
+          EXPECT_EQ(t[0] + t[1], batch.rank_tokens(r)) << name << " rank " << r;
+        }
+      }
     }
   }
 }
@@ -152,8 +179,8 @@ TEST(RuntimeLocal, TileAlignedCadPlansPadNothing) {
   const int64_t tile = query_tile_rows(dims);
   ASSERT_EQ(tile, 128);
   for (int ranks : {2, 3}) {
-    // Rank 0: one document filling it; the others: documents of 2..5 tiles (a document under
-    // two tiles is cut at L/2, off the grid, so that ping is not empty: nano_cut).
+    // Rank 0: one document filling it; the others: documents of 2..5 tiles (cut on the tile
+    // grid by the nano-batch split; a document under two tiles would go whole to one side).
     Batch batch;
     batch.ranks = ranks;
     batch.tokens_per_rank = 16 * tile;

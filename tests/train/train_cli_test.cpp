@@ -58,6 +58,11 @@ TEST(TrainCli, BadInputIsOneLineNamingTheFlagAndExit2) {
                                          {"--resume /nonexistent/x.ckpt", "--resume"},
                                          {"--metrics /nonexistent/dir/m.jsonl", "--metrics"},
                                          {"--model llama-34b", "--model llama-34b needs"},
+                                         {"--overlap fast", "--overlap must be pingpong, single-stream or signal"},
+                                         {"--mode colocated --overlap pingpong", "--overlap applies to --mode cad only"},
+                                         {"--mode colocated --overlap signal", "--overlap applies to --mode cad only"},
+                                         {"--trace /nonexistent/dir/t.json", "--trace"},
+                                         {"--trace /proc/self/status", "--trace"},
                                          // Past the int range: the range is stated, not "positive".
                                          {"--steps 2147483648", "--steps must be in 1..100000000 (got 2147483648)"}}) {
     const CliRun r = run(c.args);

@@ -53,6 +53,9 @@ struct AllToAllV {
   std::byte* recv = nullptr;
   std::span<const std::size_t> recv_counts;
   std::span<const std::size_t> recv_displs;
+  // Optional name of the exchange in a backend's own trace (MpiOptions::trace: the transfer's
+  // event is called "<label> transfer" instead of "all_to_all_v"); read at start only.
+  const char* label = nullptr;
 };
 
 // Checks the shapes of `a` for a group of n ranks (span lengths == n); says which field is

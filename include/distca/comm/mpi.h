@@ -56,7 +56,8 @@ struct MpiOptions {
   // While rounds complete nothing and the owner is computing, the pause doubles up to this
   // (>= poll_interval_us): fewer wake-ups stealing the compute's core, and a wait() resets it.
   int max_poll_interval_us = 1000;
-  // When set, every non-blocking exchange is recorded as an event "all_to_all_v" (category
+  // When set, every non-blocking exchange is recorded as an event "all_to_all_v" (or
+  // "<AllToAllV::label> transfer" when the caller labelled it; category
   // "comm", tid = rank) from its start to the moment its completion was observed by whoever
   // drives progress (the progress thread, or test()/wait()). Not owned; must outlive the
   // communicator. This is how the overlap of transfers with compute is shown in a trace.

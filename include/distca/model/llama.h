@@ -41,14 +41,73 @@
 // Rng(seed, i), so a tensor's values do not depend on the sizes of the others.
 //
 // Activations kept for backward live in a workspace allocated once for max_tokens tokens
-// (model_memory() gives the bytes). Logits take vocab values per token; for large vocabularies
-// they dominate (chunking them is a later optimisation).
+// (model_memory() gives the bytes, docs/model.md lists the regions). Logits take vocab values
+// per token; for large vocabularies they dominate (chunking them is a later optimisation).
 //
 // Numerics: T = float for training (fp32 storage and BLAS sgemm; per-row reductions, softmax
 // and the loss sum in double); T = double exists for the gradient checks in tests.
 // Determinism: the same inputs and parameters give the same bits (loss and gradients) for any
 // OpenMP team size and any OpenBLAS thread count (layers.h, "Threads"; tests/model/
 // test_threads.cpp checks 1, 2 and 3 threads).
+//
+// Phased step (docs/model.md, "Phased step"). Besides the blocking forward / forward_backward,
+// a step can be driven phase by phase on row ranges, so that a schedule (the runtime's ping-pong
+// nano-batches) runs one nano-batch's linear work while another's attention exchange is in
+// flight. The blocking calls are exactly this sequence with the single range [0, n) and the
+// executor's forward / backward on attention_io's buffers (one copy of the model code):
+//   begin_step(in)
+//   for l in 0..L-1:   forward_pre(l, r); [attention forward of layer l]; forward_post(l, r)
+//   forward_head(r)
+//   backward_head(r, grad_scale)
+//   for l in L-1..0:   backward_post(l, r); [attention backward of layer l]; backward_pre(l, r)
+// A phase reads and writes only rows [begin, end) of the step's buffers, plus the parameters
+// (read) and its tensors' gradients (accumulated). What each reads and writes:
+//   begin_step:    validates; RoPE tables and layer 0's x for ALL rows; zeroes the step's loss.
+//   forward_pre:   x_l rows -> rstd1, xn1 rows; q, k, v rows of attention_io(l) (after RoPE).
+//   forward_post:  o rows of attention_io(l), x_l rows -> x_mid, rstd2, xn2, g, u, a rows and
+//                  x_{l+1} rows (the final block's x for l = L-1).
+//   forward_head:  x_L rows -> final norm, logits and per-token loss rows; adds the rows' sums
+//                  to step_loss(); per_token_loss rows if begin_step was given that span.
+//   backward_head: logits rows (overwritten in place by dlogits) -> dx rows = d(x_L);
+//                  lm_head, final_norm gradients.
+//   backward_post: dx rows = d(x_{l+1}) -> w2, w1, w3, ffn_norm, wo gradients; d_o rows of
+//                  attention_io(l); dx rows = d(x_mid).
+//   backward_pre:  dq, dk, dv rows of attention_io(l) (dq, dk inverse-rotated in place),
+//                  dx rows = d(x_mid) -> wq, wk, wv, attn_norm gradients; dx rows = d(x_l);
+//                  for l = 0 the embedding gradient of the rows' tokens, in row order.
+// Order constraints, per range r (the caller's schedule must respect them; the model checks
+// only the cheap preconditions: a successful begin_step, 0 <= begin <= end <= n, the layer):
+//   - forward_pre(l, r) after forward_post(l-1, r) (l = 0: after begin_step).
+//   - the attention of layer l for the queries of r needs q of r and k, v of every row that
+//     those queries see: a range holding a PREFIX of every document (positions 0..p of each)
+//     sees only its own rows; a range of suffixes also needs forward_pre(l, prefix range).
+//   - forward_post(l, r) after the o rows of r for layer l are written.
+//   - forward_head(r) after forward_post(L-1, r); backward_head(r) after forward_head(r) and
+//     at most once per step (it consumes the logits rows).
+//   - backward_post(l, r) after backward_head(r) (l = L-1) or backward_pre(l+1, r).
+//   - backward_pre(l, r) after dq, dk, dv rows of r for layer l are complete. dk, dv of a
+//     key row sum over every query that sees it: the rows of a prefix range receive
+//     contributions from the suffix range's queries, so backward runs the suffixes first
+//     (mirrored: a suffix range's keys are seen by its own queries only).
+// Buffer lifetimes: q, k, v, o of layer l are layer l's own and stay valid and unchanged from
+// forward_pre(l) / the attention until the next step's forward_pre(l) (as the executor contract
+// needs: an executor may keep pointers to them).
+// d_o and dq are one buffer for all layers: the attention backward of layer l must have read
+// d_o rows of r (and written dq rows of r, read by backward_pre(l, r)) before
+// backward_post(l-1, r) / the attention backward of layer l-1 writes them; rows of different
+// ranges never interfere. dk, dv come in two sets by layer parity, so the attention backward of
+// layer l-1 may write its dk, dv while layer l's are still being completed (summed by an
+// exchange in flight); layer l's set is next written by layer l-2's attention backward, which
+// must wait until backward_pre(l, r') has read it for every range r'. The spans of the StepInputs
+// given to begin_step (and per_token_loss) must stay valid until the step's last phase.
+// Determinism of the phased step: a weight gradient accumulates in CALL order, each tensor in
+// exactly one kind of phase (lm_head, final_norm: backward_head; w2, w1, w3, ffn_norm, wo:
+// backward_post(l); wq, wk, wv, attn_norm: backward_pre(l); embedding: backward_pre(0)). So the
+// same calls in the same order give the same bits, and so do two call orders that give every
+// tensor its row ranges in the same order (interleaving the layers differently changes
+// nothing); StepLoss sums the ranges in forward_head's call order. Different range splits give
+// the same function up to float rounding only (a product's rows depend on the rows it is
+// computed with, and a weight gradient sums its ranges' partial products in another order).
 //
 // Thread safety: one thread at a time per object; a step uses the calling thread's OpenMP team.
 // Distinct objects may run in distinct threads (ranks as threads); they share OpenBLAS's
@@ -121,6 +180,29 @@ struct StepLoss {
   double report_weight = 0;  // sum over tokens with a target of w_t
 };
 
+// Rows [begin, end) of the step's local tokens: one nano-batch of a phased step.
+struct RowRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+};
+
+// One layer's core-attention buffers over ALL n local rows of the step (phased step). Pointers
+// into the model's workspace, fixed for the model's lifetime (row t at t * width).
+template <class T>
+struct LayerAttentionIo {
+  T* q = nullptr;    // (n, n_heads, head_dim)    written by forward_pre (after RoPE)
+  T* k = nullptr;    // (n, n_kv_heads, head_dim) written by forward_pre (after RoPE)
+  T* v = nullptr;    // (n, n_kv_heads, head_dim) written by forward_pre
+  T* o = nullptr;    // (n, n_heads, head_dim)    written by the caller's attention, read by
+                     //                           forward_post (and backward_post)
+  T* d_o = nullptr;  // (n, n_heads, head_dim)    written by backward_post; one for all layers
+  T* dq = nullptr;   // (n, n_heads, head_dim)    written by the caller's attention backward,
+                     //                           read (and inverse-rotated) by backward_pre
+  T* dk = nullptr;   // (n, n_kv_heads, head_dim) idem; layers l and l-1 use DIFFERENT buffers
+  T* dv = nullptr;   // (n, n_kv_heads, head_dim) idem (two sets, by layer parity)
+};
+
 template <class T>
 class Llama {
  public:
@@ -152,18 +234,44 @@ class Llama {
   Result<StepLoss> forward_backward(const StepInputs& in, BasicAttentionExecutor<T>& executor,
                                     double grad_scale, std::span<T> per_token_loss = {});
 
+  // Phased step (header comment above; preconditions checked with DISTCA_CHECK).
+  // Validates the inputs as forward does (the same messages, minus the executor's), computes
+  // the RoPE tables, embeds all rows into layer 0's x and zeroes step_loss(). in's spans and
+  // per_token_loss ((n) or empty) must stay valid until the step's last phase. On error no
+  // phase may run until a begin_step succeeds.
+  Status begin_step(const StepInputs& in, std::span<T> per_token_loss = {});
+  // 0 <= layer < n_layers.
+  LayerAttentionIo<T> attention_io(int layer);
+  void forward_pre(int layer, RowRange rows);
+  void forward_post(int layer, RowRange rows);
+  void forward_head(RowRange rows);
+  // The sums of the forward_head calls of this step so far.
+  StepLoss step_loss() const { return step_loss_; }
+  // grad_scale finite (forward_backward's argument).
+  void backward_head(RowRange rows, double grad_scale);
+  void backward_post(int layer, RowRange rows);
+  void backward_pre(int layer, RowRange rows);
+
  private:
   Llama() = default;
   struct LayerPtrs;   // one layer's parameter (or gradient) tensors
   struct LayerActs;   // one layer's saved activations
+  struct FinalActs;   // the final block's saved activations and the RoPE tables
+  struct Scratch;     // backward's temporaries
   LayerPtrs layer_ptrs(T* base, int64_t layer) const;
   LayerActs layer_acts(int64_t layer);
-  Status check_inputs(const StepInputs& in, const BasicAttentionExecutor<T>& executor,
-                      std::span<T> per_token_loss) const;
-  Result<StepLoss> run_forward(const StepInputs& in, BasicAttentionExecutor<T>& executor,
-                               std::span<T> per_token_loss);
-  Status run_backward(const StepInputs& in, BasicAttentionExecutor<T>& executor,
-                      double grad_scale);
+  FinalActs final_acts();
+  Scratch scratch();
+  // The executor-independent checks of a step's inputs.
+  Status check_inputs(const StepInputs& in, std::span<T> per_token_loss) const;
+  Status check_executor(const BasicAttentionExecutor<T>& executor, int64_t n) const;
+  // begin_step's checks (then the executor's when given, then grad_scale's), then the step's
+  // set-up; nothing is written before every check passed.
+  Status start_step(const StepInputs& in, std::span<T> per_token_loss,
+                    const BasicAttentionExecutor<T>* executor, double grad_scale);
+  void check_phase(int layer, RowRange rows) const;
+  Status run_forward(BasicAttentionExecutor<T>& executor);
+  Status run_backward(BasicAttentionExecutor<T>& executor, double grad_scale);
 
   ModelSpec spec_;
   LlamaOptions options_;
@@ -175,6 +283,12 @@ class Llama {
   std::vector<T> acts_;     // saved activations: n_layers blocks of LayerActs, then the final ones
   std::vector<T> scratch_;  // backward temporaries
   std::vector<T> loss_;     // (max_tokens) per-token loss
+  // The current phased step (begin_step):
+  bool step_ready_ = false;
+  StepInputs step_in_;
+  std::span<T> step_per_token_loss_;
+  int64_t step_n_ = 0;
+  StepLoss step_loss_;
 };
 
 extern template class Llama<float>;

@@ -180,6 +180,7 @@ class CaDispatcher {
   const Plan& plan_;
   AttentionDims dims_;
   DispatcherOptions options_;
+  std::string label_;  // options_.label + " " (or empty): prefix of exchange names
   int rank_ = 0;
   DocumentIndex index_;
   std::map<int, std::unique_ptr<LayerState>> layers_;

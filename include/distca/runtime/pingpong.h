@@ -1,22 +1,26 @@
-// Ping-pong execution: a micro-batch split into two nano-batches of (about) equal tokens whose
-// exchanges overlap each other's compute (docs/runtime.md draws the schedule as ticks).
+// Ping-pong execution: a micro-batch split into two nano-batches of (about) equal attention
+// work whose exchanges overlap each other's compute (docs/runtime.md draws the schedule as ticks).
 //
-// Nano-batches. Each document d of length L is cut at c = nano_cut(L) (about L / 2): rows [0, c) are
-// nano-batch 0 ("ping"), rows [c, L) nano-batch 1 ("pong"). Every rank thus gives each
-// nano-batch about half its tokens (exactly half of every piece that lies on one side of the
-// cut). Ping is self-contained: its contexts [0, q_end <= c) are ping rows. Pong's queries need
-// ping's K/V too, which exist by then (ping's pre-CA runs first in every layer), so pong's
-// plan simply reads them from the shared token buffer: the two plans share one token buffer
-// (the whole micro-batch, Plan::batch) and each covers only its own query rows. The
-// alternative (nano-batches of whole documents) cannot balance a rank that holds one long
-// document, which is exactly the skewed case CAD is for.
+// Nano-batches (plan/nano_split.h, docs/runtime.md "Nano-batch split"). Every document is cut
+// at a cut c (split_nano_batches: near L / sqrt(2) on the query-tile grid, so both halves hold
+// about equal causal pairs; documents under two tiles go whole to one side): rows [0, c) are
+// nano-batch 0 ("ping"), rows [c, L) nano-batch 1 ("pong"). The plans' batch is
+// NanoSplit::batch: on every rank ping's rows come first, local rows [0, t0), then pong's,
+// [t0, t0 + t1) (t = NanoSplit::tokens[rank]), so each nano-batch's linear work runs on one
+// contiguous row range. Ping is self-contained: its contexts [0, q_end <= c) are ping rows.
+// Pong's queries need ping's K/V too, which exist by then (ping's pre-CA runs first in every
+// layer), so pong's plan simply reads them from the shared token buffer: the two plans share
+// one token buffer (the whole micro-batch, Plan::batch) and each covers only its own query
+// rows. The alternative (nano-batches of whole documents) cannot balance a rank that holds one
+// long document, which is exactly the skewed case CAD is for.
 //
-// Planning: the scheduler runs ONCE on the whole micro-batch; every task [a, b) is cut at its
+// Planning: the scheduler runs ONCE on the split batch; every task [a, b) is cut at its
 // document's c into a ping task [a, min(b, c)) and a pong task [max(a, c), b) on the same
-// server and home; build_plan turns each task list into a plan. (Balance is the scheduler's
-// over the whole step; each half inherits it approximately.) Because pong's contexts include
-// ping rows, ping rows get dK/dV partials from both nano-batches: the runner sums them in a
-// fixed order (ping, then pong) into zeroed buffers.
+// server and home (a no-op except for wlb, whose re-packed batch is split again: the cuts of
+// cut documents depend only on their length); build_plan turns each task list into a plan.
+// (Balance is the scheduler's over the whole step; each half inherits it approximately.)
+// Because pong's contexts include ping rows, ping rows get dK/dV partials from both
+// nano-batches: the runner sums them in a fixed order (ping, then pong) into zeroed buffers.
 //
 // Modes (OverlapMode): pingpong overlaps; single-stream is the no-overlap baseline: the whole
 // micro-batch's plan (NanoPlans::full, balanced as a whole like the two halves together) as one
@@ -39,6 +43,7 @@
 #include "distca/comm/communicator.h"
 #include "distca/core/trace.h"
 #include "distca/core/status.h"
+#include "distca/plan/nano_split.h"
 #include "distca/plan/plan.h"
 #include "distca/runtime/dispatcher.h"
 
@@ -50,21 +55,13 @@ Result<OverlapMode> parse_overlap_mode(const std::string& text, const std::strin
 const char* overlap_mode_name(OverlapMode mode);
 
 struct NanoPlans {
-  Plan full;                    // the scheduler's plan of the whole micro-batch
+  NanoSplit split;              // the split; every plan's batch is split.batch
+  Plan full;                    // the whole micro-batch's plan (both task lists together)
   std::array<Plan, 2> nano;     // ping, pong (same batch and token buffers as full)
-  std::vector<std::array<int64_t, 2>> tokens;  // [rank] query rows of each nano-batch
 };
 
-// The cut of a document of length L (rows [0, cut) are ping): L / 2, rounded down to a
-// multiple of `align` (ScheduleOptions::align_rows, the kernel's query tile) when that leaves
-// ping non-empty, so that neither half pays tile padding.
-inline int64_t nano_cut(int64_t doc_len, int64_t align = 1) {
-  const int64_t half = doc_len / 2;
-  const int64_t aligned = align > 1 ? half / align * align : half;
-  return aligned > 0 ? aligned : half;
-}
-
-// Runs the scheduler once, builds the full plan and the two nano plans. Deterministic.
+// Splits the batch (split_nano_batches(batch, options.align_rows)), runs the scheduler once on
+// the split batch, builds the full plan and the two nano plans. Deterministic.
 Result<NanoPlans> plan_nano_batches(const Batch& batch, const SchedulerSpec& spec,
                                     const ScheduleOptions& options);
 

@@ -19,7 +19,9 @@
 // The dispatcher bound assumes a rank's received and fused query rows stay within
 // kDispatchRowFactor x its tokens T, and its received K/V and fused context rows within
 // kDispatchRowFactor x T + 2 x the longest document (a task's context is its document's
-// prefix, duplicated on every server that holds a piece of it); run_training checks every
+// prefix, duplicated on every server that holds a piece of it), twice that with ping-pong
+// (two plans live at once, and pong's tasks read ping's rows again), summed over the live
+// plans; run_training checks every
 // step's plan against these limits and fails the run if one is exceeded (the estimate then was
 // not a bound), before the dispatcher allocates.
 //
