@@ -31,6 +31,7 @@
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
 #include "distca/core/rng.h"
+#include "distca/core/trace.h"
 #include "distca/cost/analytic.h"
 #include "distca/kernels/blas.h"
 #include "distca/train/config.h"
@@ -57,6 +58,7 @@ struct TrainBenchFlags {
   double tolerance = 0.05;       // cad scheduler
   double mpi_timeout = 300;
   std::string json;              // FILE or "-"
+  std::string trace;             // Chrome trace of the last round's cad pingpong, last step
 };
 
 struct Mode {
@@ -223,12 +225,14 @@ struct Figures {
   std::array<ModeFigures, kModes.size()> modes;
   std::vector<double> sgemm;  // [ranks] FLOP/s
   bool resident = true;       // peaks are VmHWM (false: clear_refs unwritable, buffer estimates)
+  std::vector<TraceEvent> trace;  // --trace: every rank's events of the traced step
 };
 
 // One rank's whole benchmark; `process_lead`: this thread measures its process's memory
-// (every mpi rank; rank 0's thread of the local backend). Figures are filled on rank 0.
+// (every mpi rank; rank 0's thread of the local backend); `recorder`: the mpi communicator's
+// trace recorder (null: the trainer's own). Figures are filled on rank 0.
 Status run_rank(comm::Communicator& comm, const TrainBenchFlags& f, const train::DataSource& data, bool process_lead,
-                Figures* out) {
+                TraceRecorder* recorder, Figures* out) {
   const int64_t n = comm.size();
   const bool lead = comm.rank() == 0;
   const kernels::ScopedComputeThreads one_thread(1);
@@ -245,7 +249,10 @@ Status run_rank(comm::Communicator& comm, const TrainBenchFlags& f, const train:
     DISTCA_ASSIGN_OR_RETURN(std::vector<double> rates, comm.all_gather_value(rate));
     for (size_t r = 0; r < rates.size(); ++r) fig.sgemm[r] = std::max(fig.sgemm[r], rates[r]);
     for (size_t mi = 0; mi < kModes.size(); ++mi) {
-      const train::TrainConfig cfg = make_config(f, n, kModes[mi]);
+      train::TrainConfig cfg = make_config(f, n, kModes[mi]);
+      const bool traced = !f.trace.empty() && round + 1 == f.rounds && mi == kPingPong;
+      if (traced) cfg.trace = f.trace;  // the trainer records the run's last step; we write it
+      hooks.trace = traced ? recorder : nullptr;
       ModeFigures& m = fig.modes[mi];
       DISTCA_RETURN_IF_ERROR(comm.barrier());  // nothing allocates while the mark is reset
       int resident = process_lead ? (reset_peak_memory() ? 1 : 0) : 1;
@@ -272,6 +279,7 @@ Status run_rank(comm::Communicator& comm, const TrainBenchFlags& f, const train:
       m.steps.insert(m.steps.end(), mine.begin(), mine.end());
       m.round_median.push_back(median(mine));
       m.buffers = result.buffer_bytes;
+      if (traced) fig.trace = std::move(result.trace);
       m.outputs_valid = result.outputs_valid;
       for (size_t r = 0; r < m.peak.size(); ++r) {
         // Local backend: one process holds every rank; its peak is rank 0's entry.
@@ -425,6 +433,14 @@ int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig) {
   } else if (!f.json.empty()) {
     files.emplace_back(f.json, j.dump(2) + "\n");
   }
+  if (!f.trace.empty()) {
+    TraceMetadata meta;
+    TraceProcess proc{0, "distca bench train", 0, {}};
+    for (int64_t r = 0; r < ranks; ++r) proc.threads.emplace_back(r, "rank " + std::to_string(r));
+    meta.processes.push_back(std::move(proc));
+    meta.other_data = {{"mode", "cad pingpong"}, {"round", f.rounds}, {"step", f.steps - 1}, {"backend", f.backend}};
+    files.emplace_back(f.trace, chrome_trace_json(fig.trace, meta));
+  }
   if (Status w = write_files_atomic(files); !w.ok()) return fail(w);
   if (Status w = write_stdout(out); !w.ok()) return fail(w);
   return kExitOk;
@@ -501,6 +517,9 @@ Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
   if (!f.json.empty() && f.json != "-") {
     if (Status st = check_output_path(f.json); !st.ok()) return Status::invalid_argument("--json: " + st.message());
   }
+  if (!f.trace.empty()) {
+    if (Status st = check_output_path(f.trace); !st.ok()) return Status::invalid_argument("--trace: " + st.message());
+  }
   // The trainer's own checks (model, workload) for every mode.
   const int64_t ranks = f.backend == "mpi" ? std::max<int64_t>(2, launcher_size()) : f.ranks;
   for (const Mode& m : kModes) DISTCA_RETURN_IF_ERROR(make_config(f, ranks, m).validate());
@@ -513,9 +532,13 @@ int run(const TrainBenchFlags& f, bool ranks_given) {
   const kernels::ScopedBlasThreads one_blas_thread(1);
   Figures fig;
   int64_t ranks = f.ranks;
+  // With --trace on mpi the communicator records its exchanges' transfers too (declared before
+  // the communicator, which records into it until it is gone).
+  TraceRecorder recorder;
   if (f.backend == "mpi") {
     comm::MpiOptions mo;
     mo.timeout_s = f.mpi_timeout;
+    if (!f.trace.empty()) mo.trace = &recorder;
     auto made = comm::make_mpi_communicator(nullptr, nullptr, mo);
     if (!made.ok()) return fail(made.status());
     std::unique_ptr<comm::MpiCommunicator> mpi = std::move(made).value();
@@ -533,7 +556,7 @@ int run(const TrainBenchFlags& f, bool ranks_given) {
     const Batch batch = skewed_batch(f, ranks);
     auto data = train::DataSource::fixed(batch, std::min<int64_t>(32, f.vocab), 1);
     if (!data.ok()) return fail(data.status());
-    Status st = run_rank(*mpi, f, *data, true, &fig);
+    Status st = run_rank(*mpi, f, *data, true, f.trace.empty() ? nullptr : &recorder, &fig);
     if (!st.ok()) mpi->fail(st);
     if (!lead) return kExitOk;
   } else {
@@ -541,7 +564,7 @@ int run(const TrainBenchFlags& f, bool ranks_given) {
     auto data = train::DataSource::fixed(skewed_batch(f, ranks), std::min<int64_t>(32, f.vocab), 1);
     if (!data.ok()) return fail(data.status());
     Status st = comm::run_local(static_cast<int>(ranks), [&](comm::Communicator& c) {
-      return run_rank(c, f, *data, c.rank() == 0, &fig);
+      return run_rank(c, f, *data, c.rank() == 0, nullptr, &fig);
     });
     if (!st.ok()) return fail(st);
   }
@@ -571,6 +594,7 @@ Runner setup(CLI::App& app) {
   app.add_option("--mpi-timeout", f->mpi_timeout, "mpi: seconds without progress after which a silent rank ends the job")
       ->check(CLI::Range(1e-3, 1e6));
   app.add_option("--json", f->json, "write the figures as JSON to FILE (- for stdout)");
+  app.add_option("--trace", f->trace, "write a Chrome trace (Perfetto) of the last round's cad pingpong, last step");
   return [f, ranks] { return run(*f, ranks->count() > 0); };
 }
 

@@ -37,8 +37,8 @@ std::string tiny_with(const std::map<std::string, std::string>& over) {
 }
 
 TEST_F(CliBenchTrainTest, RunsEveryModeAndWritesEveryFigure) {
-  const std::string json = (dir_ / "bench.json").string();
-  const CliRun r = run(tiny_with({{"--warmup-steps", "1"}, {"--json", json}}), 600);
+  const std::string json = (dir_ / "bench.json").string(), trace = (dir_ / "trace.json").string();
+  const CliRun r = run(tiny_with({{"--warmup-steps", "1"}, {"--json", json}, {"--trace", trace}}), 600);
   ASSERT_EQ(r.code, 0) << r.err << r.out;
   for (const char* mode : {"colocated", "cad single-stream", "cad pingpong", "cad signal", "exposed:",
                            "ideal speedup", "local backend"}) {
@@ -87,12 +87,20 @@ TEST_F(CliBenchTrainTest, RunsEveryModeAndWritesEveryFigure) {
   const double r1 = linear + pair_flops * 8.0 * (32.0 * 33.0 / 2.0);
   EXPECT_NEAR(j.at("ideal_speedup").get<double>(), r0 / ((r0 + r1) / 2.0), 1e-9);
   EXPECT_NEAR(j["flops_per_rank"]["attention"][1].get<double>(), r1 - linear, 1e-3);
+
+  // --trace: cad pingpong's last step, both ranks, with the ping nano-batch's Q exchange.
+  const nlohmann::json t = nlohmann::json::parse(slurp(trace));
+  bool q[2] = {false, false};
+  for (const nlohmann::json& e : t.at("traceEvents")) {
+    if (e.value("name", "") == "ping q" && e.value("ph", "") == "X") q[e.at("tid").get<int>() == 0 ? 0 : 1] = true;
+  }
+  EXPECT_TRUE(q[0] && q[1]) << "no 'ping q' exchange on both ranks";
 }
 
 TEST_F(CliBenchTrainTest, BadFlagsAreRefusedBeforeAnyWork) {
   // Each refusal names its flag in a line that is not CLI11's complaint about a repeated flag.
   const auto refused = [&](const std::map<std::string, std::string>& over, const std::string& flag) {
-    expect_refused(tiny_with(over), flag);
+    expect_refused(tiny_with(over), flag, {"--trace"});
     const CliRun r = run(tiny_with(over));
     EXPECT_EQ(r.err.find("At Most"), std::string::npos) << r.err;
   };
@@ -113,12 +121,14 @@ TEST_F(CliBenchTrainTest, BadFlagsAreRefusedBeforeAnyWork) {
   refused({{"--backend", "ring"}}, "--backend");
   refused({{"--tolerance", "2"}}, "--tolerance");
   refused({{"--max-memory", "1M"}}, "--max-memory");  // the memory estimate does not fit
-  // An unwritable --json: refused, and nothing written anywhere.
-  const CliRun r = run(tiny_with({}) + " --json " + (dir_ / "no_such_dir" / "out.json").string());
-  EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_NE(r.err.find("--json"), std::string::npos) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_TRUE(r.out.empty()) << r.out;
+  // An unwritable --json or --trace: refused, and nothing written anywhere.
+  for (const char* flag : {"--json", "--trace"}) {
+    const CliRun r = run(tiny_with({}) + " " + flag + " " + (dir_ / "no_such_dir" / "out.json").string());
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find(flag), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
 }
 
 }  // namespace
