@@ -49,19 +49,22 @@ TrainResult train(TrainConfig c, const std::string& mode, const std::string& ove
   return r;
 }
 
-double max_relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+// ||a - b|| / ||b|| over the whole parameter vector. Elementwise ratios are not a measure of
+// rounding here: AdamW divides by sqrt(v), so a gradient element that rounding moves around
+// zero moves its parameter by up to the learning rate per step whatever the gradient's size.
+double relative_norm_difference(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
+  double diff = 0, norm = 0;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    const double scale = std::max({std::abs(double{a[i]}), std::abs(double{b[i]}), 1e-3});
-    worst = std::max(worst, std::abs(double{a[i]} - double{b[i]}) / scale);
+    diff += (double{a[i]} - double{b[i]}) * (double{a[i]} - double{b[i]});
+    norm += double{b[i]} * double{b[i]};
   }
-  return worst;
+  return std::sqrt(diff / norm);
 }
 
 struct Difference {
   double loss = 0;    // largest relative difference of a step's loss
-  double params = 0;  // largest relative difference of a final parameter (floor 1e-3)
+  double params = 0;  // relative norm difference of the final parameters
   bool bitwise = false;
 };
 
@@ -73,7 +76,7 @@ Difference compare(const TrainResult& a, const TrainResult& b) {
     d.loss = std::max(d.loss, std::abs(a.steps[i].loss - b.steps[i].loss) / std::abs(b.steps[i].loss));
     d.bitwise = d.bitwise && a.steps[i].loss == b.steps[i].loss;
   }
-  d.params = max_relative_difference(a.final_params, b.final_params);
+  d.params = relative_norm_difference(a.final_params, b.final_params);
   return d;
 }
 
@@ -97,12 +100,18 @@ TEST(Overlap, PingPongSingleStreamAndColocatedComputeTheSameFunction) {
         EXPECT_TRUE(d.bitwise) << name << ": loss " << d.loss << " params " << d.params;
       }
       EXPECT_LT(d.loss, 1e-6) << ranks << " ranks, pingpong vs " << name;
-      EXPECT_LT(d.params, 1e-4) << ranks << " ranks, pingpong vs " << name;
+      EXPECT_LT(d.params, 1e-5) << ranks << " ranks, pingpong vs " << name;
       char buf[64];
       std::snprintf(buf, sizeof buf, "%.2e/%.2e", d.loss, d.params);
-      RecordProperty("r" + std::to_string(ranks) + "_" + name, buf);
+      std::string key = "r";
+      key.append(std::to_string(ranks)).append("_").append(name);
+      RecordProperty(key, buf);
+      std::printf("%lld ranks, pingpong vs %s: loss %.2e, parameters %.2e (relative norm)%s\n",
+                  static_cast<long long>(ranks), name, d.loss, d.params, d.bitwise ? ", bitwise" : "");
     }
-    if (ranks > 1) EXPECT_TRUE(moved) << ranks << " ranks: the comparison must exercise re-placement";
+    if (ranks > 1) {
+      EXPECT_TRUE(moved) << ranks << " ranks: the comparison must exercise re-placement";
+    }
   }
 }
 
