@@ -49,6 +49,26 @@ Result<DataSource> DataSource::create(const TrainConfig& config, int64_t vocab) 
   return s;
 }
 
+Result<DataSource> DataSource::fixed(const Batch& batch, int64_t copy_vocab, uint64_t seed) {
+  DISTCA_RETURN_IF_ERROR(batch.validate());
+  for (int64_t r = 0; r < batch.ranks; ++r) {
+    // The model's buffers and the plans assume every rank's slots are filled.
+    if (batch.rank_tokens(r) != batch.tokens_per_rank) {
+      return Status::invalid_argument("fixed batch: rank " + std::to_string(r) + " holds " +
+                                      std::to_string(batch.rank_tokens(r)) + " of its " +
+                                      std::to_string(batch.tokens_per_rank) + " tokens");
+    }
+  }
+  if (copy_vocab < 2) return Status::invalid_argument("fixed batch: the copy alphabet needs at least 2 tokens");
+  DataSource s;
+  s.vocab_ = copy_vocab;
+  s.workload_.ranks = batch.ranks;
+  s.workload_.tokens_per_rank = batch.tokens_per_rank;
+  s.workload_.seed = seed;
+  s.fixed_ = batch;
+  return s;
+}
+
 Result<TextCorpus> scan_text_corpus(const std::string& dir) {
   namespace fs = std::filesystem;
   const std::string name = "--data text:" + dir;
@@ -90,6 +110,7 @@ void text_draw(const std::vector<std::vector<int32_t>>& text, uint64_t seed, int
 }  // namespace
 
 Batch DataSource::batch(int64_t step) const {
+  if (fixed_) return *fixed_;
   const int64_t slots = workload_.ranks * workload_.tokens_per_rank;
   std::vector<int64_t> lengths;
   if (is_copy()) {

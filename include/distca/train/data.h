@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,13 @@ class DataSource {
  public:
   // Validates the data settings and reads the text directory (errors name --data / --dist).
   static Result<DataSource> create(const TrainConfig& config, int64_t vocab);
+  // A copy-task source whose every step packs the same `batch` (which documents, how long, on
+  // which rank): a workload imposed rather than drawn, e.g. a benchmark's fixed skew. The
+  // tokens are the copy task's, drawn per (seed, step, document) from [0, copy_vocab) as above.
+  // Preconditions of use: the run's config has batch.ranks ranks and batch.tokens_per_rank
+  // tokens per rank, and its max_doc_len covers the batch's longest document (the memory
+  // estimate's bound). Errors: an invalid batch (Batch::validate), a rank not full, copy_vocab < 2.
+  static Result<DataSource> fixed(const Batch& batch, int64_t copy_vocab, uint64_t seed);
 
   // The packed batch of step `step`.
   Batch batch(int64_t step) const;
@@ -73,6 +81,7 @@ class DataSource {
   int64_t vocab_ = 0;
   std::vector<std::vector<int32_t>> text_;  // text documents, EOD included
   std::shared_ptr<LengthDistribution> dist_;
+  std::optional<Batch> fixed_;  // fixed(): every step's batch
 };
 
 }  // namespace distca::train

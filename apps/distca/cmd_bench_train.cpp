@@ -1,0 +1,607 @@
+// `distca bench train`: whole training steps of `distca train`'s model and trainer on a fixed
+// skewed batch (rank 0 long documents, every other rank short ones), timed in four modes on one
+// communicator, round-robin: colocated, cad single-stream, cad pingpong and cad signal
+// (docs/benchmarks.md, "Training step").
+//
+//   mpirun -np 2 distca bench train --backend mpi --json -
+//
+// Every mode is one train::run_training call of --steps steps; its first --warmup-steps are
+// discarded. Step time is the trainer's StepMetrics::seconds on rank 0, which includes the
+// barrier before the gradient all-reduce, i.e. waiting for the slowest rank. Under mpirun every
+// rank runs the same steps and only rank 0 prints. On the local backend the ranks are threads
+// sharing the process's cores and memory, so its figures are a smoke test.
+#include <malloc.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "distca/comm/local.h"
+#include "distca/comm/mpi.h"
+#include "distca/core/io.h"
+#include "distca/core/memory.h"
+#include "distca/core/rng.h"
+#include "distca/core/trace.h"
+#include "distca/cost/analytic.h"
+#include "distca/kernels/blas.h"
+#include "distca/train/config.h"
+#include "distca/train/data.h"
+#include "distca/train/memory.h"
+#include "distca/train/trainer.h"
+
+namespace distca::cli {
+namespace {
+
+struct TrainBenchFlags {
+  std::string backend = "local";
+  int ranks = 2;                 // local backend only
+  int64_t width = 512;           // hidden size
+  int64_t layers = 2;
+  int64_t head_dim = 64;         // heads = width / head_dim, kv heads = half of them
+  int64_t vocab = 512;           // small: the LM head stays a small share of the linear work
+  int64_t tokens = 8192;         // per rank
+  int64_t long_doc = 0;          // rank 0's documents (0: one of --tokens-per-rank)
+  int64_t short_doc = 512;       // the other ranks' documents
+  int rounds = 3;
+  int64_t steps = 3;             // per mode and round
+  int64_t warmup_steps = 1;      // discarded of each run
+  double tolerance = 0.05;       // cad scheduler
+  double mpi_timeout = 300;
+  std::string json;              // FILE or "-"
+  std::string trace;             // Chrome trace of the last round's cad pingpong, last step
+};
+
+struct Mode {
+  const char* name;
+  const char* mode;     // TrainConfig::mode
+  const char* overlap;  // TrainConfig::overlap
+};
+constexpr std::array<Mode, 4> kModes{{{"colocated", "colocated", ""},
+                                      {"cad single-stream", "cad", "single-stream"},
+                                      {"cad pingpong", "cad", "pingpong"},
+                                      {"cad signal", "cad", "signal"}}};
+constexpr size_t kColocated = 0, kSingle = 1, kPingPong = 2, kSignal = 3;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+}
+
+int64_t long_doc(const TrainBenchFlags& f) { return f.long_doc > 0 ? f.long_doc : f.tokens; }
+
+// Width-scaled `tiny` heads: head_dim fixed, half as many K/V heads (GQA) when the count is
+// even; SwiGLU ffn about 8/3 of the width, on a multiple of 64.
+ModelSpec bench_spec(const TrainBenchFlags& f) {
+  ModelSpec m;
+  m.name = "bench-train";
+  m.n_layers = f.layers;
+  m.hidden = f.width;
+  m.head_dim = f.head_dim;
+  m.n_heads = f.width / f.head_dim;
+  m.n_kv_heads = m.n_heads % 2 == 0 ? m.n_heads / 2 : m.n_heads;
+  m.ffn = std::max<int64_t>(64, (8 * f.width / 3 + 32) / 64 * 64);
+  m.vocab = f.vocab;
+  return m;
+}
+
+train::TrainConfig make_config(const TrainBenchFlags& f, int64_t ranks, const Mode& mode) {
+  const ModelSpec m = bench_spec(f);
+  train::TrainConfig c;
+  c.model = "tiny";
+  c.model_overrides = {m.n_layers, m.hidden, m.n_heads, m.n_kv_heads, m.head_dim, m.ffn, m.vocab};
+  c.ranks = ranks;
+  c.backend = f.backend;
+  c.mode = mode.mode;
+  c.overlap = mode.overlap;
+  c.tolerance = f.tolerance;
+  c.steps = f.steps;
+  c.tokens_per_rank = f.tokens;
+  // The data come from DataSource::fixed; dist and max_doc_len only describe them to the
+  // validation and to the memory estimate (longest document).
+  c.dist = "fixed:" + std::to_string(long_doc(f));
+  c.max_doc_len = std::max(long_doc(f), f.short_doc);
+  c.copy_vocab = std::min<int64_t>(32, f.vocab);
+  return c;
+}
+
+// Rank 0: documents of long_doc tokens; ranks 1..n-1: documents of short_doc tokens.
+Batch skewed_batch(const TrainBenchFlags& f, int64_t n) {
+  Batch b;
+  b.ranks = n;
+  b.tokens_per_rank = f.tokens;
+  b.per_rank.resize(static_cast<size_t>(n));
+  int64_t id = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t len = r == 0 ? long_doc(f) : f.short_doc;
+    for (int64_t t = 0; t + len <= f.tokens; t += len) b.per_rank[static_cast<size_t>(r)].push_back({id++, 0, len, len});
+  }
+  return b;
+}
+
+// FLOPs of one step (forward + backward) per rank under colocated: its own documents' attention
+// and its tokens' linear work (projections, SwiGLU, LM head), counted as cost/analytic.h does.
+struct StepFlops {
+  std::vector<double> linear, attention;  // [ranks]
+  double total(size_t r) const { return linear[r] + attention[r]; }
+};
+StepFlops step_flops(const ModelSpec& m, const Batch& b) {
+  StepFlops s;
+  for (const auto& pieces : b.per_rank) {
+    double pairs = 0, tokens = 0;
+    for (const Piece& p : pieces) {
+      pairs += static_cast<double>(document_pairs(p.len));
+      tokens += static_cast<double>(p.len);
+    }
+    const double lin = static_cast<double>(m.n_layers) * linear_forward_flops_per_token(m) + lm_head_forward_flops_per_token(m);
+    s.linear.push_back(3.0 * tokens * lin);  // backward is 2x forward
+    s.attention.push_back(static_cast<double>(m.n_layers) *
+                          (attention_forward_flops(m, pairs) + attention_backward_flops(m, pairs)));
+  }
+  return s;
+}
+
+// sgemm FLOP/s on this rank's thread, OpenBLAS on one thread, at the model's linear shapes for
+// a nano-batch of rows (QKV, O, gate+up, down): the best of three passes after a warm-up.
+struct GemmShape {
+  int64_t k, n;
+};
+std::vector<GemmShape> linear_shapes(const ModelSpec& m) {
+  return {{m.hidden, m.q_dim() + 2 * m.kv_dim()}, {m.q_dim(), m.hidden}, {m.hidden, 2 * m.ffn}, {m.ffn, m.hidden}};
+}
+int64_t sgemm_rows(const TrainBenchFlags& f) { return std::min<int64_t>(4096, std::max<int64_t>(16, f.tokens / 2)); }
+int64_t sgemm_bytes(const TrainBenchFlags& f) {
+  int64_t kmax = 0, nmax = 0;
+  for (const GemmShape& s : linear_shapes(bench_spec(f))) kmax = std::max(kmax, s.k), nmax = std::max(nmax, s.n);
+  return 4 * (sgemm_rows(f) * kmax + kmax * nmax + sgemm_rows(f) * nmax);
+}
+double measure_sgemm(const TrainBenchFlags& f, int rank) {
+  const ModelSpec m = bench_spec(f);
+  const int64_t rows = sgemm_rows(f);
+  int64_t kmax = 0, nmax = 0;
+  for (const GemmShape& s : linear_shapes(m)) kmax = std::max(kmax, s.k), nmax = std::max(nmax, s.n);
+  Rng rng(99, static_cast<uint64_t>(rank));
+  std::vector<float> a(static_cast<size_t>(rows * kmax)), b(static_cast<size_t>(kmax * nmax)), c(static_cast<size_t>(rows * nmax));
+  for (auto& x : a) x = static_cast<float>(rng.uniform(-1, 1));
+  for (auto& x : b) x = static_cast<float>(rng.uniform(-1, 1));
+  double flops = 0, best = 0;
+  for (const GemmShape& s : linear_shapes(m)) flops += 2.0 * static_cast<double>(rows * s.k * s.n);
+  for (int pass = 0; pass < 4; ++pass) {  // pass 0 warms up
+    const double t0 = now_s();
+    for (const GemmShape& s : linear_shapes(m)) {
+      kernels::gemm<float>(false, false, rows, s.n, s.k, 1.0f, a.data(), s.k, b.data(), s.n, 0.0f, c.data(), s.n);
+    }
+    const double dt = now_s() - t0;
+    if (pass > 0 && dt > 0) best = std::max(best, flops / dt);
+  }
+  return best;
+}
+
+// Resident high-water mark: reset by writing 5 to clear_refs (VmHWM becomes the current RSS),
+// after returning freed heap to the kernel, so that a mode's peak is its own and not the
+// previous mode's freed buffers.
+bool reset_peak_memory() {
+  malloc_trim(0);
+  std::ofstream f("/proc/self/clear_refs");
+  if (!f) return false;
+  f << "5";
+  f.flush();
+  return static_cast<bool>(f);
+}
+int64_t peak_memory_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;  // kB
+  }
+  return 0;
+}
+
+struct ModeFigures {
+  std::vector<double> steps;                  // timed steps of every round, seconds
+  std::vector<double> round_median;           // [rounds]
+  std::vector<double> linear, attention, comm, wait;  // per timed step
+  std::vector<double> other;  // the step's rest: planning, inputs, runner set-up
+  std::vector<int64_t> peak;                  // [ranks] max over rounds (VmHWM or estimate)
+  std::vector<int64_t> buffers;               // [ranks] the trainer's buffer estimate
+  int64_t bytes_sent = 0;
+  bool outputs_valid = true;
+};
+
+struct Figures {
+  std::array<ModeFigures, kModes.size()> modes;
+  std::vector<double> sgemm;  // [ranks] FLOP/s
+  bool resident = true;       // peaks are VmHWM (false: clear_refs unwritable, buffer estimates)
+  std::vector<TraceEvent> trace;  // --trace: every rank's events of the traced step
+};
+
+// One rank's whole benchmark; `process_lead`: this thread measures its process's memory
+// (every mpi rank; rank 0's thread of the local backend); `recorder`: the mpi communicator's
+// trace recorder (null: the trainer's own). Figures are filled on rank 0.
+Status run_rank(comm::Communicator& comm, const TrainBenchFlags& f, const train::DataSource& data, bool process_lead,
+                TraceRecorder* recorder, Figures* out) {
+  const int64_t n = comm.size();
+  const bool lead = comm.rank() == 0;
+  const kernels::ScopedComputeThreads one_thread(1);
+  Figures fig;
+  fig.sgemm.assign(static_cast<size_t>(n), 0);
+  for (ModeFigures& m : fig.modes) m.peak.assign(static_cast<size_t>(n), 0);
+  train::TrainHooks hooks;
+  hooks.data = &data;
+  for (int round = 0; round < f.rounds; ++round) {
+    // The sgemm reference, before every round with every rank at once (as they train); the
+    // best round's, since other load on a shared host only ever slows it.
+    DISTCA_RETURN_IF_ERROR(comm.barrier());
+    const double rate = measure_sgemm(f, comm.rank());
+    DISTCA_ASSIGN_OR_RETURN(std::vector<double> rates, comm.all_gather_value(rate));
+    for (size_t r = 0; r < rates.size(); ++r) fig.sgemm[r] = std::max(fig.sgemm[r], rates[r]);
+    for (size_t mi = 0; mi < kModes.size(); ++mi) {
+      train::TrainConfig cfg = make_config(f, n, kModes[mi]);
+      const bool traced = !f.trace.empty() && round + 1 == f.rounds && mi == kPingPong;
+      if (traced) cfg.trace = f.trace;  // the trainer records the run's last step; we write it
+      hooks.trace = traced ? recorder : nullptr;
+      ModeFigures& m = fig.modes[mi];
+      DISTCA_RETURN_IF_ERROR(comm.barrier());  // nothing allocates while the mark is reset
+      int resident = process_lead ? (reset_peak_memory() ? 1 : 0) : 1;
+      DISTCA_RETURN_IF_ERROR(comm.barrier());
+      train::TrainResult result;
+      DISTCA_RETURN_IF_ERROR(train::run_training(cfg, comm, hooks, lead ? &result : nullptr));
+      DISTCA_RETURN_IF_ERROR(comm.barrier());  // local backend: every rank thread is done
+      const int64_t peak = process_lead ? peak_memory_bytes() : 0;
+      DISTCA_ASSIGN_OR_RETURN(std::vector<int64_t> peaks, comm.all_gather_value(peak));
+      DISTCA_ASSIGN_OR_RETURN(std::vector<int> res, comm.all_gather_value(resident));
+      if (!lead) continue;
+      fig.resident = fig.resident && std::all_of(res.begin(), res.end(), [](int x) { return x == 1; });
+      std::vector<double> mine;
+      for (size_t s = static_cast<size_t>(f.warmup_steps); s < result.steps.size(); ++s) {
+        const train::StepMetrics& st = result.steps[s];
+        mine.push_back(st.seconds);
+        m.linear.push_back(st.linear_s);
+        m.attention.push_back(st.attention_s);
+        m.comm.push_back(st.comm_s);
+        m.wait.push_back(st.wait_s);
+        m.other.push_back(st.seconds - st.linear_s - st.attention_s - st.comm_s - st.wait_s);
+        m.bytes_sent = st.bytes_sent;
+      }
+      m.steps.insert(m.steps.end(), mine.begin(), mine.end());
+      m.round_median.push_back(median(mine));
+      m.buffers = result.buffer_bytes;
+      if (traced) fig.trace = std::move(result.trace);
+      m.outputs_valid = result.outputs_valid;
+      for (size_t r = 0; r < m.peak.size(); ++r) {
+        // Local backend: one process holds every rank; its peak is rank 0's entry.
+        const int64_t p = f.backend == "mpi" ? peaks[r] : (r == 0 ? peaks[0] : 0);
+        m.peak[r] = std::max(m.peak[r], p);
+      }
+    }
+  }
+  if (lead) *out = std::move(fig);
+  return Status::ok_status();
+}
+
+std::string mib(int64_t b) {
+  char s[32];
+  std::snprintf(s, sizeof(s), "%.0f", static_cast<double>(b) / (1024.0 * 1024.0));
+  return s;
+}
+
+// Median over rounds of a / b, each round's two modes paired (they ran back to back, so a slow
+// period of a shared host falls on both).
+double paired(const ModeFigures& a, const ModeFigures& b) {
+  std::vector<double> r;
+  for (size_t i = 0; i < std::min(a.round_median.size(), b.round_median.size()); ++i) {
+    if (b.round_median[i] > 0) r.push_back(a.round_median[i] / b.round_median[i]);
+  }
+  return median(r);
+}
+
+int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig) {
+  const ModelSpec spec = bench_spec(f);
+  const Batch batch = skewed_batch(f, ranks);
+  const StepFlops fl = step_flops(spec, batch);
+  double fmax = 0, fsum = 0, rate_sum = 0;
+  for (size_t r = 0; r < fl.linear.size(); ++r) fmax = std::max(fmax, fl.total(r)), fsum += fl.total(r);
+  for (double x : fig.sgemm) rate_sum += x;
+  const double ideal = fmax / (fsum / static_cast<double>(ranks));
+  const auto& md = fig.modes;
+  const double pp = median(md[kPingPong].steps), sig = median(md[kSignal].steps);
+  const double exposed = pp > 0 ? (pp - sig) / pp : 0;
+  const double exposed_paired = 1.0 - 1.0 / paired(md[kPingPong], md[kSignal]);
+  const double sp_pp = paired(md[kColocated], md[kPingPong]);
+  const double slowdown = paired(md[kSingle], md[kPingPong]) - 1.0;
+
+  nlohmann::json j;
+  j["backend"] = f.backend;
+  j["ranks"] = ranks;
+  j["omp_threads"] = 1;
+  j["model"] = {{"hidden", spec.hidden},         {"layers", spec.n_layers}, {"n_heads", spec.n_heads},
+                {"n_kv_heads", spec.n_kv_heads}, {"head_dim", spec.head_dim}, {"ffn", spec.ffn},
+                {"vocab", spec.vocab}};
+  j["tokens_per_rank"] = f.tokens;
+  j["long_doc"] = long_doc(f);
+  j["short_doc"] = f.short_doc;
+  j["rounds"] = f.rounds;
+  j["steps"] = f.steps;
+  j["warmup_steps"] = f.warmup_steps;
+  j["sgemm_flops"] = fig.sgemm;
+  j["flops_per_rank"] = {{"linear", fl.linear}, {"attention", fl.attention}};
+  j["ideal_speedup"] = ideal;
+  j["memory_source"] = fig.resident ? "vmhwm" : "buffer_estimate";
+  j["modes"] = nlohmann::json::array();
+
+  const char* local_note = f.backend == "local" ? " (whole process: every rank thread)" : "";
+  std::string out;
+  appendf(out, "distca bench train: %lld ranks (%s backend), 1 OpenMP thread per rank, OpenBLAS on 1 thread\n",
+          static_cast<long long>(ranks), f.backend.c_str());
+  appendf(out, "model: width %lld, %lld layers, %lld heads (%lld K/V) x %lld, ffn %lld, vocab %lld\n",
+          static_cast<long long>(spec.hidden), static_cast<long long>(spec.n_layers), static_cast<long long>(spec.n_heads),
+          static_cast<long long>(spec.n_kv_heads), static_cast<long long>(spec.head_dim), static_cast<long long>(spec.ffn),
+          static_cast<long long>(spec.vocab));
+  appendf(out, "workload: %lld tokens per rank; rank 0 %lld document(s) of %lld, the others %lld of %lld\n",
+          static_cast<long long>(f.tokens), static_cast<long long>(f.tokens / long_doc(f)),
+          static_cast<long long>(long_doc(f)), static_cast<long long>(f.tokens / f.short_doc),
+          static_cast<long long>(f.short_doc));
+  appendf(out, "FLOPs per step, colocated:");
+  for (size_t r = 0; r < fl.linear.size(); ++r) {
+    appendf(out, " rank %zu %.1f G (linear %.1f, attention %.1f)%s", r, fl.total(r) / 1e9, fl.linear[r] / 1e9,
+            fl.attention[r] / 1e9, r + 1 < fl.linear.size() ? ";" : "\n");
+  }
+  appendf(out, "sgemm at the model's linear shapes (%lld rows, 1 thread; best round), GFLOP/s per rank:",
+          static_cast<long long>(sgemm_rows(f)));
+  for (double x : fig.sgemm) appendf(out, " %.1f", x / 1e9);
+  appendf(out, "\n%d round(s) x %lld steps per mode, the first %lld of each run discarded; medians\n", f.rounds,
+          static_cast<long long>(f.steps), static_cast<long long>(f.warmup_steps));
+  appendf(out, "%-18s %9s %10s %6s %8s %8s %8s %8s %8s %9s  %s\n", "mode", "step s", "tokens/s", "MFU", "linear",
+          "attn", "comm", "wait", "other", "sent MiB", fig.resident ? "peak MiB per rank" : "buffers MiB per rank");
+  for (size_t mi = 0; mi < kModes.size(); ++mi) {
+    const ModeFigures& m = md[mi];
+    const double t = median(m.steps);
+    const double tps = t > 0 ? static_cast<double>(ranks * f.tokens) / t : 0;
+    const double mfu = t > 0 && rate_sum > 0 ? fsum / t / rate_sum : 0;
+    const std::vector<int64_t>& mem = fig.resident ? m.peak : m.buffers;
+    std::string mems;
+    for (size_t r = 0; r < mem.size(); ++r) {
+      if (f.backend == "local" && fig.resident && r > 0) break;
+      mems += (r ? " " : "") + mib(mem[r]);
+    }
+    appendf(out, "%-18s %9.3f %10.0f %5.1f%% %8.3f %8.3f %8.3f %8.3f %8.3f %9.1f  %s%s%s\n", kModes[mi].name, t,
+            tps, 100 * mfu, median(m.linear), median(m.attention), median(m.comm), median(m.wait), median(m.other),
+            static_cast<double>(m.bytes_sent) / (1024.0 * 1024.0), mems.c_str(), fig.resident ? local_note : "",
+            m.outputs_valid ? "" : "  (signal: 1-byte exchanges, outputs invalid)");
+    j["modes"].push_back({{"name", kModes[mi].name},
+                          {"mode", kModes[mi].mode},
+                          {"overlap", kModes[mi].overlap},
+                          {"median_s", t},
+                          {"steps_s", m.steps},
+                          {"round_median_s", m.round_median},
+                          {"tokens_per_s", tps},
+                          {"mfu", mfu},
+                          {"linear_s", median(m.linear)},
+                          {"attention_s", median(m.attention)},
+                          {"comm_s", median(m.comm)},
+                          {"wait_s", median(m.wait)},
+                          {"other_s", median(m.other)},
+                          {"bytes_sent", m.bytes_sent},
+                          {"peak_bytes", fig.resident ? nlohmann::json(m.peak) : nlohmann::json(nullptr)},
+                          {"buffer_bytes", m.buffers},
+                          {"outputs_valid", m.outputs_valid}});
+  }
+  nlohmann::json sp = nlohmann::json::object();
+  for (size_t mi = 1; mi < kModes.size(); ++mi) sp[kModes[mi].overlap] = paired(md[kColocated], md[mi]);
+  j["speedup_paired"] = sp;
+  j["pingpong_over_ideal"] = sp_pp / ideal;
+  j["single_stream_slowdown"] = slowdown;
+  j["exposed"] = exposed;
+  j["exposed_paired"] = exposed_paired;
+
+  appendf(out, "time split: rank 0's StepMetrics, medians (comm = exchanges waited for + all-reduces; wait = behind the "
+               "slowest rank; other = the step's rest: planning, inputs); sent = rank 0's attention bytes sent, last "
+               "layer, forward + backward\n");
+  appendf(out, "ideal speedup (FLOPs, perfect balance: max / mean over ranks): %.3f\n", ideal);
+  appendf(out, "speedup over colocated (paired by round): single-stream %.3f, pingpong %.3f, signal %.3f\n",
+          sp["single-stream"].get<double>(), sp["pingpong"].get<double>(), sp["signal"].get<double>());
+  appendf(out, "pingpong / ideal speedup: %.3f\n", sp_pp / ideal);
+  appendf(out, "single-stream slower than pingpong: %+.1f%% (paired)\n", 100 * slowdown);
+  appendf(out, "exposed: %.1f%% ((pingpong - signal) / pingpong, medians; paired %.1f%%)\n", 100 * exposed,
+          100 * exposed_paired);
+  appendf(out, "MFU: model FLOPs per step / step time / (sum of the ranks' sgemm rates)\n");
+  if (!fig.resident) {
+    appendf(out, "peak memory: /proc/self/clear_refs is not writable here, so the column is the trainer's buffer "
+                 "estimate (TrainResult::buffer_bytes), not resident memory\n");
+  } else {
+    appendf(out, "peak memory: VmHWM of each rank process%s, reset before every run\n", local_note);
+  }
+  if (f.backend == "local") {
+    appendf(out, "note: local backend: the ranks are threads sharing the process's cores; use --backend mpi for figures\n");
+  }
+  std::vector<std::pair<std::string, std::string>> files;
+  if (f.json == "-") {
+    out += j.dump(2) + "\n";
+  } else if (!f.json.empty()) {
+    files.emplace_back(f.json, j.dump(2) + "\n");
+  }
+  if (!f.trace.empty()) {
+    TraceMetadata meta;
+    TraceProcess proc{0, "distca bench train", 0, {}};
+    for (int64_t r = 0; r < ranks; ++r) proc.threads.emplace_back(r, "rank " + std::to_string(r));
+    meta.processes.push_back(std::move(proc));
+    meta.other_data = {{"mode", "cad pingpong"}, {"round", f.rounds}, {"step", f.steps - 1}, {"backend", f.backend}};
+    files.emplace_back(f.trace, chrome_trace_json(fig.trace, meta));
+  }
+  if (Status w = write_files_atomic(files); !w.ok()) return fail(w);
+  if (Status w = write_stdout(out); !w.ok()) return fail(w);
+  return kExitOk;
+}
+
+int64_t env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return -1;
+  char* end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  return *end == '\0' && x >= 0 ? x : -1;
+}
+// The launcher's rank and size, read without initialising MPI (-1: not started by one).
+int64_t launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    if (env_int(name) >= 0) return env_int(name);
+  }
+  return -1;
+}
+int64_t launcher_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    if (env_int(name) >= 0) return env_int(name);
+  }
+  return -1;
+}
+
+// The memory every mode's run needs in this process, against the limit (--max-memory).
+Status check_bench_memory(const TrainBenchFlags& f, int64_t ranks, bool lead) {
+  train::MemoryInputs mi;
+  mi.mpi = f.backend == "mpi";
+  mi.ranks_in_process = mi.mpi ? 1 : ranks;
+  mi.threads_per_rank = mi.mpi ? 2 : 1;  // one compute thread (+ mpi's progress thread)
+  mi.lead = lead;
+  double need = 0;
+  for (const Mode& m : kModes) {
+    const train::TrainConfig cfg = make_config(f, ranks, m);
+    DISTCA_ASSIGN_OR_RETURN(ModelSpec spec, cfg.model_spec());
+    need = std::max(need, train::estimate_train_memory(cfg, spec, mi).process_total());
+  }
+  need += static_cast<double>(sgemm_bytes(f) * mi.ranks_in_process);
+  const int64_t here = mi.mpi ? std::max<int64_t>(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE")) : 1;
+  const std::string what = "bench train --tokens-per-rank " + std::to_string(f.tokens) + " --width " +
+                           std::to_string(f.width) + " --layers " + std::to_string(f.layers) +
+                           (mi.mpi ? (here > 1 ? " x " + std::to_string(here) + " processes on this machine" : "")
+                                   : " --ranks " + std::to_string(ranks));
+  return check_memory(need * static_cast<double>(here), what);
+}
+
+// Flag checks that need no group: every one refuses before any work.
+Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
+  auto multiple16 = [](const char* flag, int64_t v) -> Status {
+    if (v <= 0 || v % 16 != 0) {
+      return Status::invalid_argument(std::string(flag) + " must be a positive multiple of 16 (got " + std::to_string(v) + ")");
+    }
+    return {};
+  };
+  DISTCA_RETURN_IF_ERROR(multiple16("--width", f.width));
+  DISTCA_RETURN_IF_ERROR(multiple16("--tokens-per-rank", f.tokens));
+  DISTCA_RETURN_IF_ERROR(multiple16("--short-doc", f.short_doc));
+  if (f.long_doc != 0) DISTCA_RETURN_IF_ERROR(multiple16("--long-doc", f.long_doc));
+  if (f.tokens % long_doc(f) != 0) return Status::invalid_argument("--long-doc must divide --tokens-per-rank");
+  if (f.tokens % f.short_doc != 0) return Status::invalid_argument("--short-doc must divide --tokens-per-rank");
+  if (f.head_dim <= 0 || f.head_dim % 2 != 0 || f.width % f.head_dim != 0) {
+    return Status::invalid_argument("--head-dim must be even and divide --width (got " + std::to_string(f.head_dim) + ")");
+  }
+  if (f.steps <= f.warmup_steps) {
+    return Status::invalid_argument("--steps (" + std::to_string(f.steps) + ") must exceed --warmup-steps (" +
+                                    std::to_string(f.warmup_steps) + ")");
+  }
+  if (f.backend == "mpi" && ranks_given) return Status::invalid_argument("--ranks applies to --backend local (mpi: mpirun -np)");
+  if (f.backend == "local" && launcher_size() > 1) {
+    return Status::invalid_argument("--backend local under mpirun would run one independent benchmark per process; add --backend mpi");
+  }
+  if (!f.json.empty() && f.json != "-") {
+    if (Status st = check_output_path(f.json); !st.ok()) return Status::invalid_argument("--json: " + st.message());
+  }
+  if (!f.trace.empty()) {
+    if (Status st = check_output_path(f.trace); !st.ok()) return Status::invalid_argument("--trace: " + st.message());
+  }
+  // The trainer's own checks (model, workload) for every mode.
+  const int64_t ranks = f.backend == "mpi" ? std::max<int64_t>(2, launcher_size()) : f.ranks;
+  for (const Mode& m : kModes) DISTCA_RETURN_IF_ERROR(make_config(f, ranks, m).validate());
+  return {};
+}
+
+int run(const TrainBenchFlags& f, bool ranks_given) {
+  const bool first = launcher_rank() <= 0;  // before the group exists only rank 0 speaks
+  if (Status st = check_flags(f, ranks_given); !st.ok()) return first ? fail_input(st.message()) : kExitBadInput;
+  const kernels::ScopedBlasThreads one_blas_thread(1);
+  Figures fig;
+  int64_t ranks = f.ranks;
+  // With --trace on mpi the communicator records its exchanges' transfers too (declared before
+  // the communicator, which records into it until it is gone).
+  TraceRecorder recorder;
+  if (f.backend == "mpi") {
+    comm::MpiOptions mo;
+    mo.timeout_s = f.mpi_timeout;
+    if (!f.trace.empty()) mo.trace = &recorder;
+    auto made = comm::make_mpi_communicator(nullptr, nullptr, mo);
+    if (!made.ok()) return fail(made.status());
+    std::unique_ptr<comm::MpiCommunicator> mpi = std::move(made).value();
+    ranks = mpi->size();
+    const bool lead = mpi->rank() == 0;
+    if (ranks < 2) return fail_input("--backend mpi needs at least 2 ranks (mpirun -np 2 ...)");
+    // Every process checks its own memory; the lowest rank that refused speaks, and all stop.
+    const Status mem = check_bench_memory(f, ranks, lead);
+    auto codes = mpi->all_gather_value(mem.ok() ? 0 : 1);
+    if (!codes.ok()) mpi->fail(codes.status());
+    const auto bad = std::find(codes->begin(), codes->end(), 1);
+    if (bad != codes->end()) {
+      return bad - codes->begin() == mpi->rank() ? fail_input(mem.message()) : kExitBadInput;
+    }
+    const Batch batch = skewed_batch(f, ranks);
+    auto data = train::DataSource::fixed(batch, std::min<int64_t>(32, f.vocab), 1);
+    if (!data.ok()) return fail(data.status());
+    Status st = run_rank(*mpi, f, *data, true, f.trace.empty() ? nullptr : &recorder, &fig);
+    if (!st.ok()) mpi->fail(st);
+    if (!lead) return kExitOk;
+  } else {
+    if (Status mem = check_bench_memory(f, ranks, true); !mem.ok()) return fail_input(mem.message());
+    auto data = train::DataSource::fixed(skewed_batch(f, ranks), std::min<int64_t>(32, f.vocab), 1);
+    if (!data.ok()) return fail(data.status());
+    Status st = comm::run_local(static_cast<int>(ranks), [&](comm::Communicator& c) {
+      return run_rank(c, f, *data, c.rank() == 0, nullptr, &fig);
+    });
+    if (!st.ok()) return fail(st);
+  }
+  return report(f, ranks, fig);
+}
+
+Runner setup(CLI::App& app) {
+  auto f = std::make_shared<TrainBenchFlags>();
+  app.add_option("--backend", f->backend, "local (rank threads) or mpi (under mpirun)")
+      ->check(CLI::IsMember({"local", "mpi"}));
+  CLI::Option* ranks = app.add_option("--ranks", f->ranks, "ranks of the local backend (default 2)")->check(CLI::Range(2, 64));
+  app.add_option("--width", f->width, "model width (hidden size; multiple of 16, default 512)");
+  app.add_option("--layers", f->layers, "transformer layers (default 2)")->check(CLI::Range(int64_t{1}, int64_t{64}));
+  app.add_option("--head-dim", f->head_dim, "head dimension: width / it query heads, half as many K/V heads (default 64)");
+  app.add_option("--vocab", f->vocab, "vocabulary (default 512)")->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
+  app.add_option("--tokens-per-rank", f->tokens, "tokens per rank per step (multiple of 16, default 8192)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  app.add_option("--long-doc", f->long_doc, "length of rank 0's documents (default: one of --tokens-per-rank)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  app.add_option("--short-doc", f->short_doc, "length of the other ranks' documents (default 512)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  app.add_option("--rounds", f->rounds, "rounds; each runs every mode once (default 3)")->check(CLI::Range(1, 1000));
+  app.add_option("--steps", f->steps, "steps per run (default 3)")->check(CLI::Range(int64_t{1}, int64_t{100000}));
+  app.add_option("--warmup-steps", f->warmup_steps, "first steps of every run not timed (default 1)")
+      ->check(CLI::Range(int64_t{0}, int64_t{100000}));
+  app.add_option("--tolerance", f->tolerance, "cad scheduler's balance tolerance (default 0.05)")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--mpi-timeout", f->mpi_timeout, "mpi: seconds without progress after which a silent rank ends the job")
+      ->check(CLI::Range(1e-3, 1e6));
+  app.add_option("--json", f->json, "write the figures as JSON to FILE (- for stdout)");
+  app.add_option("--trace", f->trace, "write a Chrome trace (Perfetto) of the last round's cad pingpong, last step");
+  return [f, ranks] { return run(*f, ranks->count() > 0); };
+}
+
+}  // namespace
+
+DISTCA_REGISTER_COMMAND(bench_train, {"train", "bench",
+                                      "Training step: colocated vs cad single-stream, pingpong and signal", 63,
+                                      &setup});
+
+}  // namespace distca::cli

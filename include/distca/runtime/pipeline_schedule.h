@@ -1,0 +1,146 @@
+// Pipeline schedules as data: the op orders the runtime's trainer executes and the simulator
+// replays (sim/pipeline.h re-exports these names), so the two cannot drift apart.
+// docs/runtime.md "Pipeline schedules" draws both for P = 4, M = 8.
+//
+// Schedules
+//   one_f_one_b(p, m)      standard 1F1B, per stage: min(p-1-s, m) warm-up forwards, then
+//                          alternating (forward, backward), then the remaining backwards.
+//                          Stages run asynchronously; a forward waits for the previous stage's
+//                          forward of that micro-batch, a backward for the next stage's.
+//                          Stage s never holds more than min(p-s, m) micro-batches.
+//   phase_aligned(p, m)    CAD's 1F1B: global ticks in which every active stage runs a forward
+//                          (an F tick) or every active stage a backward (a B tick). Tick types:
+//                          p-1 warm-up F ticks, then F and B alternating for 2m ticks, then
+//                          p-1 drain B ticks: 2(m+p-1) ticks, as many as 1F1B's slots. In each
+//                          tick every stage runs the next op of the tick's type whose input is
+//                          ready (produced in an EARLIER tick). No in-flight cap: a stage may
+//                          hold more micro-batches than 1F1B's p-s (the paper's deferred
+//                          backwards); peak_in_flight reports it (memory counts it).
+//
+// Messages (point to point between neighbouring stages; op_input / op_output)
+//   forward  of micro-batch j on stage s: receives j's activations from s-1 before it (s > 0),
+//                                         sends its output activations to s+1 after it (s < p-1)
+//   backward of micro-batch j on stage s: receives j's output gradient from s+1 before it
+//                                         (s < p-1), sends its input gradient to s-1 after it (s > 0)
+//   tag = p2p_tag(j, gradient) = 2j + (gradient ? 1 : 0). Between two stages activations flow
+//   only down and gradients only up, and each (micro-batch, direction) crosses once per step,
+//   so (sender, receiver, tag) names one message of a step; a trainer that lets messages of
+//   consecutive steps meet relies on the communicator's in-order matching per (peer, tag).
+//   The last stage's backward of j needs its own forward of j (the loss), no message.
+//
+// Execution model (what check_executable proves). Each stage runs its StageProgram in order:
+// for each step it blocks until `recv` has arrived (blocking at need), runs the op, then posts
+// `send` without waiting for it (non-blocking; the sender keeps the buffer until it completes).
+// For the phase-aligned schedule every message sent in tick t is received in a tick > t
+// (check_tick_order), so a runner that executes ticks in order, with per-tick collectives over
+// all ranks (CAD's pooled attention plans), never waits on a message of its own tick.
+//
+// Thread safety: pure functions on values.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "distca/core/status.h"
+
+namespace distca::runtime {
+
+struct PipeOp {
+  int64_t stage = 0;
+  int64_t microbatch = 0;
+  bool backward = false;
+  bool operator==(const PipeOp&) const = default;
+};
+
+// [stage][ops in execution order]. Preconditions: p >= 1, m >= 1.
+std::vector<std::vector<PipeOp>> one_f_one_b(int64_t p, int64_t m);
+
+struct Tick {
+  bool backward = false;
+  std::vector<PipeOp> ops;  // at most one per stage, ascending stage
+};
+// Preconditions: p >= 1, m >= 1. Every (stage, micro-batch) appears once forward and once
+// backward, each forward after the previous stage's forward of that micro-batch and each
+// backward after the next stage's backward (and the stage's own forward).
+std::vector<Tick> phase_aligned(int64_t p, int64_t m);
+
+// Largest number of micro-batches a stage holds at once (forwarded, not yet backwarded), for
+// an op order of that stage.
+int64_t peak_in_flight(const std::vector<PipeOp>& stage_ops);
+// The ops of stage s in tick order.
+std::vector<PipeOp> stage_ops(const std::vector<Tick>& ticks, int64_t s);
+
+// ---- Messages -------------------------------------------------------------------------
+
+// The tag of micro-batch j's activations (gradient = false) or gradient (gradient = true).
+constexpr int64_t p2p_tag(int64_t microbatch, bool gradient) { return 2 * microbatch + (gradient ? 1 : 0); }
+
+struct P2pMessage {
+  int64_t from = 0;        // sending stage
+  int64_t to = 0;          // receiving stage (from + 1 for activations, from - 1 for gradients)
+  int64_t microbatch = 0;
+  bool gradient = false;   // false: activations, forward; true: a gradient, backward
+  int64_t tag = 0;         // p2p_tag(microbatch, gradient)
+  bool operator==(const P2pMessage&) const = default;
+};
+
+// What `op` receives before it runs and sends after it, in a pipeline of p stages (nullopt:
+// nothing). Precondition: 0 <= op.stage < p.
+std::optional<P2pMessage> op_input(const PipeOp& op, int64_t p);
+std::optional<P2pMessage> op_output(const PipeOp& op, int64_t p);
+
+struct StageStep {
+  PipeOp op;
+  std::optional<P2pMessage> recv;  // block for it before op
+  std::optional<P2pMessage> send;  // post it (non-blocking) after op
+  bool operator==(const StageStep&) const = default;
+};
+using StageProgram = std::vector<StageStep>;  // one stage's steps, in execution order
+
+// Every op with its messages (op_input, op_output). Precondition: 0 <= op.stage < p.
+StageProgram stage_program(const std::vector<PipeOp>& ops, int64_t p);
+// [stage] the 1F1B program of every stage. Preconditions: p >= 1, m >= 1.
+std::vector<StageProgram> one_f_one_b_programs(int64_t p, int64_t m);
+
+struct TickProgram {
+  bool backward = false;
+  std::vector<StageStep> steps;  // the tick's ops (ascending stage) with their messages
+};
+// phase_aligned(p, m) with messages. Preconditions: p >= 1, m >= 1.
+std::vector<TickProgram> phase_aligned_programs(int64_t p, int64_t m);
+// [stage] the steps of each stage in tick order (what one stage's ranks execute).
+std::vector<StageProgram> stage_programs(const std::vector<TickProgram>& ticks, int64_t p);
+
+// ---- Checks ---------------------------------------------------------------------------
+
+struct Execution {
+  // slot[s][i]: the unit-time slot step i of stage s runs in when every op takes one slot
+  // and a message sent at the end of slot t can be received in slot t + 1.
+  std::vector<std::vector<int64_t>> slot;
+  int64_t makespan = 0;  // slots until the last stage finishes
+};
+
+// Runs the programs (programs.size() stages) under the execution model above. Errors
+// (invalid_argument, one line): a step on the wrong stage or with a message not addressed
+// to or from its stage, an op that appears twice, a backward before its stage's forward of
+// the micro-batch, a message posted twice, a deadlock ("deadlock: stage 0 waits at step 3
+// (B1) for the gradient of micro-batch 1 (tag 3) from stage 1; ..." naming every stage that
+// cannot go on, the first stuck state), a message never received, or a stage that ends
+// holding a micro-batch it forwarded and never backwarded.
+Result<Execution> check_executable(const std::vector<StageProgram>& programs);
+
+// Phase-aligned tick rules for p stages: every step's op is of its tick's type and on a
+// distinct stage of [0, p), and every message is received in a tick after the one that sent
+// it (and exactly once). Errors as above, naming the tick.
+Status check_tick_order(const std::vector<TickProgram>& ticks, int64_t p);
+
+// ---- Tables (docs/runtime.md is generated from these) --------------------------------------
+
+// Markdown: header "tick", a "phase" row (F/B), one row per stage ("F3", "B0", "." idle).
+std::string tick_table(const std::vector<Tick>& ticks, int64_t p);
+// Markdown: header "slot", one row per stage, each step in its Execution slot.
+std::string slot_table(const std::vector<StageProgram>& programs, const Execution& execution);
+
+}  // namespace distca::runtime

@@ -1,0 +1,135 @@
+// `distca bench train` on the local backend at a tiny size: it runs every mode, prints them,
+// and its JSON carries every figure, with the workload's FLOP-ideal speedup equal to an
+// independent count; bad flags are refused with one line and exit 2 before any work.
+// No timing is asserted (times are the machine's), only that they exist and are positive.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "support/cli_fixture.h"
+
+namespace distca::testing {
+namespace {
+
+class CliBenchTrainTest : public CliFixture {
+ protected:
+  CliBenchTrainTest() : CliFixture("cli_bench_train", "bench train") {}
+};
+
+// Width 64 (1 head of 64, 1 K/V head, ffn 192, vocab 512), 1 layer, 256 tokens per rank:
+// rank 0 one document of 256, rank 1 eight of 32; 1 round of 2 steps, the first discarded.
+// The tiny run's flags with `over` replacing or adding some ("" value: the flag is dropped).
+std::string tiny_with(const std::map<std::string, std::string>& over) {
+  std::map<std::string, std::string> flags{{"--backend", "local"},  {"--ranks", "2"},     {"--tokens-per-rank", "256"},
+                                           {"--width", "64"},       {"--layers", "1"},    {"--short-doc", "32"},
+                                           {"--rounds", "1"},       {"--steps", "2"}};
+  for (const auto& [k, v] : over) flags[k] = v;
+  std::string out;
+  for (const auto& [k, v] : flags) {
+    if (!v.empty()) out += " " + k + " " + v;
+  }
+  return out;
+}
+
+TEST_F(CliBenchTrainTest, RunsEveryModeAndWritesEveryFigure) {
+  const std::string json = (dir_ / "bench.json").string(), trace = (dir_ / "trace.json").string();
+  const CliRun r = run(tiny_with({{"--warmup-steps", "1"}, {"--json", json}, {"--trace", trace}}), 600);
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  for (const char* mode : {"colocated", "cad single-stream", "cad pingpong", "cad signal", "exposed:",
+                           "ideal speedup", "local backend"}) {
+    EXPECT_NE(r.out.find(mode), std::string::npos) << mode << "\n" << r.out;
+  }
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(j.at("ranks"), 2);
+  EXPECT_EQ(j.at("backend"), "local");
+  EXPECT_EQ(j.at("omp_threads"), 1);
+  EXPECT_EQ(j.at("model").at("ffn"), 192);
+  EXPECT_EQ(j.at("model").at("n_heads"), 1);
+  const std::vector<std::string> names{"colocated", "cad single-stream", "cad pingpong", "cad signal"};
+  ASSERT_EQ(j.at("modes").size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const nlohmann::json& m = j["modes"][i];
+    EXPECT_EQ(m.at("name"), names[i]);
+    EXPECT_EQ(m.at("steps_s").size(), 1u) << names[i];  // 1 round x (2 steps - 1 warm-up)
+    EXPECT_GT(m.at("median_s").get<double>(), 0) << names[i];
+    EXPECT_GT(m.at("tokens_per_s").get<double>(), 0) << names[i];
+    EXPECT_GT(m.at("mfu").get<double>(), 0) << names[i];
+    for (const char* k : {"linear_s", "attention_s", "comm_s", "wait_s", "other_s"}) {
+      EXPECT_GE(m.at(k).get<double>(), 0) << names[i] << " " << k;
+    }
+    EXPECT_EQ(m.at("buffer_bytes").size(), 2u) << names[i];
+    if (j.at("memory_source") == "vmhwm") {
+      EXPECT_GT(m.at("peak_bytes").at(0).get<int64_t>(), 0) << names[i];
+    }
+    // Signal sends 1-byte exchanges and declares its outputs invalid; the others are valid.
+    EXPECT_EQ(m.at("outputs_valid").get<bool>(), names[i] != "cad signal") << names[i];
+  }
+  for (const char* k : {"single-stream", "pingpong", "signal"}) {
+    EXPECT_GT(j.at("speedup_paired").at(k).get<double>(), 0) << k;
+  }
+  for (const char* k : {"exposed", "exposed_paired", "pingpong_over_ideal", "single_stream_slowdown"}) {
+    EXPECT_TRUE(std::isfinite(j.at(k).get<double>())) << k;
+  }
+  ASSERT_EQ(j.at("sgemm_flops").size(), 2u);
+  EXPECT_GT(j["sgemm_flops"][0].get<double>(), 0);
+
+  // The FLOP-ideal speedup, counted here from the model and the batch: matmul parameters per
+  // layer 2 h q + 2 h kv + 3 h ffn = 53248, LM head h vocab = 32768, 6 FLOPs per parameter and
+  // token (forward + backward); attention 3.5 x 4 x head_dim x heads per causal pair.
+  const double linear = 6.0 * (53248.0 + 32768.0) * 256.0;
+  const double pair_flops = 3.5 * 4.0 * 64.0;
+  const double r0 = linear + pair_flops * (256.0 * 257.0 / 2.0);
+  const double r1 = linear + pair_flops * 8.0 * (32.0 * 33.0 / 2.0);
+  EXPECT_NEAR(j.at("ideal_speedup").get<double>(), r0 / ((r0 + r1) / 2.0), 1e-9);
+  EXPECT_NEAR(j["flops_per_rank"]["attention"][1].get<double>(), r1 - linear, 1e-3);
+
+  // --trace: cad pingpong's last step, both ranks, with the ping nano-batch's Q exchange.
+  const nlohmann::json t = nlohmann::json::parse(slurp(trace));
+  bool q[2] = {false, false};
+  for (const nlohmann::json& e : t.at("traceEvents")) {
+    if (e.value("name", "") == "ping q" && e.value("ph", "") == "X") q[e.at("tid").get<int>() == 0 ? 0 : 1] = true;
+  }
+  EXPECT_TRUE(q[0] && q[1]) << "no 'ping q' exchange on both ranks";
+}
+
+TEST_F(CliBenchTrainTest, BadFlagsAreRefusedBeforeAnyWork) {
+  // Each refusal names its flag in a line that is not CLI11's complaint about a repeated flag.
+  const auto refused = [&](const std::map<std::string, std::string>& over, const std::string& flag) {
+    expect_refused(tiny_with(over), flag, {"--trace"});
+    const CliRun r = run(tiny_with(over));
+    EXPECT_EQ(r.err.find("At Most"), std::string::npos) << r.err;
+  };
+  refused({{"--rounds", "0"}}, "--rounds");
+  refused({{"--steps", "2"}, {"--warmup-steps", "2"}}, "--steps");
+  refused({{"--steps", "0"}}, "--steps");
+  refused({{"--width", "100"}}, "--width");
+  refused({{"--width", "0"}}, "--width");
+  refused({{"--tokens-per-rank", "250"}}, "--tokens-per-rank");
+  refused({{"--short-doc", "48"}}, "--short-doc");  // does not divide 256
+  refused({{"--short-doc", "24"}}, "--short-doc");  // not a multiple of 16
+  refused({{"--long-doc", "96"}}, "--long-doc");
+  refused({{"--head-dim", "24"}}, "--head-dim");    // does not divide 64
+  refused({{"--layers", "0"}}, "--layers");
+  refused({{"--vocab", "1"}}, "--vocab");
+  refused({{"--ranks", "1"}}, "--ranks");
+  refused({{"--backend", "mpi"}}, "--ranks");        // mpi: the group's size is mpirun's
+  refused({{"--backend", "ring"}}, "--backend");
+  refused({{"--tolerance", "2"}}, "--tolerance");
+  refused({{"--max-memory", "1M"}}, "--max-memory");  // the memory estimate does not fit
+  // An unwritable --json or --trace: refused, and nothing written anywhere.
+  for (const char* flag : {"--json", "--trace"}) {
+    const CliRun r = run(tiny_with({}) + " " + flag + " " + (dir_ / "no_such_dir" / "out.json").string());
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find(flag), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace distca::testing
