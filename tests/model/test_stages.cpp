@@ -382,8 +382,8 @@ PipelineResult whole_reference(Llama<float>& whole, const std::vector<Micro>& mi
   }
   std::vector<Llama<float>> one;
   one.push_back(std::move(whole));
-  PipelineResult res = run_pipeline(one, micros, {one_after_another(static_cast<int>(micros.size()))},
-                                    range_count, grad_scale);
+  const std::vector<std::vector<Op>> order = {one_after_another(static_cast<int>(micros.size()))};
+  PipelineResult res = run_pipeline(one, micros, order, range_count, grad_scale);
   whole = std::move(one.front());
   return res;
 }
@@ -452,9 +452,9 @@ TEST(Stages, OneFOneBOverSlotsEqualsOneAfterAnother) {
         EXPECT_EQ(piped.back().slots(), 1);
         const PipelineResult got = run_pipeline(piped, ms, orders, ranges, grad_scale);
         std::vector<Llama<float>> seq = stages_of(whole, p, false);
-        const PipelineResult one = run_pipeline(
-            seq, ms, std::vector<std::vector<Op>>(static_cast<size_t>(p), one_after_another(m_count)),
-            ranges, grad_scale);
+        const std::vector<std::vector<Op>> seq_orders(static_cast<size_t>(p),
+                                                      one_after_another(m_count));
+        const PipelineResult one = run_pipeline(seq, ms, seq_orders, ranges, grad_scale);
         expect_same_result(got, one, what + ", 1F1B vs one after another");
         for (size_t s = 0; s < piped.size(); ++s) {
           EXPECT_TRUE(same_bits(piped[s].grads(), seq[s].grads())) << what << ", stage " << s;

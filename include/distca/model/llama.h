@@ -137,9 +137,10 @@
 //     selected slot. The backward scratch (dx, d_o, dq, dk, dv, so stage_output_grad and
 //     stage_input_grad, which are one buffer) is shared: one micro-batch's backward at a time
 //     (the forward phases of other slots may run between its phases: they do not touch it).
-//     A slot's buffers stay valid until its next begin_step. Gradients accumulate in call
-//     order as on the whole model, so a 1F1B order whose backwards run m = 0, 1, ... gives the
-//     bits of the micro-batches run one after the other.
+//     A slot's buffers stay valid until its next begin_step; the spans given to a slot's
+//     begin_step must stay valid until that slot's last phase (its backward). Gradients
+//     accumulate in call order as on the whole model, so a 1F1B order whose backwards run
+//     m = 0, 1, ... gives the bits of the micro-batches run one after the other.
 //   - The blocking forward / forward_backward run the whole model only (slot 0); on a stage
 //     they return InvalidArgument.
 //
@@ -294,6 +295,7 @@ class Llama {
   std::span<const T> grads() const { return grads_; }
   void zero_grads();
 
+  // forward / forward_backward: the whole model only (a stage gets InvalidArgument); slot 0.
   // Evaluation: forward only (the executor's forward is called, never its backward).
   // per_token_loss: (n) or empty; receives -log p(target) per token, 0 where the target is -1.
   Result<StepLoss> forward(const StepInputs& in, BasicAttentionExecutor<T>& executor,
