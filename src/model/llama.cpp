@@ -21,11 +21,31 @@ struct Widths {
       : h(s.hidden), qd(s.q_dim()), kvd(s.kv_dim()), f(s.ffn), v(s.vocab), hd(s.head_dim) {}
   // x, rstd1, xn1, q, k, v, o, x_mid, rstd2, xn2, g, u, a
   int64_t layer() const { return 4 * h + 2 + 2 * qd + 2 * kvd + 3 * f; }
-  // x_final, rstd_final, xn_final, logits, rope cos (hd/2), rope sin (hd/2)
-  int64_t final_block() const { return 2 * h + 1 + v + hd; }
+  // With the head: x_final, rstd_final, xn_final, logits, rope cos (hd/2), rope sin (hd/2);
+  // without: the stage's output x, rope cos, rope sin.
+  int64_t final_block(bool head) const { return head ? 2 * h + 1 + v + hd : h + hd; }
   // dx, dxn, dq, dk, dv, d_o, dg, du, da, then the odd layers' dk, dv (phased step)
   int64_t scratch() const { return 2 * h + 2 * qd + 4 * kvd + 3 * f; }
 };
+
+constexpr size_t kTensorsPerLayer = 9;
+
+// The indices [begin, end) of a stage's tensors in param_layout.
+std::pair<size_t, size_t> stage_tensors(const ModelSpec& spec, StageRange st) {
+  const auto layer0 = [](int64_t l) { return 1 + static_cast<size_t>(l) * kTensorsPerLayer; };
+  const size_t begin = st.has_embedding() ? 0 : layer0(st.first);
+  const size_t end = st.has_head(spec.n_layers) ? layer0(spec.n_layers) + 2 : layer0(st.last);
+  return {begin, end};
+}
+
+Status check_stage(const ModelSpec& spec, StageRange st) {
+  if (st.first < 0 || st.first >= st.last || st.last > spec.n_layers) {
+    return Status::invalid_argument("stage: layers [" + std::to_string(st.first) + ", " +
+                                    std::to_string(st.last) + ") must satisfy 0 <= first < "
+                                    "last <= n_layers (" + std::to_string(spec.n_layers) + ")");
+  }
+  return Status::ok_status();
+}
 
 template <class T>
 void add_inplace(T* y, const T* x, int64_t count) {
@@ -95,15 +115,33 @@ int64_t param_count(const ModelSpec& spec) {
   return layout.back().offset + layout.back().size();
 }
 
-ModelMemory model_memory(const ModelSpec& spec, int64_t bytes_per_element) {
+StageRange stage_layers(int64_t n_layers, int64_t p, int64_t s) {
+  DISTCA_CHECK(0 <= s && s < p && p <= n_layers);
+  const int64_t base = n_layers / p, extra = n_layers % p;
+  const int64_t first = s * base + std::min(s, extra);
+  return {first, first + base + (s < extra ? 1 : 0)};
+}
+
+ModelMemory stage_memory(const ModelSpec& spec, StageRange stage, int64_t slots,
+                         int64_t bytes_per_element) {
+  DISTCA_CHECK(check_stage(spec, stage).ok() && slots >= 1);
   const Widths w(spec);
+  const auto layout = param_layout(spec);
+  const auto [begin, end] = stage_tensors(spec, stage);
+  const bool head = stage.has_head(spec.n_layers);
   ModelMemory m;
-  m.param_bytes = param_count(spec) * bytes_per_element;
-  // + 1: the per-token loss.
+  m.param_bytes =
+      (layout[end - 1].offset + layout[end - 1].size() - layout[begin].offset) * bytes_per_element;
+  // + 1 with the head: the per-token loss.
   m.saved_activation_bytes_per_token =
-      (spec.n_layers * w.layer() + w.final_block() + 1) * bytes_per_element;
+      (stage.size() * w.layer() + w.final_block(head) + (head ? 1 : 0)) * bytes_per_element;
   m.scratch_bytes_per_token = w.scratch() * bytes_per_element;
+  m.slots = slots;
   return m;
+}
+
+ModelMemory model_memory(const ModelSpec& spec, int64_t bytes_per_element) {
+  return stage_memory(spec, {0, spec.n_layers}, 1, bytes_per_element);
 }
 
 // Pointers into params_ or grads_ for one layer; shapes as in llama.h.
@@ -140,7 +178,9 @@ struct Llama<T>::LayerActs {
 
 template <class T>
 typename Llama<T>::LayerPtrs Llama<T>::layer_ptrs(T* base, int64_t layer) const {
-  const size_t first = 1 + static_cast<size_t>(layer) * 9;  // index of attn_norm in layout_
+  // The index of the layer's attn_norm in layout_.
+  const size_t first = (has_embedding() ? 1 : 0) +
+                       static_cast<size_t>(layer - stage_.first) * kTensorsPerLayer;
   auto at = [&](size_t i) { return base + layout_[first + i].offset; };
   return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8)};
 }
@@ -148,7 +188,7 @@ typename Llama<T>::LayerPtrs Llama<T>::layer_ptrs(T* base, int64_t layer) const 
 template <class T>
 typename Llama<T>::LayerActs Llama<T>::layer_acts(int64_t layer) {
   const Widths w(spec_);
-  T* p = acts_.data() + layer * w.layer() * max_tokens_;
+  T* p = acts_.data() + slot_ * slot_elems_ + (layer - stage_.first) * w.layer() * max_tokens_;
   auto take = [&](int64_t width) {
     T* r = p;
     p += width * max_tokens_;
@@ -174,10 +214,10 @@ typename Llama<T>::LayerActs Llama<T>::layer_acts(int64_t layer) {
 // The final block and the RoPE tables (first n rows of each region are used).
 template <class T>
 struct Llama<T>::FinalActs {
-  T* x;         // (n, h) residual stream after the last layer
-  T* rstd;      // (n)
-  T* xn;        // (n, h) final_norm(x)
-  T* logits;    // (n, vocab); dlogits after backward_head
+  T* x;         // (n, h) residual stream after the stage's last layer (stage_output)
+  T* rstd;      // (n)            only with the head (else null)
+  T* xn;        // (n, h) final_norm(x)                    idem
+  T* logits;    // (n, vocab); dlogits after backward_head idem
   T* rope_cos;  // (n, head_dim / 2)
   T* rope_sin;  // (n, head_dim / 2)
 };
@@ -200,11 +240,16 @@ template <class T>
 typename Llama<T>::FinalActs Llama<T>::final_acts() {
   const Widths w(spec_);
   FinalActs f;
-  f.x = acts_.data() + spec_.n_layers * w.layer() * max_tokens_;
-  f.rstd = f.x + w.h * max_tokens_;
-  f.xn = f.rstd + max_tokens_;
-  f.logits = f.xn + w.h * max_tokens_;
-  f.rope_cos = f.logits + w.v * max_tokens_;
+  f.x = acts_.data() + slot_ * slot_elems_ + stage_.size() * w.layer() * max_tokens_;
+  if (has_head()) {
+    f.rstd = f.x + w.h * max_tokens_;
+    f.xn = f.rstd + max_tokens_;
+    f.logits = f.xn + w.h * max_tokens_;
+    f.rope_cos = f.logits + w.v * max_tokens_;
+  } else {
+    f.rstd = f.xn = f.logits = nullptr;
+    f.rope_cos = f.x + w.h * max_tokens_;
+  }
   f.rope_sin = f.rope_cos + (w.hd / 2) * max_tokens_;
   return f;
 }
@@ -236,7 +281,8 @@ typename Llama<T>::Scratch Llama<T>::scratch() {
 
 template <class T>
 Result<Llama<T>> Llama<T>::create(const ModelSpec& spec, int64_t max_tokens, uint64_t seed,
-                                  const LlamaOptions& options) {
+                                  const LlamaOptions& options, std::optional<StageRange> stage,
+                                  int64_t slots) {
   DISTCA_RETURN_IF_ERROR(spec.validate());
   if (spec.head_dim % 2 != 0) {
     return Status::invalid_argument("head_dim must be even for rotary embedding (got " +
@@ -244,6 +290,12 @@ Result<Llama<T>> Llama<T>::create(const ModelSpec& spec, int64_t max_tokens, uin
   }
   if (max_tokens <= 0) return Status::invalid_argument("max_tokens must be positive");
   DISTCA_RETURN_IF_ERROR(options.validate());
+  const StageRange st = stage.value_or(StageRange{0, spec.n_layers});
+  DISTCA_RETURN_IF_ERROR(check_stage(spec, st));
+  if (slots < 1 || slots > INT_MAX) {
+    return Status::invalid_argument("slots must be in [1, INT_MAX] (got " +
+                                    std::to_string(slots) + ")");
+  }
   // Every matrix product must fit BLAS's 32-bit sizes: the largest operands are the logits
   // (max_tokens, vocab) and the widest activations (max_tokens, max width).
   const int64_t widest = std::max({spec.hidden, spec.q_dim(), spec.kv_dim(), spec.ffn, spec.vocab});
@@ -256,19 +308,29 @@ Result<Llama<T>> Llama<T>::create(const ModelSpec& spec, int64_t max_tokens, uin
   m.spec_ = spec;
   m.options_ = options;
   m.max_tokens_ = max_tokens;
-  m.layout_ = param_layout(spec);
-  const int64_t count = param_count(spec);
+  m.stage_ = st;
+  const std::vector<TensorInfo> full = param_layout(spec);
+  const auto [first_tensor, end_tensor] = stage_tensors(spec, st);
+  m.param_offset_ = full[first_tensor].offset;
+  for (size_t i = first_tensor; i < end_tensor; ++i) {
+    m.layout_.push_back(full[i]);
+    m.layout_.back().offset -= m.param_offset_;
+  }
+  const int64_t count = m.layout_.back().offset + m.layout_.back().size();
   const Widths w(spec);
+  const bool head = st.has_head(spec.n_layers);
   m.params_.assign(static_cast<size_t>(count), T(0));
   m.grads_.assign(static_cast<size_t>(count), T(0));
-  m.acts_.assign(static_cast<size_t>((spec.n_layers * w.layer() + w.final_block()) * max_tokens),
-                 T(0));
+  m.slot_elems_ = (st.size() * w.layer() + w.final_block(head)) * max_tokens;
+  m.acts_.assign(static_cast<size_t>(slots * m.slot_elems_), T(0));
   m.scratch_.assign(static_cast<size_t>(w.scratch() * max_tokens), T(0));
-  m.loss_.assign(static_cast<size_t>(max_tokens), T(0));
+  if (head) m.loss_.assign(static_cast<size_t>(slots * max_tokens), T(0));
+  m.slot_state_.assign(static_cast<size_t>(slots), SlotState{});
 
   const double residual_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(spec.n_layers));
-  for (size_t i = 0; i < m.layout_.size(); ++i) {
-    const TensorInfo& t = m.layout_[i];
+  for (size_t j = 0; j < m.layout_.size(); ++j) {
+    const size_t i = first_tensor + j;  // the index in the full layout seeds the tensor
+    const TensorInfo& t = m.layout_[j];
     T* p = m.params_.data() + t.offset;
     if (!t.decay) {  // norm gains
       std::fill(p, p + t.size(), T(1));
@@ -353,38 +415,86 @@ Status Llama<T>::check_executor(const BasicAttentionExecutor<T>& executor, int64
 
 template <class T>
 Status Llama<T>::start_step(const StepInputs& in, std::span<T> per_token_loss,
-                            const BasicAttentionExecutor<T>* executor, double grad_scale) {
-  step_ready_ = false;
+                            const BasicAttentionExecutor<T>* executor, double grad_scale,
+                            int slot) {
+  if (slot < 0 || slot >= slots()) {
+    return Status::invalid_argument("slot " + std::to_string(slot) + " outside [0, slots " +
+                                    std::to_string(slots()) + ")");
+  }
+  slot_ = slot;
+  SlotState& st = cur();
+  st.ready = false;
   const auto n = static_cast<int64_t>(in.tokens.size());
   DISTCA_RETURN_IF_ERROR(check_inputs(in, per_token_loss));
+  if (!has_head() && !per_token_loss.empty()) {
+    return Status::invalid_argument("per_token_loss: a stage without the head has no loss");
+  }
   if (executor != nullptr) DISTCA_RETURN_IF_ERROR(check_executor(*executor, n));
   if (!std::isfinite(grad_scale)) return Status::invalid_argument("grad_scale must be finite");
-  step_in_ = in;
-  step_per_token_loss_ = per_token_loss;
-  step_n_ = n;
-  step_loss_ = StepLoss{};
+  st.in = in;
+  st.per_token_loss = per_token_loss;
+  st.n = n;
+  st.loss = StepLoss{};
 
   const Widths w(spec_);
   const FinalActs f = final_acts();
   rope_tables<T>(f.rope_cos, f.rope_sin, in.positions.data(), n, w.hd, options_.rope_theta);
-  // Embedding lookup into layer 0's residual input.
-  const T* emb = params_.data() + layout_[0].offset;  // (vocab, h)
-  T* x0 = layer_acts(0).x;                           // (n, h)
-  for (int64_t t = 0; t < n; ++t) {
-    std::copy_n(emb + in.tokens[static_cast<size_t>(t)] * w.h, w.h, x0 + t * w.h);
+  if (has_embedding()) {
+    // Embedding lookup into layer 0's residual input.
+    const T* emb = params_.data() + layout_[0].offset;  // (vocab, h)
+    T* x0 = layer_acts(0).x;                           // (n, h)
+    for (int64_t t = 0; t < n; ++t) {
+      std::copy_n(emb + in.tokens[static_cast<size_t>(t)] * w.h, w.h, x0 + t * w.h);
+    }
   }
-  step_ready_ = true;
+  st.ready = true;
   return Status::ok_status();
 }
 
 template <class T>
-Status Llama<T>::begin_step(const StepInputs& in, std::span<T> per_token_loss) {
-  return start_step(in, per_token_loss, nullptr, 0.0);
+Status Llama<T>::begin_step(const StepInputs& in, std::span<T> per_token_loss, int slot) {
+  return start_step(in, per_token_loss, nullptr, 0.0, slot);
+}
+
+template <class T>
+void Llama<T>::select_slot(int slot) {
+  DISTCA_CHECK(slot >= 0 && slot < slots());
+  DISTCA_CHECK_MSG(slot_state_[static_cast<size_t>(slot)].ready,
+                   "select_slot of a slot without a successful begin_step");
+  slot_ = slot;
+}
+
+template <class T>
+T* Llama<T>::stage_input() {
+  DISTCA_CHECK_MSG(!has_embedding(), "stage_input on the stage with the embedding");
+  DISTCA_CHECK_MSG(cur().ready, "stage_input without a successful begin_step");
+  return layer_acts(stage_.first).x;
+}
+
+template <class T>
+const T* Llama<T>::stage_output() {
+  DISTCA_CHECK_MSG(!has_head(), "stage_output on the stage with the head");
+  DISTCA_CHECK_MSG(cur().ready, "stage_output without a successful begin_step");
+  return final_acts().x;
+}
+
+template <class T>
+T* Llama<T>::stage_output_grad() {
+  DISTCA_CHECK_MSG(!has_head(), "stage_output_grad on the stage with the head");
+  DISTCA_CHECK_MSG(cur().ready, "stage_output_grad without a successful begin_step");
+  return scratch().dx;
+}
+
+template <class T>
+const T* Llama<T>::stage_input_grad() {
+  DISTCA_CHECK_MSG(!has_embedding(), "stage_input_grad on the stage with the embedding");
+  DISTCA_CHECK_MSG(cur().ready, "stage_input_grad without a successful begin_step");
+  return scratch().dx;
 }
 
 template <class T>
 LayerAttentionIo<T> Llama<T>::attention_io(int layer) {
-  DISTCA_CHECK(layer >= 0 && layer < spec_.n_layers);
+  DISTCA_CHECK(layer >= stage_.first && layer < stage_.last);
   const LayerActs a = layer_acts(layer);
   const Scratch s = scratch();
   const int parity = layer % 2;
@@ -392,10 +502,15 @@ LayerAttentionIo<T> Llama<T>::attention_io(int layer) {
 }
 
 template <class T>
+void Llama<T>::check_rows(RowRange rows) const {
+  DISTCA_CHECK_MSG(cur().ready, "a phase of a step without a successful begin_step");
+  DISTCA_CHECK(rows.begin >= 0 && rows.begin <= rows.end && rows.end <= cur().n);
+}
+
+template <class T>
 void Llama<T>::check_phase(int layer, RowRange rows) const {
-  DISTCA_CHECK_MSG(step_ready_, "a phase of a step without a successful begin_step");
-  DISTCA_CHECK(layer >= 0 && layer < spec_.n_layers);
-  DISTCA_CHECK(rows.begin >= 0 && rows.begin <= rows.end && rows.end <= step_n_);
+  check_rows(rows);
+  DISTCA_CHECK_MSG(layer >= stage_.first && layer < stage_.last, "layer outside the stage");
 }
 
 // In every phase: b is the first row, m the row count, and each buffer is offset by b rows.
@@ -438,14 +553,15 @@ void Llama<T>::forward_post(int layer, RowRange rows) {
   linear_forward<T>(g, xn2, p.w1, m, w.h, w.f);
   linear_forward<T>(u, xn2, p.w3, m, w.h, w.f);
   swiglu_forward<T>(act, g, u, m, w.f);
-  T* next = (layer + 1 < spec_.n_layers ? layer_acts(layer + 1).x : final_acts().x) + b * w.h;
+  T* next = (layer + 1 < stage_.last ? layer_acts(layer + 1).x : final_acts().x) + b * w.h;
   linear_forward<T>(next, act, p.w2, m, w.f, w.h);
   add_inplace<T>(next, x_mid, m * w.h);
 }
 
 template <class T>
 void Llama<T>::forward_head(RowRange rows) {
-  check_phase(0, rows);
+  check_rows(rows);
+  DISTCA_CHECK_MSG(has_head(), "forward_head on a stage without the head");
   const Widths w(spec_);
   const int64_t b = rows.begin, m = rows.size();
   const FinalActs f = final_acts();
@@ -459,30 +575,31 @@ void Llama<T>::forward_head(RowRange rows) {
 
   // The rows' sums first, then added to the step's: one range [0, n) gives the bits of a
   // single sum over the step.
+  SlotState& st = cur();
+  T* loss = loss_.data() + slot_ * max_tokens_;  // (n)
   StepLoss part;
   part.loss_sum =
-      cross_entropy_forward<T>(loss_.data() + b, logits, step_in_.targets.data() + b, m, w.v);
+      cross_entropy_forward<T>(loss + b, logits, st.in.targets.data() + b, m, w.v);
   for (int64_t t = b; t < rows.end; ++t) {
     const auto i = static_cast<size_t>(t);
-    if (step_in_.targets[i] < 0) continue;
+    if (st.in.targets[i] < 0) continue;
     ++part.count;
-    if (!step_in_.report_weights.empty()) {
-      part.report_sum += static_cast<double>(step_in_.report_weights[i]) * loss_[i];
-      part.report_weight += step_in_.report_weights[i];
+    if (!st.in.report_weights.empty()) {
+      part.report_sum += static_cast<double>(st.in.report_weights[i]) * loss[i];
+      part.report_weight += st.in.report_weights[i];
     }
   }
-  step_loss_.loss_sum += part.loss_sum;
-  step_loss_.count += part.count;
-  step_loss_.report_sum += part.report_sum;
-  step_loss_.report_weight += part.report_weight;
-  if (!step_per_token_loss_.empty()) {
-    std::copy_n(loss_.data() + b, m, step_per_token_loss_.data() + b);
-  }
+  st.loss.loss_sum += part.loss_sum;
+  st.loss.count += part.count;
+  st.loss.report_sum += part.report_sum;
+  st.loss.report_weight += part.report_weight;
+  if (!st.per_token_loss.empty()) std::copy_n(loss + b, m, st.per_token_loss.data() + b);
 }
 
 template <class T>
 void Llama<T>::backward_head(RowRange rows, double grad_scale) {
-  check_phase(0, rows);
+  check_rows(rows);
+  DISTCA_CHECK_MSG(has_head(), "backward_head on a stage without the head");
   DISTCA_CHECK(std::isfinite(grad_scale));
   const Widths w(spec_);
   const int64_t b = rows.begin, m = rows.size();
@@ -494,7 +611,7 @@ void Llama<T>::backward_head(RowRange rows, double grad_scale) {
   T* dxn = s.dxn + b * w.h;
   T* dx = s.dx + b * w.h;
   // Loss -> logits (in place) -> final norm.
-  cross_entropy_backward<T>(logits, logits, step_in_.targets.data() + b, m, w.v, grad_scale);
+  cross_entropy_backward<T>(logits, logits, cur().in.targets.data() + b, m, w.v, grad_scale);
   linear_backward<T>(dxn, grads_.data() + lm_head.offset, logits, f.xn + b * w.h,
                      params_.data() + lm_head.offset, m, w.h, w.v, false);
   std::fill_n(dx, m * w.h, T(0));
@@ -552,19 +669,27 @@ void Llama<T>::backward_pre(int layer, RowRange rows) {
   linear_backward<T>(dxn, gp.wv, io.dv + b * w.kvd, xn1, p.wv, m, w.h, w.kvd, true);
   rmsnorm_backward<T>(dx, gp.attn_norm, dxn, a.x + b * w.h, a.rstd1 + b, p.attn_norm, m, w.h);
   // dx now holds d(layer input).
-  if (layer != 0) return;
+  if (layer != 0) return;  // layer 0 is only on the stage with the embedding
   // Embedding rows: in row order, so repeated tokens add up in a fixed order.
   T* demb = grads_.data() + layout_[0].offset;  // (vocab, h)
   for (int64_t t = b; t < rows.end; ++t) {
-    add_inplace<T>(demb + step_in_.tokens[static_cast<size_t>(t)] * w.h, s.dx + t * w.h, w.h);
+    add_inplace<T>(demb + cur().in.tokens[static_cast<size_t>(t)] * w.h, s.dx + t * w.h, w.h);
   }
+}
+
+template <class T>
+Status Llama<T>::check_whole(const char* call) const {
+  if (has_embedding() && has_head()) return Status::ok_status();
+  return Status::invalid_argument(std::string(call) + " runs the whole model; a pipeline stage "
+                                  "(layers [" + std::to_string(stage_.first) + ", " +
+                                  std::to_string(stage_.last) + ")) runs the phased step");
 }
 
 // The blocking step: the phases on the single range [0, n), the executor on attention_io's
 // buffers (so its bits are those of any one-range phased run).
 template <class T>
 Status Llama<T>::run_forward(BasicAttentionExecutor<T>& executor) {
-  const RowRange all{0, step_n_};
+  const RowRange all{0, cur().n};
   for (int l = 0; l < spec_.n_layers; ++l) {
     forward_pre(l, all);
     const LayerAttentionIo<T> io = attention_io(l);
@@ -578,7 +703,7 @@ Status Llama<T>::run_forward(BasicAttentionExecutor<T>& executor) {
 
 template <class T>
 Status Llama<T>::run_backward(BasicAttentionExecutor<T>& executor, double grad_scale) {
-  const RowRange all{0, step_n_};
+  const RowRange all{0, cur().n};
   backward_head(all, grad_scale);
   for (int l = spec_.n_layers - 1; l >= 0; --l) {
     backward_post(l, all);
@@ -593,20 +718,22 @@ Status Llama<T>::run_backward(BasicAttentionExecutor<T>& executor, double grad_s
 template <class T>
 Result<StepLoss> Llama<T>::forward(const StepInputs& in, BasicAttentionExecutor<T>& executor,
                                    std::span<T> per_token_loss) {
-  DISTCA_RETURN_IF_ERROR(start_step(in, per_token_loss, &executor, 0.0));
+  DISTCA_RETURN_IF_ERROR(check_whole("forward"));
+  DISTCA_RETURN_IF_ERROR(start_step(in, per_token_loss, &executor, 0.0, 0));
   // No early return for n = 0: a distributed executor's calls are collective, so a rank with
   // no tokens still takes part in every layer.
   DISTCA_RETURN_IF_ERROR(run_forward(executor));
-  return step_loss_;
+  return step_loss();
 }
 
 template <class T>
 Result<StepLoss> Llama<T>::forward_backward(const StepInputs& in,
                                             BasicAttentionExecutor<T>& executor,
                                             double grad_scale, std::span<T> per_token_loss) {
-  DISTCA_RETURN_IF_ERROR(start_step(in, per_token_loss, &executor, grad_scale));
+  DISTCA_RETURN_IF_ERROR(check_whole("forward_backward"));
+  DISTCA_RETURN_IF_ERROR(start_step(in, per_token_loss, &executor, grad_scale, 0));
   DISTCA_RETURN_IF_ERROR(run_forward(executor));
-  const StepLoss loss = step_loss_;
+  const StepLoss loss = step_loss();
   DISTCA_RETURN_IF_ERROR(run_backward(executor, grad_scale));
   return loss;
 }

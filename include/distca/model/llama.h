@@ -109,12 +109,48 @@
 // the same function up to float rounding only (a product's rows depend on the rows it is
 // computed with, and a weight gradient sums its ranges' partial products in another order).
 //
+// Pipeline stages (docs/model.md, "Pipeline stages"). create() with a StageRange [first, last)
+// builds one stage of the model: layers first..last-1, plus the embedding if first = 0 and the
+// final norm, LM head and loss if last = n_layers.
+//   - params() / grads() hold only the stage's tensors: the contiguous range of the full
+//     buffer from param_offset() (the embedding, or layers.first.attn_norm) to the lm_head (last
+//     stage) or layers.(last-1).w2, with the values of the whole model's same elements (tensor
+//     i draws from Rng(seed, i), i its index in the FULL layout). layout() lists the stage's
+//     tensors with offsets RELATIVE to params() (full offset = offset + param_offset());
+//     tensor(name) finds the stage's tensors only.
+//   - Layer numbers in the phases and attention_io are the model's (global) ones, in
+//     [first, last); an executor sees the same layer numbers as on the whole model.
+//   - Boundaries. On a stage without the embedding the caller writes the previous stage's
+//     output rows into stage_input() after begin_step and before forward_pre(first, rows); on
+//     a stage without the head, stage_output() holds the rows of the residual stream after
+//     forward_post(last - 1, rows). In backward, a stage without the head takes d(output) rows
+//     written into stage_output_grad() and starts with backward_post(last - 1, rows) (there is
+//     no backward_head); after backward_pre(first, rows) a stage without the embedding holds
+//     d(input) rows in stage_input_grad(). forward_head / backward_head exist only on the last
+//     stage (DISTCA_CHECK). Every stage takes the micro-batch's full StepInputs and validates
+//     them alike (positions drive RoPE everywhere; tokens are embedded only on the first stage,
+//     targets read only on the last).
+//   - Slots. `slots` activation workspaces, each for max_tokens tokens, hold micro-batches in
+//     flight (1F1B keeps up to P - s of them on stage s). begin_step(in, loss, k) starts a
+//     micro-batch in slot k and selects it; select_slot(k) selects a started slot again; every
+//     phase, attention_io's q, k, v, o, stage_input / stage_output, and step_loss() act on the
+//     selected slot. The backward scratch (dx, d_o, dq, dk, dv, so stage_output_grad and
+//     stage_input_grad, which are one buffer) is shared: one micro-batch's backward at a time
+//     (the forward phases of other slots may run between its phases: they do not touch it).
+//     A slot's buffers stay valid until its next begin_step; the spans given to a slot's
+//     begin_step must stay valid until that slot's last phase (its backward). Gradients
+//     accumulate in call order as on the whole model, so a 1F1B order whose backwards run
+//     m = 0, 1, ... gives the bits of the micro-batches run one after the other.
+//   - The blocking forward / forward_backward run the whole model only (slot 0); on a stage
+//     they return InvalidArgument.
+//
 // Thread safety: one thread at a time per object; a step uses the calling thread's OpenMP team.
 // Distinct objects may run in distinct threads (ranks as threads); they share OpenBLAS's
 // process-wide thread count, which such a process sets to one around them (the trainer does).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -154,16 +190,41 @@ struct TensorInfo {
 std::vector<TensorInfo> param_layout(const ModelSpec& spec);
 int64_t param_count(const ModelSpec& spec);
 
-// Memory of one model replica, for peak-memory accounting. bytes_per_element: 4 for fp32.
+// Layers [first, last) of a pipeline stage (docs/model.md, "Pipeline stages"). The first
+// stage (first = 0) also holds the embedding; the last (last = n_layers) the final norm, the
+// LM head and the loss.
+struct StageRange {
+  int64_t first = 0, last = 0;
+  bool has_embedding() const { return first == 0; }
+  bool has_head(int64_t n_layers) const { return last == n_layers; }
+  int64_t size() const { return last - first; }
+};
+
+// Stage s of p (precondition 0 <= s < p <= n_layers, DISTCA_CHECK): n_layers split as evenly
+// as possible, the first n_layers % p stages one layer more (Megatron-LM also splits evenly).
+// E.g. 10 layers over 4 stages: [0, 3) [3, 6) [6, 8) [8, 10).
+StageRange stage_layers(int64_t n_layers, int64_t p, int64_t s);
+
+// Memory of one model replica (or stage), for peak-memory accounting. bytes_per_element: 4
+// for fp32.
 struct ModelMemory {
   int64_t param_bytes = 0;                   // params(); grads() is the same again
-  int64_t saved_activation_bytes_per_token = 0;  // kept from forward for backward
-  int64_t scratch_bytes_per_token = 0;       // backward's temporaries (one layer's worth)
+  int64_t saved_activation_bytes_per_token = 0;  // kept from forward for backward, per slot
+  int64_t scratch_bytes_per_token = 0;       // backward's temporaries (one layer's worth),
+                                             // shared by the slots
+  int64_t slots = 1;                         // activation workspaces (micro-batches in flight)
   int64_t activation_bytes_per_token() const {
-    return saved_activation_bytes_per_token + scratch_bytes_per_token;
+    return slots * saved_activation_bytes_per_token + scratch_bytes_per_token;
   }
 };
+// The whole model with one slot (= stage_memory(spec, {0, n_layers}, 1, bytes_per_element)).
 ModelMemory model_memory(const ModelSpec& spec, int64_t bytes_per_element = 4);
+// A pipeline stage's part (preconditions: spec valid, 0 <= first < last <= n_layers,
+// slots >= 1): its parameters, and per token of max_tokens its per-slot saved activations
+// (its layers; on the last stage the final block, logits and loss; elsewhere the stage's
+// output rows; RoPE tables everywhere) and the shared backward scratch.
+ModelMemory stage_memory(const ModelSpec& spec, StageRange stage, int64_t slots,
+                         int64_t bytes_per_element = 4);
 
 // One rank's local tokens for one step; all spans have n elements (report_weights: n or 0).
 struct StepInputs {
@@ -206,17 +267,27 @@ struct LayerAttentionIo {
 template <class T>
 class Llama {
  public:
-  // Validates the spec (and head_dim even, for RoPE), max_tokens > 0 and the options; the
-  // message names the field. Allocates params, grads (zeroed) and the workspace.
+  // Validates the spec (and head_dim even, for RoPE), max_tokens > 0, the options, the stage
+  // (0 <= first < last <= n_layers; default: the whole model) and slots >= 1; the message
+  // names the field. Allocates params, grads (zeroed) and `slots` workspaces.
   static Result<Llama> create(const ModelSpec& spec, int64_t max_tokens, uint64_t seed,
-                              const LlamaOptions& options = {});
+                              const LlamaOptions& options = {},
+                              std::optional<StageRange> stage = std::nullopt, int64_t slots = 1);
 
   const ModelSpec& spec() const { return spec_; }
   const LlamaOptions& options() const { return options_; }
   int64_t max_tokens() const { return max_tokens_; }
+  // The stage's tensors, offsets relative to params() (the whole model: param_layout(spec)).
   const std::vector<TensorInfo>& layout() const { return layout_; }
-  // The tensor named `name` (DISTCA_CHECK that it exists).
+  // The tensor named `name` among the stage's (DISTCA_CHECK that it exists).
   const TensorInfo& tensor(const std::string& name) const;
+  StageRange stage() const { return stage_; }
+  bool has_embedding() const { return stage_.has_embedding(); }
+  bool has_head() const { return stage_.has_head(spec_.n_layers); }
+  // The element of the full parameter buffer (param_layout) where params() starts.
+  int64_t param_offset() const { return param_offset_; }
+  int64_t slots() const { return static_cast<int64_t>(slot_state_.size()); }
+  int slot() const { return slot_; }  // the selected slot
 
   std::span<T> params() { return params_; }
   std::span<const T> params() const { return params_; }
@@ -224,6 +295,7 @@ class Llama {
   std::span<const T> grads() const { return grads_; }
   void zero_grads();
 
+  // forward / forward_backward: the whole model only (a stage gets InvalidArgument); slot 0.
   // Evaluation: forward only (the executor's forward is called, never its backward).
   // per_token_loss: (n) or empty; receives -log p(target) per token, 0 where the target is -1.
   Result<StepLoss> forward(const StepInputs& in, BasicAttentionExecutor<T>& executor,
@@ -239,14 +311,28 @@ class Llama {
   // the RoPE tables, embeds all rows into layer 0's x and zeroes step_loss(). in's spans and
   // per_token_loss ((n) or empty) must stay valid until the step's last phase. On error no
   // phase may run until a begin_step succeeds.
-  Status begin_step(const StepInputs& in, std::span<T> per_token_loss = {});
-  // 0 <= layer < n_layers.
+  // Pipeline stages: starts the micro-batch in `slot` (0 <= slot < slots(), else
+  // InvalidArgument) and selects it; on a stage without the embedding nothing is embedded
+  // (stage_input() receives the rows) and per_token_loss must be empty without the head.
+  // A failed begin_step leaves that slot unusable until its next successful one.
+  Status begin_step(const StepInputs& in, std::span<T> per_token_loss = {}, int slot = 0);
+  // Selects a slot whose begin_step succeeded (DISTCA_CHECK).
+  void select_slot(int slot);
+  // first <= layer < last. q, k, v, o of the selected slot; d_o, dq, dk, dv shared.
   LayerAttentionIo<T> attention_io(int layer);
+  // Stage boundaries of the selected slot, (n, hidden) row-major, n = its step's tokens.
+  // stage_input: only without the embedding; stage_output: only without the head.
+  // stage_output_grad (without the head) and stage_input_grad (without the embedding) are
+  // the backward's dx, one buffer shared by the slots (header comment above).
+  T* stage_input();
+  const T* stage_output();
+  T* stage_output_grad();
+  const T* stage_input_grad();
   void forward_pre(int layer, RowRange rows);
   void forward_post(int layer, RowRange rows);
   void forward_head(RowRange rows);
-  // The sums of the forward_head calls of this step so far.
-  StepLoss step_loss() const { return step_loss_; }
+  // The sums of the forward_head calls of the selected slot's step so far.
+  StepLoss step_loss() const { return slot_state_[static_cast<size_t>(slot_)].loss; }
   // grad_scale finite (forward_backward's argument).
   void backward_head(RowRange rows, double grad_scale);
   void backward_post(int layer, RowRange rows);
@@ -268,27 +354,40 @@ class Llama {
   // begin_step's checks (then the executor's when given, then grad_scale's), then the step's
   // set-up; nothing is written before every check passed.
   Status start_step(const StepInputs& in, std::span<T> per_token_loss,
-                    const BasicAttentionExecutor<T>* executor, double grad_scale);
+                    const BasicAttentionExecutor<T>* executor, double grad_scale, int slot);
+  void check_rows(RowRange rows) const;
+  // InvalidArgument naming `call` unless this is the whole model.
+  Status check_whole(const char* call) const;
   void check_phase(int layer, RowRange rows) const;
   Status run_forward(BasicAttentionExecutor<T>& executor);
   Status run_backward(BasicAttentionExecutor<T>& executor, double grad_scale);
 
+  // One slot's phased step (begin_step).
+  struct SlotState {
+    bool ready = false;
+    StepInputs in;
+    std::span<T> per_token_loss;
+    int64_t n = 0;
+    StepLoss loss;
+  };
+  SlotState& cur() { return slot_state_[static_cast<size_t>(slot_)]; }
+  const SlotState& cur() const { return slot_state_[static_cast<size_t>(slot_)]; }
+
   ModelSpec spec_;
   LlamaOptions options_;
   int64_t max_tokens_ = 0;
-  std::vector<TensorInfo> layout_;
-  std::vector<T> params_;  // (param_count)
-  std::vector<T> grads_;   // (param_count)
+  StageRange stage_;
+  int64_t param_offset_ = 0;
+  std::vector<TensorInfo> layout_;  // the stage's tensors, offsets relative to params_
+  std::vector<T> params_;  // (the stage's parameter count)
+  std::vector<T> grads_;   // (idem)
   // Workspace, each region sized for max_tokens (docs/model.md lists them):
-  std::vector<T> acts_;     // saved activations: n_layers blocks of LayerActs, then the final ones
-  std::vector<T> scratch_;  // backward temporaries
-  std::vector<T> loss_;     // (max_tokens) per-token loss
-  // The current phased step (begin_step):
-  bool step_ready_ = false;
-  StepInputs step_in_;
-  std::span<T> step_per_token_loss_;
-  int64_t step_n_ = 0;
-  StepLoss step_loss_;
+  std::vector<T> acts_;     // per slot: the stage's layers' LayerActs, then the final block
+  int64_t slot_elems_ = 0;  // elements of acts_ per slot
+  std::vector<T> scratch_;  // backward temporaries (shared by the slots)
+  std::vector<T> loss_;     // (slots, max_tokens) per-token loss; empty without the head
+  std::vector<SlotState> slot_state_;  // (slots)
+  int slot_ = 0;                       // the selected slot
 };
 
 extern template class Llama<float>;
