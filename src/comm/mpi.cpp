@@ -147,16 +147,21 @@ Status p2p_result(const ExchangeState& st) {
 // taken this rank's data) and end the job. The requests stay pending, so no Status could
 // leave the group usable; MPI_Abort is the only safe exit.
 [[noreturn]] void abort_stalled(const ExchangeState& st) {
-  std::string recv, send;
+  std::vector<int> recv, send;  // peers, each once (a p2p exchange has several requests per peer)
   for (std::size_t i = 0; i < st.requests.size(); ++i) {
     if (st.requests[i] == MPI_REQUEST_NULL) continue;
-    std::string& list = i < st.n_recv ? recv : send;
-    if (!list.empty()) list += ", ";
-    list += std::to_string(st.peer[i]);
+    std::vector<int>& list = i < st.n_recv ? recv : send;
+    if (std::find(list.begin(), list.end(), st.peer[i]) == list.end()) list.push_back(st.peer[i]);
   }
+  auto join = [](const std::vector<int>& ranks) {
+    std::string out;
+    for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+    return out;
+  };
   char secs[32];
   std::snprintf(secs, sizeof(secs), "%g", st.timeout_s);
-  const std::string who = !recv.empty() ? "no data from rank(s) " + recv : "rank(s) " + send + " took no data";
+  std::string who = !recv.empty() ? "no data from rank(s) " + join(recv) : "rank(s) " + join(send) + " took no data";
+  if (st.p2p) who += std::string(" for the p2p ") + (st.p2p->is_send ? "send" : "receive") + " with tag " + std::to_string(st.p2p->tag);
   abort_job(st.rank, "no progress for " + std::string(secs) + " s (--mpi-timeout): " + who +
                          " (stopped, hung or far behind)");
 }
