@@ -30,6 +30,24 @@ Status validate_all_to_all_v(const AllToAllV& a, int n) {
   return Status::ok_status();
 }
 
+Status validate_p2p(const char* call, const void* data, std::size_t bytes, int peer, int tag,
+                    int rank, int n) {
+  const std::string where = std::string(call) + " (rank " + std::to_string(rank) + "): ";
+  if (peer < 0 || peer >= n) {
+    return Status::invalid_argument(where + "peer " + std::to_string(peer) +
+                                    " is not a rank of a group of " + std::to_string(n));
+  }
+  if (tag < 0 || tag >= kP2pTagLimit) {
+    return Status::invalid_argument(where + "tag " + std::to_string(tag) + " is outside [0, " +
+                                    std::to_string(kP2pTagLimit) + ")");
+  }
+  if (bytes > 0 && data == nullptr) {
+    return Status::invalid_argument(where + "buffer is null but has " + std::to_string(bytes) +
+                                    " bytes");
+  }
+  return Status::ok_status();
+}
+
 // Root sends its bytes to every other rank; a copy, so no determinism concern.
 Status Communicator::broadcast(std::span<std::byte> data, int root) {
   const int n = size();

@@ -4,12 +4,14 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace distca::comm {
@@ -35,6 +37,29 @@ struct Slot {
   int finished = 0;                         // ranks whose wait() returned OK
 };
 
+// One point-to-point message: the k-th send and the k-th receive of one channel (source,
+// destination, tag). Whichever side posts second copies (outside the lock, `copying` set),
+// so a message is complete as soon as both sides have started: no side's wait depends on
+// the other side calling wait, which keeps every program that is deadlock-free under MPI
+// deadlock-free here. Guarded by the group's mutex.
+struct P2pMessage {
+  const std::byte* send = nullptr;
+  std::size_t send_size = 0;
+  bool send_posted = false;
+  std::byte* recv = nullptr;
+  std::size_t recv_size = 0;
+  bool recv_posted = false;
+  bool copying = false;
+  bool done = false;            // matched and copied, or matched with a size mismatch (error)
+  std::optional<Status> error;  // the mismatch, reported on both sides
+};
+
+std::string p2p_mismatch(int src, int dst, int tag, std::size_t sent, std::size_t expected) {
+  return "p2p: rank " + std::to_string(src) + " sends " + std::to_string(sent) +
+         " bytes to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) +
+         "), which expects " + std::to_string(expected);
+}
+
 class Group {
  public:
   explicit Group(int n) : n_(n), exited_(static_cast<std::size_t>(n), false) {}
@@ -58,6 +83,90 @@ class Group {
       provisional_ = true;
     }
     cv_.wait(lock, [&] { return slot.readers[static_cast<std::size_t>(rank)] == 0; });
+  }
+
+  // Same for a point-to-point message: a peer may be copying into or out of its buffer.
+  void abandon(int rank, P2pMessage& msg) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!failed_) {
+      fail_locked(rank, "dropped an unfinished exchange");
+      provisional_ = true;
+    }
+    cv_.wait(lock, [&] { return !msg.copying; });
+  }
+
+  // Posts rank me's side of its next message on channel (src, dst, tag) - me is src for a
+  // send, dst for a receive - and matches it with the other side's oldest unmatched post.
+  // The channel's queue holds unmatched posts of one side only (a post of the other side
+  // would have matched the oldest), so FIFO matching is "pop the front".
+  Result<std::shared_ptr<P2pMessage>> post_p2p(int me, bool is_send, const std::byte* send,
+                                               std::byte* recv, std::size_t bytes, int peer,
+                                               int tag) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (failed_) return failure_status_locked();
+    const int src = is_send ? me : peer;
+    const int dst = is_send ? peer : me;
+    const std::tuple<int, int, int> key{src, dst, tag};
+    auto& queue = channels_[key];
+    std::shared_ptr<P2pMessage> msg;
+    const bool matches = !queue.empty() && (is_send ? !queue.front()->send_posted
+                                                    : !queue.front()->recv_posted);
+    if (matches) {
+      msg = queue.front();
+      queue.pop_front();
+    } else {
+      msg = std::make_shared<P2pMessage>();
+      queue.push_back(msg);
+    }
+    if (queue.empty()) channels_.erase(key);
+    if (is_send) {
+      msg->send = send;
+      msg->send_size = bytes;
+      msg->send_posted = true;
+    } else {
+      msg->recv = recv;
+      msg->recv_size = bytes;
+      msg->recv_posted = true;
+    }
+    if (!matches) return msg;
+    if (msg->send_size != msg->recv_size) {
+      msg->error = Status::invalid_argument(
+          p2p_mismatch(src, dst, tag, msg->send_size, msg->recv_size));
+    } else if (msg->send_size > 0) {
+      msg->copying = true;
+      lock.unlock();
+      std::memcpy(msg->recv, msg->send, msg->send_size);
+      lock.lock();
+      msg->copying = false;
+    }
+    msg->done = true;
+    cv_.notify_all();
+    return msg;
+  }
+
+  // Completion of rank me's side of `msg` (peer: the other side). Returns nullopt when
+  // `blocking` is false and the message is not complete yet. A failed group wins over a
+  // completed message: every pending or later wait reports the failure.
+  std::optional<Status> wait_p2p(int me, bool is_send, int peer, int tag, P2pMessage& msg,
+                                 bool blocking) {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      if (failed_) {
+        // The peer may be copying into or out of our buffer, which the caller may free as
+        // soon as we return.
+        cv_.wait(lock, [&] { return !msg.copying; });
+        return failure_status_locked();
+      }
+      if (msg.done) return msg.error ? *msg.error : Status::ok_status();
+      if (exited_[static_cast<std::size_t>(peer)]) {
+        fail_locked(peer, "returned while rank " + std::to_string(me) + " waited for it in " +
+                              (is_send ? "a p2p send" : "a p2p receive") + " (tag " +
+                              std::to_string(tag) + ")");
+        continue;
+      }
+      if (!blocking) return std::nullopt;
+      cv_.wait(lock);
+    }
   }
 
   // Rank `rank` returned OK from its function: peers still waiting for it can never finish.
@@ -196,6 +305,8 @@ class Group {
   int barrier_arrived_ = 0;
   uint64_t barrier_gen_ = 0;
   std::map<uint64_t, std::shared_ptr<Slot>> slots_;  // exchanges in flight, by sequence
+  // Unmatched point-to-point posts by (source, destination, tag), oldest first.
+  std::map<std::tuple<int, int, int>, std::deque<std::shared_ptr<P2pMessage>>> channels_;
 };
 
 class LocalExchange : public Exchange {
@@ -246,6 +357,38 @@ class LocalExchange : public Exchange {
   std::optional<Status> result_;
 };
 
+// One side of one point-to-point message.
+class LocalP2p : public Exchange {
+ public:
+  LocalP2p(Group& group, int rank, bool is_send, int peer, int tag,
+           std::shared_ptr<P2pMessage> msg)
+      : group_(group), rank_(rank), is_send_(is_send), peer_(peer), tag_(tag),
+        msg_(std::move(msg)) {}
+
+  ~LocalP2p() override {
+    if (!result_) group_.abandon(rank_, *msg_);
+  }
+
+  Status wait() override {
+    if (!result_) result_ = group_.wait_p2p(rank_, is_send_, peer_, tag_, *msg_, true);
+    return *result_;
+  }
+
+  bool test() override {
+    if (!result_) result_ = group_.wait_p2p(rank_, is_send_, peer_, tag_, *msg_, false);
+    return result_.has_value();
+  }
+
+ private:
+  Group& group_;
+  const int rank_;
+  const bool is_send_;
+  const int peer_;
+  const int tag_;
+  std::shared_ptr<P2pMessage> msg_;
+  std::optional<Status> result_;
+};
+
 class LocalCommunicator : public Communicator {
  public:
   LocalCommunicator(Group& group, int rank) : group_(group), rank_(rank) {}
@@ -281,9 +424,36 @@ class LocalCommunicator : public Communicator {
         std::vector<std::size_t>(a.recv_displs.begin(), a.recv_displs.end())));
   }
 
+  Result<std::unique_ptr<Exchange>> start_send(std::span<const std::byte> data, int peer,
+                                               int tag, const char* /*label*/) override {
+    return start_p2p("start_send", true, data.data(), nullptr, data.size(), peer, tag);
+  }
+
+  Result<std::unique_ptr<Exchange>> start_recv(std::span<std::byte> data, int peer, int tag,
+                                               const char* /*label*/) override {
+    return start_p2p("start_recv", false, nullptr, data.data(), data.size(), peer, tag);
+  }
+
   void fail(const Status& cause) override { group_.fail(rank_, cause.message()); }
 
  private:
+  Result<std::unique_ptr<Exchange>> start_p2p(const char* call, bool is_send,
+                                              const std::byte* send, std::byte* recv,
+                                              std::size_t bytes, int peer, int tag) {
+    if (auto f = group_.failure()) return *f;
+    Status valid = validate_p2p(call, is_send ? static_cast<const void*>(send) : recv, bytes,
+                                peer, tag, rank_, group_.n());
+    if (!valid.ok()) {
+      // The peer may wait forever for this message: the group cannot continue.
+      group_.fail(rank_, valid.message());
+      return valid;
+    }
+    DISTCA_ASSIGN_OR_RETURN(auto msg,
+                            group_.post_p2p(rank_, is_send, send, recv, bytes, peer, tag));
+    return std::unique_ptr<Exchange>(
+        std::make_unique<LocalP2p>(group_, rank_, is_send, peer, tag, std::move(msg)));
+  }
+
   Group& group_;
   const int rank_;
   uint64_t next_seq_ = 0;

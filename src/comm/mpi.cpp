@@ -87,6 +87,22 @@ class MpiEnvironment {
 
 using Clock = std::chrono::steady_clock;
 
+// What a point-to-point exchange adds to ExchangeState. Each side tells the other its size,
+// so a mismatch is reported on both sides with both sizes: the sender sends a header (its
+// byte count) beside the payload, the receiver sends an ack (the byte count it expects).
+// Requests: send = [recv ack, send header, send payload]; receive = [recv header, recv
+// payload, send ack]. Everything is posted at start, so neither side waits for the other's
+// completion - only for its start and progress.
+struct P2pState {
+  bool is_send = false;
+  int peer = 0;
+  int tag = 0;                // the caller's tag
+  uint64_t mine = 0;          // this side's byte count (the header's or the ack's content)
+  uint64_t theirs = 0;        // the other side's byte count, once received
+  bool theirs_known = false;  // the header/ack arrived intact
+  Status error;               // first failure of a request; reported once all are complete
+};
+
 // One exchange's MPI requests and their outcome. Until `done`, the requests are touched only
 // by the thread that drives progress (the progress thread in kThread mode, the owner in
 // kPoll mode).
@@ -104,23 +120,48 @@ struct ExchangeState {
   double start_us = 0;
   double timeout_s = 0;                // > 0: no completion for this long ends the job
   Clock::time_point last_progress;     // the start, or the latest completed request
+  std::optional<P2pState> p2p;         // set for start_send / start_recv
 };
+
+std::string p2p_mismatch(int src, int dst, int tag, uint64_t sent, uint64_t expected) {
+  return "p2p: rank " + std::to_string(src) + " sends " + std::to_string(sent) +
+         " bytes to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) +
+         "), which expects " + std::to_string(expected);
+}
+
+// The outcome of a point-to-point exchange whose requests have all completed: a size
+// mismatch first (it explains a truncation), then the first request error.
+Status p2p_result(const ExchangeState& st) {
+  const P2pState& p = *st.p2p;
+  if (p.theirs_known && p.theirs != p.mine) {
+    const int src = p.is_send ? st.rank : p.peer;
+    const int dst = p.is_send ? p.peer : st.rank;
+    return Status::invalid_argument(p.is_send ? p2p_mismatch(src, dst, p.tag, p.mine, p.theirs)
+                                              : p2p_mismatch(src, dst, p.tag, p.theirs, p.mine));
+  }
+  return p.error;
+}
 
 // The exchange has waited timeout_s with nothing completing: name the ranks it still waits
 // for (their data has not arrived; or, when every receive is in, the ranks that have not
 // taken this rank's data) and end the job. The requests stay pending, so no Status could
 // leave the group usable; MPI_Abort is the only safe exit.
 [[noreturn]] void abort_stalled(const ExchangeState& st) {
-  std::string recv, send;
+  std::vector<int> recv, send;  // peers, each once (a p2p exchange has several requests per peer)
   for (std::size_t i = 0; i < st.requests.size(); ++i) {
     if (st.requests[i] == MPI_REQUEST_NULL) continue;
-    std::string& list = i < st.n_recv ? recv : send;
-    if (!list.empty()) list += ", ";
-    list += std::to_string(st.peer[i]);
+    std::vector<int>& list = i < st.n_recv ? recv : send;
+    if (std::find(list.begin(), list.end(), st.peer[i]) == list.end()) list.push_back(st.peer[i]);
   }
+  auto join = [](const std::vector<int>& ranks) {
+    std::string out;
+    for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+    return out;
+  };
   char secs[32];
   std::snprintf(secs, sizeof(secs), "%g", st.timeout_s);
-  const std::string who = !recv.empty() ? "no data from rank(s) " + recv : "rank(s) " + send + " took no data";
+  std::string who = !recv.empty() ? "no data from rank(s) " + join(recv) : "rank(s) " + join(send) + " took no data";
+  if (st.p2p) who += std::string(" for the p2p ") + (st.p2p->is_send ? "send" : "receive") + " with tag " + std::to_string(st.p2p->tag);
   abort_job(st.rank, "no progress for " + std::string(secs) + " s (--mpi-timeout): " + who +
                          " (stopped, hung or far behind)");
 }
@@ -152,12 +193,35 @@ std::optional<Status> drive(ExchangeState& st, Drive how) {
       const std::string where = i < st.n_recv ? "receive from rank " + std::to_string(st.peer[i])
                                               : "send to rank " + std::to_string(st.peer[i]);
       if (rc == MPI_ERR_IN_STATUS && status.MPI_ERROR != MPI_SUCCESS) {
-        return mpi_check(status.MPI_ERROR, "MPI_Testsome", st.rank).with_context("all_to_all_v " + where);
+        Status err = mpi_check(status.MPI_ERROR, "MPI_Testsome", st.rank)
+                         .with_context((st.p2p ? "p2p " : "all_to_all_v ") + where);
+        if (!st.p2p) return err;
+        // A p2p exchange keeps going until every request is complete: its small header/ack
+        // buffers live in st, and the mismatch (reported by p2p_result) explains the error.
+        // OpenMPI may leave a request that failed allocated; free it so no later round
+        // reports it again.
+        if (st.requests[i] != MPI_REQUEST_NULL) {
+          DISTCA_RETURN_IF_ERROR(mpi_check(MPI_Request_free(&st.requests[i]), "MPI_Request_free", st.rank));
+        }
+        if (st.p2p->error.ok()) st.p2p->error = err;
+        --st.remaining;
+        continue;
       }
       --st.remaining;
       if (i >= st.n_recv) continue;
       int got = 0;
       DISTCA_RETURN_IF_ERROR(mpi_check(MPI_Get_count(&status, MPI_BYTE, &got), "MPI_Get_count", st.rank));
+      if (st.p2p) {
+        P2pState& p = *st.p2p;
+        if (i == 0) {
+          p.theirs_known = got == static_cast<int>(sizeof(uint64_t));
+        } else if (got != st.recv_expected[i] && p.error.ok()) {
+          p.error = Status::internal("p2p: rank " + std::to_string(p.peer) + " sent " + std::to_string(got) +
+                                     " bytes to rank " + std::to_string(st.rank) + ", which expects " +
+                                     std::to_string(st.recv_expected[i]));
+        }
+        continue;
+      }
       if (got != st.recv_expected[i]) {
         return Status::internal("all_to_all_v: rank " + std::to_string(st.peer[i]) + " sent " +
                                 std::to_string(got) + " bytes to rank " + std::to_string(st.rank) +
@@ -178,7 +242,7 @@ std::optional<Status> drive(ExchangeState& st, Drive how) {
   if (st.trace) {
     st.trace->record({st.trace_name, "comm", 0, st.rank, st.start_us, st.trace->now_us()});
   }
-  return Status::ok_status();
+  return st.p2p ? p2p_result(st) : Status::ok_status();
 }
 
 // The progress thread of one communicator (kThread mode): MPI_Testsome over every exchange
@@ -320,13 +384,23 @@ class MpiExchange : public Exchange {
 // matching keeps equal tags of far-apart exchanges apart anyway.
 constexpr uint64_t kTagRange = 32767;
 
+// Point-to-point messages travel on their own communicator (p2p_comm_), so their tags never
+// meet the all-to-all-v sequence tags above. A caller's tag t becomes three MPI tags, one per
+// kind of message, each matched FIFO by MPI's non-overtaking rule: the k-th header, payload
+// and ack of (peer, t) all belong to the k-th message.
+enum P2pKind : int { kP2pHeader = 0, kP2pPayload = 1, kP2pAck = 2, kP2pKinds = 3 };
+constexpr int p2p_mpi_tag(int tag, P2pKind kind) { return tag * kP2pKinds + kind; }
+constexpr int kP2pMaxMpiTag = p2p_mpi_tag(kP2pTagLimit - 1, kP2pAck);
+
 class MpiCommunicatorImpl : public MpiCommunicator {
  public:
-  MpiCommunicatorImpl(std::shared_ptr<MpiEnvironment> env, MPI_Comm comm, int rank, int size,
-                      MpiInfo info, int poll_interval_us, int max_poll_interval_us, TraceRecorder* trace,
-                      double timeout_s)
+  MpiCommunicatorImpl(std::shared_ptr<MpiEnvironment> env, MPI_Comm comm, MPI_Comm p2p_comm,
+                      int tag_ub, int rank, int size, MpiInfo info, int poll_interval_us,
+                      int max_poll_interval_us, TraceRecorder* trace, double timeout_s)
       : env_(std::move(env)),
         comm_(comm),
+        p2p_comm_(p2p_comm),
+        tag_ub_(tag_ub),
         rank_(rank),
         size_(size),
         info_(std::move(info)),
@@ -339,6 +413,7 @@ class MpiCommunicatorImpl : public MpiCommunicator {
     engine_.reset();  // joins the progress thread (exchanges are done by contract)
     // Nothing to report to from a destructor; a failure here changes no result.
     (void)MPI_Comm_free(&comm_);
+    (void)MPI_Comm_free(&p2p_comm_);
   }
 
   int rank() const override { return rank_; }
@@ -368,11 +443,17 @@ class MpiCommunicatorImpl : public MpiCommunicator {
     st->trace = trace_;
     if (trace_ != nullptr && a.label != nullptr) st->trace_name = std::string(a.label) + " transfer";
     st->start_us = start_us;
-    if (info_.progress == ProgressMode::kThread) {
-      if (!engine_) engine_ = std::make_shared<ProgressEngine>(poll_interval_us_, max_poll_interval_us_);
-      engine_->add(st);
-    }
-    return std::unique_ptr<Exchange>(std::make_unique<MpiExchange>(std::move(st), engine_));
+    return launch(std::move(st));
+  }
+
+  Result<std::unique_ptr<Exchange>> start_send(std::span<const std::byte> data, int peer, int tag,
+                                               const char* label) override {
+    return start_p2p(true, data.data(), nullptr, data.size(), peer, tag, label);
+  }
+
+  Result<std::unique_ptr<Exchange>> start_recv(std::span<std::byte> data, int peer, int tag,
+                                               const char* label) override {
+    return start_p2p(false, nullptr, data.data(), data.size(), peer, tag, label);
   }
 
   Status broadcast(std::span<std::byte> data, int root) override {
@@ -392,6 +473,82 @@ class MpiCommunicatorImpl : public MpiCommunicator {
   void fail(const Status& cause) override { abort_job(rank_, cause.message()); }
 
  private:
+  // Hands an exchange to the progress thread (kThread) and wraps it in its handle.
+  std::unique_ptr<Exchange> launch(std::shared_ptr<ExchangeState> st) {
+    if (info_.progress == ProgressMode::kThread) {
+      if (!engine_) engine_ = std::make_shared<ProgressEngine>(poll_interval_us_, max_poll_interval_us_);
+      engine_->add(st);
+    }
+    return std::make_unique<MpiExchange>(std::move(st), engine_);
+  }
+
+  // Posts one side of a point-to-point message (request layout: P2pState).
+  Result<std::unique_ptr<Exchange>> start_p2p(bool is_send, const std::byte* send, std::byte* recv,
+                                              std::size_t bytes, int peer, int tag, const char* label) {
+    const char* call = is_send ? "start_send" : "start_recv";
+    DISTCA_RETURN_IF_ERROR(validate_p2p(call, is_send ? static_cast<const void*>(send) : recv, bytes,
+                                        peer, tag, rank_, size_));
+    if (bytes > static_cast<std::size_t>(INT_MAX)) {
+      return Status::invalid_argument(std::string(call) + " (rank " + std::to_string(rank_) + "): " +
+                                      std::to_string(bytes) + " bytes exceed MPI's int count (" +
+                                      std::to_string(INT_MAX) + " bytes)");
+    }
+    if (tag_ub_ < kP2pMaxMpiTag) {
+      return Status::invalid_argument(std::string(call) + ": the MPI library's MPI_TAG_UB (" +
+                                      std::to_string(tag_ub_) + ") is below the " +
+                                      std::to_string(kP2pMaxMpiTag) + " point-to-point messages need");
+    }
+    const double start_us = trace_ ? trace_->now_us() : 0.0;
+    auto st = std::make_shared<ExchangeState>();
+    st->rank = rank_;
+    st->timeout_s = timeout_s_;
+    st->last_progress = Clock::now();
+    st->trace = trace_;
+    st->start_us = start_us;
+    st->trace_name = label != nullptr ? std::string(label) + " transfer" : is_send ? "p2p send" : "p2p recv";
+    P2pState& p = st->p2p.emplace();
+    p.is_send = is_send;
+    p.peer = peer;
+    p.tag = tag;
+    p.mine = bytes;
+    const int count = static_cast<int>(bytes);
+    constexpr int kMeta = static_cast<int>(sizeof(uint64_t));
+    // A request that fails to post leaves the ones before it live, reading or writing st's
+    // header/ack: st stays alive with the communicator (the caller must fail() anyway).
+    // `req` by reference: read only after the MPI call (an argument) has written it.
+    auto posted = [&](int rc, const char* what, const MPI_Request& req) -> Status {
+      Status s = mpi_check(rc, what, rank_);
+      if (!s.ok()) {
+        orphans_.push_back(st);
+        return s;
+      }
+      st->requests.push_back(req);
+      st->peer.push_back(peer);
+      return s;
+    };
+    MPI_Request req = MPI_REQUEST_NULL;
+    if (is_send) {
+      DISTCA_RETURN_IF_ERROR(posted(MPI_Irecv(&p.theirs, kMeta, MPI_BYTE, peer, p2p_mpi_tag(tag, kP2pAck),
+                                              p2p_comm_, &req), "MPI_Irecv", req));
+      st->recv_expected = {kMeta};
+      DISTCA_RETURN_IF_ERROR(posted(MPI_Isend(&p.mine, kMeta, MPI_BYTE, peer, p2p_mpi_tag(tag, kP2pHeader),
+                                              p2p_comm_, &req), "MPI_Isend", req));
+      DISTCA_RETURN_IF_ERROR(posted(MPI_Isend(send, count, MPI_BYTE, peer, p2p_mpi_tag(tag, kP2pPayload),
+                                              p2p_comm_, &req), "MPI_Isend", req));
+    } else {
+      DISTCA_RETURN_IF_ERROR(posted(MPI_Irecv(&p.theirs, kMeta, MPI_BYTE, peer, p2p_mpi_tag(tag, kP2pHeader),
+                                              p2p_comm_, &req), "MPI_Irecv", req));
+      DISTCA_RETURN_IF_ERROR(posted(MPI_Irecv(recv, count, MPI_BYTE, peer, p2p_mpi_tag(tag, kP2pPayload),
+                                              p2p_comm_, &req), "MPI_Irecv", req));
+      st->recv_expected = {kMeta, count};
+      DISTCA_RETURN_IF_ERROR(posted(MPI_Isend(&p.mine, kMeta, MPI_BYTE, peer, p2p_mpi_tag(tag, kP2pAck),
+                                              p2p_comm_, &req), "MPI_Isend", req));
+    }
+    st->n_recv = st->recv_expected.size();
+    st->remaining = st->requests.size();
+    return launch(std::move(st));
+  }
+
   // Posts the receives, then the sends, of one exchange (self block: memcpy).
   Result<std::shared_ptr<ExchangeState>> post(const AllToAllV& a) {
     DISTCA_RETURN_IF_ERROR(validate_all_to_all_v(a, size_));
@@ -451,6 +608,8 @@ class MpiCommunicatorImpl : public MpiCommunicator {
 
   std::shared_ptr<MpiEnvironment> env_;  // first member: outlives comm_
   MPI_Comm comm_;
+  MPI_Comm p2p_comm_;  // point-to-point messages only: tags apart from comm_'s exchanges
+  const int tag_ub_;   // MPI_TAG_UB of p2p_comm_
   const int rank_;
   const int size_;
   const MpiInfo info_;
@@ -460,6 +619,7 @@ class MpiCommunicatorImpl : public MpiCommunicator {
   const double timeout_s_;
   uint64_t next_seq_ = 0;
   std::shared_ptr<ProgressEngine> engine_;  // kThread mode, started at the first exchange
+  std::vector<std::shared_ptr<ExchangeState>> orphans_;  // p2p states whose posting failed
 };
 
 }  // namespace
@@ -521,9 +681,29 @@ Result<std::unique_ptr<MpiCommunicator>> make_mpi_communicator(int* argc, char**
     MPI_Comm_free(&comm);
     return st;
   }
+  // A second duplicate for point-to-point messages (see p2p_mpi_tag).
+  MPI_Comm p2p_comm;
+  st = mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &p2p_comm), "MPI_Comm_dup", rank);
+  if (!st.ok()) {
+    MPI_Comm_free(&comm);
+    return st;
+  }
+  st = mpi_check(MPI_Comm_set_errhandler(p2p_comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", rank);
+  int* tag_ub = nullptr;
+  int has_tag_ub = 0;
+  if (st.ok()) {
+    st = mpi_check(MPI_Comm_get_attr(p2p_comm, MPI_TAG_UB, &tag_ub, &has_tag_ub), "MPI_Comm_get_attr", rank);
+  }
+  if (!st.ok()) {
+    MPI_Comm_free(&comm);
+    MPI_Comm_free(&p2p_comm);
+    return st;
+  }
+  // Every MPI provides the attribute; 32767 is the least it may say.
+  const int tag_limit = has_tag_ub && tag_ub != nullptr ? *tag_ub : 32767;
   return std::unique_ptr<MpiCommunicator>(std::make_unique<MpiCommunicatorImpl>(
-      std::move(env), comm, rank, size, std::move(info), options.poll_interval_us,
-      options.max_poll_interval_us, options.trace, options.timeout_s));
+      std::move(env), comm, p2p_comm, tag_limit, rank, size, std::move(info),
+      options.poll_interval_us, options.max_poll_interval_us, options.trace, options.timeout_s));
 }
 
 void abort_job(int rank, const std::string& cause) {

@@ -102,4 +102,17 @@ inline Layout make_layout(const std::vector<std::vector<std::size_t>>& counts, i
   return l;
 }
 
+// Byte i of the k-th message from src to dst with tag t: distinct per (src, dst, tag, k), so
+// a message matched to the wrong receive shows up in its bytes.
+inline std::byte p2p_byte(int src, int dst, int tag, int k, std::size_t i) {
+  return static_cast<std::byte>((src * 37 + dst * 11 + tag * 5 + k * 101 +
+                                 static_cast<int>(i % 251) * 3 + 1) & 0xff);
+}
+
+inline std::vector<std::byte> p2p_message(int src, int dst, int tag, int k, std::size_t bytes) {
+  std::vector<std::byte> v(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) v[i] = p2p_byte(src, dst, tag, k, i);
+  return v;
+}
+
 }  // namespace distca::comm::testing

@@ -1,9 +1,16 @@
 # Runs the MPI test program with --inject-failure and checks the failure contract: the job
 # ends (bounded by TIMEOUT, so a hang fails this test), mpirun exits non-zero, and stderr
 # carries the failing rank's line exactly once.
-# Usage: cmake -DMPIEXEC=... -DNP=... -DPROGRAM=... -P expect_failure.cmake
+# Usage: cmake -DMPIEXEC=... -DNP=... -DPROGRAM=... [-DFLAG=--inject-p2p-failure
+#        -DWHAT="injected failure during p2p"] -P expect_failure.cmake
+if(NOT DEFINED FLAG)
+  set(FLAG --inject-failure)
+endif()
+if(NOT DEFINED WHAT)
+  set(WHAT "injected failure during exchange 3")
+endif()
 execute_process(
-  COMMAND ${MPIEXEC} --oversubscribe --allow-run-as-root -np ${NP} ${PROGRAM} --inject-failure
+  COMMAND ${MPIEXEC} --oversubscribe --allow-run-as-root -np ${NP} ${PROGRAM} ${FLAG}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 90)
 message("mpirun result: ${rc}\n--- stderr ---\n${err}")
 if("${rc}" STREQUAL "0")
@@ -12,7 +19,7 @@ endif()
 if(NOT "${rc}" MATCHES "^[0-9]+$")
   message(FATAL_ERROR "mpirun did not exit by itself: ${rc}")
 endif()
-set(line "distca: rank 1 failed: injected failure during exchange 3")
+set(line "distca: rank 1 failed: ${WHAT}")
 string(FIND "${err}" "${line}" first)
 string(FIND "${err}" "${line}" last REVERSE)
 if(first EQUAL -1)

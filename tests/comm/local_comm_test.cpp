@@ -264,6 +264,257 @@ TEST(LocalComm, ThousandRoundsOfMixedCollectives) {
   ASSERT_TRUE(st.ok()) << st.to_string();
 }
 
+// ---- Point-to-point ----
+
+TEST(LocalComm, P2pRingOfVariousSizesAndTags) {
+  for (int n : {1, 2, 3, 4, 7}) {
+    for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{1000},
+                              std::size_t{4} << 20}) {
+      for (int tag : {0, 7, kP2pTagLimit - 1}) {
+        Status st = run_local(n, [&](Communicator& comm) -> Status {
+          const int me = comm.rank();
+          const int next = (me + 1) % n;
+          const int prev = (me + n - 1) % n;
+          const auto send = p2p_message(me, next, tag, 0, bytes);
+          std::vector<std::byte> recv(bytes, kUntouched);
+          // Half the ranks start the send first, the others the receive.
+          std::unique_ptr<Exchange> s, r;
+          if (me % 2 == 0) {
+            DISTCA_ASSIGN_OR_RETURN(s, comm.start_send(send, next, tag));
+            DISTCA_ASSIGN_OR_RETURN(r, comm.start_recv(recv, prev, tag));
+          } else {
+            DISTCA_ASSIGN_OR_RETURN(r, comm.start_recv(recv, prev, tag));
+            DISTCA_ASSIGN_OR_RETURN(s, comm.start_send(send, next, tag));
+          }
+          DISTCA_RETURN_IF_ERROR(s->wait());
+          DISTCA_RETURN_IF_ERROR(r->wait());
+          if (recv != p2p_message(prev, me, tag, 0, bytes)) return Status::internal("ring bytes");
+          return Status::ok_status();
+        });
+        ASSERT_TRUE(st.ok()) << "n=" << n << " bytes=" << bytes << " tag=" << tag << ": "
+                             << st.to_string();
+      }
+    }
+  }
+}
+
+// K messages per tag on two tags in flight at once, sizes varying with k (a wrong pairing
+// would be a size mismatch or wrong bytes); the receiver starts tag 2 before tag 1 and waits
+// in reverse order.
+TEST(LocalComm, P2pIsFifoPerPeerAndTag) {
+  constexpr int kK = 6;
+  auto bytes_of = [](int tag, int k) { return static_cast<std::size_t>(16 + 40 * k + tag); };
+  for (int n : {2, 3, 4}) {
+    Status st = run_local(n, [&](Communicator& comm) -> Status {
+      const int me = comm.rank();
+      const int next = (me + 1) % n;
+      const int prev = (me + n - 1) % n;
+      std::vector<std::vector<std::byte>> sends, recvs;
+      std::vector<std::unique_ptr<Exchange>> handles;
+      for (int k = 0; k < kK; ++k) {
+        for (int tag : {1, 2}) sends.push_back(p2p_message(me, next, tag, k, bytes_of(tag, k)));
+      }
+      for (int tag : {2, 1}) {
+        for (int k = 0; k < kK; ++k) recvs.emplace_back(bytes_of(tag, k), kUntouched);
+      }
+      std::size_t r = 0;
+      for (int tag : {2, 1}) {
+        for (int k = 0; k < kK; ++k, ++r) {
+          DISTCA_ASSIGN_OR_RETURN(auto h, comm.start_recv(recvs[r], prev, tag));
+          handles.push_back(std::move(h));
+        }
+      }
+      for (std::size_t i = 0; i < sends.size(); ++i) {
+        DISTCA_ASSIGN_OR_RETURN(auto h, comm.start_send(sends[i], next, 1 + static_cast<int>(i % 2)));
+        handles.push_back(std::move(h));
+      }
+      for (auto it = handles.rbegin(); it != handles.rend(); ++it) {
+        DISTCA_RETURN_IF_ERROR((*it)->wait());
+      }
+      r = 0;
+      for (int tag : {2, 1}) {
+        for (int k = 0; k < kK; ++k, ++r) {
+          if (recvs[r] != p2p_message(prev, me, tag, k, bytes_of(tag, k))) {
+            return Status::internal("message " + std::to_string(k) + " of tag " +
+                                    std::to_string(tag) + " out of order");
+          }
+        }
+      }
+      return Status::ok_status();
+    });
+    ASSERT_TRUE(st.ok()) << "n=" << n << ": " << st.to_string();
+  }
+}
+
+// Messages in flight while the ranks run all-reduces and non-blocking all-to-all-v
+// exchanges; many rounds, to shake out races in the rendezvous (run under tsan). Typed
+// helpers on floats.
+TEST(LocalComm, P2pInterleavesWithCollectives) {
+  const int n = 4;
+  const auto counts = random_counts(21, n);
+  Status st = run_local(n, [&](Communicator& comm) -> Status {
+    const int me = comm.rank();
+    const int next = (me + 1) % n;
+    const int prev = (me + n - 1) % n;
+    for (int it = 0; it < 200; ++it) {
+      std::vector<float> act(257), got(257, -1.0f);
+      for (std::size_t i = 0; i < act.size(); ++i) act[i] = static_cast<float>(me * 1000 + it + i);
+      DISTCA_ASSIGN_OR_RETURN(auto r, comm.start_recv_values(std::span<float>(got), prev, it % 3));
+      DISTCA_ASSIGN_OR_RETURN(auto s, comm.start_send_values(std::span<const float>(act), next, it % 3));
+      std::vector<float> x(7, static_cast<float>(me + it));
+      DISTCA_RETURN_IF_ERROR(comm.all_reduce_sum(x));
+      if (x[6] != static_cast<float>(6 + 4 * it)) return Status::internal("sum");
+      Layout l = make_layout(counts, me);
+      DISTCA_ASSIGN_OR_RETURN(auto ex, comm.start_all_to_all_v(l.args()));
+      if (it % 2 == 0) DISTCA_RETURN_IF_ERROR(r->wait());
+      DISTCA_RETURN_IF_ERROR(ex->wait());
+      DISTCA_RETURN_IF_ERROR(s->wait());
+      DISTCA_RETURN_IF_ERROR(r->wait());
+      if (l.recv != l.expected_recv) return Status::internal("exchange");
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        if (got[i] != static_cast<float>(prev * 1000 + it + i)) return Status::internal("p2p");
+      }
+    }
+    return Status::ok_status();
+  });
+  ASSERT_TRUE(st.ok()) << st.to_string();
+}
+
+TEST(LocalComm, P2pSelfSend) {
+  Status st = run_local(2, [&](Communicator& comm) -> Status {
+    const int me = comm.rank();
+    const auto a = p2p_message(me, me, 4, 0, 3000);
+    const auto b = p2p_message(me, me, 4, 1, 3000);
+    std::vector<std::byte> ra(3000), rb(3000);
+    // Receive posted first, then send; then send first, waited before its receive starts.
+    DISTCA_ASSIGN_OR_RETURN(auto r1, comm.start_recv(ra, me, 4));
+    DISTCA_ASSIGN_OR_RETURN(auto s1, comm.start_send(a, me, 4));
+    DISTCA_RETURN_IF_ERROR(r1->wait());
+    DISTCA_RETURN_IF_ERROR(s1->wait());
+    DISTCA_ASSIGN_OR_RETURN(auto s2, comm.start_send(b, me, 4));
+    if (s2->test()) return Status::internal("a send completed before its receive was posted");
+    DISTCA_ASSIGN_OR_RETURN(auto r2, comm.start_recv(rb, me, 4));
+    DISTCA_RETURN_IF_ERROR(s2->wait());
+    DISTCA_RETURN_IF_ERROR(r2->wait());
+    if (ra != a || rb != b) return Status::internal("self-send bytes");
+    return Status::ok_status();
+  });
+  ASSERT_TRUE(st.ok()) << st.to_string();
+}
+
+TEST(LocalComm, P2pSizeMismatchIsReportedOnBothSides) {
+  std::mutex mu;
+  std::vector<std::string> errors(2);
+  Status st = run_local(2, [&](Communicator& comm) -> Status {
+    std::vector<std::byte> buf(8, std::byte{1});
+    Status got;
+    if (comm.rank() == 0) {
+      DISTCA_ASSIGN_OR_RETURN(auto s, comm.start_send(buf, 1, 3));
+      got = s->wait();
+    } else {
+      DISTCA_ASSIGN_OR_RETURN(auto r, comm.start_recv(std::span(buf).first(4), 0, 3));
+      got = r->wait();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      errors[static_cast<std::size_t>(comm.rank())] =
+          got.code() == StatusCode::kInvalidArgument ? got.message() : got.to_string();
+    }
+    // Nothing was copied; the group is still usable.
+    std::vector<std::byte> recv(8, kUntouched);
+    DISTCA_ASSIGN_OR_RETURN(auto r, comm.start_recv(recv, 1 - comm.rank(), 3));
+    DISTCA_ASSIGN_OR_RETURN(auto s, comm.start_send(buf, 1 - comm.rank(), 3));
+    DISTCA_RETURN_IF_ERROR(s->wait());
+    DISTCA_RETURN_IF_ERROR(r->wait());
+    if (recv != buf) return Status::internal("message after the mismatch");
+    return comm.barrier();
+  });
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  for (const auto& e : errors) {
+    EXPECT_EQ(e, "p2p: rank 0 sends 8 bytes to rank 1 (tag 3), which expects 4");
+  }
+}
+
+// Rank 1 fails while rank 0 waits for its message and rank 2 for it to take one: both waits,
+// and every later start and wait, end with rank 1's cause. A message completed before the
+// failure but waited for after it reports the failure too.
+TEST(LocalComm, P2pFailedRankEndsPendingWaitsWithItsName) {
+  std::mutex mu;
+  std::vector<std::string> errors;
+  Status st = run_local(3, [&](Communicator& comm) -> Status {
+    std::vector<std::byte> buf(1u << 16, std::byte{2}), other(16);
+    Status got;
+    if (comm.rank() == 1) {
+      std::vector<std::byte> small(16);
+      DISTCA_ASSIGN_OR_RETURN(auto done, comm.start_recv(small, 0, 9));
+      DISTCA_RETURN_IF_ERROR(comm.barrier());
+      Status cause = Status::internal("injected p2p failure");
+      comm.fail(cause);
+      (void)done->wait();
+      return cause;
+    }
+    std::unique_ptr<Exchange> pending, completed;
+    if (comm.rank() == 0) {
+      DISTCA_ASSIGN_OR_RETURN(completed, comm.start_send(std::span(buf).first(16), 1, 9));
+      DISTCA_ASSIGN_OR_RETURN(pending, comm.start_recv(buf, 1, 5));
+    } else {
+      DISTCA_ASSIGN_OR_RETURN(pending, comm.start_send(buf, 1, 5));
+    }
+    DISTCA_RETURN_IF_ERROR(comm.barrier());
+    got = pending->wait();
+    std::lock_guard<std::mutex> lock(mu);
+    errors.push_back(got.message());
+    if (completed) errors.push_back(completed->wait().message());
+    auto later = comm.start_recv(other, 2 - comm.rank(), 1);
+    errors.push_back(later.ok() ? "later start OK" : later.status().message());
+    return got;
+  });
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.message(), "rank 1 failed: injected p2p failure");
+  ASSERT_EQ(errors.size(), 5u);
+  for (const auto& e : errors) EXPECT_EQ(e, "rank 1 failed: injected p2p failure");
+}
+
+TEST(LocalComm, P2pPeerReturningFirstIsAFailureNotAHang) {
+  Status st = run_local(2, [&](Communicator& comm) -> Status {
+    if (comm.rank() == 1) return Status::ok_status();  // never sends
+    std::vector<std::byte> buf(10);
+    DISTCA_ASSIGN_OR_RETURN(auto r, comm.start_recv(buf, 1, 5));
+    return r->wait();
+  });
+  EXPECT_EQ(st.message(),
+            "rank 1 failed: returned while rank 0 waited for it in a p2p receive (tag 5)");
+
+  Status dropped = run_local(2, [&](Communicator& comm) -> Status {
+    std::vector<std::byte> buf(10);
+    if (comm.rank() == 1) {
+      DISTCA_ASSIGN_OR_RETURN(auto s, comm.start_send(buf, 0, 2));
+      return Status::io_error("cannot read shard 3");  // drops `s` unfinished
+    }
+    DISTCA_RETURN_IF_ERROR(comm.barrier());
+    return comm.barrier();
+  });
+  EXPECT_EQ(dropped.message(), "rank 1 failed: cannot read shard 3");
+}
+
+TEST(LocalComm, P2pBadArgumentsFailTheGroup) {
+  auto run = [](int peer, int tag) {
+    return run_local(2, [=](Communicator& comm) -> Status {
+      std::vector<std::byte> buf(4);
+      if (comm.rank() == 0) return comm.start_send(buf, peer, tag).status();
+      return comm.barrier();  // rank 0's error must release this wait
+    });
+  };
+  EXPECT_EQ(run(2, 0).message(),
+            "rank 0 failed: start_send (rank 0): peer 2 is not a rank of a group of 2");
+  EXPECT_EQ(run(-1, 0).message(),
+            "rank 0 failed: start_send (rank 0): peer -1 is not a rank of a group of 2");
+  EXPECT_EQ(run(1, -1).message(),
+            "rank 0 failed: start_send (rank 0): tag -1 is outside [0, 1048576)");
+  EXPECT_EQ(run(1, kP2pTagLimit).message(),
+            "rank 0 failed: start_send (rank 0): tag 1048576 is outside [0, 1048576)");
+}
+
 TEST(Trace, ChromeJsonAndPackRoundTrip) {
   TraceRecorder rec;
   rec.record({"compute", "compute", 0, 1, 10.0, 250.5});

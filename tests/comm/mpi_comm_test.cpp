@@ -3,7 +3,10 @@
 //   mpirun -np N comm_mpi_test                  the checks below; exit 0 when all pass
 //   mpirun -np N comm_mpi_test --inject-failure rank 1 fails in the middle of an exchange
 //                                               (CTest expects exit != 0 and its line)
-//   mpirun -np N comm_mpi_test --stall barrier|exchange --timeout S
+//   mpirun -np N comm_mpi_test --inject-p2p-failure
+//                                               rank 1 fails while the others wait for its
+//                                               p2p messages (the same CTest check)
+//   mpirun -np N comm_mpi_test --stall barrier|exchange|p2p --timeout S
 //                                               the last rank stops itself; the others must
 //                                               end the job within S s naming it
 //   mpirun -np N comm_mpi_test --overlap [--progress thread|poll|none] [--mib M]
@@ -239,6 +242,211 @@ Status test_progress_backoff(MpiCommunicator& comm) {
   return comm.barrier();
 }
 
+// ---- Point-to-point ----
+
+// Ring: every rank sends to the next and receives from the previous; half start the send
+// first. Sizes from empty to past the eager limit (rendezvous), tags from 0 to the largest.
+Status test_p2p_ring(Communicator& comm) {
+  const int n = comm.size();
+  const int me = comm.rank();
+  const int next = (me + 1) % n;
+  const int prev = (me + n - 1) % n;
+  for (std::size_t bytes : {std::size_t{0}, std::size_t{3}, std::size_t{1000}, std::size_t{4} << 20}) {
+    for (int tag : {0, 5, kP2pTagLimit - 1}) {
+      const std::string what = "ring bytes=" + std::to_string(bytes) + " tag=" + std::to_string(tag);
+      const auto send = p2p_message(me, next, tag, 0, bytes);
+      std::vector<std::byte> recv(bytes, kUntouched);
+      std::unique_ptr<Exchange> s, r;
+      if (me % 2 == 0) {
+        DISTCA_ASSIGN_OR_RETURN(s, comm.start_send(send, next, tag));
+        DISTCA_ASSIGN_OR_RETURN(r, comm.start_recv(recv, prev, tag));
+      } else {
+        DISTCA_ASSIGN_OR_RETURN(r, comm.start_recv(recv, prev, tag));
+        DISTCA_ASSIGN_OR_RETURN(s, comm.start_send(send, next, tag));
+      }
+      DISTCA_RETURN_IF_ERROR(s->wait().with_context(what));
+      DISTCA_RETURN_IF_ERROR(r->wait().with_context(what));
+      EXPECT_OR_RETURN(recv == p2p_message(prev, me, tag, 0, bytes), what);
+    }
+  }
+  return comm.barrier();
+}
+
+// K messages per tag on two tags in flight at once, sizes varying with k (one in three past
+// the eager limit); the receiver starts tag 2 before tag 1 and waits in reverse order.
+Status test_p2p_fifo(Communicator& comm) {
+  constexpr int kK = 6;
+  auto bytes_of = [](int tag, int k) {
+    return static_cast<std::size_t>(k % 3 == 2 ? (1 << 20) + k : 16 + 40 * k + tag);
+  };
+  const int n = comm.size();
+  const int me = comm.rank();
+  const int next = (me + 1) % n;
+  const int prev = (me + n - 1) % n;
+  std::vector<std::vector<std::byte>> sends, recvs;
+  std::vector<std::unique_ptr<Exchange>> handles;
+  for (int k = 0; k < kK; ++k) {
+    for (int tag : {1, 2}) sends.push_back(p2p_message(me, next, tag, k, bytes_of(tag, k)));
+  }
+  for (int tag : {2, 1}) {
+    for (int k = 0; k < kK; ++k) recvs.emplace_back(bytes_of(tag, k), kUntouched);
+  }
+  std::size_t r = 0;
+  for (int tag : {2, 1}) {
+    for (int k = 0; k < kK; ++k, ++r) {
+      DISTCA_ASSIGN_OR_RETURN(auto h, comm.start_recv(recvs[r], prev, tag));
+      handles.push_back(std::move(h));
+    }
+  }
+  for (std::size_t i = 0; i < sends.size(); ++i) {
+    DISTCA_ASSIGN_OR_RETURN(auto h, comm.start_send(sends[i], next, 1 + static_cast<int>(i % 2)));
+    handles.push_back(std::move(h));
+  }
+  for (auto it = handles.rbegin(); it != handles.rend(); ++it) DISTCA_RETURN_IF_ERROR((*it)->wait());
+  r = 0;
+  for (int tag : {2, 1}) {
+    for (int k = 0; k < kK; ++k, ++r) {
+      EXPECT_OR_RETURN(recvs[r] == p2p_message(prev, me, tag, k, bytes_of(tag, k)),
+                       "message " + std::to_string(k) + " of tag " + std::to_string(tag) + " out of order");
+    }
+  }
+  return comm.barrier();
+}
+
+// Large messages in flight while the ranks run all-reduces and non-blocking all-to-all-v
+// exchanges. Run on a fresh communicator, whose exchange sequence tags start at 0 like the
+// p2p tags used here: were both on one MPI communicator, they would steal each other's
+// messages.
+Status test_p2p_interleave(Communicator& comm) {
+  const int n = comm.size();
+  const int me = comm.rank();
+  const int next = (me + 1) % n;
+  const int prev = (me + n - 1) % n;
+  const auto counts = random_counts(21, n);
+  for (int it = 0; it < 20; ++it) {
+    const int tag = it % 4;
+    std::vector<float> act(1u << 18), got(1u << 18, -1.0f);
+    for (std::size_t i = 0; i < act.size(); ++i) act[i] = static_cast<float>(me * 1000 + it + (i % 4096));
+    DISTCA_ASSIGN_OR_RETURN(auto r, comm.start_recv_values(std::span<float>(got), prev, tag, "activations"));
+    DISTCA_ASSIGN_OR_RETURN(auto s, comm.start_send_values(std::span<const float>(act), next, tag));
+    std::vector<float> x(1001, static_cast<float>(me + it));
+    DISTCA_RETURN_IF_ERROR(comm.all_reduce_sum(x));
+    const float expected_sum = static_cast<float>(n * (n - 1) / 2 + n * it);
+    EXPECT_OR_RETURN(x[1000] == expected_sum, "all_reduce between p2p");
+    Layout l = make_layout(counts, me);
+    DISTCA_ASSIGN_OR_RETURN(auto ex, comm.start_all_to_all_v(l.args()));
+    if (it % 2 == 0) DISTCA_RETURN_IF_ERROR(r->wait());
+    DISTCA_RETURN_IF_ERROR(ex->wait());
+    DISTCA_RETURN_IF_ERROR(s->wait());
+    DISTCA_RETURN_IF_ERROR(r->wait());
+    EXPECT_OR_RETURN(l.recv == l.expected_recv, "all_to_all_v between p2p");
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      EXPECT_OR_RETURN(got[i] == static_cast<float>(prev * 1000 + it + (i % 4096)),
+                       "p2p between collectives, iteration " + std::to_string(it));
+    }
+  }
+  return comm.barrier();
+}
+
+// A rank sends to itself: receive first, then send first (4 MiB: MPI's rendezvous to self).
+Status test_p2p_self(Communicator& comm) {
+  const int me = comm.rank();
+  const std::size_t bytes = 4u << 20;
+  const auto a = p2p_message(me, me, 4, 0, bytes);
+  const auto b = p2p_message(me, me, 4, 1, bytes);
+  std::vector<std::byte> ra(bytes), rb(bytes);
+  DISTCA_ASSIGN_OR_RETURN(auto r1, comm.start_recv(ra, me, 4));
+  DISTCA_ASSIGN_OR_RETURN(auto s1, comm.start_send(a, me, 4));
+  DISTCA_RETURN_IF_ERROR(r1->wait());
+  DISTCA_RETURN_IF_ERROR(s1->wait());
+  DISTCA_ASSIGN_OR_RETURN(auto s2, comm.start_send(b, me, 4));
+  DISTCA_ASSIGN_OR_RETURN(auto r2, comm.start_recv(rb, me, 4));
+  DISTCA_RETURN_IF_ERROR(s2->wait());
+  DISTCA_RETURN_IF_ERROR(r2->wait());
+  EXPECT_OR_RETURN(ra == a && rb == b, "self-send bytes");
+  return comm.barrier();
+}
+
+// Rank 0 sends `sent` bytes to rank 1, which expects `expected`: both sides' wait() return
+// invalid_argument naming both sizes (never a hang or a silent truncation), and a matching
+// message afterwards on the same tag goes through.
+Status check_p2p_mismatch(Communicator& comm, std::size_t sent, std::size_t expected) {
+  const std::string needle = "p2p: rank 0 sends " + std::to_string(sent) + " bytes to rank 1 (tag 3), which expects " +
+                             std::to_string(expected);
+  std::vector<std::byte> buf(std::max(sent, expected), std::byte{1});
+  if (comm.rank() <= 1) {
+    Status got;
+    if (comm.rank() == 0) {
+      DISTCA_ASSIGN_OR_RETURN(auto s, comm.start_send(std::span(buf).first(sent), 1, 3));
+      got = s->wait();
+    } else {
+      DISTCA_ASSIGN_OR_RETURN(auto r, comm.start_recv(std::span(buf).first(expected), 0, 3));
+      got = r->wait();
+    }
+    EXPECT_OR_RETURN(got.code() == StatusCode::kInvalidArgument && got.message() == needle,
+                     "mismatch " + std::to_string(sent) + "/" + std::to_string(expected) +
+                         " gave: " + got.to_string());
+    const auto msg = p2p_message(0, 1, 3, 1, 100);
+    std::vector<std::byte> recv(100, kUntouched);
+    if (comm.rank() == 0) {
+      DISTCA_ASSIGN_OR_RETURN(auto s, comm.start_send(msg, 1, 3));
+      DISTCA_RETURN_IF_ERROR(s->wait());
+    } else {
+      DISTCA_ASSIGN_OR_RETURN(auto r, comm.start_recv(recv, 0, 3));
+      DISTCA_RETURN_IF_ERROR(r->wait());
+      EXPECT_OR_RETURN(recv == msg, "message after a mismatch");
+    }
+  }
+  return comm.barrier();
+}
+
+Status test_p2p_mismatch(Communicator& comm) {
+  if (comm.size() < 2) return Status::ok_status();
+  DISTCA_RETURN_IF_ERROR(check_p2p_mismatch(comm, 8, 4));
+  DISTCA_RETURN_IF_ERROR(check_p2p_mismatch(comm, 4, 8));
+  DISTCA_RETURN_IF_ERROR(check_p2p_mismatch(comm, 0, 8));
+  DISTCA_RETURN_IF_ERROR(check_p2p_mismatch(comm, 4u << 20, 1u << 20));
+  return check_p2p_mismatch(comm, 1u << 20, 4u << 20);
+}
+
+Status test_p2p_bad_arguments(Communicator& comm) {
+  std::vector<std::byte> buf(4);
+  auto bad_peer = comm.start_send(buf, comm.size(), 0);
+  EXPECT_OR_RETURN(bad_peer.status().code() == StatusCode::kInvalidArgument &&
+                       bad_peer.status().message().find("is not a rank of a group of") != std::string::npos,
+                   "bad peer: " + bad_peer.status().to_string());
+  auto bad_tag = comm.start_recv(buf, 0, kP2pTagLimit);
+  EXPECT_OR_RETURN(bad_tag.status().code() == StatusCode::kInvalidArgument &&
+                       bad_tag.status().message().find("tag 1048576 is outside") != std::string::npos,
+                   "bad tag: " + bad_tag.status().to_string());
+  return Status::ok_status();
+}
+
+// A traced communicator records each p2p exchange under its label ("<label> transfer") or the
+// default name, from start to observed completion.
+Status test_p2p_trace_labels(int* argc, char*** argv, Communicator& world) {
+  TraceRecorder trace;
+  DISTCA_ASSIGN_OR_RETURN(auto comm, make_mpi_communicator(argc, argv, {.trace = &trace}));
+  const int me = comm->rank();
+  const int next = (me + 1) % comm->size();
+  const int prev = (me + comm->size() - 1) % comm->size();
+  std::vector<int> out(10, me), in(10, -1);
+  DISTCA_ASSIGN_OR_RETURN(auto r, comm->start_recv_values(std::span<int>(in), prev, 0, "grad s1"));
+  DISTCA_ASSIGN_OR_RETURN(auto s, comm->start_send_values(std::span<const int>(out), next, 0));
+  DISTCA_RETURN_IF_ERROR(s->wait());
+  DISTCA_RETURN_IF_ERROR(r->wait());
+  EXPECT_OR_RETURN(in == std::vector<int>(10, prev), "traced p2p data");
+  int labelled = 0, plain = 0;
+  for (const auto& e : trace.events()) {
+    labelled += e.name == "grad s1 transfer" && e.category == "comm" && e.tid == me && e.end_us >= e.start_us;
+    plain += e.name == "p2p send" && e.category == "comm" && e.tid == me && e.end_us >= e.start_us;
+  }
+  EXPECT_OR_RETURN(labelled == 1 && plain == 1, "trace events: " + std::to_string(labelled) + " labelled, " +
+                                                    std::to_string(plain) + " plain");
+  DISTCA_RETURN_IF_ERROR(comm->barrier());
+  return world.barrier();
+}
+
 // Gathers every rank's events to rank 0 (sizes by all_gather, bytes by all_to_all_v).
 Result<std::vector<TraceEvent>> gather_events(Communicator& comm,
                                               const std::vector<TraceEvent>& mine) {
@@ -349,8 +557,21 @@ Status run_injected_failure(MpiCommunicator& comm) {
   return Status::internal("all_reduce completed although rank 1 failed");
 }
 
-// The last rank stops itself (SIGSTOP: alive but silent); the others wait for it in a barrier
-// or a non-blocking exchange (the progress thread's path). With timeout_s set they must end
+// Every rank but 1 waits for a message from rank 1 and for rank 1 to take one; rank 1 fails
+// instead: only the job abort ends the others' waits.
+Status run_injected_p2p_failure(MpiCommunicator& comm) {
+  DISTCA_RETURN_IF_ERROR(comm.barrier());
+  if (comm.rank() == 1) comm.fail(Status::internal("injected failure during p2p"));
+  std::vector<std::byte> in(1u << 20), out(1u << 20);
+  DISTCA_ASSIGN_OR_RETURN(auto r, comm.start_recv(in, 1, 7));
+  DISTCA_ASSIGN_OR_RETURN(auto s, comm.start_send(out, 1, 8));
+  DISTCA_RETURN_IF_ERROR(r->wait());
+  DISTCA_RETURN_IF_ERROR(s->wait());
+  return Status::internal("p2p completed although rank 1 failed");
+}
+
+// The last rank stops itself (SIGSTOP: alive but silent); the others wait for it in a barrier,
+// a non-blocking exchange (the progress thread's path) or a p2p receive from it. With timeout_s set they must end
 // the job naming that rank instead of waiting forever (expect_stall.cmake).
 Status run_stall(MpiCommunicator& comm, const std::string& how) {
   const int silent = comm.size() - 1;
@@ -358,6 +579,10 @@ Status run_stall(MpiCommunicator& comm, const std::string& how) {
   if (comm.rank() == silent) ::raise(SIGSTOP);
   if (how == "barrier") {
     DISTCA_RETURN_IF_ERROR(comm.barrier());
+  } else if (how == "p2p") {
+    std::vector<std::byte> in(1u << 16);
+    DISTCA_ASSIGN_OR_RETURN(auto h, comm.start_recv(in, silent, 3));
+    DISTCA_RETURN_IF_ERROR(h->wait());
   } else {
     BigExchange ex(comm.size(), comm.rank(), 1u << 16);
     DISTCA_ASSIGN_OR_RETURN(auto h, comm.start_all_to_all_v(ex.args()));
@@ -386,6 +611,7 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--inject-failure") mode = "fail";
+    else if (a == "--inject-p2p-failure") mode = "fail_p2p";
     else if (a == "--overlap") mode = "overlap";
     else if (a == "--progress") oa.progress = next();
     else if (a == "--mib") oa.mib = std::stoul(next());
@@ -420,8 +646,14 @@ int main(int argc, char** argv) {
     Status st = run_injected_failure(comm);
     comm.fail(st);
   }
+  if (mode == "fail_p2p") comm.fail(run_injected_p2p_failure(comm));
   auto poll = make_mpi_communicator(&argc, &argv, {.progress = ProgressMode::kPoll});
   if (!poll.ok()) comm.fail(poll.status());
+  // Fresh communicators (exchange sequence numbers from 0) for the p2p interleaving check.
+  auto fresh = make_mpi_communicator(&argc, &argv);
+  if (!fresh.ok()) comm.fail(fresh.status());
+  auto fresh_poll = make_mpi_communicator(&argc, &argv, {.progress = ProgressMode::kPoll});
+  if (!fresh_poll.ok()) comm.fail(fresh_poll.status());
   if (comm.rank() == 0) {
     std::printf("comm_mpi_test: %d ranks, %s, %s, progress %s\n", comm.size(),
                 comm.info().library_version.c_str(), comm.info().thread_level_name.c_str(),
@@ -445,6 +677,18 @@ int main(int argc, char** argv) {
          return test_overlap(comm, "progress thread");
        }},
       {"overlap_poll", [&] { return test_overlap(**poll, "test() polling"); }},
+      {"p2p_ring", [&] { return test_p2p_ring(comm); }},
+      {"p2p_ring_poll", [&] { return test_p2p_ring(**poll); }},
+      {"p2p_fifo", [&] { return test_p2p_fifo(comm); }},
+      {"p2p_fifo_poll", [&] { return test_p2p_fifo(**poll); }},
+      {"p2p_interleave", [&] { return test_p2p_interleave(**fresh); }},
+      {"p2p_interleave_poll", [&] { return test_p2p_interleave(**fresh_poll); }},
+      {"p2p_self", [&] { return test_p2p_self(comm); }},
+      {"p2p_self_poll", [&] { return test_p2p_self(**poll); }},
+      {"p2p_mismatch", [&] { return test_p2p_mismatch(comm); }},
+      {"p2p_mismatch_poll", [&] { return test_p2p_mismatch(**poll); }},
+      {"p2p_bad_arguments", [&] { return test_p2p_bad_arguments(comm); }},
+      {"p2p_trace_labels", [&] { return test_p2p_trace_labels(&argc, &argv, comm); }},
       {"progress_backoff",
        [&] {
          if (comm.info().progress != ProgressMode::kThread) return Status::ok_status();

@@ -17,6 +17,17 @@
 // the failed rank; mpi prints "distca: rank R failed: CAUSE" and calls MPI_Abort, after which
 // mpirun kills every rank and exits non-zero. See docs/runtime.md, "Communicator".
 //
+// Point-to-point contract (start_send / start_recv, for pipeline stages): independent of the
+// collective sequence. The k-th send from rank A to rank B with tag t matches the k-th receive
+// on B from A with tag t (FIFO per (source, destination, tag)); messages of different tags or
+// peers are unordered with respect to each other. A rank may have sends and receives in flight
+// while it runs collectives and all-to-all-v exchanges, in any interleaving that is
+// deadlock-free as a program (a send completes once its receive is posted - never later than
+// the peer's start_recv plus its progress - so "start every receive and send, then wait" is
+// always safe, self-sends included). Failures follow the failure contract below: a failed rank
+// makes every pending or later p2p wait on the group return an error naming it (local), or
+// ends the job (mpi, where a silent peer is bounded by MpiOptions::timeout_s).
+//
 // Thread safety: a Communicator and its Exchange handles belong to the thread that runs its
 // rank; calls on them must not overlap. Several exchanges may be in flight at once and be
 // completed in any order. Distinct ranks' Communicators (local backend) are used
@@ -82,6 +93,17 @@ class Exchange {
   virtual bool test() = 0;
 };
 
+// Tags of point-to-point messages: 0 <= tag < kP2pTagLimit. Chosen by the caller (a pipeline
+// might use one tag per kind of tensor); both backends keep them apart from the collectives'
+// own traffic (see start_send).
+inline constexpr int kP2pTagLimit = 1 << 20;
+
+// Checks one point-to-point call's arguments for rank `rank` of a group of n: peer in
+// [0, n), tag in [0, kP2pTagLimit), a non-null buffer when bytes > 0. `call` names it in the
+// message ("start_send"). Backends call it first.
+Status validate_p2p(const char* call, const void* data, std::size_t bytes, int peer, int tag,
+                    int rank, int n);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -98,6 +120,41 @@ class Communicator {
   virtual Status all_to_all_v(const AllToAllV& a) = 0;
   // Non-blocking all-to-all-v; every rank starts its k-th exchange in the same order.
   virtual Result<std::unique_ptr<Exchange>> start_all_to_all_v(const AllToAllV& a) = 0;
+
+  // Non-blocking send of `data` (bytes) to rank `peer` with `tag` (0 <= tag < kP2pTagLimit);
+  // peer == rank() is allowed. `data` must stay unchanged until the returned Exchange's
+  // wait() returns or test() is true. Matching (point-to-point contract above): the k-th send
+  // from A to B with tag t pairs with the k-th receive on B from A with tag t; the sizes must
+  // be equal: a mismatch makes both sides' wait() return invalid_argument
+  // "p2p: rank A sends N bytes to rank B (tag t), which expects M" - never a hang nor a
+  // silent truncation (the receive buffer's contents are then unspecified). `label`
+  // (optional, read at start only) names the transfer in a backend's trace (MpiOptions::trace:
+  // "<label> transfer"; default "p2p send" / "p2p recv").
+  // Errors at start: validate_p2p (local: also fails the group, as the peer would wait
+  // forever), a group that has failed (local), a message over MPI's int count (mpi).
+  // Tag space: local matches on (source, destination, tag) in its own table; mpi sends p2p
+  // traffic on a second private duplicate of MPI_COMM_WORLD, so p2p tags can never meet the
+  // sequence-number tags of all-to-all-v exchanges (mpi.h).
+  virtual Result<std::unique_ptr<Exchange>> start_send(std::span<const std::byte> data, int peer,
+                                                       int tag, const char* label = nullptr) = 0;
+  // Non-blocking receive of exactly data.size() bytes from rank `peer` with `tag` into `data`,
+  // which must not be read until wait() returns or test() is true. Same rules as start_send.
+  virtual Result<std::unique_ptr<Exchange>> start_recv(std::span<std::byte> data, int peer,
+                                                       int tag, const char* label = nullptr) = 0;
+
+  // Typed point-to-point conveniences: data: (len) elements of T.
+  template <class T>
+  Result<std::unique_ptr<Exchange>> start_send_values(std::span<const T> data, int peer, int tag,
+                                                      const char* label = nullptr) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    return start_send(std::as_bytes(data), peer, tag, label);
+  }
+  template <class T>
+  Result<std::unique_ptr<Exchange>> start_recv_values(std::span<T> data, int peer, int tag,
+                                                      const char* label = nullptr) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    return start_recv(std::as_writable_bytes(data), peer, tag, label);
+  }
 
   // data: (bytes) on every rank; on return every rank holds root's bytes. Same size on all.
   virtual Status broadcast(std::span<std::byte> data, int root);

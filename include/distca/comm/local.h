@@ -7,11 +7,18 @@
 // and condition variable per group, so there are no data races (ThreadSanitizer-clean) and
 // every wait also watches the group's failure flag.
 //
+// Point-to-point messages (start_send/start_recv) match in a table of channels keyed by
+// (source, destination, tag), apart from the collectives' slots. The side that posts second
+// copies the bytes at once (outside the lock), so a message is complete as soon as both sides
+// have started it; a size mismatch completes both sides with invalid_argument and copies
+// nothing. The group stays usable after a mismatch (the caller decides, as the contract says).
+//
 // Failure: when a rank fails (fail(), a non-OK return or an exception from its function in
 // run_local, or a mismatch detected in a collective), the group is marked failed with the
-// first cause; every rank blocked in a collective wakes and returns
-// "rank R failed: CAUSE". A rank whose function returns OK while peers still wait for it in a
-// collective is also a failure ("rank R returned while peers were in a collective").
+// first cause; every rank blocked in a collective or a p2p wait wakes and returns
+// "rank R failed: CAUSE", and so does every later wait and start. A rank whose function
+// returns OK while peers still wait for it in a collective or for its side of a p2p message
+// is also a failure ("rank R failed: returned while rank Q waited for it in ...").
 #pragma once
 
 #include <functional>

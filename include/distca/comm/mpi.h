@@ -19,6 +19,13 @@
 //     calls test() between compute chunks. Used when MPI_THREAD_MULTIPLE is unavailable.
 // docs/runtime.md ("Communicator") has the measurements behind the default.
 //
+// Point-to-point messages (start_send/start_recv) are MPI_Isend/MPI_Irecv on a second private
+// duplicate of MPI_COMM_WORLD, so their tags never meet the exchanges' sequence tags: a
+// caller's tag t uses MPI tags 3t (header: the sender's byte count), 3t+1 (payload) and 3t+2
+// (ack: the receiver's expected count), so both sides see a size mismatch with both sizes.
+// They are ExchangeStates like exchanges: the same progress thread / test() polling and the
+// same timeout. Requires MPI_TAG_UB >= 3 * kP2pTagLimit - 1 (else p2p calls fail).
+//
 // Every wait is bounded (MpiOptions::timeout_s): barrier, broadcast and the collectives are
 // all-to-all-v exchanges (barrier: zero bytes to and from every peer) driven by MPI_Testsome
 // loops, so a silent peer is named rather than waited for forever. Not bounded: MPI_Init,
