@@ -345,6 +345,10 @@ int run(const Options& o) {
               (cfg.mode == "cad" ? "cad " + cfg.overlap_or_default() : cfg.mode).c_str(), cfg.data.c_str(),
               static_cast<long long>(start_step),
               static_cast<long long>(cfg.steps));
+  if (cfg.pp > 1 || cfg.micro_batches > 1) {
+    std::printf("pipeline: %lld stage(s) x %lld data-parallel replica(s), %lld micro-batch(es) per replica and step (1F1B)\n",
+                static_cast<long long>(cfg.pp), static_cast<long long>(cfg.dp()), static_cast<long long>(cfg.micro_batches));
+  }
   const double tot = result.total_s > 0 ? result.total_s : 1;
   std::printf("time (rank 0): %.2f s = linear %.2f s (%.0f%%), attention %.2f s (%.0f%%), "
               "communication waited for %.2f s (%.0f%%), waiting %.2f s (%.0f%%)\n",

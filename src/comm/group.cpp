@@ -86,28 +86,30 @@ Result<std::unique_ptr<Exchange>> GroupCommunicator::start_all_to_all_v(const Al
     if (p == rank_) continue;
     const auto i = static_cast<size_t>(p);
     std::span<std::byte> dst(a.recv == nullptr ? nullptr : a.recv + a.recv_displs[i], a.recv_counts[i]);
-    DISTCA_ASSIGN_OR_RETURN(auto r, parent_.start_recv(dst, members_[i], tag_));
+    DISTCA_ASSIGN_OR_RETURN(auto r, parent_.start_recv(dst, members_[i], tag_, a.label));
     parts.push_back(std::move(r));
   }
   for (int p = 0; p < n; ++p) {
     if (p == rank_) continue;
     const auto i = static_cast<size_t>(p);
     std::span<const std::byte> src(a.send == nullptr ? nullptr : a.send + a.send_displs[i], a.send_counts[i]);
-    DISTCA_ASSIGN_OR_RETURN(auto s, parent_.start_send(src, members_[i], tag_));
+    DISTCA_ASSIGN_OR_RETURN(auto s, parent_.start_send(src, members_[i], tag_, a.label));
     parts.push_back(std::move(s));
   }
   if (a.send_counts[me] > 0) std::memcpy(a.recv + a.recv_displs[me], a.send + a.send_displs[me], a.send_counts[me]);
   return std::unique_ptr<Exchange>(new GroupExchange(std::move(parts)));
 }
 
-Result<std::unique_ptr<Exchange>> GroupCommunicator::start_send(std::span<const std::byte> data, int peer, int tag) {
-  if (peer < 0 || peer >= size()) return Status::invalid_argument("group send: peer " + std::to_string(peer) + " outside the group");
-  return parent_.start_send(data, members_[static_cast<size_t>(peer)], tag);
+Result<std::unique_ptr<Exchange>> GroupCommunicator::start_send(std::span<const std::byte> data, int peer, int tag,
+                                                                  const char* label) {
+  DISTCA_RETURN_IF_ERROR(validate_p2p("start_send", data.data(), data.size(), peer, tag, rank_, size()));
+  return parent_.start_send(data, members_[static_cast<size_t>(peer)], tag, label);
 }
 
-Result<std::unique_ptr<Exchange>> GroupCommunicator::start_recv(std::span<std::byte> data, int peer, int tag) {
-  if (peer < 0 || peer >= size()) return Status::invalid_argument("group receive: peer " + std::to_string(peer) + " outside the group");
-  return parent_.start_recv(data, members_[static_cast<size_t>(peer)], tag);
+Result<std::unique_ptr<Exchange>> GroupCommunicator::start_recv(std::span<std::byte> data, int peer, int tag,
+                                                                  const char* label) {
+  DISTCA_RETURN_IF_ERROR(validate_p2p("start_recv", data.data(), data.size(), peer, tag, rank_, size()));
+  return parent_.start_recv(data, members_[static_cast<size_t>(peer)], tag, label);
 }
 
 }  // namespace distca::comm

@@ -177,7 +177,7 @@ Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup&
       peak_dispatch = std::max(peak_dispatch, kept * std::min<int64_t>(M, P - stage));
       DISTCA_ASSIGN_OR_RETURN(u.runner, runtime::PingPongRunner::create(dpc, plans, s.dims, s.overlap, trace));
       u.slot = op.microbatch % model.slots();
-      DISTCA_RETURN_IF_ERROR(model.begin_step(u.in.view(), {}, u.slot).with_context(at));
+      DISTCA_RETURN_IF_ERROR(model.begin_step(u.in.view(), {}, static_cast<int>(u.slot)).with_context(at));
       const int64_t n = u.tokens();
       if (prev >= 0) {
         std::span<std::byte> dst(reinterpret_cast<std::byte*>(model.stage_input()), sizeof(float) * n * hidden);
@@ -205,7 +205,7 @@ Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup&
       continue;
     }
     const int64_t n = u.tokens();
-    model.select_slot(u.slot);
+    model.select_slot(static_cast<int>(u.slot));
     if (next >= 0) {
       // The activations sent in forward live in this slot: their send must be done before
       // the slot is reused, and it is done once the next stage has sent the gradient back.

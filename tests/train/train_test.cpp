@@ -67,7 +67,7 @@ TEST(Config, ShippedDefaultTomlIsTheEmbeddedDefault) {
   auto s1 = c.model_spec(), s2 = d.model_spec();
   ASSERT_TRUE(s1.ok() && s2.ok());
   EXPECT_EQ(fingerprint(c, *s1), fingerprint(d, *s2));
-  for (const char* name : {"cad-8ranks.toml", "text-example.toml"}) {
+  for (const char* name : {"cad-8ranks.toml", "text-example.toml", "pipeline-4stages.toml"}) {
     TrainConfig e;
     Status st = apply_toml_file(std::string(DISTCA_SOURCE_DIR) + "/configs/" + name, e);
     ASSERT_TRUE(st.ok()) << st.to_string();

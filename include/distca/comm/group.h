@@ -37,7 +37,7 @@ class GroupCommunicator final : public Communicator {
   // parent, the caller not a member, a tag outside [0, kMaxTag].
   static Result<std::unique_ptr<GroupCommunicator>> create(Communicator& parent, std::vector<int> members,
                                                            int tag);
-  static constexpr int kMaxTag = (1 << 20) - 1;
+  static constexpr int kMaxTag = kP2pTagLimit - 1;
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(members_.size()); }
@@ -45,8 +45,11 @@ class GroupCommunicator final : public Communicator {
   Status barrier() override;
   Status all_to_all_v(const AllToAllV& a) override;
   Result<std::unique_ptr<Exchange>> start_all_to_all_v(const AllToAllV& a) override;
-  Result<std::unique_ptr<Exchange>> start_send(std::span<const std::byte> data, int peer, int tag) override;
-  Result<std::unique_ptr<Exchange>> start_recv(std::span<std::byte> data, int peer, int tag) override;
+  // Group ranks mapped to the parent's; tags are the parent's (keep them apart from `tag`).
+  Result<std::unique_ptr<Exchange>> start_send(std::span<const std::byte> data, int peer, int tag,
+                                               const char* label = nullptr) override;
+  Result<std::unique_ptr<Exchange>> start_recv(std::span<std::byte> data, int peer, int tag,
+                                               const char* label = nullptr) override;
   void fail(const Status& cause) override { parent_.fail(cause); }
 
   // The parent rank of group rank `r`.
