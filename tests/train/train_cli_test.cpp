@@ -63,6 +63,10 @@ TEST(TrainCli, BadInputIsOneLineNamingTheFlagAndExit2) {
                                          {"--mode colocated --overlap signal", "--overlap applies to --mode cad only"},
                                          {"--trace /nonexistent/dir/t.json", "--trace"},
                                          {"--trace /proc/self/status", "--trace"},
+                                         {"--pp 3", "--pp 3 does not divide --ranks 2"},
+                                         {"--pp 2 --mode colocated", "--micro-batches 1 is fewer than the 2"},
+                                         {"--pp 2 --micro-batches 2", "--pp > 1 runs --mode colocated only"},
+                                         {"--micro-batches 0", "--micro-batches must be in 1..4096"},
                                          // Past the int range: the range is stated, not "positive".
                                          {"--steps 2147483648", "--steps must be in 1..100000000 (got 2147483648)"}}) {
     const CliRun r = run(c.args);
