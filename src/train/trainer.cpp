@@ -155,7 +155,8 @@ Result<std::string> write_step_checkpoint(const TrainConfig& config, comm::Commu
 }
 
 // This rank's events since `from_us` on `trace`, gathered to rank 0 on one time axis: steady
-// clock microseconds (shared by the processes of one machine) from rank 0's traced-step start.
+// clock microseconds (shared by the processes of one machine) from the traced step's start
+// (the earliest rank's).
 Result<std::vector<TraceEvent>> collect_trace(comm::Communicator& comm, const TraceRecorder& trace, double from_us) {
   const double epoch_us =
       std::chrono::duration<double, std::micro>(trace.epoch().time_since_epoch()).count();
@@ -169,11 +170,13 @@ Result<std::vector<TraceEvent>> collect_trace(comm::Communicator& comm, const Tr
   }
   const double zero = from_us + epoch_us;
   DISTCA_ASSIGN_OR_RETURN(std::vector<double> zeros, comm.all_gather_value(zero));
+  // Time 0: the first rank to leave the barrier that starts the traced step.
+  const double origin = *std::min_element(zeros.begin(), zeros.end());
   std::vector<TraceEvent> all;
   DISTCA_RETURN_IF_ERROR(runtime::gather_trace(comm, mine, &all));
   for (TraceEvent& e : all) {
-    e.start_us -= zeros[0];
-    e.end_us -= zeros[0];
+    e.start_us -= origin;
+    e.end_us -= origin;
   }
   return all;
 }
