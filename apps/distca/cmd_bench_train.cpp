@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "launcher.h"
 #include "distca/comm/local.h"
 #include "distca/comm/mpi.h"
 #include "distca/core/io.h"
@@ -446,27 +447,6 @@ int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig) {
   return kExitOk;
 }
 
-int64_t env_int(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return -1;
-  char* end = nullptr;
-  const long long x = std::strtoll(v, &end, 10);
-  return *end == '\0' && x >= 0 ? x : -1;
-}
-// The launcher's rank and size, read without initialising MPI (-1: not started by one).
-int64_t launcher_rank() {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
-    if (env_int(name) >= 0) return env_int(name);
-  }
-  return -1;
-}
-int64_t launcher_size() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
-    if (env_int(name) >= 0) return env_int(name);
-  }
-  return -1;
-}
-
 // The memory every mode's run needs in this process, against the limit (--max-memory).
 Status check_bench_memory(const TrainBenchFlags& f, int64_t ranks, bool lead) {
   train::MemoryInputs mi;
@@ -511,7 +491,7 @@ Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
                                     std::to_string(f.warmup_steps) + ")");
   }
   if (f.backend == "mpi" && ranks_given) return Status::invalid_argument("--ranks applies to --backend local (mpi: mpirun -np)");
-  if (f.backend == "local" && launcher_size() > 1) {
+  if (f.backend == "local" && detect_launcher().size > 1) {
     return Status::invalid_argument("--backend local under mpirun would run one independent benchmark per process; add --backend mpi");
   }
   if (!f.json.empty() && f.json != "-") {
@@ -521,13 +501,13 @@ Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
     if (Status st = check_output_path(f.trace); !st.ok()) return Status::invalid_argument("--trace: " + st.message());
   }
   // The trainer's own checks (model, workload) for every mode.
-  const int64_t ranks = f.backend == "mpi" ? std::max<int64_t>(2, launcher_size()) : f.ranks;
+  const int64_t ranks = f.backend == "mpi" ? std::max<int64_t>(2, detect_launcher().size) : f.ranks;
   for (const Mode& m : kModes) DISTCA_RETURN_IF_ERROR(make_config(f, ranks, m).validate());
   return {};
 }
 
 int run(const TrainBenchFlags& f, bool ranks_given) {
-  const bool first = launcher_rank() <= 0;  // before the group exists only rank 0 speaks
+  const bool first = detect_launcher().rank <= 0;  // before the group exists only rank 0 speaks
   if (Status st = check_flags(f, ranks_given); !st.ok()) return first ? fail_input(st.message()) : kExitBadInput;
   const kernels::ScopedBlasThreads one_blas_thread(1);
   Figures fig;

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "launcher.h"
 #include "distca/comm/mpi.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
@@ -73,43 +74,6 @@ nlohmann::json step_json(const train::StepMetrics& m) {
           {"linear_s", m.linear_s},   {"attention_s", m.attention_s},
           {"comm_s", m.comm_s},       {"wait_s", m.wait_s},
           {"nano_tokens", {m.nano_tokens[0], m.nano_tokens[1]}}, {"bytes_sent", m.bytes_sent}};
-}
-
-// The launcher's environment (mpirun, mpiexec), read without initialising MPI: an mpirun that
-// starts distca without --backend mpi would run that many independent jobs.
-struct Launcher {
-  bool present = false;
-  int64_t size = -1;  // processes it started (-1: not said)
-  int64_t rank = -1;  // this process's rank (-1: not said)
-};
-
-int64_t env_int(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return -1;
-  char* end = nullptr;
-  const long long x = std::strtoll(v, &end, 10);
-  return *end == '\0' && x >= 0 ? x : -1;
-}
-
-// The rank processes mpirun put on this machine (Open MPI's local size); all `ranks` when the
-// launcher does not say.
-int64_t mpi_local_ranks(int64_t ranks) {
-  const int64_t v = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
-  return v >= 1 ? v : ranks;
-}
-
-Launcher detect_launcher() {
-  Launcher l;
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK"}) {
-    if (std::getenv(name) != nullptr) l.present = true;
-  }
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
-    if (l.size < 0) l.size = env_int(name);
-  }
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
-    if (l.rank < 0) l.rank = env_int(name);
-  }
-  return l;
 }
 
 bool is_input_error(const Status& st) {

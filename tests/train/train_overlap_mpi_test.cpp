@@ -17,31 +17,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/shell_run.h"
+
 namespace {
 
-std::filesystem::path tmp(const std::string& name) {
-  return std::filesystem::temp_directory_path() / ("distca_train_overlap_mpi_" + name);
-}
+using distca::testing::jsonl_column;
+using distca::testing::read_text;
 
-int sh(const std::string& cmd) {
-  const int st = std::system((cmd + " > " + tmp("log.txt").string() + " 2>&1").c_str());
-  return WEXITSTATUS(st);
-}
-
-std::string log_text() {
-  std::ifstream in(tmp("log.txt"));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::vector<double> losses(const std::filesystem::path& path) {
-  std::vector<double> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-  return out;
-}
+std::filesystem::path tmp(const std::string& name) { return distca::testing::temp_path("distca_train_overlap_mpi_", name); }
+int sh(const std::string& cmd) { return distca::testing::run_logged(cmd, tmp("log.txt")); }
+std::string log_text() { return read_text(tmp("log.txt")); }
 
 std::string mpirun(int np) {
   return std::string(DISTCA_MPIEXEC) + " --oversubscribe --allow-run-as-root -np " + std::to_string(np) + " ";
@@ -67,11 +52,11 @@ TEST(TrainOverlapMpi, PingPongMatchesLocalBitwiseAndOtherModesWithinRounding) {
     ASSERT_EQ(sh(mpirun(np) + cli + base + pp.string() + " --backend mpi --overlap pingpong"), 0) << log_text();
     ASSERT_EQ(sh(mpirun(np) + cli + base + ss.string() + " --backend mpi --overlap single-stream"), 0) << log_text();
     ASSERT_EQ(sh(mpirun(np) + cli + base + colo.string() + " --backend mpi --mode colocated"), 0) << log_text();
-    const auto want = losses(local);
+    const auto want = jsonl_column(local, "loss");
     ASSERT_EQ(want.size(), 20u);
-    EXPECT_EQ(losses(pp), want) << "-np " << np;
+    EXPECT_EQ(jsonl_column(pp, "loss"), want) << "-np " << np;
     for (const auto& path : {ss, colo}) {
-      const auto got = losses(path);
+      const auto got = jsonl_column(path, "loss");
       ASSERT_EQ(got.size(), want.size()) << path;
       for (size_t i = 0; i < got.size(); ++i) {
         EXPECT_LT(std::abs(got[i] - want[i]) / want[i], 1e-6) << path << " step " << i;

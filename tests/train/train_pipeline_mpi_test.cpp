@@ -14,31 +14,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/shell_run.h"
+
 namespace {
 
-std::filesystem::path tmp(const std::string& name) {
-  return std::filesystem::temp_directory_path() / ("distca_train_pipeline_mpi_" + name);
-}
+using distca::testing::jsonl_column;
+using distca::testing::read_text;
 
-int sh(const std::string& cmd) {
-  const int st = std::system((cmd + " > " + tmp("log.txt").string() + " 2>&1").c_str());
-  return WEXITSTATUS(st);
-}
-
-std::string log_text() {
-  std::ifstream in(tmp("log.txt"));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::vector<double> column(const std::filesystem::path& path, const char* key) {
-  std::vector<double> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line)[key].get<double>());
-  return out;
-}
+std::filesystem::path tmp(const std::string& name) { return distca::testing::temp_path("distca_train_pipeline_mpi_", name); }
+int sh(const std::string& cmd) { return distca::testing::run_logged(cmd, tmp("log.txt")); }
+std::string log_text() { return read_text(tmp("log.txt")); }
 
 TEST(TrainPipelineMpi, StagesUnderMpirunMatchOneStageBitwise) {
   const auto cfg = tmp("cfg.toml");
@@ -57,10 +42,10 @@ TEST(TrainPipelineMpi, StagesUnderMpirunMatchOneStageBitwise) {
     const auto one = tmp(name + "_one.jsonl"), many = tmp(name + "_mpi.jsonl");
     ASSERT_EQ(sh(cli + base + one.string() + " --ranks " + std::to_string(c.dp) + " --pp 1"), 0) << log_text();
     ASSERT_EQ(sh(mpirun + cli + base + many.string() + " --backend mpi --pp " + std::to_string(c.pp)), 0) << log_text();
-    const auto want = column(one, "loss");
+    const auto want = jsonl_column(one, "loss");
     ASSERT_EQ(want.size(), 8u);
-    EXPECT_EQ(column(many, "loss"), want) << name;
-    EXPECT_EQ(column(many, "grad_norm"), column(one, "grad_norm")) << name;
+    EXPECT_EQ(jsonl_column(many, "loss"), want) << name;
+    EXPECT_EQ(jsonl_column(many, "grad_norm"), jsonl_column(one, "grad_norm")) << name;
   }
 }
 

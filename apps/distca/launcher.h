@@ -1,0 +1,25 @@
+// The MPI launcher's environment (mpirun, mpiexec), read without initialising MPI: who started
+// this process and how many siblings it has. The commands that can run under mpirun (train,
+// bench train) decide from it, before any work, whether a flag combination makes sense (an
+// mpirun that starts distca without --backend mpi would run that many independent jobs).
+#pragma once
+
+#include <cstdint>
+
+namespace distca::cli {
+
+struct Launcher {
+  bool present = false;  // some launcher variable is set
+  int64_t size = -1;     // processes it started (-1: not said)
+  int64_t rank = -1;     // this process's rank (-1: not said)
+};
+Launcher detect_launcher();
+
+// A non-negative decimal integer from the environment; -1 when unset, empty or malformed.
+int64_t env_int(const char* name);
+
+// The rank processes mpirun put on this machine (Open MPI's local size); `ranks` when the
+// launcher does not say.
+int64_t mpi_local_ranks(int64_t ranks);
+
+}  // namespace distca::cli
