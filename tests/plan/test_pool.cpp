@@ -296,6 +296,46 @@ TEST(Pool, BackwardMembersWeighTheBackwardCost) {
   EXPECT_TRUE(pool_batches(bwd_only, pp, dp)->doc_weights().empty());
 }
 
+// Seconds-like costs (not pairs): short shards cost more per pair, so totals change when
+// tasks split; the weighted balance is checked by an independent recount.
+class ShardCost final : public AttentionCostModel {
+ public:
+  double task_cost(int64_t q_len, int64_t kv_len) const override {
+    if (q_len == 0) return 0.0;
+    return 1e-9 * static_cast<double>(causal_pairs(kv_len - q_len, kv_len)) + 2e-6;
+  }
+  std::string unit() const override { return "seconds"; }
+};
+
+TEST(Pool, BackwardWeightWithACostModel) {
+  const int64_t pp = 4, dp = 1;
+  const Batch mb = pack_documents({5000, 1000, 2000}, dp, 8000, Layout::kContiguous);
+  const PoolMember members[] = {{0, 3, true, &mb}, {2, 1, false, &mb}};
+  auto pooled = pool_batches(members, pp, dp);
+  ASSERT_TRUE(pooled.ok());
+  const ShardCost cost;
+  ScheduleOptions o = opts(*pooled, 0.05);
+  o.cost = &cost;
+  CadStats st;
+  auto s = schedule_cad(pooled->batch, o, &st);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  std::vector<double> loads(4, 0.0);
+  for (const TaskPlacement& t : s->tasks) {
+    const double w = pooled->origin(t).backward ? kAttentionBackwardFactor : 1.0;
+    loads[static_cast<size_t>(t.server)] += w * cost.task_cost(t.q_end - t.q_begin, t.q_end);
+  }
+  const double mean = (loads[0] + loads[1] + loads[2] + loads[3]) / 4;
+  EXPECT_NEAR(st.mean, mean, 1e-9 * mean);
+  EXPECT_TRUE(st.balanced);
+  for (double l : loads) EXPECT_LE(l, 1.05 * mean * (1 + 1e-9));
+  // The idle stages 1 and 3 serve.
+  EXPECT_GT(loads[1], 0);
+  EXPECT_GT(loads[3], 0);
+  auto plan = make_plan(pooled->batch, {SchedulerKind::kCad, 1}, o);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EXPECT_TRUE(validate_pooled_plan(*plan, *pooled, &cost).ok());
+}
+
 TEST(Pool, Deterministic) {
   const Case c = random_case(77, 4, 2, 4096);
   auto a = pool_batches(c.members, 4, 2);
