@@ -55,7 +55,7 @@ Levels levels(const State& st, double tol) {
   const double down = 1.0 - tol + margin;
   l.hi = up * l.mean;
   l.lo = down * l.mean;
-  if (st.work().is_pairs()) {  // pairs are integers: keep the band's integer points only
+  if (st.integral()) {  // pairs are integers: keep the band's integer points only
     l.hi = std::floor(l.hi);
     l.lo = std::ceil(l.lo);
   }
@@ -156,7 +156,7 @@ void Planner::top_segments(int64_t r, std::vector<int64_t>* out) {
 std::optional<std::pair<int64_t, int64_t>> Planner::fit(int64_t id, int64_t y, double want,
                                                         double cap) const {
   const auto& g = st_.seg(id);
-  const auto& w = st_.work();
+  const auto w = st_.work(g.doc);
   const int64_t a = g.a, b = g.b;
   if (y <= a || y > b || (y < b && (b - y < kMin || y % align_ != 0))) return std::nullopt;
   // Aligned starts round down (the chunk carries at least `want`), or up when that exceeds cap.
@@ -195,8 +195,8 @@ void Planner::consider(int64_t id, int64_t dest, double want, double cap, Candid
   // Appendix B: in pairs the continuous optimum; with a cost model the pairs that `want`
   // corresponds to at this segment's rate (an estimate; the exact bytes decide anyway).
   double want_pairs = want;
-  if (!st_.work().is_pairs()) {
-    const double c = st_.work()(g.a, g.b);
+  if (!st_.work(g.doc).is_pairs()) {
+    const double c = st_.work(g.doc)(g.a, g.b);
     if (c > 0) want_pairs = want * static_cast<double>(causal_pairs(g.a, g.b)) / c;
   }
   if (want_pairs >= 1) {
@@ -219,7 +219,7 @@ void Planner::consider(int64_t id, int64_t dest, double want, double cap, Candid
     c.dest = dest;
     c.x = xy->first;
     c.y = xy->second;
-    c.gain = st_.dest_gain(c.x, c.y);
+    c.gain = st_.dest_gain(g.doc, c.x, c.y);
     if (c.gain <= 0 || (i == bottom && c.gain < want)) continue;
     c.dbytes = st_.delta_bytes(id, dest, c.x, c.y);
     if (better(c, *best)) *best = c;
@@ -239,7 +239,7 @@ void Planner::donor_phase() {
   double target = lv.hi;
   if (to_water) {
     target = std::max(lv.lo, water_level(loads, deficit));
-    if (st_.work().is_pairs()) target = std::ceil(target);
+    if (st_.integral()) target = std::ceil(target);
   }
   std::set<std::pair<double, int64_t>> donors;
   for (int64_t r = 0; r < st_.ranks(); ++r) {

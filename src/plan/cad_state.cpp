@@ -43,6 +43,8 @@ std::string piece_where(int64_t r, size_t i) {
 
 void State::reset() {
   work_ = Work(nullptr);
+  model_ = nullptr;
+  weight_.clear();
   ranks_ = s_q_ = s_kv_ = 0;
   doc_id_.clear();
   doc_len_.clear();
@@ -80,7 +82,10 @@ Status State::init(const Batch& batch, const ScheduleOptions& options) {
     return Status::invalid_argument("batch: 'per_rank' has " + std::to_string(batch.per_rank.size()) +
                                     " entries but 'ranks' is " + std::to_string(batch.ranks));
   }
+  DISTCA_RETURN_IF_ERROR(check_doc_weights(options.doc_weights));
   work_ = Work(options.cost);
+  model_ = options.cost;
+  const auto& weights = options.doc_weights;
   ranks_ = batch.ranks;
   const RowBytes rb = row_bytes(options.model, options.dtype_bytes);
   s_q_ = rb.q + rb.o + rb.lse;
@@ -159,6 +164,11 @@ Status State::init(const Batch& batch, const ScheduleOptions& options) {
           }
         }
         doc_len_.push_back(p.doc_len);
+        if (!weights.empty()) {
+          auto wi = std::lower_bound(weights.begin(), weights.end(), p.doc,
+                                     [](const DocWeight& w, int64_t doc) { return w.doc < doc; });
+          weight_.push_back(wi != weights.end() && wi->doc == p.doc ? wi->weight : 1.0);
+        }
         doc_seg_head_.push_back(-1);
         doc_chunk_head_.push_back(-1);
         if (!identity) {
@@ -176,7 +186,7 @@ Status State::init(const Batch& batch, const ScheduleOptions& options) {
       }
       new_seg(slot, p.offset, p.offset + p.len, r);
       runs_.push_back({p.offset, p.offset + p.len, r});
-      load += work_(p.offset, p.offset + p.len);
+      load += work(slot)(p.offset, p.offset + p.len);
       // doc_chunk_head_ doubles as "the last rank that listed the document" until the end.
       int32_t& seen = doc_chunk_head_[static_cast<size_t>(slot)];
       if (seen != static_cast<int32_t>(r)) docs.push_back(slot);
@@ -332,8 +342,9 @@ int64_t State::delta_bytes(int64_t id, int64_t dest, int64_t x, int64_t y) const
 
 double State::home_loss(int64_t id, int64_t x, int64_t y) const {
   const Seg& g = segs_[static_cast<size_t>(id)];
-  if (work_.is_pairs()) return work_(x, y);
-  return work_(g.a, g.b) - work_(g.a, x) - work_(y, g.b);
+  const Work w = work(g.doc);
+  if (w.is_pairs()) return w(x, y);
+  return w(g.a, g.b) - w(g.a, x) - w(y, g.b);
 }
 
 void State::set_load(int64_t r, double v) {
@@ -349,7 +360,7 @@ void State::move(int64_t id, int64_t dest, int64_t x, int64_t y) {
   DISTCA_CHECK(g.alive() && g.a <= x && x < y && y <= g.b && dest != g.rank);
   bytes_ += delta_bytes(id, dest, x, y);
   const double loss = home_loss(id, x, y);
-  const double gain = dest_gain(x, y);
+  const double gain = dest_gain(g.doc, x, y);
   if (need(g.doc, dest) == 0) server_docs_[static_cast<size_t>(dest)].push_back(g.doc);
   if (x > g.a) {
     segs_[static_cast<size_t>(id)].b = x;

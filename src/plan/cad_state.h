@@ -21,14 +21,17 @@
 
 namespace distca::cad_internal {
 
-// Task cost: causal pairs (exact integers held in doubles) or the cost model's figure.
+// Task cost of one document: causal pairs (exact integers held in doubles) or the cost
+// model's figure, times the document's weight (ScheduleOptions::doc_weights; x * 1.0 == x, so
+// weight 1 costs exactly the unweighted figure).
 class Work {
  public:
-  explicit Work(const AttentionCostModel* model) : model_(model) {}
-  bool is_pairs() const { return model_ == nullptr; }
+  explicit Work(const AttentionCostModel* model, double weight = 1.0) : model_(model), weight_(weight) {}
+  // Costs are exact integers (unweighted pairs).
+  bool is_pairs() const { return model_ == nullptr && weight_ == 1.0; }
   double operator()(int64_t x, int64_t y) const {
     if (x >= y) return 0.0;
-    return model_ ? model_->task_cost(y - x, y) : static_cast<double>(causal_pairs(x, y));
+    return weight_ * (model_ ? model_->task_cost(y - x, y) : static_cast<double>(causal_pairs(x, y)));
   }
   // The largest x in [lo, y) with (*this)(x, y) >= w, or lo when even [lo, y) costs less.
   // Assumes the cost grows with q_len at fixed kv_len (true of pairs and of measured tables).
@@ -36,6 +39,7 @@ class Work {
 
  private:
   const AttentionCostModel* model_;
+  double weight_;
 };
 
 // 24 bytes: the planner keeps one per piece, and at ~10^5 pieces its memory traffic is most of
@@ -68,7 +72,12 @@ class State {
   // page faults of fresh arrays cost about as much as the planning itself).
   Status init(const Batch& batch, const ScheduleOptions& options);
 
-  const Work& work() const { return work_; }
+  // The cost of document slot d's tasks.
+  Work work(int64_t d) const {
+    return weight_.empty() ? work_ : Work(model_, weight_[static_cast<size_t>(d)]);
+  }
+  // Every load is an exact integer (unweighted pairs): the planner may round its targets.
+  bool integral() const { return work_.is_pairs() && weight_.empty(); }
   int64_t ranks() const { return ranks_; }
   int64_t s_q() const { return s_q_; }
   int64_t s_kv() const { return s_kv_; }
@@ -106,7 +115,7 @@ class State {
   int64_t delta_bytes(int64_t id, int64_t dest, int64_t x, int64_t y) const;
   // Change of the home's load (<= 0) and of the destination's (>= 0) for that move.
   double home_loss(int64_t id, int64_t x, int64_t y) const;
-  double dest_gain(int64_t x, int64_t y) const { return work_(x, y); }
+  double dest_gain(int64_t d, int64_t x, int64_t y) const { return work(d)(x, y); }
 
   // Moves rows [x, y) of segment `id` to `dest` (dest != home). Preconditions: a <= x < y <= b.
   // What stays at home keeps the id: [a, x) if x > a, else [y, b) (a second id when both stay).
@@ -126,7 +135,9 @@ class State {
   // Checks that the pieces of every document tile it; the message names the document.
   Status check_tiling() const;
 
-  Work work_{nullptr};
+  Work work_{nullptr};                           // unweighted
+  const AttentionCostModel* model_ = nullptr;
+  std::vector<double> weight_;                   // [slot]; empty when no document is weighted
   int64_t ranks_ = 0;
   int64_t s_q_ = 0, s_kv_ = 0;
   // Per-document and per-piece arrays use 32-bit indices: at ~10^5 pieces the planner's time

@@ -49,7 +49,8 @@ class Symmetric {
   double lo() const { return (1.0 - tol_ + margin()) * mean(); }
   double margin() const { return std::min(0.002, tol_ / 4.0); }
   double ht_work(const cad_internal::Seg& g, int64_t k) const {
-    return st_.work()(g.a, g.a + k) + st_.work()(g.b - k, g.b);
+    const auto w = st_.work(g.doc);
+    return w(g.a, g.a + k) + w(g.b - k, g.b);
   }
   // The reference's candidate: item `id` to `dest` moving at most df work.
   void consider(int64_t id, int64_t dest, double df, Pick* best) const;
@@ -67,7 +68,7 @@ void Symmetric::items(int64_t r, std::vector<int64_t>* out) {
   auto heavier = [&](int64_t p, int64_t q) {
     const auto& gp = st_.seg(p);
     const auto& gq = st_.seg(q);
-    const double wp = st_.work()(gp.a, gp.b), wq = st_.work()(gq.a, gq.b);
+    const double wp = st_.work(gp.doc)(gp.a, gp.b), wq = st_.work(gq.doc)(gq.a, gq.b);
     return wp != wq ? wp > wq : p < q;
   };
   if (out->size() > kItems) {
@@ -81,7 +82,7 @@ void Symmetric::items(int64_t r, std::vector<int64_t>* out) {
 void Symmetric::consider(int64_t id, int64_t dest, double df, Pick* best) const {
   const auto& g = st_.seg(id);
   if (dest == g.rank || df <= 0) return;
-  const double whole = st_.work()(g.a, g.b);
+  const double whole = st_.work(g.doc)(g.a, g.b);
   Pick p;
   p.seg = id;
   p.dest = dest;

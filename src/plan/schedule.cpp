@@ -64,6 +64,21 @@ Status check_align_rows(int64_t align_rows) {
   return Status::ok_status();
 }
 
+Status check_doc_weights(const std::vector<DocWeight>& weights) {
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const DocWeight& w = weights[i];
+    if (i > 0 && w.doc <= weights[i - 1].doc) {
+      return Status::invalid_argument("doc_weights: document ids must be strictly ascending (document " +
+                                      std::to_string(w.doc) + " after " + std::to_string(weights[i - 1].doc) + ")");
+    }
+    if (!std::isfinite(w.weight) || w.weight <= 0 || w.weight > kMaxDocWeight) {
+      return Status::invalid_argument("doc_weights: document " + std::to_string(w.doc) + " has weight " + fmt(w.weight) +
+                                      ", outside (0, " + fmt(kMaxDocWeight) + "]");
+    }
+  }
+  return Status::ok_status();
+}
+
 Status ScheduleOptions::validate(const Batch& batch, const SchedulerSpec& spec) const {
   DISTCA_RETURN_IF_ERROR(batch.validate());
   DISTCA_RETURN_IF_ERROR(model.validate().with_context("--model"));
@@ -78,6 +93,7 @@ Status ScheduleOptions::validate(const Batch& batch, const SchedulerSpec& spec) 
     return Status::invalid_argument("--wlb-mem-cap must be >= 1 (got " + fmt(wlb_mem_cap) + ")");
   }
   DISTCA_RETURN_IF_ERROR(check_align_rows(align_rows));
+  DISTCA_RETURN_IF_ERROR(check_doc_weights(doc_weights));
   if (spec.kind == SchedulerKind::kPerCp) {
     if (spec.cp_degree < 1 || batch.ranks % spec.cp_degree != 0) {
       return Status::invalid_argument("--scheduler " + spec.name() + ": CP degree " +

@@ -473,6 +473,89 @@ Status validate_plan(const Plan& plan, const Batch& input, const AttentionCostMo
   return check_reported(c, ag);
 }
 
+namespace {
+
+// The pool's own bookkeeping against its batch: the rank maps invert each other and are
+// stage-major, every member sits on its stage, and every piece on a rank belongs to the
+// member of that rank's stage (so idle stages' ranks hold nothing).
+Status check_pool(const PooledBatch& pool) {
+  const int64_t pp = pool.pp, dp = pool.dp;
+  if (pp < 1 || dp < 1) return bad("pool: pp " + to_string(pp) + " and dp " + to_string(dp) + " must be >= 1");
+  const int64_t units = pp * dp;
+  const int64_t R = pool.batch.ranks;
+  if (static_cast<int64_t>(pool.unit_of.size()) != R || static_cast<int64_t>(pool.rank_of_unit.size()) != units ||
+      static_cast<int64_t>(pool.member_of_stage.size()) != pp) {
+    return bad("pool: rank or stage maps have the wrong size");
+  }
+  std::vector<int64_t> stage_member(static_cast<size_t>(pp), -1);
+  for (size_t i = 0; i < pool.members.size(); ++i) {
+    const int64_t st = pool.members[i].stage;
+    if (st < 0 || st >= pp || stage_member[static_cast<size_t>(st)] >= 0) {
+      return bad("pool: member " + to_string(i) + " has stage " + to_string(st) + ", outside [0, pp) or taken");
+    }
+    stage_member[static_cast<size_t>(st)] = static_cast<int64_t>(i);
+  }
+  if (stage_member != pool.member_of_stage) return bad("pool: member_of_stage differs from the members' stages");
+  int64_t prev = -1;
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t u = pool.unit_of[static_cast<size_t>(r)];
+    if (u <= prev || u >= units || pool.rank_of_unit[static_cast<size_t>(u)] != r) {
+      return bad("pool: pooled rank " + to_string(r) + " maps to unit " + to_string(u) +
+                 ", not ascending or not inverted by rank_of_unit");
+    }
+    prev = u;
+  }
+  int64_t mapped = 0;
+  for (int64_t u = 0; u < units; ++u) {
+    const int64_t r = pool.rank_of_unit[static_cast<size_t>(u)];
+    if (r < 0) {
+      if (stage_member[static_cast<size_t>(u / dp)] >= 0) {
+        return bad("pool: rank " + to_string(u) + " of active stage " + to_string(u / dp) + " is not in the pool");
+      }
+      continue;
+    }
+    ++mapped;
+  }
+  if (mapped != R) return bad("pool: rank_of_unit maps " + to_string(mapped) + " ranks, the batch has " + to_string(R));
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t st = pool.unit_of[static_cast<size_t>(r)] / dp;
+    for (const Piece& p : pool.batch.per_rank[static_cast<size_t>(r)]) {
+      if (p.doc < 0 || p.doc % pp != st || stage_member[static_cast<size_t>(st)] < 0) {
+        return bad("pool: rank " + to_string(r) + " (stage " + to_string(st) + ") holds document " +
+                   to_string(p.doc) + ", which is not its stage's member's");
+      }
+    }
+  }
+  return Status::ok_status();
+}
+
+}  // namespace
+
+Status validate_pooled_plan(const Plan& plan, const PooledBatch& pool, const AttentionCostModel* cost) {
+  DISTCA_RETURN_IF_ERROR(check_pool(pool));
+  // Stages before the general checks, so a home moved to another stage is named as such
+  // (validate_plan would report only that the home does not hold the rows).
+  const int64_t pp = pool.pp, dp = pool.dp;
+  for (size_t s = 0; s < plan.servers.size(); ++s) {
+    const auto& tasks = plan.servers[s].tasks;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      const TaskPlacement& t = tasks[i].task;
+      if (t.doc < 0 || t.home < 0 || t.home >= pool.batch.ranks) continue;  // validate_plan names it
+      const int64_t stage = t.doc % pp;
+      const int64_t home_stage = pool.unit_of[static_cast<size_t>(t.home)] / dp;
+      if (pool.member_of_stage[static_cast<size_t>(home_stage)] < 0) {
+        return bad(task_name(static_cast<int64_t>(s), i) + ": home rank " + to_string(t.home) + " is on idle stage " +
+                   to_string(home_stage));
+      }
+      if (home_stage != stage) {
+        return bad(task_name(static_cast<int64_t>(s), i) + ": document " + to_string(t.doc) + " of stage " +
+                   to_string(stage) + " has its home rank " + to_string(t.home) + " on stage " + to_string(home_stage));
+      }
+    }
+  }
+  return validate_plan(plan, pool.batch, cost);
+}
+
 Result<std::map<int64_t, std::vector<int32_t>>> brute_force_pair_counts(const Plan& plan) {
   std::map<int64_t, std::vector<int32_t>> counts;
   std::map<int64_t, int64_t> lens;

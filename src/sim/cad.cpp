@@ -3,9 +3,9 @@
 // phase-aligned 1F1B whose forward ticks pool every active stage's micro-batch into ONE plan
 // over ALL units (docs/simulation-model.md, "CAD").
 //
-// Per forward tick: the pooled batch puts stage s's micro-batch on the units of stage s (the
-// other units hold nothing and only serve); document ids become id * pp + stage so they stay
-// unique. schedule_cad balances UnitAttentionCost (seconds, padded short shards). The pooled
+// Per forward tick: the pooled batch (plan/pool.h) puts stage s's micro-batch on the units of
+// stage s (the other units hold nothing and only serve); document ids become id * pp + stage
+// so they stay unique. schedule_cad balances UnitAttentionCost (seconds, padded short shards). The pooled
 // batch is split as the runtime splits it (plan/nano_split.h: split_nano_batches on the grid
 // of SimOptions::attention_tile, the runtime's align_rows): every document is cut near
 // L / sqrt(2) (documents under two tiles go whole to one side), and schedule_cad plans the
@@ -25,6 +25,7 @@
 #include "distca/plan/cad.h"
 #include "distca/plan/doc_index.h"
 #include "distca/plan/nano_split.h"
+#include "distca/plan/pool.h"
 #include "distca/plan/traffic.h"
 #include "engine.h"
 
@@ -190,43 +191,17 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The ranks of one plan: the active stages' micro-batches pooled into one Batch over the
-// units that take part.
-struct PooledBatch {
-  Batch batch;
-  std::vector<int64_t> unit_of;  // [pooled rank] the unit; stage s's units keep their order
-  std::vector<int64_t> rank_of;  // [unit] the pooled rank, -1 when the unit takes no part
-};
-
-// all_units: every unit takes part (idle stages' units serve); otherwise the active stages'
-// units only. Document ids become id * pp + stage so they stay unique.
-PooledBatch pool_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick, bool all_units) {
-  const int64_t p = R.pp, ups = R.units_per_stage, U = R.units;
-  PooledBatch pooled;
-  pooled.rank_of.assign(static_cast<size_t>(U), -1);
-  std::vector<bool> active(static_cast<size_t>(p), false);
-  for (const PipeOp& op : tick.ops) active[static_cast<size_t>(op.stage)] = true;
-  for (int64_t u = 0; u < U; ++u) {
-    if (!all_units && !active[static_cast<size_t>(u / ups)]) continue;
-    pooled.rank_of[static_cast<size_t>(u)] = static_cast<int64_t>(pooled.unit_of.size());
-    pooled.unit_of.push_back(u);
-  }
-  Batch& b = pooled.batch;
-  b.ranks = static_cast<int64_t>(pooled.unit_of.size());
-  b.tokens_per_rank = 1;
-  b.per_rank.assign(pooled.unit_of.size(), {});
+// The ranks of one plan: the active stages' micro-batches pooled into one Batch
+// (plan/pool.h, the runtime's definition) over the units that take part. all_units: every
+// unit takes part (idle stages' units serve); otherwise the active stages' units only. Units
+// are the pool's global ranks (stage-major, units_per_stage replicas per stage).
+Result<PooledBatch> pool_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick, bool all_units) {
+  std::vector<PoolMember> members;
+  members.reserve(tick.ops.size());
   for (const PipeOp& op : tick.ops) {
-    const Batch& mb = mbs[static_cast<size_t>(op.microbatch)];
-    b.tokens_per_rank = std::max(b.tokens_per_rank, mb.tokens_per_rank);
-    for (int64_t i = 0; i < ups; ++i) {
-      auto& dst = b.per_rank[static_cast<size_t>(pooled.rank_of[static_cast<size_t>(op.stage * ups + i)])];
-      for (Piece piece : mb.per_rank[static_cast<size_t>(i)]) {
-        piece.doc = piece.doc * p + op.stage;
-        dst.push_back(piece);
-      }
-    }
+    members.push_back({op.stage, op.microbatch, op.backward, &mbs[static_cast<size_t>(op.microbatch)]});
   }
-  return pooled;
+  return pool_batches(members, R.pp, R.units_per_stage, all_units ? PoolRanks::kAll : PoolRanks::kActiveStages);
 }
 
 // The plan's tasks cut at the nano-batch boundary and split by stage: [x][stage].
@@ -239,7 +214,7 @@ NanoTaskLists split_nano(const Rates& R, const std::vector<TaskPlacement>& tasks
   lists[0].assign(static_cast<size_t>(p), {});
   lists[1].assign(static_cast<size_t>(p), {});
   for (const TaskPlacement& t : tasks) {
-    const int64_t s = t.doc % p;
+    const int64_t s = t.doc % p;  // PooledBatch::stage_of_doc
     const int64_t cut = split ? split->cut_of(t.doc) : t.q_end;
     if (t.q_begin < cut) {
       TaskPlacement a = t;
@@ -318,7 +293,7 @@ void fill_nano_contribution(const Rates& R, const PooledBatch& pooled, const Doc
 Status plan_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick, const std::vector<Contribution*>& outs,
                  bool all_units, bool fresh_backward, PlanStats& ps) {
   const int64_t ups = R.units_per_stage;
-  const PooledBatch pooled = pool_tick(R, mbs, tick, all_units);
+  DISTCA_ASSIGN_OR_RETURN(const PooledBatch pooled, pool_tick(R, mbs, tick, all_units));
   ScheduleOptions so;
   so.model = R.o.model;
   so.dtype_bytes = R.o.dtype_bytes;
@@ -344,7 +319,7 @@ Status plan_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick
     c.init(static_cast<size_t>(R.units));
     for (int64_t i = 0; i < ups; ++i) {
       const int64_t u = op.stage * ups + i;
-      const int64_t rank = pooled.rank_of[static_cast<size_t>(u)];
+      const int64_t rank = pooled.rank_of(op.stage, i);
       for (int x = 0; x < 2; ++x) {
         const int64_t rows = split ? nano.tokens[static_cast<size_t>(rank)][static_cast<size_t>(x)]
                                    : (x == 0 ? pooled.batch.rank_tokens(rank) : 0);

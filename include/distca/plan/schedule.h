@@ -47,6 +47,14 @@ struct SchedulerSpec {
 // Parses --scheduler; the message names the flag.
 Result<SchedulerSpec> parse_scheduler(const std::string& text);
 
+// A per-document load multiplier (ScheduleOptions::doc_weights).
+struct DocWeight {
+  int64_t doc = 0;
+  double weight = 1;
+  bool operator==(const DocWeight&) const = default;
+};
+inline constexpr double kMaxDocWeight = 1e6;
+
 struct ScheduleOptions {
   ModelSpec model;                            // shapes, for byte counts
   int64_t dtype_bytes = 2;                    // activation bytes (2 = bf16, 4 = fp32)
@@ -58,10 +66,18 @@ struct ScheduleOptions {
   // kernel's query tile (runtime::query_tile_rows) and no task pays tile padding; 1 means
   // any row. Other schedulers ignore it. >= 1.
   int64_t align_rows = 1;
+  // cad, cad-symmetric: a task of document d weighs weight(d) x its cost while balancing
+  // (pooled plans, plan/pool.h: a backward micro-batch's tasks weigh the backward time);
+  // documents not listed weigh 1. Strictly ascending ids, weights finite in (0, kMaxDocWeight].
+  // Empty (the default) plans exactly as without the hook. The plan's reported loads
+  // (PlanMetrics) stay the unweighted cost; other schedulers ignore it.
+  std::vector<DocWeight> doc_weights;
   Status validate(const Batch& batch, const SchedulerSpec& spec) const;
 };
 
 inline constexpr int64_t kMaxAlignRows = int64_t{1} << 20;
+// The doc_weights rule of ScheduleOptions::validate alone (the cad planners check it too).
+Status check_doc_weights(const std::vector<DocWeight>& weights);
 // The align_rows rule of ScheduleOptions::validate alone (the cad planner checks it too); the
 // message names --align-rows.
 Status check_align_rows(int64_t align_rows);

@@ -32,11 +32,21 @@
 #include "distca/core/status.h"
 #include "distca/data/batch.h"
 #include "distca/plan/plan.h"
+#include "distca/plan/pool.h"
 
 namespace distca {
 
 // `cost` must be the model the plan was built with (nullptr: causal pairs).
 Status validate_plan(const Plan& plan, const Batch& input, const AttentionCostModel* cost);
+
+// A plan of a pooled batch (plan/pool.h). First the pool itself: its rank maps invert each
+// other and are stage-major, member_of_stage matches the members, every rank of an active
+// stage is in the pool, and every piece on a rank is a document of that rank's stage's member
+// (so an idle stage's ranks hold nothing). Then every task's home rank lies on its
+// document's stage (the stage whose micro-batch it is) and no home is on an idle stage. Then
+// validate_plan(plan, pool.batch, cost). Servers may be any rank. Only schedulers that leave tokens in
+// place (all but wlb) can pass the home check.
+Status validate_pooled_plan(const Plan& plan, const PooledBatch& pool, const AttentionCostModel* cost);
 
 // Brute force, for tests on small batches: runs every server's fused call symbolically with
 // the kernel's own semantics (task t's query row i, identified through q_offset, sees K/V
