@@ -444,6 +444,18 @@ Status CaDispatcher::forward(int layer, const float* q, const float* k, const fl
   return finish_forward(layer);
 }
 
+void CaDispatcher::adopt_forward(int layer, const float* q, const float* k, const float* v, const float* o,
+                                 const float* lse) {
+  DISTCA_CHECK_MSG(options_.stateless, "adopt_forward needs stateless servers (layer " + std::to_string(layer) + ")");
+  LayerState& s = state_in(layer, Phase::kIdle, "adopt_forward");
+  s = LayerState{};
+  s.q = q, s.k = k, s.v = v;
+  // Backward reads o only (the stateless kDO rows); the forward's output pointer is not kept.
+  s.o = const_cast<float*>(o);
+  s.home_lse.assign(lse, lse + n_tokens() * dims_.n_heads);
+  s.phase = Phase::kForwardFinished;
+}
+
 Status CaDispatcher::start_backward(int layer, const float* d_o, float* dq, float* dk, float* dv,
                                     BackwardWrite write) {
   LayerState& s = state_in(layer, Phase::kForwardFinished, "start_backward");

@@ -268,6 +268,46 @@ TEST(RuntimeLocal, StatelessServersGiveTheSameBitsForMoreBytes) {
   }
 }
 
+// A pipeline's phase-aligned schedule runs a micro-batch's forward on one pooled plan and its
+// backward on another: stateless servers recompute from Q, K, V, O and the LSE, and O and LSE
+// are bitwise the same from any plan (tile alignment), so a backward on plan B after adopting
+// the forward outputs of plan A gives bitwise what B's own forward + backward gives.
+TEST(RuntimeLocal, AdoptedForwardGivesTheBackwardOfTheSamePlanBitwise) {
+  const AttentionDims dims = small_dims();
+  for (int ranks : {2, 3}) {
+    const Batch batch = random_batch(ranks, 384, 500 + static_cast<uint64_t>(ranks));
+    const Problem pr = make_problem(batch, dims, 17, false);
+    auto plan_a = make_plan(batch, parse_scheduler("colocated").value(), schedule_options(dims));
+    auto plan_b = make_plan(batch, parse_scheduler("cad").value(), schedule_options(dims));
+    ASSERT_TRUE(plan_a.ok() && plan_b.ok());
+    std::vector<RankOutputs> own(static_cast<size_t>(ranks)), adopted(own.size());
+    DispatcherOptions o;
+    o.stateless = true;
+    Status st = comm::run_local(ranks, [&](comm::Communicator& c) -> Status {
+      const size_t r = static_cast<size_t>(c.rank());
+      DISTCA_RETURN_IF_ERROR(run_dispatcher(c, pr, plan_b.value(), &own[r], o));
+      const int64_t qf = dims.q_floats(), kvf = dims.kv_floats();
+      const auto q = local_rows(pr, batch, c.rank(), pr.q, qf), k = local_rows(pr, batch, c.rank(), pr.k, kvf),
+                 v = local_rows(pr, batch, c.rank(), pr.v, kvf), d_o = local_rows(pr, batch, c.rank(), pr.d_o, qf);
+      RankOutputs& out = adopted[r];
+      out.o.assign(q.size(), NAN), out.dq.assign(q.size(), NAN), out.dk.assign(k.size(), NAN), out.dv.assign(k.size(), NAN);
+      out.lse.assign(static_cast<size_t>(static_cast<int64_t>(q.size()) / qf * dims.n_heads), NAN);
+      DISTCA_ASSIGN_OR_RETURN(auto a, CaDispatcher::create(c, plan_a.value(), dims, o));
+      DISTCA_RETURN_IF_ERROR(a->forward(0, q.data(), k.data(), v.data(), out.o.data(), out.lse.data()));
+      DISTCA_ASSIGN_OR_RETURN(auto b, CaDispatcher::create(c, plan_b.value(), dims, o));
+      b->adopt_forward(0, q.data(), k.data(), v.data(), out.o.data(), out.lse.data());
+      return b->backward(0, d_o.data(), out.dq.data(), out.dk.data(), out.dv.data());
+    });
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    for (int r = 0; r < ranks; ++r) {
+      const size_t i = static_cast<size_t>(r);
+      EXPECT_TRUE(own[i].o == adopted[i].o && own[i].lse == adopted[i].lse) << ranks << " ranks, rank " << r;
+      EXPECT_TRUE(own[i].dq == adopted[i].dq && own[i].dk == adopted[i].dk && own[i].dv == adopted[i].dv)
+          << ranks << " ranks, rank " << r;
+    }
+  }
+}
+
 TEST(RuntimeLocal, StatelessPingPongEqualsKeepingServers) {
   const AttentionDims dims{8, 2, 8, 0};
   const int ranks = 3;

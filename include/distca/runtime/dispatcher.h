@@ -147,6 +147,16 @@ class CaDispatcher {
   // Drops what the dispatcher keeps for `layer` (an evaluation step without backward).
   void release(int layer);
 
+  // Stateless servers only (DispatcherOptions::stateless): puts `layer` in the state a
+  // finished forward leaves, from the caller's buffers, so that backward(layer) can run on THIS
+  // plan although the forward ran on another one (a pipeline's phase-aligned schedule pools a
+  // micro-batch's forward and its backward with different micro-batches, so the two are planned
+  // apart). q, k, v, o: as for forward; lse: (n_tokens, n_heads), the forward's LSE of this
+  // rank's rows (natural log), copied. The buffers q, k, v, o must stay valid until
+  // backward(layer) returns. Not collective (no exchange). Precondition: the layer is idle
+  // (DISTCA_CHECK, like the phase order).
+  void adopt_forward(int layer, const float* q, const float* k, const float* v, const float* o, const float* lse);
+
   // Bytes this rank sent over the wire in the last completed forward / backward of any layer
   // (payload only; signal mode counts its bytes).
   int64_t last_forward_bytes_sent() const { return fwd_bytes_; }
