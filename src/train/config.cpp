@@ -45,11 +45,15 @@ Status TrainConfig::validate() const {
       return bad("--micro-batches", std::to_string(micro_batches) + " is fewer than the " + std::to_string(pp) +
                                         " pipeline stages (1F1B needs at least one micro-batch per stage)");
     }
-    if (mode == "cad") {
-      return bad("--pp", "> 1 runs --mode colocated only: cad's phase-aligned pipeline schedule is not built yet");
-    }
-    if (auto m = model_spec(); m.ok() && pp > m->n_layers) {
-      return bad("--pp", std::to_string(pp) + " stages exceed the model's " + std::to_string(m->n_layers) + " layers");
+    if (auto m = model_spec(); m.ok()) {
+      if (pp > m->n_layers) {
+        return bad("--pp", std::to_string(pp) + " stages exceed the model's " + std::to_string(m->n_layers) + " layers");
+      }
+      // Every tick's pooled exchanges are collective over all stages, layer by layer.
+      if (mode == "cad" && m->n_layers % pp != 0) {
+        return bad("--pp", std::to_string(pp) + " with --mode cad must divide the model's " +
+                               std::to_string(m->n_layers) + " layers (every stage runs the same layers per tick)");
+      }
     }
   }
   auto sched = parse_scheduler(scheduler);

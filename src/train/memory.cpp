@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "distca/model/llama.h"
+#include "distca/runtime/pipeline_schedule.h"
 
 namespace distca::train {
 namespace {
@@ -30,6 +31,14 @@ constexpr int64_t kMetricsLineBytes = 512;
 
 }  // namespace
 
+int64_t pipeline_slots(const TrainConfig& c, int64_t stage) {
+  if (c.pp <= 1) return 1;
+  if (c.mode == "cad") {
+    return runtime::peak_in_flight(runtime::stage_ops(runtime::phase_aligned(c.pp, c.micro_batches), stage));
+  }
+  return std::min(c.micro_batches, c.pp - stage);
+}
+
 DispatchRowLimits dispatch_row_limits(const TrainConfig& c) {
   const int64_t all = c.ranks * c.tokens_per_rank;
   const int64_t longest = c.max_doc_len > 0 ? std::min(c.max_doc_len, all) : all;
@@ -49,7 +58,7 @@ TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec&
   e.all_reduce = P + P / R + 64;
   // A pipeline's first stage keeps min(micro-batches, stages) micro-batches in flight (1F1B),
   // each with its activations and its dispatcher rows.
-  const int64_t in_flight = std::min(c.micro_batches, c.pp);
+  const int64_t in_flight = pipeline_slots(c, 0);
   e.activations = mem.activation_bytes_per_token() * T * in_flight;
   // Row floats of the six exchanges (fp32): Q, K/V, O + lse, dO, dQ, dK/dV.
   const int64_t q = spec.n_heads * spec.head_dim * 4, kv = 2 * spec.n_kv_heads * spec.head_dim * 4;

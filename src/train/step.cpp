@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "distca/plan/plan.h"
+#include "distca/plan/pool.h"
 #include "distca/runtime/pipeline_schedule.h"
 #include "distca/train/memory.h"
 
@@ -108,6 +109,72 @@ Status wait_for(comm::Exchange& ex, double& waited) {
   waited += since(t0);
   return st;
 }
+
+// What a step's pipeline phase measured, for finish_step.
+struct StepPhases {
+  double waited = 0, linear = 0, attention = 0, other = 0;
+  double imbalance_before = 1, imbalance_after = 1;
+  int64_t bytes = 0;
+};
+
+// The end of every step: barrier, the data-parallel gradient all-reduce of the stage, the
+// losses and the global norm over every rank, clipping and AdamW (not in signal mode).
+Status finish_step(const TrainConfig& config, comm::Communicator& world, RankSetup& s, int64_t step,
+                   const model::StepLoss& loss, double count, const StepPhases& ph, StepMetrics& m) {
+  auto& model = *s.model;
+  comm::Communicator& dpc = *s.dp_comm;
+  const std::string at = "step " + std::to_string(step);
+  double wait_s = 0, comm_s = 0;
+  auto t0 = Clock::now();
+  DISTCA_RETURN_IF_ERROR(world.barrier());
+  wait_s += since(t0);
+  t0 = Clock::now();
+  DISTCA_RETURN_IF_ERROR(dpc.all_reduce_sum(model.grads()));
+  // Only the last stage holds losses; the other ranks add zeros, which is exact.
+  double sums[3] = {loss.loss_sum, loss.report_sum, loss.report_weight};
+  DISTCA_RETURN_IF_ERROR(world.all_reduce_sum(std::span<double>(sums, 3)));
+  // The global norm over every stage: each tensor's squared norm from replica 0 of its stage.
+  const std::vector<model::TensorInfo>& mine = model.layout();
+  std::vector<double> squares(static_cast<size_t>(9 * s.spec.n_layers + 3), 0.0);
+  if (s.replica == 0) {
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const model::TensorInfo& ti = mine[i];
+      squares[static_cast<size_t>(s.full_tensor_index[i])] =
+          model::squared_norm(std::span<const float>(model.grads().data() + ti.offset, static_cast<size_t>(ti.size())));
+    }
+  }
+  DISTCA_RETURN_IF_ERROR(world.all_reduce_sum(std::span<double>(squares)));
+  comm_s += since(t0);
+
+  t0 = Clock::now();
+  const double norm = model::norm_from_tensor_squares(squares);
+  const double lr = s.sched.at(step);
+  const bool valid = s.overlap != runtime::OverlapMode::kSignal;
+  if (valid) {
+    if (!std::isfinite(norm)) {
+      return Status::internal(at + ": gradient norm is not finite (diverged; lower --lr)");
+    }
+    model::clip_to_norm(model.grads(), norm, config.clip);
+    DISTCA_RETURN_IF_ERROR(s.opt->step(model.params(), model.grads(), lr));
+  }
+  const double opt_s = since(t0);
+
+  m.step = step;
+  m.loss = sums[0] / count;
+  m.report_loss = sums[2] > 0 ? sums[1] / sums[2] : m.loss;
+  m.lr = lr;
+  m.grad_norm = norm;
+  m.tokens = config.dp() * config.tokens_per_rank * s.micro_batches;
+  m.imbalance_before = ph.imbalance_before;
+  m.imbalance_after = ph.imbalance_after;
+  m.bytes_sent = ph.bytes;
+  m.attention_s = ph.attention;
+  m.comm_s = comm_s + ph.waited;
+  m.wait_s = wait_s;
+  m.linear_s = ph.linear + ph.other + opt_s;
+  return {};
+}
+
 
 }  // namespace
 
@@ -241,55 +308,171 @@ Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup&
   }
   other = std::max(0.0, since(t_pipe) - linear - waited - attention);  // embedding, copies
 
-  double wait_s = 0, comm_s = 0;
-  auto t0 = Clock::now();
-  DISTCA_RETURN_IF_ERROR(world.barrier());
-  wait_s += since(t0);
-  t0 = Clock::now();
-  DISTCA_RETURN_IF_ERROR(dpc.all_reduce_sum(model.grads()));
-  // Only the last stage holds losses; the other ranks add zeros, which is exact.
-  double sums[3] = {loss.loss_sum, loss.report_sum, loss.report_weight};
-  DISTCA_RETURN_IF_ERROR(world.all_reduce_sum(std::span<double>(sums, 3)));
-  // The global norm over every stage: each tensor's squared norm from replica 0 of its stage.
-  const std::vector<model::TensorInfo>& mine = model.layout();
-  std::vector<double> squares(static_cast<size_t>(9 * s.spec.n_layers + 3), 0.0);
-  if (s.replica == 0) {
-    for (size_t i = 0; i < mine.size(); ++i) {
-      const model::TensorInfo& ti = mine[i];
-      squares[static_cast<size_t>(s.full_tensor_index[i])] =
-          model::squared_norm(std::span<const float>(model.grads().data() + ti.offset, static_cast<size_t>(ti.size())));
+  StepPhases ph{waited, linear, attention, other, imbalance_before, imbalance_after, bytes};
+  return finish_step(config, world, s, step, loss, count, ph, m);
+}
+
+namespace {
+
+// The rank's pieces of a pooled split batch with the member's own document ids, in the
+// split's order: the micro-batch's token layout on this rank.
+std::vector<Piece> own_pieces(const PooledBatch& pool, const Batch& split, int64_t rank) {
+  std::vector<Piece> out = split.per_rank[static_cast<size_t>(rank)];
+  for (Piece& p : out) p.doc = pool.original_doc(p.doc);
+  return out;
+}
+
+}  // namespace
+
+// CAD under pipelines: the phase-aligned ticks (runtime::phase_aligned). At every tick each
+// active stage runs one forward (F tick) or one backward (B tick) of a micro-batch, and the
+// core attention of all of them is planned as ONE pooled batch over every rank of the job
+// (plan/pool.h; the ranks of idle stages hold no tokens and serve), so every rank takes part
+// in every tick's exchanges. Servers are stateless: a micro-batch's backward is pooled with
+// other micro-batches than its forward, so it is planned anew and its servers receive Q, K,
+// V, O and the LSE again (CaDispatcher::adopt_forward); the forward's LSE stays with the home
+// rows (one buffer per layer and slot). Activations and gradients travel between stages point
+// to point as in 1F1B, sent in one tick and received in a later one.
+Status run_step_phase_aligned(const TrainConfig& config, comm::Communicator& world, RankSetup& s, int64_t step,
+                              StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace) {
+  auto& model = *s.model;
+  const int64_t P = s.pp, M = s.micro_batches, stage = s.stage;
+  const int rank = world.rank();
+  const bool head = stage == P - 1;
+  const int hidden = static_cast<int>(s.spec.hidden);
+  const int prev = stage > 0 ? static_cast<int>((stage - 1) * s.dp + s.replica) : -1;
+  const int next = head ? -1 : static_cast<int>((stage + 1) * s.dp + s.replica);
+  const std::string at = "step " + std::to_string(step);
+  const int L = static_cast<int>(s.layers.last - s.layers.first);
+  const int64_t H = s.spec.n_heads;
+
+  std::vector<Micro> mbs(static_cast<size_t>(M));
+  std::vector<std::vector<Piece>> layout(static_cast<size_t>(M));  // the F tick's local pieces
+  double count = 0;
+  for (int64_t mb = 0; mb < M; ++mb) {
+    mbs[static_cast<size_t>(mb)].batch = s.data->batch(step * M + mb);
+    for (const auto& pieces : mbs[static_cast<size_t>(mb)].batch.per_rank) {
+      for (const Piece& p : pieces) count += static_cast<double>(p.len - (p.offset + p.len == p.doc_len ? 1 : 0));
     }
   }
-  DISTCA_RETURN_IF_ERROR(world.all_reduce_sum(std::span<double>(squares)));
-  comm_s += since(t0);
+  const double grad_scale = 1.0 / count;
+  // Slots: the lowest free one at a micro-batch's forward, freed by its backward.
+  std::vector<bool> busy(static_cast<size_t>(model.slots()), false);
+  // The forward's LSE of this rank's rows, per slot: (layers, tokens_per_rank, n_heads).
+  if (s.lse.size() != busy.size()) s.lse.assign(busy.size(), std::vector<float>(static_cast<size_t>(L * config.tokens_per_rank * H)));
+  std::vector<float> idle(1, 0.0f);  // the buffers of a rank without rows (never read)
 
-  t0 = Clock::now();
-  const double norm = model::norm_from_tensor_squares(squares);
-  const double lr = s.sched.at(step);
-  const bool valid = s.overlap != runtime::OverlapMode::kSignal;
-  if (valid) {
-    if (!std::isfinite(norm)) {
-      return Status::internal(at + ": gradient norm is not finite (diverged; lower --lr)");
+  model.zero_grads();
+  model::StepLoss loss;
+  StepPhases ph;
+  const auto t_pipe = Clock::now();
+  for (const runtime::Tick& tick : runtime::phase_aligned(P, M)) {
+    std::vector<PoolMember> members;
+    const runtime::PipeOp* mine = nullptr;
+    for (const runtime::PipeOp& op : tick.ops) {
+      members.push_back({op.stage, op.microbatch, op.backward, &mbs[static_cast<size_t>(op.microbatch)].batch});
+      if (op.stage == stage) mine = &op;
     }
-    model::clip_to_norm(model.grads(), norm, config.clip);
-    DISTCA_RETURN_IF_ERROR(s.opt->step(model.params(), model.grads(), lr));
+    auto pooled = pool_batches(members, P, s.dp);
+    if (!pooled.ok()) return pooled.status().with_context(at);
+    const PooledBatch& pool = *pooled;
+    auto planned = runtime::plan_nano_batches(pool.batch, s.sspec, s.sopt);
+    if (!planned.ok()) return planned.status().with_context(at);
+    const runtime::NanoPlans& plans = *planned;
+    ph.imbalance_before = std::max(ph.imbalance_before, plans.full.metrics.load_before_max_over_mean);
+    ph.imbalance_after = std::max(ph.imbalance_after, plans.full.metrics.load_max_over_mean);
+    const std::vector<const Plan*> running = running_plans(plans, s.overlap);
+    DISTCA_RETURN_IF_ERROR(check_plan_rows(running, rank, dispatch_row_limits(config), step));
+    int64_t kept = 0;
+    for (const Plan* p : running) kept += dispatcher_bytes(*p, rank, L);
+    peak_dispatch = std::max(peak_dispatch, kept);
+    DISTCA_ASSIGN_OR_RETURN(auto runner,
+                            runtime::PingPongRunner::create(world, plans, s.dims, s.overlap, trace, /*stateless=*/true));
+    const auto& t = plans.split.tokens[static_cast<size_t>(rank)];
+    const std::array<model::RowRange, 2> rows{model::RowRange{0, t[0]}, model::RowRange{t[0], t[0] + t[1]}};
+    std::vector<runtime::LayerForward> fw(static_cast<size_t>(L), {idle.data(), idle.data(), idle.data(), idle.data(), idle.data()});
+    std::vector<runtime::LayerBackward> bw(static_cast<size_t>(L), {idle.data(), idle.data(), idle.data(), idle.data()});
+    runtime::LinearFn linear;  // idle ranks: none
+    Micro* u = mine != nullptr ? &mbs[static_cast<size_t>(mine->microbatch)] : nullptr;
+    const int tag = mine != nullptr ? static_cast<int>(2 * mine->microbatch) : 0;
+    if (u != nullptr) {
+      if (!tick.backward) {
+        layout[static_cast<size_t>(mine->microbatch)] = own_pieces(pool, plans.split.batch, rank);
+        Batch local = u->batch;
+        local.per_rank[static_cast<size_t>(s.replica)] = layout[static_cast<size_t>(mine->microbatch)];
+        u->in = s.data->rank_inputs(step * M + mine->microbatch, local, s.replica);
+        u->rows = rows;
+        u->slot = std::find(busy.begin(), busy.end(), false) - busy.begin();
+        DISTCA_CHECK(u->slot < static_cast<int64_t>(busy.size()));
+        busy[static_cast<size_t>(u->slot)] = true;
+        DISTCA_RETURN_IF_ERROR(model.begin_step(u->in.view(), {}, static_cast<int>(u->slot)).with_context(at));
+        if (prev >= 0) {
+          std::span<std::byte> dst(reinterpret_cast<std::byte*>(model.stage_input()), sizeof(float) * u->tokens() * hidden);
+          DISTCA_ASSIGN_OR_RETURN(auto r, world.start_recv(dst, prev, tag));
+          DISTCA_RETURN_IF_ERROR(wait_for(*r, ph.waited).with_context(at + ": activations from rank " + std::to_string(prev)));
+        }
+      } else {
+        // The backward's pooled split must lay the micro-batch's rows out as its forward did.
+        if (own_pieces(pool, plans.split.batch, rank) != layout[static_cast<size_t>(mine->microbatch)]) {
+          return Status::internal(at + ": micro-batch " + std::to_string(mine->microbatch) +
+                                  " is split differently in its backward tick than in its forward tick");
+        }
+        model.select_slot(static_cast<int>(u->slot));
+        if (next >= 0) {
+          std::span<std::byte> dst(reinterpret_cast<std::byte*>(model.stage_output_grad()), sizeof(float) * u->tokens() * hidden);
+          DISTCA_ASSIGN_OR_RETURN(auto r, world.start_recv(dst, next, tag + 1));
+          DISTCA_RETURN_IF_ERROR(wait_for(*r, ph.waited).with_context(at + ": gradients from rank " + std::to_string(next)));
+          DISTCA_RETURN_IF_ERROR(wait_for(*u->send_fwd, ph.waited).with_context(at));
+        }
+      }
+      float* lse = s.lse[static_cast<size_t>(u->slot)].data();
+      for (int l = 0; l < L; ++l) {
+        const model::LayerAttentionIo<float> io = model.attention_io(static_cast<int>(s.layers.first) + l);
+        fw[static_cast<size_t>(l)] = {io.q, io.k, io.v, io.o, lse + static_cast<int64_t>(l) * config.tokens_per_rank * H};
+        bw[static_cast<size_t>(l)] = {io.d_o, io.dq, io.dk, io.dv};
+      }
+      linear = stage_linear(model, s.layers, head, u->rows, grad_scale);
+    }
+    if (!tick.backward) {
+      Status st = runner->forward(fw, linear);
+      if (!st.ok()) return st.with_context(at + ", forward tick");
+      if (u != nullptr && next >= 0) {
+        std::span<const std::byte> src(reinterpret_cast<const std::byte*>(model.stage_output()), sizeof(float) * u->tokens() * hidden);
+        DISTCA_ASSIGN_OR_RETURN(u->send_fwd, world.start_send(src, next, tag));
+      }
+      if (u != nullptr && head) {
+        const model::StepLoss l = model.step_loss();
+        loss.loss_sum += l.loss_sum;
+        loss.count += l.count;
+        loss.report_sum += l.report_sum;
+        loss.report_weight += l.report_weight;
+      }
+    } else {
+      runner->adopt_forward(fw);
+      Status st = runner->backward(bw, linear);
+      if (!st.ok()) return st.with_context(at + ", backward tick");
+      if (u != nullptr) {
+        if (prev >= 0) {
+          const int64_t n = u->tokens();
+          u->grad_out.assign(model.stage_input_grad(), model.stage_input_grad() + n * hidden);
+          std::span<const std::byte> src(reinterpret_cast<const std::byte*>(u->grad_out.data()), sizeof(float) * n * hidden);
+          DISTCA_ASSIGN_OR_RETURN(u->send_bwd, world.start_send(src, prev, tag + 1));
+        }
+        busy[static_cast<size_t>(u->slot)] = false;
+        if (mine->microbatch + 1 == M) m.nano_tokens = {u->rows[0].size(), u->rows[1].size()};
+      }
+    }
+    const runtime::RunnerTimes rt = runner->times();
+    ph.linear += rt.linear;
+    ph.waited += rt.waited;
+    ph.attention += rt.other;
+    ph.bytes += runner->last_bytes_sent();
   }
-  const double opt_s = since(t0);
-
-  m.step = step;
-  m.loss = sums[0] / count;
-  m.report_loss = sums[2] > 0 ? sums[1] / sums[2] : m.loss;
-  m.lr = lr;
-  m.grad_norm = norm;
-  m.tokens = config.ranks / P * config.tokens_per_rank * M;
-  m.imbalance_before = imbalance_before;
-  m.imbalance_after = imbalance_after;
-  m.bytes_sent = bytes;
-  m.attention_s = attention;
-  m.comm_s = comm_s + waited;
-  m.wait_s = wait_s;
-  m.linear_s = linear + other + opt_s;
-  return {};
+  for (Micro& x : mbs) {
+    if (x.send_bwd) DISTCA_RETURN_IF_ERROR(wait_for(*x.send_bwd, ph.waited).with_context(at));
+  }
+  ph.other = std::max(0.0, since(t_pipe) - ph.linear - ph.waited - ph.attention);
+  return finish_step(config, world, s, step, loss, count, ph, m);
 }
 
 }  // namespace distca::train

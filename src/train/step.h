@@ -46,7 +46,8 @@ struct RankSetup {
   // Pipeline placement.
   int64_t pp = 1, dp = 1, stage = 0, replica = 0, micro_batches = 1;
   model::StageRange layers;
-  std::vector<int64_t> full_tensor_index;  // [model.layout() entry] its index in param_layout(spec)
+  std::vector<int64_t> full_tensor_index;
+  std::vector<std::vector<float>> lse;  // cad pipelines: [slot] the forward's LSE, (layers, tokens, heads)  // [model.layout() entry] its index in param_layout(spec)
   std::unique_ptr<comm::GroupCommunicator> dp_comm;  // this stage's data-parallel ranks
 };
 
@@ -64,5 +65,8 @@ ParamRange stage_param_range(const ModelSpec& spec, int64_t pp, int64_t k);
 // total time. `peak_dispatch`: the largest dispatcher row bytes of any step so far.
 Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup& s, int64_t step, StepMetrics& m,
                 int64_t& peak_dispatch, TraceRecorder* trace);
+// The same for --mode cad with pp > 1: the phase-aligned schedule (step.cpp explains it).
+Status run_step_phase_aligned(const TrainConfig& config, comm::Communicator& world, RankSetup& s, int64_t step,
+                              StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace);
 
 }  // namespace distca::train

@@ -55,8 +55,9 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::
     s->data = &*s->own_data;
   }
   s->layers = model::stage_layers(s->spec.n_layers, s->pp, s->stage);
-  // 1F1B holds at most pp - stage micro-batches of a stage in flight.
-  const int64_t slots = std::min(s->micro_batches, s->pp - s->stage);
+  // 1F1B holds at most pp - stage micro-batches of a stage in flight; the phase-aligned
+  // schedule (cad) may hold more (runtime/pipeline_schedule.h).
+  const int64_t slots = pipeline_slots(config, s->stage);
   DISTCA_ASSIGN_OR_RETURN(auto model, model::Llama<float>::create(s->spec, config.tokens_per_rank, config.seed, {},
                                                                    s->layers, slots));
   s->model.emplace(std::move(model));
@@ -222,7 +223,11 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
       DISTCA_RETURN_IF_ERROR(comm.barrier());  // every rank starts the traced step together
       trace_from_us = trace->now_us();
     }
-    DISTCA_RETURN_IF_ERROR(run_step(config, comm, s, step, m, peak_dispatch, trace));
+    if (config.mode == "cad" && s.pp > 1) {
+      DISTCA_RETURN_IF_ERROR(run_step_phase_aligned(config, comm, s, step, m, peak_dispatch, trace));
+    } else {
+      DISTCA_RETURN_IF_ERROR(run_step(config, comm, s, step, m, peak_dispatch, trace));
+    }
     if (traced) {
       DISTCA_ASSIGN_OR_RETURN(local.trace, collect_trace(comm, *trace, trace_from_us));
     }

@@ -65,7 +65,7 @@ TEST(TrainCli, BadInputIsOneLineNamingTheFlagAndExit2) {
                                          {"--trace /proc/self/status", "--trace"},
                                          {"--pp 3", "--pp 3 does not divide --ranks 2"},
                                          {"--pp 2 --mode colocated", "--micro-batches 1 is fewer than the 2"},
-                                         {"--pp 2 --micro-batches 2", "--pp > 1 runs --mode colocated only"},
+                                         {"--ranks 3 --pp 3 --micro-batches 3", "--pp 3 stages exceed the model's 2 layers"},
                                          {"--micro-batches 0", "--micro-batches must be in 1..4096"},
                                          // Past the int range: the range is stated, not "positive".
                                          {"--steps 2147483648", "--steps must be in 1..100000000 (got 2147483648)"}}) {

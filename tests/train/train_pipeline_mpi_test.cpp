@@ -25,12 +25,18 @@ std::filesystem::path tmp(const std::string& name) { return distca::testing::tem
 int sh(const std::string& cmd) { return distca::testing::run_logged(cmd, tmp("log.txt")); }
 std::string log_text() { return read_text(tmp("log.txt")); }
 
-TEST(TrainPipelineMpi, StagesUnderMpirunMatchOneStageBitwise) {
+// A 4-layer model, colocated, 4 micro-batches per step, 8 steps.
+std::filesystem::path config_file() {
   const auto cfg = tmp("cfg.toml");
   std::ofstream(cfg) << "mode = \"colocated\"\nmicro_batches = 4\ntokens_per_rank = 256\n"
                         "dist = \"uniform:16:512\"\nmax_doc_len = 0\nsteps = 8\nwarmup = 2\n"
                         "[model_overrides]\nn_layers = 4\nhidden = 64\nn_heads = 4\nn_kv_heads = 2\n"
                         "head_dim = 16\nffn = 128\nvocab = 64\n";
+  return cfg;
+}
+
+TEST(TrainPipelineMpi, StagesUnderMpirunMatchOneStageBitwise) {
+  const auto cfg = config_file();
   const std::string cli = DISTCA_CLI;
   const std::string mpirun = std::string(DISTCA_MPIEXEC) + " --oversubscribe --allow-run-as-root -np 4 ";
   const std::string base = " train --config " + cfg.string() + " --metrics ";
@@ -47,6 +53,22 @@ TEST(TrainPipelineMpi, StagesUnderMpirunMatchOneStageBitwise) {
     EXPECT_EQ(jsonl_column(many, "loss"), want) << name;
     EXPECT_EQ(jsonl_column(many, "grad_norm"), jsonl_column(one, "grad_norm")) << name;
   }
+}
+
+// CAD's phase-aligned pipeline (every tick one pooled plan over all 4 ranks) under mpirun
+// gives bitwise the local backend's run of the same configuration.
+TEST(TrainPipelineMpi, CadPhaseAlignedUnderMpirunMatchesTheLocalBackendBitwise) {
+  const auto cfg = config_file();
+  const std::string cli = DISTCA_CLI;
+  const std::string mpirun = std::string(DISTCA_MPIEXEC) + " --oversubscribe --allow-run-as-root -np 4 ";
+  const std::string base = " train --config " + cfg.string() + " --mode cad --pp 2 --metrics ";
+  const auto local = tmp("cad_local.jsonl"), mpi = tmp("cad_mpi.jsonl");
+  ASSERT_EQ(sh(cli + base + local.string() + " --ranks 4"), 0) << log_text();
+  ASSERT_EQ(sh(mpirun + cli + base + mpi.string() + " --backend mpi"), 0) << log_text();
+  const auto want = jsonl_column(local, "loss");
+  ASSERT_EQ(want.size(), 8u);
+  EXPECT_EQ(jsonl_column(mpi, "loss"), want);
+  EXPECT_EQ(jsonl_column(mpi, "grad_norm"), jsonl_column(local, "grad_norm"));
 }
 
 }  // namespace

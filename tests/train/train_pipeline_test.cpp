@@ -3,6 +3,9 @@
 // parallelism; checkpoints of a pipelined run resume bitwise; bad settings are refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -103,6 +106,42 @@ TEST(Pipeline, ResumeOfAPipelinedRunIsBitwise) {
   std::filesystem::remove_all(dir);
 }
 
+// CAD's phase-aligned pipeline: every tick's attention is one pooled plan over every rank
+// (idle stages serve), a micro-batch's backward is planned apart from its forward (stateless
+// servers). It computes the function of one stage: where the planner moves pieces, dK/dV
+// partials add in another association, so within float rounding (bound stated in the docs).
+TEST(Pipeline, CadPhaseAlignedComputesTheFunctionOfOneStage) {
+  for (int64_t dp : {1, 2}) {
+    TrainConfig one_cfg = pipeline_config(dp, 1, 4);
+    const TrainResult one = train(one_cfg);
+    for (int64_t pp : {2, 4}) {
+      TrainConfig c = pipeline_config(dp, pp, 4);
+      c.mode = "cad";
+      const TrainResult cad = train(c);
+      ASSERT_EQ(cad.steps.size(), one.steps.size());
+      bool moved = false;
+      double worst = 0;
+      for (size_t i = 0; i < cad.steps.size(); ++i) {
+        worst = std::max(worst, std::abs(cad.steps[i].loss - one.steps[i].loss) / one.steps[i].loss);
+        moved |= cad.steps[i].bytes_sent > 0;
+      }
+      EXPECT_LT(worst, 1e-6) << "dp " << dp << " pp " << pp;
+      EXPECT_TRUE(moved) << "dp " << dp << " pp " << pp << ": the pooled plans moved no attention";
+      double diff = 0, norm = 0;
+      for (size_t i = 0; i < one.final_params.size(); ++i) {
+        const double d = double{cad.final_params[i]} - double{one.final_params[i]};
+        diff += d * d;
+        norm += double{one.final_params[i]} * double{one.final_params[i]};
+      }
+      EXPECT_LT(std::sqrt(diff / norm), 1e-5) << "dp " << dp << " pp " << pp;
+      std::printf("cad pp %lld dp %lld: largest relative loss difference %.2e, parameters %.2e\n",
+                  static_cast<long long>(pp), static_cast<long long>(dp), worst, std::sqrt(diff / norm));
+      const TrainResult again = train(c);
+      EXPECT_TRUE(again.final_params == cad.final_params) << "deterministic";
+    }
+  }
+}
+
 TEST(Pipeline, BadSettingsAreRefusedNamingTheFlag) {
   struct Case {
     int64_t ranks, pp, micro_batches;
@@ -111,7 +150,7 @@ TEST(Pipeline, BadSettingsAreRefusedNamingTheFlag) {
   for (const Case& k : std::vector<Case>{{4, 3, 4, "colocated", "--pp 3 does not divide --ranks 4"},
                                          {4, 2, 1, "colocated", "--micro-batches 1 is fewer than the 2"},
                                          {8, 8, 8, "colocated", "exceed the model's 4 layers"},
-                                         {4, 2, 4, "cad", "--pp > 1 runs --mode colocated only"},
+                                         {3, 3, 4, "cad", "--pp 3 with --mode cad must divide the model's 4 layers"},
                                          {4, 0, 4, "colocated", "--pp must be in 1..64"},
                                          {2, 1, 0, "colocated", "--micro-batches must be in 1..4096"}}) {
     TrainConfig c = pipeline_config(1, 1, 1);

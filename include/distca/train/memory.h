@@ -88,4 +88,9 @@ struct DispatchRowLimits {
 };
 DispatchRowLimits dispatch_row_limits(const TrainConfig& config);
 
+// Micro-batches pipeline stage `stage` holds at once: min(micro_batches, pp - stage) under
+// 1F1B (colocated), the phase-aligned schedule's peak (cad with pp > 1), 1 without pipelines
+// and micro-batches.
+int64_t pipeline_slots(const TrainConfig& config, int64_t stage);
+
 }  // namespace distca::train
