@@ -218,6 +218,8 @@ std::string default_config_toml() {
     << "backend = \"" << c.backend << "\"\n"
     << "mode = \"" << c.mode << "\"\n"
     << "# overlap = \"pingpong\"  # cad mode: pingpong (the default) | single-stream | signal\n"
+    << "# pp = 1                 # pipeline stages (ranks = replicas x stages; configs/pipeline-4stages.toml)\n"
+    << "# micro_batches = 1      # per replica and step (>= pp)\n"
     << "scheduler = \"" << c.scheduler << "\"\n"
     << "tolerance = " << c.tolerance << "\n"
     << "steps = " << c.steps << "\n"
