@@ -16,6 +16,7 @@
 #include "distca/model/llama.h"
 #include "distca/train/config.h"
 #include "distca/train/trainer.h"
+#include "train_test_util.h"
 
 namespace distca::train {
 namespace {
@@ -23,14 +24,7 @@ namespace {
 // Long enough documents that the split cuts some of them (two query tiles of 128 rows for
 // this GQA group) and cad moves work between ranks.
 TrainConfig overlap_config(int64_t ranks) {
-  TrainConfig c;
-  c.model_overrides.n_layers = 2;
-  c.model_overrides.hidden = 64;
-  c.model_overrides.n_heads = 4;
-  c.model_overrides.n_kv_heads = 2;
-  c.model_overrides.head_dim = 16;
-  c.model_overrides.ffn = 128;
-  c.model_overrides.vocab = 64;
+  TrainConfig c = testing::small_model_config(2);
   c.ranks = ranks;
   c.tokens_per_rank = 512;
   c.dist = "uniform:16:1024";

@@ -13,19 +13,13 @@
 #include "distca/train/checkpoint.h"
 #include "distca/train/config.h"
 #include "distca/train/trainer.h"
+#include "train_test_util.h"
 
 namespace distca::train {
 namespace {
 
 TrainConfig pipeline_config(int64_t dp, int64_t pp, int64_t micro_batches) {
-  TrainConfig c;
-  c.model_overrides.n_layers = 4;
-  c.model_overrides.hidden = 64;
-  c.model_overrides.n_heads = 4;
-  c.model_overrides.n_kv_heads = 2;
-  c.model_overrides.head_dim = 16;
-  c.model_overrides.ffn = 128;
-  c.model_overrides.vocab = 64;
+  TrainConfig c = testing::small_model_config(4);
   c.mode = "colocated";
   c.ranks = dp * pp;
   c.pp = pp;

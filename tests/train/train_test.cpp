@@ -18,6 +18,7 @@
 #include "distca/train/config.h"
 #include "distca/train/data.h"
 #include "distca/train/trainer.h"
+#include "train_test_util.h"
 #include "distca/model/llama.h"
 #include "distca/model/local_attention.h"
 #include "distca/model/optimizer.h"
@@ -27,14 +28,7 @@ namespace {
 
 // A model small enough for many steps in a test.
 TrainConfig small_config() {
-  TrainConfig c;
-  c.model_overrides.n_layers = 2;
-  c.model_overrides.hidden = 64;
-  c.model_overrides.n_heads = 4;
-  c.model_overrides.n_kv_heads = 2;
-  c.model_overrides.head_dim = 16;
-  c.model_overrides.ffn = 128;
-  c.model_overrides.vocab = 64;
+  TrainConfig c = testing::small_model_config(2);
   c.tokens_per_rank = 128;
   c.dist = "uniform:16:256";
   c.max_doc_len = 0;
