@@ -203,6 +203,8 @@ TEST_F(TrainHardening, MemoryEstimateBoundsTheMeasuredPeak) {
            {"--ranks", "4", "--mode", "colocated"},
            {"--ranks", "8"},
            {"--ranks", "2", "--data", "text:" + corpus.string()},
+           {"--ranks", "4", "--pp", "2", "--micro-batches", "4", "--mode", "colocated"},
+           {"--ranks", "4", "--pp", "2", "--micro-batches", "4", "--mode", "cad"},
        }) {
     std::vector<std::string> args = {"train", "--config", cfg_, "--steps", "3"};
     args.insert(args.end(), extra.begin(), extra.end());
