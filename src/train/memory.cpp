@@ -44,7 +44,11 @@ DispatchRowLimits dispatch_row_limits(const TrainConfig& c) {
   const int64_t longest = c.max_doc_len > 0 ? std::min(c.max_doc_len, all) : all;
   // Ping-pong keeps two plans' rows at once; pong's tasks read ping's rows as context again.
   const int64_t plans = c.mode == "cad" && c.overlap_or_default() != "single-stream" ? 2 : 1;
-  return {kDispatchRowFactor * c.tokens_per_rank, plans * (kDispatchRowFactor * c.tokens_per_rank + 2 * longest)};
+  // A phase-aligned tick pools every stage's micro-batch over all ranks, so a server (an idle
+  // stage's rank above all) may take work of up to pp ranks' tokens.
+  const int64_t pooled = c.mode == "cad" ? c.pp : 1;
+  const int64_t t = kDispatchRowFactor * c.tokens_per_rank * pooled;
+  return {t, plans * (t + 2 * longest)};
 }
 
 TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec& spec, const MemoryInputs& in) {
