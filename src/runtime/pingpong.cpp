@@ -102,17 +102,6 @@ void PingPongRunner::linear(const LinearFn& fn, int nano, int layer, bool backwa
   linear_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
 }
 
-void PingPongRunner::adopt_forward(const std::vector<LayerForward>& layers) {
-  for (CaDispatcher* d : {full_.get(), disp_[0].get(), disp_[1].get()}) {
-    if (d == nullptr) continue;
-    for (size_t l = 0; l < layers.size(); ++l) {
-      const LayerForward& b = layers[l];
-      DISTCA_CHECK_MSG(b.lse != nullptr, "adopt_forward needs the forward's LSE of layer " + std::to_string(l));
-      d->adopt_forward(static_cast<int>(l), b.q, b.k, b.v, b.o, b.lse);
-    }
-  }
-}
-
 RunnerTimes PingPongRunner::times() const {
   RunnerTimes t;
   t.linear = linear_s_;

@@ -132,6 +132,20 @@ std::vector<StageProgram> one_f_one_b_programs(int64_t p, int64_t m) {
   return out;
 }
 
+std::vector<std::vector<PipeOp>> one_f_one_b_ticks(int64_t p, int64_t m) {
+  const std::vector<StageProgram> programs = one_f_one_b_programs(p, m);
+  auto ex = check_executable(programs);
+  DISTCA_CHECK_MSG(ex.ok(), "1F1B is not executable: " + ex.status().message());
+  std::vector<std::vector<PipeOp>> ticks(static_cast<size_t>(ex->makespan));
+  // Stages in ascending order, so every tick's ops ascend by stage.
+  for (size_t s = 0; s < programs.size(); ++s) {
+    for (size_t i = 0; i < programs[s].size(); ++i) {
+      ticks[static_cast<size_t>(ex->slot[s][i])].push_back(programs[s][i].op);
+    }
+  }
+  return ticks;
+}
+
 std::vector<TickProgram> phase_aligned_programs(int64_t p, int64_t m) {
   std::vector<TickProgram> out;
   for (const Tick& t : phase_aligned(p, m)) out.push_back({t.backward, stage_program(t.ops, p)});

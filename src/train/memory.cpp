@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "distca/model/llama.h"
-#include "distca/runtime/pipeline_schedule.h"
 
 namespace distca::train {
 namespace {
@@ -33,9 +32,7 @@ constexpr int64_t kMetricsLineBytes = 512;
 
 int64_t pipeline_slots(const TrainConfig& c, int64_t stage) {
   if (c.pp <= 1) return 1;
-  if (c.mode == "cad") {
-    return runtime::peak_in_flight(runtime::stage_ops(runtime::phase_aligned(c.pp, c.micro_batches), stage));
-  }
+  // Both modes run every stage in its 1F1B order (cad: as one_f_one_b_ticks).
   return std::min(c.micro_batches, c.pp - stage);
 }
 

@@ -13,6 +13,7 @@
 #include "distca/plan/plan.h"
 #include "distca/plan/pool.h"
 #include "distca/runtime/pipeline_schedule.h"
+#include "distca/runtime/tick_runner.h"
 #include "distca/train/memory.h"
 
 namespace distca::train {
@@ -324,15 +325,16 @@ std::vector<Piece> own_pieces(const PooledBatch& pool, const Batch& split, int64
 
 }  // namespace
 
-// CAD under pipelines: the phase-aligned ticks (runtime::phase_aligned). At every tick each
-// active stage runs one forward (F tick) or one backward (B tick) of a micro-batch, and the
-// core attention of all of them is planned as ONE pooled batch over every rank of the job
-// (plan/pool.h; the ranks of idle stages hold no tokens and serve), so every rank takes part
-// in every tick's exchanges. Servers are stateless: a micro-batch's backward is pooled with
-// other micro-batches than its forward, so it is planned anew and its servers receive Q, K,
-// V, O and the LSE again (CaDispatcher::adopt_forward); the forward's LSE stays with the home
-// rows (one buffer per layer and slot). Activations and gradients travel between stages point
-// to point as in 1F1B, sent in one tick and received in a later one.
+// CAD under pipelines: the global ticks of runtime::one_f_one_b_ticks (1F1B's slots). In a
+// tick each stage runs at most one op, a forward or a backward; the tick's forwards are one
+// pooled batch over every rank of the job (plan/pool.h) and its backwards another, planned
+// apart and run by one TickRunner pass (runtime/tick_runner.h) that interleaves the two
+// directions' layer steps, so every rank - forward, backward, or idle (it only serves) -
+// takes part in every exchange. Servers are stateless: a micro-batch's backward is pooled
+// with other micro-batches than its forward, so its dispatcher adopts the forward's outputs
+// (CaDispatcher::adopt_forward); the forward's LSE stays with the home rows (one buffer per
+// layer and slot). Activations and gradients travel between stages point to point as in
+// 1F1B, sent in one tick and received in a later one.
 Status run_step_phase_aligned(const TrainConfig& config, comm::Communicator& world, RankSetup& s, int64_t step,
                               StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace) {
   auto& model = *s.model;
@@ -366,38 +368,58 @@ Status run_step_phase_aligned(const TrainConfig& config, comm::Communicator& wor
   model::StepLoss loss;
   StepPhases ph;
   const auto t_pipe = Clock::now();
-  for (const runtime::Tick& tick : runtime::phase_aligned(P, M)) {
-    std::vector<PoolMember> members;
-    const runtime::PipeOp* mine = nullptr;
-    for (const runtime::PipeOp& op : tick.ops) {
-      members.push_back({op.stage, op.microbatch, op.backward, &mbs[static_cast<size_t>(op.microbatch)].batch});
-      if (op.stage == stage) mine = &op;
-    }
+  // A tick's members of one direction, pooled and planned; null when none.
+  struct Direction {
+    std::optional<PooledBatch> pool;
+    std::optional<runtime::NanoPlans> plans;
+  };
+  auto plan_direction = [&](const std::vector<PoolMember>& members, Direction& d) -> Status {
+    if (members.empty()) return {};
     auto pooled = pool_batches(members, P, s.dp);
     if (!pooled.ok()) return pooled.status().with_context(at);
-    const PooledBatch& pool = *pooled;
-    auto planned = runtime::plan_nano_batches(pool.batch, s.sspec, s.sopt);
+    d.pool.emplace(std::move(pooled).value());
+    auto planned = runtime::plan_nano_batches(d.pool->batch, s.sspec, s.sopt);
     if (!planned.ok()) return planned.status().with_context(at);
-    const runtime::NanoPlans& plans = *planned;
-    ph.imbalance_before = std::max(ph.imbalance_before, plans.full.metrics.load_before_max_over_mean);
-    ph.imbalance_after = std::max(ph.imbalance_after, plans.full.metrics.load_max_over_mean);
-    const std::vector<const Plan*> running = running_plans(plans, s.overlap);
+    d.plans.emplace(std::move(planned).value());
+    ph.imbalance_before = std::max(ph.imbalance_before, d.plans->full.metrics.load_before_max_over_mean);
+    ph.imbalance_after = std::max(ph.imbalance_after, d.plans->full.metrics.load_max_over_mean);
+    return {};
+  };
+  for (const std::vector<runtime::PipeOp>& tick : runtime::one_f_one_b_ticks(P, M)) {
+    std::vector<PoolMember> fmembers, bmembers;
+    const runtime::PipeOp* mine = nullptr;
+    for (const runtime::PipeOp& op : tick) {
+      (op.backward ? bmembers : fmembers).push_back({op.stage, op.microbatch, op.backward, &mbs[static_cast<size_t>(op.microbatch)].batch});
+      if (op.stage == stage) mine = &op;
+    }
+    Direction f, b;
+    DISTCA_RETURN_IF_ERROR(plan_direction(fmembers, f));
+    DISTCA_RETURN_IF_ERROR(plan_direction(bmembers, b));
+    std::vector<const Plan*> running;
+    for (const Direction* d : {&f, &b}) {
+      if (d->plans) running.push_back(&d->plans->full);
+    }
     DISTCA_RETURN_IF_ERROR(check_plan_rows(running, rank, dispatch_row_limits(config), step));
     int64_t kept = 0;
     for (const Plan* p : running) kept += dispatcher_bytes(*p, rank, L);
     peak_dispatch = std::max(peak_dispatch, kept);
     DISTCA_ASSIGN_OR_RETURN(auto runner,
-                            runtime::PingPongRunner::create(world, plans, s.dims, s.overlap, trace, /*stateless=*/true));
-    const auto& t = plans.split.tokens[static_cast<size_t>(rank)];
-    const std::array<model::RowRange, 2> rows{model::RowRange{0, t[0]}, model::RowRange{t[0], t[0] + t[1]}};
-    std::vector<runtime::LayerForward> fw(static_cast<size_t>(L), {idle.data(), idle.data(), idle.data(), idle.data(), idle.data()});
-    std::vector<runtime::LayerBackward> bw(static_cast<size_t>(L), {idle.data(), idle.data(), idle.data(), idle.data()});
-    runtime::LinearFn linear;  // idle ranks: none
+                            runtime::TickRunner::create(world, f.plans ? &f.plans->full : nullptr,
+                                                        b.plans ? &b.plans->full : nullptr, s.dims,
+                                                        s.overlap == runtime::OverlapMode::kSignal, trace));
+    const runtime::LayerForward dummy_f{idle.data(), idle.data(), idle.data(), idle.data(), idle.data()};
+    const runtime::LayerBackward dummy_b{idle.data(), idle.data(), idle.data(), idle.data()};
+    std::vector<runtime::LayerForward> fw(static_cast<size_t>(L), dummy_f), adopt(fw);
+    std::vector<runtime::LayerBackward> bw(static_cast<size_t>(L), dummy_b);
+    runtime::LinearFn linear_f, linear_b;  // none on a rank without an op in that direction
     Micro* u = mine != nullptr ? &mbs[static_cast<size_t>(mine->microbatch)] : nullptr;
     const int tag = mine != nullptr ? static_cast<int>(2 * mine->microbatch) : 0;
     if (u != nullptr) {
-      if (!tick.backward) {
-        layout[static_cast<size_t>(mine->microbatch)] = own_pieces(pool, plans.split.batch, rank);
+      const Direction& d = mine->backward ? b : f;
+      const auto& t = d.plans->split.tokens[static_cast<size_t>(rank)];
+      const std::array<model::RowRange, 2> rows{model::RowRange{0, t[0]}, model::RowRange{t[0], t[0] + t[1]}};
+      if (!mine->backward) {
+        layout[static_cast<size_t>(mine->microbatch)] = own_pieces(*d.pool, d.plans->split.batch, rank);
         Batch local = u->batch;
         local.per_rank[static_cast<size_t>(s.replica)] = layout[static_cast<size_t>(mine->microbatch)];
         u->in = s.data->rank_inputs(step * M + mine->microbatch, local, s.replica);
@@ -413,7 +435,7 @@ Status run_step_phase_aligned(const TrainConfig& config, comm::Communicator& wor
         }
       } else {
         // The backward's pooled split must lay the micro-batch's rows out as its forward did.
-        if (own_pieces(pool, plans.split.batch, rank) != layout[static_cast<size_t>(mine->microbatch)]) {
+        if (own_pieces(*d.pool, d.plans->split.batch, rank) != layout[static_cast<size_t>(mine->microbatch)]) {
           return Status::internal(at + ": micro-batch " + std::to_string(mine->microbatch) +
                                   " is split differently in its backward tick than in its forward tick");
         }
@@ -428,39 +450,35 @@ Status run_step_phase_aligned(const TrainConfig& config, comm::Communicator& wor
       float* lse = s.lse[static_cast<size_t>(u->slot)].data();
       for (int l = 0; l < L; ++l) {
         const model::LayerAttentionIo<float> io = model.attention_io(static_cast<int>(s.layers.first) + l);
-        fw[static_cast<size_t>(l)] = {io.q, io.k, io.v, io.o, lse + static_cast<int64_t>(l) * config.tokens_per_rank * H};
-        bw[static_cast<size_t>(l)] = {io.d_o, io.dq, io.dk, io.dv};
+        const runtime::LayerForward lf{io.q, io.k, io.v, io.o, lse + static_cast<int64_t>(l) * config.tokens_per_rank * H};
+        (mine->backward ? adopt : fw)[static_cast<size_t>(l)] = lf;
+        if (mine->backward) bw[static_cast<size_t>(l)] = {io.d_o, io.dq, io.dk, io.dv};
       }
-      linear = stage_linear(model, s.layers, head, u->rows, grad_scale);
+      (mine->backward ? linear_b : linear_f) = stage_linear(model, s.layers, head, u->rows, grad_scale);
     }
-    if (!tick.backward) {
-      Status st = runner->forward(fw, linear);
-      if (!st.ok()) return st.with_context(at + ", forward tick");
-      if (u != nullptr && next >= 0) {
+    Status st = runner->run(fw, linear_f, adopt, bw, linear_b);
+    if (!st.ok()) return st.with_context(at + ", tick");
+    if (u != nullptr && !mine->backward) {
+      if (next >= 0) {
         std::span<const std::byte> src(reinterpret_cast<const std::byte*>(model.stage_output()), sizeof(float) * u->tokens() * hidden);
         DISTCA_ASSIGN_OR_RETURN(u->send_fwd, world.start_send(src, next, tag));
       }
-      if (u != nullptr && head) {
+      if (head) {
         const model::StepLoss l = model.step_loss();
         loss.loss_sum += l.loss_sum;
         loss.count += l.count;
         loss.report_sum += l.report_sum;
         loss.report_weight += l.report_weight;
       }
-    } else {
-      runner->adopt_forward(fw);
-      Status st = runner->backward(bw, linear);
-      if (!st.ok()) return st.with_context(at + ", backward tick");
-      if (u != nullptr) {
-        if (prev >= 0) {
-          const int64_t n = u->tokens();
-          u->grad_out.assign(model.stage_input_grad(), model.stage_input_grad() + n * hidden);
-          std::span<const std::byte> src(reinterpret_cast<const std::byte*>(u->grad_out.data()), sizeof(float) * n * hidden);
-          DISTCA_ASSIGN_OR_RETURN(u->send_bwd, world.start_send(src, prev, tag + 1));
-        }
-        busy[static_cast<size_t>(u->slot)] = false;
-        if (mine->microbatch + 1 == M) m.nano_tokens = {u->rows[0].size(), u->rows[1].size()};
+    } else if (u != nullptr) {
+      if (prev >= 0) {
+        const int64_t n = u->tokens();
+        u->grad_out.assign(model.stage_input_grad(), model.stage_input_grad() + n * hidden);
+        std::span<const std::byte> src(reinterpret_cast<const std::byte*>(u->grad_out.data()), sizeof(float) * n * hidden);
+        DISTCA_ASSIGN_OR_RETURN(u->send_bwd, world.start_send(src, prev, tag + 1));
       }
+      busy[static_cast<size_t>(u->slot)] = false;
+      if (mine->microbatch + 1 == M) m.nano_tokens = {u->rows[0].size(), u->rows[1].size()};
     }
     const runtime::RunnerTimes rt = runner->times();
     ph.linear += rt.linear;

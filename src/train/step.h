@@ -65,7 +65,8 @@ ParamRange stage_param_range(const ModelSpec& spec, int64_t pp, int64_t k);
 // total time. `peak_dispatch`: the largest dispatcher row bytes of any step so far.
 Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup& s, int64_t step, StepMetrics& m,
                 int64_t& peak_dispatch, TraceRecorder* trace);
-// The same for --mode cad with pp > 1: the phase-aligned schedule (step.cpp explains it).
+// The same for --mode cad with pp > 1: one_f_one_b_ticks with pooled plans per tick
+// (step.cpp explains it).
 Status run_step_phase_aligned(const TrainConfig& config, comm::Communicator& world, RankSetup& s, int64_t step,
                               StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace);
 

@@ -268,6 +268,41 @@ TEST(PhaseAligned, TicksArePhaseAlignedAndInputsComeFromEarlierTicks) {
 
 // Stage 0 runs B0 right after F0, while stage 1 forwards micro-batch 1 before its B0: stage 0
 // waits for stage 1's gradient, stage 1 for stage 0's activations, round the ring.
+// The mixed ticks CAD's pipelines run: 1F1B's slots as global ticks. Checked against the
+// 1F1B order itself (each stage's ops in tick order are its one_f_one_b list), the tick count,
+// at most one op per stage per tick, and every message (op_output) consumed (op_input) in a
+// strictly later tick.
+TEST(OneFOneBTicks, EachStageRunsItsOneFOneBOrderAndMessagesCrossTicks) {
+  for (int64_t p = 1; p <= 8; ++p) {
+    for (int64_t m = 1; m <= 4 * p; ++m) {
+      const auto ticks = one_f_one_b_ticks(p, m);
+      EXPECT_EQ(static_cast<int64_t>(ticks.size()), 2 * (m + p - 1)) << "p " << p << " m " << m;
+      std::vector<std::vector<PipeOp>> per_stage(static_cast<size_t>(p));
+      std::map<std::tuple<int64_t, int64_t, bool>, int64_t> sent;  // (to, micro-batch, gradient) -> tick
+      for (size_t t = 0; t < ticks.size(); ++t) {
+        std::set<int64_t> stages;
+        for (const PipeOp& op : ticks[t]) {
+          EXPECT_TRUE(stages.insert(op.stage).second) << "two ops of stage " << op.stage << " in tick " << t;
+          per_stage[static_cast<size_t>(op.stage)].push_back(op);
+          if (const auto in = op_input(op, p)) {
+            const auto it = sent.find({in->to, in->microbatch, in->gradient});
+            ASSERT_NE(it, sent.end()) << "p " << p << " m " << m << " tick " << t << ": input not sent yet";
+            EXPECT_LT(it->second, static_cast<int64_t>(t)) << "p " << p << " m " << m << " tick " << t;
+          }
+        }
+        for (const PipeOp& op : ticks[t]) {
+          if (const auto out = op_output(op, p)) sent[{out->to, out->microbatch, out->gradient}] = static_cast<int64_t>(t);
+        }
+      }
+      const auto want = one_f_one_b(p, m);
+      for (int64_t s = 0; s < p; ++s) {
+        EXPECT_EQ(per_stage[static_cast<size_t>(s)], want[static_cast<size_t>(s)]) << "p " << p << " m " << m << " stage " << s;
+        EXPECT_LE(peak_in_flight(per_stage[static_cast<size_t>(s)]), std::min(p - s, m));
+      }
+    }
+  }
+}
+
 TEST(CheckExecutable, RejectsACycleThroughTheRingNamingTheStuckState) {
   for (int64_t p = 2; p <= kMaxStages; ++p) {
     for (int64_t m : {int64_t{2}, p, 4 * p}) {

@@ -133,11 +133,6 @@ class PingPongRunner {
   // over both nano-batches (single-stream: over the whole plan). Collective.
   Status backward(const std::vector<LayerBackward>& layers, const LinearFn& linear);
 
-  // Stateless runners only: every dispatcher adopts `layers` as its finished forward
-  // (CaDispatcher::adopt_forward; every LayerForward's lse must be set), so backward can run
-  // on these plans after a forward planned elsewhere. Not collective.
-  void adopt_forward(const std::vector<LayerForward>& layers);
-
   bool outputs_valid() const { return mode_ != OverlapMode::kSignal; }
   OverlapMode mode() const { return mode_; }
   int64_t n_tokens() const { return (full_ ? full_ : disp_[0])->n_tokens(); }

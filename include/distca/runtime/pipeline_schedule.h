@@ -8,7 +8,11 @@
 //                          Stages run asynchronously; a forward waits for the previous stage's
 //                          forward of that micro-batch, a backward for the next stage's.
 //                          Stage s never holds more than min(p-s, m) micro-batches.
-//   phase_aligned(p, m)    CAD's 1F1B: global ticks in which every active stage runs a forward
+//   one_f_one_b_ticks(p, m) 1F1B's unit-time slots as global ticks of mixed directions: what
+//                          `distca train --mode cad --pp P` runs (each tick's forwards and
+//                          backwards pooled per direction; runtime/tick_runner.h). Memory as
+//                          1F1B's.
+//   phase_aligned(p, m)    the simulator's CAD model: global ticks in which every active stage runs a forward
 //                          (an F tick) or every active stage a backward (a B tick). Tick types:
 //                          p-1 warm-up F ticks, then F and B alternating for 2m ticks, then
 //                          p-1 drain B ticks: 2(m+p-1) ticks, as many as 1F1B's slots. In each
@@ -135,6 +139,17 @@ Result<Execution> check_executable(const std::vector<StageProgram>& programs);
 // distinct stage of [0, p), and every message is received in a tick after the one that sent
 // it (and exactly once). Errors as above, naming the tick.
 Status check_tick_order(const std::vector<TickProgram>& ticks, int64_t p);
+
+// ---- Mixed ticks ------------------------------------------------------------------------
+
+// 1F1B's unit-time slots (check_executable on one_f_one_b_programs) as global ticks: tick t
+// holds the op every stage runs in slot t, forwards of some stages and backwards of others
+// (at most one op per stage, ascending stage). Every stage runs its 1F1B order, so it never
+// holds more than min(p - s, m) micro-batches, and every message is sent in one tick and
+// received in a later one. 2(m + p - 1) ticks. CAD's pipelines in `distca train` run these:
+// each tick's forward members and backward members are pooled and planned apart and served
+// in one interleaved pass (runtime/tick_runner.h). Preconditions: p >= 1, m >= 1.
+std::vector<std::vector<PipeOp>> one_f_one_b_ticks(int64_t p, int64_t m);
 
 // ---- Tables (docs/runtime.md is generated from these) --------------------------------------
 
