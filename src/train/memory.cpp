@@ -44,8 +44,10 @@ DispatchRowLimits dispatch_row_limits(const TrainConfig& c) {
   // A phase-aligned tick pools every stage's micro-batch over all ranks, so a server (an idle
   // stage's rank above all) may take work of up to pp ranks' tokens.
   const int64_t pooled = c.mode == "cad" ? c.pp : 1;
+  // ... and runs a forward and a backward pooled plan in one tick.
+  const int64_t directions = c.mode == "cad" && c.pp > 1 ? 2 : 1;
   const int64_t t = kDispatchRowFactor * c.tokens_per_rank * pooled;
-  return {t, plans * (t + 2 * longest)};
+  return {directions * t, directions * plans * (t + 2 * longest)};
 }
 
 TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec& spec, const MemoryInputs& in) {

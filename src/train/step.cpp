@@ -397,16 +397,17 @@ Status run_step_phase_aligned(const TrainConfig& config, comm::Communicator& wor
     DISTCA_RETURN_IF_ERROR(plan_direction(bmembers, b));
     std::vector<const Plan*> running;
     for (const Direction* d : {&f, &b}) {
-      if (d->plans) running.push_back(&d->plans->full);
+      if (d->plans) {
+        for (const Plan* p : running_plans(*d->plans, s.overlap)) running.push_back(p);
+      }
     }
     DISTCA_RETURN_IF_ERROR(check_plan_rows(running, rank, dispatch_row_limits(config), step));
     int64_t kept = 0;
     for (const Plan* p : running) kept += dispatcher_bytes(*p, rank, L);
     peak_dispatch = std::max(peak_dispatch, kept);
     DISTCA_ASSIGN_OR_RETURN(auto runner,
-                            runtime::TickRunner::create(world, f.plans ? &f.plans->full : nullptr,
-                                                        b.plans ? &b.plans->full : nullptr, s.dims,
-                                                        s.overlap == runtime::OverlapMode::kSignal, trace));
+                            runtime::TickRunner::create(world, f.plans ? &*f.plans : nullptr, b.plans ? &*b.plans : nullptr,
+                                                        s.dims, s.overlap, trace));
     const runtime::LayerForward dummy_f{idle.data(), idle.data(), idle.data(), idle.data(), idle.data()};
     const runtime::LayerBackward dummy_b{idle.data(), idle.data(), idle.data(), idle.data()};
     std::vector<runtime::LayerForward> fw(static_cast<size_t>(L), dummy_f), adopt(fw);

@@ -134,6 +134,19 @@ TEST(Pipeline, CadPhaseAlignedComputesTheFunctionOfOneStage) {
       EXPECT_TRUE(again.final_params == cad.final_params) << "deterministic";
     }
   }
+  // Inside every tick each direction's nano-batches ping-pong by default; single-stream runs
+  // each direction's whole pooled plan at once: the same function within rounding.
+  TrainConfig c = pipeline_config(2, 2, 4);
+  c.mode = "cad";
+  const TrainResult pingpong = train(c);
+  c.overlap = "single-stream";
+  const TrainResult single = train(c);
+  for (size_t i = 0; i < single.steps.size(); ++i) {
+    EXPECT_NEAR(single.steps[i].loss, pingpong.steps[i].loss, 1e-6 * pingpong.steps[i].loss) << i;
+  }
+  c.overlap = "signal";
+  const TrainResult signal = train(c);
+  EXPECT_FALSE(signal.outputs_valid);
 }
 
 TEST(Pipeline, BadSettingsAreRefusedNamingTheFlag) {

@@ -4,16 +4,19 @@
 // layer steps interleave the two directions, so that every rank - computing a forward, a
 // backward, or nothing (it then only serves) - makes the same sequence of dispatcher calls.
 //
-// Per layer step j (L steps; forward layer j, backward layer L-1-j):
+// Per layer step j (L steps; forward layer j, backward layer L-1-j), each direction as below
+// for a single stream (with ping-pong, per nano-batch in turn):
 //   forward ranks:  wait O(j-1); linear(., j, false); dispatch Q/KV(j)
 //   backward ranks: wait dQ/dKV(L-j); linear(., L-j, true); dispatch dO|Q|O|LSE and K|V(L-1-j)
 //   every rank:     serve the forward tasks of layer j, then the backward tasks of L-1-j
 // then the last forward linear(., L, false) after O(L-1) and the last backward linear(., 0,
-// true) after dQ/dKV(0). Each direction runs as one stream (linear(0, .) and linear(1, .) of
-// the nano-batch row ranges around the whole plan's exchange, in the order PingPongRunner's
-// single-stream uses: the model's weight gradients accumulate as in every other mode). A
-// rank's own exchanges overlap the attention it serves for the other direction and the other
-// ranks; nano-batch ping-pong inside a direction is not done here.
+// true) after dQ/dKV(0). Inside each direction the nano-batches ping-pong as in
+// PingPongRunner (OverlapMode::kPingPong; pingpong.h draws the schedule): forward ping then
+// pong, backward pong then ping, each nano-batch's exchange running under the other's linear
+// work and attention, dK/dV zeroed before pong's backward start and summed pong then ping.
+// kSingleStream runs each direction's whole plan as one exchange (linear(0, .) and
+// linear(1, .) around it, in PingPongRunner's single-stream order: the model's weight
+// gradients accumulate as in every other mode); kSignal is kPingPong with 1-byte exchanges.
 //
 // Servers are stateless in both directions: a micro-batch's backward is pooled with other
 // micro-batches than its forward, so the backward dispatcher first adopts the forward's
@@ -24,6 +27,7 @@
 // valid until run returns. Collective over `comm`. Thread safety: the rank's thread only.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -38,10 +42,12 @@ namespace distca::runtime {
 
 class TickRunner {
  public:
-  // forward / backward: the pooled plans of the tick's directions, null when no stage runs
-  // that direction in this tick (the same on every rank). They and comm outlive the runner.
-  static Result<std::unique_ptr<TickRunner>> create(comm::Communicator& comm, const Plan* forward, const Plan* backward,
-                                                    const AttentionDims& dims, bool signal, TraceRecorder* trace);
+  // forward / backward: the nano plans of the tick's pooled directions (plan_nano_batches),
+  // null when no stage runs that direction in this tick (the same on every rank). They and
+  // comm outlive the runner.
+  static Result<std::unique_ptr<TickRunner>> create(comm::Communicator& comm, const NanoPlans* forward,
+                                                    const NanoPlans* backward, const AttentionDims& dims,
+                                                    OverlapMode mode, TraceRecorder* trace);
 
   // L = fw.size() = bw.size() = adopt.size() layer steps. fw: the forward buffers (their lse
   // receives the forward's LSE); adopt: the finished forward of the micro-batch whose
@@ -58,7 +64,9 @@ class TickRunner {
   void linear(const LinearFn& fn, int nano, int layer, bool backward, const char* name);
   comm::Communicator* comm_ = nullptr;
   TraceRecorder* trace_ = nullptr;
-  std::unique_ptr<CaDispatcher> fwd_, bwd_;
+  OverlapMode mode_ = OverlapMode::kPingPong;
+  // [direction][nano]: forward ping, pong; backward ping, pong. Single-stream: [d][0] only.
+  std::array<std::array<std::unique_ptr<CaDispatcher>, 2>, 2> disp_;
   double linear_s_ = 0, total_s_ = 0;
 };
 
