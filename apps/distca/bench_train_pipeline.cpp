@@ -302,9 +302,10 @@ int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, cons
   appendf(out, "cad pingpong's idle over colocated's: %.2f (the issue expects at most 0.5)\n", idle_ratio);
   appendf(out, "speedup over colocated 1F1B (paired by round): pingpong %.3f, single-stream %.3f\n",
           sp["pingpong"].get<double>(), sp["single-stream"].get<double>());
+  const auto preset = hardware_preset("local-cpu");
   appendf(out, "sim: distca's simulator on this configuration: one unit per rank, local-cpu links (%.2f GB/s, %.0f us), "
                "peak = mean sgemm rate, mfu 1, attention %s; fp32, no checkpointing, stateless cad servers\n",
-          1.25, 50.0, table != nullptr ? ("from " + f.cost_table).c_str() : "analytic at efficiency 0.5 (no --cost-table)");
+          preset.ok() ? preset->inter_node_bw / 1e9 : 0.0, preset.ok() ? preset->inter_node_latency * 1e6 : 0.0, table != nullptr ? ("from " + f.cost_table).c_str() : "analytic at efficiency 0.5 (no --cost-table)");
   if (f.backend == "local") {
     appendf(out, "note: local backend: the ranks are threads sharing the process's cores; use --backend mpi for figures\n");
   }
