@@ -1,7 +1,8 @@
 // `distca bench train`: whole training steps of `distca train`'s model and trainer on a fixed
 // skewed batch (rank 0 long documents, every other rank short ones), timed in four modes on one
 // communicator, round-robin: colocated, cad single-stream, cad pingpong and cad signal
-// (docs/benchmarks.md, "Training step").
+// (docs/benchmarks.md, "Training step"). With --pp > 1 the pipeline benchmark instead
+// (bench_train_pipeline.cpp).
 //
 //   mpirun -np 2 distca bench train --backend mpi --json -
 //
@@ -25,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_train.h"
 #include "command.h"
 #include "launcher.h"
 #include "distca/comm/local.h"
@@ -41,32 +43,8 @@
 #include "distca/train/trainer.h"
 
 namespace distca::cli {
-namespace {
+namespace bench_train {
 
-struct TrainBenchFlags {
-  std::string backend = "local";
-  int ranks = 2;                 // local backend only
-  int64_t width = 512;           // hidden size
-  int64_t layers = 2;
-  int64_t head_dim = 64;         // heads = width / head_dim, kv heads = half of them
-  int64_t vocab = 512;           // small: the LM head stays a small share of the linear work
-  int64_t tokens = 8192;         // per rank
-  int64_t long_doc = 0;          // rank 0's documents (0: one of --tokens-per-rank)
-  int64_t short_doc = 512;       // the other ranks' documents
-  int rounds = 3;
-  int64_t steps = 3;             // per mode and round
-  int64_t warmup_steps = 1;      // discarded of each run
-  double tolerance = 0.05;       // cad scheduler
-  double mpi_timeout = 300;
-  std::string json;              // FILE or "-"
-  std::string trace;             // Chrome trace of the last round's cad pingpong, last step
-};
-
-struct Mode {
-  const char* name;
-  const char* mode;     // TrainConfig::mode
-  const char* overlap;  // TrainConfig::overlap
-};
 constexpr std::array<Mode, 4> kModes{{{"colocated", "colocated", ""},
                                       {"cad single-stream", "cad", "single-stream"},
                                       {"cad pingpong", "cad", "pingpong"},
@@ -116,6 +94,8 @@ train::TrainConfig make_config(const TrainBenchFlags& f, int64_t ranks, const Mo
   c.dist = "fixed:" + std::to_string(long_doc(f));
   c.max_doc_len = std::max(long_doc(f), f.short_doc);
   c.copy_vocab = std::min<int64_t>(32, f.vocab);
+  c.pp = f.pp;
+  c.micro_batches = f.micro_batches > 0 ? f.micro_batches : 1;
   return c;
 }
 
@@ -190,6 +170,34 @@ double measure_sgemm(const TrainBenchFlags& f, int rank) {
   }
   return best;
 }
+
+// The memory every mode's run needs in this process, against the limit (--max-memory).
+Status check_bench_memory(const TrainBenchFlags& f, int64_t ranks, bool lead, const std::vector<Mode>& modes) {
+  train::MemoryInputs mi;
+  mi.mpi = f.backend == "mpi";
+  mi.ranks_in_process = mi.mpi ? 1 : ranks;
+  mi.threads_per_rank = mi.mpi ? 2 : 1;  // one compute thread (+ mpi's progress thread)
+  mi.lead = lead;
+  double need = 0;
+  for (const Mode& m : modes) {
+    const train::TrainConfig cfg = make_config(f, ranks, m);
+    DISTCA_ASSIGN_OR_RETURN(ModelSpec spec, cfg.model_spec());
+    need = std::max(need, train::estimate_train_memory(cfg, spec, mi).process_total());
+  }
+  need += static_cast<double>(sgemm_bytes(f) * mi.ranks_in_process);
+  const int64_t here = mi.mpi ? std::max<int64_t>(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE")) : 1;
+  const std::string what = "bench train --tokens-per-rank " + std::to_string(f.tokens) + " --width " +
+                           std::to_string(f.width) + " --layers " + std::to_string(f.layers) +
+                           (mi.mpi ? (here > 1 ? " x " + std::to_string(here) + " processes on this machine" : "")
+                                   : " --ranks " + std::to_string(ranks));
+  return check_memory(need * static_cast<double>(here), what);
+}
+
+}  // namespace bench_train
+
+namespace {
+
+using namespace bench_train;
 
 // Resident high-water mark: reset by writing 5 to clear_refs (VmHWM becomes the current RSS),
 // after returning freed heap to the kernel, so that a mode's peak is its own and not the
@@ -447,26 +455,8 @@ int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig) {
   return kExitOk;
 }
 
-// The memory every mode's run needs in this process, against the limit (--max-memory).
-Status check_bench_memory(const TrainBenchFlags& f, int64_t ranks, bool lead) {
-  train::MemoryInputs mi;
-  mi.mpi = f.backend == "mpi";
-  mi.ranks_in_process = mi.mpi ? 1 : ranks;
-  mi.threads_per_rank = mi.mpi ? 2 : 1;  // one compute thread (+ mpi's progress thread)
-  mi.lead = lead;
-  double need = 0;
-  for (const Mode& m : kModes) {
-    const train::TrainConfig cfg = make_config(f, ranks, m);
-    DISTCA_ASSIGN_OR_RETURN(ModelSpec spec, cfg.model_spec());
-    need = std::max(need, train::estimate_train_memory(cfg, spec, mi).process_total());
-  }
-  need += static_cast<double>(sgemm_bytes(f) * mi.ranks_in_process);
-  const int64_t here = mi.mpi ? std::max<int64_t>(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE")) : 1;
-  const std::string what = "bench train --tokens-per-rank " + std::to_string(f.tokens) + " --width " +
-                           std::to_string(f.width) + " --layers " + std::to_string(f.layers) +
-                           (mi.mpi ? (here > 1 ? " x " + std::to_string(here) + " processes on this machine" : "")
-                                   : " --ranks " + std::to_string(ranks));
-  return check_memory(need * static_cast<double>(here), what);
+std::vector<Mode> bench_modes(const TrainBenchFlags& f) {
+  return f.pp > 1 ? pipeline_modes() : std::vector<Mode>(kModes.begin(), kModes.end());
 }
 
 // Flag checks that need no group: every one refuses before any work.
@@ -502,13 +492,20 @@ Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
   }
   // The trainer's own checks (model, workload) for every mode.
   const int64_t ranks = f.backend == "mpi" ? std::max<int64_t>(2, detect_launcher().size) : f.ranks;
-  for (const Mode& m : kModes) DISTCA_RETURN_IF_ERROR(make_config(f, ranks, m).validate());
+  if (f.pp > 1 && !f.trace.empty()) return Status::invalid_argument("--trace is not recorded with --pp (yet)");
+  if (f.pp == 1 && !f.cost_table.empty()) return Status::invalid_argument("--cost-table applies to --pp > 1 (the simulator's prediction)");
+  if (f.pp == 1 && f.micro_batches > 1) return Status::invalid_argument("--micro-batches applies to --pp > 1");
+  if (!f.cost_table.empty() && !std::ifstream(f.cost_table)) {
+    return Status::invalid_argument("--cost-table " + f.cost_table + ": cannot be read");
+  }
+  for (const Mode& m : bench_modes(f)) DISTCA_RETURN_IF_ERROR(make_config(f, ranks, m).validate());
   return {};
 }
 
 int run(const TrainBenchFlags& f, bool ranks_given) {
   const bool first = detect_launcher().rank <= 0;  // before the group exists only rank 0 speaks
   if (Status st = check_flags(f, ranks_given); !st.ok()) return first ? fail_input(st.message()) : kExitBadInput;
+  if (f.pp > 1) return run_pipeline(f);
   const kernels::ScopedBlasThreads one_blas_thread(1);
   Figures fig;
   int64_t ranks = f.ranks;
@@ -526,7 +523,7 @@ int run(const TrainBenchFlags& f, bool ranks_given) {
     const bool lead = mpi->rank() == 0;
     if (ranks < 2) return fail_input("--backend mpi needs at least 2 ranks (mpirun -np 2 ...)");
     // Every process checks its own memory; the lowest rank that refused speaks, and all stop.
-    const Status mem = check_bench_memory(f, ranks, lead);
+    const Status mem = check_bench_memory(f, ranks, lead, bench_modes(f));
     auto codes = mpi->all_gather_value(mem.ok() ? 0 : 1);
     if (!codes.ok()) mpi->fail(codes.status());
     const auto bad = std::find(codes->begin(), codes->end(), 1);
@@ -540,7 +537,7 @@ int run(const TrainBenchFlags& f, bool ranks_given) {
     if (!st.ok()) mpi->fail(st);
     if (!lead) return kExitOk;
   } else {
-    if (Status mem = check_bench_memory(f, ranks, true); !mem.ok()) return fail_input(mem.message());
+    if (Status mem = check_bench_memory(f, ranks, true, bench_modes(f)); !mem.ok()) return fail_input(mem.message());
     auto data = train::DataSource::fixed(skewed_batch(f, ranks), std::min<int64_t>(32, f.vocab), 1);
     if (!data.ok()) return fail(data.status());
     Status st = comm::run_local(static_cast<int>(ranks), [&](comm::Communicator& c) {
@@ -575,7 +572,19 @@ Runner setup(CLI::App& app) {
       ->check(CLI::Range(1e-3, 1e6));
   app.add_option("--json", f->json, "write the figures as JSON to FILE (- for stdout)");
   app.add_option("--trace", f->trace, "write a Chrome trace (Perfetto) of the last round's cad pingpong, last step");
-  return [f, ranks] { return run(*f, ranks->count() > 0); };
+  app.add_option("--pp", f->pp, "pipeline stages (ranks = replicas x stages): 1F1B against cad's phase-aligned "
+                               "schedule, micro-batches of skewed attention (default 1)")
+      ->check(CLI::Range(int64_t{1}, int64_t{64}));
+  app.add_option("--micro-batches", f->micro_batches, "--pp: micro-batches per replica and step (default 2 x --pp)")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  app.add_option("--cost-table", f->cost_table, "--pp: the simulator's attention seconds from a `distca profile` table");
+  CLI::Option* layers_opt = app.get_option("--layers");
+  return [f, ranks, layers_opt] {
+    TrainBenchFlags g = *f;
+    if (g.pp > 1 && g.micro_batches == 0) g.micro_batches = 2 * g.pp;
+    if (g.pp > 1 && layers_opt->count() == 0) g.layers = (g.layers + g.pp - 1) / g.pp * g.pp;
+    return run(g, ranks->count() > 0);
+  };
 }
 
 }  // namespace

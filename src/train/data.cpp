@@ -50,22 +50,39 @@ Result<DataSource> DataSource::create(const TrainConfig& config, int64_t vocab) 
 }
 
 Result<DataSource> DataSource::fixed(const Batch& batch, int64_t copy_vocab, uint64_t seed) {
-  DISTCA_RETURN_IF_ERROR(batch.validate());
-  for (int64_t r = 0; r < batch.ranks; ++r) {
-    // The model's buffers and the plans assume every rank's slots are filled.
-    if (batch.rank_tokens(r) != batch.tokens_per_rank) {
-      return Status::invalid_argument("fixed batch: rank " + std::to_string(r) + " holds " +
-                                      std::to_string(batch.rank_tokens(r)) + " of its " +
-                                      std::to_string(batch.tokens_per_rank) + " tokens");
+  return fixed(std::vector<Batch>{batch}, copy_vocab, seed);
+}
+
+Result<DataSource> DataSource::fixed(const std::vector<Batch>& batches, int64_t copy_vocab, uint64_t seed) {
+  if (batches.empty()) return Status::invalid_argument("fixed batch: the list of batches is empty");
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const Batch& batch = batches[i];
+    const std::string name = batches.size() == 1 ? "fixed batch" : "fixed batch " + std::to_string(i);
+    if (Status st = batch.validate(); !st.ok()) {
+      return batches.size() == 1 ? st : Status(st.code(), name + ": " + st.message());
+    }
+    if (batch.ranks != batches[0].ranks || batch.tokens_per_rank != batches[0].tokens_per_rank) {
+      return Status::invalid_argument(name + ": " + std::to_string(batch.ranks) + " ranks of " +
+                                      std::to_string(batch.tokens_per_rank) + " tokens, unlike batch 0's " +
+                                      std::to_string(batches[0].ranks) + " of " +
+                                      std::to_string(batches[0].tokens_per_rank));
+    }
+    for (int64_t r = 0; r < batch.ranks; ++r) {
+      // The model's buffers and the plans assume every rank's slots are filled.
+      if (batch.rank_tokens(r) != batch.tokens_per_rank) {
+        return Status::invalid_argument(name + ": rank " + std::to_string(r) + " holds " +
+                                        std::to_string(batch.rank_tokens(r)) + " of its " +
+                                        std::to_string(batch.tokens_per_rank) + " tokens");
+      }
     }
   }
   if (copy_vocab < 2) return Status::invalid_argument("fixed batch: the copy alphabet needs at least 2 tokens");
   DataSource s;
   s.vocab_ = copy_vocab;
-  s.workload_.ranks = batch.ranks;
-  s.workload_.tokens_per_rank = batch.tokens_per_rank;
+  s.workload_.ranks = batches[0].ranks;
+  s.workload_.tokens_per_rank = batches[0].tokens_per_rank;
   s.workload_.seed = seed;
-  s.fixed_ = batch;
+  s.fixed_ = batches;
   return s;
 }
 
@@ -110,7 +127,7 @@ void text_draw(const std::vector<std::vector<int32_t>>& text, uint64_t seed, int
 }  // namespace
 
 Batch DataSource::batch(int64_t step) const {
-  if (fixed_) return *fixed_;
+  if (!fixed_.empty()) return fixed_[static_cast<size_t>(step) % fixed_.size()];
   const int64_t slots = workload_.ranks * workload_.tokens_per_rank;
   std::vector<int64_t> lengths;
   if (is_copy()) {

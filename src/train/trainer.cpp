@@ -9,6 +9,8 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <span>
+#include <type_traits>
 
 #include "distca/comm/local.h"
 #include "distca/kernels/blas.h"
@@ -209,6 +211,7 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
                               mem.activation_bytes_per_token() * config.tokens_per_rank * s.model->slots();
   int64_t peak_dispatch = 0;
   TrainResult local;
+  std::vector<StepMetrics> own_steps;  // this rank's, for TrainResult::rank_steps
   for (int64_t step = s.start; step < config.steps; ++step) {
     const auto t_step = Clock::now();
     StepMetrics m;
@@ -241,6 +244,7 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
     m.seconds = since(t_step);
     m.tokens_per_s = static_cast<double>(m.tokens) / m.seconds;
     add_times(m, local);
+    own_steps.push_back(m);
     if (lead) {
       local.steps.push_back(m);
       if (hooks.on_step) hooks.on_step(m);
@@ -249,6 +253,20 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
   DISTCA_ASSIGN_OR_RETURN(std::vector<float> final_params, gather_stages(comm, s, s.model->params(), 3));
   // Everyone's buffer estimate, for the summary.
   DISTCA_ASSIGN_OR_RETURN(auto all, comm.all_gather_value(fixed_bytes + peak_dispatch));
+  // Every rank's step metrics (every rank ran the same steps, so the same count).
+  static_assert(std::is_trivially_copyable_v<StepMetrics>);
+  const size_t n_steps = own_steps.size();
+  std::vector<StepMetrics> gathered(n_steps * static_cast<size_t>(comm.size()));
+  if (n_steps > 0) {
+    DISTCA_RETURN_IF_ERROR(comm.all_gather(std::as_bytes(std::span<const StepMetrics>(own_steps)),
+                                           std::as_writable_bytes(std::span<StepMetrics>(gathered))));
+  }
+  if (lead) {
+    for (int r = 0; r < comm.size(); ++r) {
+      const auto first = gathered.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(r) * n_steps);
+      local.rank_steps.emplace_back(first, first + static_cast<std::ptrdiff_t>(n_steps));
+    }
+  }
   if (lead && result) {
     local.final_params = std::move(final_params);
     local.buffer_bytes = std::move(all);

@@ -131,5 +131,60 @@ TEST_F(CliBenchTrainTest, BadFlagsAreRefusedBeforeAnyWork) {
   }
 }
 
+// --pp 2 on 4 local ranks (2 replicas x 2 stages), 2 layers (one per stage), 4 micro-batches
+// per replica: micro-batch 0 one document of 256 per replica, micro-batches 1-3 eight of 32.
+TEST_F(CliBenchTrainTest, PipelineRunsBothSchedulesWithStageIdle) {
+  const std::string json = (dir_ / "pp.json").string();
+  const CliRun r = run(tiny_with({{"--ranks", "4"}, {"--pp", "2"}, {"--layers", "2"}, {"--json", json}}), 600);
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  for (const char* text : {"colocated 1F1B", "cad pingpong", "cad single-stream", "idle per stage: s0 s1",
+                           "2 replica(s) x 2 stages", "4 micro-batches", "FLOP-ideal", "idle over colocated's"}) {
+    EXPECT_NE(r.out.find(text), std::string::npos) << text << "\n" << r.out;
+  }
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(j.at("ranks"), 4);
+  EXPECT_EQ(j.at("pp"), 2);
+  EXPECT_EQ(j.at("dp"), 2);
+  EXPECT_EQ(j.at("micro_batches"), 4);
+  const std::vector<std::string> names{"colocated 1F1B", "cad pingpong", "cad single-stream"};
+  ASSERT_EQ(j.at("modes").size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const nlohmann::json& m = j["modes"][i];
+    EXPECT_EQ(m.at("name"), names[i]);
+    EXPECT_EQ(m.at("steps_s").size(), 1u) << names[i];
+    EXPECT_GT(m.at("median_s").get<double>(), 0) << names[i];
+    EXPECT_GT(m.at("tokens_per_s").get<double>(), 0) << names[i];
+    ASSERT_EQ(m.at("stage_idle").size(), 2u) << names[i];
+    for (const nlohmann::json& x : m["stage_idle"]) EXPECT_LE(x.get<double>(), 1.0) << names[i];
+    EXPECT_GT(m.at("busy_ideal_s").get<double>(), 0) << names[i];
+    EXPECT_GT(m.at("flop_ideal_over_step").get<double>(), 0) << names[i];
+    EXPECT_TRUE(m.at("sim").at("ok").get<bool>()) << m["sim"].dump();
+    EXPECT_GT(m["sim"].at("step_s").get<double>(), 0) << names[i];
+    EXPECT_EQ(m["sim"].at("stage_idle").size(), 2u) << names[i];
+  }
+  EXPECT_TRUE(std::isfinite(j.at("cad_idle_over_colocated").get<double>()));
+  EXPECT_GT(j.at("speedup_paired").at("pingpong").get<double>(), 0);
+  // The step's FLOPs counted here: 4 micro-batches x 2 replicas x 256 tokens at 6 x (2 layers'
+  // 53248 matmul parameters + the LM head's 32768) per token; attention 3.5 x 4 x 64 per causal
+  // pair and layer, per replica one document of 256 and three micro-batches of eight of 32.
+  const double linear = 6.0 * (2 * 53248.0 + 32768.0) * 4 * 2 * 256;
+  const double attention = 2 * 3.5 * 4 * 64 * 2 * (256.0 * 257 / 2 + 3 * 8 * (32.0 * 33 / 2));
+  EXPECT_NEAR(j.at("flops_per_step").at("linear").get<double>(), linear, 1e-6 * linear);
+  EXPECT_NEAR(j.at("flops_per_step").at("attention").get<double>(), attention, 1e-6 * attention);
+}
+
+TEST_F(CliBenchTrainTest, PipelineBadCombinationsAreRefused) {
+  const auto refused = [&](const std::map<std::string, std::string>& over, const std::string& flag) {
+    expect_refused(tiny_with(over), flag);
+  };
+  refused({{"--ranks", "4"}, {"--pp", "3"}, {"--layers", "3"}}, "--pp");          // 3 does not divide 4 ranks
+  refused({{"--ranks", "4"}, {"--pp", "2"}, {"--micro-batches", "1"}}, "--micro-batches");  // M < P
+  refused({{"--ranks", "4"}, {"--pp", "2"}, {"--layers", "3"}}, "--pp");          // cad: P must divide layers
+  refused({{"--ranks", "4"}, {"--pp", "2"}, {"--trace", (dir_ / "t.json").string()}}, "--trace");
+  refused({{"--ranks", "4"}, {"--pp", "2"}, {"--cost-table", (dir_ / "missing.json").string()}}, "--cost-table");
+  refused({{"--micro-batches", "2"}}, "--micro-batches");                        // without --pp
+  refused({{"--cost-table", (dir_ / "missing.json").string()}}, "--cost-table");  // without --pp
+}
+
 }  // namespace
 }  // namespace distca::testing

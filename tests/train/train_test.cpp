@@ -239,6 +239,50 @@ Checkpoint sample_checkpoint() {
   return c;
 }
 
+// DataSource::fixed over a list: batch(i) is batch i mod n, and its tokens are drawn per step
+// like the single batch's (which is the one-element list); lists of mixed shapes or none, and a
+// rank not full, are refused naming the batch.
+TEST(Data, FixedListCyclesByIndex) {
+  auto make = [](int64_t len) {
+    Batch b;
+    b.ranks = 2;
+    b.tokens_per_rank = 64;
+    b.per_rank.resize(2);
+    int64_t id = 0;
+    for (auto& r : b.per_rank) {
+      for (int64_t t = 0; t < 64; t += len) r.push_back({id++, 0, len, len});
+    }
+    return b;
+  };
+  const std::vector<Batch> list{make(64), make(16), make(32)};
+  auto src = DataSource::fixed(list, 32, 7);
+  ASSERT_TRUE(src.ok()) << src.status().message();
+  for (int64_t i = 0; i < 9; ++i) EXPECT_EQ(src->batch(i), list[static_cast<size_t>(i % 3)]) << i;
+  auto one = DataSource::fixed(list[1], 32, 7);
+  auto one_list = DataSource::fixed(std::vector<Batch>{list[1]}, 32, 7);
+  ASSERT_TRUE(one.ok() && one_list.ok());
+  for (int64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(one->batch(i), list[1]);
+    EXPECT_EQ(one->rank_inputs(i, one->batch(i), 1).tokens, one_list->rank_inputs(i, one_list->batch(i), 1).tokens);
+  }
+  // Step 4 reads list[1], as does step 1, but draws its own tokens.
+  EXPECT_NE(src->rank_inputs(4, src->batch(4), 0).tokens, src->rank_inputs(1, src->batch(1), 0).tokens);
+  EXPECT_FALSE(DataSource::fixed(std::vector<Batch>{}, 32, 7).ok());
+  Batch wide = make(16);
+  wide.tokens_per_rank = 128;
+  for (auto& r : wide.per_rank) {
+    for (int64_t t = 64; t < 128; t += 16) r.push_back({static_cast<int64_t>(100 + t + (&r - wide.per_rank.data()) * 1000), 0, 16, 16});
+  }
+  auto mixed = DataSource::fixed(std::vector<Batch>{list[0], wide}, 32, 7);
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_NE(mixed.status().message().find("fixed batch 1"), std::string::npos) << mixed.status().message();
+  Batch short_rank = make(16);
+  short_rank.per_rank[1].pop_back();
+  auto bad = DataSource::fixed(std::vector<Batch>{list[0], short_rank}, 32, 7);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("fixed batch 1: rank 1"), std::string::npos) << bad.status().message();
+}
+
 TEST(Checkpoint, RoundTripsAndDetectsEveryFlippedByteAndTruncation) {
   const Checkpoint c = sample_checkpoint();
   const std::string bytes = serialize_checkpoint(c);

@@ -65,6 +65,11 @@ class DataSource {
   // tokens per rank, and its max_doc_len covers the batch's longest document (the memory
   // estimate's bound). Errors: an invalid batch (Batch::validate), a rank not full, copy_vocab < 2.
   static Result<DataSource> fixed(const Batch& batch, int64_t copy_vocab, uint64_t seed);
+  // The same with a cycle of batches: batch(i) is batches[i % batches.size()], e.g. a
+  // pipeline benchmark's skew per micro-batch (the trainer asks for batch(step * M + m)). Every
+  // batch must have the same ranks and tokens_per_rank; errors as above (naming the batch's
+  // index) and an empty list. One batch behaves exactly as fixed(batch, ...).
+  static Result<DataSource> fixed(const std::vector<Batch>& batches, int64_t copy_vocab, uint64_t seed);
 
   // The packed batch of step `step`.
   Batch batch(int64_t step) const;
@@ -81,7 +86,7 @@ class DataSource {
   int64_t vocab_ = 0;
   std::vector<std::vector<int32_t>> text_;  // text documents, EOD included
   std::shared_ptr<LengthDistribution> dist_;
-  std::optional<Batch> fixed_;  // fixed(): every step's batch
+  std::vector<Batch> fixed_;  // fixed(): step i's batch is fixed_[i % size] (empty: drawn)
 };
 
 }  // namespace distca::train

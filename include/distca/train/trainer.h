@@ -85,6 +85,10 @@ struct TrainResult {
   std::string last_checkpoint;
   bool outputs_valid = true;       // false with --overlap signal (no update, no checkpoint)
   std::vector<TraceEvent> trace;   // rank 0: every rank's events of the traced step
+  // [rank][i]: every rank's own StepMetrics of this run's steps (its time split and wall time;
+  // the loss fields are the step's, equal on every rank), gathered to rank 0 by one all_gather
+  // at the end of the run: per-rank figures such as a pipeline stage's idle time.
+  std::vector<std::vector<StepMetrics>> rank_steps;
 };
 
 struct TrainHooks {

@@ -1,0 +1,374 @@
+// `distca bench train --pp P`: whole training steps of a P-stage pipeline (ranks = DP x P,
+// stage-major), colocated 1F1B against cad's phase-aligned schedule (pingpong, and
+// single-stream), round-robin on one communicator like the data-parallel benchmark
+// (cmd_bench_train.cpp), with each stage's idle fraction, the FLOP-ideal and the simulator's
+// prediction for the same configuration (docs/benchmarks.md, "Pipelines (bench train --pp)").
+//
+// Workload: M micro-batches per replica and step; micro-batch m holds one document of
+// --long-doc tokens per replica when m % 4 == 0 and --short-doc documents otherwise, so the
+// attention work of one micro-batch in four is much heavier (DataSource::fixed's cycle: the
+// trainer reads batch(step * M + m), M a multiple of 4 or not, always micro-batch m's batch).
+//
+// Idle of a rank in a step: 1 - (linear + attention) / the step's time, from every rank's own
+// StepMetrics (TrainResult::rank_steps); linear holds the layer phases, the embedding and the
+// optimizer, attention the kernels and row packing (served rows included), so idle is the
+// bubble, waiting for neighbours and exchanges, and the barrier behind the slowest rank.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench_train.h"
+#include "command.h"
+#include "launcher.h"
+#include "distca/comm/local.h"
+#include "distca/comm/mpi.h"
+#include "distca/core/io.h"
+#include "distca/cost/analytic.h"
+#include "distca/cost/profiled.h"
+#include "distca/kernels/blas.h"
+#include "distca/sim/simulator.h"
+#include "distca/train/data.h"
+#include "distca/train/trainer.h"
+
+namespace distca::cli::bench_train {
+namespace {
+
+// Micro-batch m of a replica's step, packed over the dp replicas (the trainer's Batch of one
+// micro-batch): every replica one long document (m % 4 == 0) or short ones.
+std::vector<Batch> pipeline_batches(const TrainBenchFlags& f, int64_t dp) {
+  std::vector<Batch> out;
+  for (int64_t m = 0; m < f.micro_batches; ++m) {
+    Batch b;
+    b.ranks = dp;
+    b.tokens_per_rank = f.tokens;
+    b.per_rank.resize(static_cast<size_t>(dp));
+    int64_t id = 0;
+    const int64_t len = m % 4 == 0 ? long_doc(f) : f.short_doc;
+    for (int64_t r = 0; r < dp; ++r) {
+      for (int64_t t = 0; t + len <= f.tokens; t += len) b.per_rank[static_cast<size_t>(r)].push_back({id++, 0, len, len});
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+// FLOPs of one step (forward + backward) over every micro-batch and replica.
+struct PipeFlops {
+  double linear = 0, attention = 0;
+  double total() const { return linear + attention; }
+};
+PipeFlops pipeline_flops(const ModelSpec& m, const std::vector<Batch>& batches) {
+  PipeFlops s;
+  const double lin = static_cast<double>(m.n_layers) * linear_forward_flops_per_token(m) + lm_head_forward_flops_per_token(m);
+  for (const Batch& b : batches) {
+    for (const auto& pieces : b.per_rank) {
+      for (const Piece& p : pieces) {
+        const auto pairs = static_cast<double>(document_pairs(p.len));
+        s.linear += 3.0 * static_cast<double>(p.len) * lin;  // backward is 2x forward
+        s.attention += static_cast<double>(m.n_layers) * (attention_forward_flops(m, pairs) + attention_backward_flops(m, pairs));
+      }
+    }
+  }
+  return s;
+}
+
+struct PipeModeFigures {
+  std::vector<double> steps;         // timed steps of every round, seconds (rank 0's)
+  std::vector<double> round_median;  // [rounds]
+  std::vector<std::vector<double>> stage_idle;  // [stage][timed step] mean over the replicas
+  std::vector<double> busy_mean;     // [timed step] mean busy over every rank, seconds
+  int64_t tokens = 0;                // per step
+};
+
+struct PipeFigures {
+  std::vector<PipeModeFigures> modes;
+  std::vector<double> sgemm;  // [ranks] FLOP/s
+};
+
+Status run_rank(comm::Communicator& comm, const TrainBenchFlags& f, const train::DataSource& data, PipeFigures* out) {
+  const int64_t n = comm.size();
+  const bool lead = comm.rank() == 0;
+  const int64_t dp = n / f.pp;
+  const std::vector<Mode> modes = pipeline_modes();
+  const kernels::ScopedComputeThreads one_thread(1);
+  PipeFigures fig;
+  fig.sgemm.assign(static_cast<size_t>(n), 0);
+  fig.modes.resize(modes.size());
+  for (PipeModeFigures& m : fig.modes) m.stage_idle.resize(static_cast<size_t>(f.pp));
+  train::TrainHooks hooks;
+  hooks.data = &data;
+  for (int round = 0; round < f.rounds; ++round) {
+    DISTCA_RETURN_IF_ERROR(comm.barrier());
+    const double rate = measure_sgemm(f, comm.rank());
+    DISTCA_ASSIGN_OR_RETURN(std::vector<double> rates, comm.all_gather_value(rate));
+    for (size_t r = 0; r < rates.size(); ++r) fig.sgemm[r] = std::max(fig.sgemm[r], rates[r]);
+    for (size_t mi = 0; mi < modes.size(); ++mi) {
+      const train::TrainConfig cfg = make_config(f, n, modes[mi]);
+      DISTCA_RETURN_IF_ERROR(comm.barrier());
+      train::TrainResult result;
+      DISTCA_RETURN_IF_ERROR(train::run_training(cfg, comm, hooks, lead ? &result : nullptr));
+      if (!lead) continue;
+      PipeModeFigures& m = fig.modes[mi];
+      std::vector<double> mine;
+      for (size_t s = static_cast<size_t>(f.warmup_steps); s < result.steps.size(); ++s) {
+        const double t = result.steps[s].seconds;
+        mine.push_back(t);
+        m.tokens = result.steps[s].tokens;
+        double busy_sum = 0;
+        for (int64_t stage = 0; stage < f.pp; ++stage) {
+          double idle = 0;
+          for (int64_t d = 0; d < dp; ++d) {
+            const train::StepMetrics& rs = result.rank_steps[static_cast<size_t>(stage * dp + d)][s];
+            const double busy = rs.linear_s + rs.attention_s;
+            busy_sum += busy;
+            idle += t > 0 ? 1.0 - busy / t : 0.0;
+          }
+          m.stage_idle[static_cast<size_t>(stage)].push_back(idle / static_cast<double>(dp));
+        }
+        m.busy_mean.push_back(busy_sum / static_cast<double>(n));
+      }
+      m.steps.insert(m.steps.end(), mine.begin(), mine.end());
+      m.round_median.push_back(median(mine));
+    }
+  }
+  if (lead) *out = std::move(fig);
+  return Status::ok_status();
+}
+
+// The simulator on this machine: one unit per rank (gpus_per_node 1), the local-cpu preset's
+// links, peak = the measured sgemm rate with mfu 1, attention from --cost-table or analytic at
+// the simulator's default efficiency; fp32, no activation checkpointing, stateless cad servers
+// (the runtime's phase-aligned schedule re-sends a backward's inputs).
+struct SimFigures {
+  bool ok = false;
+  std::string error;
+  double step_s = 0;
+  std::vector<double> stage_idle;  // [stage] mean over the stage's units
+};
+SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, double sgemm_mean,
+                   const ProfiledCostModel* table, const std::vector<Batch>& batches) {
+  SimFigures out;
+  sim::SimOptions so;
+  so.model = bench_spec(f);
+  so.cluster.gpus = ranks;
+  so.cluster.gpus_per_node = 1;
+  so.cluster.pp = f.pp;
+  auto hw = hardware_preset("local-cpu");
+  if (!hw.ok()) return {false, hw.status().message(), 0, {}};
+  so.cluster.hw = *hw;
+  so.cluster.hw.peak_flops = sgemm_mean;
+  so.mfu = 1.0;
+  so.attention_table = table;
+  so.tolerance = f.tolerance;
+  so.dtype_bytes = 4;
+  so.shard_optimizer = false;
+  so.activation_checkpointing = false;
+  so.cad_stateless = true;
+  auto strategy = sim::parse_strategy(std::string(mode.mode) == "cad" ? std::string("cad:") + mode.overlap : "colocated");
+  if (!strategy.ok()) return {false, strategy.status().message(), 0, {}};
+  so.strategy = *strategy;
+  auto r = sim::simulate(so, batches);
+  if (!r.ok()) return {false, r.status().message(), 0, {}};
+  out.ok = true;
+  out.step_s = r->iteration_seconds;
+  const int64_t ups = ranks / f.pp;
+  out.stage_idle.assign(static_cast<size_t>(f.pp), 0);
+  for (const sim::UnitStats& u : r->per_unit) {
+    out.stage_idle[static_cast<size_t>(u.stage)] += u.idle / r->iteration_seconds / static_cast<double>(ups);
+  }
+  return out;
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
+int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, const ProfiledCostModel* table) {
+  const std::vector<Mode> modes = pipeline_modes();
+  const ModelSpec spec = bench_spec(f);
+  const int64_t dp = ranks / f.pp;
+  const std::vector<Batch> batches = pipeline_batches(f, dp);
+  const PipeFlops fl = pipeline_flops(spec, batches);
+  const double sgemm_mean = mean(fig.sgemm);
+  const double flop_ideal = fl.total() / static_cast<double>(ranks) / sgemm_mean;
+
+  nlohmann::json j;
+  j["backend"] = f.backend;
+  j["ranks"] = ranks;
+  j["pp"] = f.pp;
+  j["dp"] = dp;
+  j["micro_batches"] = f.micro_batches;
+  j["omp_threads"] = 1;
+  j["model"] = to_json(spec);
+  j["workload"] = {{"tokens_per_rank", f.tokens}, {"long_doc", long_doc(f)}, {"short_doc", f.short_doc},
+                   {"long_every", 4}};
+  j["sgemm_flops"] = fig.sgemm;
+  j["flops_per_step"] = {{"linear", fl.linear}, {"attention", fl.attention}};
+  j["flop_ideal_s"] = flop_ideal;
+  j["simulator"] = {{"hardware", "local-cpu links, peak = mean sgemm, mfu 1"},
+                    {"attention", table != nullptr ? "cost table " + f.cost_table : std::string("analytic, efficiency 0.5")}};
+  j["modes"] = nlohmann::json::array();
+
+  std::string out;
+  appendf(out, "distca bench train --pp %lld: %lld ranks = %lld replica(s) x %lld stages (%s backend), %lld "
+               "micro-batches per replica and step, 1 OpenMP thread per rank, OpenBLAS on 1 thread\n",
+          static_cast<long long>(f.pp), static_cast<long long>(ranks), static_cast<long long>(dp),
+          static_cast<long long>(f.pp), f.backend.c_str(), static_cast<long long>(f.micro_batches));
+  appendf(out, "model: width %lld, %lld layers (%lld per stage), %lld heads (%lld K/V) x %lld, ffn %lld, vocab %lld\n",
+          static_cast<long long>(spec.hidden), static_cast<long long>(spec.n_layers),
+          static_cast<long long>(spec.n_layers / f.pp), static_cast<long long>(spec.n_heads),
+          static_cast<long long>(spec.n_kv_heads), static_cast<long long>(spec.head_dim), static_cast<long long>(spec.ffn),
+          static_cast<long long>(spec.vocab));
+  appendf(out, "workload: %lld tokens per rank and micro-batch; micro-batches 0, 4, ...: one document of %lld per "
+               "replica, the others %lld of %lld\n",
+          static_cast<long long>(f.tokens), static_cast<long long>(long_doc(f)), static_cast<long long>(f.tokens / f.short_doc),
+          static_cast<long long>(f.short_doc));
+  appendf(out, "FLOPs per step: %.2f G (linear %.2f, attention %.2f); sgemm GFLOP/s per rank:", fl.total() / 1e9,
+          fl.linear / 1e9, fl.attention / 1e9);
+  for (double x : fig.sgemm) appendf(out, " %.1f", x / 1e9);
+  appendf(out, "\n%d round(s) x %lld steps per mode, the first %lld of each run discarded; medians\n", f.rounds,
+          static_cast<long long>(f.steps), static_cast<long long>(f.warmup_steps));
+  std::string stages;
+  for (int64_t s = 0; s < f.pp; ++s) stages += " s" + std::to_string(s);
+  appendf(out, "%-18s %8s %9s  idle per stage:%s  %6s %8s %9s %8s  %s\n", "mode", "step s", "tokens/s", stages.c_str(),
+          "mean", "ideal/t", "sim s", "sim/meas", "sim idle per stage");
+  std::vector<double> mean_idle(modes.size(), 0);
+  for (size_t mi = 0; mi < modes.size(); ++mi) {
+    const PipeModeFigures& m = fig.modes[mi];
+    const double t = median(m.steps);
+    const double tps = t > 0 ? static_cast<double>(m.tokens) / t : 0;
+    std::vector<double> idle;
+    std::string idles;
+    for (const auto& v : m.stage_idle) {
+      idle.push_back(median(v));
+      char b[16];
+      std::snprintf(b, sizeof(b), " %3.0f%%", 100 * idle.back());
+      idles += b;
+    }
+    mean_idle[mi] = mean(idle);
+    const SimFigures sim = predict(f, ranks, modes[mi], sgemm_mean, table, batches);
+    std::string sim_idles;
+    for (double x : sim.stage_idle) {
+      char b[16];
+      std::snprintf(b, sizeof(b), " %3.0f%%", 100 * x);
+      sim_idles += b;
+    }
+    const double busy_ideal = median(m.busy_mean);
+    appendf(out, "%-18s %8.3f %9.0f  %*s%s  %5.1f%% %8.3f %9.3f %8.2f %s\n", modes[mi].name, t, tps,
+            static_cast<int>(std::string("idle per stage:").size()), "", idles.c_str(), 100 * mean_idle[mi],
+            t > 0 ? flop_ideal / t : 0, sim.step_s, t > 0 ? sim.step_s / t : 0,
+            sim.ok ? sim_idles.c_str() : ("(simulator: " + sim.error + ")").c_str());
+    j["modes"].push_back({{"name", modes[mi].name},
+                          {"mode", modes[mi].mode},
+                          {"overlap", modes[mi].overlap},
+                          {"median_s", t},
+                          {"steps_s", m.steps},
+                          {"round_median_s", m.round_median},
+                          {"tokens_per_s", tps},
+                          {"stage_idle", idle},
+                          {"mean_idle", mean_idle[mi]},
+                          {"busy_ideal_s", busy_ideal},
+                          {"flop_ideal_over_step", t > 0 ? flop_ideal / t : 0},
+                          {"sim", {{"ok", sim.ok},
+                                   {"error", sim.error},
+                                   {"step_s", sim.step_s},
+                                   {"stage_idle", sim.stage_idle},
+                                   {"over_measured", t > 0 ? sim.step_s / t : 0}}}});
+  }
+  // Paired by round: colocated's round median over each cad mode's.
+  nlohmann::json sp = nlohmann::json::object();
+  for (size_t mi = 1; mi < modes.size(); ++mi) {
+    std::vector<double> r;
+    const auto& a = fig.modes[0].round_median;
+    const auto& b = fig.modes[mi].round_median;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+      if (b[i] > 0) r.push_back(a[i] / b[i]);
+    }
+    sp[modes[mi].overlap] = median(r);
+  }
+  const double idle_ratio = mean_idle[0] > 0 ? mean_idle[1] / mean_idle[0] : 0;
+  j["speedup_paired"] = sp;
+  j["cad_idle_over_colocated"] = idle_ratio;
+  appendf(out, "idle: 1 - (linear + attention) / step time per rank, mean over a stage's replicas (bubble, waiting "
+               "for neighbours and exchanges, the barrier behind the slowest rank); mean: over the stages\n");
+  appendf(out, "ideal/t: FLOP-ideal (every rank the same share of the step's FLOPs at the mean sgemm rate, no bubble: "
+               "%.3f s) over the step time\n", flop_ideal);
+  appendf(out, "cad pingpong's idle over colocated's: %.2f (the issue expects at most 0.5)\n", idle_ratio);
+  appendf(out, "speedup over colocated 1F1B (paired by round): pingpong %.3f, single-stream %.3f\n",
+          sp["pingpong"].get<double>(), sp["single-stream"].get<double>());
+  const auto preset = hardware_preset("local-cpu");
+  appendf(out, "sim: distca's simulator on this configuration: one unit per rank, local-cpu links (%.2f GB/s, %.0f us), "
+               "peak = mean sgemm rate, mfu 1, attention %s; fp32, no checkpointing, stateless cad servers\n",
+          preset.ok() ? preset->inter_node_bw / 1e9 : 0.0, preset.ok() ? preset->inter_node_latency * 1e6 : 0.0, table != nullptr ? ("from " + f.cost_table).c_str() : "analytic at efficiency 0.5 (no --cost-table)");
+  if (f.backend == "local") {
+    appendf(out, "note: local backend: the ranks are threads sharing the process's cores; use --backend mpi for figures\n");
+  }
+  std::vector<std::pair<std::string, std::string>> files;
+  if (f.json == "-") {
+    out += j.dump(2) + "\n";
+  } else if (!f.json.empty()) {
+    files.emplace_back(f.json, j.dump(2) + "\n");
+  }
+  if (Status w = write_files_atomic(files); !w.ok()) return fail(w);
+  if (Status w = write_stdout(out); !w.ok()) return fail(w);
+  return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Mode> pipeline_modes() {
+  return {{"colocated 1F1B", "colocated", ""}, {"cad pingpong", "cad", "pingpong"},
+          {"cad single-stream", "cad", "single-stream"}};
+}
+
+int run_pipeline(const TrainBenchFlags& f) {
+  // The cost table is read before any work (a bad one refuses at once, on every rank).
+  std::unique_ptr<AttentionCostModel> table_model;
+  const ProfiledCostModel* table = nullptr;
+  const bool first = detect_launcher().rank <= 0;
+  if (!f.cost_table.empty()) {
+    auto t = load_cost_table(f.cost_table);
+    if (!t.ok()) return first ? fail_input("--cost-table: " + t.status().message()) : kExitBadInput;
+    table_model = std::move(t).value();
+    table = dynamic_cast<const ProfiledCostModel*>(table_model.get());
+    if (table == nullptr) return first ? fail_input("--cost-table: not a profiled cost table") : kExitBadInput;
+  }
+  const kernels::ScopedBlasThreads one_blas_thread(1);
+  PipeFigures fig;
+  int64_t ranks = f.ranks;
+  if (f.backend == "mpi") {
+    comm::MpiOptions mo;
+    mo.timeout_s = f.mpi_timeout;
+    auto made = comm::make_mpi_communicator(nullptr, nullptr, mo);
+    if (!made.ok()) return fail(made.status());
+    std::unique_ptr<comm::MpiCommunicator> mpi = std::move(made).value();
+    ranks = mpi->size();
+    const bool lead = mpi->rank() == 0;
+    if (ranks < 2) return fail_input("--backend mpi needs at least 2 ranks (mpirun -np 2 ...)");
+    const Status mem = check_bench_memory(f, ranks, lead, pipeline_modes());
+    auto codes = mpi->all_gather_value(mem.ok() ? 0 : 1);
+    if (!codes.ok()) mpi->fail(codes.status());
+    const auto bad = std::find(codes->begin(), codes->end(), 1);
+    if (bad != codes->end()) return bad - codes->begin() == mpi->rank() ? fail_input(mem.message()) : kExitBadInput;
+    auto data = train::DataSource::fixed(pipeline_batches(f, ranks / f.pp), std::min<int64_t>(32, f.vocab), 1);
+    if (!data.ok()) return fail(data.status());
+    Status st = run_rank(*mpi, f, *data, &fig);
+    if (!st.ok()) mpi->fail(st);
+    if (!lead) return kExitOk;
+  } else {
+    if (Status mem = check_bench_memory(f, ranks, true, pipeline_modes()); !mem.ok()) return fail_input(mem.message());
+    auto data = train::DataSource::fixed(pipeline_batches(f, ranks / f.pp), std::min<int64_t>(32, f.vocab), 1);
+    if (!data.ok()) return fail(data.status());
+    Status st = comm::run_local(static_cast<int>(ranks), [&](comm::Communicator& c) { return run_rank(c, f, *data, &fig); });
+    if (!st.ok()) return fail(st);
+  }
+  return report(f, ranks, fig, table);
+}
+
+}  // namespace distca::cli::bench_train
