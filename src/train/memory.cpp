@@ -41,12 +41,10 @@ DispatchRowLimits dispatch_row_limits(const TrainConfig& c) {
   const int64_t longest = c.max_doc_len > 0 ? std::min(c.max_doc_len, all) : all;
   // Ping-pong keeps two plans' rows at once; pong's tasks read ping's rows as context again.
   const int64_t plans = c.mode == "cad" && c.overlap_or_default() != "single-stream" ? 2 : 1;
-  // A phase-aligned tick pools every stage's micro-batch over all ranks, so a server (an idle
-  // stage's rank above all) may take work of up to pp ranks' tokens.
-  const int64_t pooled = c.mode == "cad" ? c.pp : 1;
-  // ... and runs a forward and a backward pooled plan in one tick.
+  // A pipeline tick of cad runs a forward and a backward pooled plan at once (each balanced
+  // over every rank of the job, so a server's share stays within the same factor).
   const int64_t directions = c.mode == "cad" && c.pp > 1 ? 2 : 1;
-  const int64_t t = kDispatchRowFactor * c.tokens_per_rank * pooled;
+  const int64_t t = kDispatchRowFactor * c.tokens_per_rank;
   return {directions * t, directions * plans * (t + 2 * longest)};
 }
 
@@ -70,7 +68,12 @@ TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec&
   // Kept until backward, every layer: received Q and K/V. One layer's at a time: Q sent, O+lse
   // sent and received, the fused call's Q, O and lse, dO sent and received, dQ sent and
   // received (query-shaped); K/V sent, the fused context K and V, dK/dV sent and received.
-  e.dispatcher = in_flight * spec.n_layers * (rows.q * q + rows.kv * kv) +
+  // cad pipelines run stateless servers (nothing kept from forward to backward: one layer's
+  // rows at a time) and keep each in-flight micro-batch's LSE per layer at home instead.
+  const bool stateless = c.mode == "cad" && c.pp > 1;
+  const int64_t kept = stateless ? in_flight * spec.n_layers * T * lse
+                                 : in_flight * spec.n_layers * (rows.q * q + rows.kv * kv);
+  e.dispatcher = kept + (stateless ? rows.q * (q + olse) + rows.kv * kv : 0) +
                  rows.q * (q + 2 * olse + 2 * q + lse + 2 * q + 2 * q) + rows.kv * (kv + kv + 2 * kv);
   e.plan = kPlanBytesPerPeer * R * R + kPlanBytesPerToken * R * T;
   // A rank thread is the master of its own OpenMP team; mpi adds the progress thread.

@@ -402,9 +402,10 @@ Status run_step_phase_aligned(const TrainConfig& config, comm::Communicator& wor
       }
     }
     DISTCA_RETURN_IF_ERROR(check_plan_rows(running, rank, dispatch_row_limits(config), step));
+    // Stateless servers: one layer's rows at a time (the LSE buffers are counted with the slots).
     int64_t kept = 0;
-    for (const Plan* p : running) kept += dispatcher_bytes(*p, rank, L);
-    peak_dispatch = std::max(peak_dispatch, kept);
+    for (const Plan* p : running) kept += dispatcher_bytes(*p, rank, 1);
+    peak_dispatch = std::max(peak_dispatch, kept + static_cast<int64_t>(s.lse.size() * s.lse.front().size() * sizeof(float)));
     DISTCA_ASSIGN_OR_RETURN(auto runner,
                             runtime::TickRunner::create(world, f.plans ? &*f.plans : nullptr, b.plans ? &*b.plans : nullptr,
                                                         s.dims, s.overlap, trace));

@@ -21,7 +21,8 @@
 // kDispatchRowFactor x T + 2 x the longest document (a task's context is its document's
 // prefix, duplicated on every server that holds a piece of it), twice that with ping-pong
 // (two plans live at once, and pong's tasks read ping's rows again), summed over the live
-// plans, and pp times that for CAD's pooled pipeline ticks; run_training checks every
+// plans, and twice that for CAD's pipeline ticks (a forward and a backward pooled plan at
+// once; their servers are stateless, so only one layer's rows live); run_training checks every
 // step's plan against these limits and fails the run if one is exceeded (the estimate then was
 // not a bound), before the dispatcher allocates.
 //
