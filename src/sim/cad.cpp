@@ -1,9 +1,10 @@
 // CAD: core attention served by every unit as an in-place attention server, planned by
-// schedule_cad, run with ping-pong nano-batches (or single-stream / signal), and with PP the
-// phase-aligned 1F1B whose forward ticks pool every active stage's micro-batch into ONE plan
-// over ALL units (docs/simulation-model.md, "CAD").
+// schedule_cad, run with ping-pong nano-batches (or single-stream / signal), and with PP
+// 1F1B's unit-time slots as mixed ticks (one_f_one_b_ticks, the runtime's schedule): per tick
+// the forward members are pooled into ONE plan over ALL units and the backward members into
+// another (docs/simulation-model.md, "CAD").
 //
-// Per forward tick: the pooled batch (plan/pool.h) puts stage s's micro-batch on the units of
+// Per plan: the pooled batch (plan/pool.h) puts stage s's micro-batch on the units of
 // stage s (the other units hold nothing and only serve); document ids become id * pp + stage
 // so they stay unique. schedule_cad balances UnitAttentionCost (seconds, padded short shards). The pooled
 // batch is split as the runtime splits it (plan/nano_split.h: split_nano_batches on the grid
@@ -14,10 +15,11 @@
 // long document's tail so has only pong tokens). single-stream runs the micro-batch as ONE
 // batch with every exchange waited for (the ablation without ping-pong; runtime/pingpong.h's
 // single-stream likewise runs the split batch's whole plan). The bytes of each (nano-batch,
-// stage) task list follow traffic.h (compute_traffic), split into the dispatch (Q, K/V) and the return (O + LSE). The
-// backward of a micro-batch runs on the servers of its forward (servers keep their inputs):
-// dO out, dQ and dK/dV back; stateless servers (SimOptions::cad_stateless) get Q, K/V and
-// O + LSE again with dO and keep nothing. A B tick composes the stored forward contributions of its ops.
+// stage) task list follow traffic.h (compute_traffic), split into the dispatch (Q, K/V) and the return (O + LSE).
+// Without PP the backward of a micro-batch runs on the servers of its forward (servers keep
+// their inputs): dO out, dQ and dK/dV back; stateless servers (SimOptions::cad_stateless) get
+// Q, K/V and O + LSE again with dO and keep nothing. With PP every backward is planned anew
+// with other micro-batches than its forward, so its servers are stateless (as the runtime's).
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -63,7 +65,13 @@ struct Slot {
   Vec linear[2], attention[2];
   Vec dispatch_sent[2], dispatch_recv[2], return_sent[2], return_recv[2];
   bool has_attention = false;
+  // [units] the direction (-1 none, 0 forward, 1 backward) and micro-batch of the op the
+  // unit's stage runs in this slot (a stage runs at most one op per tick).
+  std::vector<signed char> unit_dir;
+  std::vector<int64_t> unit_mb;
   void reset(size_t units) {
+    unit_dir.assign(units, -1);
+    unit_mb.assign(units, -1);
     for (int x = 0; x < 2; ++x) {
       for (Vec* v : {&linear[x], &attention[x], &dispatch_sent[x], &dispatch_recv[x], &return_sent[x],
                      &return_recv[x]}) {
@@ -89,17 +97,28 @@ class TickRunner {
  public:
   TickRunner(const Rates& R, Recorder& rec, Vec& unit_clock) : R_(R), rec_(rec), clock_(unit_clock), U_(R.units) {}
 
-  // Runs one layer slot. `mb` labels events (-1: several).
-  void slot(const Slot& s, bool bwd, int64_t mb) {
+  // Runs one layer slot. `dir`: the directions in it (0 forward, 1 backward, 2 both: a mixed
+  // tick, whose exchanges carry both directions' bytes at once). `mb` labels events (-1:
+  // several); a unit's linear work is labelled with its own op.
+  void slot(const Slot& s, int dir, int64_t mb) {
     const CadMode mode = R_.o.strategy.cad_mode;
-    const char* lin_name[2] = {bwd ? "bwd linear ping" : "fwd linear ping", bwd ? "bwd linear pong" : "fwd linear pong"};
-    const char* att_name[2] = {bwd ? "bwd attention ping" : "fwd attention ping",
-                               bwd ? "bwd attention pong" : "fwd attention pong"};
-    const char* d_name[2] = {bwd ? "dO dispatch ping" : "Q/KV dispatch ping", bwd ? "dO dispatch pong" : "Q/KV dispatch pong"};
-    const char* r_name[2] = {bwd ? "dQ/dKV return ping" : "O return ping", bwd ? "dQ/dKV return pong" : "O return pong"};
+    const auto d3 = static_cast<size_t>(dir);
+    static constexpr const char* kLin[2][2] = {{"fwd linear ping", "fwd linear pong"}, {"bwd linear ping", "bwd linear pong"}};
+    static constexpr const char* kAtt[3][2] = {{"fwd attention ping", "fwd attention pong"},
+                                               {"bwd attention ping", "bwd attention pong"},
+                                               {"fwd+bwd attention ping", "fwd+bwd attention pong"}};
+    static constexpr const char* kDis[3][2] = {{"Q/KV dispatch ping", "Q/KV dispatch pong"},
+                                               {"dO dispatch ping", "dO dispatch pong"},
+                                               {"Q/KV+dO dispatch ping", "Q/KV+dO dispatch pong"}};
+    static constexpr const char* kRet[3][2] = {{"O return ping", "O return pong"},
+                                               {"dQ/dKV return ping", "dQ/dKV return pong"},
+                                               {"O+dQ/dKV return ping", "O+dQ/dKV return pong"}};
+    const char* const* att_name = kAtt[d3];
+    const char* const* d_name = kDis[d3];
+    const char* const* r_name = kRet[d3];
     if (mode == CadMode::kSingleStream) {  // one batch (nano-batch 1 is empty), no overlap
       for (int x = 0; x < 1; ++x) {
-        linear(s.linear[x], Collective{}, lin_name[x], mb);
+        linear(s, x, Collective{}, kLin, mb);
         if (!s.has_attention) continue;
         const Collective d = issue(s.dispatch_sent[x], s.dispatch_recv[x], d_name[x], mb);
         attention(s.attention[x], d, att_name[x], mb);
@@ -110,7 +129,7 @@ class TickRunner {
     }
     Collective d[2];
     for (int x = 0; x < 2; ++x) {
-      linear(s.linear[x], returns_[x], lin_name[x], mb);
+      linear(s, x, returns_[x], kLin, mb);
       returns_[x].valid = false;
       if (s.has_attention) d[x] = issue(s.dispatch_sent[x], s.dispatch_recv[x], d_name[x], mb);
     }
@@ -122,14 +141,20 @@ class TickRunner {
   }
 
   // A global step: every unit waits for the slowest, then a transfer of `dur` seconds in
-  // which `sent` / `recv` units move data (PP activations between ticks).
-  void barrier_transfer(double dur, const Vec& sent, const Vec& recv, const char* name, int64_t mb) {
+  // which units move data: sent[0] / recv[0] activations, sent[1] / recv[1] gradients (PP,
+  // between ticks).
+  void barrier_transfer(double dur, const Vec (&sent)[2], const Vec (&recv)[2]) {
+    static constexpr const char* kName[2] = {"PP activation transfer", "PP grad transfer"};
     double t = *std::max_element(clock_.begin(), clock_.end());
     t = std::max(t, net_free_);
     for (int64_t u = 0; u < U_; ++u) {
       const auto i = static_cast<size_t>(u);
-      if (sent[i] > 0 || recv[i] > 0) rec_.comm(u, t, dur, sent[i], recv[i], name, mb);
-      if (recv[i] > 0) rec_.wait(u, clock_[i], t + dur, t);
+      bool waits = false;
+      for (int d = 0; d < 2; ++d) {
+        if (sent[d][i] > 0 || recv[d][i] > 0) rec_.comm(u, t, dur, sent[d][i], recv[d][i], kName[d], -1);
+        waits = waits || recv[d][i] > 0;
+      }
+      if (waits) rec_.wait(u, clock_[i], t + dur, t);
       clock_[i] = t + dur;
     }
     net_free_ = t + dur;
@@ -164,11 +189,15 @@ class TickRunner {
   void wait_all(const Collective& c) {
     for (size_t i = 0; i < clock_.size(); ++i) wait_for(i, c);
   }
-  void linear(const Vec& seconds, const Collective& after, const char* name, int64_t mb) {
+  // Nano-batch x's linear work of slot s; names[dir][x] by the unit's op.
+  void linear(const Slot& s, int x, const Collective& after, const char* const (&names)[2][2], int64_t mb) {
     for (size_t i = 0; i < clock_.size(); ++i) {
       wait_for(i, after);
-      rec_.linear(static_cast<int64_t>(i), clock_[i], seconds[i], name, mb);
-      clock_[i] += seconds[i];
+      const double dur = s.linear[x][i];
+      const bool own = s.unit_dir[i] >= 0;
+      rec_.linear(static_cast<int64_t>(i), clock_[i], dur, names[own && s.unit_dir[i] == 1 ? 1 : 0][x],
+                  own ? s.unit_mb[i] : mb);
+      clock_[i] += dur;
     }
   }
   void attention(const Vec& seconds, const Collective& after, const char* name, int64_t mb) {
@@ -231,12 +260,17 @@ NanoTaskLists split_nano(const Rates& R, const std::vector<TaskPlacement>& tasks
 }
 
 // Fills nano-batch x of `c` (op on the stage whose task list is `list`): attention served,
-// and the bytes of every exchange per unit. fresh_backward: see plan_tick.
+// and the bytes of every exchange per unit. fresh_backward: see plan_tick. Plan figures: a
+// forward plan counts its forward bytes and (pp = 1, where the backward reuses its servers)
+// its backward's; a fresh backward plan counts its backward bytes with the inputs resent.
 void fill_nano_contribution(const Rates& R, const PooledBatch& pooled, const DocumentIndex& index,
                             const std::vector<TaskPlacement>& list, int x, bool fresh_backward, Contribution& c,
                             PlanStats& ps) {
   const RowBytes& rb = R.row_bytes;
   const auto ranks = pooled.unit_of.size();
+  // Pipelines plan every backward apart (one_f_one_b_ticks pools a micro-batch's backward
+  // with other micro-batches than its forward), so their forward servers keep nothing.
+  const bool backward_apart = R.pp > 1;
   const Traffic t = compute_traffic(index, list, rb);
   // Indexed by pooled rank; scattered to units below. q: queries out and back as dQ; out:
   // O + LSE back; dout: dO out.
@@ -272,24 +306,29 @@ void fill_nano_contribution(const Rates& R, const PooledBatch& pooled, const Doc
     c.bwd_return_sent[x][u] = q_recv[rk] + kv_recv;
     c.bwd_return_recv[x][u] = q_sent[rk] + kv_sent;
     // Servers that keep their inputs hold the received rows and their outputs; stateless
-    // ones (and backward ticks planned anew) get Q, K/V and O + LSE again with dO.
-    if (!R.o.cad_stateless) c.kept_bytes[u] += c.fwd_dispatch_recv[x][u] + c.fwd_return_sent[x][u];
+    // ones (and backwards planned anew: every backward of a pipeline) get Q, K/V and O + LSE
+    // again with dO.
+    if (!R.o.cad_stateless && !backward_apart) c.kept_bytes[u] += c.fwd_dispatch_recv[x][u] + c.fwd_return_sent[x][u];
     if (fresh_backward || R.o.cad_stateless) {
       c.bwd_dispatch_sent[x][u] += c.fwd_dispatch_sent[x][u] + out_recv[rk];
       c.bwd_dispatch_recv[x][u] += c.fwd_dispatch_recv[x][u] + out_sent[rk];
     }
   }
-  if (!fresh_backward) {
+  if (fresh_backward) {  // the backward's own plan: dO out, dQ / dK/dV back, inputs again
+    ps.comm_bytes_backward += static_cast<double>(t.bytes.backward() + t.bytes.forward());
+  } else if (backward_apart) {  // a pipeline's forward plan: its backward is counted apart
+    ps.comm_bytes_forward += static_cast<double>(t.bytes.forward());
+  } else {
     ps.comm_bytes_forward += static_cast<double>(t.bytes.forward());
     ps.comm_bytes_backward += static_cast<double>(t.bytes.backward());
     if (R.o.cad_stateless) ps.comm_bytes_backward += static_cast<double>(t.bytes.forward());
   }
 }
 
-// Plans one tick and fills the contributions of its ops: outs[i] receives tick.ops[i]'s.
-// all_units: see pool_tick. fresh_backward: a backward tick planned anew (its servers did not
-// run the forward), so the inputs travel again with dO: Q, K/V, O + LSE out; dQ, dK/dV back
-// (the forward fields are filled as for a forward plan).
+// Plans one direction of a tick and fills the contributions of its ops: outs[i] receives
+// tick.ops[i]'s. all_units: see pool_tick. fresh_backward: a backward planned anew (its
+// servers did not run the forward: pipelines), so the inputs travel again with dO: Q, K/V,
+// O + LSE out; dQ, dK/dV back (the forward fields are filled as for a forward plan).
 Status plan_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick, const std::vector<Contribution*>& outs,
                  bool all_units, bool fresh_backward, PlanStats& ps) {
   const int64_t ups = R.units_per_stage;
@@ -331,7 +370,6 @@ Status plan_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick
                              fresh_backward, c, ps);
     }
   }
-  if (fresh_backward) return Status::ok_status();  // figures of forward plans only
   ps.plans += 1;
   ps.tasks += static_cast<int64_t>(sched->tasks.size());
   ps.load_max_over_mean =
@@ -347,16 +385,19 @@ std::vector<Contribution*> as_ptrs(std::vector<Contribution>& v) {
   return out;
 }
 
-// The CAD engine over the phase-aligned ticks: per tick, choose its plan (choose_plan), run its
-// layer slots (run_tick), move PP activations (pp_transfer); then the gradient all-reduce and
-// memory.
+// The CAD engine over 1F1B's unit-time slots as mixed ticks (one_f_one_b_ticks, what `distca
+// train --mode cad --pp P` runs): per tick, the forward members pooled into one plan and the
+// backward members into another (choose_plan, planned apart; pp = 1 has one op per tick and
+// its backward reuses its forward's servers), both directions' layer slots run together on
+// every unit (run_tick), then PP activations and gradients move (pp_transfer); then the
+// gradient all-reduce and memory.
 class CadEngine {
  public:
   CadEngine(const Rates& R, const std::vector<Batch>& mbs)
       : R_(R),
         mbs_(mbs),
         U_(static_cast<size_t>(R.units)),
-        ticks_(phase_aligned(R.pp, static_cast<int64_t>(mbs.size()))),
+        ticks_(split_ticks(one_f_one_b_ticks(R.pp, static_cast<int64_t>(mbs.size())))),
         contrib_(static_cast<size_t>(R.pp), std::vector<Contribution>(mbs.size())),
         rec_(R.units, R.o.record_events),
         clock_(U_, 0.0),
@@ -365,12 +406,15 @@ class CadEngine {
   }
 
   Status run(SimResult& r) {
-    for (const Tick& tick : ticks_) {
-      if (tick.ops.empty()) continue;
-      std::vector<Contribution*> src;
-      for (const PipeOp& op : tick.ops) src.push_back(&stored(op));
-      DISTCA_RETURN_IF_ERROR(choose_plan(tick, src, r.plan));
-      run_tick(tick, src, runner_, rec_);
+    for (const TickParts& tick : ticks_) {
+      if (tick.fwd.ops.empty() && tick.bwd.ops.empty()) continue;
+      Part f{&tick.fwd, {}}, b{&tick.bwd, {}};
+      for (const PipeOp& op : tick.fwd.ops) f.src.push_back(&stored(op));
+      for (const PipeOp& op : tick.bwd.ops) b.src.push_back(&stored(op));
+      // Forward first: its winner is stored (candidates_ is then free for the backward's).
+      if (!f.tick->ops.empty()) DISTCA_RETURN_IF_ERROR(choose_plan(*f.tick, f.src, r.plan));
+      if (!b.tick->ops.empty() && R_.pp > 1) DISTCA_RETURN_IF_ERROR(choose_plan(*b.tick, b.src, r.plan));
+      run_tick({&f, &b}, runner_, rec_);
       if (R_.pp > 1) pp_transfer(tick);
     }
     // Gradient all-reduce per stage after its last backward.
@@ -383,22 +427,43 @@ class CadEngine {
   }
 
  private:
+  // One tick's members by direction (fwd.backward = false, bwd.backward = true).
+  struct TickParts {
+    Tick fwd, bwd;
+  };
+  // One direction of a tick with the contributions it runs (one per op).
+  struct Part {
+    const Tick* tick = nullptr;
+    std::vector<Contribution*> src;
+  };
+  static std::vector<TickParts> split_ticks(const std::vector<std::vector<PipeOp>>& ticks) {
+    std::vector<TickParts> out(ticks.size());
+    for (size_t t = 0; t < ticks.size(); ++t) {
+      out[t].bwd.backward = true;
+      for (const PipeOp& op : ticks[t]) (op.backward ? out[t].bwd : out[t].fwd).ops.push_back(op);
+    }
+    return out;
+  }
+
   Contribution& stored(const PipeOp& op) {
     return contrib_[static_cast<size_t>(op.stage)][static_cast<size_t>(op.microbatch)];
   }
-  static int64_t label(const Tick& tick) { return tick.ops.size() == 1 ? tick.ops.front().microbatch : -1; }
 
-  // Layer slot k of `tick` (contributions `src`, one per op) into slot_; counts the forward's
-  // attention pairs in `rcd`. Slot k runs layer k's attention after the linear work between
-  // layers k-1 and k; slot n (the stage's layer count) is the linear tail without attention.
+  // Layer slot k of one direction `tick` (contributions `src`, one per op) added into slot_;
+  // counts the forward's attention pairs in `rcd`. Slot k runs layer k's attention (a
+  // backward: layer n-1-k's, the runtime's layer step k) after the linear work between layers
+  // k-1 and k; slot n (the stage's layer count) is the linear tail without attention.
   void fill_slot(const Tick& tick, const std::vector<Contribution*>& src, int64_t k, Recorder& rcd) {
     const bool bwd = tick.backward;
     const int64_t p = R_.pp, ups = R_.units_per_stage;
     const double share = kAttnFwdShare;
-    slot_.reset(U_);
-    slot_.has_attention = false;
     for (size_t oi = 0; oi < tick.ops.size(); ++oi) {
       const PipeOp& op = tick.ops[oi];
+      for (int64_t i = 0; i < ups; ++i) {
+        const auto u = static_cast<size_t>(op.stage * ups + i);
+        slot_.unit_dir[u] = bwd ? 1 : 0;
+        slot_.unit_mb[u] = op.microbatch;
+      }
       const int64_t n = R_.stage_layers[static_cast<size_t>(op.stage)];
       if (k > n) continue;
       const Contribution& c = *src[oi];
@@ -432,29 +497,45 @@ class CadEngine {
     }
   }
 
-  // One tick's layer slots on `runner` (the real timeline, or a scratch one to estimate).
-  void run_tick(const Tick& tick, const std::vector<Contribution*>& src, TickRunner& runner, Recorder& rcd) {
+  // One tick's layer slots on `runner` (the real timeline, or a scratch one to estimate):
+  // slot k holds every part's slot k (forward layer k beside backward layer n-1-k, as the
+  // runtime's TickRunner interleaves them), every unit doing both directions' work in it.
+  void run_tick(const std::vector<const Part*>& parts, TickRunner& runner, Recorder& rcd) {
+    int dir = -1;
+    size_t ops = 0;
+    int64_t mb = -1;
+    for (const Part* pt : parts) {
+      if (pt->tick->ops.empty()) continue;
+      const int d = pt->tick->backward ? 1 : 0;
+      dir = dir < 0 ? d : (dir == d ? d : 2);
+      ops += pt->tick->ops.size();
+      mb = pt->tick->ops.front().microbatch;
+    }
+    if (dir < 0) return;
+    if (ops != 1) mb = -1;
     for (int64_t k = 0; k <= max_stage_layers_; ++k) {
-      fill_slot(tick, src, k, rcd);
-      runner.slot(slot_, tick.backward, label(tick));
+      slot_.reset(U_);
+      slot_.has_attention = false;
+      for (const Part* pt : parts) fill_slot(*pt->tick, pt->src, k, rcd);
+      runner.slot(slot_, dir, mb);
     }
   }
 
-  // The duration of a tick run alone from an idle cluster.
+  // The duration of one direction of a tick run alone from an idle cluster.
   double estimate(const Tick& tick, const std::vector<Contribution*>& src) {
     Recorder scratch(R_.units, false);
     Vec clock(U_, 0.0);
     TickRunner runner(R_, scratch, clock);
-    run_tick(tick, src, runner, scratch);
+    const Part part{&tick, src};
+    run_tick({&part}, runner, scratch);
     return std::max(*std::max_element(clock.begin(), clock.end()), runner.net_free());
   }
 
-  // Forward ticks: one plan pooled over every unit (idle stages serve); when stages are idle,
-  // also the plan over the active stages' units only, and the faster tick wins (pooling can
-  // cost more bytes than the attention it moves). Backward ticks: the forward placements
-  // (servers kept the inputs); if they leave the servers outside the tolerance, also fresh
-  // plans (inputs sent again), fastest wins. The winner replaces `src` (forward: stored as
-  // the op's contribution for its backward).
+  // One direction of a tick: one plan pooled over every unit (idle stages serve); when
+  // stages do not run this direction, also the plan over its own stages' units only, and the
+  // faster (run alone) wins (pooling can cost more bytes than the attention it moves). A
+  // forward's winner is stored as the op's contribution (tokens, memory, pp = 1's backward);
+  // a backward (pp > 1: planned anew, stateless servers) replaces `src` for this tick.
   Status choose_plan(const Tick& tick, std::vector<Contribution*>& src, PlanStats& plan) {
     const bool bwd = tick.backward;
     const bool idle_stages = static_cast<int64_t>(tick.ops.size()) < R_.pp;
@@ -467,44 +548,26 @@ class CadEngine {
       cand_all_units.push_back(all_units);
       return plan_tick(R_, mbs_, tick, as_ptrs(candidates_.back()), all_units, bwd, cand_stats.back());
     };
-    if (!bwd) {
-      DISTCA_RETURN_IF_ERROR(add_candidate(true));
-      if (idle_stages) DISTCA_RETURN_IF_ERROR(add_candidate(false));
-    } else if (R_.pp > 1) {
-      Vec load(U_, 0.0);
-      for (const Contribution* c : src) {
-        for (size_t u = 0; u < U_; ++u) load[u] += c->attention_seconds[0][u] + c->attention_seconds[1][u];
-      }
-      if (max_over_mean(load) > 1.0 + R_.o.tolerance + 1e-9) {
-        DISTCA_RETURN_IF_ERROR(add_candidate(true));
-        if (idle_stages) DISTCA_RETURN_IF_ERROR(add_candidate(false));
-      }
-    }
-    if (candidates_.empty()) return Status::ok_status();
+    DISTCA_RETURN_IF_ERROR(add_candidate(true));
+    if (idle_stages) DISTCA_RETURN_IF_ERROR(add_candidate(false));
     for (const PlanStats& cs : cand_stats) plan.plan_seconds += cs.plan_seconds;
-    // Backward: the forward placements are candidate -1. Forward: a single candidate needs
-    // no estimate.
-    int64_t best = -1;
-    double best_time = bwd ? estimate(tick, src) : 0.0;
-    for (size_t ci = 0; ci < candidates_.size(); ++ci) {
-      if (!bwd && candidates_.size() == 1) {
-        best = 0;
-        break;
-      }
-      const double t = estimate(tick, as_ptrs(candidates_[ci]));
-      if ((!bwd && ci == 0) || t < best_time) {
-        best_time = t;
-        best = static_cast<int64_t>(ci);
+    size_t b = 0;
+    if (candidates_.size() > 1) {  // a single candidate needs no estimate
+      double best_time = 0;
+      for (size_t ci = 0; ci < candidates_.size(); ++ci) {
+        const double t = estimate(tick, as_ptrs(candidates_[ci]));
+        if (ci == 0 || t < best_time) {
+          best_time = t;
+          b = ci;
+        }
       }
     }
-    if (best < 0) return Status::ok_status();
-    const auto b = static_cast<size_t>(best);
     if (bwd) {
       src = as_ptrs(candidates_[b]);
       ++plan.backward_replans;
-      return Status::ok_status();
+    } else {
+      for (size_t oi = 0; oi < tick.ops.size(); ++oi) *src[oi] = std::move(candidates_[b][oi]);
     }
-    for (size_t oi = 0; oi < tick.ops.size(); ++oi) *src[oi] = std::move(candidates_[b][oi]);
     const PlanStats& cs = cand_stats[b];
     plan.plans += cs.plans;
     plan.tasks += cs.tasks;
@@ -516,27 +579,30 @@ class CadEngine {
     return Status::ok_status();
   }
 
-  // PP: activations (forward) or their gradients (backward) cross to the neighbour stage.
-  void pp_transfer(const Tick& tick) {
-    const bool bwd = tick.backward;
+  // PP: after a tick, the forwards' activations cross to the next stage and the backwards'
+  // gradients to the previous one, in one global step (every unit waits for the slowest).
+  void pp_transfer(const TickParts& tick) {
     const int64_t p = R_.pp, ups = R_.units_per_stage;
-    Vec sent(U_, 0.0), recv(U_, 0.0);
+    Vec sent[2], recv[2];  // [0] activations, [1] gradients
     double dur = 0;
-    for (const PipeOp& op : tick.ops) {
-      const int64_t to = bwd ? op.stage - 1 : op.stage + 1;
-      if (to < 0 || to >= p) continue;
-      const Contribution& c = stored(op);
-      for (int64_t i = 0; i < ups; ++i) {
-        const auto from_u = static_cast<size_t>(op.stage * ups + i), to_u = static_cast<size_t>(to * ups + i);
-        const double bytes = R_.boundary_bytes(c.tokens[0][from_u] + c.tokens[1][from_u]);
-        sent[from_u] += bytes;
-        recv[to_u] += bytes;
-        dur = std::max(dur, R_.p2p(bytes));
+    for (int d = 0; d < 2; ++d) {
+      sent[d].assign(U_, 0.0);
+      recv[d].assign(U_, 0.0);
+      for (const PipeOp& op : (d == 1 ? tick.bwd : tick.fwd).ops) {
+        const int64_t to = d == 1 ? op.stage - 1 : op.stage + 1;
+        if (to < 0 || to >= p) continue;
+        const Contribution& c = stored(op);
+        for (int64_t i = 0; i < ups; ++i) {
+          const auto from_u = static_cast<size_t>(op.stage * ups + i), to_u = static_cast<size_t>(to * ups + i);
+          const double bytes = R_.boundary_bytes(c.tokens[0][from_u] + c.tokens[1][from_u]);
+          sent[d][from_u] += bytes;
+          recv[d][to_u] += bytes;
+          dur = std::max(dur, R_.p2p(bytes));
+        }
       }
     }
-    if (dur > 0) runner_.barrier_transfer(dur, sent, recv, bwd ? "PP grad transfer" : "PP activation transfer", label(tick));
+    if (dur > 0) runner_.barrier_transfer(dur, sent, recv);
   }
-
   // Memory: unit u's own activations follow its stage's ops; the buffers it keeps as a server
   // follow every (stage, micro-batch) it served, held from that forward tick to its backward.
   // Then the per-unit figures of the result.
@@ -545,19 +611,9 @@ class CadEngine {
     std::vector<MemoryInput> mem(U_);
     Vec kept(U_, 0.0);
     std::vector<double> tokens_held(U_, 0.0);
-    for (const Tick& tick : ticks_) {
-      for (const PipeOp& op : tick.ops) {
-        const Contribution& c = stored(op);
-        const double sign = op.backward ? -1.0 : 1.0;
-        const double layers = static_cast<double>(R_.stage_layers[static_cast<size_t>(op.stage)]);
-        for (size_t u = 0; u < U_; ++u) kept[u] += sign * c.kept_bytes[u] * layers;
-        for (int64_t i = 0; i < ups; ++i) {
-          const auto u = static_cast<size_t>(op.stage * ups + i);
-          const double t = c.tokens[0][u] + c.tokens[1][u];
-          tokens_held[u] += sign * t;
-          mem[u].tokens_max = std::max(mem[u].tokens_max, t);
-        }
-      }
+    for (const TickParts& tick : ticks_) {
+      for (const PipeOp& op : tick.fwd.ops) account(op, kept, tokens_held, mem);
+      for (const PipeOp& op : tick.bwd.ops) account(op, kept, tokens_held, mem);
       for (size_t u = 0; u < U_; ++u) {
         mem[u].kept_bytes = std::max(mem[u].kept_bytes, kept[u]);
         mem[u].tokens_in_flight = std::max(mem[u].tokens_in_flight, tokens_held[u]);
@@ -574,11 +630,25 @@ class CadEngine {
     r.dp = ups;
     r.pp_ticks = static_cast<int64_t>(ticks_.size());
   }
+  // One op's change to the memory held (a forward adds, a backward frees).
+  void account(const PipeOp& op, Vec& kept, std::vector<double>& tokens_held, std::vector<MemoryInput>& mem) {
+    const int64_t ups = R_.units_per_stage;
+    const Contribution& c = stored(op);
+    const double sign = op.backward ? -1.0 : 1.0;
+    const double layers = static_cast<double>(R_.stage_layers[static_cast<size_t>(op.stage)]);
+    for (size_t u = 0; u < U_; ++u) kept[u] += sign * c.kept_bytes[u] * layers;
+    for (int64_t i = 0; i < ups; ++i) {
+      const auto u = static_cast<size_t>(op.stage * ups + i);
+      const double t = c.tokens[0][u] + c.tokens[1][u];
+      tokens_held[u] += sign * t;
+      mem[u].tokens_max = std::max(mem[u].tokens_max, t);
+    }
+  }
 
   const Rates& R_;
   const std::vector<Batch>& mbs_;
   const size_t U_;
-  const std::vector<Tick> ticks_;
+  const std::vector<TickParts> ticks_;
   std::vector<std::vector<Contribution>> contrib_;  // [stage][micro-batch] as planned forward
   Recorder rec_;
   Vec clock_;  // [units] the real timeline

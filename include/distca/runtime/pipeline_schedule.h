@@ -9,10 +9,10 @@
 //                          forward of that micro-batch, a backward for the next stage's.
 //                          Stage s never holds more than min(p-s, m) micro-batches.
 //   one_f_one_b_ticks(p, m) 1F1B's unit-time slots as global ticks of mixed directions: what
-//                          `distca train --mode cad --pp P` runs (each tick's forwards and
-//                          backwards pooled per direction; runtime/tick_runner.h). Memory as
-//                          1F1B's.
-//   phase_aligned(p, m)    the simulator's CAD model: global ticks in which every active stage runs a forward
+//                          `distca train --mode cad --pp P` runs and the simulator replays
+//                          (each tick's forwards and backwards pooled per direction;
+//                          runtime/tick_runner.h). Memory as 1F1B's.
+//   phase_aligned(p, m)    homogeneous ticks (kept for comparison; neither runs them now): global ticks in which every active stage runs a forward
 //                          (an F tick) or every active stage a backward (a B tick). Tick types:
 //                          p-1 warm-up F ticks, then F and B alternating for 2m ticks, then
 //                          p-1 drain B ticks: 2(m+p-1) ticks, as many as 1F1B's slots. In each

@@ -174,12 +174,12 @@ struct PlanStats {
   double comm_bytes_forward = 0;           // per layer, summed over plans
   double comm_bytes_backward = 0;
   double plan_seconds = 0;                 // wall clock of the scheduler calls
-  // cad with PP: backward ticks planned anew because the forward placements left them
-  // unbalanced (their inputs are sent again).
+  // cad with PP: backward plans (every tick's backward members are planned anew, apart
+  // from its forward members; stateless servers: the inputs are sent again).
   int64_t backward_replans = 0;
-  // cad with PP: forward ticks with idle stages whose plan over the active stages' units
-  // only was faster than the one pooled over every unit (moving attention to idle units can
-  // cost more bytes than it saves).
+  // cad with PP: plans (of one direction of a tick) with idle stages whose plan over that
+  // direction's stages' units only was faster than the one pooled over every unit (moving
+  // attention to idle units can cost more bytes than it saves).
   int64_t active_only_plans = 0;
 };
 
@@ -206,7 +206,7 @@ struct SimResult {
   std::vector<UnitStats> per_unit;   // [units]
   std::vector<CpCandidate> cp_candidates;  // wlb / percp
   PlanStats plan;
-  int64_t pp_ticks = 0;          // cad with PP: phase-aligned ticks (2 (m + p - 1))
+  int64_t pp_ticks = 0;          // cad with PP: one_f_one_b_ticks' mixed ticks (2 (m + p - 1))
   // Only with record_events: spans of the units' timelines (core/trace.h), ordered by (pid =
   // unit, tid, start). tid 0: compute ("fwd linear", "fwd attention", ...; category
   // "compute"); tid 1: communication in flight ("bwd dispatch", "grad all-reduce", ...;
