@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "distca/comm/communicator.h"
 #include "distca/core/specs.h"
 #include "distca/core/status.h"
 #include "distca/train/config.h"
@@ -51,6 +52,9 @@ train::TrainConfig make_config(const TrainBenchFlags& f, int64_t ranks, const Mo
 int64_t sgemm_rows(const TrainBenchFlags& f);
 // sgemm FLOP/s of this thread at the model's linear shapes (the best of three passes).
 double measure_sgemm(const TrainBenchFlags& f, int rank);
+// One round's sgemm probe on every rank at once (as they train), after a barrier, folded into
+// best[rank] (the best round's: other load on a shared host only ever slows it). Collective.
+Status probe_sgemm_round(comm::Communicator& comm, const TrainBenchFlags& f, std::vector<double>& best);
 // The memory every mode's run needs in this process, against the limit (--max-memory).
 Status check_bench_memory(const TrainBenchFlags& f, int64_t ranks, bool lead, const std::vector<Mode>& modes);
 

@@ -102,10 +102,7 @@ Status run_rank(comm::Communicator& comm, const TrainBenchFlags& f, const train:
   train::TrainHooks hooks;
   hooks.data = &data;
   for (int round = 0; round < f.rounds; ++round) {
-    DISTCA_RETURN_IF_ERROR(comm.barrier());
-    const double rate = measure_sgemm(f, comm.rank());
-    DISTCA_ASSIGN_OR_RETURN(std::vector<double> rates, comm.all_gather_value(rate));
-    for (size_t r = 0; r < rates.size(); ++r) fig.sgemm[r] = std::max(fig.sgemm[r], rates[r]);
+    DISTCA_RETURN_IF_ERROR(probe_sgemm_round(comm, f, fig.sgemm));
     for (size_t mi = 0; mi < modes.size(); ++mi) {
       const train::TrainConfig cfg = make_config(f, n, modes[mi]);
       DISTCA_RETURN_IF_ERROR(comm.barrier());

@@ -149,6 +149,14 @@ int64_t sgemm_bytes(const TrainBenchFlags& f) {
   for (const GemmShape& s : linear_shapes(bench_spec(f))) kmax = std::max(kmax, s.k), nmax = std::max(nmax, s.n);
   return 4 * (sgemm_rows(f) * kmax + kmax * nmax + sgemm_rows(f) * nmax);
 }
+Status probe_sgemm_round(comm::Communicator& comm, const TrainBenchFlags& f, std::vector<double>& best) {
+  DISTCA_RETURN_IF_ERROR(comm.barrier());
+  const double rate = measure_sgemm(f, comm.rank());
+  DISTCA_ASSIGN_OR_RETURN(std::vector<double> rates, comm.all_gather_value(rate));
+  for (size_t r = 0; r < rates.size() && r < best.size(); ++r) best[r] = std::max(best[r], rates[r]);
+  return {};
+}
+
 double measure_sgemm(const TrainBenchFlags& f, int rank) {
   const ModelSpec m = bench_spec(f);
   const int64_t rows = sgemm_rows(f);
@@ -251,12 +259,7 @@ Status run_rank(comm::Communicator& comm, const TrainBenchFlags& f, const train:
   train::TrainHooks hooks;
   hooks.data = &data;
   for (int round = 0; round < f.rounds; ++round) {
-    // The sgemm reference, before every round with every rank at once (as they train); the
-    // best round's, since other load on a shared host only ever slows it.
-    DISTCA_RETURN_IF_ERROR(comm.barrier());
-    const double rate = measure_sgemm(f, comm.rank());
-    DISTCA_ASSIGN_OR_RETURN(std::vector<double> rates, comm.all_gather_value(rate));
-    for (size_t r = 0; r < rates.size(); ++r) fig.sgemm[r] = std::max(fig.sgemm[r], rates[r]);
+    DISTCA_RETURN_IF_ERROR(probe_sgemm_round(comm, f, fig.sgemm));
     for (size_t mi = 0; mi < kModes.size(); ++mi) {
       train::TrainConfig cfg = make_config(f, n, kModes[mi]);
       const bool traced = !f.trace.empty() && round + 1 == f.rounds && mi == kPingPong;

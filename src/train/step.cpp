@@ -103,6 +103,14 @@ struct Micro {
   int64_t tokens() const { return rows[1].end; }
 };
 
+// Adds a micro-batch's loss sums to the step's.
+void add_loss(model::StepLoss& step, const model::StepLoss& mb) {
+  step.loss_sum += mb.loss_sum;
+  step.count += mb.count;
+  step.report_sum += mb.report_sum;
+  step.report_weight += mb.report_weight;
+}
+
 // Blocks on `ex`, adding the time to `waited`.
 Status wait_for(comm::Exchange& ex, double& waited) {
   const auto t0 = Clock::now();
@@ -264,11 +272,7 @@ Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup&
         DISTCA_ASSIGN_OR_RETURN(u.send_fwd, world.start_send(src, next, tag));
       }
       if (head) {
-        const model::StepLoss l = model.step_loss();
-        loss.loss_sum += l.loss_sum;
-        loss.count += l.count;
-        loss.report_sum += l.report_sum;
-        loss.report_weight += l.report_weight;
+        add_loss(loss, model.step_loss());
       }
       continue;
     }
@@ -466,11 +470,7 @@ Status run_step_phase_aligned(const TrainConfig& config, comm::Communicator& wor
         DISTCA_ASSIGN_OR_RETURN(u->send_fwd, world.start_send(src, next, tag));
       }
       if (head) {
-        const model::StepLoss l = model.step_loss();
-        loss.loss_sum += l.loss_sum;
-        loss.count += l.count;
-        loss.report_sum += l.report_sum;
-        loss.report_weight += l.report_weight;
+        add_loss(loss, model.step_loss());
       }
     } else if (u != nullptr) {
       if (prev >= 0) {
