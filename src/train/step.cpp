@@ -111,6 +111,23 @@ void add_loss(model::StepLoss& step, const model::StepLoss& mb) {
   step.report_weight += mb.report_weight;
 }
 
+// The step's micro-batches into `mbs`; returns the global target count: every document's
+// tokens but its last, over all micro-batches and replicas (every rank computes it from the
+// data alone).
+double load_micro_batches(const RankSetup& s, int64_t step, std::vector<Micro>& mbs) {
+  const int64_t M = s.micro_batches;
+  mbs = std::vector<Micro>(static_cast<size_t>(M));
+  double count = 0;
+  for (int64_t mb = 0; mb < M; ++mb) {
+    Micro& u = mbs[static_cast<size_t>(mb)];
+    u.batch = s.data->batch(step * M + mb);
+    for (const auto& pieces : u.batch.per_rank) {
+      for (const Piece& p : pieces) count += static_cast<double>(p.len - (p.offset + p.len == p.doc_len ? 1 : 0));
+    }
+  }
+  return count;
+}
+
 // Blocks on `ex`, adding the time to `waited`.
 Status wait_for(comm::Exchange& ex, double& waited) {
   const auto t0 = Clock::now();
@@ -211,17 +228,8 @@ Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup&
   const std::string at = "step " + std::to_string(step);
   double waited = 0, linear = 0, attention = 0, other = 0;
 
-  // The step's micro-batches and the global target count: every document's tokens but its
-  // last, over all micro-batches and replicas (every rank computes it from the data alone).
-  std::vector<Micro> mbs(static_cast<size_t>(M));
-  double count = 0;
-  for (int64_t mb = 0; mb < M; ++mb) {
-    Micro& u = mbs[static_cast<size_t>(mb)];
-    u.batch = s.data->batch(step * M + mb);
-    for (const auto& pieces : u.batch.per_rank) {
-      for (const Piece& p : pieces) count += static_cast<double>(p.len - (p.offset + p.len == p.doc_len ? 1 : 0));
-    }
-  }
+  std::vector<Micro> mbs;
+  const double count = load_micro_batches(s, step, mbs);
   const double grad_scale = 1.0 / count;
 
   const int L = static_cast<int>(s.layers.last - s.layers.first);
@@ -339,7 +347,7 @@ std::vector<Piece> own_pieces(const PooledBatch& pool, const Batch& split, int64
 // (CaDispatcher::adopt_forward); the forward's LSE stays with the home rows (one buffer per
 // layer and slot). Activations and gradients travel between stages point to point as in
 // 1F1B, sent in one tick and received in a later one.
-Status run_step_phase_aligned(const TrainConfig& config, comm::Communicator& world, RankSetup& s, int64_t step,
+Status run_step_pooled_ticks(const TrainConfig& config, comm::Communicator& world, RankSetup& s, int64_t step,
                               StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace) {
   auto& model = *s.model;
   const int64_t P = s.pp, M = s.micro_batches, stage = s.stage;
@@ -352,15 +360,9 @@ Status run_step_phase_aligned(const TrainConfig& config, comm::Communicator& wor
   const int L = static_cast<int>(s.layers.last - s.layers.first);
   const int64_t H = s.spec.n_heads;
 
-  std::vector<Micro> mbs(static_cast<size_t>(M));
+  std::vector<Micro> mbs;
+  const double count = load_micro_batches(s, step, mbs);
   std::vector<std::vector<Piece>> layout(static_cast<size_t>(M));  // the F tick's local pieces
-  double count = 0;
-  for (int64_t mb = 0; mb < M; ++mb) {
-    mbs[static_cast<size_t>(mb)].batch = s.data->batch(step * M + mb);
-    for (const auto& pieces : mbs[static_cast<size_t>(mb)].batch.per_rank) {
-      for (const Piece& p : pieces) count += static_cast<double>(p.len - (p.offset + p.len == p.doc_len ? 1 : 0));
-    }
-  }
   const double grad_scale = 1.0 / count;
   // Slots: the lowest free one at a micro-batch's forward, freed by its backward.
   std::vector<bool> busy(static_cast<size_t>(model.slots()), false);

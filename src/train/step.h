@@ -67,7 +67,7 @@ Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup&
                 int64_t& peak_dispatch, TraceRecorder* trace);
 // The same for --mode cad with pp > 1: one_f_one_b_ticks with pooled plans per tick
 // (step.cpp explains it).
-Status run_step_phase_aligned(const TrainConfig& config, comm::Communicator& world, RankSetup& s, int64_t step,
+Status run_step_pooled_ticks(const TrainConfig& config, comm::Communicator& world, RankSetup& s, int64_t step,
                               StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace);
 
 }  // namespace distca::train

@@ -227,7 +227,7 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
       trace_from_us = trace->now_us();
     }
     if (config.mode == "cad" && s.pp > 1) {
-      DISTCA_RETURN_IF_ERROR(run_step_phase_aligned(config, comm, s, step, m, peak_dispatch, trace));
+      DISTCA_RETURN_IF_ERROR(run_step_pooled_ticks(config, comm, s, step, m, peak_dispatch, trace));
     } else {
       DISTCA_RETURN_IF_ERROR(run_step(config, comm, s, step, m, peak_dispatch, trace));
     }
