@@ -404,7 +404,7 @@ Runner setup(CLI::App& sub) {
               "signal (1-byte exchanges: a timing ablation, outputs invalid, no update)");
   DISTCA_FLAG("--trace", trace, "Write a Chrome trace of the last step (every rank) to FILE");
   DISTCA_FLAG("--pp", pp,
-              "Pipeline stages (default 1): ranks = data-parallel replicas x stages; 1F1B, --mode colocated only");
+              "Pipeline stages (default 1): ranks = data-parallel replicas x stages; colocated 1F1B, cad pooled ticks");
   DISTCA_FLAG("--micro-batches", micro_batches,
               "Micro-batches per replica per step (default 1; >= --pp; with --pp 1: gradient accumulation)");
 #undef DISTCA_FLAG

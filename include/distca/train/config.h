@@ -40,10 +40,10 @@ struct TrainConfig {
   // Refused with --mode colocated, which has no exchange to overlap.
   std::string overlap;
   // Pipeline parallelism: pp stages (ranks = dp x pp), each step micro_batches micro-batches
-  // per data-parallel replica, run in 1F1B order (runtime/pipeline_schedule.h). pp > 1 needs
-  // micro_batches >= pp, pp <= the model's layers, and --mode colocated (cad's phase-aligned
-  // pipeline schedule is not built yet). micro_batches > 1 with pp = 1 is gradient
-  // accumulation (either mode).
+  // per data-parallel replica, in 1F1B order (runtime/pipeline_schedule.h; cad runs its slots
+  // as pooled ticks). pp > 1 needs micro_batches >= pp, pp <= the model's layers, and with
+  // --mode cad pp dividing the layers. micro_batches > 1 with pp = 1 is gradient accumulation
+  // (either mode).
   int64_t pp = 1;
   int64_t micro_batches = 1;
   // Optimisation.
