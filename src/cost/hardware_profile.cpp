@@ -31,6 +31,18 @@ std::pair<int64_t, int64_t> ProfileShape::in_out(const std::string& layer) const
   return {0, 0};
 }
 
+Status ProfileShape::validate(const std::string& pre) const {
+  auto bad = [&](const std::string& what) { return Status::invalid_argument(pre + what); };
+  for (auto [name, v] : {std::pair{"model.hidden", hidden}, {"model.n_heads", n_heads}, {"model.n_kv_heads", n_kv_heads},
+                         {"model.head_dim", head_dim}, {"model.ffn", ffn}, {"model.vocab", vocab},
+                         {"model.tokens", tokens}}) {
+    if (v < 1 || v > kMaxProfileDim) return bad(std::string(name) + " must be in 1..2^24 (got " + std::to_string(v) + ")");
+  }
+  if (n_heads % n_kv_heads != 0) return bad("model.n_kv_heads must divide model.n_heads");
+  if (n_heads * head_dim > kMaxProfileDim) return bad("model.n_heads x model.head_dim must be at most 2^24");
+  return {};
+}
+
 namespace {
 
 constexpr GemmPass kPasses[] = {GemmPass::kForward, GemmPass::kBackwardData, GemmPass::kBackwardWeight};
@@ -81,14 +93,31 @@ Status check_link(const LinkProfile& l, const std::string& pre) {
 
 }  // namespace
 
+std::vector<GemmRecord> profile_gemm_list(const ProfileShape& shape) {
+  std::vector<GemmRecord> out;
+  for (const char* layer : kProfileLayers) {
+    for (GemmPass pass : kPasses) {
+      GemmRecord g;
+      g.layer = layer;
+      g.pass = pass;
+      gemm_dims(shape, layer, pass, &g.m, &g.n, &g.k);
+      out.push_back(std::move(g));
+    }
+  }
+  return out;
+}
+
 LinkProfile fit_link(std::vector<LinkPoint> points, double wire_factor) {
   LinkProfile l;
   l.points = std::move(points);
-  // Least squares of seconds on wire bytes; sums in point order (deterministic).
+  // Least squares of seconds on wire bytes, each point weighted by 1 / seconds^2 (relative
+  // errors: the sizes span five orders of magnitude, and plain least squares would let the
+  // largest point alone decide the latency); sums in point order (deterministic).
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const LinkPoint& p : l.points) {
     const double x = static_cast<double>(p.bytes) * wire_factor;
-    n += 1, sx += x, sy += p.seconds, sxx += x * x, sxy += x * p.seconds;
+    const double w = p.seconds > 0 ? 1.0 / (p.seconds * p.seconds) : 0.0;
+    n += w, sx += w * x, sy += w * p.seconds, sxx += w * x * x, sxy += w * x * p.seconds;
   }
   const double det = n * sxx - sx * sx;
   double slope = det > 0 ? (n * sxy - sx * sy) / det : 0.0;
@@ -145,13 +174,7 @@ Status HardwareProfile::validate(const std::string& source) const {
     if (v < 1 || v > kMaxProfileCount) return bad(std::string(name) + " must be in 1..65536 (got " + std::to_string(v) + ")");
   }
   const ProfileShape& s = shape;
-  for (auto [name, v] : {std::pair{"model.hidden", s.hidden}, {"model.n_heads", s.n_heads},
-                         {"model.n_kv_heads", s.n_kv_heads}, {"model.head_dim", s.head_dim},
-                         {"model.ffn", s.ffn}, {"model.vocab", s.vocab}, {"model.tokens", s.tokens}}) {
-    if (v < 1 || v > kMaxProfileDim) return bad(std::string(name) + " must be in 1..2^24 (got " + std::to_string(v) + ")");
-  }
-  if (s.n_heads % s.n_kv_heads != 0) return bad("model.n_kv_heads must divide model.n_heads");
-  if (s.n_heads * s.head_dim > kMaxProfileDim) return bad("model.n_heads x model.head_dim must be at most 2^24");
+  DISTCA_RETURN_IF_ERROR(s.validate(pre));
   if (gemms.size() != kProfileLayerCount * 3) {
     return bad("gemm must hold " + std::to_string(kProfileLayerCount * 3) + " products (8 layers x 3 passes), got " +
                std::to_string(gemms.size()));

@@ -58,6 +58,9 @@ struct ProfileShape {
   int64_t tokens = 0;
   // (in, out) of linear layer `layer` (one of kProfileLayers).
   std::pair<int64_t, int64_t> in_out(const std::string& layer) const;
+  // Every field in 1..kMaxProfileDim, n_kv_heads dividing n_heads, n_heads x head_dim at most
+  // kMaxProfileDim; `prefix` starts the message ("profile.json: model.ffn must be ...").
+  Status validate(const std::string& prefix) const;
 };
 
 struct GemmRecord {
@@ -69,6 +72,10 @@ struct GemmRecord {
   double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
 };
 
+// The 24 products a profile holds, in file order (kProfileLayers x forward, backward_data,
+// backward_weight), with their (m, n, k) at `shape` and zero seconds.
+std::vector<GemmRecord> profile_gemm_list(const ProfileShape& shape);
+
 // One exchange size: `bytes` per message (all-to-all: to each other rank; p2p: to the one
 // peer), the median seconds of the whole exchange on rank 0.
 struct LinkPoint {
@@ -77,7 +84,8 @@ struct LinkPoint {
 };
 // A fit seconds = latency_seconds + bytes_on_wire / bytes_per_second over `points`, where
 // bytes_on_wire is what one rank sends to other ranks: (ranks - 1) x bytes for all-to-all,
-// bytes for p2p. Least squares; a negative intercept is clamped to 0.
+// bytes for p2p. Least squares weighted by 1 / seconds^2 (relative error); a negative
+// intercept becomes 0 with the slope refitted through the origin.
 struct LinkProfile {
   double latency_seconds = 0;   // per exchange (per message)
   double bytes_per_second = 0;  // per rank
@@ -88,7 +96,7 @@ struct LinkProfile {
 LinkProfile fit_link(std::vector<LinkPoint> points, double wire_factor);
 
 struct HardwareProfile {
-  // The machine: CPU model, usable cores of one process, processes that ran the profile at
+  // The machine: CPU model, its online cores, processes that ran the profile at
   // once (mpirun -np), OpenMP compute threads per rank, OpenBLAS's kernel family.
   std::string cpu;
   int64_t cores = 1;
