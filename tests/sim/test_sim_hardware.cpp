@@ -6,6 +6,7 @@
 // figures computed from the file's own numbers; and `distca simulate --hardware FILE`.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 
@@ -263,6 +264,61 @@ TEST_F(SimHardwareCli, RefusesBadProfilesNamingFileAndField) {
   expect_refused("--hardware " + pt + " --gpus 2", pt + ": gemm[0].seconds_alone must be a number");
   expect_refused("--hardware " + (dir_ / "missing.json").string() + " --gpus 2", "is neither a preset");
   expect_refused("--hardware " + kRecorded + " --gpus 2 --mfu 0.4", "--mfu cannot be combined with a hardware profile");
+}
+
+}  // namespace
+}  // namespace distca::sim
+
+namespace distca::sim {
+namespace {
+
+// `distca profile --hardware-out`: bad flags refused before any work, and a minimal real run
+// whose file the reader accepts with the shapes asked for (no figure is checked: timing).
+class ProfileCli : public distca::testing::CliFixture {
+ protected:
+  ProfileCli() : CliFixture("profile_hw", "profile") {}
+  void expect_bad(const std::string& args, const std::string& says) const {
+    const auto r = run(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("distca: error: "), std::string::npos) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(says), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir_ / "hw.json")) << args;
+  }
+};
+
+TEST_F(ProfileCli, RefusesBadFlagsUpFront) {
+  const std::string out = " --hardware-out " + (dir_ / "hw.json").string();
+  expect_bad("--width 256", "--width needs --hardware-out");
+  expect_bad("--tokens 64 --out " + (dir_ / "t.json").string(), "--tokens needs --hardware-out");
+  expect_bad("--hardware-out " + (dir_ / "no" / "hw.json").string(), "--hardware-out");
+  expect_bad(out + " --width 100", "--head-dim 64 must divide --width");
+  expect_bad(out + " --model tiny --width 128", "--width cannot be combined with --model");
+  expect_bad(out + " --tokens 0", "--tokens must be in 1..1048576");
+  expect_bad(out + " --vocab 1", "--vocab must be in 2..16777216");
+  expect_bad(out + " --width 64 --kv-heads 3", "--kv-heads must divide --heads");
+  expect_bad(out + " --min-len 64 --max-len 32", "--max-len must be >= --min-len");
+  expect_bad(out + " --mpi-timeout -1", "--mpi-timeout must be a finite number >= 0");
+  expect_bad(out + " --gemm-repeats 0", "--gemm-repeats");
+}
+
+TEST_F(ProfileCli, WritesAProfileTheReaderAccepts) {
+  const std::string path = (dir_ / "hw.json").string();
+  const auto r = run("--hardware-out " + path + " --width 32 --head-dim 16 --ffn 64 --vocab 16 --tokens 32 " +
+                     "--min-len 16 --max-len 32 --repeats 1 --min-seconds 0 --gemm-repeats 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "");  // no cost table on stdout without --out
+  auto hp = load_hardware_profile(path);
+  ASSERT_TRUE(hp.ok()) << hp.status().message();
+  EXPECT_EQ(hp->ranks, 1);
+  EXPECT_FALSE(hp->all_to_all.has_value());
+  EXPECT_EQ(hp->shape.hidden, 32);
+  EXPECT_EQ(hp->shape.n_heads, 2);
+  EXPECT_EQ(hp->shape.n_kv_heads, 1);
+  EXPECT_EQ(hp->shape.ffn, 64);
+  EXPECT_EQ(hp->shape.tokens, 32);
+  EXPECT_EQ(hp->attention_forward.q_lens, (std::vector<int64_t>{16, 32}));
+  EXPECT_EQ(hp->gemm("w2", GemmPass::kBackwardWeight).k, 32);
 }
 
 }  // namespace
