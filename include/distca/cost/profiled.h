@@ -94,7 +94,7 @@ class ProfiledCostModel final : public AttentionCostModel {
 // configuration: it is the H100 file's, 64 query heads, 4 K/V heads, head_dim 128 (the
 // kCsvTable* constants). Only the cp = 1, tp = 1 rows (one GPU, all heads) are used; there
 // must be at least one.
-// Extension to a cost table (docs/kernels.md, "CSV cost tables"):
+// Extension to a cost table (docs/simulation-model.md, "CSV cost tables"):
 //   - forward-only: seconds = forward x (1 + kAttentionBackwardFactor) (backward 2.5x), so the
 //     simulator's forward share gives the measured forward back;
 //   - diagonal-only: q_lens = kv_lens = the rows' L; a point q < kv takes the throughput of the
