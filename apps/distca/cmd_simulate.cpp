@@ -23,6 +23,7 @@
 #include "distca/core/memory.h"
 #include "distca/core/trace.h"
 #include "distca/core/specs.h"
+#include "distca/cost/hardware_profile.h"
 #include "distca/cost/profiled.h"
 #include "distca/sim/simulator.h"
 #include "distca/sim/sweeps.h"
@@ -84,6 +85,22 @@ std::string human_bytes(double b) {
 }
 
 bool given(const Options& o, const char* flag) { return o.app->count(flag) > 0; }
+
+// The cluster figures of a hardware profile's machine: one rank per node (a unit is one rank),
+// local-cpu's memory (--memory-gb overrides), the profile's best GEMM rate as the peak (shown
+// only: the profile's own rates drive the linear layers) and its all-to-all link.
+HardwareSpec make_profile_hardware(const HardwareProfile& p, const std::string& path) {
+  HardwareSpec h = *hardware_preset("local-cpu");
+  h.name = "profile " + path;
+  h.gpus_per_node = 1;
+  h.peak_flops = 0;
+  for (const GemmRecord& g : p.gemms) h.peak_flops = std::max(h.peak_flops, g.flops() / std::min(g.seconds_alone, g.seconds_concurrent));
+  if (p.all_to_all) {
+    h.inter_node_bw = p.all_to_all->bytes_per_second;
+    h.inter_node_latency = p.all_to_all->latency_seconds;
+  }
+  return h;
+}
 
 // ---- plotting (the sim library writes the CSV and the script; drawing is the CLI's) ----------
 
@@ -262,7 +279,21 @@ int run(const Options& o) {
   auto model = model_preset(o.model);
   if (!model.ok()) return fail(Status(model.status().code(), "--model: " + model.status().message()));
   auto hw = hardware_preset(o.hardware);
-  if (!hw.ok()) return fail(Status(hw.status().code(), "--hardware: " + hw.status().message()));
+  std::shared_ptr<const HardwareProfile> profile;
+  if (!hw.ok()) {
+    // Not a preset: a hardware profile (distca profile --hardware-out FILE).
+    if (Status in = check_input_file(o.hardware); !in.ok()) {
+      return fail_input("--hardware: '" + o.hardware + "' is neither a preset (h200, local-cpu) nor a readable hardware " +
+                        "profile file (" + in.message() + ")");
+    }
+    auto hp = load_hardware_profile(o.hardware);
+    if (!hp.ok()) return fail(Status(hp.status().code(), "--hardware: " + hp.status().message()));
+    profile = std::make_shared<const HardwareProfile>(std::move(hp).value());
+    for (const char* f : {"--mfu", "--attention-efficiency", "--inter-node-bw", "--inter-node-latency"}) {
+      if (given(o, f)) return fail_input(std::string(f) + " cannot be combined with a hardware profile (--hardware " + o.hardware + " measured it)");
+    }
+    hw = make_profile_hardware(*profile, o.hardware);
+  }
   auto strategy = sim::parse_strategy(o.strategy);
   if (!strategy.ok()) return fail(strategy.status());
   if (o.dtype != "bf16" && o.dtype != "fp32") return fail_input("--dtype: expected bf16 or fp32, got '" + o.dtype + "'");
@@ -298,6 +329,7 @@ int run(const Options& o) {
   so.grad_sync = !o.no_grad_sync;
   so.cad_stateless = o.cad_servers == "stateless";
   so.record_events = !o.trace_path.empty();
+  so.hardware_profile = profile;
   std::unique_ptr<AttentionCostModel> table;
   if (!o.cost_table.empty()) {
     auto t = load_cost_table(o.cost_table);
@@ -392,7 +424,7 @@ Runner setup(CLI::App& sub) {
   o->app = &sub;
   add_workload_flags(sub, o->workload);
   sub.add_option("--model", o->model, "Model preset (tiny, llama-8b, llama-34b)")->capture_default_str();
-  sub.add_option("--hardware", o->hardware, "Hardware preset (h200, local-cpu)")->capture_default_str();
+  sub.add_option("--hardware", o->hardware, "Hardware preset (h200, local-cpu) or a `distca profile --hardware-out` FILE")->capture_default_str();
   sub.add_option("--gpus", o->gpus, "GPUs in the cluster (a multiple of the node size)");
   sub.add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node = TP degree (default: the preset's)");
   sub.add_option("--pp", o->pp, "Pipeline stages (divides the nodes; at most the model's layers)")->capture_default_str();

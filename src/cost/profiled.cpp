@@ -1,9 +1,12 @@
 #include "distca/cost/profiled.h"
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <string_view>
 
 #include "distca/core/io.h"
 #include "distca/cost/analytic.h"
@@ -241,9 +244,141 @@ double ProfiledCostModel::task_cost(int64_t q_len, int64_t kv_len) const {
   return flops / tput;
 }
 
+namespace {
+
+// A CSV field as a strict decimal integer in [lo, hi].
+bool csv_int(std::string_view f, int64_t lo, int64_t hi, int64_t* out) {
+  if (f.empty() || f.size() > 19) return false;
+  for (char c : f) {
+    if (c < '0' || c > '9') return false;
+  }
+  if (f.size() > 1 && f[0] == '0') return false;
+  const auto [p, ec] = std::from_chars(f.data(), f.data() + f.size(), *out);
+  return ec == std::errc() && p == f.data() + f.size() && *out >= lo && *out <= hi;
+}
+
+// A CSV field as a finite positive decimal number (no nan, inf, hex).
+bool csv_double(std::string_view f, double* out) {
+  if (f.empty() || f.size() > 64) return false;
+  for (char c : f) {
+    if (!((c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '-' || c == '+')) return false;
+  }
+  const auto [p, ec] = std::from_chars(f.data(), f.data() + f.size(), *out);
+  return ec == std::errc() && p == f.data() + f.size() && std::isfinite(*out) && *out > 0;
+}
+
+}  // namespace
+
+Result<CostTable> cost_table_from_csv(const std::string& text, const std::string& source) {
+  auto bad = [&](size_t line, const std::string& what) {
+    return Status::invalid_argument(source + ": line " + std::to_string(line) + ": " + what);
+  };
+  struct Row {
+    int64_t len, cp, tp;
+    double ms;
+  };
+  std::vector<Row> rows;
+  size_t line_no = 0, pos = 0;
+  bool header = false;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string_view line(text.data() + pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) continue;
+    if (!header) {
+      if (line != "L,cp,tp,duration_per_doc") return bad(line_no, "the header must be \"L,cp,tp,duration_per_doc\"");
+      header = true;
+      continue;
+    }
+    std::vector<std::string_view> f;
+    size_t a = 0;
+    while (f.size() < 5) {
+      const size_t c = line.find(',', a);
+      f.push_back(line.substr(a, c == std::string_view::npos ? std::string_view::npos : c - a));
+      if (c == std::string_view::npos) break;
+      a = c + 1;
+    }
+    if (f.size() != 4) return bad(line_no, "expected 4 fields (L,cp,tp,duration_per_doc)");
+    Row r{};
+    if (!csv_int(f[0], 1, kMaxCostTableLength, &r.len)) return bad(line_no, "L must be an integer in 1..2^40");
+    if (!csv_int(f[1], 1, 65536, &r.cp)) return bad(line_no, "cp must be an integer in 1..65536");
+    if (!csv_int(f[2], 1, 65536, &r.tp)) return bad(line_no, "tp must be an integer in 1..65536");
+    if (!csv_double(f[3], &r.ms) || r.ms * 1e-3 < kMinTaskSeconds || r.ms * 1e-3 > kMaxTaskSeconds) {
+      return bad(line_no, "duration_per_doc must be a time in milliseconds in [1e-06, 1e+09]");
+    }
+    for (const Row& o : rows) {
+      if (o.len == r.len && o.cp == r.cp && o.tp == r.tp) {
+        return bad(line_no, "duplicate row for L " + std::to_string(r.len) + ", cp " + std::to_string(r.cp) + ", tp " +
+                                std::to_string(r.tp));
+      }
+    }
+    if (rows.size() >= 65536) return bad(line_no, "more than 65536 rows");
+    rows.push_back(r);
+  }
+  if (!header) return Status::invalid_argument(source + ": empty (expected the header \"L,cp,tp,duration_per_doc\")");
+  std::vector<std::pair<int64_t, double>> diag;  // (L, forward seconds) of the cp = tp = 1 rows
+  for (const Row& r : rows) {
+    if (r.cp == 1 && r.tp == 1) diag.emplace_back(r.len, r.ms * 1e-3);
+  }
+  if (diag.empty()) return Status::invalid_argument(source + ": no row with cp = 1 and tp = 1 (one GPU, all heads)");
+  if (diag.size() > kMaxCostTableGrid) {
+    return Status::invalid_argument(source + ": more than " + std::to_string(kMaxCostTableGrid) + " cp = 1, tp = 1 rows");
+  }
+  std::sort(diag.begin(), diag.end());
+  CostTable t;
+  t.hardware = {{"source", source}, {"format", "csv L,cp,tp,duration_per_doc"}, {"rows", "cp = 1, tp = 1"}};
+  t.n_heads = kCsvTableHeads;
+  t.n_kv_heads = kCsvTableKvHeads;
+  t.head_dim = kCsvTableHeadDim;
+  const size_t n = diag.size();
+  std::vector<double> tput(n), log_len(n);
+  for (size_t i = 0; i < n; ++i) {
+    t.q_lens.push_back(diag[i].first);
+    const double total = diag[i].second * (1.0 + kAttentionBackwardFactor);
+    tput[i] = t.task_flops(diag[i].first, diag[i].first) / total;
+    log_len[i] = std::log2(static_cast<double>(diag[i].first));
+  }
+  t.kv_lens = t.q_lens;
+  t.seconds.assign(n, std::vector<double>(n, 0.0));
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = i; j < n; ++j) {
+      const int64_t q = t.q_lens[i], kv = t.kv_lens[j];
+      double tp = tput[i];
+      if (i != j) {
+        const double pairs = static_cast<double>(task_pairs(q, kv));
+        const double l_eq = std::log2((std::sqrt(8.0 * pairs + 1.0) - 1.0) / 2.0);
+        if (l_eq <= log_len.front()) {
+          tp = tput.front();
+        } else if (l_eq >= log_len.back()) {
+          tp = tput.back();
+        } else {
+          size_t k = 0;
+          while (log_len[k + 1] < l_eq) ++k;
+          const double w = (l_eq - log_len[k]) / (log_len[k + 1] - log_len[k]);
+          tp = (1 - w) * tput[k] + w * tput[k + 1];
+        }
+      }
+      t.seconds[i][j] = std::clamp(t.task_flops(q, kv) / tp, kMinTaskSeconds, kMaxTaskSeconds);
+    }
+  }
+  DISTCA_RETURN_IF_ERROR(t.validate(source));
+  return t;
+}
+
 Result<std::unique_ptr<AttentionCostModel>> load_cost_table(const std::string& path) {
-  DISTCA_ASSIGN_OR_RETURN(nlohmann::json j, read_json_file(path));
-  DISTCA_ASSIGN_OR_RETURN(CostTable t, cost_table_from_json(j, path));
+  std::string ext = path.size() >= 4 ? path.substr(path.size() - 4) : "";
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  CostTable t;
+  if (ext == ".csv") {
+    DISTCA_ASSIGN_OR_RETURN(std::string text, read_file(path));
+    DISTCA_ASSIGN_OR_RETURN(t, cost_table_from_csv(text, path));
+  } else {
+    DISTCA_ASSIGN_OR_RETURN(nlohmann::json j, read_json_file(path));
+    DISTCA_ASSIGN_OR_RETURN(t, cost_table_from_json(j, path));
+  }
   return std::unique_ptr<AttentionCostModel>(std::make_unique<ProfiledCostModel>(std::move(t)));
 }
 

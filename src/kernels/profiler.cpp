@@ -8,6 +8,7 @@
 
 #include "distca/core/rng.h"
 #include "distca/kernels/attention.h"
+#include "distca/kernels/blas.h"
 
 namespace distca::kernels {
 
@@ -130,8 +131,9 @@ std::string cpu_model_name() {
   return "unknown";
 }
 
-Result<CostTable> profile_attention(const ProfileOptions& opt,
-                                    const std::function<void(const std::string&)>& progress) {
+Result<AttentionGrids> profile_attention_split(const ProfileOptions& opt,
+                                               const std::function<void(const std::string&)>& progress,
+                                               const std::function<Status()>& sync) {
   CostTable table;
   table.n_heads = opt.n_heads;
   table.n_kv_heads = opt.n_kv_heads;
@@ -145,22 +147,73 @@ Result<CostTable> profile_attention(const ProfileOptions& opt,
   // Check the grid before spending minutes on it (placeholder times).
   table.seconds.assign(table.q_lens.size(), std::vector<double>(table.kv_lens.size(), 1.0));
   DISTCA_RETURN_IF_ERROR(table.validate("profile grid"));
+  AttentionGrids g{table, table};
   for (size_t i = 0; i < table.q_lens.size(); ++i) {
     for (size_t j = 0; j < table.kv_lens.size(); ++j) {
       const int64_t ql = table.q_lens[i], kl = table.kv_lens[j];
-      if (ql > kl) continue;
+      if (ql > kl) {
+        g.forward.seconds[i][j] = g.backward.seconds[i][j] = 0;
+        continue;
+      }
       AttentionProblem prob = make_problem({{ql, kl}}, opt.n_heads, opt.n_kv_heads, opt.head_dim,
                                            opt.seed + i * 1000 + j);
+      if (sync) DISTCA_RETURN_IF_ERROR(sync());
       const KernelTiming t = time_kernels(prob, opt.repeats, opt.min_seconds);
-      table.seconds[i][j] = t.forward_seconds + t.backward_seconds;
+      // A kernel faster than the table's floor (a nanosecond) still loads.
+      g.forward.seconds[i][j] = std::max(t.forward_seconds, kMinTaskSeconds);
+      g.backward.seconds[i][j] = std::max(t.backward_seconds, kMinTaskSeconds);
       if (progress) {
         progress("q_len " + std::to_string(ql) + " kv_len " + std::to_string(kl) + ": " +
-                 std::to_string(table.seconds[i][j] * 1e3) + " ms");
+                 std::to_string((t.forward_seconds + t.backward_seconds) * 1e3) + " ms");
       }
     }
   }
+  DISTCA_RETURN_IF_ERROR(g.forward.validate("profile (forward)"));
+  DISTCA_RETURN_IF_ERROR(g.backward.validate("profile (backward)"));
+  return g;
+}
+
+Result<CostTable> profile_attention(const ProfileOptions& opt,
+                                    const std::function<void(const std::string&)>& progress) {
+  DISTCA_ASSIGN_OR_RETURN(AttentionGrids g, profile_attention_split(opt, progress));
+  CostTable table = g.forward;
+  for (size_t i = 0; i < table.q_lens.size(); ++i) {
+    for (size_t j = 0; j < table.kv_lens.size(); ++j) table.seconds[i][j] += g.backward.seconds[i][j];
+  }
   DISTCA_RETURN_IF_ERROR(table.validate("profile"));
   return table;
+}
+
+double profile_gemm_bytes(const GemmRecord& g) {
+  return 4.0 * (static_cast<double>(g.m) * static_cast<double>(g.k) + static_cast<double>(g.k) * static_cast<double>(g.n) +
+                static_cast<double>(g.m) * static_cast<double>(g.n));
+}
+
+Result<double> time_profile_gemm(const GemmRecord& g, int repeats, const std::function<Status()>& sync, uint64_t seed) {
+  // Operands as model/layers.cpp stores them: forward x (m, k) and w (n, k) (NT); backward
+  // data dy (m, k) and w (k, n) (NN); backward weight dy (k, m) and x (k, n) (TN).
+  const bool ta = g.pass == GemmPass::kBackwardWeight;
+  const bool tb = g.pass == GemmPass::kForward;
+  std::vector<float> a(static_cast<size_t>(g.m * g.k)), b(static_cast<size_t>(g.k * g.n)), c(static_cast<size_t>(g.m * g.n));
+  Rng rng(seed);
+  for (auto& x : a) x = static_cast<float>(rng.uniform(-1.0, 1.0));
+  for (auto& x : b) x = static_cast<float>(rng.uniform(-1.0, 1.0));
+  const int64_t lda = std::max<int64_t>(1, ta ? g.m : g.k), ldb = std::max<int64_t>(1, tb ? g.k : g.n);
+  const int64_t ldc = std::max<int64_t>(1, g.n);
+  // backward_weight accumulates into dw (beta 1), as the model does.
+  const float beta = g.pass == GemmPass::kBackwardWeight ? 1.0f : 0.0f;
+  auto call = [&] {
+    gemm_tiled<float>(ta, tb, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+  };
+  call();  // warm-up (page faults, OpenBLAS buffers)
+  std::vector<double> t;
+  for (int r = 0; r < std::max(1, repeats); ++r) {
+    if (sync) DISTCA_RETURN_IF_ERROR(sync());
+    const double t0 = now();
+    call();
+    t.push_back(now() - t0);
+  }
+  return std::max(median(t), kMinTaskSeconds);
 }
 
 }  // namespace distca::kernels

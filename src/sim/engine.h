@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,7 @@ class UnitAttentionCost final : public AttentionCostModel {
   double unit_flops_ = 0;   // G * peak * efficiency
   int64_t tile_ = 128;
   const ProfiledCostModel* table_ = nullptr;
+  std::shared_ptr<const ProfiledCostModel> profile_table_;  // the hardware profile's, when used
   double table_scale_ = 1;  // model FLOPs / table FLOPs per pair, / G
 };
 
@@ -59,19 +61,23 @@ struct Rates {
   double pre_share = 0;              // pre-CA (norm + QKV) share of a layer's linear work
   double lm_head_fwd_per_token = 0;  // LM head, last stage (0 without lm_head)
   double lm_head_bwd_per_token = 0;
-  double bytes_per_second = 0;       // between units (G * inter_node_bw)
+  double bytes_per_second = 0;       // between units (G * inter_node_bw; profile: all-to-all)
   double latency = 0;                // seconds per collective step
+  double p2p_bytes_per_second = 0;   // stage-to-stage transfers (= the above without a profile)
+  double p2p_latency = 0;
   RowBytes row_bytes;
   UnitAttentionCost cost;
   std::vector<int64_t> stage_layers;  // [pp] layers of each stage (the first L % pp get one more)
   // Seconds of a point-to-point transfer of `bytes` between two units (0 bytes: 0).
-  double p2p(double bytes) const { return bytes > 0 ? latency + bytes / bytes_per_second : 0.0; }
+  double p2p(double bytes) const { return bytes > 0 ? p2p_latency + bytes / p2p_bytes_per_second : 0.0; }
   // Activation bytes crossing a stage boundary for `tokens` tokens (either direction).
   double boundary_bytes(double tokens) const {
     return tokens * static_cast<double>(o.model.hidden * o.dtype_bytes);
   }
   // Parameters of stage s.
   double stage_params(int64_t s) const;
+  // Replaces the linear, LM-head and link rates by the profile's (SimOptions::hardware_profile).
+  void apply_hardware_profile(const HardwareProfile& profile);
 };
 
 // Per-unit accumulators and (optionally) trace events: pid = unit, tid = kComputeTrack

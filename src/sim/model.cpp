@@ -13,6 +13,10 @@ UnitAttentionCost::UnitAttentionCost(const SimOptions& o)
       tile_(o.attention_tile),
       table_(o.attention_table) {
   seconds_per_pair_ = attention_forward_flops(model_, 1.0) / unit_flops_ * (1.0 + kAttentionBackwardFactor);
+  if (table_ == nullptr && o.hardware_profile != nullptr) {
+    profile_table_ = std::make_shared<const ProfiledCostModel>(o.hardware_profile->attention_total());
+    table_ = profile_table_.get();
+  }
   if (table_ != nullptr) {
     const CostTable& t = table_->table();
     const double model_per_pair = static_cast<double>(model_.n_heads * model_.head_dim);
@@ -40,9 +44,52 @@ Rates::Rates(const SimOptions& opt) : o(opt), cost(opt) {
   lm_head_bwd_per_token = 2.0 * lm_head_fwd_per_token;
   bytes_per_second = static_cast<double>(gpus_per_unit) * o.cluster.hw.inter_node_bw;
   latency = o.cluster.hw.inter_node_latency;
+  p2p_bytes_per_second = bytes_per_second;
+  p2p_latency = latency;
+  if (o.hardware_profile != nullptr) apply_hardware_profile(*o.hardware_profile);
   row_bytes = distca::row_bytes(m, o.dtype_bytes);
   stage_layers.assign(static_cast<size_t>(pp), m.n_layers / pp);
   for (int64_t s = 0; s < m.n_layers % pp; ++s) ++stage_layers[static_cast<size_t>(s)];
+}
+
+void Rates::apply_hardware_profile(const HardwareProfile& hp) {
+  const ModelSpec& m = o.model;
+  const double G = static_cast<double>(gpus_per_unit);
+  // All units compute at once when there are several (the profile's concurrent figures, taken
+  // with every rank of its run computing); a single unit runs alone.
+  const bool concurrent = units > 1;
+  const ProfileShape shape{m.hidden, m.n_heads, m.n_kv_heads, m.head_dim, m.ffn, m.vocab, 1};
+  // Seconds per token of (layer, pass) at the model's shapes: its FLOPs per row / the rate
+  // measured for that product (the same rate whatever the row count; the profile's rows set
+  // the rate's blocking).
+  auto per_token = [&](const char* layer, GemmPass pass) {
+    const auto [in, out] = shape.in_out(layer);
+    const double flops = 2.0 * static_cast<double>(in) * static_cast<double>(out);
+    return flops / (G * hp.gemm_rate(layer, pass, concurrent));
+  };
+  double fwd = 0, bwd = 0, pre = 0;
+  for (size_t i = 0; i + 1 < kProfileLayerCount; ++i) {  // the layer's seven; the LM head below
+    const char* layer = kProfileLayers[i];
+    const double f = per_token(layer, GemmPass::kForward);
+    fwd += f;
+    if (i < 3) pre += f;  // Q, K, V: the pre-attention part
+    bwd += per_token(layer, GemmPass::kBackwardData) + per_token(layer, GemmPass::kBackwardWeight);
+  }
+  linear_fwd_per_token = fwd;
+  linear_bwd_per_token = bwd + (o.activation_checkpointing ? fwd : 0.0);  // + the recomputed forward
+  pre_share = pre / fwd;
+  lm_head_fwd_per_token = o.lm_head ? per_token("lm_head", GemmPass::kForward) : 0.0;
+  lm_head_bwd_per_token = o.lm_head ? per_token("lm_head", GemmPass::kBackwardData) +
+                                          per_token("lm_head", GemmPass::kBackwardWeight)
+                                    : 0.0;
+  if (hp.all_to_all) {
+    bytes_per_second = G * hp.all_to_all->bytes_per_second;
+    latency = hp.all_to_all->latency_seconds;
+  }
+  if (hp.p2p) {
+    p2p_bytes_per_second = G * hp.p2p->bytes_per_second;
+    p2p_latency = hp.p2p->latency_seconds;
+  }
 }
 
 double Rates::stage_params(int64_t s) const {

@@ -148,6 +148,7 @@ Status SimOptions::validate() const {
   if (attention_table != nullptr) {
     DISTCA_RETURN_IF_ERROR(attention_table->table().validate("--cost-table"));
   }
+  if (hardware_profile != nullptr) DISTCA_RETURN_IF_ERROR(hardware_profile->validate("--hardware"));
   return Status::ok_status();
 }
 

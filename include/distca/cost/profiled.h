@@ -86,7 +86,31 @@ class ProfiledCostModel final : public AttentionCostModel {
   double peak_ = 0;
 };
 
-// Reads a table written by `distca profile`; errors name the file and the field.
+// The CSV attention-time format of ../shared/data/attn-time-h100.csv (the public DistCA
+// profiler's output): a header line "L,cp,tp,duration_per_doc", then one row per measurement:
+// document length L (integer, 1..2^40), context- and tensor-parallel degrees cp and tp
+// (integers, 1..65536) and the FORWARD time of one causal document of length L in
+// milliseconds (finite, positive). (L, cp, tp) unique. The file does not carry its head
+// configuration: it is the H100 file's, 64 query heads, 4 K/V heads, head_dim 128 (the
+// kCsvTable* constants). Only the cp = 1, tp = 1 rows (one GPU, all heads) are used; there
+// must be at least one.
+// Extension to a cost table (docs/simulation-model.md, "CSV cost tables"):
+//   - forward-only: seconds = forward x (1 + kAttentionBackwardFactor) (backward 2.5x), so the
+//     simulator's forward share gives the measured forward back;
+//   - diagonal-only: q_lens = kv_lens = the rows' L; a point q < kv takes the throughput of the
+//     diagonal at the length whose causal pairs equal the task's (L_eq with L_eq (L_eq + 1) / 2
+//     = pairs(q, kv)), interpolated in log2 L between the bracketing rows and clamped at the
+//     ends: a task costs what a document of the same work costs.
+inline constexpr int64_t kCsvTableHeads = 64;
+inline constexpr int64_t kCsvTableKvHeads = 4;
+inline constexpr int64_t kCsvTableHeadDim = 128;
+// Refuses (one line naming `source`, the line number and the column): a missing or different
+// header, a row without exactly four fields, a malformed or out-of-range number, a duplicate
+// (L, cp, tp), no cp = 1, tp = 1 row.
+Result<CostTable> cost_table_from_csv(const std::string& text, const std::string& source);
+
+// Reads a cost table: a path ending in ".csv" (any case) is read as the CSV format above,
+// anything else as the JSON written by `distca profile`; errors name the file and the field.
 Result<std::unique_ptr<AttentionCostModel>> load_cost_table(const std::string& path);
 
 }  // namespace distca

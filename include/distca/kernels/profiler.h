@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "distca/core/status.h"
+#include "distca/cost/hardware_profile.h"
 #include "distca/cost/profiled.h"
 #include "distca/kernels/attention.h"
 
@@ -64,6 +65,26 @@ std::vector<int64_t> power_of_two_lengths(int64_t lo, int64_t hi);
 // (hardware: CPU model, OpenMP threads, BLAS). `progress` (optional) is called after each point.
 Result<CostTable> profile_attention(const ProfileOptions& opt,
                                     const std::function<void(const std::string&)>& progress);
+
+// Forward and backward seconds at every grid point with q <= kv (profile_attention's grid and
+// timing), kept apart. `sync` (optional) runs before each point (ranks of a profile run start
+// every point together); an error from it stops the run and is returned.
+struct AttentionGrids {
+  CostTable forward;
+  CostTable backward;
+};
+Result<AttentionGrids> profile_attention_split(const ProfileOptions& opt,
+                                               const std::function<void(const std::string&)>& progress,
+                                               const std::function<Status()>& sync = {});
+
+// Times one linear-layer product of a hardware profile (cost/hardware_profile.h, GemmPass) as
+// the model runs it: gemm_tiled (kernels/blas.h) on the calling thread's OpenMP team, OpenBLAS
+// on one thread, fp32, dense operands with random values from Rng(seed). One warm-up call, then
+// `repeats` timed calls, `sync` (optional) before each; returns the median seconds.
+Result<double> time_profile_gemm(const GemmRecord& g, int repeats, const std::function<Status()>& sync,
+                                 uint64_t seed);
+// Bytes time_profile_gemm allocates for g (its three operands).
+double profile_gemm_bytes(const GemmRecord& g);
 
 // A short description of this machine: CPU model name (from /proc/cpuinfo), thread count.
 std::string cpu_model_name();

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,7 @@
 #include "distca/core/specs.h"
 #include "distca/core/status.h"
 #include "distca/core/trace.h"
+#include "distca/cost/hardware_profile.h"
 #include "distca/cost/profiled.h"
 #include "distca/data/batch.h"
 #include "distca/data/workload.h"
@@ -98,6 +100,15 @@ struct SimOptions {
   // device for its own head configuration; scaled by FLOPs to the model's heads, split over
   // the G GPUs of a unit). Not owned; must outlive simulate().
   const ProfiledCostModel* attention_table = nullptr;
+  // A measured hardware profile (cost/hardware_profile.h; load_hardware_profile reads one).
+  // When set, per unit (G = gpus_per_node ranks' worth): linear layers run at the profile's
+  // GEMM rates at the model's shapes (each layer's FLOPs / its measured FLOP/s; the
+  // concurrent figures when the cluster has more than one unit, else the alone ones) instead
+  // of peak x mfu; attention comes from the profile's table unless attention_table is set;
+  // exchanges between units cost the profile's all-to-all latency and bandwidth, stage-to-stage
+  // transfers its p2p figures (instead of hw.inter_node_*). docs/simulation-model.md,
+  // "Hardware profile". Shared, immutable.
+  std::shared_ptr<const HardwareProfile> hardware_profile;
   double tolerance = 0.1;     // cad scheduler tolerance, [0, 1]
   double wlb_mem_cap = 1.2;   // wlb re-pack token cap over the mean, >= 1
   int64_t dtype_bytes = 2;    // activations and parameters on the wire and in memory: 2 or 4

@@ -1,0 +1,138 @@
+// A hardware profile: what `distca profile --hardware-out FILE` measured on one machine, in the
+// form the simulator reads (`distca simulate --hardware FILE`, SimOptions::hardware_profile).
+// Format: docs/simulation-model.md, section "Hardware profile". Three parts:
+//   - the linear layers' GEMMs at one model's shapes, forward and both backward products, each
+//     timed with one rank computing alone and with every rank of the run computing at once;
+//   - forward and backward core attention over a (q_len, kv_len) grid;
+//   - under mpirun (ranks > 1): latency and bandwidth of all-to-all and point-to-point
+//     exchanges through the project's Communicator, measured while every rank exchanges.
+//
+// Units: seconds, bytes, FLOPs. Every rate is per rank (one process with threads_per_rank
+// compute threads): the simulator multiplies by a unit's GPUs (gpus_per_node), as it does with
+// a preset's per-GPU figures.
+//
+// Thread safety: plain data; the parsed profile is immutable once loaded and may be shared.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "distca/core/specs.h"
+#include "distca/core/status.h"
+#include "distca/cost/profiled.h"
+
+namespace distca {
+
+inline constexpr int kHardwareProfileVersion = 1;
+inline constexpr const char* kHardwareProfileFormat = "distca-hardware-profile";
+// Bounds of a loaded profile (beyond them the file is broken or hostile, and derived rates
+// could overflow): counts and shapes, link figures.
+inline constexpr int64_t kMaxProfileCount = 65536;          // cores, ranks, threads_per_rank
+inline constexpr int64_t kMaxProfileDim = int64_t{1} << 24;  // a model dimension or token count
+inline constexpr int64_t kMaxLinkBytes = int64_t{1} << 40;   // a link point's message size
+inline constexpr size_t kMaxLinkPoints = 64;
+inline constexpr double kMaxLinkLatency = 1.0;               // seconds per message
+inline constexpr double kMinLinkBandwidth = 1.0;             // bytes/s
+inline constexpr double kMaxLinkBandwidth = 1e15;
+
+// Which product of a linear layer y (n, out) = x (n, in) w^T, as model/layers.cpp calls them:
+//   forward          y  (n, out)  = x (n, in) w^T        m = n,   n = out, k = in   (NT)
+//   backward_data    dx (n, in)   = dy (n, out) w        m = n,   n = in,  k = out  (NN)
+//   backward_weight  dw (out, in) = dy^T x               m = out, n = in,  k = n    (TN)
+enum class GemmPass { kForward, kBackwardData, kBackwardWeight };
+const char* gemm_pass_name(GemmPass pass);  // "forward" | "backward_data" | "backward_weight"
+
+// The linear layers of one transformer layer plus the LM head, in this order.
+inline constexpr const char* kProfileLayers[] = {"wq", "wk", "wv", "wo", "w1", "w3", "w2", "lm_head"};
+inline constexpr size_t kProfileLayerCount = 8;
+
+// The shapes the GEMMs were measured at: a Llama layer of this width (model/llama.h) on
+// `tokens` rows.
+struct ProfileShape {
+  int64_t hidden = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, ffn = 0, vocab = 0;
+  int64_t tokens = 0;
+  // (in, out) of linear layer `layer` (one of kProfileLayers).
+  std::pair<int64_t, int64_t> in_out(const std::string& layer) const;
+  // Every field in 1..kMaxProfileDim, n_kv_heads dividing n_heads, n_heads x head_dim at most
+  // kMaxProfileDim; `prefix` starts the message ("profile.json: model.ffn must be ...").
+  Status validate(const std::string& prefix) const;
+};
+
+struct GemmRecord {
+  std::string layer;  // one of kProfileLayers
+  GemmPass pass = GemmPass::kForward;
+  int64_t m = 0, n = 0, k = 0;    // row-major C (m, n) = op(A) (m, k) op(B) (k, n)
+  double seconds_alone = 0;       // median; this rank computing, the others waiting
+  double seconds_concurrent = 0;  // median; every rank computing the same product at once
+  double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
+};
+
+// The 24 products a profile holds, in file order (kProfileLayers x forward, backward_data,
+// backward_weight), with their (m, n, k) at `shape` and zero seconds.
+std::vector<GemmRecord> profile_gemm_list(const ProfileShape& shape);
+
+// One exchange size: `bytes` per message (all-to-all: to each other rank; p2p: to the one
+// peer), the median seconds of the whole exchange on rank 0.
+struct LinkPoint {
+  int64_t bytes = 0;
+  double seconds = 0;
+};
+// A fit seconds = latency_seconds + bytes_on_wire / bytes_per_second over `points`, where
+// bytes_on_wire is what one rank sends to other ranks: (ranks - 1) x bytes for all-to-all,
+// bytes for p2p. Least squares weighted by 1 / seconds^2 (relative error); a negative
+// intercept becomes 0 with the slope refitted through the origin.
+struct LinkProfile {
+  double latency_seconds = 0;   // per exchange (per message)
+  double bytes_per_second = 0;  // per rank
+  std::vector<LinkPoint> points;  // strictly increasing bytes
+};
+// The fit described above (points must hold at least one point with bytes > 0). `wire_factor`
+// is ranks - 1 for all-to-all, 1 for p2p.
+LinkProfile fit_link(std::vector<LinkPoint> points, double wire_factor);
+
+struct HardwareProfile {
+  // The machine: CPU model, its online cores, processes that ran the profile at
+  // once (mpirun -np), OpenMP compute threads per rank, OpenBLAS's kernel family.
+  std::string cpu;
+  int64_t cores = 1;
+  int64_t ranks = 1;
+  int64_t threads_per_rank = 1;
+  std::string blas;
+  ProfileShape shape;
+  // Every (layer, pass) of kProfileLayers x GemmPass exactly once, shapes from `shape`.
+  std::vector<GemmRecord> gemms;
+  // Forward and backward seconds of one task on the same grid and heads (backward also holds
+  // the forward's recomputation the kernel does, as attention_backward runs it).
+  CostTable attention_forward;
+  CostTable attention_backward;
+  bool attention_concurrent = false;  // measured with every rank running the same point
+  std::optional<LinkProfile> all_to_all;  // present exactly when ranks > 1
+  std::optional<LinkProfile> p2p;
+
+  // The record of (layer, pass); precondition: validate() passed.
+  const GemmRecord& gemm(const std::string& layer, GemmPass pass) const;
+  // FLOP/s of (layer, pass): concurrent or alone.
+  double gemm_rate(const std::string& layer, GemmPass pass, bool concurrent) const;
+  // Forward + backward seconds per grid point: the table the planner and simulator read.
+  CostTable attention_total() const;
+  // Median over grid points of backward / forward seconds.
+  double attention_backward_ratio() const;
+  // Every field's range and the consistency rules above; `source` prefixes the message,
+  // which names the field ("profile.json: gemm[3].seconds_alone must be ...").
+  Status validate(const std::string& source) const;
+};
+
+nlohmann::json to_json(const HardwareProfile& profile);
+// Refuses (one line naming `source` and the field): a "format" other than
+// kHardwareProfileFormat, a "version" other than kHardwareProfileVersion, a missing or wrongly
+// typed field, a number out of range or not finite, and whatever validate refuses.
+Result<HardwareProfile> hardware_profile_from_json(const nlohmann::json& j, const std::string& source);
+// Reads and checks a profile file (core/io.h read_json_file: regular file, bounded size).
+Result<HardwareProfile> load_hardware_profile(const std::string& path);
+
+}  // namespace distca

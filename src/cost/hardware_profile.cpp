@@ -1,0 +1,482 @@
+#include "distca/cost/hardware_profile.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+
+#include "distca/core/check.h"
+#include "distca/core/io.h"
+
+namespace distca {
+
+const char* gemm_pass_name(GemmPass pass) {
+  switch (pass) {
+    case GemmPass::kForward: return "forward";
+    case GemmPass::kBackwardData: return "backward_data";
+    case GemmPass::kBackwardWeight: return "backward_weight";
+  }
+  return "?";
+}
+
+std::pair<int64_t, int64_t> ProfileShape::in_out(const std::string& layer) const {
+  const int64_t qd = n_heads * head_dim, kvd = n_kv_heads * head_dim;
+  if (layer == "wq") return {hidden, qd};
+  if (layer == "wk" || layer == "wv") return {hidden, kvd};
+  if (layer == "wo") return {qd, hidden};
+  if (layer == "w1" || layer == "w3") return {hidden, ffn};
+  if (layer == "w2") return {ffn, hidden};
+  if (layer == "lm_head") return {hidden, vocab};
+  DISTCA_CHECK_MSG(false, "unknown layer " + layer);
+  return {0, 0};
+}
+
+Status ProfileShape::validate(const std::string& pre) const {
+  auto bad = [&](const std::string& what) { return Status::invalid_argument(pre + what); };
+  for (auto [name, v] : {std::pair{"model.hidden", hidden}, {"model.n_heads", n_heads}, {"model.n_kv_heads", n_kv_heads},
+                         {"model.head_dim", head_dim}, {"model.ffn", ffn}, {"model.vocab", vocab},
+                         {"model.tokens", tokens}}) {
+    if (v < 1 || v > kMaxProfileDim) return bad(std::string(name) + " must be in 1..2^24 (got " + std::to_string(v) + ")");
+  }
+  if (n_heads % n_kv_heads != 0) return bad("model.n_kv_heads must divide model.n_heads");
+  if (n_heads * head_dim > kMaxProfileDim) return bad("model.n_heads x model.head_dim must be at most 2^24");
+  return {};
+}
+
+namespace {
+
+constexpr GemmPass kPasses[] = {GemmPass::kForward, GemmPass::kBackwardData, GemmPass::kBackwardWeight};
+
+// (m, n, k) of (layer, pass) at `shape` (hardware_profile.h, GemmPass).
+void gemm_dims(const ProfileShape& s, const std::string& layer, GemmPass pass, int64_t* m, int64_t* n, int64_t* k) {
+  const auto [in, out] = s.in_out(layer);
+  switch (pass) {
+    case GemmPass::kForward: *m = s.tokens, *n = out, *k = in; return;
+    case GemmPass::kBackwardData: *m = s.tokens, *n = in, *k = out; return;
+    case GemmPass::kBackwardWeight: *m = out, *n = in, *k = s.tokens; return;
+  }
+}
+
+std::string num(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+bool sane_seconds(double s) { return std::isnormal(s) && s >= kMinTaskSeconds && s <= kMaxTaskSeconds; }
+
+Status check_link(const LinkProfile& l, const std::string& pre) {
+  if (!std::isfinite(l.latency_seconds) || l.latency_seconds < 0 || l.latency_seconds > kMaxLinkLatency) {
+    return Status::invalid_argument(pre + ".latency_seconds must be in [0, 1] (got " + num(l.latency_seconds) + ")");
+  }
+  if (!std::isfinite(l.bytes_per_second) || l.bytes_per_second < kMinLinkBandwidth ||
+      l.bytes_per_second > kMaxLinkBandwidth) {
+    return Status::invalid_argument(pre + ".bytes_per_second must be in [1, 1e15] (got " + num(l.bytes_per_second) + ")");
+  }
+  if (l.points.empty() || l.points.size() > kMaxLinkPoints) {
+    return Status::invalid_argument(pre + ".points must hold 1 to " + std::to_string(kMaxLinkPoints) + " points");
+  }
+  for (size_t i = 0; i < l.points.size(); ++i) {
+    const std::string at = pre + ".points[" + std::to_string(i) + "]";
+    if (l.points[i].bytes < 0 || l.points[i].bytes > kMaxLinkBytes) {
+      return Status::invalid_argument(at + ".bytes must be in 0..2^40");
+    }
+    if (i > 0 && l.points[i].bytes <= l.points[i - 1].bytes) {
+      return Status::invalid_argument(at + ".bytes must be larger than the previous point's");
+    }
+    if (!sane_seconds(l.points[i].seconds)) {
+      return Status::invalid_argument(at + ".seconds must be a time in [1e-09, 1e+06] (got " + num(l.points[i].seconds) + ")");
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<GemmRecord> profile_gemm_list(const ProfileShape& shape) {
+  std::vector<GemmRecord> out;
+  for (const char* layer : kProfileLayers) {
+    for (GemmPass pass : kPasses) {
+      GemmRecord g;
+      g.layer = layer;
+      g.pass = pass;
+      gemm_dims(shape, layer, pass, &g.m, &g.n, &g.k);
+      out.push_back(std::move(g));
+    }
+  }
+  return out;
+}
+
+LinkProfile fit_link(std::vector<LinkPoint> points, double wire_factor) {
+  LinkProfile l;
+  l.points = std::move(points);
+  // Least squares of seconds on wire bytes, each point weighted by 1 / seconds^2 (relative
+  // errors: the sizes span five orders of magnitude, and plain least squares would let the
+  // largest point alone decide the latency); sums in point order (deterministic).
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const LinkPoint& p : l.points) {
+    const double x = static_cast<double>(p.bytes) * wire_factor;
+    const double w = p.seconds > 0 ? 1.0 / (p.seconds * p.seconds) : 0.0;
+    n += w, sx += w * x, sy += w * p.seconds, sxx += w * x * x, sxy += w * x * p.seconds;
+  }
+  const double det = n * sxx - sx * sx;
+  double slope = det > 0 ? (n * sxy - sx * sy) / det : 0.0;
+  double intercept = n > 0 ? (sy - slope * sx) / n : 0.0;
+  if (intercept < 0) {
+    // A negative latency is noise at the small sizes: fit the slope through the origin.
+    intercept = 0;
+    slope = sxx > 0 ? sxy / sxx : 0.0;
+  }
+  l.latency_seconds = std::min(intercept, kMaxLinkLatency);
+  l.bytes_per_second = slope > 0 ? std::clamp(1.0 / slope, kMinLinkBandwidth, kMaxLinkBandwidth) : kMaxLinkBandwidth;
+  return l;
+}
+
+const GemmRecord& HardwareProfile::gemm(const std::string& layer, GemmPass pass) const {
+  for (const GemmRecord& g : gemms) {
+    if (g.layer == layer && g.pass == pass) return g;
+  }
+  DISTCA_CHECK_MSG(false, "hardware profile without " + layer + " " + gemm_pass_name(pass));
+  return gemms.front();
+}
+
+double HardwareProfile::gemm_rate(const std::string& layer, GemmPass pass, bool concurrent) const {
+  const GemmRecord& g = gemm(layer, pass);
+  return g.flops() / (concurrent ? g.seconds_concurrent : g.seconds_alone);
+}
+
+CostTable HardwareProfile::attention_total() const {
+  CostTable t = attention_forward;
+  for (size_t i = 0; i < t.seconds.size(); ++i) {
+    for (size_t j = 0; j < t.seconds[i].size(); ++j) t.seconds[i][j] += attention_backward.seconds[i][j];
+  }
+  return t;
+}
+
+double HardwareProfile::attention_backward_ratio() const {
+  std::vector<double> r;
+  const CostTable& f = attention_forward;
+  for (size_t i = 0; i < f.q_lens.size(); ++i) {
+    for (size_t j = 0; j < f.kv_lens.size(); ++j) {
+      if (f.q_lens[i] <= f.kv_lens[j]) r.push_back(attention_backward.seconds[i][j] / f.seconds[i][j]);
+    }
+  }
+  std::sort(r.begin(), r.end());
+  const size_t n = r.size();
+  return n == 0 ? 0.0 : (n % 2 ? r[n / 2] : 0.5 * (r[n / 2 - 1] + r[n / 2]));
+}
+
+Status HardwareProfile::validate(const std::string& source) const {
+  const std::string pre = source.empty() ? "" : source + ": ";
+  auto bad = [&](const std::string& what) { return Status::invalid_argument(pre + what); };
+  for (auto [name, v] : {std::pair{"machine.cores", cores}, {"machine.ranks", ranks},
+                         {"machine.threads_per_rank", threads_per_rank}}) {
+    if (v < 1 || v > kMaxProfileCount) return bad(std::string(name) + " must be in 1..65536 (got " + std::to_string(v) + ")");
+  }
+  const ProfileShape& s = shape;
+  DISTCA_RETURN_IF_ERROR(s.validate(pre));
+  if (gemms.size() != kProfileLayerCount * 3) {
+    return bad("gemm must hold " + std::to_string(kProfileLayerCount * 3) + " products (8 layers x 3 passes), got " +
+               std::to_string(gemms.size()));
+  }
+  for (size_t i = 0; i < gemms.size(); ++i) {
+    const GemmRecord& g = gemms[i];
+    const std::string at = "gemm[" + std::to_string(i) + "]";
+    const auto* it = std::find(std::begin(kProfileLayers), std::end(kProfileLayers), g.layer);
+    if (it == std::end(kProfileLayers)) return bad(at + ".layer '" + g.layer + "' is not one of wq, wk, wv, wo, w1, w3, w2, lm_head");
+    for (size_t j = 0; j < i; ++j) {
+      if (gemms[j].layer == g.layer && gemms[j].pass == g.pass) {
+        return bad(at + ": " + g.layer + " " + gemm_pass_name(g.pass) + " appears twice");
+      }
+    }
+    int64_t m = 0, n = 0, k = 0;
+    gemm_dims(s, g.layer, g.pass, &m, &n, &k);
+    if (g.m != m || g.n != n || g.k != k) {
+      return bad(at + ": " + g.layer + " " + gemm_pass_name(g.pass) + " must be (m, n, k) = (" + std::to_string(m) +
+                 ", " + std::to_string(n) + ", " + std::to_string(k) + ") at the model's shapes");
+    }
+    if (!sane_seconds(g.seconds_alone)) return bad(at + ".seconds_alone must be a time in [1e-09, 1e+06] (got " + num(g.seconds_alone) + ")");
+    if (!sane_seconds(g.seconds_concurrent)) {
+      return bad(at + ".seconds_concurrent must be a time in [1e-09, 1e+06] (got " + num(g.seconds_concurrent) + ")");
+    }
+  }
+  DISTCA_RETURN_IF_ERROR(attention_forward.validate(pre + "attention.forward_seconds"));
+  DISTCA_RETURN_IF_ERROR(attention_backward.validate(pre + "attention.backward_seconds"));
+  if (attention_forward.q_lens != attention_backward.q_lens || attention_forward.kv_lens != attention_backward.kv_lens ||
+      attention_forward.n_heads != attention_backward.n_heads || attention_forward.head_dim != attention_backward.head_dim ||
+      attention_forward.n_kv_heads != attention_backward.n_kv_heads) {
+    return bad("attention: forward_seconds and backward_seconds must share the grid and heads");
+  }
+  // Sums of two in-range times stay below 2 x kMaxTaskSeconds: the total table must load too.
+  DISTCA_RETURN_IF_ERROR(attention_total().validate(pre + "attention (forward + backward)"));
+  if ((ranks > 1) != all_to_all.has_value() || (ranks > 1) != p2p.has_value()) {
+    return bad(ranks > 1 ? "links.all_to_all and links.p2p are required when machine.ranks > 1"
+                         : "links must be absent when machine.ranks is 1 (nothing was exchanged)");
+  }
+  if (all_to_all) DISTCA_RETURN_IF_ERROR(check_link(*all_to_all, pre + "links.all_to_all"));
+  if (p2p) DISTCA_RETURN_IF_ERROR(check_link(*p2p, pre + "links.p2p"));
+  return {};
+}
+
+namespace {
+
+nlohmann::json grid_json(const CostTable& t) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < t.q_lens.size(); ++i) {
+    nlohmann::json row = nlohmann::json::array();
+    for (size_t j = 0; j < t.kv_lens.size(); ++j) {
+      if (t.q_lens[i] > t.kv_lens[j]) {
+        row.push_back(nullptr);
+      } else {
+        row.push_back(t.seconds[i][j]);
+      }
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+nlohmann::json link_json(const LinkProfile& l) {
+  nlohmann::json pts = nlohmann::json::array();
+  for (const LinkPoint& p : l.points) pts.push_back({{"bytes", p.bytes}, {"seconds", p.seconds}});
+  return {{"latency_seconds", l.latency_seconds}, {"bytes_per_second", l.bytes_per_second}, {"points", pts}};
+}
+
+}  // namespace
+
+nlohmann::json to_json(const HardwareProfile& p) {
+  nlohmann::json j;
+  j["format"] = kHardwareProfileFormat;
+  j["version"] = kHardwareProfileVersion;
+  j["machine"] = {{"cpu", p.cpu}, {"cores", p.cores}, {"ranks", p.ranks}, {"threads_per_rank", p.threads_per_rank},
+                  {"blas", p.blas}};
+  const ProfileShape& s = p.shape;
+  j["model"] = {{"hidden", s.hidden}, {"n_heads", s.n_heads}, {"n_kv_heads", s.n_kv_heads}, {"head_dim", s.head_dim},
+                {"ffn", s.ffn},       {"vocab", s.vocab},     {"tokens", s.tokens}};
+  nlohmann::json g = nlohmann::json::array();
+  for (const GemmRecord& r : p.gemms) {
+    g.push_back({{"layer", r.layer},
+                 {"pass", gemm_pass_name(r.pass)},
+                 {"m", r.m},
+                 {"n", r.n},
+                 {"k", r.k},
+                 {"seconds_alone", r.seconds_alone},
+                 {"seconds_concurrent", r.seconds_concurrent}});
+  }
+  j["gemm"] = g;
+  const CostTable& f = p.attention_forward;
+  j["attention"] = {{"n_heads", f.n_heads},
+                    {"n_kv_heads", f.n_kv_heads},
+                    {"head_dim", f.head_dim},
+                    {"concurrent", p.attention_concurrent},
+                    {"q_lens", f.q_lens},
+                    {"kv_lens", f.kv_lens},
+                    {"forward_seconds", grid_json(f)},
+                    {"backward_seconds", grid_json(p.attention_backward)}};
+  if (p.all_to_all || p.p2p) {
+    nlohmann::json links = nlohmann::json::object();
+    if (p.all_to_all) links["all_to_all"] = link_json(*p.all_to_all);
+    if (p.p2p) links["p2p"] = link_json(*p.p2p);
+    j["links"] = links;
+  }
+  return j;
+}
+
+namespace {
+
+// Typed field access: every read checks the JSON type first (nlohmann's get<> throws on a
+// mismatch) and names the field by its path.
+class Reader {
+ public:
+  explicit Reader(std::string source) : pre_(std::move(source) + ": ") {}
+  Status bad(const std::string& path, const std::string& what) const {
+    return Status::invalid_argument(pre_ + path + " " + what);
+  }
+  Result<const nlohmann::json*> field(const nlohmann::json& obj, const std::string& path, const char* key) const {
+    const auto it = obj.find(key);
+    if (it == obj.end()) return bad(path, "is missing");
+    return &*it;
+  }
+  Result<const nlohmann::json*> object(const nlohmann::json& obj, const std::string& path, const char* key) const {
+    DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* v, field(obj, path, key));
+    if (!v->is_object()) return bad(path, "must be an object");
+    return v;
+  }
+  Result<int64_t> integer(const nlohmann::json& v, const std::string& path) const {
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX)) {
+      return bad(path, "must be an integer");
+    }
+    return v.get<int64_t>();
+  }
+  Result<int64_t> integer(const nlohmann::json& obj, const std::string& path, const char* key) const {
+    DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* v, field(obj, path, key));
+    return integer(*v, path);
+  }
+  Result<double> number(const nlohmann::json& v, const std::string& path) const {
+    if (!v.is_number()) return bad(path, "must be a number");
+    const double d = v.get<double>();
+    if (!std::isfinite(d)) return bad(path, "must be finite");
+    return d;
+  }
+  Result<double> number(const nlohmann::json& obj, const std::string& path, const char* key) const {
+    DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* v, field(obj, path, key));
+    return number(*v, path);
+  }
+  Result<std::string> string(const nlohmann::json& obj, const std::string& path, const char* key) const {
+    DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* v, field(obj, path, key));
+    if (!v->is_string()) return bad(path, "must be a string");
+    return v->get<std::string>();
+  }
+  Result<bool> boolean(const nlohmann::json& obj, const std::string& path, const char* key) const {
+    DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* v, field(obj, path, key));
+    if (!v->is_boolean()) return bad(path, "must be true or false");
+    return v->get<bool>();
+  }
+  Result<const nlohmann::json*> array(const nlohmann::json& obj, const std::string& path, const char* key,
+                                      size_t max_size) const {
+    DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* v, field(obj, path, key));
+    if (!v->is_array()) return bad(path, "must be an array");
+    if (v->size() > max_size) return bad(path, "has more than " + std::to_string(max_size) + " entries");
+    return v;
+  }
+
+ private:
+  std::string pre_;
+};
+
+Result<std::vector<int64_t>> read_lengths(const Reader& r, const nlohmann::json& obj, const std::string& path,
+                                          const char* key) {
+  DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* a, r.array(obj, path, key, kMaxCostTableGrid));
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < a->size(); ++i) {
+    DISTCA_ASSIGN_OR_RETURN(int64_t v, r.integer((*a)[i], path + "[" + std::to_string(i) + "]"));
+    out.push_back(v);
+  }
+  return out;
+}
+
+// A (q_lens x kv_lens) grid of seconds, null where q > kv (read as 0; validate checks the rest).
+Result<std::vector<std::vector<double>>> read_grid(const Reader& r, const nlohmann::json& obj, const std::string& path,
+                                                   const char* key, size_t rows, size_t cols) {
+  DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* a, r.array(obj, path, key, kMaxCostTableGrid));
+  if (a->size() != rows) return r.bad(path, "must have one row per q_lens entry");
+  std::vector<std::vector<double>> out;
+  for (size_t i = 0; i < rows; ++i) {
+    const std::string at = path + "[" + std::to_string(i) + "]";
+    const nlohmann::json& row = (*a)[i];
+    if (!row.is_array() || row.size() != cols) return r.bad(at, "must be an array with one entry per kv_lens entry");
+    std::vector<double> v;
+    for (size_t j = 0; j < cols; ++j) {
+      if (row[j].is_null()) {
+        v.push_back(0.0);
+        continue;
+      }
+      DISTCA_ASSIGN_OR_RETURN(double x, r.number(row[j], at + "[" + std::to_string(j) + "]"));
+      v.push_back(x);
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+Result<LinkProfile> read_link(const Reader& r, const nlohmann::json& links, const std::string& path, const char* key) {
+  DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* o, r.object(links, path, key));
+  LinkProfile l;
+  DISTCA_ASSIGN_OR_RETURN(l.latency_seconds, r.number(*o, path + ".latency_seconds", "latency_seconds"));
+  DISTCA_ASSIGN_OR_RETURN(l.bytes_per_second, r.number(*o, path + ".bytes_per_second", "bytes_per_second"));
+  DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* pts, r.array(*o, path + ".points", "points", kMaxLinkPoints));
+  for (size_t i = 0; i < pts->size(); ++i) {
+    const std::string at = path + ".points[" + std::to_string(i) + "]";
+    const nlohmann::json& p = (*pts)[i];
+    if (!p.is_object()) return r.bad(at, "must be an object");
+    LinkPoint lp;
+    DISTCA_ASSIGN_OR_RETURN(lp.bytes, r.integer(p, at + ".bytes", "bytes"));
+    DISTCA_ASSIGN_OR_RETURN(lp.seconds, r.number(p, at + ".seconds", "seconds"));
+    l.points.push_back(lp);
+  }
+  return l;
+}
+
+}  // namespace
+
+Result<HardwareProfile> hardware_profile_from_json(const nlohmann::json& j, const std::string& source) {
+  const Reader r(source);
+  if (!j.is_object()) return Status::invalid_argument(source + ": not a JSON object");
+  DISTCA_ASSIGN_OR_RETURN(std::string format, r.string(j, "format", "format"));
+  if (format != kHardwareProfileFormat) {
+    return r.bad("format", "must be \"" + std::string(kHardwareProfileFormat) + "\" (got \"" + format + "\")");
+  }
+  const auto version = j.find("version");
+  if (version == j.end() || !version->is_number_integer() ||
+      (version->is_number_unsigned() && version->get<uint64_t>() > INT64_MAX) ||
+      version->get<int64_t>() != kHardwareProfileVersion) {
+    return r.bad("version", "must be " + std::to_string(kHardwareProfileVersion) +
+                                " (the only hardware-profile version this build reads)");
+  }
+  HardwareProfile p;
+  DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* machine, r.object(j, "machine", "machine"));
+  DISTCA_ASSIGN_OR_RETURN(p.cpu, r.string(*machine, "machine.cpu", "cpu"));
+  DISTCA_ASSIGN_OR_RETURN(p.cores, r.integer(*machine, "machine.cores", "cores"));
+  DISTCA_ASSIGN_OR_RETURN(p.ranks, r.integer(*machine, "machine.ranks", "ranks"));
+  DISTCA_ASSIGN_OR_RETURN(p.threads_per_rank, r.integer(*machine, "machine.threads_per_rank", "threads_per_rank"));
+  DISTCA_ASSIGN_OR_RETURN(p.blas, r.string(*machine, "machine.blas", "blas"));
+
+  DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* model, r.object(j, "model", "model"));
+  ProfileShape& s = p.shape;
+  for (auto [key, dst] : {std::pair{"hidden", &s.hidden}, {"n_heads", &s.n_heads}, {"n_kv_heads", &s.n_kv_heads},
+                          {"head_dim", &s.head_dim}, {"ffn", &s.ffn}, {"vocab", &s.vocab}, {"tokens", &s.tokens}}) {
+    DISTCA_ASSIGN_OR_RETURN(*dst, r.integer(*model, std::string("model.") + key, key));
+  }
+
+  DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* gemm, r.array(j, "gemm", "gemm", 256));
+  for (size_t i = 0; i < gemm->size(); ++i) {
+    const std::string at = "gemm[" + std::to_string(i) + "]";
+    const nlohmann::json& g = (*gemm)[i];
+    if (!g.is_object()) return r.bad(at, "must be an object");
+    GemmRecord rec;
+    DISTCA_ASSIGN_OR_RETURN(rec.layer, r.string(g, at + ".layer", "layer"));
+    DISTCA_ASSIGN_OR_RETURN(std::string pass, r.string(g, at + ".pass", "pass"));
+    bool known = false;
+    for (GemmPass ps : kPasses) {
+      if (pass == gemm_pass_name(ps)) rec.pass = ps, known = true;
+    }
+    if (!known) return r.bad(at + ".pass", "must be forward, backward_data or backward_weight (got '" + pass + "')");
+    DISTCA_ASSIGN_OR_RETURN(rec.m, r.integer(g, at + ".m", "m"));
+    DISTCA_ASSIGN_OR_RETURN(rec.n, r.integer(g, at + ".n", "n"));
+    DISTCA_ASSIGN_OR_RETURN(rec.k, r.integer(g, at + ".k", "k"));
+    DISTCA_ASSIGN_OR_RETURN(rec.seconds_alone, r.number(g, at + ".seconds_alone", "seconds_alone"));
+    DISTCA_ASSIGN_OR_RETURN(rec.seconds_concurrent, r.number(g, at + ".seconds_concurrent", "seconds_concurrent"));
+    p.gemms.push_back(std::move(rec));
+  }
+
+  DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* att, r.object(j, "attention", "attention"));
+  CostTable& f = p.attention_forward;
+  DISTCA_ASSIGN_OR_RETURN(f.n_heads, r.integer(*att, "attention.n_heads", "n_heads"));
+  DISTCA_ASSIGN_OR_RETURN(f.n_kv_heads, r.integer(*att, "attention.n_kv_heads", "n_kv_heads"));
+  DISTCA_ASSIGN_OR_RETURN(f.head_dim, r.integer(*att, "attention.head_dim", "head_dim"));
+  DISTCA_ASSIGN_OR_RETURN(p.attention_concurrent, r.boolean(*att, "attention.concurrent", "concurrent"));
+  DISTCA_ASSIGN_OR_RETURN(f.q_lens, read_lengths(r, *att, "attention.q_lens", "q_lens"));
+  DISTCA_ASSIGN_OR_RETURN(f.kv_lens, read_lengths(r, *att, "attention.kv_lens", "kv_lens"));
+  f.hardware = {{"cpu", p.cpu}, {"threads", p.threads_per_rank}};
+  CostTable& b = p.attention_backward;
+  b = f;
+  DISTCA_ASSIGN_OR_RETURN(f.seconds, read_grid(r, *att, "attention.forward_seconds", "forward_seconds",
+                                               f.q_lens.size(), f.kv_lens.size()));
+  DISTCA_ASSIGN_OR_RETURN(b.seconds, read_grid(r, *att, "attention.backward_seconds", "backward_seconds",
+                                               f.q_lens.size(), f.kv_lens.size()));
+
+  if (const auto links = j.find("links"); links != j.end()) {
+    if (!links->is_object()) return r.bad("links", "must be an object");
+    DISTCA_ASSIGN_OR_RETURN(p.all_to_all, read_link(r, *links, "links.all_to_all", "all_to_all"));
+    DISTCA_ASSIGN_OR_RETURN(p.p2p, read_link(r, *links, "links.p2p", "p2p"));
+  }
+  DISTCA_RETURN_IF_ERROR(p.validate(source));
+  return p;
+}
+
+Result<HardwareProfile> load_hardware_profile(const std::string& path) {
+  DISTCA_ASSIGN_OR_RETURN(nlohmann::json j, read_json_file(path));
+  return hardware_profile_from_json(j, path);
+}
+
+}  // namespace distca

@@ -1,0 +1,163 @@
+// The hardware profile's reader (cost/hardware_profile.h): a round trip, every refusal naming
+// the file and the field, and the link fit against its closed form.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include "distca/cost/hardware_profile.h"
+
+namespace distca {
+namespace {
+
+// A valid profile of `ranks` ranks: GEMMs at 1e10 FLOP/s alone and 5e9 concurrent, attention
+// on a 2 x 2 grid, links latency 1e-4 s and 1e9 B/s (points on the line).
+HardwareProfile make_profile(int64_t ranks) {
+  HardwareProfile p;
+  p.cpu = "test cpu";
+  p.cores = 2;
+  p.ranks = ranks;
+  p.threads_per_rank = 1;
+  p.blas = "Haswell";
+  p.shape = {64, 4, 2, 16, 128, 100, 32};
+  p.gemms = profile_gemm_list(p.shape);
+  for (GemmRecord& g : p.gemms) {
+    g.seconds_alone = g.flops() / 1e10;
+    g.seconds_concurrent = g.flops() / 5e9;
+  }
+  CostTable t;
+  t.n_heads = 4;
+  t.n_kv_heads = 2;
+  t.head_dim = 16;
+  t.q_lens = {16, 32};
+  t.kv_lens = {16, 32};
+  t.seconds = {{1e-5, 2e-5}, {0, 4e-5}};
+  p.attention_forward = t;
+  for (auto& row : t.seconds) {
+    for (double& s : row) s *= 2.5;
+  }
+  p.attention_backward = t;
+  if (ranks > 1) {
+    LinkProfile l;
+    l.latency_seconds = 1e-4;
+    l.bytes_per_second = 1e9;
+    l.points = {{64, 1e-4 + 64e-9}, {4096, 1e-4 + 4096e-9}};
+    p.all_to_all = l;
+    p.p2p = l;
+  }
+  return p;
+}
+
+TEST(HardwareProfile, RoundTripKeepsEveryField) {
+  for (int64_t ranks : {1, 2}) {
+    const HardwareProfile p = make_profile(ranks);
+    ASSERT_TRUE(p.validate("x").ok()) << p.validate("x").message();
+    auto q = hardware_profile_from_json(to_json(p), "p.json");
+    ASSERT_TRUE(q.ok()) << q.status().message();
+    EXPECT_EQ(to_json(*q), to_json(p));
+    EXPECT_EQ(q->ranks, ranks);
+    EXPECT_EQ(q->all_to_all.has_value(), ranks > 1);
+  }
+}
+
+TEST(HardwareProfile, RatesAndTotalsFollowTheRecords) {
+  const HardwareProfile p = make_profile(2);
+  EXPECT_DOUBLE_EQ(p.gemm_rate("w2", GemmPass::kBackwardWeight, false), 1e10);
+  EXPECT_DOUBLE_EQ(p.gemm_rate("lm_head", GemmPass::kForward, true), 5e9);
+  // w2: (in, out) = (ffn, hidden); backward_weight is dw (out, in) = dy^T x: m = out, k = tokens.
+  const GemmRecord& g = p.gemm("w2", GemmPass::kBackwardWeight);
+  EXPECT_EQ(g.m, 64);
+  EXPECT_EQ(g.n, 128);
+  EXPECT_EQ(g.k, 32);
+  const CostTable t = p.attention_total();
+  EXPECT_DOUBLE_EQ(t.seconds[0][1], 2e-5 * 3.5);
+  EXPECT_DOUBLE_EQ(p.attention_backward_ratio(), 2.5);
+}
+
+TEST(HardwareProfile, LinkFitRecoversAnExactLine) {
+  // seconds = 2e-5 + (ranks - 1) bytes / 3e9 with 4 ranks: the fit gives back both figures.
+  std::vector<LinkPoint> pts;
+  for (int64_t b : {64, 1024, 65536, 1 << 20}) pts.push_back({b, 2e-5 + 3.0 * static_cast<double>(b) / 3e9});
+  const LinkProfile l = fit_link(pts, 3.0);
+  EXPECT_NEAR(l.latency_seconds, 2e-5, 1e-12);
+  EXPECT_NEAR(l.bytes_per_second / 3e9, 1.0, 1e-9);
+  EXPECT_EQ(l.points.size(), 4u);
+}
+
+TEST(HardwareProfile, LinkFitClampsANegativeLatency) {
+  // Points below the line through the origin at small sizes: intercept < 0, so the slope is
+  // refitted through the origin; with seconds = bytes / 1e9 at the large points exactly, the
+  // weighted fit through the origin is sum(w x y) / sum(w x^2) with w = 1 / y^2.
+  const std::vector<LinkPoint> pts = {{1000, 1e-7}, {1000000, 1e-3}, {2000000, 2e-3}};
+  const LinkProfile l = fit_link(pts, 1.0);
+  EXPECT_EQ(l.latency_seconds, 0.0);
+  double sxy = 0, sxx = 0;
+  for (const LinkPoint& p : pts) {
+    const double w = 1.0 / (p.seconds * p.seconds), x = static_cast<double>(p.bytes);
+    sxy += w * x * p.seconds;
+    sxx += w * x * x;
+  }
+  EXPECT_NEAR(l.bytes_per_second, sxx / sxy, 1e-6 * sxx / sxy);
+}
+
+struct BadCase {
+  const char* name;
+  std::function<void(nlohmann::json&)> mutate;
+  const char* expect;  // substring of the message (after "p.json: ")
+};
+
+TEST(HardwareProfile, RefusesBadFieldsNamingFileAndField) {
+  const std::vector<BadCase> cases = {
+      {"format", [](auto& j) { j["format"] = "distca-cost-table"; }, "format must be \"distca-hardware-profile\""},
+      {"version", [](auto& j) { j["version"] = 2; }, "version must be 1"},
+      {"version type", [](auto& j) { j["version"] = "1"; }, "version must be 1"},
+      {"no machine", [](auto& j) { j.erase("machine"); }, "machine is missing"},
+      {"cores type", [](auto& j) { j["machine"]["cores"] = "2"; }, "machine.cores must be an integer"},
+      {"cores range", [](auto& j) { j["machine"]["cores"] = 0; }, "machine.cores must be in 1..65536"},
+      {"ranks range", [](auto& j) { j["machine"]["ranks"] = 100000; }, "machine.ranks must be in 1..65536"},
+      {"cpu type", [](auto& j) { j["machine"]["cpu"] = 3; }, "machine.cpu must be a string"},
+      {"hidden", [](auto& j) { j["model"]["hidden"] = -1; }, "model.hidden must be in 1..2^24"},
+      {"heads", [](auto& j) { j["model"]["n_kv_heads"] = 3; }, "model.n_kv_heads must divide model.n_heads"},
+      {"gemm type", [](auto& j) { j["gemm"] = 1; }, "gemm must be an array"},
+      {"gemm count", [](auto& j) { j["gemm"].erase(0); }, "gemm must hold 24 products"},
+      {"gemm m type", [](auto& j) { j["gemm"][3]["m"] = 1.5; }, "gemm[3].m must be an integer"},
+      {"gemm shape", [](auto& j) { j["gemm"][3]["m"] = 33; }, "gemm[3]: wk forward must be (m, n, k) = (32, 32, 64)"},
+      {"gemm layer", [](auto& j) { j["gemm"][0]["layer"] = "wx"; }, "gemm[0].layer 'wx' is not one of"},
+      {"gemm pass", [](auto& j) { j["gemm"][0]["pass"] = "sideways"; }, "gemm[0].pass must be forward"},
+      {"gemm twice", [](auto& j) { j["gemm"][1] = j["gemm"][0]; }, "gemm[1]: wq forward appears twice"},
+      {"gemm seconds", [](auto& j) { j["gemm"][2]["seconds_alone"] = 0; }, "gemm[2].seconds_alone must be a time"},
+      {"gemm null", [](auto& j) { j["gemm"][2]["seconds_concurrent"] = nullptr; }, "gemm[2].seconds_concurrent must be a number"},
+      {"gemm huge", [](auto& j) { j["gemm"][2]["seconds_concurrent"] = 1e300; }, "gemm[2].seconds_concurrent must be a time"},
+      {"attention missing", [](auto& j) { j.erase("attention"); }, "attention is missing"},
+      {"attention concurrent", [](auto& j) { j["attention"]["concurrent"] = 1; }, "attention.concurrent must be true or false"},
+      {"attention rows", [](auto& j) { j["attention"]["forward_seconds"].erase(0); }, "attention.forward_seconds must have one row per q_lens entry"},
+      {"attention cell", [](auto& j) { j["attention"]["backward_seconds"][0][1] = "x"; }, "attention.backward_seconds[0][1] must be a number"},
+      {"attention zero", [](auto& j) { j["attention"]["forward_seconds"][1][1] = 0; }, "attention.forward_seconds: seconds[1][1] must be a time"},
+      {"attention lens", [](auto& j) { j["attention"]["q_lens"] = {32, 16}; }, "q_lens must be strictly increasing"},
+      {"links missing", [](auto& j) { j.erase("links"); }, "links.all_to_all and links.p2p are required"},
+      {"links type", [](auto& j) { j["links"] = 5; }, "links must be an object"},
+      {"latency", [](auto& j) { j["links"]["p2p"]["latency_seconds"] = 2.0; }, "links.p2p.latency_seconds must be in [0, 1]"},
+      {"bandwidth", [](auto& j) { j["links"]["all_to_all"]["bytes_per_second"] = 0; }, "links.all_to_all.bytes_per_second must be in [1, 1e15]"},
+      {"points order", [](auto& j) { j["links"]["p2p"]["points"][1]["bytes"] = 64; }, "links.p2p.points[1].bytes must be larger"},
+      {"points seconds", [](auto& j) { j["links"]["p2p"]["points"][0]["seconds"] = -1; }, "links.p2p.points[0].seconds must be a time"},
+      {"points empty", [](auto& j) { j["links"]["p2p"]["points"] = nlohmann::json::array(); }, "links.p2p.points must hold 1 to 64 points"},
+      {"one rank links", [](auto& j) { j["machine"]["ranks"] = 1; }, "links must be absent when machine.ranks is 1"},
+  };
+  const nlohmann::json good = to_json(make_profile(2));
+  for (const BadCase& c : cases) {
+    nlohmann::json j = good;
+    c.mutate(j);
+    auto r = hardware_profile_from_json(j, "p.json");
+    ASSERT_FALSE(r.ok()) << c.name;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << c.name;
+    const std::string& m = r.status().message();
+    EXPECT_EQ(m.rfind("p.json: ", 0), 0u) << c.name << ": " << m;
+    EXPECT_NE(m.find(c.expect), std::string::npos) << c.name << ": " << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << c.name;
+  }
+  EXPECT_FALSE(hardware_profile_from_json(nlohmann::json::array(), "p.json").ok());
+}
+
+}  // namespace
+}  // namespace distca

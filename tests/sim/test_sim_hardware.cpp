@@ -1,0 +1,325 @@
+// The simulator on a measured hardware profile (SimOptions::hardware_profile): each term the
+// profile drives - linear layers at the measured GEMM rates (concurrent with several units,
+// alone with one), attention from its table, the all-to-all link in the gradient all-reduce,
+// the p2p link between stages - against closed forms on hand-built two-unit cases; the
+// prediction path on a profile recorded on this project's machine (tests/sim/data), against
+// figures computed from the file's own numbers; and `distca simulate --hardware FILE`.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "distca/core/specs.h"
+#include "distca/cost/hardware_profile.h"
+#include "distca/sim/simulator.h"
+#include "support/cli_fixture.h"
+
+namespace distca::sim {
+namespace {
+
+constexpr double kAlone = 1e10, kConcurrent = 5e9;  // FLOP/s of every GEMM
+
+// hidden 64, 4 heads (2 K/V) of 16, ffn 128, vocab 100: the profile's shapes.
+ModelSpec small_model(int64_t layers) {
+  ModelSpec m;
+  m.name = "small";
+  m.n_layers = layers;
+  m.hidden = 64;
+  m.n_heads = 4;
+  m.n_kv_heads = 2;
+  m.head_dim = 16;
+  m.ffn = 128;
+  m.vocab = 100;
+  return m;
+}
+
+// Attention forward seconds on the grid {16, 32}: (16,16) 1e-5, (16,32) 2e-5, (32,32) 4e-5;
+// backward 2.5x. Throughputs (pairs / seconds): 136/3.5e-5, 392/7e-5, 528/1.4e-4, so the
+// diagonal points are below 0.9 x the peak (not saturated): a task on a grid point costs the
+// point's seconds exactly.
+std::shared_ptr<const HardwareProfile> make_profile(int64_t ranks) {
+  HardwareProfile p;
+  p.cpu = "test";
+  p.cores = 2;
+  p.ranks = ranks;
+  p.threads_per_rank = 1;
+  p.blas = "Haswell";
+  p.shape = {64, 4, 2, 16, 128, 100, 32};
+  p.gemms = profile_gemm_list(p.shape);
+  for (GemmRecord& g : p.gemms) {
+    g.seconds_alone = g.flops() / kAlone;
+    g.seconds_concurrent = g.flops() / kConcurrent;
+  }
+  CostTable t;
+  t.n_heads = 4;
+  t.n_kv_heads = 2;
+  t.head_dim = 16;
+  t.q_lens = {16, 32};
+  t.kv_lens = {16, 32};
+  t.seconds = {{1e-5, 2e-5}, {0, 4e-5}};
+  p.attention_forward = t;
+  for (auto& row : t.seconds) {
+    for (double& s : row) s *= 2.5;
+  }
+  p.attention_backward = t;
+  if (ranks > 1) {
+    p.all_to_all = LinkProfile{1e-4, 1e9, {{64, 1e-4}, {1 << 20, 1e-3}}};
+    p.p2p = LinkProfile{3e-4, 2e8, {{64, 3e-4}, {1 << 20, 5e-3}}};
+  }
+  EXPECT_TRUE(p.validate("test").ok()) << p.validate("test").message();
+  return std::make_shared<const HardwareProfile>(std::move(p));
+}
+
+SimOptions options(int64_t gpus, int64_t pp, int64_t layers) {
+  SimOptions o;
+  o.model = small_model(layers);
+  o.cluster.hw = hardware_preset("local-cpu").value();
+  o.cluster.gpus = gpus;
+  o.cluster.gpus_per_node = 1;
+  o.cluster.pp = pp;
+  o.strategy.kind = StrategyKind::kColocated;
+  o.grad_sync = false;
+  o.hardware_profile = make_profile(2);
+  return o;
+}
+
+// Forward FLOPs per token of one layer's seven products and of the LM head, counted here.
+constexpr double kLayerFlops = 2.0 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128);
+constexpr double kHeadFlops = 2.0 * 64 * 100;
+
+Batch two_units() {
+  // Unit 0: one document of 32 tokens (task (32, 32)); unit 1: two of 16 (two (16, 16)).
+  return Batch{2, 32, {{{0, 0, 32, 32}}, {{1, 0, 16, 16}, {2, 0, 16, 16}}}};
+}
+
+TEST(SimHardware, LinearAndAttentionFollowTheProfileOnTwoUnits) {
+  const SimOptions o = options(2, 1, 2);
+  auto r = simulate(o, {two_units()});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  // Two units compute at once: the concurrent rates. Per token and layer: forward, then the
+  // backward's two products per layer plus the recomputed forward (checkpointing); the LM head
+  // forward and its two backward products.
+  const double lin = 2 * 32 * (kLayerFlops + 3 * kLayerFlops) / kConcurrent + 32 * 3 * kHeadFlops / kConcurrent;
+  const double att0 = 2 * 4e-5 * 3.5, att1 = 2 * 2 * 1e-5 * 3.5;
+  ASSERT_EQ(r->per_unit.size(), 2u);
+  EXPECT_NEAR(r->per_unit[0].linear, lin, 1e-12 * lin);
+  EXPECT_NEAR(r->per_unit[1].linear, lin, 1e-12 * lin);
+  EXPECT_NEAR(r->per_unit[0].attention, att0, 1e-9 * att0);
+  EXPECT_NEAR(r->per_unit[1].attention, att1, 1e-9 * att1);
+  EXPECT_NEAR(r->iteration_seconds, lin + att0, 1e-9 * (lin + att0));
+}
+
+TEST(SimHardware, OneUnitRunsAtTheAloneRates) {
+  SimOptions o = options(1, 1, 2);
+  o.lm_head = false;
+  o.activation_checkpointing = false;
+  auto r = simulate(o, {Batch{1, 32, {{{0, 0, 32, 32}}}}});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const double lin = 2 * 32 * 3 * kLayerFlops / kAlone;  // forward + two backward products
+  EXPECT_NEAR(r->per_unit[0].linear, lin, 1e-12 * lin);
+}
+
+TEST(SimHardware, GradientAllReduceUsesTheAllToAllLink) {
+  SimOptions o = options(2, 1, 2);
+  o.grad_sync = true;
+  auto r = simulate(o, {two_units()});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  // Parameters: per layer Q, K, V, O, SwiGLU and two norms; embedding, LM head, final norm.
+  const double params = 2 * (64.0 * (64 + 2 * 32) + 64 * 64 + 3 * 64 * 128 + 2 * 64) + 64 * 100 + 64 * 100 + 64;
+  // Ring over n = 2 units: 2 (n - 1) / n of the fp32 gradients at 1e9 B/s, 2 (n - 1) steps of
+  // 1e-4 s.
+  const double gs = params * 4 / 1e9 + 2 * 1e-4;
+  EXPECT_NEAR(r->grad_sync_seconds, gs, 1e-12 * gs);
+}
+
+TEST(SimHardware, StageTransfersUseTheP2pLink) {
+  // Two stages of one layer, one micro-batch of 32 tokens: stage 0 forward, the activations to
+  // stage 1 (32 x 64 x 2 bytes at the p2p link), stage 1 forward and backward with the LM
+  // head, the gradient back, stage 0 backward.
+  SimOptions o = options(2, 2, 2);
+  auto r = simulate(o, {Batch{1, 32, {{{0, 0, 32, 32}}}}});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const double x = 3e-4 + 32.0 * 64 * 2 / 2e8;
+  const double fwd = 32 * kLayerFlops / kConcurrent + 4e-5;  // linear + attention forward
+  const double bwd = 32 * 3 * kLayerFlops / kConcurrent + 4e-5 * 2.5;
+  const double head = 32 * 3 * kHeadFlops / kConcurrent;
+  const double expect = fwd + x + fwd + head + bwd + x + bwd;
+  EXPECT_NEAR(r->iteration_seconds, expect, 1e-9 * expect);
+}
+
+TEST(SimHardware, ValidateNamesTheHardwareFlag) {
+  SimOptions o = options(2, 1, 2);
+  auto broken = std::make_shared<HardwareProfile>(*o.hardware_profile);
+  broken->gemms.pop_back();
+  o.hardware_profile = broken;
+  const Status st = o.validate();
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.message().rfind("--hardware: ", 0), 0u) << st.message();
+}
+
+// ---- the recorded profile -------------------------------------------------------------------
+
+const std::string kRecorded = std::string(DISTCA_SOURCE_DIR) + "/tests/sim/data/hardware-profile-2rank.json";
+
+TEST(SimHardware, RecordedProfilePredictsFromItsOwnFigures) {
+  auto hp = load_hardware_profile(kRecorded);
+  ASSERT_TRUE(hp.ok()) << hp.status().message();
+  // The same file read without the profile reader.
+  nlohmann::json j;
+  std::ifstream(kRecorded) >> j;
+  const auto& mj = j["model"];
+  const double tokens = mj["tokens"].get<double>();
+  // Seconds per token of every product: the measured seconds over the rows it was timed on
+  // (a product's FLOPs per token are its FLOPs / tokens, for every pass).
+  double layer = 0, head = 0, fwd = 0;
+  for (const auto& g : j["gemm"]) {
+    const double s = g["seconds_concurrent"].get<double>() / tokens;
+    const bool is_fwd = g["pass"] == "forward";
+    (g["layer"] == "lm_head" ? head : layer) += s;
+    if (is_fwd && g["layer"] != "lm_head") fwd += s;
+  }
+  layer += fwd;  // checkpointing recomputes the forward in backward
+  SimOptions o;
+  o.model.name = "recorded";
+  o.model.n_layers = 2;
+  o.model.hidden = mj["hidden"];
+  o.model.n_heads = mj["n_heads"];
+  o.model.n_kv_heads = mj["n_kv_heads"];
+  o.model.head_dim = mj["head_dim"];
+  o.model.ffn = mj["ffn"];
+  o.model.vocab = mj["vocab"];
+  o.cluster.hw = hardware_preset("local-cpu").value();
+  o.cluster.gpus = 2;
+  o.cluster.gpus_per_node = 1;
+  o.strategy.kind = StrategyKind::kColocated;
+  o.grad_sync = false;
+  o.hardware_profile = std::make_shared<const HardwareProfile>(std::move(hp).value());
+  const Batch b{2, 1024, {{{0, 0, 1024, 1024}}, {{1, 0, 512, 512}, {2, 0, 512, 512}}}};
+  auto r = simulate(o, {b});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const double lin = 2 * 1024 * layer + 1024 * head;
+  EXPECT_NEAR(r->per_unit[0].linear, lin, 1e-9 * lin);
+  EXPECT_NEAR(r->per_unit[1].linear, lin, 1e-9 * lin);
+  // Attention: the file's forward + backward grid as a cost table (the interpolation itself is
+  // ProfiledCostModel's, tested in tests/kernels).
+  CostTable t;
+  t.n_heads = j["attention"]["n_heads"];
+  t.n_kv_heads = j["attention"]["n_kv_heads"];
+  t.head_dim = j["attention"]["head_dim"];
+  t.q_lens = j["attention"]["q_lens"].get<std::vector<int64_t>>();
+  t.kv_lens = t.q_lens;
+  for (size_t i = 0; i < t.q_lens.size(); ++i) {
+    std::vector<double> row;
+    for (size_t k = 0; k < t.kv_lens.size(); ++k) {
+      const auto& f = j["attention"]["forward_seconds"][i][k];
+      row.push_back(f.is_null() ? 0.0 : f.get<double>() + j["attention"]["backward_seconds"][i][k].get<double>());
+    }
+    t.seconds.push_back(row);
+  }
+  const ProfiledCostModel table(t);
+  EXPECT_NEAR(r->per_unit[0].attention, 2 * table.task_cost(1024, 1024), 1e-9 * r->per_unit[0].attention);
+  EXPECT_NEAR(r->per_unit[1].attention, 4 * table.task_cost(512, 512), 1e-9 * r->per_unit[1].attention);
+  // Its links were measured under mpirun -np 2.
+  EXPECT_EQ(j["machine"]["ranks"], 2);
+  EXPECT_TRUE(j.contains("links"));
+}
+
+// ---- the CLI ---------------------------------------------------------------------------------
+
+class SimHardwareCli : public distca::testing::CliFixture {
+ protected:
+  SimHardwareCli() : CliFixture("sim_hw", "simulate") {}
+  std::string write(const std::string& name, const nlohmann::json& j) const {
+    const std::string p = (dir_ / name).string();
+    std::ofstream(p) << j.dump();
+    return p;
+  }
+};
+
+TEST_F(SimHardwareCli, RunsOnTheRecordedProfile) {
+  const auto r = run("--hardware " + kRecorded + " --model tiny --gpus 2 --tokens-per-rank 1024 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["hardware"], "profile " + kRecorded);
+  EXPECT_GT(j["iteration_seconds"].get<double>(), 0);
+}
+
+TEST_F(SimHardwareCli, RefusesBadProfilesNamingFileAndField) {
+  nlohmann::json good;
+  std::ifstream(kRecorded) >> good;
+  nlohmann::json v2 = good;
+  v2["version"] = 2;
+  const std::string pv = write("v2.json", v2);
+  expect_refused("--hardware " + pv + " --gpus 2", pv + ": version must be 1");
+  nlohmann::json neg = good;
+  neg["links"]["all_to_all"]["bytes_per_second"] = -5;
+  const std::string pn = write("neg.json", neg);
+  expect_refused("--hardware " + pn + " --gpus 2", pn + ": links.all_to_all.bytes_per_second must be in [1, 1e15]");
+  nlohmann::json typed = good;
+  typed["gemm"][0]["seconds_alone"] = "fast";
+  const std::string pt = write("typed.json", typed);
+  expect_refused("--hardware " + pt + " --gpus 2", pt + ": gemm[0].seconds_alone must be a number");
+  expect_refused("--hardware " + (dir_ / "missing.json").string() + " --gpus 2", "is neither a preset");
+  expect_refused("--hardware " + kRecorded + " --gpus 2 --mfu 0.4", "--mfu cannot be combined with a hardware profile");
+}
+
+}  // namespace
+}  // namespace distca::sim
+
+namespace distca::sim {
+namespace {
+
+// `distca profile --hardware-out`: bad flags refused before any work, and a minimal real run
+// whose file the reader accepts with the shapes asked for (no figure is checked: timing).
+class ProfileCli : public distca::testing::CliFixture {
+ protected:
+  ProfileCli() : CliFixture("profile_hw", "profile") {}
+  void expect_bad(const std::string& args, const std::string& says) const {
+    const auto r = run(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("distca: error: "), std::string::npos) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(says), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir_ / "hw.json")) << args;
+  }
+};
+
+TEST_F(ProfileCli, RefusesBadFlagsUpFront) {
+  const std::string out = " --hardware-out " + (dir_ / "hw.json").string();
+  expect_bad("--width 256", "--width needs --hardware-out");
+  expect_bad("--tokens 64 --out " + (dir_ / "t.json").string(), "--tokens needs --hardware-out");
+  expect_bad("--hardware-out " + (dir_ / "no" / "hw.json").string(), "--hardware-out");
+  expect_bad(out + " --width 100", "--head-dim 64 must divide --width");
+  expect_bad(out + " --model tiny --width 128", "--width cannot be combined with --model");
+  expect_bad(out + " --tokens 0", "--tokens must be in 1..1048576");
+  expect_bad(out + " --vocab 1", "--vocab must be in 2..16777216");
+  expect_bad(out + " --width 64 --kv-heads 3", "--kv-heads must divide --heads");
+  expect_bad(out + " --min-len 64 --max-len 32", "--max-len must be >= --min-len");
+  expect_bad(out + " --mpi-timeout -1", "--mpi-timeout must be a finite number >= 0");
+  expect_bad(out + " --gemm-repeats 0", "--gemm-repeats");
+}
+
+TEST_F(ProfileCli, WritesAProfileTheReaderAccepts) {
+  const std::string path = (dir_ / "hw.json").string();
+  const auto r = run("--hardware-out " + path + " --width 32 --head-dim 16 --ffn 64 --vocab 16 --tokens 32 " +
+                     "--min-len 16 --max-len 32 --repeats 1 --min-seconds 0 --gemm-repeats 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "");  // no cost table on stdout without --out
+  auto hp = load_hardware_profile(path);
+  ASSERT_TRUE(hp.ok()) << hp.status().message();
+  EXPECT_EQ(hp->ranks, 1);
+  EXPECT_FALSE(hp->all_to_all.has_value());
+  EXPECT_EQ(hp->shape.hidden, 32);
+  EXPECT_EQ(hp->shape.n_heads, 2);
+  EXPECT_EQ(hp->shape.n_kv_heads, 1);
+  EXPECT_EQ(hp->shape.ffn, 64);
+  EXPECT_EQ(hp->shape.tokens, 32);
+  EXPECT_EQ(hp->attention_forward.q_lens, (std::vector<int64_t>{16, 32}));
+  EXPECT_EQ(hp->gemm("w2", GemmPass::kBackwardWeight).k, 32);
+}
+
+}  // namespace
+}  // namespace distca::sim
