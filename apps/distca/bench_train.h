@@ -35,6 +35,7 @@ struct TrainBenchFlags {
   int64_t pp = 1;                // pipeline stages
   int64_t micro_batches = 0;     // per replica and step (0: 2 x pp with --pp > 1, else 1)
   std::string cost_table;        // --pp: the simulator's attention seconds (distca profile)
+  std::string hardware;          // --pp: the simulator's hardware profile (distca profile --hardware-out)
 };
 
 struct Mode {

@@ -28,6 +28,7 @@
 #include "distca/comm/mpi.h"
 #include "distca/core/io.h"
 #include "distca/cost/analytic.h"
+#include "distca/cost/hardware_profile.h"
 #include "distca/cost/profiled.h"
 #include "distca/kernels/blas.h"
 #include "distca/sim/simulator.h"
@@ -146,8 +147,11 @@ struct SimFigures {
   double step_s = 0;
   std::vector<double> stage_idle;  // [stage] mean over the stage's units
 };
+// hw: the measured hardware profile (--hardware) or null: then the links are the local-cpu
+// preset's and the linear layers run at the mean sgemm rate the benchmark probed.
 SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, double sgemm_mean,
-                   const ProfiledCostModel* table, const std::vector<Batch>& batches) {
+                   const ProfiledCostModel* table, const std::shared_ptr<const HardwareProfile>& hw_profile,
+                   const std::vector<Batch>& batches) {
   SimFigures out;
   sim::SimOptions so;
   so.model = bench_spec(f);
@@ -160,6 +164,7 @@ SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, do
   so.cluster.hw.peak_flops = sgemm_mean;
   so.mfu = 1.0;
   so.attention_table = table;
+  so.hardware_profile = hw_profile;
   so.tolerance = f.tolerance;
   so.dtype_bytes = 4;
   so.shard_optimizer = false;
@@ -186,7 +191,8 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0 : s / static_cast<double>(v.size());
 }
 
-int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, const ProfiledCostModel* table) {
+int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, const ProfiledCostModel* table,
+           const std::shared_ptr<const HardwareProfile>& hw_profile) {
   const std::vector<Mode> modes = pipeline_modes();
   const ModelSpec spec = bench_spec(f);
   const int64_t dp = ranks / f.pp;
@@ -208,8 +214,11 @@ int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, cons
   j["sgemm_flops"] = fig.sgemm;
   j["flops_per_step"] = {{"linear", fl.linear}, {"attention", fl.attention}};
   j["flop_ideal_s"] = flop_ideal;
-  j["simulator"] = {{"hardware", "local-cpu links, peak = mean sgemm, mfu 1"},
-                    {"attention", table != nullptr ? "cost table " + f.cost_table : std::string("analytic, efficiency 0.5")}};
+  const std::string sim_attention = table != nullptr ? "cost table " + f.cost_table
+                                   : hw_profile ? "hardware profile " + f.hardware
+                                                : std::string("analytic, efficiency 0.5");
+  j["simulator"] = {{"hardware", hw_profile ? "hardware profile " + f.hardware : std::string("local-cpu links, peak = mean sgemm, mfu 1")},
+                    {"attention", sim_attention}};
   j["modes"] = nlohmann::json::array();
 
   std::string out;
@@ -249,7 +258,7 @@ int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, cons
       idles += b;
     }
     mean_idle[mi] = mean(idle);
-    const SimFigures sim = predict(f, ranks, modes[mi], sgemm_mean, table, batches);
+    const SimFigures sim = predict(f, ranks, modes[mi], sgemm_mean, table, hw_profile, batches);
     std::string sim_idles;
     for (double x : sim.stage_idle) {
       char b[16];
@@ -300,9 +309,17 @@ int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, cons
   appendf(out, "speedup over colocated 1F1B (paired by round): pingpong %.3f, single-stream %.3f\n",
           sp["pingpong"].get<double>(), sp["single-stream"].get<double>());
   const auto preset = hardware_preset("local-cpu");
-  appendf(out, "sim: distca's simulator on this configuration: one unit per rank, local-cpu links (%.2f GB/s, %.0f us), "
-               "peak = mean sgemm rate, mfu 1, attention %s; fp32, no checkpointing, stateless cad servers\n",
-          preset.ok() ? preset->inter_node_bw / 1e9 : 0.0, preset.ok() ? preset->inter_node_latency * 1e6 : 0.0, table != nullptr ? ("from " + f.cost_table).c_str() : "analytic at efficiency 0.5 (no --cost-table)");
+  if (hw_profile) {
+    appendf(out, "sim: distca's simulator on this configuration: one unit per rank, the hardware profile %s (GEMM rates "
+                 "measured with %lld ranks at once, links %s), attention %s; fp32, no checkpointing, stateless cad servers\n",
+            f.hardware.c_str(), static_cast<long long>(hw_profile->ranks), hw_profile->all_to_all ? "measured" : "local-cpu preset",
+            sim_attention.c_str());
+  } else {
+    appendf(out, "sim: distca's simulator on this configuration: one unit per rank, local-cpu links (%.2f GB/s, %.0f us), "
+                 "peak = mean sgemm rate, mfu 1, attention %s; fp32, no checkpointing, stateless cad servers\n",
+            preset.ok() ? preset->inter_node_bw / 1e9 : 0.0, preset.ok() ? preset->inter_node_latency * 1e6 : 0.0,
+            table != nullptr ? ("from " + f.cost_table).c_str() : "analytic at efficiency 0.5 (no --cost-table)");
+  }
   if (f.backend == "local") {
     appendf(out, "note: local backend: the ranks are threads sharing the process's cores; use --backend mpi for figures\n");
   }
@@ -336,6 +353,12 @@ int run_pipeline(const TrainBenchFlags& f) {
     table = dynamic_cast<const ProfiledCostModel*>(table_model.get());
     if (table == nullptr) return first ? fail_input("--cost-table: not a profiled cost table") : kExitBadInput;
   }
+  std::shared_ptr<const HardwareProfile> hw_profile;
+  if (!f.hardware.empty()) {
+    auto hp = load_hardware_profile(f.hardware);
+    if (!hp.ok()) return first ? fail_input("--hardware: " + hp.status().message()) : kExitBadInput;
+    hw_profile = std::make_shared<const HardwareProfile>(std::move(hp).value());
+  }
   const kernels::ScopedBlasThreads one_blas_thread(1);
   PipeFigures fig;
   int64_t ranks = f.ranks;
@@ -365,7 +388,7 @@ int run_pipeline(const TrainBenchFlags& f) {
     Status st = comm::run_local(static_cast<int>(ranks), [&](comm::Communicator& c) { return run_rank(c, f, *data, &fig); });
     if (!st.ok()) return fail(st);
   }
-  return report(f, ranks, fig, table);
+  return report(f, ranks, fig, table, hw_profile);
 }
 
 }  // namespace distca::cli::bench_train

@@ -498,6 +498,7 @@ Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
   if (f.pp > 1 && !f.trace.empty()) return Status::invalid_argument("--trace is not recorded with --pp (yet)");
   if (f.pp == 1 && !f.cost_table.empty()) return Status::invalid_argument("--cost-table applies to --pp > 1 (the simulator's prediction)");
   if (f.pp == 1 && f.micro_batches > 1) return Status::invalid_argument("--micro-batches applies to --pp > 1");
+  if (f.pp == 1 && !f.hardware.empty()) return Status::invalid_argument("--hardware applies to --pp > 1 (the simulator's prediction)");
   if (!f.cost_table.empty() && !std::ifstream(f.cost_table)) {
     return Status::invalid_argument("--cost-table " + f.cost_table + ": cannot be read");
   }
@@ -581,6 +582,9 @@ Runner setup(CLI::App& app) {
   app.add_option("--micro-batches", f->micro_batches, "--pp: micro-batches per replica and step (default 2 x --pp)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   app.add_option("--cost-table", f->cost_table, "--pp: the simulator's attention seconds from a `distca profile` table");
+  app.add_option("--hardware", f->hardware,
+                 "--pp: the simulator's hardware profile of this machine (`distca profile --hardware-out`: GEMM rates, "
+                 "attention, links)");
   CLI::Option* layers_opt = app.get_option("--layers");
   return [f, ranks, layers_opt] {
     TrainBenchFlags g = *f;

@@ -4,6 +4,7 @@
 // No timing is asserted (times are the machine's), only that they exist and are positive.
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -173,6 +174,22 @@ TEST_F(CliBenchTrainTest, PipelineRunsBothSchedulesWithStageIdle) {
   EXPECT_NEAR(j.at("flops_per_step").at("attention").get<double>(), attention, 1e-6 * attention);
 }
 
+// --hardware: the simulator's prediction on a measured profile (the recorded 2-rank profile of
+// tests/sim/data): named in the output and the JSON, and a prediction for every mode.
+TEST_F(CliBenchTrainTest, PipelinePredictsFromAHardwareProfile) {
+  const std::string json = (dir_ / "pph.json").string();
+  const std::string profile = std::string(DISTCA_SOURCE_DIR) + "/tests/sim/data/hardware-profile-2rank.json";
+  const CliRun r = run(tiny_with({{"--ranks", "2"}, {"--pp", "2"}, {"--layers", "2"}, {"--hardware", profile}, {"--json", json}}), 600);
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("the hardware profile " + profile), std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(j.at("simulator").at("hardware"), "hardware profile " + profile);
+  for (const nlohmann::json& m : j.at("modes")) {
+    EXPECT_TRUE(m.at("sim").at("ok").get<bool>()) << m["sim"].dump();
+    EXPECT_GT(m["sim"].at("step_s").get<double>(), 0);
+  }
+}
+
 TEST_F(CliBenchTrainTest, PipelineBadCombinationsAreRefused) {
   const auto refused = [&](const std::map<std::string, std::string>& over, const std::string& flag) {
     expect_refused(tiny_with(over), flag);
@@ -184,6 +201,14 @@ TEST_F(CliBenchTrainTest, PipelineBadCombinationsAreRefused) {
   refused({{"--ranks", "4"}, {"--pp", "2"}, {"--cost-table", (dir_ / "missing.json").string()}}, "--cost-table");
   refused({{"--micro-batches", "2"}}, "--micro-batches");                        // without --pp
   refused({{"--cost-table", (dir_ / "missing.json").string()}}, "--cost-table");  // without --pp
+  refused({{"--ranks", "4"}, {"--pp", "2"}, {"--layers", "2"}, {"--hardware", (dir_ / "missing.json").string()}}, "--hardware");
+  refused({{"--hardware", (dir_ / "missing.json").string()}}, "--hardware");  // without --pp
+  {
+    // A file that is not a hardware profile (a JSON object of another kind).
+    const std::string other = (dir_ / "other.json").string();
+    std::ofstream(other) << "{\"format\": \"something-else\"}";
+    refused({{"--ranks", "4"}, {"--pp", "2"}, {"--layers", "2"}, {"--hardware", other}}, "--hardware");
+  }
 }
 
 }  // namespace
