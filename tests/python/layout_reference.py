@@ -15,15 +15,6 @@ def token_rows(batch):
     return out
 
 
-def local_index(batch):
-    """(rank, doc, pos) -> local row, for every held row."""
-    index = {}
-    for r, rows in enumerate(token_rows(batch)):
-        for i, (d, p) in enumerate(rows.tolist()):
-            index[(r, d, p)] = i
-    return index
-
-
 def held_runs(batch):
     """doc -> [(begin, end, rank)] sorted by begin (one run per piece)."""
     runs = defaultdict(list)

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 import distca
-from layout_reference import canonical_receives, local_index, rows_of, token_rows
+from layout_reference import canonical_receives, rows_of, token_rows
 
 SCHEDULERS = ["cad", "colocated", "wlb", "percp:2", "cad-symmetric"]
 
 
 @pytest.fixture(scope="module", params=SCHEDULERS)
 def planned(request):
-    batch = distca.workload(dist="pretrain", ranks=8, tokens_per_rank=8192, layout="head-tail", seed=3)
+    batch = distca.workload(dist="pretrain", ranks=8, tokens_per_rank=4096, layout="head-tail", seed=3)
     p = distca.plan(batch, model="tiny", scheduler=request.param, tolerance=0.02)
     p.validate()
     return p, p.batch  # wlb: local rows refer to its re-packed batch
@@ -67,17 +67,30 @@ def test_canonical_order_and_mirrors(planned):
                 assert (buffers(p.exchange(s, kind), side)[h] == like[h]).all(), f"server {s} {kind}"
 
 
+def key(rows):
+    """(doc, position) rows as one int64 each, for vectorised lookups."""
+    return rows[:, 0] * (1 << 32) + rows[:, 1]
+
+
+def lookup(held, rows):
+    """Index of every row of `rows` in `held` ((n, 2) distinct rows), or -1."""
+    keys, order = key(held), np.argsort(key(held))
+    want = key(rows)
+    at = np.searchsorted(keys[order], want).clip(0, max(len(keys) - 1, 0))
+    found = len(keys) > 0 and keys[order][at] == want
+    return np.where(found, order[at] if len(keys) else -1, -1)
+
+
 def test_local_rows(planned):
     p, batch = planned
-    index = local_index(batch)
+    tokens = token_rows(batch)
     for r in range(p.ranks):
-        assert p.tokens(r) == batch.rank_tokens(r)
+        assert p.tokens(r) == batch.rank_tokens(r) == len(tokens[r])
         for kind in distca.EXCHANGES:
             e = p.exchange(r, kind)
             for side in ("send", "recv"):
                 rows, local = getattr(e, f"{side}_rows"), getattr(e, f"{side}_local")
-                want = [index.get((r, d, pos), -1) for d, pos in rows.tolist()]
-                assert local.tolist() == want
+                assert (local == lookup(tokens[r], rows)).all(), f"rank {r} {kind} {side}_local"
             # Homes and holders send and get back only rows they hold; servers hold none of
             # the rows they receive.
             held_side = {"q": "send", "kv": "send", "do": "send", "o_lse": "recv", "dq": "recv", "dkv": "recv"}[kind]
@@ -86,10 +99,18 @@ def test_local_rows(planned):
             assert (getattr(e, f"{other}_local") == -1).all()
 
 
+def ranges(docs, begins, ends):
+    """(doc, position) rows of [begin, end) of each doc, concatenated."""
+    n = ends - begins
+    doc = np.repeat(docs, n)
+    pos = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n) + np.repeat(begins, n)
+    return np.stack([doc, pos], axis=1)
+
+
 def test_fused_call_and_coverage(planned):
     p, batch = planned
     tokens = token_rows(batch)
-    covered = {}
+    queried = []
     for s in range(p.ranks):
         v = p.server(s)
         tasks = v.tasks
@@ -101,15 +122,14 @@ def test_fused_call_and_coverage(planned):
         # every task's query rows and its whole context, in order.
         q_ids = np.concatenate([tokens[s], p.exchange(s, "q").recv_rows])[v.q_source]
         kv_ids = np.concatenate([tokens[s], p.exchange(s, "kv").recv_rows])[v.kv_source]
-        want_q = [(d, pos) for d, qb, qe, *_ in tasks.tolist() for pos in range(qb, qe)]
-        want_kv = [(d, pos) for d, qb, qe, *_ in tasks.tolist() for pos in range(qe)]
-        assert [tuple(x) for x in q_ids.tolist()] == want_q
-        assert [tuple(x) for x in kv_ids.tolist()] == want_kv
-        for d, qb, qe, *_ in tasks.tolist():
-            for pos in range(qb, qe):
-                covered[(d, pos)] = covered.get((d, pos), 0) + 1
-    every = {(d, off + i) for pieces in batch.per_rank for (d, off, n, _) in pieces for i in range(n)}
-    assert set(covered) == every and set(covered.values()) == {1}, "every query row exactly once"
+        want_q = ranges(tasks[:, 0], tasks[:, 1], tasks[:, 2])
+        assert (q_ids == want_q).all()
+        assert (kv_ids == ranges(tasks[:, 0], np.zeros_like(tasks[:, 2]), tasks[:, 2])).all()
+        queried.append(want_q)
+    every = np.concatenate(tokens)
+    got = np.concatenate(queried)
+    assert len(got) == len(every) and (np.sort(key(got)) == np.sort(key(every))).all(), \
+        "every query row exactly once"
 
 
 def test_views_are_readonly_and_keep_the_plan_alive():
