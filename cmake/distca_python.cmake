@@ -1,5 +1,6 @@
 # Finds what the Python module (python/, `import distca`) builds against and defines
-# DISTCA_PYTHON: ON by default when Debian's python3 (its headers) and pybind11 are found.
+# DISTCA_PYTHON: ON by default when Debian's python3 (its headers) and pybind11 are found
+# (and no sanitizer is on).
 #
 # The interpreter is /usr/bin/python3 unless -DPython_EXECUTABLE=... says otherwise: the
 # python3 first on PATH may be another installation (pyenv) without Debian's pybind11 and
@@ -13,7 +14,9 @@ if(NOT DEFINED Python_EXECUTABLE AND EXISTS /usr/bin/python3)
 endif()
 find_package(Python 3.8 QUIET COMPONENTS Interpreter Development.Module)
 set(_distca_python_default OFF)
-if(Python_FOUND)
+# A sanitized module cannot be loaded by an unsanitized interpreter (the runtime must come
+# first), so sanitizer builds leave it out by default.
+if(Python_FOUND AND NOT DISTCA_SANITIZE_ADDRESS AND NOT DISTCA_SANITIZE_THREAD)
   set(PYBIND11_FINDPYTHON ON)
   find_package(pybind11 2.6 CONFIG QUIET)
   if(pybind11_FOUND)

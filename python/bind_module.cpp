@@ -67,11 +67,17 @@ when the spec is used, with the CLI's message).
 
 PYBIND11_MODULE(_distca, m) {
   m.doc() = "distca's compiled core (import distca instead; docs/python.md).";
+  // Types and functions take their module name from the scope's __name__ when bound: bound
+  // under the public package's name, help() and signatures say distca.Plan, not
+  // distca._distca.Plan (the package re-exports every name).
+  py::object own_name = m.attr("__name__");
+  m.attr("__name__") = "distca";
   bind_specs(m);
   bind_batch(m);
   bind_plan(m);
   bind_simulate(m);
   bind_attention(m);
+  m.attr("__name__") = own_name;
 }
 
 }  // namespace distca::python
