@@ -3,10 +3,12 @@
 
 Both sides plan the same batch with the same options, alternately (Python first on even
 repeats, C++ first on odd ones, so drift hits both alike); each side's figure is the median
-of its repeats. "python" is the wall time of the whole distca.plan(...) call as a training
-loop sees it (argument conversion, option checks, make_plan with the GIL released, the Plan
-object); "c++" is make_plan alone, timed inside the module with std::chrono
-(distca._distca._time_make_plan). The previous plan is freed outside the timed region.
+of its repeats. "python" is the whole distca.plan(...) call as a training loop sees it
+(argument conversion, option checks, make_plan with the GIL released, the Plan object);
+"c++" is make_plan alone, timed inside the module (distca._distca._time_make_plan). Both
+are measured as wall time and as process CPU time: on a shared machine a call of a few
+milliseconds is often preempted for a whole time slice, which CPU time leaves out. The
+previous plan is freed outside the timed region.
 
   PYTHONPATH=build/release/python /usr/bin/python3 bench/bench_python_plan.py
   ... --ranks 512 --tokens-per-rank 524288 --dist prolong --scheduler cad --repeats 15 [--json]
@@ -44,15 +46,15 @@ def main():
         sys.exit(f"bench_python_plan: error: {e}")
 
     def python_once():
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         p = distca.plan(batch, model=a.model, scheduler=a.scheduler, tolerance=a.tolerance)
-        t = time.perf_counter() - t0
+        c1, t1 = time.process_time(), time.perf_counter()
         tasks = p.num_tasks
         del p  # freed outside the timed region
-        return t, tasks
+        return (t1 - t0, c1 - c0), tasks
 
     def cpp_once():
-        return _distca._time_make_plan(batch, a.model, a.scheduler, a.tolerance, 1)[0]
+        return tuple(_distca._time_make_plan(batch, a.model, a.scheduler, a.tolerance, 1)[0])
 
     python_once()  # warm-up (page faults of the first large allocation), not counted
     cpp_once()
@@ -68,22 +70,27 @@ def main():
             t, tasks = python_once()
             py.append(t)
     gc.enable()
+    med = lambda xs, j: statistics.median(x[j] for x in xs)  # noqa: E731
     out = {
         "ranks": a.ranks, "tokens_per_rank": a.tokens_per_rank, "dist": a.dist, "seed": a.seed,
         "scheduler": a.scheduler, "tolerance": a.tolerance, "model": a.model, "documents": batch.num_documents,
         "tasks": tasks, "repeats": a.repeats,
-        "python_median_s": statistics.median(py), "cpp_median_s": statistics.median(cpp),
+        "python_wall_median_s": med(py, 0), "cpp_wall_median_s": med(cpp, 0),
+        "python_cpu_median_s": med(py, 1), "cpp_cpu_median_s": med(cpp, 1),
         "python_s": py, "cpp_s": cpp,
     }
-    out["ratio_python_over_cpp"] = out["python_median_s"] / out["cpp_median_s"]
+    out["wall_ratio"] = out["python_wall_median_s"] / out["cpp_wall_median_s"]
+    out["cpu_ratio"] = out["python_cpu_median_s"] / out["cpp_cpu_median_s"]
     if a.json:
         print(json.dumps(out, indent=2))
         return
     print(f"{a.ranks} servers, {a.dist}, {a.tokens_per_rank} tokens per rank, {batch.num_documents} documents, "
           f"scheduler {a.scheduler}, {tasks} tasks; medians of {a.repeats}")
-    print(f"  distca.plan() from Python  {1e3 * out['python_median_s']:9.2f} ms")
-    print(f"  make_plan in C++           {1e3 * out['cpp_median_s']:9.2f} ms")
-    print(f"  ratio                      {out['ratio_python_over_cpp']:9.3f}")
+    print(f"  {'':28s} {'wall ms':>9s} {'CPU ms':>9s}")
+    print(f"  {'distca.plan() from Python':28s} {1e3 * out['python_wall_median_s']:9.2f} "
+          f"{1e3 * out['python_cpu_median_s']:9.2f}")
+    print(f"  {'make_plan in C++':28s} {1e3 * out['cpp_wall_median_s']:9.2f} {1e3 * out['cpp_cpu_median_s']:9.2f}")
+    print(f"  {'ratio':28s} {out['wall_ratio']:9.3f} {out['cpu_ratio']:9.3f}")
 
 
 if __name__ == "__main__":
