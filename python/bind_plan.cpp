@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 #include <time.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <memory>
@@ -92,15 +93,23 @@ void dense(const PeerVector<int64_t>& counts, std::vector<int64_t>& c, std::vect
   }
 }
 
-void expand(const PeerVector<std::vector<RowBlock>>& blocks, int64_t rank, const DocumentIndex& index,
-            std::vector<int64_t>& rows, std::vector<int64_t>& local) {
+void expand(const PeerVector<std::vector<RowBlock>>& blocks, int64_t rows_total, int64_t rank,
+            const DocumentIndex& index, std::vector<int64_t>& rows, std::vector<int64_t>& local) {
+  rows.reserve(static_cast<size_t>(2 * rows_total));
+  local.reserve(static_cast<size_t>(rows_total));
   for (const auto& [peer, list] : blocks.entries()) {
     (void)peer;
     for (const RowBlock& b : list) {
-      for (int64_t pos = b.begin; pos < b.end; ++pos) {
-        rows.push_back(b.doc);
-        rows.push_back(pos);
-        local.push_back(index.local_row(rank, b.doc, pos));
+      // One lookup per held run the block crosses (a block usually lies in one piece).
+      for (int64_t pos = b.begin; pos < b.end;) {
+        const HeldRun& run = index.run_at(b.doc, pos);
+        const int64_t stop = std::min(run.end, b.end);
+        const bool held = run.rank == rank;
+        for (; pos < stop; ++pos) {
+          rows.push_back(b.doc);
+          rows.push_back(pos);
+          local.push_back(held ? run.local_row + (pos - run.begin) : -1);
+        }
       }
     }
   }
@@ -117,8 +126,8 @@ RankCache& rank_cache(PlanState& s, int64_t rank) {
       ExchangeArrays& a = c->exchanges[static_cast<size_t>(k)];
       dense(e.send_counts, a.send_counts, a.send_displs);
       dense(e.recv_counts, a.recv_counts, a.recv_displs);
-      expand(e.send_blocks, rank, index, a.send_rows, a.send_local);
-      expand(e.recv_blocks, rank, index, a.recv_rows, a.recv_local);
+      expand(e.send_blocks, e.send_rows(), rank, index, a.send_rows, a.send_local);
+      expand(e.recv_blocks, e.recv_rows(), rank, index, a.recv_rows, a.recv_local);
     }
     slot = std::move(c);
   }
