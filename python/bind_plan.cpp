@@ -39,6 +39,7 @@ struct ExchangeArrays {
 
 struct RankCache {
   std::array<ExchangeArrays, kNumExchanges> exchanges;
+  std::vector<int64_t> token_rows;  // [tokens * 2]: (doc, position) of every token-buffer row
 };
 
 struct ServerCache {
@@ -128,6 +129,12 @@ RankCache& rank_cache(PlanState& s, int64_t rank) {
       dense(e.recv_counts, a.recv_counts, a.recv_displs);
       expand(e.send_blocks, e.send_rows(), rank, index, a.send_rows, a.send_local);
       expand(e.recv_blocks, e.recv_rows(), rank, index, a.recv_rows, a.recv_local);
+    }
+    for (const Piece& piece : s.plan.batch.per_rank[static_cast<size_t>(rank)]) {
+      for (int64_t i = 0; i < piece.len; ++i) {
+        c->token_rows.push_back(piece.doc);
+        c->token_rows.push_back(piece.offset + i);
+      }
     }
     slot = std::move(c);
   }
@@ -379,6 +386,7 @@ A plan: the CA-tasks of a batch placed on servers, with every exchange layout (t
   summary            dict, the keys of `distca plan --json`
   ranks, num_tasks, scheduler
   tokens(rank)       rows of the rank's token buffer
+  token_rows(rank)   (tokens, 2) int64: (doc, position) of each of those rows
   exchange(rank, kind) -> Exchange   kind: q | kv | o_lse | do | dq | dkv
   server(rank) -> Server             the fused call (cu_seqlens, gather indices)
   validate()         the independent validator (RuntimeError naming the first failed rule)
@@ -398,6 +406,19 @@ A plan: the CA-tasks of a batch placed on servers, with every exchange layout (t
       .def("tokens", [](const PyPlan& p, int64_t rank) {
         return p.state->plan.ranks[static_cast<size_t>(checked_rank(*p.state, rank))].tokens;
       }, py::arg("rank"))
+      .def("token_rows", [](const PyPlan& p, int64_t rank) {
+        checked_rank(*p.state, rank);
+        return view2(rank_cache(*p.state, rank).token_rows, 2, p.state);
+      }, py::arg("rank"), "int64 (tokens, 2): (doc, position) of every row of the rank's token buffer, in order.")
+      .def_property_readonly("row_bytes", [](const PyPlan& p) {
+        const RowBytes& b = p.state->plan.row_bytes;
+        py::dict d;
+        d["q"] = b.q;
+        d["kv"] = b.kv;
+        d["o"] = b.o;
+        d["lse"] = b.lse;
+        return d;
+      }, "bytes per row of q, kv (K and V), o and lse in the plan's byte accounting")
       .def("exchange", [](const PyPlan& p, int64_t rank, const std::string& kind) {
         checked_rank(*p.state, rank);
         return PyExchange{p.state, rank, parse_kind(kind)};

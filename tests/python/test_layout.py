@@ -86,6 +86,7 @@ def test_local_rows(planned):
     tokens = token_rows(batch)
     for r in range(p.ranks):
         assert p.tokens(r) == batch.rank_tokens(r) == len(tokens[r])
+        assert (p.token_rows(r) == tokens[r]).all()
         for kind in distca.EXCHANGES:
             e = p.exchange(r, kind)
             for side in ("send", "recv"):

@@ -64,6 +64,7 @@ def test_full_plan_and_batch_equal_cli(cli, dist, ranks, tpr, layout, scheduler)
                     "--model", "tiny", "--dtype", "fp32")
     p = distca.plan(batch, model="tiny", scheduler=scheduler, dtype="fp32")
     equal(p.to_dict(), full["plan"], "plan")
+    assert p.row_bytes == full["plan"]["row_bytes"]
     # And every array view against the CLI's dense layouts.
     for r, rank in enumerate(full["plan"]["ranks"]):
         assert p.tokens(r) == rank["tokens"]
