@@ -38,6 +38,7 @@ PyBatch from_lengths(const std::vector<int64_t>& lengths, int64_t ranks, int64_t
   // pack_documents' preconditions, as errors (it checks them fatally); the size bound is the
   // workload's (2^40 tokens per batch) so a typo cannot ask for terabytes.
   if (ranks <= 0) raise_value_error("ranks must be positive (got " + std::to_string(ranks) + ")");
+  if (ranks > (int64_t{1} << 24)) raise_value_error("ranks must be at most 16777216 (got " + std::to_string(ranks) + ")");
   if (tokens_per_rank <= 0) {
     raise_value_error("tokens_per_rank must be positive (got " + std::to_string(tokens_per_rank) + ")");
   }
