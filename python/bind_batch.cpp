@@ -61,24 +61,12 @@ PyBatch from_lengths(const std::vector<int64_t>& lengths, int64_t ranks, int64_t
   return wrap(std::move(b));
 }
 
-// What `--batch FILE` accepts: a bare batch, {"batch": ...}, or {"batches": [...]}; errors
-// carry the CLI's context ("--batch FILE: ...").
+// What `--batch FILE` accepts (batches_from_json, the CLI's reader), wrapped.
 std::vector<PyBatch> batches_of(const nlohmann::json& j, const std::string& ctx, const std::string& file) {
-  auto one = [&](const nlohmann::json& x, const std::string& where) {
-    const nlohmann::json& b = (x.is_object() && x.contains("batch")) ? x.at("batch") : x;
-    auto r = batch_from_json(b);
-    if (!r.ok()) raise_status(Status(r.status().code(), where + ": " + r.status().message()));
-    PyBatch out = wrap(std::move(r).value());
-    out.batch_file = file;
-    return out;
-  };
   std::vector<PyBatch> out;
-  if (j.is_object() && j.contains("batches")) {
-    const nlohmann::json& list = j.at("batches");
-    if (!list.is_array() || list.empty()) raise_value_error(ctx + ": 'batches' must be a non-empty array");
-    for (size_t i = 0; i < list.size(); ++i) out.push_back(one(list[i], ctx + ": batches[" + std::to_string(i) + "]"));
-  } else {
-    out.push_back(one(j, ctx));
+  for (Batch& b : take(batches_from_json(j, ctx))) {
+    out.push_back(wrap(std::move(b)));
+    out.back().batch_file = file;
   }
   return out;
 }
