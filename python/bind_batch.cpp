@@ -3,6 +3,8 @@
 // `distca workload` draws it (same options, same messages, same bits).
 #include <pybind11/stl.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "bind_common.h"
@@ -33,8 +35,8 @@ PyBatch from_pieces(const std::vector<std::vector<PieceTuple>>& per_rank, int64_
   return wrap(std::move(b));
 }
 
-PyBatch from_lengths(const std::vector<int64_t>& lengths, int64_t ranks, int64_t tokens_per_rank,
-                     const std::string& layout) {
+PyBatch from_lengths(std::vector<int64_t> lengths, int64_t ranks, int64_t tokens_per_rank,
+                     const std::string& layout, int64_t max_doc_len) {
   // pack_documents' preconditions, as errors (it checks them fatally); the size bound is the
   // workload's (2^40 tokens per batch) so a typo cannot ask for terabytes.
   if (ranks <= 0) raise_value_error("ranks must be positive (got " + std::to_string(ranks) + ")");
@@ -51,7 +53,15 @@ PyBatch from_lengths(const std::vector<int64_t>& lengths, int64_t ranks, int64_t
       raise_value_error("lengths[" + std::to_string(i) + "] must be positive (got " + std::to_string(lengths[i]) + ")");
     }
   }
+  if (max_doc_len < 0 || (max_doc_len > 0 && max_doc_len < kLengthQuantum)) {
+    raise_value_error("max_doc_len must be at least 16, or 0 for no cap (got " + std::to_string(max_doc_len) + ")");
+  }
   const Layout l = take(parse_layout(layout));
+  // The workload's cap: rounded down to the length quantum, longer documents cut to it.
+  const int64_t cap = max_doc_len / kLengthQuantum * kLengthQuantum;
+  if (cap > 0) {
+    for (int64_t& len : lengths) len = std::min(len, cap);
+  }
   Batch b;
   {
     py::gil_scoped_release release;
@@ -134,11 +144,13 @@ Invalid batches raise ValueError with the CLI's message.
       .def(py::init(&from_pieces), py::arg("per_rank"), py::arg("tokens_per_rank"),
            "Batch from per-rank pieces (doc, offset, len, doc_len); validated.")
       .def_static("from_lengths", &from_lengths, py::arg("lengths"), py::arg("ranks"), py::arg("tokens_per_rank"),
-                  py::arg("layout") = "contiguous", R"doc(
+                  py::arg("layout") = "contiguous", py::arg("max_doc_len") = 0, R"doc(
 Packs document lengths into `ranks` ranks of `tokens_per_rank` slots in order, as
 `distca workload` packs its draws: document i gets id i, documents past the last slot are
 dropped, the one crossing the end is cut to fit. layout: "contiguous" or "head-tail"
 (every document spanning k >= 2 ranks is re-split into a head and a tail chunk per rank).
+max_doc_len: --max-doc-len's cap (0: none; else >= 16, rounded down to a multiple of 16),
+applied to the lengths before packing.
 )doc")
       .def_static(
           "from_json",

@@ -110,3 +110,12 @@ def test_pieces_and_lengths():
     assert [b.rank_tokens(r) for r in range(3)] == [6000, 6000, 6000]
     # Document i gets id i, in order, the last one cut to fit.
     assert pieces[0].tolist() == [0, 0, 0, 5000, 5000]
+    capped = distca.Batch.from_lengths(lengths, ranks=3, tokens_per_rank=6000, max_doc_len=4010)
+    assert [p[4] for p in capped.pieces().tolist()][:2] == [4000, 300]  # 4010 rounds down to 4000
+
+
+def test_from_lengths_packs_like_the_workload():
+    # fixed:N (a multiple of 16) draws N every time: the workload's batch is the packing of
+    # equal lengths (the last one cut to fit).
+    drawn = distca.workload(dist="fixed:1008", ranks=3, tokens_per_rank=2048, layout="head-tail")
+    assert distca.Batch.from_lengths([1008] * 7, ranks=3, tokens_per_rank=2048, layout="head-tail") == drawn
