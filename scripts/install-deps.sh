@@ -3,7 +3,8 @@
 # when everything is present it only checks (dpkg-query) and returns in well under a second.
 # Runs as root (or with sudo available). clang and libclang-rt-14-dev (which holds the runtime
 # -fsanitize=fuzzer links; libfuzzer-14-dev is only the standalone archive) build the fuzz targets
-# (fuzz/, cmake/distca_fuzz.cmake).
+# (fuzz/, cmake/distca_fuzz.cmake). python3-dev, pybind11-dev and python3-pybind11 build the Python
+# module (python/, for /usr/bin/python3); NumPy and pytest run its tests, torch the PyTorch example.
 set -euo pipefail
 
 packages=(
@@ -13,6 +14,7 @@ packages=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   gnuplot-nox
   clang libclang-rt-14-dev
+  python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-torch
 )
 
 missing=()

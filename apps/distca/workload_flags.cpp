@@ -13,19 +13,6 @@
 #include "distca/data/json_field.h"
 
 namespace distca::cli {
-namespace {
-
-Result<Batch> batch_at(const nlohmann::json& j, const std::string& ctx) {
-  // A `workload --json --full` summary wraps the batch under "batch"; a bare batch has
-  // "per_rank" as an array of arrays.
-  const nlohmann::json& b = (j.is_object() && j.contains("batch")) ? j.at("batch") : j;
-  auto r = batch_from_json(b);
-  if (!r.ok()) return Status(r.status().code(), ctx + ": " + r.status().message());
-  return r;
-}
-
-}  // namespace
-
 void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
   WorkloadOptions& o = f.options;
   std::vector<CLI::Option*> gen;
@@ -60,21 +47,7 @@ Result<std::vector<Batch>> resolve_batches(const WorkloadFlags& f) {
   const std::string ctx = "--batch " + f.batch_file;
   auto j = read_json_fields(f.batch_file);
   if (!j.ok()) return Status(j.status().code(), ctx + ": " + j.status().message());
-  std::vector<Batch> out;
-  if (j->is_object() && j->contains("batches")) {
-    const nlohmann::json& list = j->at("batches");
-    if (!list.is_array() || list.empty()) {
-      return Status::invalid_argument(ctx + ": 'batches' must be a non-empty array");
-    }
-    for (size_t i = 0; i < list.size(); ++i) {
-      DISTCA_ASSIGN_OR_RETURN(Batch b, batch_at(list[i], ctx + ": batches[" + std::to_string(i) + "]"));
-      out.push_back(std::move(b));
-    }
-  } else {
-    DISTCA_ASSIGN_OR_RETURN(Batch b, batch_at(*j, ctx));
-    out.push_back(std::move(b));
-  }
-  return out;
+  return batches_from_json(*j, ctx);
 }
 
 int fail_before_work(const Status& status) {

@@ -159,4 +159,30 @@ Result<Batch> batch_from_json(const nlohmann::json& j) {
   return b;
 }
 
+Result<std::vector<Batch>> batches_from_json(const nlohmann::json& j, const std::string& context) {
+  // A `workload --json --full` summary wraps the batch under "batch"; a bare batch has
+  // "per_rank" as an array of arrays.
+  auto one = [](const nlohmann::json& x, const std::string& ctx) -> Result<Batch> {
+    const nlohmann::json& b = (x.is_object() && x.contains("batch")) ? x.at("batch") : x;
+    auto r = batch_from_json(b);
+    if (!r.ok()) return Status(r.status().code(), ctx + ": " + r.status().message());
+    return r;
+  };
+  std::vector<Batch> out;
+  if (j.is_object() && j.contains("batches")) {
+    const nlohmann::json& list = j.at("batches");
+    if (!list.is_array() || list.empty()) {
+      return Status::invalid_argument(context + ": 'batches' must be a non-empty array");
+    }
+    for (size_t i = 0; i < list.size(); ++i) {
+      DISTCA_ASSIGN_OR_RETURN(Batch b, one(list[i], context + ": batches[" + std::to_string(i) + "]"));
+      out.push_back(std::move(b));
+    }
+  } else {
+    DISTCA_ASSIGN_OR_RETURN(Batch b, one(j, context));
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
 }  // namespace distca

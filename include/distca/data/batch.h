@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -49,5 +50,9 @@ struct Batch {
 nlohmann::json batch_to_json(const Batch& b);
 // Parses and validates; the message names the offending field.
 Result<Batch> batch_from_json(const nlohmann::json& j);
+// The batches of a batch file (what `--batch FILE` reads): a bare batch, any object with a
+// "batch" key holding one, or any object with a non-empty "batches" array of either. Every
+// message starts with `context` ("--batch FILE: batches[2]: ...").
+Result<std::vector<Batch>> batches_from_json(const nlohmann::json& j, const std::string& context);
 
 }  // namespace distca

@@ -1,0 +1,153 @@
+// distca.simulate (docs/python.md): one training iteration on a simulated cluster, the value
+// `distca simulate --json` prints. The options are checked in the CLI's order with its
+// messages (cmd_simulate.cpp, which keeps the flag plumbing; the checks here mirror it).
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "bind_common.h"
+#include "distca/core/specs.h"
+#include "distca/cost/profiled.h"
+#include "distca/sim/simulator.h"
+
+namespace distca::python {
+namespace {
+
+py::object simulate(int64_t gpus, const std::string& dist, int64_t tokens_per_rank, const std::string& layout,
+                    int64_t max_doc_len, uint64_t seed, double long_prob, const std::optional<std::vector<PyBatch>>& batches,
+                    const std::string& model, const std::string& hardware, int64_t gpus_per_node, int64_t pp,
+                    int64_t microbatches, const std::string& strategy, double mfu, double attention_efficiency,
+                    int64_t attention_tile, const std::string& cost_table, double tolerance, double wlb_mem_cap,
+                    const std::string& dtype, bool shard_optimizer, bool checkpointing, bool lm_head, bool grad_sync,
+                    const std::string& cad_servers, std::optional<double> inter_node_bw,
+                    std::optional<double> inter_node_latency, std::optional<double> memory_gb) {
+  if (gpus <= 0) raise_value_error("--gpus must be positive (got " + std::to_string(gpus) + ")");
+  auto m = model_preset(model);
+  if (!m.ok()) raise_status(Status(m.status().code(), "--model: " + m.status().message()));
+  auto hw = hardware_preset(hardware);
+  if (!hw.ok()) raise_status(Status(hw.status().code(), "--hardware: " + hw.status().message()));
+  sim::Strategy st = take(sim::parse_strategy(strategy));
+  if (dtype != "bf16" && dtype != "fp32") raise_value_error("--dtype: expected bf16 or fp32, got '" + dtype + "'");
+  if (cad_servers != "keep" && cad_servers != "stateless") {
+    raise_value_error("--cad-servers: expected keep or stateless, got '" + cad_servers + "'");
+  }
+  sim::SimOptions so;
+  so.model = *m;
+  so.cluster.hw = *hw;
+  if (inter_node_bw) {
+    if (!(*inter_node_bw > 0)) raise_value_error("--inter-node-bw must be positive (GB/s per GPU)");
+    so.cluster.hw.inter_node_bw = *inter_node_bw * 1e9;
+  }
+  if (inter_node_latency) {
+    if (!(*inter_node_latency >= 0)) raise_value_error("--inter-node-latency must be >= 0 (microseconds)");
+    so.cluster.hw.inter_node_latency = *inter_node_latency * 1e-6;
+  }
+  if (memory_gb) {
+    if (!(*memory_gb > 0)) raise_value_error("--memory-gb must be positive");
+    so.cluster.hw.memory_bytes = *memory_gb * 1e9;
+  }
+  if (gpus_per_node < 0) raise_value_error("--gpus-per-node must be positive");
+  so.cluster.gpus = gpus;
+  so.cluster.gpus_per_node = gpus_per_node > 0 ? gpus_per_node : so.cluster.hw.gpus_per_node;
+  so.cluster.pp = pp;
+  so.strategy = st;
+  so.mfu = mfu;
+  so.attention_efficiency = attention_efficiency;
+  so.attention_tile = attention_tile;
+  so.tolerance = tolerance;
+  so.wlb_mem_cap = wlb_mem_cap;
+  so.dtype_bytes = dtype == "fp32" ? 4 : 2;
+  so.shard_optimizer = shard_optimizer;
+  so.activation_checkpointing = checkpointing;
+  so.lm_head = lm_head;
+  so.grad_sync = grad_sync;
+  so.cad_stateless = cad_servers == "stateless";
+  std::unique_ptr<AttentionCostModel> table;
+  if (!cost_table.empty()) {
+    auto t = load_cost_table(cost_table);
+    if (!t.ok()) raise_status(Status(t.status().code(), "--cost-table: " + t.status().message()));
+    table = std::move(t).value();
+    so.attention_table = dynamic_cast<const ProfiledCostModel*>(table.get());
+    if (so.attention_table == nullptr) raise_value_error("--cost-table: not a profiled cost table");
+  }
+  check(so.validate());
+  const int64_t ups = so.cluster.units_per_stage();
+  std::vector<Batch> mbs;
+  std::string batch_file;
+  WorkloadOptions w;
+  if (!batches) {
+    if (microbatches < 0) raise_value_error("--microbatches must be positive");
+    const int64_t count = microbatches > 0 ? microbatches : (so.cluster.pp > 1 ? 2 * so.cluster.pp : 1);
+    if (count > 10000) raise_value_error("--microbatches must be at most 10000");
+    w.dist = dist;
+    w.tokens_per_rank = tokens_per_rank;
+    w.max_doc_len = max_doc_len;
+    w.seed = seed;
+    w.prolong_long_prob = long_prob;
+    w.layout = take(parse_layout(layout));
+    check(sim::validate_draw(w, so.cluster, count));
+    Status s;
+    {
+      py::gil_scoped_release release;
+      auto drawn = sim::draw_microbatches(w, so.cluster, count);
+      if (drawn.ok()) mbs = std::move(drawn).value();
+      else s = drawn.status();
+    }
+    check(s);
+  } else {
+    if (microbatches != 0) raise_value_error("--microbatches: with --batch every batch of the file is one micro-batch");
+    if (batches->empty()) raise_value_error("batches: expected at least one micro-batch");
+    for (size_t j = 0; j < batches->size(); ++j) {
+      const Batch& b = *(*batches)[j].batch;
+      if (b.ranks != ups) {
+        raise_value_error("batches[" + std::to_string(j) + "] has " + std::to_string(b.ranks) +
+                          " ranks; the cluster has " + std::to_string(ups) + " nodes per pipeline stage");
+      }
+      mbs.push_back(b);
+    }
+    batch_file = (*batches)[0].batch_file;
+  }
+  Result<sim::SimResult> result = Status::internal("not run");
+  {
+    py::gil_scoped_release release;
+    result = sim::simulate(so, mbs);
+  }
+  nlohmann::json j = sim::to_json(take(std::move(result)));
+  if (!batches) {
+    j["dist"] = dist;
+    j["seed"] = seed;
+    j["tokens_per_unit"] = tokens_per_rank;
+  } else {
+    j["batch_file"] = batch_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(batch_file);
+  }
+  return json_to_python(j.dump());
+}
+
+}  // namespace
+
+void bind_simulate(py::module_& m) {
+  m.def("simulate", &simulate, py::arg("gpus"), py::kw_only(), py::arg("dist") = "prolong",
+        py::arg("tokens_per_rank") = 512 * 1024, py::arg("layout") = "contiguous", py::arg("max_doc_len") = 0,
+        py::arg("seed") = 42, py::arg("long_prob") = 0.3, py::arg("batches") = py::none(),
+        py::arg("model") = "llama-8b", py::arg("hardware") = "h200", py::arg("gpus_per_node") = 0, py::arg("pp") = 1,
+        py::arg("microbatches") = 0, py::arg("strategy") = "cad", py::arg("mfu") = 0.5,
+        py::arg("attention_efficiency") = 0.5, py::arg("attention_tile") = 128, py::arg("cost_table") = "",
+        py::arg("tolerance") = 0.1, py::arg("wlb_mem_cap") = 1.2, py::arg("dtype") = "bf16",
+        py::arg("shard_optimizer") = true, py::arg("checkpointing") = true, py::arg("lm_head") = true,
+        py::arg("grad_sync") = true, py::arg("cad_servers") = "keep", py::arg("inter_node_bw") = py::none(),
+        py::arg("inter_node_latency") = py::none(), py::arg("memory_gb") = py::none(), R"doc(
+Simulates one training iteration as `distca simulate --json` does and returns that dict
+(docs/simulation-model.md lists the keys). Every keyword is the CLI flag of the same name
+(--no-checkpointing is checkpointing=False, and so on; gpus_per_node=0 and microbatches=0
+mean the CLI's defaults; inter_node_bw in GB/s per GPU, inter_node_latency in
+microseconds). The micro-batches are drawn from dist/tokens_per_rank/seed (one rank per
+node of a stage), or given as batches=[Batch, ...] (each with one rank per node of a
+stage), like --batch. The GIL is released while drawing and simulating. Bad options raise
+ValueError with the CLI's message.
+)doc");
+}
+
+}  // namespace distca::python
