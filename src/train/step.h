@@ -21,6 +21,7 @@
 #include "distca/train/config.h"
 #include "distca/train/data.h"
 #include "distca/train/trainer.h"
+#include "planner.h"
 
 namespace distca::train {
 
@@ -58,16 +59,17 @@ struct ParamRange {
 };
 ParamRange stage_param_range(const ModelSpec& spec, int64_t pp, int64_t k);
 
-// Plans, runs the stage's 1F1B order of the step's micro-batches (runtime/pipeline_schedule.h;
-// one stage: each micro-batch forward then backward), all-reduces the gradients over the
-// stage's data-parallel group, reduces the losses and the global gradient norm over every
-// rank, clips, takes the AdamW step (not in signal mode). Fills the metrics but the step's
-// total time. `peak_dispatch`: the largest dispatcher row bytes of any step so far.
-Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup& s, int64_t step, StepMetrics& m,
-                int64_t& peak_dispatch, TraceRecorder* trace);
-// The same for --mode cad with pp > 1: one_f_one_b_ticks with pooled plans per tick
-// (step.cpp explains it).
-Status run_step_pooled_ticks(const TrainConfig& config, comm::Communicator& world, RankSetup& s, int64_t step,
-                              StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace);
+// Runs the stage's 1F1B order of the step's micro-batches (runtime/pipeline_schedule.h; one
+// stage: each micro-batch forward then backward), taking each micro-batch's plans from
+// `planner` at its forward (planner.h: one unit per micro-batch), all-reduces the gradients
+// over the stage's data-parallel group, reduces the losses and the global gradient norm over
+// every rank, clips, takes the AdamW step (not in signal mode). Fills the metrics but the
+// step's total time. `peak_dispatch`: the largest dispatcher row bytes of any step so far.
+Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup& s, StepPlanner& planner,
+                int64_t step, StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace);
+// The same for --mode cad with pp > 1: one_f_one_b_ticks with pooled plans per tick, one
+// planner unit per tick (step.cpp explains it).
+Status run_step_pooled_ticks(const TrainConfig& config, comm::Communicator& world, RankSetup& s, StepPlanner& planner,
+                              int64_t step, StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace);
 
 }  // namespace distca::train

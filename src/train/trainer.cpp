@@ -190,6 +190,8 @@ void add_times(const StepMetrics& m, TrainResult& r) {
   r.comm_s += m.comm_s;
   r.wait_s += m.wait_s;
   r.total_s += m.seconds;
+  r.plan_s += m.plan_s;
+  r.plan_wait_s += m.plan_wait_s;
 }
 
 // The body of run_training; any error it returns ends the group (fail_group).
@@ -210,6 +212,21 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
   const int64_t fixed_bytes = 4 * static_cast<int64_t>(sizeof(float) * s.model->params().size()) +
                               mem.activation_bytes_per_token() * config.tokens_per_rank * s.model->slots();
   int64_t peak_dispatch = 0;
+  // Declared after `setup`, so it is joined before the data source it reads goes away; its
+  // functions capture copies and the immutable DataSource only.
+  PlanContext pctx;
+  pctx.sspec = s.sspec;
+  pctx.sopt = s.sopt;
+  pctx.pp = s.pp;
+  pctx.dp = s.dp;
+  pctx.micro_batches = s.micro_batches;
+  pctx.pooled_ticks = config.mode == "cad" && s.pp > 1;
+  const DataSource* data = s.data;
+  const int64_t M = s.micro_batches;
+  StepPlanner planner(
+      [pctx](int64_t step, int64_t index, const std::vector<Batch>& b) { return plan_unit(pctx, step, index, b); },
+      [data, M](int64_t step) { return step_batches(*data, M, step); }, pctx.units_per_step(), s.start, config.steps,
+      config.plan_ahead == "on", kPlanWaitLimitS);
   TrainResult local;
   std::vector<StepMetrics> own_steps;  // this rank's, for TrainResult::rank_steps
   for (int64_t step = s.start; step < config.steps; ++step) {
@@ -227,9 +244,9 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
       trace_from_us = trace->now_us();
     }
     if (config.mode == "cad" && s.pp > 1) {
-      DISTCA_RETURN_IF_ERROR(run_step_pooled_ticks(config, comm, s, step, m, peak_dispatch, trace));
+      DISTCA_RETURN_IF_ERROR(run_step_pooled_ticks(config, comm, s, planner, step, m, peak_dispatch, trace));
     } else {
-      DISTCA_RETURN_IF_ERROR(run_step(config, comm, s, step, m, peak_dispatch, trace));
+      DISTCA_RETURN_IF_ERROR(run_step(config, comm, s, planner, step, m, peak_dispatch, trace));
     }
     if (traced) {
       DISTCA_ASSIGN_OR_RETURN(local.trace, collect_trace(comm, *trace, trace_from_us));
