@@ -47,9 +47,12 @@ struct RankSetup {
   // Pipeline placement.
   int64_t pp = 1, dp = 1, stage = 0, replica = 0, micro_batches = 1;
   model::StageRange layers;
-  std::vector<int64_t> full_tensor_index;
-  std::vector<std::vector<float>> lse;  // cad pipelines: [slot] the forward's LSE, (layers, tokens, heads)  // [model.layout() entry] its index in param_layout(spec)
+  std::vector<int64_t> full_tensor_index;  // [model.layout() entry] its index in param_layout(spec)
+  std::vector<std::vector<float>> lse;  // cad pipelines: [slot] the forward's LSE, (layers, tokens, heads)
   std::unique_ptr<comm::GroupCommunicator> dp_comm;  // this stage's data-parallel ranks
+  // The plans of steps [start, steps) (planner.h). Declared last, so it is destroyed (its
+  // thread joined) first, before the data source it reads.
+  std::unique_ptr<StepPlanner> planner;
 };
 
 // [first, end) of stage k's parameters in the whole model's buffer (model/llama.h layout).
