@@ -86,16 +86,17 @@ Result<PlanUnit> plan_unit(const PlanContext& ctx, int64_t step, int64_t index, 
 }
 
 StepPlanner::StepPlanner(PlanFn plan, BatchFn batches, int64_t units_per_step, int64_t first_step, int64_t end_step,
-                         bool ahead, double wait_limit_s)
+                         int64_t max_ahead, double wait_limit_s)
     : plan_(std::move(plan)),
       batches_(std::move(batches)),
       units_per_step_(units_per_step),
+      max_ahead_(max_ahead),
       first_step_(first_step),
       end_step_(end_step),
       wait_limit_s_(wait_limit_s),
       expect_step_(first_step),
       expect_index_(0) {
-  if (!ahead || first_step >= end_step) return;
+  if (max_ahead < 1 || first_step >= end_step) return;
   // The thread inherits the creating thread's signal mask: block the termination signals for
   // it, so a handler never runs on the planning thread, then restore the caller's mask.
   sigset_t block, old;
@@ -125,22 +126,22 @@ void StepPlanner::run() {
       batches = batches_(step);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
-      ready_.emplace(Status::internal("step " + std::to_string(step) + ": loading the batches to plan failed"));
+      ready_.emplace_back(Status::internal("step " + std::to_string(step) + ": loading the batches to plan failed"));
       cv_.notify_all();
       return;
     }
     for (int64_t index = 0; index < units_per_step_; ++index) {
       {
-        // One unit ahead at most: the previous one must have been taken.
+        // At most max_ahead units made and not taken.
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return stop_ || !ready_.has_value(); });
+        cv_.wait(lock, [this] { return stop_ || static_cast<int64_t>(ready_.size()) < max_ahead_; });
         if (stop_) return;
       }
       Result<PlanUnit> unit = guarded(plan_, step, index, batches);
       const bool failed = !unit.ok();
       {
         std::lock_guard<std::mutex> lock(mu_);
-        ready_.emplace(std::move(unit));
+        ready_.push_back(std::move(unit));
       }
       cv_.notify_all();
       if (failed) return;  // the caller gets the error and stops asking
@@ -167,10 +168,10 @@ Result<PlanUnit> StepPlanner::next(int64_t step, int64_t index, const std::vecto
   std::optional<Result<PlanUnit>> got;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    if (!ready_.has_value()) {
+    if (ready_.empty()) {
       const auto t0 = Clock::now();
       const bool made = cv_.wait_for(lock, std::chrono::duration<double>(wait_limit_s_),
-                                     [this] { return ready_.has_value(); });
+                                     [this] { return !ready_.empty(); });
       *waited = std::chrono::duration<double>(Clock::now() - t0).count();
       if (!made) {
         char limit[32];
@@ -179,8 +180,8 @@ Result<PlanUnit> StepPlanner::next(int64_t step, int64_t index, const std::vecto
                                 " s (the planning thread is stuck)");
       }
     }
-    got = std::move(ready_);
-    ready_.reset();
+    got.emplace(std::move(ready_.front()));
+    ready_.pop_front();
   }
   cv_.notify_all();
   if (got->ok() && ((*got)->step != step || (*got)->index != index)) {

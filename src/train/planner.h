@@ -11,10 +11,10 @@
 //
 // StepPlanner hands the units out in that order. Inline, next() plans the unit on the caller's
 // thread. Ahead, a background thread plans unit after unit, from (first step, 0) to the last
-// unit of the run's last step, at most ONE unit ahead of the caller: it starts unit i + 1
-// only once the caller has taken unit i, so besides the units the caller holds one finished
-// or unfinished unit exists (with one micro-batch per step: step k + 1 is planned while step
-// k computes).
+// unit of the run's last step, at most max_ahead units ahead of the caller: it starts a unit
+// only while fewer than max_ahead made units wait to be taken, so besides the units the caller
+// holds at most max_ahead exist. The trainer passes one step's units: step k + 1 is planned
+// while step k computes.
 //
 // Thread safety: a StepPlanner is used from one thread (its rank's). The background thread
 // reads only what the StepPlanner owns (PlanFn and BatchFn, moved in; their captures must be
@@ -26,6 +26,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -76,11 +77,12 @@ class StepPlanner {
   using PlanFn = std::function<Result<PlanUnit>(int64_t step, int64_t index, const std::vector<Batch>& batches)>;
   using BatchFn = std::function<std::vector<Batch>(int64_t step)>;
 
-  // Units of steps [first_step, end_step), `units_per_step` each (>= 1). ahead: start the
-  // background thread now (it begins with (first_step, 0)). wait_limit_s: the longest next()
-  // blocks for a unit before it fails (> 0).
-  StepPlanner(PlanFn plan, BatchFn batches, int64_t units_per_step, int64_t first_step, int64_t end_step, bool ahead,
-              double wait_limit_s);
+  // Units of steps [first_step, end_step), `units_per_step` each (>= 1). max_ahead >= 1:
+  // start the background thread now (it begins with (first_step, 0)) and let it make up to
+  // max_ahead units before they are taken; 0: inline. wait_limit_s: the longest next() blocks
+  // for a unit before it fails (> 0).
+  StepPlanner(PlanFn plan, BatchFn batches, int64_t units_per_step, int64_t first_step, int64_t end_step,
+              int64_t max_ahead, double wait_limit_s);
   // Stops the background thread and joins it (after at most the unit it is planning).
   ~StepPlanner();
   StepPlanner(const StepPlanner&) = delete;
@@ -102,12 +104,12 @@ class StepPlanner {
 
   PlanFn plan_;
   BatchFn batches_;
-  const int64_t units_per_step_, first_step_, end_step_;
+  const int64_t units_per_step_, max_ahead_, first_step_, end_step_;
   const double wait_limit_s_;
   int64_t expect_step_, expect_index_;  // the caller's next unit (caller's thread only)
   std::mutex mu_;
   std::condition_variable cv_;
-  std::optional<Result<PlanUnit>> ready_;  // guarded by mu_: the unit made, not yet taken
+  std::deque<Result<PlanUnit>> ready_;  // guarded by mu_: units made, not yet taken, in order
   bool stop_ = false;                      // guarded by mu_
   std::thread thread_;
 };

@@ -52,7 +52,7 @@ std::unique_ptr<StepPlanner> start_planner(const TrainConfig& config, const Rank
   return std::make_unique<StepPlanner>(
       [pctx](int64_t step, int64_t index, const std::vector<Batch>& b) { return plan_unit(pctx, step, index, b); },
       [data, M](int64_t step) { return step_batches(*data, M, step); }, pctx.units_per_step(), first, config.steps,
-      config.plan_ahead == "on", kPlanWaitLimitS);
+      config.plan_ahead == "on" ? pctx.units_per_step() : 0, kPlanWaitLimitS);
 }
 
 Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::Communicator& world,

@@ -68,7 +68,7 @@ std::string unit_text(const PlanUnit& u) {
 }
 
 // The units of steps [first, end) from a planner, in order.
-std::vector<std::string> all_units(const TrainConfig& c, int64_t first, int64_t end, bool ahead) {
+std::vector<std::string> all_units(const TrainConfig& c, int64_t first, int64_t end, int64_t max_ahead) {
   const PlanContext ctx = context(c);
   auto data = DataSource::create(c, 64);
   EXPECT_TRUE(data.ok());
@@ -77,9 +77,9 @@ std::vector<std::string> all_units(const TrainConfig& c, int64_t first, int64_t 
   std::vector<std::string> out;
   {
     StepPlanner planner([ctx](int64_t s, int64_t i, const std::vector<Batch>& b) { return plan_unit(ctx, s, i, b); },
-                        [d, M](int64_t s) { return step_batches(*d, M, s); }, ctx.units_per_step(), first, end, ahead,
+                        [d, M](int64_t s) { return step_batches(*d, M, s); }, ctx.units_per_step(), first, end, max_ahead,
                         kPlanWaitLimitS);
-    EXPECT_EQ(planner.ahead(), ahead);
+    EXPECT_EQ(planner.ahead(), max_ahead > 0);
     for (int64_t s = first; s < end; ++s) {
       const std::vector<Batch> batches = step_batches(*d, M, s);
       for (int64_t i = 0; i < ctx.units_per_step(); ++i) {
@@ -101,15 +101,17 @@ TEST(StepPlanner, AheadMakesTheInlinePlans) {
   c.micro_batches = 2;
   c.dist = "uniform:16:512";
   c.max_doc_len = 0;
-  const auto inline_units = all_units(c, 3, 6, false);
+  const auto inline_units = all_units(c, 3, 6, 0);
   EXPECT_EQ(inline_units.size(), 6u);  // 3 steps x 2 micro-batches
-  EXPECT_EQ(all_units(c, 3, 6, true), inline_units);
+  EXPECT_EQ(all_units(c, 3, 6, 1), inline_units);
+  EXPECT_EQ(all_units(c, 3, 6, 2), inline_units);
   // Pooled pipeline ticks (cad, 2 stages x 2 replicas, 2 micro-batches: 1F1B's 2 (M + P - 1)
   // = 6 unit-time slots per step).
   c.pp = 2;
-  const auto ticks_inline = all_units(c, 0, 2, false);
+  const auto ticks_inline = all_units(c, 0, 2, 0);
   EXPECT_EQ(ticks_inline.size(), 12u);
-  EXPECT_EQ(all_units(c, 0, 2, true), ticks_inline);
+  EXPECT_EQ(all_units(c, 0, 2, 1), ticks_inline);
+  EXPECT_EQ(all_units(c, 0, 2, 6), ticks_inline);
 }
 
 PlanUnit fake_unit(int64_t step, int64_t index) {
@@ -122,7 +124,7 @@ PlanUnit fake_unit(int64_t step, int64_t index) {
 const StepPlanner::BatchFn kNoBatches = [](int64_t) { return std::vector<Batch>{}; };
 
 TEST(StepPlanner, AnErrorOnThePlanningThreadReachesTheStep) {
-  for (bool ahead : {false, true}) {
+  for (int64_t ahead : {0, 1, 3}) {
     StepPlanner planner(
         [](int64_t s, int64_t i, const std::vector<Batch>&) -> Result<PlanUnit> {
           if (s == 2 && i == 1) return Status::invalid_argument("step 2: no plan for this batch");
@@ -142,7 +144,7 @@ TEST(StepPlanner, AnErrorOnThePlanningThreadReachesTheStep) {
 }
 
 TEST(StepPlanner, AnExceptionOnThePlanningThreadBecomesAStatus) {
-  for (bool ahead : {false, true}) {
+  for (int64_t ahead : {0, 1, 3}) {
     StepPlanner planner(
         [](int64_t s, int64_t i, const std::vector<Batch>&) -> Result<PlanUnit> {
           if (s == 1) throw std::runtime_error("boom");
@@ -160,7 +162,7 @@ TEST(StepPlanner, AnExceptionOnThePlanningThreadBecomesAStatus) {
 
 TEST(StepPlanner, UnitsOutOfOrderAreRefused) {
   StepPlanner planner([](int64_t s, int64_t i, const std::vector<Batch>&) -> Result<PlanUnit> { return fake_unit(s, i); },
-                      kNoBatches, 2, 4, 6, true, kPlanWaitLimitS);
+                      kNoBatches, 2, 4, 6, 1, kPlanWaitLimitS);
   double waited = 0;
   auto skipped = planner.next(4, 1, {}, &waited);
   ASSERT_FALSE(skipped.ok());
@@ -185,7 +187,7 @@ TEST(StepPlanner, TheWaitIsBounded) {
           cv.wait(lock, [&] { return released; });
           return fake_unit(s, i);
         },
-        kNoBatches, 1, 0, 10, true, 0.05);
+        kNoBatches, 1, 0, 10, 1, 0.05);
     double waited = 0;
     auto late = planner.next(0, 0, {}, &waited);
     ASSERT_FALSE(late.ok());
@@ -200,21 +202,28 @@ TEST(StepPlanner, TheWaitIsBounded) {
   EXPECT_EQ(started.load(), 1);
 }
 
-// The run fails (or ends) while the thread waits for its unit to be taken, or is planning:
-// the destructor stops and joins it without planning the rest of the run.
-TEST(StepPlanner, DestructionStopsTheThreadEarly) {
-  std::atomic<int> made{0};
+// Nothing taken: the thread makes max_ahead units and stops there; the run fails (or ends)
+// while it waits for them to be taken, and the destructor stops and joins it without planning
+// the rest of the run.
+TEST(StepPlanner, MakesAtMostMaxAheadUnitsAndStopsOnDestruction) {
+  std::mutex mu;
+  std::condition_variable cv;
+  int made = 0;
   {
     StepPlanner planner(
         [&](int64_t s, int64_t i, const std::vector<Batch>&) -> Result<PlanUnit> {
-          ++made;
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            ++made;
+          }
+          cv.notify_all();
           return fake_unit(s, i);
         },
-        kNoBatches, 1, 0, 1000000, true, kPlanWaitLimitS);
-    double waited = 0;
-    ASSERT_TRUE(planner.next(0, 0, {}, &waited).ok());
+        kNoBatches, 2, 0, 1000000, 3, kPlanWaitLimitS);
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return made >= 3; });
   }
-  EXPECT_LE(made.load(), 2);  // unit 0 and at most the one ahead
+  EXPECT_EQ(made, 3);
 }
 
 // ---- the trainer ---------------------------------------------------------------------------
