@@ -419,7 +419,7 @@ Runner setup(CLI::App& sub) {
   DISTCA_FLAG("--micro-batches", micro_batches,
               "Micro-batches per replica per step (default 1; >= --pp; with --pp 1: gradient accumulation)");
   DISTCA_FLAG("--plan-ahead", plan_ahead,
-              "on (default): plan the next micro-batch or step on a background thread while this one runs | off: "
+              "on (default): plan the next step on a background thread while this one runs | off: "
               "plan inline (same bits)");
 #undef DISTCA_FLAG
   return [o] { return run(*o); };

@@ -1,4 +1,4 @@
-// The trainer's planner: units of plans made inline or one unit ahead on a background thread
+// The trainer's planner: units of plans made inline or ahead on a background thread
 // (src/train/planner.h).
 #include "planner.h"
 

@@ -7,10 +7,9 @@
 //      (plan/nano_split.h: each rank's rows of nano 0 first, then nano 1's) and plans it with
 //      the `cad` scheduler (--mode cad) or `colocated` (--mode colocated); the rank's inputs
 //      follow the split's order. Every rank makes the same plans itself (no exchange), and
-//      with TrainConfig::plan_ahead "on" a background thread of the rank makes them one unit
-//      (a micro-batch's plans, or a pipeline tick's) ahead of the step that runs them
-//      (src/train/planner.h): step b + 1's while step b computes. The plans are the same bits
-//      either way, so so is everything else;
+//      with TrainConfig::plan_ahead "on" a background thread of the rank makes them up to one
+//      step ahead of the step that runs them (src/train/planner.h): step b + 1's while step
+//      b computes. The plans are the same bits either way, so is everything else;
 //   3. all-reduces the target counts (double), then runs the model's phased step
 //      (model/llama.h) under a runtime::PingPongRunner: the model's layer phases per
 //      nano-batch are the runner's linear work, core attention goes through its dispatchers
