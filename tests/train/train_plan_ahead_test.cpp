@@ -252,7 +252,7 @@ void expect_bitwise(const TrainResult& a, const TrainResult& b, const std::strin
 
 TrainConfig base_config() {
   TrainConfig c = testing::small_model_config(2);
-  c.steps = 5;
+  c.steps = 3;
   c.warmup = 2;
   c.dist = "uniform:16:512";
   c.max_doc_len = 0;
