@@ -73,7 +73,14 @@ nlohmann::json step_json(const train::StepMetrics& m) {
           {"imbalance_before", m.imbalance_before}, {"imbalance_after", m.imbalance_after},
           {"linear_s", m.linear_s},   {"attention_s", m.attention_s},
           {"comm_s", m.comm_s},       {"wait_s", m.wait_s},
-          {"nano_tokens", {m.nano_tokens[0], m.nano_tokens[1]}}, {"bytes_sent", m.bytes_sent}};
+          {"nano_tokens", {m.nano_tokens[0], m.nano_tokens[1]}}, {"bytes_sent", m.bytes_sent},
+          {"plan_s", m.plan_s},       {"plan_wait_s", m.plan_wait_s}};
+}
+
+double max_plan_wait(const train::TrainResult& r) {
+  double w = 0;
+  for (const train::StepMetrics& m : r.steps) w = std::max(w, m.plan_wait_s);
+  return w;
 }
 
 bool is_input_error(const Status& st) {
@@ -319,6 +326,10 @@ int run(const Options& o) {
               result.total_s, result.linear_s, 100 * result.linear_s / tot, result.attention_s,
               100 * result.attention_s / tot, result.comm_s, 100 * result.comm_s / tot,
               result.wait_s, 100 * result.wait_s / tot);
+  // Planning (docs/training.md, "Planning ahead"): on the planning thread or inline.
+  std::printf("planning (rank 0): %.4f s making plans (%s), steps waited %.4f s for them (max %.4f s in one step)\n",
+              result.plan_s, cfg.plan_ahead == "on" ? "ahead, on a background thread" : "inline",
+              result.plan_wait_s, max_plan_wait(result));
   // The policy both backends applied (kernels/blas.h); the bits do not depend on it.
   std::printf("threads per rank: %d (OpenMP; BLAS on one thread each; %d usable cores)\n",
               kernels::compute_threads_per_rank(backend_mpi ? mpi_local_ranks(cfg.ranks) : cfg.ranks),
@@ -407,6 +418,9 @@ Runner setup(CLI::App& sub) {
               "Pipeline stages (default 1): ranks = data-parallel replicas x stages; colocated 1F1B, cad pooled ticks");
   DISTCA_FLAG("--micro-batches", micro_batches,
               "Micro-batches per replica per step (default 1; >= --pp; with --pp 1: gradient accumulation)");
+  DISTCA_FLAG("--plan-ahead", plan_ahead,
+              "on (default): plan the next step on a background thread while this one runs | off: "
+              "plan inline (same bits)");
 #undef DISTCA_FLAG
   return [o] { return run(*o); };
 }

@@ -33,6 +33,9 @@ Status TrainConfig::validate() const {
       return bad("--overlap", "applies to --mode cad only (colocated runs no attention exchange to overlap)");
     }
   }
+  if (plan_ahead != "on" && plan_ahead != "off") {
+    return bad("--plan-ahead", "must be on or off (got '" + plan_ahead + "')");
+  }
   if (pp < 1 || pp > 64) return bad("--pp", "must be in 1..64 (got " + std::to_string(pp) + ")");
   if (ranks % pp != 0) {
     return bad("--pp", std::to_string(pp) + " does not divide --ranks " + std::to_string(ranks));
@@ -174,6 +177,7 @@ Status apply_toml_text(const std::string& text, const std::string& origin, Train
     DISTCA_KEY(seed) DISTCA_KEY(data) DISTCA_KEY(copy_vocab) DISTCA_KEY(tokens_per_rank) DISTCA_KEY(dist)
     DISTCA_KEY(max_doc_len) DISTCA_KEY(checkpoint_dir) DISTCA_KEY(checkpoint_every)
     DISTCA_KEY(metrics) DISTCA_KEY(overlap) DISTCA_KEY(trace) DISTCA_KEY(pp) DISTCA_KEY(micro_batches)
+    DISTCA_KEY(plan_ahead)
 #undef DISTCA_KEY
     if (key == "model_overrides") {
       const toml::table* sub = node.as_table();

@@ -75,11 +75,18 @@ TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec&
                                  : in_flight * spec.n_layers * (rows.q * q + rows.kv * kv);
   e.dispatcher = kept + (stateless ? rows.q * (q + olse) + rows.kv * kv : 0) +
                  rows.q * (q + 2 * olse + 2 * q + lse + 2 * q + 2 * q) + rows.kv * (kv + kv + 2 * kv);
-  e.plan = kPlanBytesPerPeer * R * R + kPlanBytesPerToken * R * T;
+  // Planning ahead (src/train/planner.h) holds up to one step's units more than the step
+  // runs: a unit is one micro-batch's plans, or a cad pipeline tick's two pooled directions
+  // (2 (M + P - 1) ticks).
+  const int64_t ahead = c.plan_ahead != "on" ? 0
+                        : c.mode == "cad" && c.pp > 1 ? 4 * (c.micro_batches + c.pp - 1)
+                                                      : c.micro_batches;
+  e.plan = (1 + ahead) * (kPlanBytesPerPeer * R * R + kPlanBytesPerToken * R * T);
   // A rank thread is the master of its own OpenMP team; mpi adds the progress thread.
   const int64_t threads =
       in.threads_per_rank > 0 ? in.threads_per_rank : std::max(1, omp_get_max_threads()) + (in.mpi ? 1 : 0);
-  e.threads = kRankThreadBytes + kTeamThreadBytes * (threads - 1);
+  // The planning thread of --plan-ahead on counts as a team thread.
+  e.threads = kRankThreadBytes + kTeamThreadBytes * (threads - 1 + (c.plan_ahead == "on" ? 1 : 0));
   e.baseline = in.mpi ? kMpiBaselineBytes : kBaselineBytes;
   // Tokens are int32 per byte plus the end-of-document token, cut to max_doc_len; one file's
   // bytes while it is read.

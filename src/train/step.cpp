@@ -92,7 +92,6 @@ runtime::LinearFn stage_linear(model::Llama<float>& model, const model::StageRan
 
 // One micro-batch on this stage, from its forward to its backward.
 struct Micro {
-  Batch batch;
   std::optional<runtime::NanoPlans> plans;
   RankInputs in;
   std::array<model::RowRange, 2> rows{};
@@ -111,17 +110,16 @@ void add_loss(model::StepLoss& step, const model::StepLoss& mb) {
   step.report_weight += mb.report_weight;
 }
 
-// The step's micro-batches into `mbs`; returns the global target count: every document's
-// tokens but its last, over all micro-batches and replicas (every rank computes it from the
-// data alone).
-double load_micro_batches(const RankSetup& s, int64_t step, std::vector<Micro>& mbs) {
+// The step's micro-batches: their batches into `batches` (planner.h, step_batches) and one
+// Micro each into `mbs`; returns the global target count: every document's tokens but its
+// last, over all micro-batches and replicas (every rank computes it from the data alone).
+double load_micro_batches(const RankSetup& s, int64_t step, std::vector<Batch>& batches, std::vector<Micro>& mbs) {
   const int64_t M = s.micro_batches;
   mbs = std::vector<Micro>(static_cast<size_t>(M));
+  batches = step_batches(*s.data, M, step);
   double count = 0;
-  for (int64_t mb = 0; mb < M; ++mb) {
-    Micro& u = mbs[static_cast<size_t>(mb)];
-    u.batch = s.data->batch(step * M + mb);
-    for (const auto& pieces : u.batch.per_rank) {
+  for (const Batch& batch : batches) {
+    for (const auto& pieces : batch.per_rank) {
       for (const Piece& p : pieces) count += static_cast<double>(p.len - (p.offset + p.len == p.doc_len ? 1 : 0));
     }
   }
@@ -216,8 +214,18 @@ ParamRange stage_param_range(const ModelSpec& spec, int64_t pp, int64_t k) {
   return out;
 }
 
-Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup& s, int64_t step, StepMetrics& m,
-                int64_t& peak_dispatch, TraceRecorder* trace) {
+// Takes unit `index` of `step` from the planner, adding its times to the step's metrics.
+Result<PlanUnit> take_plan(StepPlanner& planner, int64_t step, int64_t index, const std::vector<Batch>& batches,
+                           StepMetrics& m) {
+  double waited = 0;
+  Result<PlanUnit> unit = planner.next(step, index, batches, &waited);
+  m.plan_wait_s += waited;
+  if (unit.ok()) m.plan_s += unit->seconds;
+  return unit;
+}
+
+Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup& s, StepPlanner& planner,
+                int64_t step, StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace) {
   auto& model = *s.model;
   comm::Communicator& dpc = *s.dp_comm;
   const int64_t P = s.pp, M = s.micro_batches, stage = s.stage;
@@ -228,8 +236,9 @@ Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup&
   const std::string at = "step " + std::to_string(step);
   double waited = 0, linear = 0, attention = 0, other = 0;
 
+  std::vector<Batch> batches;
   std::vector<Micro> mbs;
-  const double count = load_micro_batches(s, step, mbs);
+  const double count = load_micro_batches(s, step, batches, mbs);
   const double grad_scale = 1.0 / count;
 
   const int L = static_cast<int>(s.layers.last - s.layers.first);
@@ -245,9 +254,9 @@ Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup&
     Micro& u = mbs[static_cast<size_t>(op.microbatch)];
     const int tag = static_cast<int>(2 * op.microbatch);
     if (!op.backward) {
-      auto planned = runtime::plan_nano_batches(u.batch, s.sspec, s.sopt);
-      if (!planned.ok()) return planned.status().with_context(at);
-      u.plans.emplace(std::move(planned).value());
+      // 1F1B runs the forwards in micro-batch order on every stage: the planner's order.
+      DISTCA_ASSIGN_OR_RETURN(PlanUnit unit, take_plan(planner, step, op.microbatch, batches, m));
+      u.plans.emplace(std::move(*unit.micro));
       const runtime::NanoPlans& plans = *u.plans;
       imbalance_before = std::max(imbalance_before, plans.full.metrics.load_before_max_over_mean);
       imbalance_after = std::max(imbalance_after, plans.full.metrics.load_max_over_mean);
@@ -347,8 +356,8 @@ std::vector<Piece> own_pieces(const PooledBatch& pool, const Batch& split, int64
 // (CaDispatcher::adopt_forward); the forward's LSE stays with the home rows (one buffer per
 // layer and slot). Activations and gradients travel between stages point to point as in
 // 1F1B, sent in one tick and received in a later one.
-Status run_step_pooled_ticks(const TrainConfig& config, comm::Communicator& world, RankSetup& s, int64_t step,
-                              StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace) {
+Status run_step_pooled_ticks(const TrainConfig& config, comm::Communicator& world, RankSetup& s, StepPlanner& planner,
+                              int64_t step, StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace) {
   auto& model = *s.model;
   const int64_t P = s.pp, M = s.micro_batches, stage = s.stage;
   const int rank = world.rank();
@@ -360,8 +369,9 @@ Status run_step_pooled_ticks(const TrainConfig& config, comm::Communicator& worl
   const int L = static_cast<int>(s.layers.last - s.layers.first);
   const int64_t H = s.spec.n_heads;
 
+  std::vector<Batch> batches;
   std::vector<Micro> mbs;
-  const double count = load_micro_batches(s, step, mbs);
+  const double count = load_micro_batches(s, step, batches, mbs);
   std::vector<std::vector<Piece>> layout(static_cast<size_t>(M));  // the F tick's local pieces
   const double grad_scale = 1.0 / count;
   // Slots: the lowest free one at a micro-batch's forward, freed by its backward.
@@ -374,36 +384,21 @@ Status run_step_pooled_ticks(const TrainConfig& config, comm::Communicator& worl
   model::StepLoss loss;
   StepPhases ph;
   const auto t_pipe = Clock::now();
-  // A tick's members of one direction, pooled and planned; null when none.
-  struct Direction {
-    std::optional<PooledBatch> pool;
-    std::optional<runtime::NanoPlans> plans;
-  };
-  auto plan_direction = [&](const std::vector<PoolMember>& members, Direction& d) -> Status {
-    if (members.empty()) return {};
-    auto pooled = pool_batches(members, P, s.dp);
-    if (!pooled.ok()) return pooled.status().with_context(at);
-    d.pool.emplace(std::move(pooled).value());
-    auto planned = runtime::plan_nano_batches(d.pool->batch, s.sspec, s.sopt);
-    if (!planned.ok()) return planned.status().with_context(at);
-    d.plans.emplace(std::move(planned).value());
-    ph.imbalance_before = std::max(ph.imbalance_before, d.plans->full.metrics.load_before_max_over_mean);
-    ph.imbalance_after = std::max(ph.imbalance_after, d.plans->full.metrics.load_max_over_mean);
-    return {};
-  };
-  for (const std::vector<runtime::PipeOp>& tick : runtime::one_f_one_b_ticks(P, M)) {
-    std::vector<PoolMember> fmembers, bmembers;
+  const std::vector<std::vector<runtime::PipeOp>> ticks = runtime::one_f_one_b_ticks(P, M);
+  for (size_t ti = 0; ti < ticks.size(); ++ti) {
     const runtime::PipeOp* mine = nullptr;
-    for (const runtime::PipeOp& op : tick) {
-      (op.backward ? bmembers : fmembers).push_back({op.stage, op.microbatch, op.backward, &mbs[static_cast<size_t>(op.microbatch)].batch});
+    for (const runtime::PipeOp& op : ticks[ti]) {
       if (op.stage == stage) mine = &op;
     }
-    Direction f, b;
-    DISTCA_RETURN_IF_ERROR(plan_direction(fmembers, f));
-    DISTCA_RETURN_IF_ERROR(plan_direction(bmembers, b));
+    // The tick's forwards pooled and planned, and its backwards (planner.h, plan_unit).
+    DISTCA_ASSIGN_OR_RETURN(PlanUnit unit, take_plan(planner, step, static_cast<int64_t>(ti), batches, m));
+    const PlannedDirection& f = unit.forward;
+    const PlannedDirection& b = unit.backward;
     std::vector<const Plan*> running;
-    for (const Direction* d : {&f, &b}) {
+    for (const PlannedDirection* d : {&f, &b}) {
       if (d->plans) {
+        ph.imbalance_before = std::max(ph.imbalance_before, d->plans->full.metrics.load_before_max_over_mean);
+        ph.imbalance_after = std::max(ph.imbalance_after, d->plans->full.metrics.load_max_over_mean);
         for (const Plan* p : running_plans(*d->plans, s.overlap)) running.push_back(p);
       }
     }
@@ -423,12 +418,12 @@ Status run_step_pooled_ticks(const TrainConfig& config, comm::Communicator& worl
     Micro* u = mine != nullptr ? &mbs[static_cast<size_t>(mine->microbatch)] : nullptr;
     const int tag = mine != nullptr ? static_cast<int>(2 * mine->microbatch) : 0;
     if (u != nullptr) {
-      const Direction& d = mine->backward ? b : f;
+      const PlannedDirection& d = mine->backward ? b : f;
       const auto& t = d.plans->split.tokens[static_cast<size_t>(rank)];
       const std::array<model::RowRange, 2> rows{model::RowRange{0, t[0]}, model::RowRange{t[0], t[0] + t[1]}};
       if (!mine->backward) {
         layout[static_cast<size_t>(mine->microbatch)] = own_pieces(*d.pool, d.plans->split.batch, rank);
-        Batch local = u->batch;
+        Batch local = batches[static_cast<size_t>(mine->microbatch)];
         local.per_rank[static_cast<size_t>(s.replica)] = layout[static_cast<size_t>(mine->microbatch)];
         u->in = s.data->rank_inputs(step * M + mine->microbatch, local, s.replica);
         u->rows = rows;

@@ -21,6 +21,7 @@
 #include "distca/train/config.h"
 #include "distca/train/data.h"
 #include "distca/train/trainer.h"
+#include "planner.h"
 
 namespace distca::train {
 
@@ -46,9 +47,12 @@ struct RankSetup {
   // Pipeline placement.
   int64_t pp = 1, dp = 1, stage = 0, replica = 0, micro_batches = 1;
   model::StageRange layers;
-  std::vector<int64_t> full_tensor_index;
-  std::vector<std::vector<float>> lse;  // cad pipelines: [slot] the forward's LSE, (layers, tokens, heads)  // [model.layout() entry] its index in param_layout(spec)
+  std::vector<int64_t> full_tensor_index;  // [model.layout() entry] its index in param_layout(spec)
+  std::vector<std::vector<float>> lse;  // cad pipelines: [slot] the forward's LSE, (layers, tokens, heads)
   std::unique_ptr<comm::GroupCommunicator> dp_comm;  // this stage's data-parallel ranks
+  // The plans of steps [start, steps) (planner.h). Declared last, so it is destroyed (its
+  // thread joined) first, before the data source it reads.
+  std::unique_ptr<StepPlanner> planner;
 };
 
 // [first, end) of stage k's parameters in the whole model's buffer (model/llama.h layout).
@@ -58,16 +62,17 @@ struct ParamRange {
 };
 ParamRange stage_param_range(const ModelSpec& spec, int64_t pp, int64_t k);
 
-// Plans, runs the stage's 1F1B order of the step's micro-batches (runtime/pipeline_schedule.h;
-// one stage: each micro-batch forward then backward), all-reduces the gradients over the
-// stage's data-parallel group, reduces the losses and the global gradient norm over every
-// rank, clips, takes the AdamW step (not in signal mode). Fills the metrics but the step's
-// total time. `peak_dispatch`: the largest dispatcher row bytes of any step so far.
-Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup& s, int64_t step, StepMetrics& m,
-                int64_t& peak_dispatch, TraceRecorder* trace);
-// The same for --mode cad with pp > 1: one_f_one_b_ticks with pooled plans per tick
-// (step.cpp explains it).
-Status run_step_pooled_ticks(const TrainConfig& config, comm::Communicator& world, RankSetup& s, int64_t step,
-                              StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace);
+// Runs the stage's 1F1B order of the step's micro-batches (runtime/pipeline_schedule.h; one
+// stage: each micro-batch forward then backward), taking each micro-batch's plans from
+// `planner` at its forward (planner.h: one unit per micro-batch), all-reduces the gradients
+// over the stage's data-parallel group, reduces the losses and the global gradient norm over
+// every rank, clips, takes the AdamW step (not in signal mode). Fills the metrics but the
+// step's total time. `peak_dispatch`: the largest dispatcher row bytes of any step so far.
+Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup& s, StepPlanner& planner,
+                int64_t step, StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace);
+// The same for --mode cad with pp > 1: one_f_one_b_ticks with pooled plans per tick, one
+// planner unit per tick (step.cpp explains it).
+Status run_step_pooled_ticks(const TrainConfig& config, comm::Communicator& world, RankSetup& s, StepPlanner& planner,
+                              int64_t step, StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace);
 
 }  // namespace distca::train

@@ -37,6 +37,24 @@ Status fail_group(comm::Communicator& comm, const Status& st) {
   return st;
 }
 
+// The rank's planner (planner.h) for steps [first, config.steps): ahead or inline. Its
+// functions capture copies of the plan settings and the immutable DataSource only.
+std::unique_ptr<StepPlanner> start_planner(const TrainConfig& config, const RankSetup& s, int64_t first) {
+  PlanContext pctx;
+  pctx.sspec = s.sspec;
+  pctx.sopt = s.sopt;
+  pctx.pp = s.pp;
+  pctx.dp = s.dp;
+  pctx.micro_batches = s.micro_batches;
+  pctx.pooled_ticks = config.mode == "cad" && s.pp > 1;
+  const DataSource* data = s.data;
+  const int64_t M = s.micro_batches;
+  return std::make_unique<StepPlanner>(
+      [pctx](int64_t step, int64_t index, const std::vector<Batch>& b) { return plan_unit(pctx, step, index, b); },
+      [data, M](int64_t step) { return step_batches(*data, M, step); }, pctx.units_per_step(), first, config.steps,
+      config.plan_ahead == "on" ? pctx.units_per_step() : 0, kPlanWaitLimitS);
+}
+
 Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::Communicator& world,
                                                const TrainHooks& hooks) {
   auto s = std::make_unique<RankSetup>();
@@ -56,6 +74,19 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::
     s->own_data.emplace(std::move(d));
     s->data = &*s->own_data;
   }
+  DISTCA_ASSIGN_OR_RETURN(s->sspec, parse_scheduler(config.mode == "cad" ? config.scheduler : "colocated"));
+  s->sopt.model = s->spec;
+  s->sopt.dtype_bytes = 4;
+  s->sopt.tolerance = config.tolerance;
+  s->dims.n_heads = static_cast<int32_t>(s->spec.n_heads);
+  s->dims.n_kv_heads = static_cast<int32_t>(s->spec.n_kv_heads);
+  s->dims.head_dim = static_cast<int32_t>(s->spec.head_dim);
+  s->sopt.align_rows = runtime::query_tile_rows(s->dims);  // cad cuts on tile boundaries: no padding
+  // The planner starts before the model is built, so the first step's plans are made while
+  // the parameters are initialised. The checkpoint is checked first: the first step planned
+  // is its step.
+  if (hooks.resume) DISTCA_RETURN_IF_ERROR(check_resume(*hooks.resume, config, model::param_count(s->spec), "--resume"));
+  s->planner = start_planner(config, *s, hooks.resume ? hooks.resume->step : 0);
   s->layers = model::stage_layers(s->spec.n_layers, s->pp, s->stage);
   // 1F1B holds at most pp - stage micro-batches of a stage in flight; the phase-aligned
   // schedule (cad) may hold more (runtime/pipeline_schedule.h).
@@ -81,14 +112,6 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::
   s->sched.warmup_steps = std::min(config.warmup, config.steps);  // short runs: warm up all the way
   s->sched.total_steps = config.steps;
   DISTCA_RETURN_IF_ERROR(s->sched.validate());
-  DISTCA_ASSIGN_OR_RETURN(s->sspec, parse_scheduler(config.mode == "cad" ? config.scheduler : "colocated"));
-  s->sopt.model = s->spec;
-  s->sopt.dtype_bytes = 4;
-  s->sopt.tolerance = config.tolerance;
-  s->dims.n_heads = static_cast<int32_t>(s->spec.n_heads);
-  s->dims.n_kv_heads = static_cast<int32_t>(s->spec.n_kv_heads);
-  s->dims.head_dim = static_cast<int32_t>(s->spec.head_dim);
-  s->sopt.align_rows = runtime::query_tile_rows(s->dims);  // cad cuts on tile boundaries: no padding
   if (config.mode == "cad") {
     DISTCA_ASSIGN_OR_RETURN(s->overlap, runtime::parse_overlap_mode(config.overlap_or_default(), "--overlap"));
   }
@@ -190,6 +213,8 @@ void add_times(const StepMetrics& m, TrainResult& r) {
   r.comm_s += m.comm_s;
   r.wait_s += m.wait_s;
   r.total_s += m.seconds;
+  r.plan_s += m.plan_s;
+  r.plan_wait_s += m.plan_wait_s;
 }
 
 // The body of run_training; any error it returns ends the group (fail_group).
@@ -210,6 +235,7 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
   const int64_t fixed_bytes = 4 * static_cast<int64_t>(sizeof(float) * s.model->params().size()) +
                               mem.activation_bytes_per_token() * config.tokens_per_rank * s.model->slots();
   int64_t peak_dispatch = 0;
+  StepPlanner& planner = *s.planner;
   TrainResult local;
   std::vector<StepMetrics> own_steps;  // this rank's, for TrainResult::rank_steps
   for (int64_t step = s.start; step < config.steps; ++step) {
@@ -227,9 +253,9 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
       trace_from_us = trace->now_us();
     }
     if (config.mode == "cad" && s.pp > 1) {
-      DISTCA_RETURN_IF_ERROR(run_step_pooled_ticks(config, comm, s, step, m, peak_dispatch, trace));
+      DISTCA_RETURN_IF_ERROR(run_step_pooled_ticks(config, comm, s, planner, step, m, peak_dispatch, trace));
     } else {
-      DISTCA_RETURN_IF_ERROR(run_step(config, comm, s, step, m, peak_dispatch, trace));
+      DISTCA_RETURN_IF_ERROR(run_step(config, comm, s, planner, step, m, peak_dispatch, trace));
     }
     if (traced) {
       DISTCA_ASSIGN_OR_RETURN(local.trace, collect_trace(comm, *trace, trace_from_us));

@@ -46,6 +46,10 @@ struct TrainConfig {
   // (either mode).
   int64_t pp = 1;
   int64_t micro_batches = 1;
+  // "on": each rank makes its plans on a background thread, up to one step ahead of the step
+  // that runs them; "off": inline, when the step needs them. The same plans either way, so
+  // the same bits (docs/training.md, "Planning ahead").
+  std::string plan_ahead = "on";
   // Optimisation.
   int64_t steps = 500;
   double lr = 3e-3;        // peak learning rate

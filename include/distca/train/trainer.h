@@ -6,7 +6,10 @@
 //   2. plans the step: runtime::plan_nano_batches splits the batch into two nano-batches
 //      (plan/nano_split.h: each rank's rows of nano 0 first, then nano 1's) and plans it with
 //      the `cad` scheduler (--mode cad) or `colocated` (--mode colocated); the rank's inputs
-//      follow the split's order;
+//      follow the split's order. Every rank makes the same plans itself (no exchange), and
+//      with TrainConfig::plan_ahead "on" a background thread of the rank makes them up to one
+//      step ahead of the step that runs them (src/train/planner.h): step b + 1's while step
+//      b computes. The plans are the same bits either way, so is everything else;
 //   3. all-reduces the target counts (double), then runs the model's phased step
 //      (model/llama.h) under a runtime::PingPongRunner: the model's layer phases per
 //      nano-batch are the runner's linear work, core attention goes through its dispatchers
@@ -42,7 +45,12 @@
 // exchanges) and gathered to rank 0 in TrainResult::trace, on one time axis from that step's
 // start (a barrier starts it on every rank).
 //
-// Thread safety: run_training is called once per rank, from that rank's thread.
+// Thread safety: run_training is called once per rank, from that rank's thread. With
+// plan_ahead on it starts one planning thread per rank, which reads only the config's copies,
+// the (immutable) DataSource and the batches it loads itself, and is joined before
+// run_training returns, on every path (a failed step included); an error on it (or an
+// exception) comes back as the Status of the step that needed the plan, and the step waits at
+// most kPlanWaitLimitS for a plan.
 #pragma once
 
 #include <array>
@@ -74,12 +82,18 @@ struct StepMetrics {
   double linear_s = 0, attention_s = 0, comm_s = 0, wait_s = 0;  // rank 0, this step
   std::array<int64_t, 2> nano_tokens{0, 0};  // rank 0's rows in nano-batch 0 and 1
   int64_t bytes_sent = 0;  // rank 0's attention exchange bytes, last layer's forward + backward
+  // Planning (rank 0): plan_s is the time spent making this step's plans (on the planning
+  // thread when they are made ahead); plan_wait_s the time the step was blocked for them: with
+  // --plan-ahead off every plan is made inline, so plan_wait_s = plan_s; on, only a plan not
+  // finished when the step needed it counts (0 when every plan was ready).
+  double plan_s = 0, plan_wait_s = 0;
 };
 
 struct TrainResult {
   std::vector<StepMetrics> steps;   // the steps this run executed
   std::vector<float> final_params;  // rank 0's parameters at the end
   double linear_s = 0, attention_s = 0, comm_s = 0, wait_s = 0, total_s = 0;  // rank 0 sums
+  double plan_s = 0, plan_wait_s = 0;  // rank 0 sums of StepMetrics' planning times
   std::vector<int64_t> buffer_bytes;  // [ranks] params+grads+adam+workspace+peak dispatcher rows
   int64_t checkpoints_written = 0;
   std::string last_checkpoint;
@@ -105,6 +119,9 @@ struct TrainHooks {
   // trainer uses its own. Used only when TrainConfig::trace is set.
   TraceRecorder* trace = nullptr;
 };
+
+// The longest a step waits for a plan made ahead before the run fails (a stuck planner).
+inline constexpr double kPlanWaitLimitS = 300;
 
 // One rank's training loop. comm.size() must equal config.ranks. `result` (may be null) is
 // filled on rank 0. Errors from collectives come back as Status (the caller fails the group).
