@@ -101,8 +101,9 @@ class Planner {
   Planner(double tolerance, double stop, int64_t align, State* state)
       : st_(*state), tol_(tolerance), stop_(stop), align_(align) {}
 
-  // Plans; true when it ended inside the band of `stop`.
-  bool run(CadStats* stats);
+  // Plans; true when it ended inside the band of `stop`. `moves` (may be null) receives the
+  // moves in order (replaying them on the restarted state rebuilds the plan).
+  bool run(CadStats* stats, std::vector<Candidate>* moves);
 
  private:
   void donor_phase();
@@ -126,6 +127,7 @@ class Planner {
   double tol_;
   double stop_;
   bool done_ = false;  // inside the band of stop_: no further move
+  std::vector<Candidate>* moves_ = nullptr;
   int64_t align_ = 1;
   int64_t iterations_ = 0;
   int64_t cap_iterations_ = 0;
@@ -142,6 +144,7 @@ bool Planner::stopped() const {
 
 void Planner::apply(const Candidate& c) {
   st_.move(c.seg, c.dest, c.x, c.y);
+  if (moves_ != nullptr) moves_->push_back(c);
   done_ = stopped();
 }
 
@@ -361,7 +364,9 @@ void Planner::receiver_phase() {
   }
 }
 
-bool Planner::run(CadStats* stats) {
+bool Planner::run(CadStats* stats, std::vector<Candidate>* moves) {
+  moves_ = moves;
+  if (moves_ != nullptr) moves_->clear();
   donor_.assign(static_cast<size_t>(st_.ranks()), 0);
   top_version_.assign(static_cast<size_t>(st_.ranks()), -1);
   top_.assign(static_cast<size_t>(st_.ranks()) * kSegCandidates, -1);
@@ -404,11 +409,12 @@ Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options
   // requested tolerance, never lowers the bytes, and enters band t2 no later than band t1
   // (band t1 lies inside band t2). So every candidate of t1 has a counterpart at t2 with at
   // most its bytes. The widest is tried last (most often the cheapest): the last candidate is
-  // kept without planning it again.
+  // kept as it is, an earlier one is rebuilt by replaying its moves.
   std::vector<double> ladder;
   for (const double g : kLadder) {
     if (g <= tol) ladder.push_back(g);
   }
+  thread_local std::vector<Candidate> moves, best_moves;
   int best = -1;
   int64_t best_bytes = 0;
   bool best_in_band = false;
@@ -416,19 +422,19 @@ Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options
     if (i > 0) scratch.restart();
     Planner planner(ladder[static_cast<size_t>(i)], tol, options.align_rows, &scratch);
     CadStats st;
-    const bool in_band = planner.run(&st);
+    const bool in_band = planner.run(&st, &moves);
     // A candidate inside the band beats one outside it whatever their bytes.
     if (best < 0 || (in_band && !best_in_band) || (in_band == best_in_band && scratch.bytes() <= best_bytes)) {
       best = i;
       best_bytes = scratch.bytes();
       best_in_band = in_band;
       if (stats != nullptr) *stats = st;
+      std::swap(moves, best_moves);
     }
   }
   if (best != static_cast<int>(ladder.size()) - 1) {
     scratch.restart();
-    Planner planner(ladder[static_cast<size_t>(best)], tol, options.align_rows, &scratch);
-    planner.run(nullptr);
+    for (const Candidate& c : best_moves) scratch.move(c.seg, c.dest, c.x, c.y);
   }
   return Schedule{scratch.tasks(), batch};
 }
