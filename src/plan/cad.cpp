@@ -21,11 +21,11 @@
 // never undoes the other. Every move finishes a donor, a receiver or a segment, or cuts a
 // segment by >= kMinChunkRows rows, so the loop ends; an iteration cap guards it anyway.
 //
-// schedule_cad runs this greedy several times on one batch (planning bands from a fixed
-// ladder up to the requested tolerance, two chunk-top sets), each stopped at its first state
-// inside the requested band, and keeps the fewest bytes: that makes the bytes never rise
-// with the tolerance (the argument is at schedule_cad; docs/scheduler.md, "cad: candidate
-// plans, tolerance monotonicity and bytes").
+// schedule_cad runs this greedy a few times on one batch (planning bands from a fixed ladder
+// up to the requested tolerance), each stopped at its first state inside the requested band,
+// and keeps the fewest bytes: that makes the bytes never rise with the tolerance (the
+// argument is at schedule_cad; docs/scheduler.md, "cad: candidate plans, tolerance
+// monotonicity and bytes").
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -442,6 +442,7 @@ Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options
       std::swap(moves, best_moves);
     }
   }
+  if (stats != nullptr) stats->runs = count;
   if (best != count - 1) {
     scratch.restart();
     for (const Candidate& c : best_moves) scratch.move(c.seg, c.dest, c.x, c.y);
