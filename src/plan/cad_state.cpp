@@ -228,7 +228,50 @@ Status State::init(const Batch& batch, const ScheduleOptions& options) {
     }
   }
   bytes_start_ = bytes_;
+  // What restart() needs to undo the moves.
+  load_start_ = load_;
+  total_start_ = total_;
+  server_docs_start_.resize(R);
+  for (size_t r = 0; r < R; ++r) server_docs_start_[r] = static_cast<int32_t>(server_docs_[r].size());
   return Status::ok_status();
+}
+
+void State::restart() {
+  const auto pieces = static_cast<int32_t>(runs_.size());
+  // Heads first (the segments moves created sit in front of the pieces in each document's list).
+  for (size_t id = static_cast<size_t>(pieces); id < segs_.size(); ++id) {
+    auto& head = doc_seg_head_[static_cast<size_t>(segs_[id].doc)];
+    while (head >= pieces) head = seg_next_[static_cast<size_t>(head)];
+  }
+  segs_.resize(static_cast<size_t>(pieces));
+  seg_next_.resize(static_cast<size_t>(pieces));
+  for (const Chunk& c : chunks_) doc_chunk_head_[static_cast<size_t>(c.doc)] = -1;
+  chunks_.clear();
+  chunk_next_.clear();
+  // Pieces are numbered rank by rank (init), so a rank's pieces are one run of ids.
+  int32_t first = 0;
+  for (size_t r = 0; r < static_cast<size_t>(ranks_); ++r) {
+    int32_t end = first;
+    while (end < pieces && runs_[static_cast<size_t>(end)].rank == static_cast<int64_t>(r)) ++end;
+    if (rank_version_[r] != 0) {
+      auto& ids = rank_segs_[r];
+      ids.clear();
+      for (int32_t i = first; i < end; ++i) {
+        segs_[static_cast<size_t>(i)].a = runs_[static_cast<size_t>(i)].begin;
+        segs_[static_cast<size_t>(i)].b = runs_[static_cast<size_t>(i)].end;
+        ids.push_back(i);
+      }
+      rank_version_[r] = 0;
+    }
+    server_docs_[r].resize(static_cast<size_t>(server_docs_start_[r]));
+    first = end;
+  }
+  load_ = load_start_;
+  total_ = total_start_;
+  by_load_.clear();
+  for (int64_t r = 0; r < ranks_; ++r) by_load_.emplace(load_[static_cast<size_t>(r)], r);
+  bytes_ = bytes_start_;
+  moves_ = 0;
 }
 
 Status State::check_tiling() const {
@@ -275,6 +318,16 @@ int64_t State::rows_not_held(int64_t d, int64_t begin, int64_t end, int64_t rank
     if (hi > lo) held += hi - lo;
   }
   return (end - begin) - held;
+}
+
+bool State::same_piece(int64_t d, int64_t rank, int64_t begin, int64_t end) const {
+  const auto pieces = static_cast<int32_t>(runs_.size());
+  for (int32_t i = doc_seg_head_[static_cast<size_t>(d)]; i >= 0; i = seg_next_[static_cast<size_t>(i)]) {
+    if (i >= pieces) continue;
+    const Run& run = runs_[static_cast<size_t>(i)];
+    if (run.rank == rank && run.begin <= begin && end <= run.end) return true;
+  }
+  return false;
 }
 
 int64_t State::new_seg(int64_t doc, int64_t a, int64_t b, int64_t rank) {
@@ -370,9 +423,28 @@ void State::move(int64_t id, int64_t dest, int64_t x, int64_t y) {
   } else {
     segs_[static_cast<size_t>(id)].a = g.b;  // empty: dead
   }
-  chunk_next_.push_back(doc_chunk_head_[static_cast<size_t>(g.doc)]);
-  doc_chunk_head_[static_cast<size_t>(g.doc)] = static_cast<int32_t>(chunks_.size());
-  chunks_.push_back({g.doc, x, y, g.rank, dest});
+  // A chunk that continues one already sent from the same piece to the same server extends it
+  // (one task; the bytes are the same either way: the context below its top is already there).
+  // Only when costs add up over adjacent rows (pairs, weighted or not): a cost model's task
+  // cost has per-task terms, and the loads must stay those of the tasks written out.
+  int32_t merged = -1;
+  for (int32_t c = model_ == nullptr ? doc_chunk_head_[static_cast<size_t>(g.doc)] : -1; c >= 0 && merged < 0;
+       c = chunk_next_[static_cast<size_t>(c)]) {
+    const Chunk& k = chunks_[static_cast<size_t>(c)];
+    if (k.server == dest && k.home == g.rank && (k.x == y || k.y == x) &&
+        same_piece(g.doc, g.rank, std::min(k.x, x), std::max(k.y, y))) {
+      merged = c;
+    }
+  }
+  if (merged >= 0) {
+    Chunk& k = chunks_[static_cast<size_t>(merged)];
+    k.x = std::min(k.x, x);
+    k.y = std::max(k.y, y);
+  } else {
+    chunk_next_.push_back(doc_chunk_head_[static_cast<size_t>(g.doc)]);
+    doc_chunk_head_[static_cast<size_t>(g.doc)] = static_cast<int32_t>(chunks_.size());
+    chunks_.push_back({g.doc, x, y, g.rank, dest});
+  }
   set_load(g.rank, load(g.rank) - loss);
   set_load(dest, load(dest) + gain);
   ++rank_version_[static_cast<size_t>(g.rank)];

@@ -72,6 +72,11 @@ class State {
   // page faults of fresh arrays cost about as much as the planning itself).
   Status init(const Batch& batch, const ScheduleOptions& options);
 
+  // Back to the colocated start init() built (every move undone), in time linear in what the
+  // moves touched plus servers (no batch checks, no allocation): a planner can try several
+  // move sequences on one batch. The state equals a fresh init() of the same batch.
+  void restart();
+
   // The cost of document slot d's tasks.
   Work work(int64_t d) const {
     return weight_.empty() ? work_ : Work(model_, weight_[static_cast<size_t>(d)]);
@@ -132,6 +137,8 @@ class State {
   void reset();  // empties everything, keeping capacity
   void set_load(int64_t r, double v);
   int64_t new_seg(int64_t doc, int64_t a, int64_t b, int64_t rank);
+  // Rows [begin, end) of document slot d lie inside one piece held by `rank`.
+  bool same_piece(int64_t d, int64_t rank, int64_t begin, int64_t end) const;
   // Checks that the pieces of every document tile it; the message names the document.
   Status check_tiling() const;
 
@@ -163,6 +170,9 @@ class State {
   std::vector<std::vector<int32_t>> rank_segs_;    // [ranks] segment ids (may hold dead ones)
   std::vector<std::vector<int32_t>> server_docs_;  // [ranks] document slots with context
   int64_t bytes_ = 0, bytes_start_ = 0, moves_ = 0;
+  std::vector<double> load_start_;           // [ranks] loads of the colocated start
+  double total_start_ = 0;
+  std::vector<int32_t> server_docs_start_;   // [ranks] sizes of server_docs_ at the start
 };
 
 }  // namespace distca::cad_internal

@@ -5,10 +5,15 @@
 // recount (traffic.h) and benchmarks can report iterations. docs/scheduler.md describes the
 // algorithms.
 //
+// `schedule_cad` tries a few greedy runs on the batch (planning bands from a fixed ladder up to
+// the requested tolerance, each stopped at the requested band) and keeps the fewest bytes; so
+// for the same batch a wider tolerance never moves more bytes than a tighter one whose plan is
+// balanced (docs/scheduler.md, "cad: candidate plans, tolerance monotonicity and bytes").
+//
 // Thread safety: pure functions of their arguments. `schedule_cad` keeps its working arrays
 // in a per-thread scratch object between calls (a few tens of bytes per piece of the largest
-// batch planned on that thread), so planning batch after batch touches no fresh memory;
-// results never depend on what was planned before.
+// batch planned on that thread, plus its moves), so planning batch after batch touches no
+// fresh memory; results never depend on what was planned before.
 #pragma once
 
 #include <cstdint>
@@ -23,9 +28,11 @@ namespace distca {
 // home (the attention kernel's tile). A piece shorter than this moves only whole.
 inline constexpr int64_t kMinChunkRows = 128;
 
+// For `cad`, the figures of the greedy run whose plan is returned.
 struct CadStats {
   int64_t moves = 0;              // chunks sent to another server
   int64_t iterations = 0;         // candidate searches (moves + searches that found nothing)
+  int64_t runs = 1;               // greedy runs tried (cad: one per ladder band <= tolerance)
   int64_t bytes_colocated = 0;    // forward bytes of the colocated start
   int64_t bytes_incremental = 0;  // forward bytes of the result, by the planner's own count
   double mean = 0;                // mean load at the end
