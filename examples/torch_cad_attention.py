@@ -44,8 +44,9 @@ except ImportError:  # run from a source checkout: fall back to the build tree (
     try:
         import distca
     except ImportError as e:
-        sys.exit(f"distca: error: cannot import distca ({e}); build it (README) and set "
-                 "PYTHONPATH=build/release/python")
+        print(f"distca: error: cannot import distca ({e}); build it (README) and set "
+              "PYTHONPATH=build/release/python", file=sys.stderr)
+        sys.exit(2)
 
 # The check's tolerance: |got - ref| <= ATOL + RTOL * |ref| elementwise, ref in float64. The
 # distributed run computes in float32 (unit roundoff 6e-8); a softmax row sums up to
