@@ -26,6 +26,7 @@ flash-attn's varlen kernel and the backend NCCL; the layouts and exchanges stay 
 """
 
 import argparse
+import hashlib
 import math
 import os
 import sys
@@ -169,17 +170,21 @@ class CADAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, lay):
         T, (H, D) = lay.tokens, q.shape[1:]
-        assert q.dtype == torch.float32 and q.shape[0] == T, "the CPU kernel takes float32 rows of the plan"
+        if q.shape[0] != T or k.shape[0] != T or k.shape != v.shape or q.dtype != torch.float32:
+            raise ValueError(f"CADAttention: q {tuple(q.shape)}, k, v {tuple(k.shape)} must be float32 "
+                             f"rows of this rank's token buffer ({T} rows)")
         # K and V travel together: one exchange with the K row and the V row of each token.
-        kv = torch.stack((k, v), dim=1)                                             # (T, 2, HKV, D)
-        q_recv = exchange_rows(q.index_select(0, lay.q.send_local), lay.q, lay.mode)     # (n_q_recv, H, D)
-        kv_recv = exchange_rows(kv.index_select(0, lay.kv.send_local), lay.kv, lay.mode)  # (n_kv_recv, 2, HKV, D)
+        kv = torch.stack((k, v), dim=1)                                            # (T, 2, HKV, D)
+        q_send = q.index_select(0, lay.q.send_local)                               # (n_q_send, H, D)
+        kv_send = kv.index_select(0, lay.kv.send_local)                            # (n_kv_send, 2, HKV, D)
+        q_recv = exchange_rows(q_send, lay.q, lay.mode)                            # (n_q_recv, H, D)
+        kv_recv = exchange_rows(kv_send, lay.kv, lay.mode)                         # (n_kv_recv, 2, HKV, D)
 
         # Server side: gather the fused call's inputs in task order.
         fq = torch.cat((q, q_recv)).index_select(0, lay.q_source)                  # (total_q, H, D)
         fkv = torch.cat((kv, kv_recv)).index_select(0, lay.kv_source)              # (total_kv, 2, HKV, D)
         fk, fv = fkv[:, 0].contiguous(), fkv[:, 1].contiguous()                    # (total_kv, HKV, D)
-        fo, lse = server_forward(fq, fk, fv, lay)                                  # (total_q, H, D), (H, total_q)
+        fo, lse = server_forward(fq, fk, fv, lay)                # (total_q, H, D), (H, total_q)
 
         # Rows of home-served tasks land in the token buffer, the others in the send buffer.
         o_all = q.new_zeros((T + lay.o_lse.n_send, H, D))                          # (T + n_o_send, H, D)
@@ -188,9 +193,10 @@ class CADAttention(torch.autograd.Function):
         o_recv = exchange_rows(o_all[T:], lay.o_lse, lay.mode)                     # (n_o_recv, H, D)
         o.index_copy_(0, lay.o_lse.recv_local, o_recv)
 
-        # The server keeps what its backward needs (its fused inputs, O and LSE), so the
-        # backward moves only dO out and dQ, dK/dV back. The runtime's o_lse rows also carry
-        # the LSE home; this layer does not need it there.
+        # The server keeps what its backward needs (its fused inputs, O and LSE: the runtime's
+        # keeping servers), so the backward moves only dO out and dQ, dK/dV back, and the LSE
+        # stays on the server (the runtime's o_lse rows carry it home for its stateless
+        # servers, whose homes send Q, O, LSE again with dO).
         ctx.save_for_backward(fq, fk, fv, fo, lse)
         ctx.lay = lay
         return o
@@ -213,8 +219,9 @@ class CADAttention(torch.autograd.Function):
 
         # dK/dV: a fused K/V row appears once per task that reads it, so sum (index_add_, in
         # fused order); then the holder adds the servers' partials, its own first and the
-        # peers' ascending (the receive buffer's order): a fixed order, reproducible bits.
-        dkv_all = fq.new_zeros((T + lay.dkv.n_send, 2, HKV, D))                   # (T + n_dkv_send, 2, HKV, D)
+        # peers' ascending (the receive buffer's order): a fixed order, reproducible bits (on
+        # CPU; CUDA's index_add_ adds atomically unless torch.use_deterministic_algorithms).
+        dkv_all = fq.new_zeros((T + lay.dkv.n_send, 2, HKV, D))    # (T + n_dkv_send, 2, HKV, D)
         dkv_all.index_add_(0, lay.kv_source, torch.stack((fdk, fdv), dim=1))
         dkv = dkv_all[:T].clone()                                                  # (T, 2, HKV, D)
         dkv.index_add_(0, lay.dkv.recv_local, exchange_rows(dkv_all[T:], lay.dkv, lay.mode))
@@ -286,7 +293,8 @@ def run_step(args, step, rank, world):
     # same batch and keeps its own pieces (what it would know by itself).
     batch = distca.workload(dist=args.dist, ranks=world, tokens_per_rank=args.tokens_per_rank,
                             seed=args.seed, layout=args.layout, max_doc_len=args.max_doc_len, batch=step)
-    plan = plan_step(batch.per_rank[rank], args.tokens_per_rank, model_spec(args), args.scheduler, args.tolerance)
+    plan = plan_step(batch.per_rank[rank], args.tokens_per_rank, model_spec(args), args.scheduler,
+                     args.tolerance)
     lay = RankLayout(plan, rank, args.exchange)
 
     q, k, v, w = make_inputs(args, step, rank, lay.tokens)
@@ -299,7 +307,12 @@ def run_step(args, step, rank, world):
 
     want = reference(args, step, plan.batch, rank)
     err = torch.tensor([(g.double() - r).abs().max().item() if g.numel() else 0.0 for g, r in zip(got, want)])
-    bad = torch.tensor([float(not torch.allclose(g.double(), r, rtol=RTOL, atol=ATOL)) for g, r in zip(got, want)])
+    bad = torch.tensor([float(not torch.allclose(g.double(), r, rtol=RTOL, atol=ATOL))
+                        for g, r in zip(got, want)])
+    # One digest of every rank's results: equal digests are equal bits (the exchanges and the
+    # dK/dV sums have a fixed order, so a2a and p2p, any launcher, give the same).
+    digests = [None] * world
+    dist.all_gather_object(digests, hashlib.sha256(b"".join(t.numpy().tobytes() for t in got)).hexdigest())
     moved = torch.tensor([float(lay.q.n_send), float(lay.kv.n_send)])
     for t, op in ((err, dist.ReduceOp.MAX), (bad, dist.ReduceOp.MAX), (moved, dist.ReduceOp.SUM)):
         dist.all_reduce(t, op=op)
@@ -307,7 +320,8 @@ def run_step(args, step, rank, world):
         s = plan.summary
         print(f"step {step}: {world} ranks, {s['documents']} documents, {s['tasks']} tasks, "
               f"{int(moved[0])} query rows and {int(moved[1])} K/V rows sent to servers; "
-              f"max |err| o {err[0]:.2e} dq {err[1]:.2e} dk {err[2]:.2e} dv {err[3]:.2e}", flush=True)
+              f"max |err| o {err[0]:.2e} dq {err[1]:.2e} dk {err[2]:.2e} dv {err[3]:.2e}; "
+              f"bits {hashlib.sha256(''.join(digests).encode()).hexdigest()[:16]}", flush=True)
     return [n for n, b in zip(("O", "dQ", "dK", "dV"), bad.tolist()) if b]
 
 
@@ -344,7 +358,8 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--exchange", choices=("a2a", "p2p"), default="a2a",
                    help="all_to_all_single, or grouped isend/irecv")
-    p.add_argument("--threads", type=int, default=0, help="torch and kernel threads per process (0: cores / processes)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch and kernel threads per process (0: cores / processes)")
     p.add_argument("--corrupt", action="store_true", help=argparse.SUPPRESS)  # tests: the check must fail
     args = p.parse_args(argv)
 
@@ -367,7 +382,8 @@ def parse_args(argv):
     try:
         b = distca.workload(dist=args.dist, ranks=args.world_size, tokens_per_rank=args.tokens_per_rank,
                             seed=args.seed, layout=args.layout, max_doc_len=args.max_doc_len)
-        distca.plan(b, model=model_spec(args), scheduler=args.scheduler, tolerance=args.tolerance, dtype="fp32")
+        distca.plan(b, model=model_spec(args), scheduler=args.scheduler, tolerance=args.tolerance,
+                    dtype="fp32")
     except (ValueError, RuntimeError) as e:
         fail(str(e))
     return args

@@ -25,7 +25,7 @@ if importlib.util.find_spec("torch") is None:  # the module is checked by confte
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "examples", "torch_cad_attention.py")
 STEP = re.compile(r"^step (\d+): (\d+) ranks, .* (\d+) query rows and (\d+) K/V rows sent to servers; "
-                  r"max \|err\| o (\S+) dq (\S+) dk (\S+) dv (\S+)$", re.M)
+                  r"max \|err\| o (\S+) dq (\S+) dk (\S+) dv (\S+); bits ([0-9a-f]{16})$", re.M)
 
 
 def run(*args, env=None, timeout=240):
@@ -34,14 +34,16 @@ def run(*args, env=None, timeout=240):
 
 
 def check_report(out, ranks, steps):
-    """The run's own report: every step exercised the exchanges, errors at fp32 rounding."""
+    """The run's own report: every step exercised the exchanges, errors at fp32 rounding.
+    Returns each step's digest of all ranks' O, dQ, dK, dV bits."""
     found = STEP.findall(out)
     assert [int(s) for s, *_ in found] == list(range(steps)), out
-    for _, r, q_rows, kv_rows, *errs in found:
+    for _, r, q_rows, kv_rows, *errs, _ in found:
         assert int(r) == ranks
         assert int(q_rows) > 0 and int(kv_rows) > 0, "a step that moves no rows tests nothing"
         assert all(float(e) < 1e-4 for e in errs), out
     assert "ok: O, dQ, dK, dV match the float64 single-process reference" in out
+    return [bits for *_, bits in found]
 
 
 def run_env(ranks, *args):
@@ -60,22 +62,21 @@ def run_env(ranks, *args):
     return [(p.returncode, *o) for p, o in zip(procs, outs)]
 
 
-# The script's own launcher (torch.multiprocessing.spawn), both exchange implementations.
-@pytest.mark.parametrize("ranks,extra", [
-    (2, []),
-    (4, ["--exchange", "p2p", "--layout", "head-tail", "--scheduler", "percp:2"]),
-])
-def test_spawned_ranks_match_single_process_reference(ranks, extra):
-    p = run("--world-size", ranks, *extra)
+def test_2_ranks_match_single_process_reference():
+    p = run("--world-size", 2)  # the README's command: the script spawns its ranks
     assert p.returncode == 0, p.stdout + p.stderr
-    check_report(p.stdout, ranks, steps=2)
+    check_report(p.stdout, ranks=2, steps=2)
 
 
-def test_torchrun_style_launch_4_ranks():
-    res = run_env(4, "--steps", 1)
+def test_4_ranks_match_and_both_launchers_and_exchanges_give_the_same_bits():
+    opts = ["--layout", "head-tail", "--scheduler", "percp:2"]
+    p = run("--world-size", 4, "--exchange", "p2p", *opts)  # spawned, grouped isend/irecv
+    assert p.returncode == 0, p.stdout + p.stderr
+    spawned = check_report(p.stdout, ranks=4, steps=2)
+    res = run_env(4, "--exchange", "a2a", *opts)            # as under torchrun, all_to_all_single
     for rc, out, err in res:
         assert rc == 0, out + err
-    check_report(res[0][1], ranks=4, steps=1)
+    assert check_report(res[0][1], ranks=4, steps=2) == spawned
     assert all(out == "" for _, out, _ in res[1:]), "only rank 0 reports"
 
 
