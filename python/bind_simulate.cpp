@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bind_common.h"
+#include "distca/core/io.h"
 #include "distca/core/specs.h"
 #include "distca/cost/profiled.h"
 #include "distca/sim/simulator.h"
@@ -28,7 +29,22 @@ py::object simulate(int64_t gpus, const std::string& dist, int64_t tokens_per_ra
   auto m = model_preset(model);
   if (!m.ok()) raise_status(Status(m.status().code(), "--model: " + m.status().message()));
   auto hw = hardware_preset(hardware);
-  if (!hw.ok()) raise_status(Status(hw.status().code(), "--hardware: " + hw.status().message()));
+  std::shared_ptr<const HardwareProfile> profile;
+  if (!hw.ok()) {
+    // Not a preset: a hardware profile file, as the CLI reads it (distca profile --hardware-out).
+    if (Status in = check_input_file(hardware); !in.ok()) {
+      raise_value_error("--hardware: '" + hardware + "' is neither a preset (h200, local-cpu) nor a readable hardware " +
+                        "profile file (" + in.message() + ")");
+    }
+    auto hp = load_hardware_profile(hardware);
+    if (!hp.ok()) raise_status(Status(hp.status().code(), "--hardware: " + hp.status().message()));
+    profile = std::make_shared<const HardwareProfile>(std::move(hp).value());
+    for (const auto& [flag, set] : {std::pair{"--inter-node-bw", inter_node_bw.has_value()},
+                                    std::pair{"--inter-node-latency", inter_node_latency.has_value()}}) {
+      if (set) raise_value_error(std::string(flag) + " cannot be combined with a hardware profile (--hardware " + hardware + " measured it)");
+    }
+    hw = profile_hardware_spec(*profile, hardware);
+  }
   sim::Strategy st = take(sim::parse_strategy(strategy));
   if (dtype != "bf16" && dtype != "fp32") raise_value_error("--dtype: expected bf16 or fp32, got '" + dtype + "'");
   if (cad_servers != "keep" && cad_servers != "stateless") {
@@ -37,6 +53,7 @@ py::object simulate(int64_t gpus, const std::string& dist, int64_t tokens_per_ra
   sim::SimOptions so;
   so.model = *m;
   so.cluster.hw = *hw;
+  so.hardware_profile = profile;
   if (inter_node_bw) {
     if (!(*inter_node_bw > 0)) raise_value_error("--inter-node-bw must be positive (GB/s per GPU)");
     so.cluster.hw.inter_node_bw = *inter_node_bw * 1e9;
@@ -145,7 +162,9 @@ Simulates one training iteration as `distca simulate --json` does and returns th
 mean the CLI's defaults; inter_node_bw in GB/s per GPU, inter_node_latency in
 microseconds). The micro-batches are drawn from dist/tokens_per_rank/seed (one rank per
 node of a stage), or given as batches=[Batch, ...] (each with one rank per node of a
-stage), like --batch. The GIL is released while drawing and simulating. Bad options raise
+stage), like --batch. hardware: a preset or a hardware profile file (distca profile
+--hardware-out; its GEMM rates, attention and links then replace mfu, attention_efficiency
+and the preset's links). The GIL is released while drawing and simulating. Bad options raise
 ValueError with the CLI's message.
 )doc");
 }

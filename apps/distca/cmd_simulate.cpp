@@ -86,22 +86,6 @@ std::string human_bytes(double b) {
 
 bool given(const Options& o, const char* flag) { return o.app->count(flag) > 0; }
 
-// The cluster figures of a hardware profile's machine: one rank per node (a unit is one rank),
-// local-cpu's memory (--memory-gb overrides), the profile's best GEMM rate as the peak (shown
-// only: the profile's own rates drive the linear layers) and its all-to-all link.
-HardwareSpec make_profile_hardware(const HardwareProfile& p, const std::string& path) {
-  HardwareSpec h = *hardware_preset("local-cpu");
-  h.name = "profile " + path;
-  h.gpus_per_node = 1;
-  h.peak_flops = 0;
-  for (const GemmRecord& g : p.gemms) h.peak_flops = std::max(h.peak_flops, g.flops() / std::min(g.seconds_alone, g.seconds_concurrent));
-  if (p.all_to_all) {
-    h.inter_node_bw = p.all_to_all->bytes_per_second;
-    h.inter_node_latency = p.all_to_all->latency_seconds;
-  }
-  return h;
-}
-
 // ---- plotting (the sim library writes the CSV and the script; drawing is the CLI's) ----------
 
 // The first executable regular file `gnuplot` on PATH, or "".
@@ -292,7 +276,7 @@ int run(const Options& o) {
     for (const char* f : {"--mfu", "--attention-efficiency", "--inter-node-bw", "--inter-node-latency"}) {
       if (given(o, f)) return fail_input(std::string(f) + " cannot be combined with a hardware profile (--hardware " + o.hardware + " measured it)");
     }
-    hw = make_profile_hardware(*profile, o.hardware);
+    hw = profile_hardware_spec(*profile, o.hardware);
   }
   auto strategy = sim::parse_strategy(o.strategy);
   if (!strategy.ok()) return fail(strategy.status());

@@ -479,4 +479,17 @@ Result<HardwareProfile> load_hardware_profile(const std::string& path) {
   return hardware_profile_from_json(j, path);
 }
 
+HardwareSpec profile_hardware_spec(const HardwareProfile& p, const std::string& path) {
+  HardwareSpec h = *hardware_preset("local-cpu");
+  h.name = "profile " + path;
+  h.gpus_per_node = 1;
+  h.peak_flops = 0;
+  for (const GemmRecord& g : p.gemms) h.peak_flops = std::max(h.peak_flops, g.flops() / std::min(g.seconds_alone, g.seconds_concurrent));
+  if (p.all_to_all) {
+    h.inter_node_bw = p.all_to_all->bytes_per_second;
+    h.inter_node_latency = p.all_to_all->latency_seconds;
+  }
+  return h;
+}
+
 }  // namespace distca

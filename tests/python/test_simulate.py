@@ -2,12 +2,17 @@
 (plan_seconds, a timing, left out), drawn or from given micro-batches."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 import distca
 from conftest import cli_json, run_cli
 from test_plan_cli import equal
+
+
+# The recorded 2-rank hardware profile of the simulator's tests (distca profile --hardware-out).
+PROFILE = str(Path(__file__).resolve().parents[1] / "sim" / "data" / "hardware-profile-2rank.json")
 
 
 def drop_timing(j):
@@ -29,7 +34,10 @@ def drop_timing(j):
           memory_gb=40.0),
      ["--gpus", 64, "--pp", 2, "--strategy", "cad", "--tokens-per-rank", 8192, "--cad-servers", "stateless",
       "--inter-node-bw", 12.5, "--memory-gb", 40]),
-], ids=["cad", "wlb-pp2", "percp-cpu", "cad-pp2-stateless"])
+    (dict(gpus=4, pp=2, strategy="cad:pingpong", tokens_per_rank=8192, model="tiny", hardware=PROFILE, dtype="fp32"),
+     ["--gpus", 4, "--pp", 2, "--strategy", "cad:pingpong", "--tokens-per-rank", 8192, "--model", "tiny",
+      "--hardware", PROFILE, "--dtype", "fp32"]),
+], ids=["cad", "wlb-pp2", "percp-cpu", "cad-pp2-stateless", "hardware-profile"])
 def test_simulate_equals_cli(cli, kw, args):
     equal(drop_timing(distca.simulate(**kw)), drop_timing(cli_json("simulate", *args)), "simulate")
 

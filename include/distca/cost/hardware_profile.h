@@ -135,4 +135,10 @@ Result<HardwareProfile> hardware_profile_from_json(const nlohmann::json& j, cons
 // Reads and checks a profile file (core/io.h read_json_file: regular file, bounded size).
 Result<HardwareProfile> load_hardware_profile(const std::string& path);
 
+// The cluster figures of a profile's machine for the simulator (`simulate --hardware FILE`):
+// one rank per node (a unit is one rank), local-cpu's memory, the profile's best GEMM rate as
+// the peak (shown only: the profile's own rates drive the linear layers) and its all-to-all
+// link; named "profile <path>". Precondition: profile.validate() passed.
+HardwareSpec profile_hardware_spec(const HardwareProfile& profile, const std::string& path);
+
 }  // namespace distca
