@@ -260,7 +260,7 @@ int run_cuda(const BenchFlags& f) {
     alignas(16) float dummy[4];
     p.q = p.k = p.v = p.d_o = dummy;
     p.o = p.lse = p.dq = p.dk = p.dv = dummy;
-    const kernels::CudaAttentionOptions opt{kernel, kernel == kernels::CudaKernel::kTiled ? kernels::CudaKernel::kAuto : kernel};
+    const kernels::CudaAttentionOptions opt{kernel, kernel};
     if (auto plan = kernels::plan_cuda_attention(p, cu, cu, true, opt); !plan.ok()) {
       return fail_input("--kernel " + f.kernel + " --dtype " + f.dtype + " --head-dims " + std::to_string(d) + ": " +
                         plan.status().message());
@@ -279,7 +279,7 @@ int run_cuda(const BenchFlags& f) {
       pr.tasks = tasks;
       pr.n_heads = f.heads, pr.n_kv_heads = f.kv_heads, pr.head_dim = d, pr.dtype = dtype;
       pr.repeats = f.repeats;
-      pr.options = {kernel, kernel == kernels::CudaKernel::kTiled ? kernels::CudaKernel::kAuto : kernel};
+      pr.options = {kernel, kernel};
       if (progress) std::fprintf(stderr, "\r%-8s d=%d q=%lld x%zu    ", kind.c_str(), d, static_cast<long long>(tasks[0].first), tasks.size());
       Result<kernels::CudaTiming> t = kernels::time_cuda_attention(pr);
       if (!t.ok()) return fail(t.status());

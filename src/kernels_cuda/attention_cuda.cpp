@@ -126,10 +126,14 @@ Status CudaAttention::backward(const AttentionParams& p, const int32_t* host_cu_
   auto* base = static_cast<char*>(device_);
   a.dsum = reinterpret_cast<float*>(base + w.dsum);
   DISTCA_RETURN_IF_ERROR(cuda_detail::launch_dsum(a, stream));
-  DISTCA_RETURN_IF_ERROR(
-      cuda_detail::launch_simple_dq(a, plan_, reinterpret_cast<const CudaTile*>(base + w.dq_tiles), stream));
-  DISTCA_RETURN_IF_ERROR(
-      cuda_detail::launch_simple_dkv(a, plan_, reinterpret_cast<const CudaTile*>(base + w.dkv_tiles), stream));
+  const auto* dq_tiles = reinterpret_cast<const CudaTile*>(base + w.dq_tiles);
+  const auto* dkv_tiles = reinterpret_cast<const CudaTile*>(base + w.dkv_tiles);
+  if (plan_.backward == CudaKernel::kTiled) {
+    DISTCA_RETURN_IF_ERROR(cuda_detail::launch_tiled_backward(a, plan_, dq_tiles, dkv_tiles, stream));
+  } else {
+    DISTCA_RETURN_IF_ERROR(cuda_detail::launch_simple_dq(a, plan_, dq_tiles, stream));
+    DISTCA_RETURN_IF_ERROR(cuda_detail::launch_simple_dkv(a, plan_, dkv_tiles, stream));
+  }
   DISTCA_CUDA_CHECK(cudaEventRecord(done_, stream));
   return {};
 }

@@ -28,6 +28,13 @@ inline constexpr int kTiledKeys = 64;
 inline constexpr int kTiledThreads = 128;
 constexpr int64_t tiled_forward_smem_bytes(int64_t d) { return (kTiledRows * d + 2 * 2 * kTiledKeys * d) * 2; }
 
+// kTiled backward (deterministic, no atomics): dQ tiles of 64 query rows stream K and V blocks
+// of 64 keys (smem: Q, dO, two stages of K and V); dK/dV tiles of 64 key rows stream chunks of
+// 32 query rows of every head of the GQA group (smem: K, V, two stages of Q and dO).
+inline constexpr int kTiledDkvChunk = 32;
+constexpr int64_t tiled_dq_smem_bytes(int64_t d) { return (2 * kTiledRows * d + 2 * 2 * kTiledKeys * d) * 2; }
+constexpr int64_t tiled_dkv_smem_bytes(int64_t d) { return (2 * kTiledKeys * d + 2 * 2 * kTiledDkvChunk * d) * 2; }
+
 // Byte offsets inside the device workspace of one call (256-byte aligned pieces).
 struct WorkspaceLayout {
   int64_t fwd_tiles = 0, dq_tiles = 0, dkv_tiles = 0, dsum = 0;  // offsets

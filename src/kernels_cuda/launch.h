@@ -39,5 +39,8 @@ Status launch_simple_dq(const DeviceArgs& a, const CudaLaunchPlan& plan, const C
 Status launch_simple_dkv(const DeviceArgs& a, const CudaLaunchPlan& plan, const CudaTile* tiles, cudaStream_t stream);
 Status launch_tiled_forward(const DeviceArgs& a, const CudaLaunchPlan& plan, const CudaTile* tiles,
                             cudaStream_t stream);
+// dQ, then dK/dV (after launch_dsum).
+Status launch_tiled_backward(const DeviceArgs& a, const CudaLaunchPlan& plan, const CudaTile* dq_tiles,
+                             const CudaTile* dkv_tiles, cudaStream_t stream);
 
 }  // namespace distca::kernels::cuda_detail

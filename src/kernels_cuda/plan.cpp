@@ -117,7 +117,7 @@ Result<CudaLaunchPlan> plan_cuda_attention(const AttentionParams& p, const int32
   DISTCA_ASSIGN_OR_RETURN(plan.forward, resolve(options.forward, p, true, "forward kernel"));
   plan.backward = CudaKernel::kSimple;
   if (backward) {
-    DISTCA_ASSIGN_OR_RETURN(plan.backward, resolve(options.backward, p, false, "backward kernel"));
+    DISTCA_ASSIGN_OR_RETURN(plan.backward, resolve(options.backward, p, true, "backward kernel"));
   }
 
   if (plan.forward == CudaKernel::kTiled) {
@@ -144,13 +144,24 @@ Result<CudaLaunchPlan> plan_cuda_attention(const AttentionParams& p, const int32
   plan.fwd_tiles = q_tiles(plan.fwd_rows, plan.fwd_keys);
 
   if (backward) {
-    plan.dq_rows = cuda_shapes::kSimpleRows;
-    plan.dkv_rows = cuda_shapes::kSimpleRows;
-    plan.dkv_chunk = cuda_shapes::kSimpleChunk;
-    plan.bwd_threads = cuda_shapes::kSimpleThreads;
-    plan.dq_smem_bytes = cuda_shapes::simple_forward_smem_bytes(p.head_dim);
-    plan.dkv_smem_bytes = cuda_shapes::simple_dkv_smem_bytes(p.head_dim);
-    plan.dq_tiles = q_tiles(plan.dq_rows, cuda_shapes::kSimpleChunk);
+    if (plan.backward == CudaKernel::kTiled) {
+      plan.dq_rows = cuda_shapes::kTiledRows;
+      plan.dq_keys = cuda_shapes::kTiledKeys;
+      plan.dkv_rows = cuda_shapes::kTiledKeys;
+      plan.dkv_chunk = cuda_shapes::kTiledDkvChunk;
+      plan.bwd_threads = cuda_shapes::kTiledThreads;
+      plan.dq_smem_bytes = cuda_shapes::tiled_dq_smem_bytes(p.head_dim);
+      plan.dkv_smem_bytes = cuda_shapes::tiled_dkv_smem_bytes(p.head_dim);
+    } else {
+      plan.dq_rows = cuda_shapes::kSimpleRows;
+      plan.dq_keys = cuda_shapes::kSimpleChunk;
+      plan.dkv_rows = cuda_shapes::kSimpleRows;
+      plan.dkv_chunk = cuda_shapes::kSimpleChunk;
+      plan.bwd_threads = cuda_shapes::kSimpleThreads;
+      plan.dq_smem_bytes = cuda_shapes::simple_forward_smem_bytes(p.head_dim);
+      plan.dkv_smem_bytes = cuda_shapes::simple_dkv_smem_bytes(p.head_dim);
+    }
+    plan.dq_tiles = q_tiles(plan.dq_rows, plan.dq_keys);
     // Key rows [j0, j1) are seen by query rows r >= j0 - (kv_len - q_len) (causal), all otherwise.
     plan.dkv_tiles = make_tiles(p.n_tasks, plan.dkv_rows, kl, [&](int32_t t, int64_t b) {
       const int64_t first = p.causal ? std::max<int64_t>(0, b * plan.dkv_rows - (kl(t) - ql(t))) : 0;

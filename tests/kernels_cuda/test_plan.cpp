@@ -76,7 +76,12 @@ TEST(CudaPlan, ChoosesTheTiledForwardWhereItApplies) {
   auto bf = plan(make_shape(tasks, 4, 2, 128, DType::kBFloat16), true);
   ASSERT_TRUE(bf.ok()) << bf.status().to_string();
   EXPECT_EQ(bf->forward, CudaKernel::kTiled);
-  EXPECT_EQ(bf->backward, CudaKernel::kSimple);  // no tiled backward yet
+  EXPECT_EQ(bf->backward, CudaKernel::kTiled);
+  EXPECT_EQ(bf->dq_rows, 64);
+  EXPECT_EQ(bf->dkv_rows, 64);
+  EXPECT_EQ(bf->dkv_chunk, 32);
+  EXPECT_EQ(bf->dq_smem_bytes, (2 * 64 * 128 + 4 * 64 * 128) * 2);
+  EXPECT_EQ(bf->dkv_smem_bytes, (2 * 64 * 128 + 4 * 32 * 128) * 2);
   EXPECT_EQ(bf->fwd_rows, cuda_shapes::kTiledRows);
   EXPECT_EQ(bf->fwd_smem_bytes, (64 * 128 + 4 * 64 * 128) * 2);
   EXPECT_EQ(plan(make_shape(tasks, 4, 2, 64, DType::kFloat16), false)->forward, CudaKernel::kTiled);
@@ -115,7 +120,8 @@ TEST(CudaPlan, RefusesWithTheFieldNamed) {
             std::string::npos);
   EXPECT_NE(error_of(plan(make_shape(tasks, 4, 2, 96, DType::kBFloat16), false, tiled)).find("head_dim 64 or 128"),
             std::string::npos);
-  EXPECT_NE(error_of(plan(make_shape(tasks, 4, 2, 64, DType::kBFloat16), true, tiled)).find("backward kernel"),
+  EXPECT_NE(error_of(plan(make_shape(tasks, 4, 2, 64, DType::kFloat32), true, {CudaKernel::kAuto, CudaKernel::kTiled}))
+                .find("backward kernel: tiled refused: it takes bf16/fp16"),
             std::string::npos);
 }
 
@@ -167,7 +173,7 @@ void expect_schedule(const std::vector<CudaTile>& tiles, const std::vector<int32
 TEST(CudaPlan, TilesCoverEveryBlockOnceHeaviestFirst) {
   const Tasks tasks = {{0, 50}, {1, 1}, {64, 64}, {65, 200}, {7, 1000}, {130, 130}, {0, 0}, {200, 333}};
   for (bool causal : {true, false}) {
-    for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    for (DType dt : {DType::kFloat32, DType::kBFloat16}) {  // the simple and the tiled schedules
       const Shape s = make_shape(tasks, 8, 2, 128, dt, causal);
       auto r = plan(s, true);
       ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -179,7 +185,7 @@ TEST(CudaPlan, TilesCoverEveryBlockOnceHeaviestFirst) {
       });
       expect_schedule(r->dq_tiles, ql, r->dq_rows, [&](int32_t t, int32_t b) {
         return key_blocks_touched(ql[t], kl[t], causal, b * r->dq_rows, std::min(ql[t], (b + 1) * r->dq_rows),
-                                  cuda_shapes::kSimpleChunk);
+                                  r->dq_keys);
       });
       expect_schedule(r->dkv_tiles, kl, r->dkv_rows, [&](int32_t t, int32_t b) {
         return query_steps(ql[t], kl[t], causal, b * r->dkv_rows, r->dkv_chunk);

@@ -40,7 +40,7 @@ namespace distca::kernels {
 enum class CudaKernel : int32_t {
   kAuto = 0,    // kTiled where it applies (bf16/fp16, head_dim 64 or 128), else kSimple
   kSimple = 1,  // one warp per row, fp32 CUDA cores: any dtype, head_dim <= 256 (the yardstick)
-  kTiled = 2,   // FA2-style tensor-core tiles (mma.sync m16n8k16, cp.async): bf16/fp16 only
+  kTiled = 2,   // FA2-style tensor-core tiles (mma.sync m16n8k16, cp.async): bf16/fp16, head_dim 64/128
 };
 const char* cuda_kernel_name(CudaKernel k);
 
@@ -68,6 +68,7 @@ struct CudaLaunchPlan {
   int32_t fwd_rows = 0;   // query rows per forward tile
   int32_t fwd_keys = 0;   // keys per inner step of the forward
   int32_t dq_rows = 0;    // query rows per dQ tile (backward)
+  int32_t dq_keys = 0;    // keys per inner step of dQ
   int32_t dkv_rows = 0;   // key rows per dK/dV tile (backward)
   int32_t dkv_chunk = 0;  // query rows per inner step of dK/dV
   int32_t fwd_threads = 0, bwd_threads = 0;
