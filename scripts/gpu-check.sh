@@ -71,11 +71,16 @@ else
   skip kernels_cuda_test "build failed"
 fi
 
-# 4. The kernel benchmark: bf16, d = 128, causal, 32/8 heads, single tasks 1K..16K and shard
-# batches of a 16K context (docs/kernels.md, "CUDA").
+# 4. The kernel benchmarks: d = 128, causal, 32/8 heads, single tasks 1K..16K and shard batches
+# of a 16K context (docs/kernels.md, "CUDA"), beside cuBLAS GEMM measured in the same run.
 if [ "$BUILT" -eq 0 ] && [ "$HAVE_GPU" -eq 1 ]; then
-  step bench_attention_cuda 240 sh -c "'$BUILD/apps/distca' bench attention --device cuda --dtype bf16 \
+  step bench_attention_cuda 180 sh -c "'$BUILD/apps/distca' bench attention --device cuda --dtype bf16 \
     --max-len 16384 --context 16384 --repeats 3 --json > '$OUT/bench_attention_cuda.json'"
+  step bench_attention_cuda_fp16 120 sh -c "'$BUILD/apps/distca' bench attention --device cuda --dtype fp16 \
+    --max-len 16384 --context 16384 --repeats 3 --json > '$OUT/bench_attention_cuda_fp16.json'"
+  # The simple (CUDA-core) kernels on short cases: how much the tiled ones gain.
+  step bench_attention_cuda_simple 120 sh -c "'$BUILD/apps/distca' bench attention --device cuda --dtype bf16 \
+    --kernel simple --max-len 4096 --context 4096 --repeats 2 --json > '$OUT/bench_attention_cuda_simple.json'"
 elif [ "$BUILT" -eq 0 ]; then
   # Without a GPU the command must refuse with one line and exit 2: checked, then recorded.
   "$BUILD/apps/distca" bench attention --device cuda >"$OUT/bench_attention_cuda.log" 2>&1
@@ -126,9 +131,10 @@ if t is not None:
     if res["gpu"] and skipped:
         res["kernels_cuda_test"]["error"] = "tests skipped although a GPU is present"
         res["failed"] = True
-b = load("bench_attention_cuda.json")
-if b is not None:
-    res["bench_attention_cuda"] = {"gpu": b.get("gpu"), "summary": b.get("summary"), "cases": b.get("cases")}
+for name in ("bench_attention_cuda", "bench_attention_cuda_fp16", "bench_attention_cuda_simple"):
+    b = load(name + ".json")
+    if b is not None:
+        res[name] = {k: b.get(k) for k in ("gpu", "dtype", "kernel", "cublas_gemm_tflops", "summary", "cases")}
 res["failed"] = res.get("failed", False) or os.environ["FAILED"] == "1"
 json.dump(res, open(os.path.join(out, "gpu-check.json"), "w"), indent=2)
 print(json.dumps({k: res[k] for k in ("gpu", "total_seconds", "failed")}))
