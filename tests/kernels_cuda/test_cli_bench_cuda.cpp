@@ -1,6 +1,14 @@
 // `distca bench attention --device cuda`: refused with one line (exit 2) where it cannot run,
 // its CUDA-only flags refused on the CPU path, and on a GPU a short run's JSON.
+//
+// The binary is DISTCA_CLI (the build's), or $DISTCA_CLI where set: scripts/gpu-check.sh runs a
+// prebuilt bundle from another directory on the device machine.
+#include <sys/wait.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -12,9 +20,23 @@
 namespace distca::testing {
 namespace {
 
-class BenchAttentionCuda : public CliFixture {
+class BenchAttentionCuda : public ::testing::Test {
  protected:
-  BenchAttentionCuda() : CliFixture("bench_cuda", "bench attention") {}
+  void SetUp() override { dir_ = std::make_unique<TempDir>("bench_cuda"); }
+
+  CliRun run(const std::string& args, int timeout_s = 0) const {
+    const char* env = std::getenv("DISTCA_CLI");
+    const std::string cli = env != nullptr && *env != '\0' ? env : DISTCA_CLI;
+    const fs::path out = dir_->path / "stdout", err = dir_->path / "stderr";
+    const std::string prefix = timeout_s > 0 ? "timeout " + std::to_string(timeout_s) + " " : "";
+    const std::string cmd = prefix + cli + " bench attention " + args + " >" + out.string() + " 2>" + err.string();
+    const int st = std::system(cmd.c_str());
+    CliRun r;
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
   void expect_one_line_refusal(const std::string& args, const std::string& needle) const {
     const CliRun r = run(args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
@@ -23,6 +45,8 @@ class BenchAttentionCuda : public CliFixture {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_TRUE(r.out.empty()) << r.out;
   }
+
+  std::unique_ptr<TempDir> dir_;
 };
 
 TEST_F(BenchAttentionCuda, CudaFlagsNeedDeviceCuda) {
