@@ -2,8 +2,10 @@
 # The one device check: builds distca with CUDA, runs the GPU tests and benchmarks, and writes
 # $OUT/gpu-check.json (every step's status and time, the device, the test counts, the
 # benchmark summaries) next to each step's log and raw outputs. Budget: under 8 minutes on an
-# H200 machine (16 cores). On a machine without a GPU it still builds and runs the tests (the
-# device tests report SKIPPED) and records the benchmarks as not run, exiting 0.
+# H200 machine (16 cores); a normal run is expected to take 3 to 5 (an estimate: not yet timed
+# there), and the step limits below add up to under 9 if every step hangs. On a machine
+# without a GPU it still builds and runs the tests (the device tests report SKIPPED) and
+# records the benchmarks as not run, exiting 0.
 #
 # Usage: OUT=/some/dir scripts/gpu-check.sh        (OUT defaults to ./gpu-check-out)
 #        scripts/gpu-check.sh --bundle              (on a development machine: see below; set
@@ -97,11 +99,11 @@ if [ "${GPU_CHECK_USE_BUNDLE:-0}" = 1 ]; then  # for testing the bundle path on 
   skip configure "GPU_CHECK_USE_BUNDLE=1"
   CONFIGURED=1
 else
-  step configure 120 cmake --preset cuda -DDISTCA_BUILD_BENCH=OFF "${GEN[@]}" "${LAUNCHERS[@]}"
+  step configure 60 cmake --preset cuda -DDISTCA_BUILD_BENCH=OFF "${GEN[@]}" "${LAUNCHERS[@]}"
   CONFIGURED=$?
 fi
 if [ "$CONFIGURED" -eq 0 ]; then
-  step build 300 cmake --build "$BUILD" --target distca kernels_cuda_test kernels_cuda_cli_test -j"$JOBS"
+  step build 240 cmake --build "$BUILD" --target distca kernels_cuda_test kernels_cuda_cli_test -j"$JOBS"
   BUILT=$?
 elif [ -f "$BUNDLE" ]; then
   # The prebuilt bundle (see the top): unpack, and find the CUDA libraries it leaves out.
@@ -124,9 +126,9 @@ fi
 
 # 3. The CUDA kernel tests (device tests skip without a GPU; with one, a skip is a failure).
 if [ "$BUILT" -eq 0 ]; then
-  step kernels_cuda_test 120 "$TESTS/kernels_cuda_test" \
+  step kernels_cuda_test 60 "$TESTS/kernels_cuda_test" \
     --gtest_output="json:$OUT/kernels_cuda_test.json"
-  step kernels_cuda_cli_test 180 "$TESTS/kernels_cuda_cli_test" \
+  step kernels_cuda_cli_test 45 "$TESTS/kernels_cuda_cli_test" \
     --gtest_output="json:$OUT/kernels_cuda_cli_test.json"
 else
   skip kernels_cuda_test "build failed"
@@ -135,12 +137,12 @@ fi
 # 4. The kernel benchmarks: d = 128, causal, 32/8 heads, single tasks 1K..16K and shard batches
 # of a 16K context (docs/kernels.md, "CUDA"), beside cuBLAS GEMM measured in the same run.
 if [ "$BUILT" -eq 0 ] && [ "$HAVE_GPU" -eq 1 ]; then
-  step bench_attention_cuda 180 sh -c "'$DISTCA' bench attention --device cuda --dtype bf16 \
+  step bench_attention_cuda 50 sh -c "'$DISTCA' bench attention --device cuda --dtype bf16 \
     --max-len 16384 --context 16384 --repeats 3 --json > '$OUT/bench_attention_cuda.json'"
-  step bench_attention_cuda_fp16 120 sh -c "'$DISTCA' bench attention --device cuda --dtype fp16 \
+  step bench_attention_cuda_fp16 40 sh -c "'$DISTCA' bench attention --device cuda --dtype fp16 \
     --max-len 16384 --context 16384 --repeats 3 --json > '$OUT/bench_attention_cuda_fp16.json'"
   # The simple (CUDA-core) kernels on short cases: how much the tiled ones gain.
-  step bench_attention_cuda_simple 120 sh -c "'$DISTCA' bench attention --device cuda --dtype bf16 \
+  step bench_attention_cuda_simple 40 sh -c "'$DISTCA' bench attention --device cuda --dtype bf16 \
     --kernel simple --max-len 4096 --context 4096 --repeats 2 --json > '$OUT/bench_attention_cuda_simple.json'"
 elif [ "$BUILT" -eq 0 ]; then
   # Without a GPU the command must refuse with one line and exit 2: checked, then recorded.

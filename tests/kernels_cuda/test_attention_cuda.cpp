@@ -344,12 +344,13 @@ TEST(CudaAttention, TwoRunsGiveTheSameBits) {
   }
 }
 
-// The tiled kernel is what kAuto picks for bf16 at d = 128 (so the tests above ran it).
-TEST(CudaAttention, AutoRunsTheTiledForwardForBf16) {
+// The tiled kernels are what kAuto picks for bf16 at d = 128 (so the tests above ran them).
+TEST(CudaAttention, AutoRunsTheTiledKernelsForBf16) {
   DISTCA_SKIP_WITHOUT_GPU();
   AttentionProblem pr = make_problem({{70, 90}}, 2, 1, 128, 13);
   const Outputs a = run_device(pr, DType::kBFloat16, kAuto);
   EXPECT_EQ(a.fwd_plan.forward, CudaKernel::kTiled);
+  EXPECT_EQ(a.bwd_plan.backward, CudaKernel::kTiled);
 }
 
 }  // namespace

@@ -92,8 +92,10 @@ Result<CudaLaunchPlan> plan_cuda_attention(const AttentionParams& p, const int32
 // Runs the kernels. Owns a device workspace (grown as needed, freed in the destructor) and a
 // pinned host staging buffer for the tile lists, so a call enqueues its work on `stream` and
 // returns without waiting for the device, except that a call first waits (on the host) for
-// the previous call of the same object to have consumed its staging buffer: use one object per
-// concurrently running stream (ping-pong: one per nano-batch).
+// the previous call of the same object to have consumed its staging buffer, and a call that
+// must grow the workspace synchronises the device first (once per new maximum size): use one
+// object per concurrently running stream (ping-pong: one per nano-batch), sized by a first
+// call on the largest shapes.
 class CudaAttention {
  public:
   explicit CudaAttention(CudaAttentionOptions options = {}) : options_(options) {}
