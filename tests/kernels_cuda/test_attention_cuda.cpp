@@ -353,5 +353,22 @@ TEST(CudaAttention, AutoRunsTheTiledKernelsForBf16) {
   EXPECT_EQ(a.bwd_plan.backward, CudaKernel::kTiled);
 }
 
+// A small pack through every kernel, for compute-sanitizer (scripts/gpu-check.sh runs memcheck
+// and racecheck on this test alone): finite outputs of the right kind of kernel.
+TEST(CudaAttention, SanitizerPack) {
+  DISTCA_SKIP_WITHOUT_GPU();
+  const Tasks tasks = {{1, 65}, {70, 70}, {0, 9}, {33, 130}};
+  for (int d : {64, 128}) {
+    for (const auto& [t, opt] : {std::pair{DType::kBFloat16, kAuto}, std::pair{DType::kFloat16, kSimple},
+                                 std::pair{DType::kFloat32, kAuto}}) {
+      AttentionProblem pr = make_problem(tasks, 4, 2, d, 30 + d);
+      const Outputs out = run_device(pr, t, opt);
+      for (const auto* x : {&out.o, &out.lse, &out.dq, &out.dk, &out.dv}) {
+        for (float e : *x) ASSERT_TRUE(std::isfinite(e)) << testing::dtype_name(t) << " d=" << d;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace distca::kernels
