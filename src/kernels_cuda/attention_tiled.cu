@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(kTiledThreads)
   static_assert(D % 64 == 0, "the swizzle needs >= 8 chunks of 16 bytes per row");
   constexpr int kKSteps = D / 16;  // k-steps of S = Q K^T
   constexpr int kONt = D / 8;      // n-tiles of O
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  DISTCA_DYNAMIC_SMEM(smem_raw);
   T* sq = reinterpret_cast<T*>(smem_raw);  // (64, D)
   T* sk = sq + kTiledRows * D;             // (2, 64, D)
   T* sv = sk + 2 * kTiledKeys * D;         // (2, 64, D)
@@ -173,6 +173,7 @@ __global__ void __launch_bounds__(kTiledThreads)
   }
 }
 
+#if !defined(DISTCA_CUDA_EMULATION)
 template <class T, int D>
 Status launch(const DeviceArgs& a, const CudaLaunchPlan& plan, const CudaTile* tiles, cudaStream_t stream) {
   const auto smem = static_cast<int>(plan.fwd_smem_bytes);
@@ -183,8 +184,11 @@ Status launch(const DeviceArgs& a, const CudaLaunchPlan& plan, const CudaTile* t
   return {};
 }
 
+#endif  // !DISTCA_CUDA_EMULATION
+
 }  // namespace
 
+#if !defined(DISTCA_CUDA_EMULATION)
 Status launch_tiled_forward(const DeviceArgs& a, const CudaLaunchPlan& plan, const CudaTile* tiles,
                             cudaStream_t stream) {
   if (plan.fwd_tiles.empty()) return {};
@@ -199,5 +203,7 @@ Status launch_tiled_forward(const DeviceArgs& a, const CudaLaunchPlan& plan, con
     default: return Status::invalid_argument("tiled forward: head_dim must be 64 or 128");
   }
 }
+
+#endif  // !DISTCA_CUDA_EMULATION
 
 }  // namespace distca::kernels::cuda_detail

@@ -33,7 +33,7 @@ template <class T, int D>
 __global__ void __launch_bounds__(kTiledThreads) tiled_dq_kernel(DeviceArgs a, const CudaTile* __restrict__ tiles) {
   constexpr int kKSteps = D / 16;
   constexpr int kNt = D / 8;
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  DISTCA_DYNAMIC_SMEM(smem_raw);
   T* sq = reinterpret_cast<T*>(smem_raw);  // (64, D)
   T* sdo = sq + kTiledRows * D;            // (64, D)
   T* sk = sdo + kTiledRows * D;            // (2, 64, D)
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kTiledThreads) tiled_dkv_kernel(DeviceArgs a, 
   constexpr int kKSteps = D / 16;
   constexpr int kNt = D / 8;
   constexpr int kC = kTiledDkvChunk;  // query rows per step
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  DISTCA_DYNAMIC_SMEM(smem_raw);
   T* sk = reinterpret_cast<T*>(smem_raw);  // (64, D)
   T* sv = sk + kTiledKeys * D;             // (64, D)
   T* sq = sv + kTiledKeys * D;             // (2, 32, D)
@@ -300,6 +300,7 @@ __global__ void __launch_bounds__(kTiledThreads) tiled_dkv_kernel(DeviceArgs a, 
   }
 }
 
+#if !defined(DISTCA_CUDA_EMULATION)
 template <class T, int D>
 Status launch(const DeviceArgs& a, const CudaLaunchPlan& plan, const CudaTile* dq_tiles, const CudaTile* dkv_tiles,
               cudaStream_t stream) {
@@ -320,8 +321,11 @@ Status launch(const DeviceArgs& a, const CudaLaunchPlan& plan, const CudaTile* d
   return {};
 }
 
+#endif  // !DISTCA_CUDA_EMULATION
+
 }  // namespace
 
+#if !defined(DISTCA_CUDA_EMULATION)
 Status launch_tiled_backward(const DeviceArgs& a, const CudaLaunchPlan& plan, const CudaTile* dq_tiles,
                              const CudaTile* dkv_tiles, cudaStream_t stream) {
   if (a.dtype != DType::kBFloat16 && a.dtype != DType::kFloat16) {
@@ -338,5 +342,7 @@ Status launch_tiled_backward(const DeviceArgs& a, const CudaLaunchPlan& plan, co
     default: return Status::invalid_argument("tiled backward: head_dim must be 64 or 128");
   }
 }
+
+#endif  // !DISTCA_CUDA_EMULATION
 
 }  // namespace distca::kernels::cuda_detail
