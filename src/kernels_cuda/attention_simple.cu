@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "distca/core/cuda_check.h"
+#include "cuda_compat.h"
 #include "kernel_shapes.h"
 #include "launch.h"
 
@@ -100,7 +101,8 @@ __device__ __forceinline__ void stage_rows(float* s, const T* x, int64_t first, 
 template <class T>
 __global__ void __launch_bounds__(cuda_shapes::kSimpleThreads)
     simple_forward_kernel(DeviceArgs a, const CudaTile* __restrict__ tiles) {
-  extern __shared__ float smem[];
+  DISTCA_DYNAMIC_SMEM(smem_raw);
+  float* smem = reinterpret_cast<float*>(smem_raw);
   const int d = a.head_dim;
   float* ks = smem;                      // (kSimpleChunk, d)
   float* vs = smem + kSimpleChunk * d;   // (kSimpleChunk, d)
@@ -189,7 +191,8 @@ __global__ void __launch_bounds__(cuda_shapes::kSimpleThreads) dsum_kernel(Devic
 template <class T>
 __global__ void __launch_bounds__(cuda_shapes::kSimpleThreads)
     simple_dq_kernel(DeviceArgs a, const CudaTile* __restrict__ tiles) {
-  extern __shared__ float smem[];
+  DISTCA_DYNAMIC_SMEM(smem_raw);
+  float* smem = reinterpret_cast<float*>(smem_raw);
   const int d = a.head_dim;
   float* ks = smem;
   float* vs = smem + kSimpleChunk * d;
@@ -240,7 +243,8 @@ __global__ void __launch_bounds__(cuda_shapes::kSimpleThreads)
 template <class T>
 __global__ void __launch_bounds__(cuda_shapes::kSimpleThreads)
     simple_dkv_kernel(DeviceArgs a, const CudaTile* __restrict__ tiles) {
-  extern __shared__ float smem[];
+  DISTCA_DYNAMIC_SMEM(smem_raw);
+  float* smem = reinterpret_cast<float*>(smem_raw);
   const int d = a.head_dim;
   float* qs = smem;                       // (kSimpleChunk, d)
   float* gs = smem + kSimpleChunk * d;    // (kSimpleChunk, d): dO
@@ -296,6 +300,7 @@ __global__ void __launch_bounds__(cuda_shapes::kSimpleThreads)
   store_row(static_cast<T*>(a.dv) + krow, d, lane, dv, 1.0f);
 }
 
+#if !defined(DISTCA_CUDA_EMULATION)
 template <class K>
 Status set_smem(K kernel, int64_t bytes) {
   if (bytes > 48 * 1024) {
@@ -315,8 +320,11 @@ Status with_type(DType dtype, F&& f) {
   return Status::invalid_argument("dtype: unknown value");
 }
 
+#endif  // !DISTCA_CUDA_EMULATION
+
 }  // namespace
 
+#if !defined(DISTCA_CUDA_EMULATION)
 Status launch_simple_forward(const DeviceArgs& a, const CudaLaunchPlan& plan, const CudaTile* tiles,
                              cudaStream_t stream) {
   if (plan.fwd_tiles.empty()) return {};
@@ -365,5 +373,7 @@ Status launch_simple_dkv(const DeviceArgs& a, const CudaLaunchPlan& plan, const 
     return {};
   });
 }
+
+#endif  // !DISTCA_CUDA_EMULATION
 
 }  // namespace distca::kernels::cuda_detail

@@ -40,6 +40,7 @@ class BlockRunner {
   }
 
   Idx thread_idx() const { return {static_cast<unsigned>(cur_), 0, 0}; }
+  Idx block_dim() const { return {static_cast<unsigned>(threads_), 1, 1}; }
   Idx block_idx() const { return {bx_, by_, 0}; }
   unsigned char* smem() { return smem_.data(); }
 
@@ -127,6 +128,7 @@ class BlockRunner {
 
 inline Idx thread_idx() { return BlockRunner::current()->thread_idx(); }
 inline Idx block_idx() { return BlockRunner::current()->block_idx(); }
+inline Idx block_dim() { return BlockRunner::current()->block_dim(); }
 inline void syncthreads() { BlockRunner::current()->barrier(-1); }
 inline unsigned char* dynamic_smem() { return BlockRunner::current()->smem(); }
 inline float shfl_xor(float v, int o) {
@@ -142,6 +144,7 @@ inline float shfl_xor(float v, int o) {
 #endif
 #define threadIdx (::distca::emu::thread_idx())
 #define blockIdx (::distca::emu::block_idx())
+#define blockDim (::distca::emu::block_dim())
 #define __syncthreads() ::distca::emu::syncthreads()
 #define __shfl_xor_sync(mask, v, o) ::distca::emu::shfl_xor((v), (o))
 #define DISTCA_DYNAMIC_SMEM(name) unsigned char* name = ::distca::emu::dynamic_smem()

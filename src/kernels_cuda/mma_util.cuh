@@ -18,22 +18,16 @@
 #include "fragment_layout.h"
 #include "kernel_shapes.h"
 
+#include "cuda_compat.h"
+
 #if defined(DISTCA_CUDA_EMULATION)
 #include <array>
 #include <cstring>
 #include <type_traits>
-
-#include "host_emulation.h"
-#else
-#define DISTCA_DYNAMIC_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
 #endif
 
 namespace distca::kernels::cuda_detail {
 
-#if defined(DISTCA_CUDA_EMULATION)
-using std::max;
-using std::min;
-#endif
 using frag::swz;
 
 #if defined(DISTCA_CUDA_EMULATION)
