@@ -171,6 +171,8 @@ __global__ void __launch_bounds__(kTiledThreads) tiled_dkv_kernel(DeviceArgs a, 
   T* sv = sk + kTiledKeys * D;             // (64, D)
   T* sq = sv + kTiledKeys * D;             // (2, 32, D)
   T* sdo = sq + 2 * kC * D;                // (2, 32, D)
+  float* sl = reinterpret_cast<float*>(sdo + 2 * kC * D);  // (2, 32): log2(e) LSE of the chunk's rows
+  float* sd = sl + 2 * kC;                                  // (2, 32): D of the chunk's rows
 
   const CudaTile tile = tiles[blockIdx.x];
   const int g = blockIdx.y;
@@ -188,9 +190,20 @@ __global__ void __launch_bounds__(kTiledThreads) tiled_dkv_kernel(DeviceArgs a, 
 
   load_tile<T, D>(sk, static_cast<const T*>(a.k), k0 + key0, min(kTiledKeys, kl - key0), a.n_kv_heads, g);
   load_tile<T, D>(sv, static_cast<const T*>(a.v), k0 + key0, min(kTiledKeys, kl - key0), a.n_kv_heads, g);
+  // A chunk's LSE and D go to shared memory once per chunk (read back by every lane), with plain
+  // loads; the barrier at the top of the iteration that uses them publishes them.
+  auto stage_rows = [&](int stage, int head, int i_first) {
+    if (threadIdx.x < kC) {
+      const int i = i_first + static_cast<int>(threadIdx.x);
+      const bool ok = i < ql;
+      sl[stage * kC + threadIdx.x] = ok ? a.lse[head * a.total_q + q0 + i] * kLog2e : 0.0f;
+      sd[stage * kC + threadIdx.x] = ok ? a.dsum[head * a.total_q + q0 + i] : 0.0f;
+    }
+  };
   if (total > 0) {
     load_tile<T, D, kC>(sq, q, q0 + first, min(kC, ql - first), a.n_heads, g * a.group);
     load_tile<T, D, kC>(sdo, d_o, q0 + first, min(kC, ql - first), a.n_heads, g * a.group);
+    stage_rows(0, g * a.group, first);
   }
   cp_async_commit();
 
@@ -205,13 +218,13 @@ __global__ void __launch_bounds__(kTiledThreads) tiled_dkv_kernel(DeviceArgs a, 
 
   for (int it = 0; it < total; ++it) {
     const int st = it & 1;
-    const int h = g * a.group + it / steps;
     const int i0 = first + (it % steps) * kC;
     if (it + 1 < total) {
       const int hn = g * a.group + (it + 1) / steps;
       const int in = first + ((it + 1) % steps) * kC;
       load_tile<T, D, kC>(sq + (st ^ 1) * kC * D, q, q0 + in, min(kC, ql - in), a.n_heads, hn);
       load_tile<T, D, kC>(sdo + (st ^ 1) * kC * D, d_o, q0 + in, min(kC, ql - in), a.n_heads, hn);
+      stage_rows(st ^ 1, hn, in);
     }
     cp_async_commit();
     cp_async_wait<1>();
@@ -247,10 +260,11 @@ __global__ void __launch_bounds__(kTiledThreads) tiled_dkv_kernel(DeviceArgs a, 
     for (int n = 0; n < 4; ++n) {
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        const int i = i0 + n * 8 + frag::c_col(lane, c);
+        const int ic = n * 8 + frag::c_col(lane, c);  // row within the chunk
+        const int i = i0 + ic;
         const bool qok = i < ql;
-        const float lse2 = qok ? a.lse[h * a.total_q + q0 + i] * kLog2e : 0.0f;
-        const float dsum = qok ? a.dsum[h * a.total_q + q0 + i] : 0.0f;
+        const float lse2 = sl[st * kC + ic];
+        const float dsum = sd[st * kC + ic];
 #pragma unroll
         for (int rh = 0; rh < 2; ++rh) {
           const int e = rh * 2 + c;

@@ -30,10 +30,12 @@ constexpr int64_t tiled_forward_smem_bytes(int64_t d) { return (kTiledRows * d +
 
 // kTiled backward (deterministic, no atomics): dQ tiles of 64 query rows stream K and V blocks
 // of 64 keys (smem: Q, dO, two stages of K and V); dK/dV tiles of 64 key rows stream chunks of
-// 32 query rows of every head of the GQA group (smem: K, V, two stages of Q and dO).
+// 32 query rows of every head of the GQA group (smem: K, V, two stages of Q, dO, LSE and D).
 inline constexpr int kTiledDkvChunk = 32;
 constexpr int64_t tiled_dq_smem_bytes(int64_t d) { return (2 * kTiledRows * d + 2 * 2 * kTiledKeys * d) * 2; }
-constexpr int64_t tiled_dkv_smem_bytes(int64_t d) { return (2 * kTiledKeys * d + 2 * 2 * kTiledDkvChunk * d) * 2; }
+constexpr int64_t tiled_dkv_smem_bytes(int64_t d) {
+  return (2 * kTiledKeys * d + 2 * 2 * kTiledDkvChunk * d) * 2 + 2 * 2 * kTiledDkvChunk * 4;  // + LSE, D
+}
 
 // Byte offsets inside the device workspace of one call (256-byte aligned pieces).
 struct WorkspaceLayout {

@@ -81,7 +81,7 @@ TEST(CudaPlan, ChoosesTheTiledForwardWhereItApplies) {
   EXPECT_EQ(bf->dkv_rows, 64);
   EXPECT_EQ(bf->dkv_chunk, 32);
   EXPECT_EQ(bf->dq_smem_bytes, (2 * 64 * 128 + 4 * 64 * 128) * 2);
-  EXPECT_EQ(bf->dkv_smem_bytes, (2 * 64 * 128 + 4 * 32 * 128) * 2);
+  EXPECT_EQ(bf->dkv_smem_bytes, (2 * 64 * 128 + 4 * 32 * 128) * 2 + 4 * 32 * 4);
   EXPECT_EQ(bf->fwd_rows, cuda_shapes::kTiledRows);
   EXPECT_EQ(bf->fwd_smem_bytes, (64 * 128 + 4 * 64 * 128) * 2);
   EXPECT_EQ(plan(make_shape(tasks, 4, 2, 64, DType::kFloat16), false)->forward, CudaKernel::kTiled);
