@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one device check: builds distca with CUDA, runs the GPU tests and benchmarks, and writes
 # $OUT/gpu-check.json (every step's status and time, the device, the test counts, the
-# benchmark summaries) next to each step's log and raw outputs. Budget: under 8 minutes on an
+# benchmark summaries, the end of each failed step's log) and $OUT/gpu-check-logs.tar.gz
+# (every step's log and raw output). Budget: under 8 minutes on an
 # H200 machine (16 cores); a normal run is expected to take 3 to 5 (an estimate: not yet timed
 # there), and the step limits below add up to under 9 if every step hangs. On a machine
 # without a GPU it still builds and runs the tests (the device tests report SKIPPED) and
@@ -20,7 +21,7 @@
 # build/gpu-bundle.tar.gz; carry that path to the device run (run's `carry`).
 #
 # Adding a check: one `step NAME TIMEOUT_S command...` line in the sequence below (its output
-# goes to $OUT/NAME.log); a step that produces JSON for the summary writes it under $OUT and
+# goes to $WORK/NAME.log); a step that produces JSON for the summary writes it under $WORK and
 # is named in the summary block at the end.
 set -uo pipefail
 
@@ -47,32 +48,35 @@ if [ "${1:-}" = "--bundle" ]; then
 fi
 OUT="${OUT:-$PWD/gpu-check-out}"
 mkdir -p "$OUT"
+# Step logs and raw outputs go to WORK and come back packed as $OUT/gpu-check-logs.tar.gz: the
+# device tool returns at most 8 files from $OUT, so $OUT holds two (that and gpu-check.json).
+WORK="$(mktemp -d /tmp/gpu-check.XXXXXX)"
 JOBS="$(nproc)"
 BUILD=build/cuda
 START=$(date +%s)
-: >"$OUT/steps.tsv"
+: >"$WORK/steps.tsv"
 FAILED=0
 
-# step NAME TIMEOUT_S CMD...: runs CMD with a time limit, logs to $OUT/NAME.log, appends
-# "NAME<TAB>rc<TAB>seconds" to $OUT/steps.tsv. A failing step marks the run failed but the
+# step NAME TIMEOUT_S CMD...: runs CMD with a time limit, logs to $WORK/NAME.log, appends
+# "NAME<TAB>rc<TAB>seconds" to $WORK/steps.tsv. A failing step marks the run failed but the
 # sequence goes on (later steps decide for themselves whether they can run).
 step() {
   local name=$1 limit=$2
   shift 2
   local t0=$(date +%s)
   echo "== $name (limit ${limit}s)"
-  timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  timeout --kill-after=10 "$limit" "$@" >"$WORK/$name.log" 2>&1
   local rc=$?
   local dt=$(($(date +%s) - t0))
-  printf '%s\t%s\t%s\n' "$name" "$rc" "$dt" >>"$OUT/steps.tsv"
-  echo "   rc=$rc in ${dt}s (log: $OUT/$name.log)"
-  tail -n 3 "$OUT/$name.log" | sed 's/^/   | /'
+  printf '%s\t%s\t%s\n' "$name" "$rc" "$dt" >>"$WORK/steps.tsv"
+  echo "   rc=$rc in ${dt}s (log: $WORK/$name.log)"
+  tail -n 3 "$WORK/$name.log" | sed 's/^/   | /'
   [ "$rc" -eq 0 ] || FAILED=1
   return "$rc"
 }
 # skip NAME WHY: records a step that did not run.
 skip() {
-  printf '%s\tskipped\t0\t%s\n' "$1" "$2" >>"$OUT/steps.tsv"
+  printf '%s\tskipped\t0\t%s\n' "$1" "$2" >>"$WORK/steps.tsv"
   echo "== $1: skipped ($2)"
 }
 
@@ -127,9 +131,9 @@ fi
 # 3. The CUDA kernel tests (device tests skip without a GPU; with one, a skip is a failure).
 if [ "$BUILT" -eq 0 ]; then
   step kernels_cuda_test 60 "$TESTS/kernels_cuda_test" \
-    --gtest_output="json:$OUT/kernels_cuda_test.json"
+    --gtest_output="json:$WORK/kernels_cuda_test.json"
   step kernels_cuda_cli_test 45 "$TESTS/kernels_cuda_cli_test" \
-    --gtest_output="json:$OUT/kernels_cuda_cli_test.json"
+    --gtest_output="json:$WORK/kernels_cuda_cli_test.json"
   # Out-of-bounds accesses and shared-memory races of every kernel on a small pack (works on
   # Firecracker machines; on gVisor compute-sanitizer refuses the device: then it is recorded).
   if [ "$HAVE_GPU" -eq 1 ] && command -v compute-sanitizer >/dev/null 2>&1; then
@@ -137,7 +141,7 @@ if [ "$BUILT" -eq 0 ]; then
       before=$FAILED
       if ! step "sanitize_$tool" 60 compute-sanitizer --tool "$tool" --error-exitcode 3 \
           "$TESTS/kernels_cuda_test" --gtest_filter=CudaAttention.SanitizerPack &&
-         grep -q -i "not supported" "$OUT/sanitize_$tool.log"; then
+         grep -q -i "not supported" "$WORK/sanitize_$tool.log"; then
         FAILED=$before  # the sanitizer cannot run on this runtime: not a finding
         skip "sanitize_${tool}_unsupported" "compute-sanitizer: device not supported here"
       fi
@@ -151,17 +155,17 @@ fi
 # of a 16K context (docs/kernels.md, "CUDA"), beside cuBLAS GEMM measured in the same run.
 if [ "$BUILT" -eq 0 ] && [ "$HAVE_GPU" -eq 1 ]; then
   step bench_attention_cuda 50 sh -c "'$DISTCA' bench attention --device cuda --dtype bf16 \
-    --max-len 16384 --context 16384 --repeats 3 --json > '$OUT/bench_attention_cuda.json'"
+    --max-len 16384 --context 16384 --repeats 3 --json > '$WORK/bench_attention_cuda.json'"
   step bench_attention_cuda_fp16 40 sh -c "'$DISTCA' bench attention --device cuda --dtype fp16 \
-    --max-len 16384 --context 16384 --repeats 3 --json > '$OUT/bench_attention_cuda_fp16.json'"
+    --max-len 16384 --context 16384 --repeats 3 --json > '$WORK/bench_attention_cuda_fp16.json'"
   # The simple (CUDA-core) kernels on short cases: how much the tiled ones gain.
   step bench_attention_cuda_simple 40 sh -c "'$DISTCA' bench attention --device cuda --dtype bf16 \
-    --kernel simple --max-len 4096 --context 4096 --repeats 2 --json > '$OUT/bench_attention_cuda_simple.json'"
+    --kernel simple --max-len 4096 --context 4096 --repeats 2 --json > '$WORK/bench_attention_cuda_simple.json'"
 elif [ "$BUILT" -eq 0 ]; then
   # Without a GPU the command must refuse with one line and exit 2: checked, then recorded.
-  "$DISTCA" bench attention --device cuda >"$OUT/bench_attention_cuda.log" 2>&1
+  "$DISTCA" bench attention --device cuda >"$WORK/bench_attention_cuda.log" 2>&1
   rc=$?
-  if [ "$rc" -eq 2 ]; then skip bench_attention_cuda "no GPU (refused: $(head -c 200 "$OUT/bench_attention_cuda.log"))"
+  if [ "$rc" -eq 2 ]; then skip bench_attention_cuda "no GPU (refused: $(head -c 200 "$WORK/bench_attention_cuda.log"))"
   else step bench_attention_cuda_refusal 5 false; fi
 else
   skip bench_attention_cuda "build failed"
@@ -169,10 +173,10 @@ fi
 
 # 5. The summary: $OUT/gpu-check.json.
 TOTAL=$(($(date +%s) - START))
-OUT="$OUT" HAVE_GPU="$HAVE_GPU" TOTAL="$TOTAL" FAILED="$FAILED" /usr/bin/env python3 - <<'PY'
+WORK="$WORK" OUT="$OUT" HAVE_GPU="$HAVE_GPU" TOTAL="$TOTAL" FAILED="$FAILED" /usr/bin/env python3 - <<'PY'
 
 import json, os
-out = os.environ["OUT"]
+out = os.environ["WORK"]
 res = {"gpu": os.environ["HAVE_GPU"] == "1", "total_seconds": int(os.environ["TOTAL"]), "steps": []}
 for line in open(os.path.join(out, "steps.tsv")):
     f = line.rstrip("\n").split("\t")
@@ -217,10 +221,18 @@ for name in ("bench_attention_cuda", "bench_attention_cuda_fp16", "bench_attenti
     if b is not None:
         res[name] = {k: b.get(k) for k in ("gpu", "dtype", "kernel", "cublas_gemm_tflops", "summary", "cases")}
 res["failed"] = res.get("failed", False) or os.environ["FAILED"] == "1"
-json.dump(res, open(os.path.join(out, "gpu-check.json"), "w"), indent=2)
+# The end of every failed step's log, so the JSON alone says what went wrong.
+for st in res["steps"]:
+    if st["rc"] not in ("0", "skipped"):
+        try:
+            st["log_tail"] = open(os.path.join(out, st["name"] + ".log"), errors="replace").read()[-3000:]
+        except OSError:
+            pass
+json.dump(res, open(os.path.join(os.environ["OUT"], "gpu-check.json"), "w"), indent=2)
 print(json.dumps({k: res[k] for k in ("gpu", "total_seconds", "failed")}))
 raise SystemExit(1 if res["failed"] else 0)
 PY
 RC=$?  # the summary's verdict: 1 when any step failed (or a device test skipped on a GPU)
-echo "== done in ${TOTAL}s: $OUT/gpu-check.json"
+tar czf "$OUT/gpu-check-logs.tar.gz" -C "$WORK" . && rm -rf "$WORK"
+echo "== done in ${TOTAL}s: $OUT/gpu-check.json, logs in $OUT/gpu-check-logs.tar.gz"
 exit "$RC"
