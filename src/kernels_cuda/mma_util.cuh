@@ -1,0 +1,207 @@
+// Tensor-core building blocks of the tiled kernels (attention_tiled.cu, attention_tiled_bwd.cu):
+// cp.async copies, ldmatrix loads, mma.sync m16n8k16 with fp32 accumulators, the swizzled
+// shared-memory tile layout, and the tile loader. Device code only; include from .cu files.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4):
+//   A (16 x 16, row): a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)
+//   B (16 x 8, col):  b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g)
+//   C (16 x 8, fp32): c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)
+// so two C tiles side by side, packed in pairs, are the A fragment of the next product (P V).
+// ldmatrix.x4: lanes 8i..8i+7 address the rows of matrix i; matrix i lands in register i.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "fragment_layout.h"
+#include "kernel_shapes.h"
+
+#include "cuda_compat.h"
+
+#if defined(DISTCA_CUDA_EMULATION)
+#include <array>
+#include <cstring>
+#include <type_traits>
+#endif
+
+namespace distca::kernels::cuda_detail {
+
+using frag::swz;
+
+#if defined(DISTCA_CUDA_EMULATION)
+// Host emulation (tests only): the same operations, computed from the PTX ISA's tables.
+inline void cp_async16(void* smem, const void* gmem, bool pred) {
+  if (pred) {
+    std::memcpy(smem, gmem, 16);
+  } else {
+    std::memset(smem, 0, 16);
+  }
+}
+inline void cp_async_commit() {}
+template <int N>
+inline void cp_async_wait() {}
+
+inline void ldmatrix_impl(uint32_t (&r)[4], const void* smem, bool trans) {
+  const auto* p = static_cast<const uint16_t*>(smem);
+  const auto out = emu::BlockRunner::current()->collective(p, [trans](const uint16_t* const* all, int lane) {
+    std::array<uint32_t, 4> o{};
+    for (int i = 0; i < 4; ++i) {
+      uint32_t lo, hi;
+      if (!trans) {
+        const uint16_t* row = all[8 * i + lane / 4];
+        lo = row[2 * (lane % 4)], hi = row[2 * (lane % 4) + 1];
+      } else {
+        lo = all[8 * i + 2 * (lane % 4)][lane / 4], hi = all[8 * i + 2 * (lane % 4) + 1][lane / 4];
+      }
+      o[i] = lo | (hi << 16);
+    }
+    return o;
+  });
+  for (int i = 0; i < 4; ++i) r[i] = out[i];
+}
+inline void ldmatrix_x4(uint32_t (&r)[4], const void* smem) { ldmatrix_impl(r, smem, false); }
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) { ldmatrix_impl(r, smem, true); }
+
+template <class T>
+inline float emu_to_float(uint16_t bits) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const uint32_t u = static_cast<uint32_t>(bits) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  } else {
+    __half_raw h;
+    h.x = bits;
+    return __half2float(__half(h));
+  }
+}
+struct EmuMmaIn {
+  uint32_t a[4], b0, b1;
+  float c[4];
+};
+template <class T>
+inline void emu_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  const EmuMmaIn in{{a[0], a[1], a[2], a[3]}, b0, b1, {c[0], c[1], c[2], c[3]}};
+  const auto out = emu::BlockRunner::current()->collective(in, [](const EmuMmaIn* all, int lane) {
+    float A[16][16], B[16][8];
+    auto lo = [](uint32_t x) { return emu_to_float<T>(static_cast<uint16_t>(x & 0xffffu)); };
+    auto hi = [](uint32_t x) { return emu_to_float<T>(static_cast<uint16_t>(x >> 16)); };
+    for (int l = 0; l < 32; ++l) {
+      const int g = l / 4, t = l % 4;
+      const EmuMmaIn& x = all[l];
+      A[g][2 * t] = lo(x.a[0]), A[g][2 * t + 1] = hi(x.a[0]);
+      A[g + 8][2 * t] = lo(x.a[1]), A[g + 8][2 * t + 1] = hi(x.a[1]);
+      A[g][2 * t + 8] = lo(x.a[2]), A[g][2 * t + 9] = hi(x.a[2]);
+      A[g + 8][2 * t + 8] = lo(x.a[3]), A[g + 8][2 * t + 9] = hi(x.a[3]);
+      B[2 * t][g] = lo(x.b0), B[2 * t + 1][g] = hi(x.b0);
+      B[2 * t + 8][g] = lo(x.b1), B[2 * t + 9][g] = hi(x.b1);
+    }
+    const int g = lane / 4, t = lane % 4;
+    const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+    std::array<float, 4> o{};
+    for (int e = 0; e < 4; ++e) {
+      float acc = all[lane].c[e];
+      for (int k = 0; k < 16; ++k) acc += A[rows[e]][k] * B[k][cols[e]];
+      o[e] = acc;
+    }
+    return o;
+  });
+  for (int e = 0; e < 4; ++e) c[e] = out[e];
+}
+
+#else
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool pred) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = pred ? 16 : 0;  // 0: zero-fill the 16 bytes
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+#endif  // DISTCA_CUDA_EMULATION
+
+template <class T>
+struct Mma;
+template <>
+struct Mma<__nv_bfloat16> {
+  static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(DISTCA_CUDA_EMULATION)
+    emu_mma<__nv_bfloat16>(c, a, b0, b1);
+#else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+  }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    uint32_t u;
+    memcpy(&u, &v, 4);  // the two 16-bit halves as one register (no type punning)
+    return u;
+  }
+};
+template <>
+struct Mma<__half> {
+  static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(DISTCA_CUDA_EMULATION)
+    emu_mma<__half>(c, a, b0, b1);
+#else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+  }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    uint32_t u;
+    memcpy(&u, &v, 4);  // the two 16-bit halves as one register (no type punning)
+    return u;
+  }
+};
+
+// The A fragment at k-step j from C n-tiles 2j and 2j + 1 (fragment_layout.h), rounded to T.
+template <class T, int N>
+__device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c)[N][4], int j) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int t = frag::c_to_a_tile(j, r);
+    a[r] = Mma<T>::pack(c[t][(r & 1) * 2], c[t][(r & 1) * 2 + 1]);
+  }
+}
+
+// Copies rows [first, first + kRows) of head `head` (rows past `valid` zero-filled) into a
+// swizzled (kRows, D) tile. All threads call it; it only issues cp.async (caller commits).
+template <class T, int D, int kRows = cuda_shapes::kTiledRows>
+__device__ __forceinline__ void load_tile(T* s, const T* x, int64_t first, int valid, int heads, int head) {
+  constexpr int kChunks = D / 8;
+  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += cuda_shapes::kTiledThreads) {
+    const int r = idx / kChunks, c = idx - r * kChunks;
+    const bool ok = r < valid;
+    const T* src = x + ((first + (ok ? r : 0)) * heads + head) * D + c * 8;
+    cp_async16(s + swz<D>(r, c), src, ok);
+  }
+}
+
+}  // namespace distca::kernels::cuda_detail
