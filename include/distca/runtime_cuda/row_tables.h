@@ -27,6 +27,7 @@
 
 #include "distca/plan/doc_index.h"
 #include "distca/plan/plan.h"
+#include "distca/runtime_cuda/window.h"
 
 namespace distca::runtime::device {
 
@@ -37,11 +38,6 @@ struct RowRun {
   bool operator==(const RowRun&) const = default;
 };
 
-struct Window {
-  int64_t row_stride = 0;  // elements between rows
-  int64_t col = 0;         // first column's element offset within the row
-  int64_t col_stride = 1;  // elements between columns
-};
 
 using CopyTable = std::vector<RowRun>;
 
