@@ -6,9 +6,10 @@
 
 #include <cstring>
 
+#include "distca/kernels/attention_traits.h"
 #include "distca/runtime_cuda/pack.h"
 #include "movement_sim.h"
-#include "runtime/runtime_check.h"
+#include "plan_fixtures.h"
 
 namespace distca::runtime::device {
 namespace {
@@ -71,16 +72,17 @@ bool same(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(PackCuda, DeviceMovementEqualsHostBitwiseForEverySchedulerAndRankCount) {
   if (const std::string why = no_gpu(); !why.empty()) GTEST_SKIP() << why;
-  const AttentionDims dims{8, 2, 64, 0};  // rows of 512 / 128 floats: several warps per row
+  const int32_t heads = 8, kv_heads = 2, head_dim = 64;  // rows of 512 / 128 floats: several warps per row
+  const int64_t tile = kernels::AttentionTraits::query_tile_rows(heads / kv_heads);
   for (int ranks = 1; ranks <= 4; ++ranks) {
-    const Batch batch = runtime::testing::random_batch(ranks, 512, 90 + static_cast<uint64_t>(ranks));
-    for (const std::string& name : runtime::testing::scheduler_names(ranks)) {
-      auto plan = make_plan(batch, parse_scheduler(name).value(), runtime::testing::schedule_options(dims));
+    const Batch batch = testing::fixture_batch(ranks, 512, 90 + static_cast<uint64_t>(ranks));
+    for (const std::string& name : testing::fixture_schedulers(ranks)) {
+      auto plan = make_plan(batch, parse_scheduler(name).value(), testing::fixture_options(heads, kv_heads, head_dim));
       ASSERT_TRUE(plan.ok()) << plan.status().to_string();
       HostMover hm;
       DeviceMover dm;
-      const Sim h = testing::simulate(plan.value(), dims.n_heads, dims.n_kv_heads, dims.head_dim, query_tile_rows(dims), hm, 5);
-      const Sim d = testing::simulate(plan.value(), dims.n_heads, dims.n_kv_heads, dims.head_dim, query_tile_rows(dims), dm, 5);
+      const Sim h = testing::simulate(plan.value(), heads, kv_heads, head_dim, tile, hm, 5);
+      const Sim d = testing::simulate(plan.value(), heads, kv_heads, head_dim, tile, dm, 5);
       ASSERT_GT(dm.launches, 0);
       for (size_t r = 0; r < h.ranks.size(); ++r) {
         const RankBuffers &a = h.ranks[r], &b = d.ranks[r];
