@@ -121,8 +121,12 @@ class NcclCommImpl final : public NcclCommunicator {
   NcclCommImpl(Communicator& boot, const NcclOptions& o) : boot_(boot), opt_(o), rank_(boot.rank()), size_(boot.size()) {}
 
   ~NcclCommImpl() override {
+    // Non-blocking communicators: finalize (bounded), then destroy. Nothing to report to from
+    // a destructor; every exchange is complete by contract, so finalize has nothing to flush.
     for (ncclComm_t* c : {&comm_, &p2p_comm_}) {
-      if (*c != nullptr) (void)ncclCommDestroy(*c);
+      if (*c == nullptr) continue;
+      if (nccl_status(ncclCommFinalize(*c), "ncclCommFinalize", rank_, *c).ok()) (void)settle(*c, "ncclCommFinalize");
+      (void)ncclCommDestroy(*c);
       *c = nullptr;
     }
     for (cudaStream_t s : {stream_, p2p_stream_}) {

@@ -150,4 +150,23 @@ GatherAdd home_dkv_add(const DocumentIndex& index, int rank, const Exchange& dkv
   return make_gather_add(c);
 }
 
+Result<RankTables> rank_tables(const Plan& plan, const DocumentIndex& index, int rank, int64_t tile) {
+  RankTables t;
+  DISTCA_ASSIGN_OR_RETURN(t.fused, fused_layout(plan, index, rank, tile));
+  const RankPlan& rp = plan.ranks[sz(rank)];
+  // Only the directions whose blocks name this rank's own rows: homes send kQ, kKv, kDO and
+  // receive kOLse, kDQ (kDKv is summed, not copied); the other blocks name the peer's rows.
+  for (ExchangeKind k : {ExchangeKind::kQ, ExchangeKind::kKv, ExchangeKind::kDO}) {
+    const Exchange& x = rp.exchange(k);
+    t.pack[static_cast<size_t>(k)] = home_rows(index, rank, x.send_blocks, x.send_displs);
+  }
+  for (ExchangeKind k : {ExchangeKind::kOLse, ExchangeKind::kDQ}) {
+    const Exchange& x = rp.exchange(k);
+    t.unpack[static_cast<size_t>(k)] = inverse(home_rows(index, rank, x.recv_blocks, x.recv_displs));
+  }
+  t.dkv_add = home_dkv_add(index, rank, rp.exchange(ExchangeKind::kDKv));
+  t.server = server_tables(plan, rank, t.fused);
+  return t;
+}
+
 }  // namespace distca::runtime::device

@@ -61,6 +61,7 @@ struct RankBuffers {
   std::vector<float> fq, fk, fv, fo, flse, fdk;
   std::vector<float> home_dk;  // the server's own partial of its rows' dK
   FusedLayout fused;
+  RankTables tables;  // what moved it all
 };
 
 struct Sim {
@@ -101,8 +102,12 @@ inline Sim simulate(const Plan& plan, int64_t n_heads, int64_t n_kv_heads, int64
   const int n = static_cast<int>(plan.ranks.size());
   const DocumentIndex index(plan.batch);
   s.ranks.resize(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {  // token buffers
+  for (int r = 0; r < n; ++r) {  // tables and token buffers
     RankBuffers& b = s.ranks[static_cast<size_t>(r)];
+    auto tables = rank_tables(plan, index, r, tile);
+    DISTCA_CHECK(tables.ok());
+    b.tables = std::move(tables).value();
+    b.fused = b.tables.fused;
     const int64_t tok = plan.ranks[static_cast<size_t>(r)].tokens;
     b.q = zeros(tok * qf), b.k = zeros(tok * kvf), b.v = zeros(tok * kvf), b.o = zeros(tok * qf);
     b.lse = zeros(tok * H), b.dk = zeros(tok * kvf);
@@ -125,8 +130,8 @@ inline Sim simulate(const Plan& plan, int64_t n_heads, int64_t n_kv_heads, int64
     const Exchange& xkv = rp.exchange(ExchangeKind::kKv);
     b.q_send = zeros(xq.send_rows() * qf), b.q_recv = zeros(xq.recv_rows() * qf);
     b.kv_send = zeros(xkv.send_rows() * 2 * kvf), b.kv_recv = zeros(xkv.recv_rows() * 2 * kvf);
-    m.copy(home_rows(index, r, xq.send_blocks, xq.send_displs), b.q, {qf, 0, 1}, b.q_send, {qf, 0, 1}, qf);
-    const CopyTable kv = home_rows(index, r, xkv.send_blocks, xkv.send_displs);
+    m.copy(b.tables.pack[static_cast<size_t>(ExchangeKind::kQ)], b.q, {qf, 0, 1}, b.q_send, {qf, 0, 1}, qf);
+    const CopyTable& kv = b.tables.pack[static_cast<size_t>(ExchangeKind::kKv)];
     m.copy(kv, b.k, {kvf, 0, 1}, b.kv_send, {2 * kvf, 0, 1}, kvf);
     m.copy(kv, b.v, {kvf, 0, 1}, b.kv_send, {2 * kvf, kvf, 1}, kvf);
   }
@@ -135,10 +140,7 @@ inline Sim simulate(const Plan& plan, int64_t n_heads, int64_t n_kv_heads, int64
   Rng rng(seed);
   for (int r = 0; r < n; ++r) {  // server: assemble, "run the kernel", scatter outputs
     RankBuffers& b = s.ranks[static_cast<size_t>(r)];
-    auto f = fused_layout(plan, index, r, tile);
-    DISTCA_CHECK(f.ok());
-    b.fused = f.value();
-    const ServerTables t = server_tables(plan, r, b.fused);
+    const ServerTables& t = b.tables.server;
     const int64_t tq = b.fused.cu_q.back(), tk = b.fused.cu_k.back();
     b.fq = zeros(tq * qf), b.fk = zeros(tk * kvf), b.fv = zeros(tk * kvf);
     m.copy(t.q_local, b.q, {qf, 0, 1}, b.fq, {qf, 0, 1}, qf);
@@ -177,14 +179,11 @@ inline Sim simulate(const Plan& plan, int64_t n_heads, int64_t n_kv_heads, int64
   exchange(s, ExchangeKind::kDKv, 2 * kvf, &RankBuffers::dkv_send, &RankBuffers::dkv_recv);
   for (int r = 0; r < n; ++r) {  // home: unpack O/LSE, sum dK
     RankBuffers& b = s.ranks[static_cast<size_t>(r)];
-    const RankPlan& rp = plan.ranks[static_cast<size_t>(r)];
-    const Exchange& xo = rp.exchange(ExchangeKind::kOLse);
-    const CopyTable un = inverse(home_rows(index, r, xo.recv_blocks, xo.recv_displs));
+    const CopyTable& un = b.tables.unpack[static_cast<size_t>(ExchangeKind::kOLse)];
     m.copy(un, b.olse_recv, {of, 0, 1}, b.o, {qf, 0, 1}, qf);
     m.copy(un, b.olse_recv, {of, qf, 1}, b.lse, {H, 0, 1}, H);
     b.dk = b.home_dk;
-    m.gather_add(home_dkv_add(index, r, rp.exchange(ExchangeKind::kDKv)), b.dkv_recv, {2 * kvf, 0, 1}, b.dk,
-                 {kvf, 0, 1}, kvf);
+    m.gather_add(b.tables.dkv_add, b.dkv_recv, {2 * kvf, 0, 1}, b.dk, {kvf, 0, 1}, kvf);
   }
   return s;
 }

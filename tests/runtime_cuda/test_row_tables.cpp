@@ -63,6 +63,10 @@ void check_sim(const Sim& s, const std::string& what) {
   for (int r = 0; r < n; ++r) {
     const auto& b = s.ranks[static_cast<size_t>(r)];
     const ServerPlan& sp = plan.servers[static_cast<size_t>(r)];
+    // dO travels like Q, dQ like O (plan.h): the backward tables are the forward ones.
+    auto kind = [](ExchangeKind k) { return static_cast<size_t>(k); };
+    EXPECT_EQ(b.tables.pack[kind(ExchangeKind::kDO)], b.tables.pack[kind(ExchangeKind::kQ)]) << what;
+    EXPECT_EQ(b.tables.unpack[kind(ExchangeKind::kDQ)], b.tables.unpack[kind(ExchangeKind::kOLse)]) << what;
     int64_t q_nonzero = 0, k_nonzero = 0;
     for (float x : b.fq) q_nonzero += x != 0.0f;
     for (float x : b.fk) k_nonzero += x != 0.0f;

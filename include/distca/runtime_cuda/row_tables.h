@@ -22,6 +22,7 @@
 // Thread safety: plain values and pure functions.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -98,5 +99,19 @@ ServerTables server_tables(const Plan& plan, int rank, const FusedLayout& fused)
 // The home's sum of received dK/dV partials: kDKv receive row -> token row, in the
 // dispatcher's order (ascending peers, blocks in order).
 GatherAdd home_dkv_add(const DocumentIndex& index, int rank, const Exchange& dkv);
+
+// Every table one rank needs for a layer of `plan` (what a device dispatcher uploads once per
+// plan). Home side, indexed by exchange kind: `pack[k]` (token rows -> send rows, over the send
+// blocks) for kQ, kKv, kDO and `unpack[k]` (receive rows -> token rows, over the receive
+// blocks) for kOLse, kDQ, the others empty (their blocks name the peer's rows); `dkv_add` sums
+// the received dK/dV partials.
+// Server side: `server` over `fused`. Errors: fused_layout's.
+struct RankTables {
+  FusedLayout fused;
+  std::array<CopyTable, kNumExchanges> pack, unpack;
+  GatherAdd dkv_add;
+  ServerTables server;
+};
+Result<RankTables> rank_tables(const Plan& plan, const DocumentIndex& index, int rank, int64_t tile);
 
 }  // namespace distca::runtime::device
