@@ -10,7 +10,9 @@ if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
 endif()
 set(CMAKE_CUDA_ARCHITECTURES ${DISTCA_CUDA_ARCHITECTURES})
 enable_language(CUDA)
-set(CMAKE_CUDA_STANDARD 20)
+# C++17 for .cu files: CMake 3.25 has no CUDA20 dialect for nvcc. Headers a .cu file includes
+# (core/status.h, core/cuda_check.h, kernels/attention.h, kernels_cuda/*) must stay C++17.
+set(CMAKE_CUDA_STANDARD 17)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 set(CMAKE_CUDA_EXTENSIONS OFF)
 find_package(CUDAToolkit REQUIRED)

@@ -41,7 +41,9 @@
 
 namespace distca::kernels {
 
-enum class DType : int32_t { kFloat32 = 0 };
+// kBFloat16 and kFloat16 are for the CUDA path (kernels_cuda/attention_cuda.h: the pointers
+// then address 2-byte elements); the CPU path refuses them in validate().
+enum class DType : int32_t { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
 
 struct AttentionParams {
   DType dtype = DType::kFloat32;

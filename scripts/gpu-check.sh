@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# The one device check: builds distca with CUDA, runs the GPU tests and benchmarks, and writes
+# $OUT/gpu-check.json (every step's status and time, the device, the test counts, the
+# benchmark summaries) next to each step's log and raw outputs. Budget: under 8 minutes on an
+# H200 machine (16 cores). On a machine without a GPU it still builds and runs the tests (the
+# device tests report SKIPPED) and records the benchmarks as not run, exiting 0.
+#
+# Usage: OUT=/some/dir scripts/gpu-check.sh        (OUT defaults to ./gpu-check-out)
+# Exit: 0 when every step that could run passed; 1 otherwise (gpu-check.json says which).
+#
+# Adding a check: one `step NAME TIMEOUT_S command...` line in the sequence below (its output
+# goes to $OUT/NAME.log); a step that produces JSON for the summary writes it under $OUT and
+# is named in the summary block at the end.
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/gpu-check-out}"
+mkdir -p "$OUT"
+JOBS="$(nproc)"
+BUILD=build/cuda
+START=$(date +%s)
+: >"$OUT/steps.tsv"
+FAILED=0
+
+# step NAME TIMEOUT_S CMD...: runs CMD with a time limit, logs to $OUT/NAME.log, appends
+# "NAME<TAB>rc<TAB>seconds" to $OUT/steps.tsv. A failing step marks the run failed but the
+# sequence goes on (later steps decide for themselves whether they can run).
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local t0=$(date +%s)
+  echo "== $name (limit ${limit}s)"
+  timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  local dt=$(($(date +%s) - t0))
+  printf '%s\t%s\t%s\n' "$name" "$rc" "$dt" >>"$OUT/steps.tsv"
+  echo "   rc=$rc in ${dt}s (log: $OUT/$name.log)"
+  tail -n 3 "$OUT/$name.log" | sed 's/^/   | /'
+  [ "$rc" -eq 0 ] || FAILED=1
+  return "$rc"
+}
+# skip NAME WHY: records a step that did not run.
+skip() {
+  printf '%s\tskipped\t0\t%s\n' "$1" "$2" >>"$OUT/steps.tsv"
+  echo "== $1: skipped ($2)"
+}
+
+# 1. The device (absent on CPU-only machines: then the device steps below are skipped).
+HAVE_GPU=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  HAVE_GPU=1
+  step device 30 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+else
+  skip device "no nvidia-smi or no GPU"
+fi
+
+# 2. Configure and build the CUDA targets (ccache when present).
+LAUNCHERS=()
+if command -v ccache >/dev/null 2>&1; then
+  LAUNCHERS=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+step configure 120 cmake --preset cuda -DDISTCA_BUILD_BENCH=OFF "${LAUNCHERS[@]}"
+step build 300 cmake --build "$BUILD" --target distca kernels_cuda_test -j"$JOBS"
+BUILT=$?
+
+# 3. The CUDA kernel tests (device tests skip without a GPU; with one, a skip is a failure).
+if [ "$BUILT" -eq 0 ]; then
+  step kernels_cuda_test 120 "$BUILD/tests/kernels_cuda/kernels_cuda_test" \
+    --gtest_output="json:$OUT/kernels_cuda_test.json"
+else
+  skip kernels_cuda_test "build failed"
+fi
+
+# 4. The kernel benchmark: bf16, d = 128, causal, 32/8 heads, single tasks 1K..16K and shard
+# batches of a 16K context (docs/kernels.md, "CUDA").
+if [ "$BUILT" -eq 0 ] && [ "$HAVE_GPU" -eq 1 ]; then
+  step bench_attention_cuda 240 sh -c "'$BUILD/apps/distca' bench attention --device cuda --dtype bf16 \
+    --max-len 16384 --context 16384 --repeats 3 --json > '$OUT/bench_attention_cuda.json'"
+elif [ "$BUILT" -eq 0 ]; then
+  # Without a GPU the command must refuse with one line and exit 2: checked, then recorded.
+  "$BUILD/apps/distca" bench attention --device cuda >"$OUT/bench_attention_cuda.log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 2 ]; then skip bench_attention_cuda "no GPU (refused: $(head -c 200 "$OUT/bench_attention_cuda.log"))"
+  else step bench_attention_cuda_refusal 5 false; fi
+else
+  skip bench_attention_cuda "build failed"
+fi
+
+# 5. The summary: $OUT/gpu-check.json.
+TOTAL=$(($(date +%s) - START))
+OUT="$OUT" HAVE_GPU="$HAVE_GPU" TOTAL="$TOTAL" FAILED="$FAILED" /usr/bin/env python3 - <<'PY'
+
+import json, os
+out = os.environ["OUT"]
+res = {"gpu": os.environ["HAVE_GPU"] == "1", "total_seconds": int(os.environ["TOTAL"]), "steps": []}
+for line in open(os.path.join(out, "steps.tsv")):
+    f = line.rstrip("\n").split("\t")
+    s = {"name": f[0], "rc": f[1], "seconds": int(f[2])}
+    if len(f) > 3:
+        s["why"] = f[3]
+    res["steps"].append(s)
+def load(name):
+    p = os.path.join(out, name)
+    try:
+        with open(p) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+dev = os.path.join(out, "device.log")
+if os.path.exists(dev):
+    res["device"] = open(dev).read().strip().splitlines()[-1]
+t = load("kernels_cuda_test.json")
+if t is not None:
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    failed, skipped = [], []
+    for suite in t.get("testsuites", []):
+        for c in suite.get("testsuite", []):
+            name = suite["name"] + "." + c["name"]
+            if c.get("failures"):
+                counts["failed"] += 1; failed.append(name)
+            elif c.get("result") == "SKIPPED" or c.get("status") == "NOTRUN":
+                counts["skipped"] += 1; skipped.append(name)
+            else:
+                counts["passed"] += 1
+    res["kernels_cuda_test"] = dict(counts, failed_tests=failed, skipped_tests=skipped)
+    if res["gpu"] and skipped:
+        res["kernels_cuda_test"]["error"] = "tests skipped although a GPU is present"
+        res["failed"] = True
+b = load("bench_attention_cuda.json")
+if b is not None:
+    res["bench_attention_cuda"] = {"gpu": b.get("gpu"), "summary": b.get("summary"), "cases": b.get("cases")}
+res["failed"] = res.get("failed", False) or os.environ["FAILED"] == "1"
+json.dump(res, open(os.path.join(out, "gpu-check.json"), "w"), indent=2)
+print(json.dumps({k: res[k] for k in ("gpu", "total_seconds", "failed")}))
+raise SystemExit(1 if res["failed"] else 0)
+PY
+RC=$?  # the summary's verdict: 1 when any step failed (or a device test skipped on a GPU)
+echo "== done in ${TOTAL}s: $OUT/gpu-check.json"
+exit "$RC"
