@@ -422,6 +422,11 @@ class NcclCommImpl final : public NcclCommunicator {
     const char* call = is_send ? "start_send" : "start_recv";
     DISTCA_RETURN_IF_ERROR(validate_p2p(call, is_send ? static_cast<const void*>(send) : recv, bytes, peer, tag, rank_, size_));
     DISTCA_RETURN_IF_ERROR(usable());
+    if (queue_.size() >= nccl::kMaxGroupCalls) {  // flushed as one group: NCCL's limit
+      return Status::invalid_argument(std::string(call) + " (rank " + std::to_string(rank_) + "): " +
+                                      std::to_string(queue_.size()) +
+                                      " point-to-point calls queued, NCCL's group limit; wait for some first");
+    }
     auto t = std::make_shared<Transfer>();
     t->p2p = true;
     t->is_send = is_send;

@@ -31,6 +31,12 @@ Result<std::vector<P2pOp>> plan_all_to_all_v(const AllToAllV& a, int rank, int n
     const auto up = static_cast<std::size_t>(p);
     if (p != rank && a.send_counts[up] > 0) ops.push_back({P2pOp::Kind::kSend, p, a.send_displs[up], 0, a.send_counts[up]});
   }
+  const std::size_t calls = ops.size() - (a.send_counts[me] > 0 ? 1 : 0);
+  if (calls > kMaxGroupCalls) {
+    return Status::invalid_argument("all_to_all_v: rank " + std::to_string(rank) + " needs " + std::to_string(calls) +
+                                    " NCCL sends and receives in one group, over NCCL's limit of " +
+                                    std::to_string(kMaxGroupCalls));
+  }
   return ops;
 }
 

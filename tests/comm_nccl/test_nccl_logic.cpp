@@ -84,6 +84,26 @@ TEST(NcclPlan, RefusesBadShapesAndSelfMismatch) {
   EXPECT_FALSE(plan_all_to_all_v(AllToAllV{b.data(), two, zero2, b.data(), two, zero2}, 2, 2).ok());
 }
 
+TEST(NcclPlan, RefusesMoreCallsThanOneNcclGroupTakes) {
+  // 1025 peers each way: 2048 calls fit; one more peer does not.
+  for (int n : {1025, 1026}) {
+    const auto un = static_cast<size_t>(n);
+    std::vector<size_t> c(un, 1), d(un);
+    for (size_t p = 0; p < un; ++p) d[p] = p;
+    std::vector<std::byte> s(un), r(un);
+    auto ops = plan_all_to_all_v(AllToAllV{s.data(), c, d, r.data(), c, d}, 0, n);
+    if (n == 1025) {
+      ASSERT_TRUE(ops.ok()) << ops.status().to_string();
+      EXPECT_EQ(ops->size(), 2049u);  // the self copy is no NCCL call
+    } else {
+      ASSERT_FALSE(ops.ok());
+      EXPECT_NE(ops.status().message().find("needs 2050 NCCL sends and receives in one group, over NCCL's limit of 2048"),
+                std::string::npos)
+          << ops.status().message();
+    }
+  }
+}
+
 TEST(NcclPlan, ExtentIsTheLastNonEmptyBlockEnd) {
   std::vector<size_t> c{3, 0, 2}, d{10, 100, 0};
   EXPECT_EQ(extent(c, d), 13u);  // the empty block at 100 does not count

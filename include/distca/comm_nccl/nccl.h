@@ -38,7 +38,11 @@
 // send, then wait" is therefore deadlock-free as the interface promises. Narrower than the
 // interface: (1) both sides must issue one pair's messages in the same order, whatever their
 // tags (checked with verify: a p2p header over the bootstrap, tags 2t and 2t+1, detects both
-// an order and a size mismatch); (2) tags must be below kNcclP2pTagLimit.
+// an order and a size mismatch); (2) tags must be below kNcclP2pTagLimit; (3) at most
+// nccl::kMaxGroupCalls calls queued; (4) NCCL does not promise that two communicators'
+// operations progress concurrently on one GPU, so a program whose p2p transfer and exchange
+// each need the other to progress first could hang (bounded by the timeout); whether the
+// runtime's patterns are safe has not been checked on GPUs.
 //
 // Deterministic all-reduce: the contract of Communicator::all_reduce_sum (rank-order sum in
 // the element's type) is kept by the same algorithm: reduce-scatter by all_to_all_v, the

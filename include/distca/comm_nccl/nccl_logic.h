@@ -47,6 +47,10 @@ struct P2pOp {
 // make no call (NCCL would move nothing; the count check detects a mismatch instead). The
 // NCCL backend issues them inside one ncclGroupStart/ncclGroupEnd, so their order is not a
 // correctness matter; it is fixed so the plan is a deterministic function of its input.
+// NCCL takes at most kMaxGroupCalls calls per group, and splitting one exchange into several
+// groups could deadlock (a peer's matching call may sit in another group), so more sends and
+// receives than that are refused (invalid_argument naming the count).
+inline constexpr std::size_t kMaxGroupCalls = 2048;
 Result<std::vector<P2pOp>> plan_all_to_all_v(const AllToAllV& a, int rank, int n);
 
 // Bytes a buffer must span to hold every block of `counts` at `displs` (max displ + count over
