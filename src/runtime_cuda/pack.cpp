@@ -84,4 +84,24 @@ Status DeviceGatherAdd::run(const float* src, const Window& sw, float* dst, cons
   return Status::ok_status();
 }
 
+Status DeviceMover::copy(const CopyTable& t, const float* src, const Window& sw, float* dst, const Window& dw,
+                         int64_t width) {
+  auto it = copies_.find(&t);
+  if (it == copies_.end()) {
+    DISTCA_ASSIGN_OR_RETURN(DeviceCopy d, DeviceCopy::upload(t));
+    it = copies_.emplace(&t, std::move(d)).first;
+  }
+  return it->second.run(src, sw, dst, dw, width, stream_);
+}
+
+Status DeviceMover::gather_add(const GatherAdd& g, const float* src, const Window& sw, float* dst, const Window& dw,
+                               int64_t width) {
+  auto it = sums_.find(&g);
+  if (it == sums_.end()) {
+    DISTCA_ASSIGN_OR_RETURN(DeviceGatherAdd d, DeviceGatherAdd::upload(g));
+    it = sums_.emplace(&g, std::move(d)).first;
+  }
+  return it->second.run(src, sw, dst, dw, width, stream_);
+}
+
 }  // namespace distca::runtime::device

@@ -1,189 +1,203 @@
-// A whole layer's data movement of the CA dispatcher, run from the tables of
-// runtime_cuda/row_tables.h on every rank of a plan, with the all-to-all-v's simulated by
-// copying blocks between the ranks' buffers. The copies go through a Mover: the host
-// references (HostMover) or the device kernels (the GPU test's mover), so the same simulation
-// checks the tables against independent values (test_row_tables.cpp) and the kernels against
-// the host bitwise (test_pack_cuda.cpp).
+// A whole layer's data movement of the CA dispatcher on every rank of a plan, run by the
+// library's phase functions (runtime_cuda/movement.h) with the all-to-all-v's simulated by
+// copying blocks between the ranks' buffers. Buffers live in a Space: host memory with the
+// HostMover (test_row_tables.cpp checks the result against independent values), or device
+// memory with the DeviceMover (test_pack_cuda.cpp requires the host's bits).
 //
 // Values: token buffers hold encoded (doc, pos, column) values, so every destination row can be
-// checked against what it must hold without the dispatcher's code. dK partials are random
-// floats over many magnitudes, so a different addition order changes the bits.
+// checked against what it must hold without the dispatcher's code; the "kernel" writes encoded
+// O/LSE; dK/dV partials are random floats over many magnitudes, so another addition order
+// changes the bits.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
-#include <map>
+#include <deque>
 #include <utility>
 #include <vector>
 
+#include "distca/core/check.h"
 #include "distca/core/rng.h"
 #include "distca/plan/doc_index.h"
 #include "distca/plan/plan.h"
+#include "distca/runtime_cuda/movement.h"
 #include "distca/runtime_cuda/row_tables.h"
 
 namespace distca::runtime::device::testing {
 
-class Mover {
+// Where the simulation's buffers live. alloc: n floats, zeroed; copy: n floats within the space.
+class Space {
  public:
-  virtual ~Mover() = default;
-  virtual void copy(const CopyTable& t, const std::vector<float>& src, const Window& sw, std::vector<float>& dst,
-                    const Window& dw, int64_t width) = 0;
-  virtual void gather_add(const GatherAdd& g, const std::vector<float>& src, const Window& sw,
-                          std::vector<float>& dst, const Window& dw, int64_t width) = 0;
+  virtual ~Space() = default;
+  virtual float* alloc(size_t n) = 0;
+  virtual void upload(float* dst, const std::vector<float>& src) = 0;
+  virtual std::vector<float> download(const float* src, size_t n) = 0;
+  virtual void copy(float* dst, const float* src, size_t n) = 0;
+  virtual RowMover& mover() = 0;
 };
 
-class HostMover final : public Mover {
+class HostSpace final : public Space {
  public:
-  void copy(const CopyTable& t, const std::vector<float>& src, const Window& sw, std::vector<float>& dst,
-            const Window& dw, int64_t width) override {
-    apply_copy(t, src.data(), sw, dst.data(), dw, width);
-  }
-  void gather_add(const GatherAdd& g, const std::vector<float>& src, const Window& sw, std::vector<float>& dst,
-                  const Window& dw, int64_t width) override {
-    apply_gather_add(g, src.data(), sw, dst.data(), dw, width);
-  }
+  float* alloc(size_t n) override { return bufs_.emplace_back(std::max<size_t>(n, 1), 0.0f).data(); }
+  void upload(float* dst, const std::vector<float>& src) override { std::copy(src.begin(), src.end(), dst); }
+  std::vector<float> download(const float* src, size_t n) override { return std::vector<float>(src, src + n); }
+  void copy(float* dst, const float* src, size_t n) override { std::copy(src, src + n, dst); }
+  RowMover& mover() override { return mover_; }
+
+ private:
+  std::deque<std::vector<float>> bufs_;
+  HostMover mover_;
 };
 
-// Exact, distinct-enough floats for (doc, pos, col) of a tensor `salt`.
+// Exact, distinct-enough floats for (doc, pos, col) of a tensor `salt`; never 0 (0 marks "untouched").
 inline float encode(int64_t doc, int64_t pos, int64_t col, int salt) {
   const uint64_t h = (static_cast<uint64_t>(doc) * 1000003u + static_cast<uint64_t>(pos)) * 131u +
                      static_cast<uint64_t>(col) * 7u + static_cast<uint64_t>(salt) * 7919u;
-  return static_cast<float>(h % 8388593u) + 0.25f;  // exact in float, never 0 (0 marks "untouched")
+  return static_cast<float>(h % 8388593u) + 0.25f;
 }
 
+struct Buf {
+  float* p = nullptr;
+  size_t n = 0;
+};
+
+// One rank's buffers, downloaded to the host at the end.
 struct RankBuffers {
-  // Home side, (tokens, floats per row).
-  std::vector<float> q, k, v, o, lse, dk;
-  // Wire buffers.
+  std::vector<float> q, k, v, o, lse, dk, dv;                                   // token buffers
   std::vector<float> q_send, q_recv, kv_send, kv_recv, olse_send, olse_recv, dkv_send, dkv_recv;
-  // Server side: the fused call's inputs, outputs (fo: written by the "kernel" below), flse
-  // (H, total_q), fdk (total_kv, kvf).
-  std::vector<float> fq, fk, fv, fo, flse, fdk;
-  std::vector<float> home_dk;  // the server's own partial of its rows' dK
+  std::vector<float> fq, fk, fv, fo, flse, fdk, fdv;                            // the fused call
+  std::vector<float> home_dk, home_dv;  // the server's own partials of its rows
   FusedLayout fused;
   RankTables tables;  // what moved it all
 };
 
 struct Sim {
   const Plan* plan = nullptr;
-  int64_t n_heads = 0, qf = 0, kvf = 0;
+  LayerDims dims;
   std::vector<RankBuffers> ranks;
 };
 
-// One all-to-all-v of `ex` (rows of `row_floats`): rank r's recv block from p = p's send block to r.
-inline void exchange(Sim& s, ExchangeKind kind, int64_t row_floats, std::vector<float> RankBuffers::*send,
-                     std::vector<float> RankBuffers::*recv) {
-  const size_t n = s.ranks.size();
-  for (size_t r = 0; r < n; ++r) {
-    const Exchange& rx = s.plan->ranks[r].exchange(kind);
-    for (size_t p = 0; p < n; ++p) {
-      const Exchange& px = s.plan->ranks[p].exchange(kind);
-      const int64_t rows = rx.recv_counts[p];
-      DISTCA_CHECK(rows == px.send_counts[r]);
-      const float* from = (s.ranks[p].*send).data() + px.send_displs[r] * row_floats;
-      float* to = (s.ranks[r].*recv).data() + rx.recv_displs[p] * row_floats;
-      std::copy(from, from + rows * row_floats, to);
-    }
-  }
-}
+// The same buffers as RankBuffers, in the space.
+struct RankSpace {
+  Buf q, k, v, o, lse, dk, dv, q_send, q_recv, kv_send, kv_recv, olse_send, olse_recv, dkv_send, dkv_recv;
+  Buf fq, fk, fv, fo, flse, fdk, fdv, home_dk, home_dv;
+};
 
-inline std::vector<float> zeros(int64_t n) { return std::vector<float>(static_cast<size_t>(n), 0.0f); }
-
-// Forward (pack Q/KV, exchange, assemble, scatter O/LSE, exchange, unpack) and the dK half of
-// backward (server partials, exchange, home sum), all through `m`.
-inline Sim simulate(const Plan& plan, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t tile, Mover& m,
+inline Sim simulate(const Plan& plan, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t tile, Space& sp,
                     uint64_t seed) {
   Sim s;
   s.plan = &plan;
-  s.n_heads = n_heads;
-  s.qf = n_heads * head_dim;
-  s.kvf = n_kv_heads * head_dim;
-  const int64_t qf = s.qf, kvf = s.kvf, H = n_heads, of = qf + H;
+  s.dims = LayerDims::of(n_heads, n_kv_heads, head_dim);
+  const int64_t qf = s.dims.qf, kvf = s.dims.kvf, H = n_heads, of = qf + H;
   const int n = static_cast<int>(plan.ranks.size());
   const DocumentIndex index(plan.batch);
+  RowMover& m = sp.mover();
   s.ranks.resize(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {  // tables and token buffers
-    RankBuffers& b = s.ranks[static_cast<size_t>(r)];
+  std::vector<RankSpace> b(static_cast<size_t>(n));
+  auto alloc = [&](int64_t floats) { return Buf{sp.alloc(static_cast<size_t>(floats)), static_cast<size_t>(floats)}; };
+  auto upload = [&](int64_t floats, const std::vector<float>& host) {
+    Buf x = alloc(floats);
+    sp.upload(x.p, host);
+    return x;
+  };
+  auto ok = [](const Status& st) { DISTCA_CHECK_MSG(st.ok(), st.to_string()); };
+  for (int r = 0; r < n; ++r) {  // tables, token buffers, wire and fused buffers (zeroed)
+    RankBuffers& h = s.ranks[static_cast<size_t>(r)];
+    RankSpace& x = b[static_cast<size_t>(r)];
     auto tables = rank_tables(plan, index, r, tile);
     DISTCA_CHECK(tables.ok());
-    b.tables = std::move(tables).value();
-    b.fused = b.tables.fused;
-    const int64_t tok = plan.ranks[static_cast<size_t>(r)].tokens;
-    b.q = zeros(tok * qf), b.k = zeros(tok * kvf), b.v = zeros(tok * kvf), b.o = zeros(tok * qf);
-    b.lse = zeros(tok * H), b.dk = zeros(tok * kvf);
+    h.tables = std::move(tables).value();
+    h.fused = h.tables.fused;
+    const RankPlan& rp = plan.ranks[static_cast<size_t>(r)];
+    const int64_t tok = rp.tokens, tq = h.fused.cu_q.back(), tk = h.fused.cu_k.back();
+    std::vector<float> q(static_cast<size_t>(tok * qf)), k(static_cast<size_t>(tok * kvf)), v(k.size());
     for (int64_t doc : index.doc_ids()) {
       for (const HeldRun& run : index.runs(doc)) {
         if (run.rank != r) continue;
         for (int64_t pos = run.begin; pos < run.end; ++pos) {
-          const int64_t l = run.local_row + pos - run.begin;
-          for (int64_t c = 0; c < qf; ++c) b.q[static_cast<size_t>(l * qf + c)] = encode(doc, pos, c, 1);
-          for (int64_t c = 0; c < kvf; ++c) b.k[static_cast<size_t>(l * kvf + c)] = encode(doc, pos, c, 2);
-          for (int64_t c = 0; c < kvf; ++c) b.v[static_cast<size_t>(l * kvf + c)] = encode(doc, pos, c, 3);
+          const auto l = static_cast<size_t>(run.local_row + pos - run.begin);
+          for (int64_t c = 0; c < qf; ++c) q[l * static_cast<size_t>(qf) + static_cast<size_t>(c)] = encode(doc, pos, c, 1);
+          for (int64_t c = 0; c < kvf; ++c) k[l * static_cast<size_t>(kvf) + static_cast<size_t>(c)] = encode(doc, pos, c, 2);
+          for (int64_t c = 0; c < kvf; ++c) v[l * static_cast<size_t>(kvf) + static_cast<size_t>(c)] = encode(doc, pos, c, 3);
         }
       }
     }
+    x.q = upload(tok * qf, q), x.k = upload(tok * kvf, k), x.v = upload(tok * kvf, v);
+    x.o = alloc(tok * qf), x.lse = alloc(tok * H), x.dk = alloc(tok * kvf), x.dv = alloc(tok * kvf);
+    const Exchange &xq = rp.exchange(ExchangeKind::kQ), &xkv = rp.exchange(ExchangeKind::kKv);
+    const Exchange &xo = rp.exchange(ExchangeKind::kOLse), &xd = rp.exchange(ExchangeKind::kDKv);
+    x.q_send = alloc(xq.send_rows() * qf), x.q_recv = alloc(xq.recv_rows() * qf);
+    x.kv_send = alloc(xkv.send_rows() * 2 * kvf), x.kv_recv = alloc(xkv.recv_rows() * 2 * kvf);
+    x.olse_send = alloc(xo.send_rows() * of), x.olse_recv = alloc(xo.recv_rows() * of);
+    x.dkv_send = alloc(xd.send_rows() * 2 * kvf), x.dkv_recv = alloc(xd.recv_rows() * 2 * kvf);
+    x.fq = alloc(tq * qf), x.fk = alloc(tk * kvf), x.fv = alloc(tk * kvf);
+    x.home_dk = alloc(tok * kvf), x.home_dv = alloc(tok * kvf);
   }
-  for (int r = 0; r < n; ++r) {  // home: pack Q and K|V
-    RankBuffers& b = s.ranks[static_cast<size_t>(r)];
-    const RankPlan& rp = plan.ranks[static_cast<size_t>(r)];
-    const Exchange& xq = rp.exchange(ExchangeKind::kQ);
-    const Exchange& xkv = rp.exchange(ExchangeKind::kKv);
-    b.q_send = zeros(xq.send_rows() * qf), b.q_recv = zeros(xq.recv_rows() * qf);
-    b.kv_send = zeros(xkv.send_rows() * 2 * kvf), b.kv_recv = zeros(xkv.recv_rows() * 2 * kvf);
-    m.copy(b.tables.pack[static_cast<size_t>(ExchangeKind::kQ)], b.q, {qf, 0, 1}, b.q_send, {qf, 0, 1}, qf);
-    const CopyTable& kv = b.tables.pack[static_cast<size_t>(ExchangeKind::kKv)];
-    m.copy(kv, b.k, {kvf, 0, 1}, b.kv_send, {2 * kvf, 0, 1}, kvf);
-    m.copy(kv, b.v, {kvf, 0, 1}, b.kv_send, {2 * kvf, kvf, 1}, kvf);
-  }
-  exchange(s, ExchangeKind::kQ, qf, &RankBuffers::q_send, &RankBuffers::q_recv);
-  exchange(s, ExchangeKind::kKv, 2 * kvf, &RankBuffers::kv_send, &RankBuffers::kv_recv);
-  Rng rng(seed);
-  for (int r = 0; r < n; ++r) {  // server: assemble, "run the kernel", scatter outputs
-    RankBuffers& b = s.ranks[static_cast<size_t>(r)];
-    const ServerTables& t = b.tables.server;
-    const int64_t tq = b.fused.cu_q.back(), tk = b.fused.cu_k.back();
-    b.fq = zeros(tq * qf), b.fk = zeros(tk * kvf), b.fv = zeros(tk * kvf);
-    m.copy(t.q_local, b.q, {qf, 0, 1}, b.fq, {qf, 0, 1}, qf);
-    m.copy(t.q_recv, b.q_recv, {qf, 0, 1}, b.fq, {qf, 0, 1}, qf);
-    m.copy(t.kv_local, b.k, {kvf, 0, 1}, b.fk, {kvf, 0, 1}, kvf);
-    m.copy(t.kv_local, b.v, {kvf, 0, 1}, b.fv, {kvf, 0, 1}, kvf);
-    m.copy(t.kv_recv, b.kv_recv, {2 * kvf, 0, 1}, b.fk, {kvf, 0, 1}, kvf);
-    m.copy(t.kv_recv, b.kv_recv, {2 * kvf, kvf, 1}, b.fv, {kvf, 0, 1}, kvf);
-    // The "kernel": O and LSE of a fused query row encode its (doc, pos); pad rows stay 0.
-    b.fo = zeros(tq * qf), b.flse = zeros(tq * H);
-    const ServerPlan& sp = plan.servers[static_cast<size_t>(r)];
-    for (size_t i = 0; i < sp.tasks.size(); ++i) {
-      const TaskPlacement& tp = sp.tasks[i].task;
-      for (int64_t pos = tp.q_begin; pos < tp.q_end; ++pos) {
-        const int64_t row = b.fused.q_row[i] + pos - tp.q_begin;
-        for (int64_t c = 0; c < qf; ++c) b.fo[static_cast<size_t>(row * qf + c)] = encode(tp.doc, pos, c, 4);
-        for (int64_t h = 0; h < H; ++h) b.flse[static_cast<size_t>(h * tq + row)] = encode(tp.doc, pos, h, 5);
+  // One all-to-all-v of `kind`: rank r's receive block from p is p's send block to r.
+  auto exchange = [&](ExchangeKind kind, int64_t row_floats, Buf RankSpace::*send, Buf RankSpace::*recv) {
+    for (size_t r = 0; r < b.size(); ++r) {
+      const Exchange& rx = plan.ranks[r].exchange(kind);
+      for (size_t p = 0; p < b.size(); ++p) {
+        const Exchange& px = plan.ranks[p].exchange(kind);
+        const int64_t rows = rx.recv_counts[p];
+        DISTCA_CHECK(rows == px.send_counts[r]);
+        if (rows == 0) continue;
+        sp.copy((b[r].*recv).p + rx.recv_displs[p] * row_floats, (b[p].*send).p + px.send_displs[r] * row_floats,
+                static_cast<size_t>(rows * row_floats));
       }
     }
-    const Exchange& xo = plan.ranks[static_cast<size_t>(r)].exchange(ExchangeKind::kOLse);
-    b.olse_send = zeros(xo.send_rows() * of), b.olse_recv = zeros(xo.recv_rows() * of);
-    m.copy(t.out_local, b.fo, {qf, 0, 1}, b.o, {qf, 0, 1}, qf);
-    m.copy(t.out_local, b.flse, {1, 0, tq}, b.lse, {H, 0, 1}, H);
-    m.copy(t.out_send, b.fo, {qf, 0, 1}, b.olse_send, {of, 0, 1}, qf);
-    m.copy(t.out_send, b.flse, {1, 0, tq}, b.olse_send, {of, qf, 1}, H);
-    // Backward's dK partials: random per fused context row, over many magnitudes.
-    b.fdk = zeros(tk * kvf);
-    for (auto& x : b.fdk) x = static_cast<float>(rng.normal() * std::pow(10.0, rng.uniform(-3.0, 3.0)));
-    const Exchange& xd = plan.ranks[static_cast<size_t>(r)].exchange(ExchangeKind::kDKv);
-    b.dkv_send = zeros(xd.send_rows() * 2 * kvf), b.dkv_recv = zeros(xd.recv_rows() * 2 * kvf);
-    b.home_dk = zeros(plan.ranks[static_cast<size_t>(r)].tokens * kvf);
-    m.gather_add(t.dkv_send, b.fdk, {kvf, 0, 1}, b.dkv_send, {2 * kvf, 0, 1}, kvf);
-    m.gather_add(t.dkv_home, b.fdk, {kvf, 0, 1}, b.home_dk, {kvf, 0, 1}, kvf);
+  };
+  for (int r = 0; r < n; ++r) {
+    RankSpace& x = b[static_cast<size_t>(r)];
+    ok(pack_forward(s.ranks[static_cast<size_t>(r)].tables, s.dims, m, x.q.p, x.k.p, x.v.p, x.q_send.p, x.kv_send.p));
   }
-  exchange(s, ExchangeKind::kOLse, of, &RankBuffers::olse_send, &RankBuffers::olse_recv);
-  exchange(s, ExchangeKind::kDKv, 2 * kvf, &RankBuffers::dkv_send, &RankBuffers::dkv_recv);
-  for (int r = 0; r < n; ++r) {  // home: unpack O/LSE, sum dK
-    RankBuffers& b = s.ranks[static_cast<size_t>(r)];
-    const CopyTable& un = b.tables.unpack[static_cast<size_t>(ExchangeKind::kOLse)];
-    m.copy(un, b.olse_recv, {of, 0, 1}, b.o, {qf, 0, 1}, qf);
-    m.copy(un, b.olse_recv, {of, qf, 1}, b.lse, {H, 0, 1}, H);
-    b.dk = b.home_dk;
-    m.gather_add(b.tables.dkv_add, b.dkv_recv, {2 * kvf, 0, 1}, b.dk, {kvf, 0, 1}, kvf);
+  exchange(ExchangeKind::kQ, qf, &RankSpace::q_send, &RankSpace::q_recv);
+  exchange(ExchangeKind::kKv, 2 * kvf, &RankSpace::kv_send, &RankSpace::kv_recv);
+  Rng rng(seed);
+  for (int r = 0; r < n; ++r) {  // server: assemble, "run the kernel", scatter, dK/dV partials
+    RankBuffers& h = s.ranks[static_cast<size_t>(r)];
+    RankSpace& x = b[static_cast<size_t>(r)];
+    const RankTables& t = h.tables;
+    ok(assemble_forward(t, s.dims, m, x.q.p, x.k.p, x.v.p, x.q_recv.p, x.kv_recv.p, x.fq.p, x.fk.p, x.fv.p));
+    const int64_t tq = h.fused.cu_q.back(), tk = h.fused.cu_k.back();
+    std::vector<float> fo(static_cast<size_t>(tq * qf)), flse(static_cast<size_t>(tq * H));
+    const ServerPlan& srv = plan.servers[static_cast<size_t>(r)];
+    for (size_t i = 0; i < srv.tasks.size(); ++i) {
+      const TaskPlacement& tp = srv.tasks[i].task;
+      for (int64_t pos = tp.q_begin; pos < tp.q_end; ++pos) {
+        const int64_t row = h.fused.q_row[i] + pos - tp.q_begin;
+        for (int64_t c = 0; c < qf; ++c) fo[static_cast<size_t>(row * qf + c)] = encode(tp.doc, pos, c, 4);
+        for (int64_t hd = 0; hd < H; ++hd) flse[static_cast<size_t>(hd * tq + row)] = encode(tp.doc, pos, hd, 5);
+      }
+    }
+    x.fo = upload(tq * qf, fo), x.flse = upload(tq * H, flse);
+    ok(scatter_forward(t, s.dims, m, x.fo.p, x.flse.p, x.o.p, x.lse.p, x.olse_send.p));
+    std::vector<float> fdk(static_cast<size_t>(tk * kvf)), fdv(fdk.size());
+    for (auto* f : {&fdk, &fdv}) {
+      for (auto& e : *f) e = static_cast<float>(rng.normal() * std::pow(10.0, rng.uniform(-3.0, 3.0)));
+    }
+    x.fdk = upload(tk * kvf, fdk), x.fdv = upload(tk * kvf, fdv);
+    ok(sum_dkv_server(t, s.dims, m, x.fdk.p, x.fdv.p, x.dkv_send.p, x.home_dk.p, x.home_dv.p));
+  }
+  exchange(ExchangeKind::kOLse, of, &RankSpace::olse_send, &RankSpace::olse_recv);
+  exchange(ExchangeKind::kDKv, 2 * kvf, &RankSpace::dkv_send, &RankSpace::dkv_recv);
+  for (int r = 0; r < n; ++r) {  // home: unpack O/LSE; own partials, then the received ones
+    RankSpace& x = b[static_cast<size_t>(r)];
+    const RankTables& t = s.ranks[static_cast<size_t>(r)].tables;
+    ok(unpack_forward(t, s.dims, m, x.olse_recv.p, x.o.p, x.lse.p));
+    sp.copy(x.dk.p, x.home_dk.p, x.dk.n);
+    sp.copy(x.dv.p, x.home_dv.p, x.dv.n);
+    ok(sum_dkv_home(t, s.dims, m, x.dkv_recv.p, x.dk.p, x.dv.p));
+  }
+  for (int r = 0; r < n; ++r) {  // back to the host
+    RankBuffers& h = s.ranks[static_cast<size_t>(r)];
+    RankSpace& x = b[static_cast<size_t>(r)];
+    auto get = [&](const Buf& y) { return sp.download(y.p, y.n); };
+    h.q = get(x.q), h.k = get(x.k), h.v = get(x.v), h.o = get(x.o), h.lse = get(x.lse), h.dk = get(x.dk), h.dv = get(x.dv);
+    h.q_send = get(x.q_send), h.q_recv = get(x.q_recv), h.kv_send = get(x.kv_send), h.kv_recv = get(x.kv_recv);
+    h.olse_send = get(x.olse_send), h.olse_recv = get(x.olse_recv), h.dkv_send = get(x.dkv_send), h.dkv_recv = get(x.dkv_recv);
+    h.fq = get(x.fq), h.fk = get(x.fk), h.fv = get(x.fv), h.fo = get(x.fo), h.flse = get(x.flse);
+    h.fdk = get(x.fdk), h.fdv = get(x.fdv), h.home_dk = get(x.home_dk), h.home_dv = get(x.home_dv);
   }
   return s;
 }

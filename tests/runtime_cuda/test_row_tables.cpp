@@ -18,7 +18,7 @@ namespace distca::runtime::device {
 namespace {
 
 using testing::encode;
-using testing::HostMover;
+using testing::HostSpace;
 using testing::Sim;
 using runtime::testing::random_batch;
 using runtime::testing::schedule_options;
@@ -56,9 +56,10 @@ void check_sim(const Sim& s, const std::string& what) {
   const Plan& plan = *s.plan;
   const DocumentIndex index(plan.batch);
   const int n = static_cast<int>(plan.ranks.size());
-  const int64_t qf = s.qf, H = s.n_heads;
-  const int64_t kvf = s.kvf;
-  // Fused inputs: every task's query rows and context, and zeros in the padding.
+  const int64_t qf = s.dims.qf, H = s.dims.n_heads;
+  const int64_t kvf = s.dims.kvf;
+  // Fused inputs: every task's query rows and context, and zeros in the padding. partial[r]:
+  // server r's reference partials of (doc, pos): dK then dV, summed in task order.
   std::vector<std::map<std::pair<int64_t, int64_t>, std::vector<float>>> partial(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     const auto& b = s.ranks[static_cast<size_t>(r)];
@@ -89,8 +90,11 @@ void check_sim(const Sim& s, const std::string& what) {
         }
         // The reference partial of (doc, j) on this server, in task order.
         auto& acc = partial[static_cast<size_t>(r)][{tp.doc, j}];
-        if (acc.empty()) acc.assign(static_cast<size_t>(kvf), 0.0f);
-        for (int64_t c = 0; c < kvf; ++c) acc[static_cast<size_t>(c)] += b.fdk[static_cast<size_t>(row * kvf + c)];
+        if (acc.empty()) acc.assign(static_cast<size_t>(2 * kvf), 0.0f);
+        for (int64_t c = 0; c < kvf; ++c) {
+          acc[static_cast<size_t>(c)] += b.fdk[static_cast<size_t>(row * kvf + c)];
+          acc[static_cast<size_t>(kvf + c)] += b.fdv[static_cast<size_t>(row * kvf + c)];
+        }
       }
       k_want += tp.q_end * kvf;
     }
@@ -111,17 +115,18 @@ void check_sim(const Sim& s, const std::string& what) {
           for (int64_t h = 0; h < H; ++h) {
             ASSERT_EQ(b.lse[static_cast<size_t>(l * H + h)], encode(doc, pos, h, 5)) << what << " rank " << r;
           }
-          std::vector<float> acc(static_cast<size_t>(kvf), 0.0f);
+          std::vector<float> acc(static_cast<size_t>(2 * kvf), 0.0f);
           auto own = partial[static_cast<size_t>(r)].find({doc, pos});
           if (own != partial[static_cast<size_t>(r)].end()) acc = own->second;
           for (int p = 0; p < n; ++p) {
             if (p == r) continue;
             auto it = partial[static_cast<size_t>(p)].find({doc, pos});
             if (it == partial[static_cast<size_t>(p)].end()) continue;
-            for (int64_t c = 0; c < kvf; ++c) acc[static_cast<size_t>(c)] += it->second[static_cast<size_t>(c)];
+            for (size_t c = 0; c < acc.size(); ++c) acc[c] += it->second[c];
           }
-          ASSERT_EQ(std::memcmp(acc.data(), b.dk.data() + l * kvf, static_cast<size_t>(kvf) * sizeof(float)), 0)
-              << what << " rank " << r << " doc " << doc << " pos " << pos;
+          const size_t bytes = static_cast<size_t>(kvf) * sizeof(float);
+          ASSERT_EQ(std::memcmp(acc.data(), b.dk.data() + l * kvf, bytes), 0) << what << " dK, rank " << r << " doc " << doc << " pos " << pos;
+          ASSERT_EQ(std::memcmp(acc.data() + kvf, b.dv.data() + l * kvf, bytes), 0) << what << " dV, rank " << r << " doc " << doc << " pos " << pos;
         }
       }
     }
@@ -136,8 +141,8 @@ TEST(RowTables, WholeLayerMovementLandsEveryValueForEverySchedulerAndRankCount) 
       auto plan = make_plan(batch, parse_scheduler(name).value(), schedule_options(dims));
       ASSERT_TRUE(plan.ok()) << plan.status().to_string();
       for (int64_t tile : {int64_t{1}, query_tile_rows(dims)}) {
-        HostMover m;
-        const Sim s = testing::simulate(plan.value(), dims.n_heads, dims.n_kv_heads, dims.head_dim, tile, m, 3);
+        HostSpace space;
+        const Sim s = testing::simulate(plan.value(), dims.n_heads, dims.n_kv_heads, dims.head_dim, tile, space, 3);
         check_sim(s, std::to_string(ranks) + " ranks, " + name + ", tile " + std::to_string(tile));
       }
     }

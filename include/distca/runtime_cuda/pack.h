@@ -19,8 +19,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <map>
 
 #include "distca/core/status.h"
+#include "distca/runtime_cuda/movement.h"
 #include "distca/runtime_cuda/row_tables.h"
 
 namespace distca::runtime::device {
@@ -64,6 +66,23 @@ class DeviceGatherAdd {
  private:
   int64_t* data_ = nullptr;  // device: dst [n_dst], offsets [n_dst + 1], src [n_src]
   int64_t n_dst_ = 0, n_src_ = 0;
+};
+
+// A RowMover on the device: each table is uploaded at its first use (cached by address: a
+// table must outlive the mover and not change) and run on `stream`. Pointers are device memory.
+class DeviceMover final : public RowMover {
+ public:
+  explicit DeviceMover(cudaStream_t stream) : stream_(stream) {}
+  Status copy(const CopyTable& t, const float* src, const Window& sw, float* dst, const Window& dw,
+              int64_t width) override;
+  Status gather_add(const GatherAdd& g, const float* src, const Window& sw, float* dst, const Window& dw,
+                    int64_t width) override;
+  int64_t uploads() const { return static_cast<int64_t>(copies_.size() + sums_.size()); }
+
+ private:
+  cudaStream_t stream_;
+  std::map<const CopyTable*, DeviceCopy> copies_;
+  std::map<const GatherAdd*, DeviceGatherAdd> sums_;
 };
 
 }  // namespace distca::runtime::device
