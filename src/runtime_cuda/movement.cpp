@@ -29,10 +29,17 @@ Status pack_forward(const RankTables& t, const LayerDims& d, RowMover& m, const 
 
 Status assemble_forward(const RankTables& t, const LayerDims& d, RowMover& m, const float* q, const float* k,
                         const float* v, const float* q_recv, const float* kv_recv, float* fq, float* fk, float* fv) {
-  const int64_t qf = d.qf, kvf = d.kvf;
+  const int64_t qf = d.qf;
   const ServerTables& s = t.server;
   DISTCA_RETURN_IF_ERROR(m.copy(s.q_local, q, {qf, 0, 1}, fq, {qf, 0, 1}, qf));
   DISTCA_RETURN_IF_ERROR(m.copy(s.q_recv, q_recv, {qf, 0, 1}, fq, {qf, 0, 1}, qf));
+  return assemble_kv(t, d, m, k, v, kv_recv, fk, fv);
+}
+
+Status assemble_kv(const RankTables& t, const LayerDims& d, RowMover& m, const float* k, const float* v,
+                   const float* kv_recv, float* fk, float* fv) {
+  const int64_t kvf = d.kvf;
+  const ServerTables& s = t.server;
   DISTCA_RETURN_IF_ERROR(m.copy(s.kv_local, k, {kvf, 0, 1}, fk, {kvf, 0, 1}, kvf));
   DISTCA_RETURN_IF_ERROR(m.copy(s.kv_local, v, {kvf, 0, 1}, fv, {kvf, 0, 1}, kvf));
   DISTCA_RETURN_IF_ERROR(m.copy(s.kv_recv, kv_recv, {2 * kvf, 0, 1}, fk, {kvf, 0, 1}, kvf));
@@ -56,6 +63,44 @@ Status unpack_forward(const RankTables& t, const LayerDims& d, RowMover& m, cons
   const CopyTable& un = t.unpack[idx(ExchangeKind::kOLse)];
   DISTCA_RETURN_IF_ERROR(m.copy(un, olse_recv, {of, 0, 1}, o, {qf, 0, 1}, qf));
   return lse != nullptr ? m.copy(un, olse_recv, {of, qf, 1}, lse, {H, 0, 1}, H) : Status::ok_status();
+}
+
+Status pack_backward(const RankTables& t, const LayerDims& d, RowMover& m, bool stateless, const float* d_o,
+                     const float* q, const float* o, const float* home_lse, float* do_send) {
+  const int64_t qf = d.qf, H = d.n_heads, wf = do_row_floats(d, stateless);
+  const CopyTable& pk = t.pack[idx(ExchangeKind::kDO)];
+  DISTCA_RETURN_IF_ERROR(m.copy(pk, d_o, {qf, 0, 1}, do_send, {wf, 0, 1}, qf));
+  if (!stateless) return Status::ok_status();
+  DISTCA_RETURN_IF_ERROR(m.copy(pk, q, {qf, 0, 1}, do_send, {wf, qf, 1}, qf));
+  DISTCA_RETURN_IF_ERROR(m.copy(pk, o, {qf, 0, 1}, do_send, {wf, 2 * qf, 1}, qf));
+  return m.copy(pk, home_lse, {H, 0, 1}, do_send, {wf, 3 * qf, 1}, H);
+}
+
+Status assemble_backward(const RankTables& t, const LayerDims& d, RowMover& m, bool stateless, const float* d_o,
+                         const float* q, const float* o, const float* home_lse, const float* do_recv, float* fdo,
+                         float* fq, float* fo, float* flse) {
+  const int64_t qf = d.qf, H = d.n_heads, wf = do_row_floats(d, stateless), tq = t.fused.cu_q.back();
+  const ServerTables& s = t.server;
+  DISTCA_RETURN_IF_ERROR(m.copy(s.q_local, d_o, {qf, 0, 1}, fdo, {qf, 0, 1}, qf));
+  DISTCA_RETURN_IF_ERROR(m.copy(s.q_recv, do_recv, {wf, 0, 1}, fdo, {qf, 0, 1}, qf));
+  if (!stateless) return Status::ok_status();
+  const Window fused_lse{1, 0, tq};
+  DISTCA_RETURN_IF_ERROR(m.copy(s.q_local, q, {qf, 0, 1}, fq, {qf, 0, 1}, qf));
+  DISTCA_RETURN_IF_ERROR(m.copy(s.q_recv, do_recv, {wf, qf, 1}, fq, {qf, 0, 1}, qf));
+  DISTCA_RETURN_IF_ERROR(m.copy(s.q_local, o, {qf, 0, 1}, fo, {qf, 0, 1}, qf));
+  DISTCA_RETURN_IF_ERROR(m.copy(s.q_recv, do_recv, {wf, 2 * qf, 1}, fo, {qf, 0, 1}, qf));
+  DISTCA_RETURN_IF_ERROR(m.copy(s.q_local, home_lse, {H, 0, 1}, flse, fused_lse, H));
+  return m.copy(s.q_recv, do_recv, {wf, 3 * qf, 1}, flse, fused_lse, H);
+}
+
+Status scatter_dq(const RankTables& t, const LayerDims& d, RowMover& m, const float* fdq, float* dq, float* dq_send) {
+  const int64_t qf = d.qf;
+  DISTCA_RETURN_IF_ERROR(m.copy(t.server.out_local, fdq, {qf, 0, 1}, dq, {qf, 0, 1}, qf));
+  return m.copy(t.server.out_send, fdq, {qf, 0, 1}, dq_send, {qf, 0, 1}, qf);
+}
+
+Status unpack_dq(const RankTables& t, const LayerDims& d, RowMover& m, const float* dq_recv, float* dq) {
+  return m.copy(t.unpack[idx(ExchangeKind::kDQ)], dq_recv, {d.qf, 0, 1}, dq, {d.qf, 0, 1}, d.qf);
 }
 
 Status sum_dkv_server(const RankTables& t, const LayerDims& d, RowMover& m, const float* fdk, const float* fdv,

@@ -67,6 +67,9 @@ struct RankBuffers {
   std::vector<float> q_send, q_recv, kv_send, kv_recv, olse_send, olse_recv, dkv_send, dkv_recv;
   std::vector<float> fq, fk, fv, fo, flse, fdk, fdv;                            // the fused call
   std::vector<float> home_dk, home_dv;  // the server's own partials of its rows
+  // Backward: dO in, dQ out; the kDO / kDQ wire buffers; the fused dO and, for stateless
+  // servers, the fused Q, O, LSE rebuilt from the kDO rows (fq2, fo2, flse2).
+  std::vector<float> d_o, dq, do_send, do_recv, dq_send, dq_recv, fdo, fq2, fo2, flse2;
   FusedLayout fused;
   RankTables tables;  // what moved it all
 };
@@ -81,10 +84,11 @@ struct Sim {
 struct RankSpace {
   Buf q, k, v, o, lse, dk, dv, q_send, q_recv, kv_send, kv_recv, olse_send, olse_recv, dkv_send, dkv_recv;
   Buf fq, fk, fv, fo, flse, fdk, fdv, home_dk, home_dv;
+  Buf d_o, dq, do_send, do_recv, dq_send, dq_recv, fdo, fq2, fo2, flse2, fdq;
 };
 
 inline Sim simulate(const Plan& plan, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t tile, Space& sp,
-                    uint64_t seed) {
+                    uint64_t seed, bool stateless = false) {
   Sim s;
   s.plan = &plan;
   s.dims = LayerDims::of(n_heads, n_kv_heads, head_dim);
@@ -189,6 +193,54 @@ inline Sim simulate(const Plan& plan, int64_t n_heads, int64_t n_kv_heads, int64
     sp.copy(x.dv.p, x.home_dv.p, x.dv.n);
     ok(sum_dkv_home(t, s.dims, m, x.dkv_recv.p, x.dk.p, x.dv.p));
   }
+  // Backward's dO / dQ path (the dK/dV partials ran above).
+  const int64_t wf = do_row_floats(s.dims, stateless);
+  for (int r = 0; r < n; ++r) {  // home: pack dO (stateless: with Q, O and the forward's LSE)
+    RankSpace& x = b[static_cast<size_t>(r)];
+    const RankPlan& rp = plan.ranks[static_cast<size_t>(r)];
+    const int64_t tok = rp.tokens;
+    std::vector<float> d_o(static_cast<size_t>(tok * qf));
+    for (int64_t doc : index.doc_ids()) {
+      for (const HeldRun& run : index.runs(doc)) {
+        if (run.rank != r) continue;
+        for (int64_t pos = run.begin; pos < run.end; ++pos) {
+          const auto l = static_cast<size_t>(run.local_row + pos - run.begin);
+          for (int64_t c = 0; c < qf; ++c) d_o[l * static_cast<size_t>(qf) + static_cast<size_t>(c)] = encode(doc, pos, c, 6);
+        }
+      }
+    }
+    x.d_o = upload(tok * qf, d_o), x.dq = alloc(tok * qf);
+    const Exchange &xd = rp.exchange(ExchangeKind::kDO), &xq = rp.exchange(ExchangeKind::kDQ);
+    x.do_send = alloc(xd.send_rows() * wf), x.do_recv = alloc(xd.recv_rows() * wf);
+    x.dq_send = alloc(xq.send_rows() * qf), x.dq_recv = alloc(xq.recv_rows() * qf);
+    ok(pack_backward(s.ranks[static_cast<size_t>(r)].tables, s.dims, m, stateless, x.d_o.p, x.q.p, x.o.p, x.lse.p,
+                     x.do_send.p));
+  }
+  exchange(ExchangeKind::kDO, wf, &RankSpace::do_send, &RankSpace::do_recv);
+  for (int r = 0; r < n; ++r) {  // server: assemble, "run the backward kernel", scatter dQ
+    RankBuffers& h = s.ranks[static_cast<size_t>(r)];
+    RankSpace& x = b[static_cast<size_t>(r)];
+    const int64_t tq = h.fused.cu_q.back();
+    x.fdo = alloc(tq * qf), x.fq2 = alloc(tq * qf), x.fo2 = alloc(tq * qf), x.flse2 = alloc(tq * H);
+    ok(assemble_backward(h.tables, s.dims, m, stateless, x.d_o.p, x.q.p, x.o.p, x.lse.p, x.do_recv.p, x.fdo.p, x.fq2.p,
+                         x.fo2.p, x.flse2.p));
+    std::vector<float> fdq(static_cast<size_t>(tq * qf));
+    const ServerPlan& srv = plan.servers[static_cast<size_t>(r)];
+    for (size_t i = 0; i < srv.tasks.size(); ++i) {
+      const TaskPlacement& tp = srv.tasks[i].task;
+      for (int64_t pos = tp.q_begin; pos < tp.q_end; ++pos) {
+        const int64_t row = h.fused.q_row[i] + pos - tp.q_begin;
+        for (int64_t c = 0; c < qf; ++c) fdq[static_cast<size_t>(row * qf + c)] = encode(tp.doc, pos, c, 7);
+      }
+    }
+    x.fdq = upload(tq * qf, fdq);
+    ok(scatter_dq(h.tables, s.dims, m, x.fdq.p, x.dq.p, x.dq_send.p));
+  }
+  exchange(ExchangeKind::kDQ, qf, &RankSpace::dq_send, &RankSpace::dq_recv);
+  for (int r = 0; r < n; ++r) {
+    RankSpace& x = b[static_cast<size_t>(r)];
+    ok(unpack_dq(s.ranks[static_cast<size_t>(r)].tables, s.dims, m, x.dq_recv.p, x.dq.p));
+  }
   for (int r = 0; r < n; ++r) {  // back to the host
     RankBuffers& h = s.ranks[static_cast<size_t>(r)];
     RankSpace& x = b[static_cast<size_t>(r)];
@@ -198,6 +250,9 @@ inline Sim simulate(const Plan& plan, int64_t n_heads, int64_t n_kv_heads, int64
     h.olse_send = get(x.olse_send), h.olse_recv = get(x.olse_recv), h.dkv_send = get(x.dkv_send), h.dkv_recv = get(x.dkv_recv);
     h.fq = get(x.fq), h.fk = get(x.fk), h.fv = get(x.fv), h.fo = get(x.fo), h.flse = get(x.flse);
     h.fdk = get(x.fdk), h.fdv = get(x.fdv), h.home_dk = get(x.home_dk), h.home_dv = get(x.home_dv);
+    h.d_o = get(x.d_o), h.dq = get(x.dq), h.do_send = get(x.do_send), h.do_recv = get(x.do_recv);
+    h.dq_send = get(x.dq_send), h.dq_recv = get(x.dq_recv), h.fdo = get(x.fdo), h.fq2 = get(x.fq2), h.fo2 = get(x.fo2);
+    h.flse2 = get(x.flse2);
   }
   return s;
 }

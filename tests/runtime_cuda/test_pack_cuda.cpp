@@ -81,20 +81,25 @@ TEST(PackCuda, DeviceMovementEqualsHostBitwiseForEverySchedulerAndRankCount) {
     for (const std::string& name : testing::fixture_schedulers(ranks)) {
       auto plan = make_plan(batch, parse_scheduler(name).value(), testing::fixture_options(heads, kv_heads, head_dim));
       ASSERT_TRUE(plan.ok()) << plan.status().to_string();
-      HostSpace hs;
-      DeviceSpace ds;
-      const Sim h = testing::simulate(plan.value(), heads, kv_heads, head_dim, tile, hs, 5);
-      const Sim d = testing::simulate(plan.value(), heads, kv_heads, head_dim, tile, ds, 5);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      EXPECT_GT(ds.uploads(), 0);
-      for (size_t r = 0; r < h.ranks.size(); ++r) {
-        const RankBuffers &a = h.ranks[r], &b = d.ranks[r];
-        const std::string what = std::to_string(ranks) + " ranks, " + name + ", rank " + std::to_string(r);
-        for (auto m : {&RankBuffers::q_send, &RankBuffers::kv_send, &RankBuffers::q_recv, &RankBuffers::kv_recv,
-                       &RankBuffers::fq, &RankBuffers::fk, &RankBuffers::fv, &RankBuffers::o, &RankBuffers::lse,
-                       &RankBuffers::olse_send, &RankBuffers::olse_recv, &RankBuffers::dkv_send, &RankBuffers::dkv_recv,
-                       &RankBuffers::home_dk, &RankBuffers::home_dv, &RankBuffers::dk, &RankBuffers::dv}) {
-          EXPECT_TRUE(same(a.*m, b.*m)) << what;
+      for (bool stateless : {false, true}) {
+        HostSpace hs;
+        DeviceSpace ds;
+        const Sim h = testing::simulate(plan.value(), heads, kv_heads, head_dim, tile, hs, 5, stateless);
+        const Sim d = testing::simulate(plan.value(), heads, kv_heads, head_dim, tile, ds, 5, stateless);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_GT(ds.uploads(), 0);
+        for (size_t r = 0; r < h.ranks.size(); ++r) {
+          const RankBuffers &a = h.ranks[r], &b = d.ranks[r];
+          const std::string what = std::to_string(ranks) + " ranks, " + name + ", rank " + std::to_string(r) +
+                                   (stateless ? ", stateless" : "");
+          for (auto m : {&RankBuffers::q_send, &RankBuffers::kv_send, &RankBuffers::q_recv, &RankBuffers::kv_recv,
+                         &RankBuffers::fq, &RankBuffers::fk, &RankBuffers::fv, &RankBuffers::o, &RankBuffers::lse,
+                         &RankBuffers::olse_send, &RankBuffers::olse_recv, &RankBuffers::dkv_send, &RankBuffers::dkv_recv,
+                         &RankBuffers::home_dk, &RankBuffers::home_dv, &RankBuffers::dk, &RankBuffers::dv,
+                         &RankBuffers::do_send, &RankBuffers::do_recv, &RankBuffers::fdo, &RankBuffers::fq2,
+                         &RankBuffers::fo2, &RankBuffers::flse2, &RankBuffers::dq_send, &RankBuffers::dq}) {
+            EXPECT_TRUE(same(a.*m, b.*m)) << what;
+          }
         }
       }
     }

@@ -1,8 +1,9 @@
 // The dispatcher's data movement as tables (runtime_cuda/row_tables.h), on the CPU: a whole
 // layer moved by the tables on every rank of real plans (every scheduler, 1-4 ranks, with and
 // without tile padding) lands every value where the plan says - checked against encoded
-// (doc, pos, column) values, not against the dispatcher's code - and the dK sums equal an
-// independent rank-order reference bit for bit. The fused layout's padding equals the
+// (doc, pos, column) values, not against the dispatcher's code (forward, and backward's dO / dQ
+// path for stateful and stateless servers) - and the dK/dV sums equal an independent
+// rank-order reference bit for bit. The fused layout's padding equals the
 // dispatcher's own count.
 #include <gtest/gtest.h>
 
@@ -52,7 +53,7 @@ TEST(RowTables, GatherAddKeepsTheListedOrderPerDestination) {
 }
 
 // Checks one simulated layer against the encodings and the rank-order dK reference.
-void check_sim(const Sim& s, const std::string& what) {
+void check_sim(const Sim& s, bool stateless, const std::string& what) {
   const Plan& plan = *s.plan;
   const DocumentIndex index(plan.batch);
   const int n = static_cast<int>(plan.ranks.size());
@@ -81,6 +82,12 @@ void check_sim(const Sim& s, const std::string& what) {
         }
       }
       q_want += (tp.q_end - tp.q_begin) * qf;
+      for (int64_t pos = tp.q_begin; pos < tp.q_end; ++pos) {  // backward's fused dO
+        const int64_t row = b.fused.q_row[i] + pos - tp.q_begin;
+        for (int64_t c = 0; c < qf; ++c) {
+          ASSERT_EQ(b.fdo[static_cast<size_t>(row * qf + c)], encode(tp.doc, pos, c, 6)) << what << " server " << r;
+        }
+      }
       ASSERT_GE(b.fused.cu_k[i + 1] - b.fused.cu_k[i], tp.q_end) << what;
       for (int64_t j = 0; j < tp.q_end; ++j) {
         const int64_t row = b.fused.cu_k[i] + j;
@@ -99,6 +106,12 @@ void check_sim(const Sim& s, const std::string& what) {
       k_want += tp.q_end * kvf;
     }
     EXPECT_EQ(q_nonzero, q_want) << what << " server " << r << ": padding rows must stay zero";
+    // A stateless server rebuilds exactly its forward inputs and outputs from the kDO rows.
+    if (stateless) {
+      EXPECT_EQ(b.fq2, b.fq) << what << " server " << r;
+      EXPECT_EQ(b.fo2, b.fo) << what << " server " << r;
+      EXPECT_EQ(b.flse2, b.flse) << what << " server " << r;
+    }
     EXPECT_EQ(k_nonzero, k_want) << what << " server " << r << ": padding rows must stay zero";
   }
   // Home outputs at every row (the plans cover every document), and dK in rank order.
@@ -114,6 +127,9 @@ void check_sim(const Sim& s, const std::string& what) {
           }
           for (int64_t h = 0; h < H; ++h) {
             ASSERT_EQ(b.lse[static_cast<size_t>(l * H + h)], encode(doc, pos, h, 5)) << what << " rank " << r;
+          }
+          for (int64_t c = 0; c < qf; ++c) {
+            ASSERT_EQ(b.dq[static_cast<size_t>(l * qf + c)], encode(doc, pos, c, 7)) << what << " dQ, rank " << r;
           }
           std::vector<float> acc(static_cast<size_t>(2 * kvf), 0.0f);
           auto own = partial[static_cast<size_t>(r)].find({doc, pos});
@@ -141,9 +157,13 @@ TEST(RowTables, WholeLayerMovementLandsEveryValueForEverySchedulerAndRankCount) 
       auto plan = make_plan(batch, parse_scheduler(name).value(), schedule_options(dims));
       ASSERT_TRUE(plan.ok()) << plan.status().to_string();
       for (int64_t tile : {int64_t{1}, query_tile_rows(dims)}) {
-        HostSpace space;
-        const Sim s = testing::simulate(plan.value(), dims.n_heads, dims.n_kv_heads, dims.head_dim, tile, space, 3);
-        check_sim(s, std::to_string(ranks) + " ranks, " + name + ", tile " + std::to_string(tile));
+        for (bool stateless : {false, true}) {
+          HostSpace space;
+          const Sim s =
+              testing::simulate(plan.value(), dims.n_heads, dims.n_kv_heads, dims.head_dim, tile, space, 3, stateless);
+          check_sim(s, stateless, std::to_string(ranks) + " ranks, " + name + ", tile " + std::to_string(tile) +
+                                      (stateless ? ", stateless" : ""));
+        }
       }
     }
   }

@@ -58,6 +58,28 @@ Status scatter_forward(const RankTables& t, const LayerDims& d, RowMover& m, con
 // Home, end of forward: received O (and LSE) rows into o, lse.
 Status unpack_forward(const RankTables& t, const LayerDims& d, RowMover& m, const float* olse_recv, float* o,
                       float* lse);
+// Server: the fused K and V alone (assemble_forward's second half; stateless servers run it
+// again in backward, after the kKv exchange is repeated).
+Status assemble_kv(const RankTables& t, const LayerDims& d, RowMover& m, const float* k, const float* v,
+                   const float* kv_recv, float* fk, float* fv);
+
+// Backward wire rows of kDO: dO (qf), or for stateless servers dO | Q | O | LSE (3 qf + H),
+// the home's Q and O rows and its (tokens, H) LSE (home_lse).
+inline int64_t do_row_floats(const LayerDims& d, bool stateless) { return stateless ? 3 * d.qf + d.n_heads : d.qf; }
+// Home, start of backward: dO rows (stateless: with Q, O, LSE; else q, o, home_lse unused and
+// may be null) into the kDO send buffer.
+Status pack_backward(const RankTables& t, const LayerDims& d, RowMover& m, bool stateless, const float* d_o,
+                     const float* q, const float* o, const float* home_lse, float* do_send);
+// Server: the fused dO from local rows and received ones; stateless servers also rebuild the
+// fused Q, O and LSE (H, total_q) from the same rows (else fq, fo, flse, q, o, home_lse unused).
+Status assemble_backward(const RankTables& t, const LayerDims& d, RowMover& m, bool stateless, const float* d_o,
+                         const float* q, const float* o, const float* home_lse, const float* do_recv, float* fdo,
+                         float* fq, float* fo, float* flse);
+// Server: fused dQ rows to local homes' dq and into the kDQ send buffer.
+Status scatter_dq(const RankTables& t, const LayerDims& d, RowMover& m, const float* fdq, float* dq, float* dq_send);
+// Home: received dQ rows into dq.
+Status unpack_dq(const RankTables& t, const LayerDims& d, RowMover& m, const float* dq_recv, float* dq);
+
 // Server, backward: dK/dV partials of the fused call, summed in task order into the kDKv send
 // buffer (received rows) and the server's own (tokens, kvf) partials home_dk/home_dv (local
 // rows). All three destinations must start at zero, as the CPU dispatcher's do.
