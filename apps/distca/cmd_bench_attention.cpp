@@ -272,6 +272,10 @@ int run_cuda(const BenchFlags& f) {
                       std::to_string(static_cast<double>(dev->global_memory_bytes) / 1e9));
   }
   const bool progress = stderr_is_terminal() && !f.json;
+  // The baseline measured in the same run on the same GPU: cuBLAS GEMM in the same dtype.
+  constexpr int64_t kGemmN = 8192;
+  Result<double> gemm = kernels::time_cublas_gemm(kGemmN, dtype, std::max(3, f.repeats));
+  if (!gemm.ok()) return fail(gemm.status());
   std::vector<CudaCase> results;
   for (int d : f.head_dims) {
     for (const auto& [kind, tasks] : cuda_cases(f)) {
@@ -308,6 +312,8 @@ int run_cuda(const BenchFlags& f) {
       s["backward_tflops"] = longest->bwd_tflops();
       s["forward_goal_250_met"] = longest->fwd_tflops() >= 250;
       s["backward_goal_180_met"] = longest->bwd_tflops() >= 180;
+      s["forward_over_gemm"] = longest->fwd_tflops() / *gemm;
+      s["backward_over_gemm"] = longest->bwd_tflops() / *gemm;
     }
     if (at_context != nullptr && shard128 != nullptr) {
       s["shard128_over_single"] = shard128->fb_tflops() / at_context->fb_tflops();
@@ -325,11 +331,14 @@ int run_cuda(const BenchFlags& f) {
     j["n_heads"] = f.heads;
     j["n_kv_heads"] = f.kv_heads;
     j["causal"] = true;
+    j["cublas_gemm_n"] = kGemmN;
+    j["cublas_gemm_tflops"] = *gemm;
     j["cases"] = nlohmann::json::array();
     for (const auto& r : results) {
       j["cases"].push_back({{"kind", r.kind}, {"head_dim", r.head_dim}, {"q_len", r.q_len}, {"kv_len", r.kv_len},
                             {"tasks", r.tasks}, {"forward_tflops", r.fwd_tflops()}, {"backward_tflops", r.bwd_tflops()},
                             {"forward_ms", r.t.forward_seconds * 1e3}, {"backward_ms", r.t.backward_seconds * 1e3},
+                            {"forward_over_gemm", r.fwd_tflops() / *gemm}, {"backward_over_gemm", r.bwd_tflops() / *gemm},
                             {"forward_kernel", kernels::cuda_kernel_name(r.t.forward_kernel)},
                             {"backward_kernel", kernels::cuda_kernel_name(r.t.backward_kernel)}});
     }
@@ -338,8 +347,10 @@ int run_cuda(const BenchFlags& f) {
     return kExitOk;
   }
   std::string report;
-  appendf(report, "CUDA attention kernels on %s (sm_%d%d), %s, n_heads %d, n_kv_heads %d, causal\n\n", dev->name.c_str(),
+  appendf(report, "CUDA attention kernels on %s (sm_%d%d), %s, n_heads %d, n_kv_heads %d, causal\n", dev->name.c_str(),
           dev->sm_major, dev->sm_minor, f.dtype.c_str(), f.heads, f.kv_heads);
+  appendf(report, "cuBLAS GEMM %lld^3 (%s, fp32 accumulate): %.1f TFLOP/s (median)\n\n", static_cast<long long>(kGemmN),
+          f.dtype.c_str(), *gemm);
   appendf(report, "%-7s %4s %8s %8s %5s %9s %9s %9s %9s  %s\n", "case", "d", "q_len", "kv_len", "tasks", "fwd TF/s",
           "bwd TF/s", "fwd ms", "bwd ms", "kernels");
   for (const auto& r : results) {

@@ -46,7 +46,6 @@ __global__ void __launch_bounds__(kTiledThreads)
   const int keys = a.causal ? min(kl, kl - ql + row0 + rows) : kl;
   const int n_kb = (keys + kTiledKeys - 1) / kTiledKeys;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int mi = lane >> 3, rr = lane & 7;  // ldmatrix: which 8x8 matrix this lane addresses, and its row
   const int qd = lane >> 2, qt = lane & 3;  // mma fragment: row group and thread in quad
   const T* q = static_cast<const T*>(a.q);
   const T* k = static_cast<const T*>(a.k);
@@ -63,7 +62,7 @@ __global__ void __launch_bounds__(kTiledThreads)
   __syncthreads();
   uint32_t qf[kKSteps][4];
 #pragma unroll
-  for (int kk = 0; kk < kKSteps; ++kk) ldmatrix_x4(qf[kk], sq + swz<D>(warp * 16 + rr + (mi & 1) * 8, kk * 2 + (mi >> 1)));
+  for (int kk = 0; kk < kKSteps; ++kk) ldmatrix_x4(qf[kk], sq + swz<D>(warp * 16 + frag::a_row(lane), frag::a_chunk(lane, kk)));
 
   float o[kONt][4];
 #pragma unroll
@@ -94,7 +93,7 @@ __global__ void __launch_bounds__(kTiledThreads)
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t b[4];
-        ldmatrix_x4(b, skb + swz<D>(np * 16 + (mi >> 1) * 8 + rr, kk * 2 + (mi & 1)));
+        ldmatrix_x4(b, skb + swz<D>(frag::b_row(lane, np), frag::b_chunk(lane, kk)));
         Mma<T>::run(s[2 * np], qf[kk], b[0], b[1]);
         Mma<T>::run(s[2 * np + 1], qf[kk], b[2], b[3]);
       }
@@ -108,8 +107,8 @@ __global__ void __launch_bounds__(kTiledThreads)
       for (int e = 0; e < 4; ++e) {
         float x = s[n][e] * sl2;
         if (need_mask) {
-          const int key = kbase + n * 8 + 2 * qt + (e & 1);
-          const int r = warp_row0 + qd + (e >> 1) * 8;
+          const int key = kbase + n * 8 + frag::c_col(lane, e);
+          const int r = warp_row0 + frag::c_row(lane, e);
           if (key >= kl || (a.causal && key > diag + r)) x = -INFINITY;
         }
         s[n][e] = x;
@@ -141,13 +140,12 @@ __global__ void __launch_bounds__(kTiledThreads)
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const uint32_t pa[4] = {Mma<T>::pack(s[2 * j][0], s[2 * j][1]), Mma<T>::pack(s[2 * j][2], s[2 * j][3]),
-                              Mma<T>::pack(s[2 * j + 1][0], s[2 * j + 1][1]),
-                              Mma<T>::pack(s[2 * j + 1][2], s[2 * j + 1][3])};
+      uint32_t pa[4];
+      c_to_a<T>(pa, s, j);
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, svb + swz<D>(j * 16 + (mi & 1) * 8 + rr, dp * 2 + (mi >> 1)));
+        ldmatrix_x4_trans(b, svb + swz<D>(frag::bt_row(lane, j), frag::bt_chunk(lane, dp)));
         Mma<T>::run(o[2 * dp], pa, b[0], b[1]);
         Mma<T>::run(o[2 * dp + 1], pa, b[2], b[3]);
       }

@@ -48,7 +48,6 @@ __global__ void __launch_bounds__(kTiledThreads) tiled_dq_kernel(DeviceArgs a, c
   const int keys = a.causal ? min(kl, kl - ql + row0 + rows) : kl;
   const int n_kb = (keys + kTiledKeys - 1) / kTiledKeys;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int mi = lane >> 3, rr = lane & 7;
   const int qd = lane >> 2, qt = lane & 3;
   const T* k = static_cast<const T*>(a.k);
   const T* v = static_cast<const T*>(a.v);
@@ -65,7 +64,7 @@ __global__ void __launch_bounds__(kTiledThreads) tiled_dq_kernel(DeviceArgs a, c
   __syncthreads();
   uint32_t qf[kKSteps][4];
 #pragma unroll
-  for (int kk = 0; kk < kKSteps; ++kk) ldmatrix_x4(qf[kk], sq + swz<D>(warp * 16 + rr + (mi & 1) * 8, kk * 2 + (mi >> 1)));
+  for (int kk = 0; kk < kKSteps; ++kk) ldmatrix_x4(qf[kk], sq + swz<D>(warp * 16 + frag::a_row(lane), frag::a_chunk(lane, kk)));
 
   // LSE (log2 units) and D of this thread's two rows; rows past the task get 0 (their Q and dO
   // are zero, so their dS is 0 and nothing of them is stored).
@@ -106,14 +105,14 @@ __global__ void __launch_bounds__(kTiledThreads) tiled_dq_kernel(DeviceArgs a, c
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
       uint32_t dof[4];
-      ldmatrix_x4(dof, sdo + swz<D>(warp * 16 + rr + (mi & 1) * 8, kk * 2 + (mi >> 1)));
+      ldmatrix_x4(dof, sdo + swz<D>(warp * 16 + frag::a_row(lane), frag::a_chunk(lane, kk)));
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t b[4];
-        ldmatrix_x4(b, skb + swz<D>(np * 16 + (mi >> 1) * 8 + rr, kk * 2 + (mi & 1)));
+        ldmatrix_x4(b, skb + swz<D>(frag::b_row(lane, np), frag::b_chunk(lane, kk)));
         Mma<T>::run(s[2 * np], qf[kk], b[0], b[1]);
         Mma<T>::run(s[2 * np + 1], qf[kk], b[2], b[3]);
-        ldmatrix_x4(b, svb + swz<D>(np * 16 + (mi >> 1) * 8 + rr, kk * 2 + (mi & 1)));
+        ldmatrix_x4(b, svb + swz<D>(frag::b_row(lane, np), frag::b_chunk(lane, kk)));
         Mma<T>::run(dp[2 * np], dof, b[0], b[1]);
         Mma<T>::run(dp[2 * np + 1], dof, b[2], b[3]);
       }
@@ -126,8 +125,8 @@ __global__ void __launch_bounds__(kTiledThreads) tiled_dq_kernel(DeviceArgs a, c
       for (int e = 0; e < 4; ++e) {
         float p = exp2f(s[n][e] * sl2 - lse2[e >> 1]);
         if (need_mask) {
-          const int key = kbase + n * 8 + 2 * qt + (e & 1);
-          const int r = warp_row0 + qd + (e >> 1) * 8;
+          const int key = kbase + n * 8 + frag::c_col(lane, e);
+          const int r = warp_row0 + frag::c_row(lane, e);
           if (key >= kl || (a.causal && key > diag + r)) p = 0.0f;
         }
         s[n][e] = p * (dp[n][e] - dsum[e >> 1]);  // dS
@@ -135,13 +134,12 @@ __global__ void __launch_bounds__(kTiledThreads) tiled_dq_kernel(DeviceArgs a, c
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const uint32_t da[4] = {Mma<T>::pack(s[2 * j][0], s[2 * j][1]), Mma<T>::pack(s[2 * j][2], s[2 * j][3]),
-                              Mma<T>::pack(s[2 * j + 1][0], s[2 * j + 1][1]),
-                              Mma<T>::pack(s[2 * j + 1][2], s[2 * j + 1][3])};
+      uint32_t da[4];
+      c_to_a<T>(da, s, j);
 #pragma unroll
       for (int dd = 0; dd < D / 16; ++dd) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, skb + swz<D>(j * 16 + (mi & 1) * 8 + rr, dd * 2 + (mi >> 1)));
+        ldmatrix_x4_trans(b, skb + swz<D>(frag::bt_row(lane, j), frag::bt_chunk(lane, dd)));
         Mma<T>::run(dq[2 * dd], da, b[0], b[1]);
         Mma<T>::run(dq[2 * dd + 1], da, b[2], b[3]);
       }
@@ -184,7 +182,6 @@ __global__ void __launch_bounds__(kTiledThreads) tiled_dkv_kernel(DeviceArgs a, 
   const int steps = ql > first ? (ql - first + kC - 1) / kC : 0;
   const int total = steps * a.group;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int mi = lane >> 3, rr = lane & 7;
   const int qd = lane >> 2, qt = lane & 3;
   const T* q = static_cast<const T*>(a.q);
   const T* d_o = static_cast<const T*>(a.d_o);
@@ -232,15 +229,15 @@ __global__ void __launch_bounds__(kTiledThreads) tiled_dkv_kernel(DeviceArgs a, 
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
       uint32_t kf[4], vf[4];
-      ldmatrix_x4(kf, sk + swz<D>(warp * 16 + rr + (mi & 1) * 8, kk * 2 + (mi >> 1)));
-      ldmatrix_x4(vf, sv + swz<D>(warp * 16 + rr + (mi & 1) * 8, kk * 2 + (mi >> 1)));
+      ldmatrix_x4(kf, sk + swz<D>(warp * 16 + frag::a_row(lane), frag::a_chunk(lane, kk)));
+      ldmatrix_x4(vf, sv + swz<D>(warp * 16 + frag::a_row(lane), frag::a_chunk(lane, kk)));
 #pragma unroll
       for (int np = 0; np < 2; ++np) {
         uint32_t b[4];
-        ldmatrix_x4(b, sqb + swz<D>(np * 16 + (mi >> 1) * 8 + rr, kk * 2 + (mi & 1)));
+        ldmatrix_x4(b, sqb + swz<D>(frag::b_row(lane, np), frag::b_chunk(lane, kk)));
         Mma<T>::run(s[2 * np], kf, b[0], b[1]);
         Mma<T>::run(s[2 * np + 1], kf, b[2], b[3]);
-        ldmatrix_x4(b, sdob + swz<D>(np * 16 + (mi >> 1) * 8 + rr, kk * 2 + (mi & 1)));
+        ldmatrix_x4(b, sdob + swz<D>(frag::b_row(lane, np), frag::b_chunk(lane, kk)));
         Mma<T>::run(dp[2 * np], vf, b[0], b[1]);
         Mma<T>::run(dp[2 * np + 1], vf, b[2], b[3]);
       }
@@ -250,14 +247,14 @@ __global__ void __launch_bounds__(kTiledThreads) tiled_dkv_kernel(DeviceArgs a, 
     for (int n = 0; n < 4; ++n) {
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        const int i = i0 + n * 8 + 2 * qt + c;
+        const int i = i0 + n * 8 + frag::c_col(lane, c);
         const bool qok = i < ql;
         const float lse2 = qok ? a.lse[h * a.total_q + q0 + i] * kLog2e : 0.0f;
         const float dsum = qok ? a.dsum[h * a.total_q + q0 + i] : 0.0f;
 #pragma unroll
         for (int rh = 0; rh < 2; ++rh) {
           const int e = rh * 2 + c;
-          const int key = warp_key0 + qd + rh * 8;
+          const int key = warp_key0 + frag::c_row(lane, e);
           const bool ok = qok && key < kl && (!a.causal || key <= diag + i);
           const float p = ok ? exp2f(s[n][e] * sl2 - lse2) : 0.0f;
           s[n][e] = p;
@@ -268,19 +265,17 @@ __global__ void __launch_bounds__(kTiledThreads) tiled_dkv_kernel(DeviceArgs a, 
     // dV += P^T dO and dK += dS^T Q over the chunk's 32 query rows (2 k-steps of 16).
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const uint32_t pa[4] = {Mma<T>::pack(s[2 * j][0], s[2 * j][1]), Mma<T>::pack(s[2 * j][2], s[2 * j][3]),
-                              Mma<T>::pack(s[2 * j + 1][0], s[2 * j + 1][1]),
-                              Mma<T>::pack(s[2 * j + 1][2], s[2 * j + 1][3])};
-      const uint32_t da[4] = {Mma<T>::pack(dp[2 * j][0], dp[2 * j][1]), Mma<T>::pack(dp[2 * j][2], dp[2 * j][3]),
-                              Mma<T>::pack(dp[2 * j + 1][0], dp[2 * j + 1][1]),
-                              Mma<T>::pack(dp[2 * j + 1][2], dp[2 * j + 1][3])};
+      uint32_t pa[4];
+      c_to_a<T>(pa, s, j);
+      uint32_t da[4];
+      c_to_a<T>(da, dp, j);
 #pragma unroll
       for (int dd = 0; dd < D / 16; ++dd) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, sdob + swz<D>(j * 16 + (mi & 1) * 8 + rr, dd * 2 + (mi >> 1)));
+        ldmatrix_x4_trans(b, sdob + swz<D>(frag::bt_row(lane, j), frag::bt_chunk(lane, dd)));
         Mma<T>::run(dv[2 * dd], pa, b[0], b[1]);
         Mma<T>::run(dv[2 * dd + 1], pa, b[2], b[3]);
-        ldmatrix_x4_trans(b, sqb + swz<D>(j * 16 + (mi & 1) * 8 + rr, dd * 2 + (mi >> 1)));
+        ldmatrix_x4_trans(b, sqb + swz<D>(frag::bt_row(lane, j), frag::bt_chunk(lane, dd)));
         Mma<T>::run(dk[2 * dd], da, b[0], b[1]);
         Mma<T>::run(dk[2 * dd + 1], da, b[2], b[3]);
       }

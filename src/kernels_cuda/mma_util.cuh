@@ -15,14 +15,12 @@
 
 #include <cstdint>
 
+#include "fragment_layout.h"
 #include "kernel_shapes.h"
 
 namespace distca::kernels::cuda_detail {
 
-template <int D>
-__device__ __forceinline__ int swz(int row, int chunk) {
-  return row * D + ((chunk ^ (row & 7)) << 3);
-}
+using frag::swz;
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool pred) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -78,6 +76,16 @@ struct Mma<__half> {
     return *reinterpret_cast<uint32_t*>(&v);
   }
 };
+
+// The A fragment at k-step j from C n-tiles 2j and 2j + 1 (fragment_layout.h), rounded to T.
+template <class T, int N>
+__device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c)[N][4], int j) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int t = frag::c_to_a_tile(j, r);
+    a[r] = Mma<T>::pack(c[t][(r & 1) * 2], c[t][(r & 1) * 2 + 1]);
+  }
+}
 
 // Copies rows [first, first + kRows) of head `head` (rows past `valid` zero-filled) into a
 // swizzled (kRows, D) tile. All threads call it; it only issues cp.async (caller commits).

@@ -1,6 +1,7 @@
 // time_cuda_attention: random device inputs and CUDA-event timing of the attention kernels.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -9,6 +10,17 @@
 #include "distca/core/cuda_check.h"
 #include "distca/kernels_cuda/device.h"
 #include "distca/kernels_cuda/probe.h"
+
+// DISTCA_CUBLAS_CHECK(cublasGemmEx(...)): core/cuda_check.h's pattern for cuBLAS statuses.
+#define DISTCA_CUBLAS_CHECK(call)                                                                     \
+  do {                                                                                                \
+    const cublasStatus_t distca_cublas_st_ = (call);                                                  \
+    if (distca_cublas_st_ != CUBLAS_STATUS_SUCCESS) {                                                 \
+      return ::distca::Status::internal(std::string("cuBLAS error ") + cublasGetStatusName(distca_cublas_st_) + \
+                                        " (" + cublasGetStatusString(distca_cublas_st_) + ") in " #call " at " \
+                                        __FILE__ ":" + std::to_string(__LINE__));                     \
+    }                                                                                                 \
+  } while (0)
 
 namespace distca::kernels {
 namespace {
@@ -55,6 +67,7 @@ class Arena {
  public:
   ~Arena() {
     if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+    if (cublas_ != nullptr) (void)cublasDestroy(cublas_);
     for (void* p : ptrs_) (void)cudaFree(p);
     for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
@@ -76,11 +89,19 @@ class Arena {
     return {};
   }
   cudaStream_t stream() const { return stream_; }
+  Result<cublasHandle_t> cublas() {
+    if (cublas_ == nullptr) {
+      DISTCA_CUBLAS_CHECK(cublasCreate(&cublas_));
+      DISTCA_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    }
+    return cublas_;
+  }
 
  private:
   std::vector<void*> ptrs_;
   std::vector<cudaEvent_t> events_;
   cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
 };
 
 double median(std::vector<double> v) {
@@ -181,6 +202,44 @@ Result<CudaTiming> time_cuda_attention(const CudaProbe& pr) {
   t.forward_flops = attention_forward_flops(h);
   t.backward_flops = attention_backward_flops(h);
   return t;
+}
+
+}  // namespace distca::kernels
+
+namespace distca::kernels {
+
+Result<double> time_cublas_gemm(int64_t n, DType dtype, int repeats) {
+  DISTCA_ASSIGN_OR_RETURN(const CudaDeviceInfo info, cuda_device_info());
+  (void)info;
+  if (n <= 0 || n > 65536) return Status::invalid_argument("gemm n must be in [1, 65536]");
+  const int64_t eb = dtype == DType::kFloat32 ? 4 : 2;
+  const cudaDataType_t type = dtype == DType::kFloat32 ? CUDA_R_32F : dtype == DType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
+  Arena arena;
+  DISTCA_RETURN_IF_ERROR(arena.make_stream());
+  const cudaStream_t s = arena.stream();
+  DISTCA_ASSIGN_OR_RETURN(void* a, arena.alloc(n * n * eb));
+  DISTCA_ASSIGN_OR_RETURN(void* b, arena.alloc(n * n * eb));
+  DISTCA_ASSIGN_OR_RETURN(void* c, arena.alloc(n * n * eb));
+  DISTCA_RETURN_IF_ERROR(fill(dtype, a, n * n, 5, s));
+  DISTCA_RETURN_IF_ERROR(fill(dtype, b, n * n, 6, s));
+  DISTCA_ASSIGN_OR_RETURN(cublasHandle_t h, arena.cublas());
+  DISTCA_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));  // no TF32 for fp32
+  DISTCA_ASSIGN_OR_RETURN(cudaEvent_t e0, arena.event());
+  DISTCA_ASSIGN_OR_RETURN(cudaEvent_t e1, arena.event());
+  const float alpha = 1.0f, beta = 0.0f;
+  const int ni = static_cast<int>(n);
+  std::vector<double> tf;
+  for (int r = 0; r <= repeats; ++r) {
+    DISTCA_CUDA_CHECK(cudaEventRecord(e0, s));
+    DISTCA_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha, a, type, ni, b, type, ni, &beta, c,
+                                     type, ni, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    DISTCA_CUDA_CHECK(cudaEventRecord(e1, s));
+    DISTCA_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    DISTCA_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (r > 0) tf.push_back(2.0 * static_cast<double>(n) * n * n / (ms * 1e-3) / 1e12);
+  }
+  return tf.empty() ? 0.0 : median(tf);
 }
 
 }  // namespace distca::kernels

@@ -39,4 +39,9 @@ double cuda_probe_bytes(const CudaProbe& probe);
 // device, internal for CUDA failures.
 Result<CudaTiming> time_cuda_attention(const CudaProbe& probe);
 
+// The baseline measured beside the kernels: cuBLAS GEMM (n x n x n, `dtype` in and out, fp32
+// accumulation; fp32 without TF32) TFLOP/s, median of `repeats` after a warm-up. Every cuBLAS
+// call is checked (Status::internal naming the call, file and line).
+Result<double> time_cublas_gemm(int64_t n, DType dtype, int repeats);
+
 }  // namespace distca::kernels
