@@ -16,7 +16,7 @@
 # The device machine's image has CUDA, CMake and ninja but maybe not the project's C++
 # dependencies (OpenBLAS, OpenMPI, GTest, CLI11, ...), and it cannot download them. So where
 # `cmake --preset cuda` fails there, the script runs a prebuilt bundle instead:
-# `scripts/gpu-check.sh --bundle` here builds the CUDA targets and packs the three binaries and
+# `scripts/gpu-check.sh --bundle` here builds the CUDA targets and packs the five binaries and
 # the shared libraries they need beyond glibc, libstdc++ and the CUDA toolkit (about 20 MB) into
 # build/gpu-bundle.tar.gz; carry that path to the device run (run's `carry`).
 #
@@ -32,10 +32,12 @@ if [ "${1:-}" = "--bundle" ]; then
   # Portable code (no -march=native: the device's CPU may lack this one's instructions).
   b=build/cuda-bundle
   cmake --preset cuda -B "$b" -DDISTCA_BUILD_BENCH=OFF -DDISTCA_NATIVE=OFF ${CCACHE_LAUNCHERS:-} >/dev/null
-  cmake --build "$b" --target distca kernels_cuda_test kernels_cuda_cli_test -j"$(nproc)"
+  cmake --build "$b" --target distca kernels_cuda_test kernels_cuda_cli_test comm_nccl_test runtime_pack_cuda_test \
+    -j"$(nproc)"
   stage=build/gpu-bundle
   rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib"
-  cp "$b/apps/distca" "$b/tests/kernels_cuda/kernels_cuda_test" "$b/tests/kernels_cuda/kernels_cuda_cli_test" "$stage/bin/"
+  cp "$b/apps/distca" "$b/tests/kernels_cuda/kernels_cuda_test" "$b/tests/kernels_cuda/kernels_cuda_cli_test" \
+     "$b/tests/comm_nccl/comm_nccl_test" "$b/tests/runtime_cuda/runtime_pack_cuda_test" "$stage/bin/"
   strip "$stage"/bin/*
   # Every library the binaries load except the C runtime, libstdc++/libgcc (newer there) and the
   # CUDA toolkit's (the device has its own, matching its driver).
@@ -98,6 +100,8 @@ GEN=()
 command -v ninja >/dev/null 2>&1 || GEN=(-G "Unix Makefiles")
 DISTCA="$BUILD/apps/distca"
 TESTS="$BUILD/tests/kernels_cuda"
+NCCL_TEST="$BUILD/tests/comm_nccl/comm_nccl_test"
+PACK_TEST="$BUILD/tests/runtime_cuda/runtime_pack_cuda_test"
 BEFORE=$FAILED
 if [ "${GPU_CHECK_USE_BUNDLE:-0}" = 1 ]; then  # for testing the bundle path on a full machine
   skip configure "GPU_CHECK_USE_BUNDLE=1"
@@ -107,7 +111,8 @@ else
   CONFIGURED=$?
 fi
 if [ "$CONFIGURED" -eq 0 ]; then
-  step build 240 cmake --build "$BUILD" --target distca kernels_cuda_test kernels_cuda_cli_test -j"$JOBS"
+  step build 300 cmake --build "$BUILD" --target distca kernels_cuda_test kernels_cuda_cli_test comm_nccl_test \
+    runtime_pack_cuda_test -j"$JOBS"
   BUILT=$?
 elif [ -f "$BUNDLE" ]; then
   # The prebuilt bundle (see the top): unpack, and find the CUDA libraries it leaves out.
@@ -116,6 +121,8 @@ elif [ -f "$BUNDLE" ]; then
   rm -rf "$dir" && mkdir -p "$dir" && tar xzf "$BUNDLE" -C "$dir"
   DISTCA="$dir/gpu-bundle/bin/distca"
   TESTS="$dir/gpu-bundle/bin"
+  NCCL_TEST="$TESTS/comm_nccl_test"
+  PACK_TEST="$TESTS/runtime_pack_cuda_test"
   export LD_LIBRARY_PATH="$dir/gpu-bundle/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
   for lib in $(ldd "$dir"/gpu-bundle/bin/* | awk '/not found/{print $1}' | sort -u); do
     found=$(find / -xdev -name "$lib" -print -quit 2>/dev/null)
@@ -149,6 +156,16 @@ if [ "$BUILT" -eq 0 ]; then
   fi
 else
   skip kernels_cuda_test "build failed"
+fi
+
+# 3b. The NCCL backend (one rank on the GPU against its bootstrap, bitwise; two ranks need two
+# GPUs) and the dispatcher's device data movement against the host tables, bitwise
+# (docs/runtime.md, "NCCL backend").
+if [ "$BUILT" -eq 0 ]; then
+  step comm_nccl_test 120 "$NCCL_TEST" --gtest_output="json:$OUT/comm_nccl_test.json"
+  step runtime_pack_cuda_test 120 "$PACK_TEST" --gtest_output="json:$OUT/runtime_pack_cuda_test.json"
+else
+  skip comm_nccl_test "build failed"
 fi
 
 # 4. The kernel benchmarks: d = 128, causal, 32/8 heads, single tasks 1K..16K and shard batches
@@ -195,8 +212,11 @@ dev = os.path.join(out, "device.log")
 if os.path.exists(dev):
     res["device"] = open(dev).read().strip().splitlines()[-1]
 # Tests that skip BECAUSE a GPU is present (they check the no-GPU behaviour).
-NO_GPU_ONLY = ("CudaAttentionRunner.NoDeviceIsAStatusNotACrash", "BenchAttentionCuda.WithoutAGpuIsRefused")
-for test in ("kernels_cuda_test", "kernels_cuda_cli_test"):
+NO_GPU_ONLY = ("CudaAttentionRunner.NoDeviceIsAStatusNotACrash", "BenchAttentionCuda.WithoutAGpuIsRefused",
+               "NcclComm.NoDeviceIsTheSameOneLineErrorOnEveryRank",
+               # needs 2 GPUs (NCCL refuses two ranks on one GPU); the lent machine has one
+               "NcclComm.TwoRanksOnTwoGpusMatchTheBootstrapBitwise")
+for test in ("kernels_cuda_test", "kernels_cuda_cli_test", "comm_nccl_test", "runtime_pack_cuda_test"):
     t = load(test + ".json")
     if t is None:
         continue
