@@ -13,9 +13,20 @@
 
 namespace distca {
 
+namespace {
+// task_pairs in doubles: a table's lengths go up to 2^40, where the integer product
+// kv (kv + 1) of causal_pairs overflows int64 (found by fuzz_cost_csv:
+// fuzz/corpus/fuzz_cost_csv/crash-f6b036fd50c537231f6575671bc1f75344e136fe).
+double pairs_of(int64_t q_len, int64_t kv_len) {
+  DISTCA_CHECK(0 <= q_len && q_len <= kv_len);
+  const double q = static_cast<double>(q_len), kv = static_cast<double>(kv_len);
+  return 0.5 * q * (2.0 * kv - q + 1.0);
+}
+}  // namespace
+
 double CostTable::task_flops(int64_t q_len, int64_t kv_len) const {
   return (1.0 + kAttentionBackwardFactor) * 4.0 * static_cast<double>(head_dim) *
-         static_cast<double>(n_heads) * static_cast<double>(task_pairs(q_len, kv_len));
+         static_cast<double>(n_heads) * pairs_of(q_len, kv_len);
 }
 
 namespace {
@@ -348,7 +359,7 @@ Result<CostTable> cost_table_from_csv(const std::string& text, const std::string
       const int64_t q = t.q_lens[i], kv = t.kv_lens[j];
       double tp = tput[i];
       if (i != j) {
-        const double pairs = static_cast<double>(task_pairs(q, kv));
+        const double pairs = pairs_of(q, kv);
         const double l_eq = std::log2((std::sqrt(8.0 * pairs + 1.0) - 1.0) / 2.0);
         if (l_eq <= log_len.front()) {
           tp = tput.front();

@@ -139,3 +139,22 @@ TEST(CostCsv, H100TableMatchesItsRowsOnTheDiagonal) {
 
 }  // namespace
 }  // namespace distca
+
+namespace distca {
+namespace {
+
+// fuzz_cost_csv's crash-f6b036fd...: a row of L = 4693872412 made causal_pairs' int64 product
+// L (L + 1) overflow (UB). Lengths up to 2^40 are allowed, so the table's FLOPs are counted in
+// doubles; the same holds for JSON tables.
+TEST(CostCsv, LengthsBeyondInt64PairsDoNotOverflow) {
+  auto t = cost_table_from_csv("L,cp,tp,duration_per_doc\n1024,1,1,1.055\n4693872412,1,1,13\n", "h.csv");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  const double L = 4693872412.0;
+  EXPECT_DOUBLE_EQ(t->task_flops(4693872412, 4693872412), 3.5 * 4 * 128 * 64 * (L * (L + 1) / 2));
+  const ProfiledCostModel m(*t);
+  const double c = m.task_cost(int64_t{1} << 33, int64_t{1} << 40);
+  EXPECT_TRUE(std::isfinite(c) && c > 0);
+}
+
+}  // namespace
+}  // namespace distca

@@ -27,7 +27,10 @@
 // Determinism: simulate() is a pure function of (options, micro-batches): the same inputs
 // give the same result bits (including every event) on every platform.
 // Thread safety: no global state; distinct calls may run concurrently. SimOptions holds a
-// non-owning pointer (attention_table) that must outlive the call.
+// non-owning pointer (attention_table) that must outlive the call; hardware_profile is shared
+// and immutable.
+// Hardware profile (SimOptions::hardware_profile): measured GEMM rates, attention table and
+// link figures replace peak x mfu, the analytic attention and the preset's links (see there).
 #pragma once
 
 #include <cstdint>
