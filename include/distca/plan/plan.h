@@ -150,12 +150,28 @@ struct Plan {
   int64_t num_tasks() const;
 };
 
+// Wall-clock seconds of the phases of a complete plan (make_plan fills all of them,
+// build_plan the last five). What `distca bench plan` reports per phase.
+struct PlanPhases {
+  double validate_s = 0;  // make_plan: ScheduleOptions::validate (the batch's check included)
+  double schedule_s = 0;  // make_plan: the scheduler
+  double index_s = 0;     // the schedule's batch checked, the document index, the plan's copy of the batch
+  double tasks_s = 0;     // tasks checked and handed to their servers, empty exchanges
+  double layouts_s = 0;   // per server: q and kv blocks on both ends, receive counts, task inputs
+  double mirror_s = 0;    // send counts; o_lse, do, dq, dkv mirrored from q and kv
+  double metrics_s = 0;   // loads, tokens, traffic (and percp's all-gather)
+  double total() const;
+};
+
 // Builds the plan of `schedule` (whose batch the homes refer to). `input` is the batch the
 // scheduler was given (for loads_before). Fails (kInvalidArgument) if a task is malformed:
 // unknown document, empty or out-of-range query rows, rank out of range, query rows not
 // inside one piece held by home. It does NOT check coverage; validate_plan does.
+// Cost: O(pieces + tasks + ranks + blocks) time and memory (docs/scheduler.md, "Performance":
+// no [ranks] or [documents] array per server, a fixed number of allocations per task, per
+// block list and per rank). `phases`, when given, receives the time of its phases.
 Result<Plan> build_plan(const Schedule& schedule, const Batch& input, const SchedulerSpec& spec,
-                        const ScheduleOptions& options);
+                        const ScheduleOptions& options, PlanPhases* phases = nullptr);
 
 // What build_plan will hold for `schedule`, counted before it allocates (the CLI's memory
 // estimate, docs/scheduler.md): its tasks, one q block per task served away from home, and the
@@ -174,7 +190,9 @@ PlanSize plan_size(const Schedule& schedule);
 // [slot of index.doc_ids()][groups]. Precondition: cp_degree divides index.ranks().
 std::vector<std::vector<int64_t>> percp_groups(const DocumentIndex& index, int64_t cp_degree);
 
-// run_scheduler + build_plan.
-Result<Plan> make_plan(const Batch& batch, const SchedulerSpec& spec, const ScheduleOptions& options);
+// run_scheduler + build_plan (the options and the batch checked once). `phases`, when given,
+// receives the time of every phase.
+Result<Plan> make_plan(const Batch& batch, const SchedulerSpec& spec, const ScheduleOptions& options,
+                       PlanPhases* phases = nullptr);
 
 }  // namespace distca
