@@ -30,35 +30,49 @@ Result<int64_t> get_int(const nlohmann::json& obj, const char* key, const std::s
   return v.get<int64_t>();
 }
 
-// Document-level checks walk the spans document by document (ascending id), by offset within
-// a document. Ids from the generator are 0 .. documents - 1, so a counting sort by id (O(pieces))
-// replaces the general sort whenever the ids span at most about twice the pieces; either way
-// the order is the same (ties in offset, only in an invalid batch, keep their input order).
-template <class Span>
-void group_by_document(std::vector<Span>& spans) {
-  auto by_offset = [](const Span& a, const Span& b) { return a.offset < b.offset; };
-  if (spans.empty()) return;
-  int64_t lo = spans[0].doc, hi = spans[0].doc;
-  for (const Span& s : spans) {
-    lo = std::min(lo, s.doc);
-    hi = std::max(hi, s.doc);
+// The pieces document by document (ascending id), by offset within a document: the order
+// the document-level checks walk. Generator ids are 0 .. documents - 1, so a counting sort by
+// id (O(pieces)) replaces the general sort whenever the ids span at most about twice the
+// pieces; either way the order is the same (offset ties, only in an invalid batch, keep their
+// input order). Pointers, not copies: this runs on every plan of batches with ~10^5 pieces.
+std::vector<const Piece*> by_document(const std::vector<std::vector<Piece>>& per_rank, size_t total) {
+  std::vector<const Piece*> out;
+  out.reserve(total);
+  auto by_offset = [](const Piece* a, const Piece* b) { return a->offset < b->offset; };
+  int64_t lo = 0, hi = -1;
+  for (const auto& rank : per_rank) {
+    for (const Piece& p : rank) {
+      if (hi < lo) lo = hi = p.doc;
+      lo = std::min(lo, p.doc);
+      hi = std::max(hi, p.doc);
+    }
   }
-  if (hi - lo >= static_cast<int64_t>(2 * spans.size() + 1024)) {
-    std::stable_sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
-      return a.doc != b.doc ? a.doc < b.doc : a.offset < b.offset;
+  if (total == 0) return out;
+  if (hi - lo >= static_cast<int64_t>(2 * total + 1024)) {
+    for (const auto& rank : per_rank) for (const Piece& p : rank) out.push_back(&p);
+    std::stable_sort(out.begin(), out.end(), [](const Piece* a, const Piece* b) {
+      return a->doc != b->doc ? a->doc < b->doc : a->offset < b->offset;
     });
-    return;
+    return out;
   }
-  std::vector<size_t> start(static_cast<size_t>(hi - lo) + 2, 0);
-  for (const Span& s : spans) ++start[static_cast<size_t>(s.doc - lo) + 1];
-  for (size_t d = 1; d < start.size(); ++d) start[d] += start[d - 1];
-  std::vector<Span> out(spans.size());
-  std::vector<size_t> cursor(start.begin(), start.end() - 1);
-  for (const Span& s : spans) out[cursor[static_cast<size_t>(s.doc - lo)]++] = s;
-  for (size_t d = 0; d + 1 < start.size(); ++d) {
-    const size_t n = start[d + 1] - start[d];
+  // start[d] counts, then (prefix sums) begins; used as cursors, then shifted back.
+  std::vector<size_t> start(static_cast<size_t>(hi - lo) + 1, 0);
+  for (const auto& rank : per_rank) for (const Piece& p : rank) ++start[static_cast<size_t>(p.doc - lo)];
+  size_t at = 0;
+  for (size_t& c : start) {
+    const size_t n = c;
+    c = at;
+    at += n;
+  }
+  out.resize(total);
+  for (const auto& rank : per_rank) for (const Piece& p : rank) out[start[static_cast<size_t>(p.doc - lo)]++] = &p;
+  // start[d] is now the end of document d, i.e. the begin of the next one.
+  size_t begin = 0;
+  for (const size_t end : start) {
+    const size_t n = end - begin;
+    const Piece** g = out.data() + begin;
+    begin = end;
     if (n < 2) continue;
-    Span* g = out.data() + start[d];
     if (n > 16) {
       std::stable_sort(g, g + n, by_offset);
       continue;
@@ -67,7 +81,7 @@ void group_by_document(std::vector<Span>& spans) {
       for (size_t j = i; j > 0 && by_offset(g[j], g[j - 1]); --j) std::swap(g[j], g[j - 1]);
     }
   }
-  spans = std::move(out);
+  return out;
 }
 
 }  // namespace
@@ -95,15 +109,8 @@ Status Batch::validate() const {
     return Status::invalid_argument("batch: 'per_rank' has " + std::to_string(per_rank.size()) +
                                     " entries but 'ranks' is " + std::to_string(ranks));
   }
-  // One flat list sorted once: this runs on every plan of batches with ~10^5 pieces, so no
-  // per-piece allocation (messages are built only on failure).
-  struct Span {
-    int64_t doc, offset, len, doc_len;
-  };
-  std::vector<Span> spans;
+  // No per-piece allocation (messages are built only on failure).
   size_t total = 0;
-  for (const auto& pieces : per_rank) total += pieces.size();
-  spans.reserve(total);
   for (int64_t r = 0; r < ranks; ++r) {
     int64_t used = 0;
     const auto& pieces = per_rank[static_cast<size_t>(r)];
@@ -127,16 +134,16 @@ Status Batch::validate() const {
                                         std::to_string(tokens_per_rank) + " tokens");
       }
       used += p.len;
-      spans.push_back({p.doc, p.offset, p.len, p.doc_len});
+      ++total;
     }
   }
-  group_by_document(spans);
+  const std::vector<const Piece*> spans = by_document(per_rank, total);
   for (size_t i = 0; i < spans.size();) {
-    const int64_t doc = spans[i].doc;
-    const int64_t len = spans[i].doc_len;
+    const int64_t doc = spans[i]->doc;
+    const int64_t len = spans[i]->doc_len;
     int64_t next = 0;
-    for (; i < spans.size() && spans[i].doc == doc; ++i) {
-      const Span& s = spans[i];
+    for (; i < spans.size() && spans[i]->doc == doc; ++i) {
+      const Piece& s = *spans[i];
       if (s.doc_len != len) {
         return Status::invalid_argument("batch: document " + std::to_string(doc) + " has inconsistent 'doc_len' (" +
                                         std::to_string(len) + " and " + std::to_string(s.doc_len) + ")");

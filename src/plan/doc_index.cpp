@@ -40,31 +40,31 @@ DocumentIndex::DocumentIndex(const Batch& batch) : ranks_(batch.ranks) {
     std::sort(ids_.begin(), ids_.end());
     ids_.erase(std::unique(ids_.begin(), ids_.end()), ids_.end());
   }
-  // Runs grouped by slot (a counting sort), then each slot's few runs sorted by begin.
+  // Runs grouped by slot (a counting sort; run_start_[s] serves as slot s's cursor, then is
+  // shifted back), then each slot's few runs sorted by begin.
   lens_.assign(ids_.size(), 0);
   run_start_.assign(ids_.size() + 1, 0);
-  std::vector<int64_t> piece_slot;
-  piece_slot.reserve(pieces);
   for (const auto& rank : batch.per_rank) {
-    for (const Piece& p : rank) {
-      const int64_t s = slot(p.doc);
-      piece_slot.push_back(s);
-      ++run_start_[static_cast<size_t>(s) + 1];
-    }
+    for (const Piece& p : rank) ++run_start_[static_cast<size_t>(slot(p.doc))];
   }
-  for (size_t s = 0; s < ids_.size(); ++s) run_start_[s + 1] += run_start_[s];
+  size_t at = 0;
+  for (size_t& c : run_start_) {
+    const size_t n = c;
+    c = at;
+    at += n;
+  }
   runs_.resize(pieces);
-  std::vector<size_t> cursor(run_start_.begin(), run_start_.end() - 1);
-  size_t k = 0;
   for (int64_t r = 0; r < static_cast<int64_t>(batch.per_rank.size()); ++r) {
     int64_t local = 0;
     for (const Piece& p : batch.per_rank[static_cast<size_t>(r)]) {
-      const auto s = static_cast<size_t>(piece_slot[k++]);
+      const auto s = static_cast<size_t>(slot(p.doc));
       lens_[s] = p.doc_len;
-      runs_[cursor[s]++] = {p.offset, p.offset + p.len, r, local};
+      runs_[run_start_[s]++] = {p.offset, p.offset + p.len, r, local};
       local += p.len;
     }
   }
+  for (size_t s = ids_.size(); s > 0; --s) run_start_[s] = run_start_[s - 1];
+  run_start_[0] = 0;
   for (size_t s = 0; s < ids_.size(); ++s) {
     if (run_start_[s + 1] - run_start_[s] < 2) continue;
     std::sort(runs_.begin() + static_cast<std::ptrdiff_t>(run_start_[s]),

@@ -360,9 +360,30 @@ void mirror_exchanges(Plan& plan) {
   }
 }
 
+// The exchanges' bytes, read off the layouts: rows sent and received times row bytes. They
+// are compute_traffic's figures by construction (the layouts are its rules spelled out, and
+// validate_plan checks both the layouts against the tasks and these figures against the
+// layouts), at O(ranks + peers) instead of another pass over the tasks.
+Traffic layout_traffic(const Plan& plan) {
+  Traffic t;
+  t.per_rank.assign(plan.ranks.size(), {});
+  int64_t* kind_total[kNumExchanges] = {&t.bytes.q, &t.bytes.kv, &t.bytes.o_lse, &t.bytes.d_o, &t.bytes.dq, &t.bytes.dkv};
+  for (size_t r = 0; r < plan.ranks.size(); ++r) {
+    RankBytes& pr = t.per_rank[r];
+    for (int k = 0; k < kNumExchanges; ++k) {
+      const Exchange& e = plan.ranks[r].exchanges[static_cast<size_t>(k)];
+      const int64_t sent = e.send_rows() * e.row_bytes, recv = e.recv_rows() * e.row_bytes;
+      *kind_total[k] += sent;
+      (k < 3 ? pr.fwd_sent : pr.bwd_sent) += sent;
+      (k < 3 ? pr.fwd_recv : pr.bwd_recv) += recv;
+    }
+  }
+  return t;
+}
+
 // Step 6: the reported figures (plan.h, PlanMetrics). A server's load was summed over its
 // tasks in schedule order, exactly as server_loads sums them, so it is reused bit for bit.
-PlanMetrics compute_metrics(const Schedule& schedule, const DocumentIndex& index, const Batch& input,
+PlanMetrics compute_metrics(const DocumentIndex& index, const Batch& input,
                             const SchedulerSpec& spec, const RowBytes& rb, const AttentionCostModel* cost,
                             const Plan& plan) {
   const int64_t R = index.ranks();
@@ -380,7 +401,7 @@ PlanMetrics compute_metrics(const Schedule& schedule, const DocumentIndex& index
   m.load_max_over_mean = max_over_mean(m.loads);
   m.load_before_max_over_mean = max_over_mean(m.loads_before);
   m.tokens_max_over_mean = max_over_mean(tok);
-  m.traffic = compute_traffic(index, schedule.tasks, rb);
+  m.traffic = layout_traffic(plan);
   m.allgather.per_rank.assign(static_cast<size_t>(R), {});
   if (spec.kind == SchedulerKind::kPerCp) {
     // What CP moves (plan.h): the loader lays the head-tail shards out, so only the K/V
@@ -405,13 +426,17 @@ double PlanPhases::total() const {
   return validate_s + schedule_s + index_s + tasks_s + layouts_s + mirror_s + metrics_s;
 }
 
-Result<Plan> build_plan(const Schedule& schedule, const Batch& input, const SchedulerSpec& spec,
-                        const ScheduleOptions& options, PlanPhases* phases) {
+namespace {
+
+// build_plan's body. `owned`: the schedule's batch, handed over to the plan instead of copied
+// (make_plan), or nullptr. `batch_checked`: the caller has validated schedule.batch.
+Result<Plan> build(const Schedule& schedule, Batch* owned, bool batch_checked, const Batch& input,
+                   const SchedulerSpec& spec, const ScheduleOptions& options, PlanPhases* phases) {
   Clock::time_point t = Clock::now();
   PlanPhases local;
   PlanPhases& ph = phases != nullptr ? *phases : local;
   const Batch& batch = schedule.batch;
-  DISTCA_RETURN_IF_ERROR(batch.validate().with_context("plan"));
+  if (!batch_checked) DISTCA_RETURN_IF_ERROR(batch.validate().with_context("plan"));
   const DocumentIndex index(batch);
   const int64_t R = batch.ranks;
   const auto n = static_cast<size_t>(R);
@@ -423,7 +448,6 @@ Result<Plan> build_plan(const Schedule& schedule, const Batch& input, const Sche
   plan.dtype_bytes = options.dtype_bytes;
   plan.row_bytes = row_bytes(options.model, options.dtype_bytes);
   plan.cost_unit = options.cost != nullptr ? options.cost->unit() : "pairs";
-  plan.batch = batch;
   plan.servers.assign(n, {});
   plan.ranks.assign(n, {});
   ph.index_s = seconds_since(t);
@@ -440,9 +464,25 @@ Result<Plan> build_plan(const Schedule& schedule, const Batch& input, const Sche
   ph.layouts_s = seconds_since(t);
   mirror_exchanges(plan);
   ph.mirror_s = seconds_since(t);
-  plan.metrics = compute_metrics(schedule, index, input, spec, plan.row_bytes, options.cost, plan);
+  plan.metrics = compute_metrics(index, input, spec, plan.row_bytes, options.cost, plan);
+  if (owned != nullptr) plan.batch = std::move(*owned);
+  else plan.batch = batch;
   ph.metrics_s = seconds_since(t);
   return plan;
+}
+
+}  // namespace
+
+Result<Plan> build_plan(const Schedule& schedule, const Batch& input, const SchedulerSpec& spec,
+                        const ScheduleOptions& options, PlanPhases* phases) {
+  return build(schedule, nullptr, false, input, spec, options, phases);
+}
+
+Result<Plan> detail::build_plan_from(Schedule&& schedule, const Batch& validated_input, const SchedulerSpec& spec,
+                                     const ScheduleOptions& options, PlanPhases* phases) {
+  // Equal to a valid batch is valid: a comparison is cheaper than a second validation.
+  const bool checked = schedule.batch == validated_input;
+  return build(schedule, &schedule.batch, checked, validated_input, spec, options, phases);
 }
 
 }  // namespace distca

@@ -1,6 +1,7 @@
 // The dispatcher (schedule.h). Kept apart from schedule.cpp so that code using only the names
 // and option checks does not link every scheduler.
 #include <chrono>
+#include <utility>
 
 #include "distca/plan/plan.h"
 #include "distca/plan/schedule.h"
@@ -44,7 +45,7 @@ Result<Plan> make_plan(const Batch& batch, const SchedulerSpec& spec, const Sche
   ph.validate_s = seconds_since(t);
   DISTCA_ASSIGN_OR_RETURN(Schedule schedule, dispatch(spec, batch, options));
   ph.schedule_s = seconds_since(t);
-  return build_plan(schedule, batch, spec, options, &ph);
+  return detail::build_plan_from(std::move(schedule), batch, spec, options, &ph);
 }
 
 }  // namespace distca

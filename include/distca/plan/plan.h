@@ -190,6 +190,13 @@ PlanSize plan_size(const Schedule& schedule);
 // [slot of index.doc_ids()][groups]. Precondition: cp_degree divides index.ranks().
 std::vector<std::vector<int64_t>> percp_groups(const DocumentIndex& index, int64_t cp_degree);
 
+namespace detail {
+// make_plan's build_plan: takes the schedule's batch instead of copying it, and skips the
+// batch's check when it equals `validated_input` (which the caller has validated).
+Result<Plan> build_plan_from(Schedule&& schedule, const Batch& validated_input, const SchedulerSpec& spec,
+                             const ScheduleOptions& options, PlanPhases* phases);
+}  // namespace detail
+
 // run_scheduler + build_plan (the options and the batch checked once). `phases`, when given,
 // receives the time of every phase.
 Result<Plan> make_plan(const Batch& batch, const SchedulerSpec& spec, const ScheduleOptions& options,
