@@ -46,7 +46,7 @@ void fill_direction(const PeerVector<std::vector<RowBlock>>& blocks, PeerVector<
 }
 
 // Appends a segment, merging it into the previous one when the rows are consecutive.
-void push_segment(std::vector<Segment>& segs, Segment s) {
+void push_segment(SegmentList& segs, Segment s) {
   if (!segs.empty() && segs.back().received == s.received &&
       segs.back().offset + segs.back().len == s.offset) {
     segs.back().len += s.len;
@@ -311,7 +311,7 @@ Status assign_task_inputs(int64_t s, const DocumentIndex& index, const TaskGroup
     const size_t run0 = index.first_run(slot);
     size_t used = 0;
     while (used < runs.size() && runs[used].begin < t.q_end) ++used;
-    st.kv.reserve(used);
+    st.kv.reserve(used);  // in place for up to SegmentList::kInline
     for (size_t i = 0; i < used; ++i) {
       const HeldRun& run = runs[i];
       const int64_t len = std::min(t.q_end, run.end) - run.begin;

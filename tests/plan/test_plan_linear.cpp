@@ -7,8 +7,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <new>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "distca/data/workload.h"
 #include "distca/plan/plan.h"
@@ -130,6 +133,48 @@ TEST(PlanLinear, ColocatedPlanHoldsNoPeerEntries) {
   EXPECT_EQ(c.tasks, 1024 * 16);
   EXPECT_EQ(c.peer_entries, 0u);
   EXPECT_EQ(c.blocks, 0);
+}
+
+}  // namespace
+}  // namespace distca
+
+namespace distca {
+namespace {
+
+// Up to two segments stay in place (no allocation); beyond, one block that grows by doubling.
+// Copies, moves and comparisons behave like the std::vector it replaces.
+TEST(PlanLinear, SegmentListKeepsTwoInPlaceAndActsLikeAVector) {
+  std::vector<Segment> ref{{false, 0, 4}, {true, 7, 2}};
+  for (int64_t i = 0; i < 9; ++i) ref.push_back({i % 2 == 0, 10 * i, i + 1});
+  size_t a0 = g_allocs;
+  SegmentList a;
+  a.push_back(ref[0]);
+  a.push_back(ref[1]);
+  EXPECT_EQ(g_allocs - a0, 0u);
+  for (size_t i = 2; i < ref.size(); ++i) a.push_back(ref[i]);
+  EXPECT_EQ(g_allocs - a0, 3u);  // capacities 4, 8, 16
+  ASSERT_EQ(a.size(), ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_EQ(a[i], ref[i]);
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), ref.begin(), ref.end()));
+  const SegmentList copy = a;
+  EXPECT_TRUE(copy == a);
+  SegmentList moved = std::move(a);
+  EXPECT_TRUE(moved == copy);
+  EXPECT_TRUE(a.empty());  // NOLINT(bugprone-use-after-move): a moved-from list is empty
+  SegmentList small{{false, 1, 1}};
+  a0 = g_allocs;
+  SegmentList small_copy = small;
+  SegmentList small_moved = std::move(small_copy);
+  EXPECT_EQ(g_allocs - a0, 0u);
+  EXPECT_TRUE(small_moved == small);
+  EXPECT_FALSE(small_moved == copy);
+  small_moved = copy;  // in place -> heap
+  EXPECT_TRUE(small_moved == copy);
+  small_moved = small;  // heap -> fewer segments, keeps its block
+  EXPECT_TRUE(small_moved == small);
+  EXPECT_EQ(small_moved.back(), (Segment{false, 1, 1}));
+  for (Segment& s : small_moved) s.len = 5;
+  EXPECT_EQ(small_moved[0].len, 5);
 }
 
 }  // namespace
