@@ -35,18 +35,12 @@ Result<int64_t> get_int(const nlohmann::json& obj, const char* key, const std::s
 // id (O(pieces)) replaces the general sort whenever the ids span at most about twice the
 // pieces; either way the order is the same (offset ties, only in an invalid batch, keep their
 // input order). Pointers, not copies: this runs on every plan of batches with ~10^5 pieces.
-std::vector<const Piece*> by_document(const std::vector<std::vector<Piece>>& per_rank, size_t total) {
+// `lo` and `hi`: the smallest and largest id (all >= 0).
+std::vector<const Piece*> by_document(const std::vector<std::vector<Piece>>& per_rank, size_t total, int64_t lo,
+                                      int64_t hi) {
   std::vector<const Piece*> out;
   out.reserve(total);
   auto by_offset = [](const Piece* a, const Piece* b) { return a->offset < b->offset; };
-  int64_t lo = 0, hi = -1;
-  for (const auto& rank : per_rank) {
-    for (const Piece& p : rank) {
-      if (hi < lo) lo = hi = p.doc;
-      lo = std::min(lo, p.doc);
-      hi = std::max(hi, p.doc);
-    }
-  }
   if (total == 0) return out;
   if (hi - lo >= static_cast<int64_t>(2 * total + 1024)) {
     for (const auto& rank : per_rank) for (const Piece& p : rank) out.push_back(&p);
@@ -111,6 +105,7 @@ Status Batch::validate() const {
   }
   // No per-piece allocation (messages are built only on failure).
   size_t total = 0;
+  int64_t lo = INT64_MAX, hi = 0;
   for (int64_t r = 0; r < ranks; ++r) {
     int64_t used = 0;
     const auto& pieces = per_rank[static_cast<size_t>(r)];
@@ -135,9 +130,11 @@ Status Batch::validate() const {
       }
       used += p.len;
       ++total;
+      lo = std::min(lo, p.doc);
+      hi = std::max(hi, p.doc);
     }
   }
-  const std::vector<const Piece*> spans = by_document(per_rank, total);
+  const std::vector<const Piece*> spans = by_document(per_rank, total, lo, hi);
   for (size_t i = 0; i < spans.size();) {
     const int64_t doc = spans[i]->doc;
     const int64_t len = spans[i]->doc_len;
