@@ -292,6 +292,7 @@ Status assign_task_inputs(int64_t s, const DocumentIndex& index, const TaskGroup
                           Plan& plan, Scratch& x) {
   auto& sp = plan.servers[static_cast<size_t>(s)];
   const size_t first = g.start[static_cast<size_t>(s)];
+  const TaskCost task(cost);
   int64_t cq = 0, ck = 0;
   sp.cu_seqlens_q.reserve(sp.tasks.size() + 1);
   sp.cu_seqlens_k.reserve(sp.tasks.size() + 1);
@@ -329,7 +330,7 @@ Status assign_task_inputs(int64_t s, const DocumentIndex& index, const TaskGroup
     }
     sp.cu_seqlens_q.push_back(static_cast<int32_t>(cq));
     sp.cu_seqlens_k.push_back(static_cast<int32_t>(ck));
-    sp.load += task_cost(cost, t.q_end - t.q_begin, t.q_end);
+    sp.load += task(t.q_end - t.q_begin, t.q_end);
   }
   return Status::ok_status();
 }

@@ -134,17 +134,23 @@ double task_cost(const AttentionCostModel* cost, int64_t q_len, int64_t kv_len) 
 std::vector<double> server_loads(int64_t ranks, const std::vector<TaskPlacement>& tasks,
                                  const AttentionCostModel* cost) {
   std::vector<double> loads(static_cast<size_t>(ranks), 0.0);
+  const TaskCost task(cost);
   for (const TaskPlacement& t : tasks) {
     DISTCA_CHECK(t.server >= 0 && t.server < ranks);
-    loads[static_cast<size_t>(t.server)] += task_cost(cost, t.q_end - t.q_begin, t.q_end);
+    DISTCA_CHECK(t.q_end - t.q_begin >= 0 && t.q_begin >= 0);  // task_pairs' precondition
+    loads[static_cast<size_t>(t.server)] += task(t.q_end - t.q_begin, t.q_end);
   }
   return loads;
 }
 
 std::vector<double> colocated_loads(const Batch& batch, const AttentionCostModel* cost) {
   std::vector<double> loads(batch.per_rank.size(), 0.0);
+  const TaskCost task(cost);
   for (size_t r = 0; r < batch.per_rank.size(); ++r) {
-    for (const Piece& p : batch.per_rank[r]) loads[r] += task_cost(cost, p.len, p.offset + p.len);
+    for (const Piece& p : batch.per_rank[r]) {
+      DISTCA_CHECK(p.len >= 0 && p.offset >= 0);
+      loads[r] += task(p.len, p.offset + p.len);
+    }
   }
   return loads;
 }
