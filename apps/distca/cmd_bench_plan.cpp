@@ -4,16 +4,21 @@
 //
 // For every (distribution, tokens per rank, servers): `--batches` batches (make_batches, seed
 // --seed), each planned by cad, cad-symmetric, wlb and percp (best C). Figures per scheduler:
-// median plan milliseconds (the scheduler call alone, wall clock), median and worst load
-// max/mean, median forward bytes (total and busiest rank, traffic.h rules; percp: its K/V
-// all-gather, as plan.h reports it), and the batches balanced within tolerance.
-// The ratio cad / cad-symmetric bytes is the median of the per-batch ratios.
+// median plan milliseconds (the scheduler call alone, wall clock), median complete-plan
+// milliseconds (make_plan: options and batch checked, scheduler, build_plan; what a training
+// step pays) with its phases (PlanPhases, plan.h), median and worst load max/mean, median
+// forward bytes (total and busiest rank, traffic.h rules; percp: its K/V all-gather, as plan.h
+// reports it), and the batches balanced within tolerance. The ratio cad / cad-symmetric bytes
+// is the median of the per-batch ratios. Tolerance monotonicity (cad, cad-symmetric): each
+// batch planned again at --wide-tolerance; the worst per-batch ratio of bytes there over
+// bytes at --tolerance (a wider band should never cost bytes: <= 1).
 //
 // percp "best C": the smallest power of two whose balance is within the tolerance, found with
 // an analytic proxy (each document's pairs shared equally by its group) and confirmed by
 // running it (doubling C at most twice when the real plan falls short). percp is slow to plan
 // and to count at hundreds of servers, so it runs on the first kPercpBatches batches only.
-// Plan times: the faster of two runs for cad, cad-symmetric and wlb; one run for percp.
+// Plan times: the faster of two runs for cad, cad-symmetric and wlb; one run for percp. The
+// complete plan is timed for cad and cad-symmetric (the planners a training step calls).
 // --dist / --tokens-k / --servers select rows (e.g. the 512-server ProLong 512K row alone) and
 // --no-sweep skips the sweep, for timing one configuration quickly.
 #include <algorithm>
@@ -47,6 +52,7 @@ struct Flags {
   std::string model = "llama-8b";
   std::string layout = "contiguous";
   double tolerance = 0.05;
+  double wide_tolerance = 0.10;
   uint64_t seed = 42;
   // Row selection (empty / 0: the default rows); --no-sweep skips the tolerance sweep.
   std::string dist;
@@ -63,13 +69,34 @@ struct Sample {
   double ms = 0, max_over_mean = 0;
   double bytes = 0, bytes_max_rank = 0;
   int64_t cp = 0;  // percp only
+  double complete_ms = -1;  // make_plan, the faster of two runs (-1: not timed)
+  PlanPhases phases;        // of that run
+  double wide_ratio = -1;   // bytes at --wide-tolerance / bytes at --tolerance (-1: not run)
 };
+
+// PlanPhases' phases, then "rest": the complete time less their sum (mostly freeing the
+// builder's scratch and the schedule when make_plan returns).
+constexpr const char* kPhaseNames[] = {"validate", "schedule", "index", "tasks", "layouts", "mirror", "metrics", "rest"};
+constexpr int kNumPhases = 8;
+
+double phase_ms(const Sample& m, int i) {
+  const PlanPhases& p = m.phases;
+  const double s[kNumPhases] = {p.validate_s, p.schedule_s, p.index_s, p.tasks_s,
+                                p.layouts_s,  p.mirror_s,   p.metrics_s, m.complete_ms / 1e3 - p.total()};
+  return 1e3 * s[i];
+}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string fmt_tol(double t) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", t);
+  return buf;
 }
 
 double now_ms() {
@@ -145,12 +172,49 @@ double percp_proxy_max_over_mean(const Batch& b, int64_t c) {
 // the exact count) with a margin; measured about 40 B at 1024 servers.
 constexpr double kPercpPerTask = 64;
 
+// The complete plan of scheduler k (make_plan), the faster of two runs, into m.
+Status time_complete(int k, const Batch& b, const ScheduleOptions& o, Sample& m) {
+  const SchedulerKind kinds[] = {SchedulerKind::kCad, SchedulerKind::kCadSymmetric};
+  for (int rep = 0; rep < 2; ++rep) {
+    PlanPhases ph;
+    const double t0 = now_ms();
+    auto plan = make_plan(b, SchedulerSpec{kinds[k], 1}, o, &ph);
+    const double ms = now_ms() - t0;
+    if (!plan.ok()) return plan.status();
+    if (rep == 0 || ms < m.complete_ms) {
+      m.complete_ms = ms;
+      m.phases = ph;
+    }
+  }
+  return Status::ok_status();
+}
+
+// Bytes of scheduler k (cad or cad-symmetric) at `wide` over its bytes at o.tolerance (in m).
+Status wide_ratio(int k, const Batch& b, const ScheduleOptions& o, double wide, Sample& m) {
+  ScheduleOptions ow = o;
+  ow.tolerance = wide;
+  auto s = k == 0 ? schedule_cad(b, ow) : schedule_cad_symmetric(b, ow);
+  if (!s.ok()) return s.status();
+  const Traffic t = compute_traffic(DocumentIndex(s->batch), s->tasks, row_bytes(o.model, o.dtype_bytes));
+  m.wide_ratio = static_cast<double>(t.bytes.forward()) / std::max(1.0, m.bytes);
+  return Status::ok_status();
+}
+
 // `held_bytes`: what the run holds besides the schedule (the row's batches); `what`: the flags
 // for a refusal's message.
-Result<Sample> run_one(int k, const Batch& b, const ScheduleOptions& o, double held_bytes, const std::string& what) {
-  if (k == 0) return timed([&] { return schedule_cad(b, o); }, b, o, 0);
-  if (k == 1) return timed([&] { return schedule_cad_symmetric(b, o); }, b, o, 0);
-  if (k == 2) return timed([&] { return schedule_wlb(b, o); }, b, o, 0);
+Result<Sample> run_one(int k, const Batch& b, const ScheduleOptions& o, double wide, double held_bytes,
+                       const std::string& what) {
+  if (k <= 2) {
+    auto m = k == 0   ? timed([&] { return schedule_cad(b, o); }, b, o, 0)
+             : k == 1 ? timed([&] { return schedule_cad_symmetric(b, o); }, b, o, 0)
+                      : timed([&] { return schedule_wlb(b, o); }, b, o, 0);
+    if (!m.ok()) return m;
+    if (k <= 1) {
+      DISTCA_RETURN_IF_ERROR(time_complete(k, b, o, *m));
+      DISTCA_RETURN_IF_ERROR(wide_ratio(k, b, o, wide, *m));
+    }
+    return m;
+  }
   // percp: the smallest power-of-two C whose proxy balance is within tolerance (else the
   // proxy's best), then confirmed by running it, doubling C at most twice if it falls short.
   int64_t c = 1, best_c = 1;
@@ -197,11 +261,12 @@ void progress(bool on, const std::string& line) {
 }
 
 // What a run holds at its peak (docs/scheduler.md, "Memory"): one row's batches (measured
-// about 42 bytes per piece and 1.6 KB per rank with the allocator's overhead) and one
-// schedule with its traffic count (about 600 bytes per task, tasks about the pieces, and a
-// few KB per rank). The constants round the measurements up.
+// about 42 bytes per piece and 1.6 KB per rank with the allocator's overhead), one schedule
+// with its traffic count (about 600 bytes per task, tasks about the pieces, and a few KB per
+// rank) and one complete plan (measured 110-430 bytes per task and about 1.3 KB per rank,
+// docs/scheduler.md, "Performance"). The constants round the measurements up.
 double bench_row_bytes(int64_t batches, int64_t servers, double pieces) {
-  constexpr double kPerPiece = 64, kPerRank = 64, kSchedulePerPiece = 1024, kSchedulePerRank = 4096;
+  constexpr double kPerPiece = 64, kPerRank = 64, kSchedulePerPiece = 1536, kSchedulePerRank = 8192;
   return static_cast<double>(batches) * (kPerPiece * pieces + kPerRank * static_cast<double>(servers)) +
          kSchedulePerPiece * pieces + kSchedulePerRank * static_cast<double>(servers);
 }
@@ -211,6 +276,10 @@ Status check_flags(const Flags& f) {
   if (f.batches < 1) return Status::invalid_argument("--batches must be >= 1 (got " + std::to_string(f.batches) + ")");
   if (!std::isfinite(f.tolerance) || f.tolerance < 0 || f.tolerance > 1) {
     return Status::invalid_argument("--tolerance must be in [0, 1]");
+  }
+  if (!std::isfinite(f.wide_tolerance) || f.wide_tolerance < f.tolerance || f.wide_tolerance > 1) {
+    return Status::invalid_argument("--wide-tolerance must be in [--tolerance, 1] (got " +
+                                    std::to_string(f.wide_tolerance) + ")");
   }
   DISTCA_RETURN_IF_ERROR(model_preset(f.model).status().with_context("--model"));
   DISTCA_RETURN_IF_ERROR(parse_layout(f.layout).status());
@@ -314,7 +383,7 @@ Status run_config(Bench& b, const Config& c) {
   for (size_t i = 0; i < bs.size(); ++i) {
     for (int k = 0; k < kNumSchedulers; ++k) {
       if (k == 3 && i >= kPercpBatches) continue;
-      DISTCA_ASSIGN_OR_RETURN(Sample m, run_one(k, bs[i], b.o, held, b.what));
+      DISTCA_ASSIGN_OR_RETURN(Sample m, run_one(k, bs[i], b.o, f.wide_tolerance, held, b.what));
       samples[k].push_back(m);
     }
     ratio.push_back(samples[0].back().bytes / std::max(1.0, samples[1].back().bytes));
@@ -324,8 +393,8 @@ Status run_config(Bench& b, const Config& c) {
   nlohmann::json row = {{"dist", c.dist}, {"tokens_per_rank", c.tokens}, {"servers", c.servers},
                         {"cad_over_symmetric_bytes_median", median(ratio)}, {"schedulers", nlohmann::json::object()}};
   for (int k = 0; k < kNumSchedulers; ++k) {
-    std::vector<double> ms, mm, by, br, cp;
-    int64_t balanced = 0;
+    std::vector<double> ms, mm, by, br, cp, full, wide, phase[kNumPhases];
+    int64_t balanced = 0, wider_costs = 0;
     for (const Sample& s : samples[k]) {
       ms.push_back(s.ms);
       mm.push_back(s.max_over_mean);
@@ -333,7 +402,16 @@ Status run_config(Bench& b, const Config& c) {
       br.push_back(s.bytes_max_rank);
       cp.push_back(static_cast<double>(s.cp));
       if (s.max_over_mean <= 1 + f.tolerance) ++balanced;
+      if (s.complete_ms >= 0) {
+        full.push_back(s.complete_ms);
+        for (int p = 0; p < kNumPhases; ++p) phase[p].push_back(phase_ms(s, p));
+      }
+      if (s.wide_ratio >= 0) {
+        wide.push_back(s.wide_ratio);
+        if (s.wide_ratio > 1) ++wider_costs;
+      }
     }
+    const double wide_worst = wide.empty() ? 0 : *std::max_element(wide.begin(), wide.end());
     nlohmann::json j = {{"plan_ms_median", median(ms)},
                         {"load_max_over_mean_median", median(mm)},
                         {"load_max_over_mean_worst", *std::max_element(mm.begin(), mm.end())},
@@ -342,13 +420,33 @@ Status run_config(Bench& b, const Config& c) {
                         {"balanced_batches", balanced},
                         {"batches", samples[k].size()}};
     if (k == 3) j["cp_degree_median"] = median(cp);
+    if (!full.empty()) {
+      j["complete_plan_ms_median"] = median(full);
+      nlohmann::json ph = nlohmann::json::object();
+      for (int p = 0; p < kNumPhases; ++p) ph[kPhaseNames[p]] = median(phase[p]);
+      j["complete_plan_phases_ms_median"] = ph;
+    }
+    if (!wide.empty()) {
+      j["wide_over_tight_bytes_worst"] = wide_worst;
+      j["wide_over_tight_bytes_median"] = median(wide);
+      j["wide_costs_more_batches"] = wider_costs;
+    }
     row["schedulers"][kSchedulers[k]] = j;
     if (!b.to_stdout) {
-      std::printf("%-8s %4lldK %5lld | %-13s %8.2f %8.4f %8.4f %9.2f %9.3f | %lld/%lld%s\n", c.dist.c_str(),
+      char full_ms[16] = "       -", wide_s[40] = "";
+      if (!full.empty()) std::snprintf(full_ms, sizeof full_ms, "%8.2f", median(full));
+      if (!wide.empty()) std::snprintf(wide_s, sizeof wide_s, " | %6.3f (%lld)", wide_worst, static_cast<long long>(wider_costs));
+      std::printf("%-8s %4lldK %5lld | %-13s %8.2f %s %8.4f %8.4f %9.2f %9.3f | %lld/%lld%s%s\n", c.dist.c_str(),
                   static_cast<long long>(c.tokens >> 10), static_cast<long long>(c.servers), kSchedulers[k],
-                  median(ms), median(mm), *std::max_element(mm.begin(), mm.end()), median(by) / 1e9,
+                  median(ms), full_ms, median(mm), *std::max_element(mm.begin(), mm.end()), median(by) / 1e9,
                   median(br) / 1e9, static_cast<long long>(balanced), static_cast<long long>(samples[k].size()),
-                  k == 3 ? (" (C=" + std::to_string(static_cast<long long>(median(cp))) + ")").c_str() : "");
+                  k == 3 ? (" (C=" + std::to_string(static_cast<long long>(median(cp))) + ")").c_str() : "", wide_s);
+      if (k == 0 && !full.empty()) {
+        std::printf("%-8s %4lldK %5lld | cad complete plan, median ms per phase:", c.dist.c_str(),
+                    static_cast<long long>(c.tokens >> 10), static_cast<long long>(c.servers));
+        for (int p = 0; p < kNumPhases; ++p) std::printf(" %s %.2f", kPhaseNames[p], median(phase[p]));
+        std::printf("\n");
+      }
     }
   }
   if (!b.to_stdout) std::printf("%-8s %4lldK %5lld | cad / cad-symmetric bytes: %.3f (median of per-batch ratios)\n",
@@ -417,14 +515,15 @@ int run(const Flags& f) {
   if (!st.ok()) return st.code() == StatusCode::kOutOfMemory ? fail_input(st.message()) : fail(st);
 
   b.out = {{"bench", "plan"}, {"model", f.model}, {"layout", f.layout},
-           {"tolerance", f.tolerance}, {"batches", b.batches}, {"seed", f.seed},
+           {"tolerance", f.tolerance}, {"wide_tolerance", f.wide_tolerance}, {"batches", b.batches}, {"seed", f.seed},
            {"dtype_bytes", b.o.dtype_bytes}, {"configs", nlohmann::json::array()},
            {"sweep", nlohmann::json::array()}};
   if (!b.to_stdout) {
     std::printf("distca bench plan: %s, %s layout, tolerance %g, %lld batches per row, medians\n",
                 f.model.c_str(), f.layout.c_str(), f.tolerance, static_cast<long long>(b.batches));
-    std::printf("%-8s %5s %5s | %-13s %8s %8s %8s %9s %9s | %s\n", "dist", "tok", "srv", "scheduler",
-                "plan ms", "max/mean", "worst", "bytes GB", "rank GB", "balanced");
+    std::printf("%-8s %5s %5s | %-13s %8s %8s %8s %8s %9s %9s | %s | %s\n", "dist", "tok", "srv", "scheduler",
+                "plan ms", "full ms", "max/mean", "worst", "bytes GB", "rank GB", "balanced",
+                ("bytes tol " + fmt_tol(f.wide_tolerance) + " / " + fmt_tol(f.tolerance) + " worst (batches > 1)").c_str());
   }
   for (const Config& c : configs) {
     st = run_config(b, c);
@@ -453,6 +552,9 @@ Runner setup(CLI::App& sub) {
   sub.add_option("--model", f->model, "Model preset for the byte counts")->capture_default_str();
   sub.add_option("--layout", f->layout, "Batch layout: contiguous | head-tail")->capture_default_str();
   sub.add_option("--tolerance", f->tolerance, "cad / cad-symmetric tolerance, in [0, 1]")->capture_default_str();
+  sub.add_option("--wide-tolerance", f->wide_tolerance,
+                 "Tolerance monotonicity: cad and cad-symmetric planned again at this tolerance (>= --tolerance)")
+      ->capture_default_str();
   sub.add_option("--seed", f->seed, "Workload seed")->capture_default_str();
   sub.add_option("--dist", f->dist, "Only this distribution's rows (and sweep): pretrain | prolong");
   sub.add_option("--tokens-k", f->tokens_k, "Only rows with this many K tokens per rank (e.g. 512)");

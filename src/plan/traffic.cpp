@@ -2,7 +2,6 @@
 #include "distca/plan/traffic.h"
 
 #include <algorithm>
-#include <map>
 #include <utility>
 
 #include "distca/core/check.h"
@@ -41,17 +40,17 @@ int64_t Traffic::backward_max_rank() const {
 Traffic compute_traffic(const DocumentIndex& index, const std::vector<TaskPlacement>& tasks,
                         const RowBytes& rb, bool include_context) {
   const int64_t ranks = index.ranks();
+  const auto R = static_cast<size_t>(ranks);
   Traffic t;
-  t.per_rank.assign(static_cast<size_t>(ranks), {});
-  // (document slot, server) -> largest q_end: the context that server needs.
-  std::map<std::pair<int64_t, int64_t>, int64_t> need;
+  t.per_rank.assign(R, {});
+  // Tasks grouped by server (a counting sort), so each server's contexts are found with a
+  // [documents] scratch array instead of a map over (document, server) pairs: O(tasks +
+  // ranks + documents). Every sum is of integers, so the grouping cannot change a figure.
+  std::vector<size_t> start(R + 1, 0);
   for (const TaskPlacement& task : tasks) {
     DISTCA_CHECK(task.home >= 0 && task.home < ranks && task.server >= 0 && task.server < ranks);
     DISTCA_CHECK(task.q_begin >= 0 && task.q_begin < task.q_end);
-    const int64_t s = index.slot(task.doc);
-    DISTCA_CHECK(s >= 0 && task.q_end <= index.doc_len(task.doc));
-    auto [it, fresh] = need.emplace(std::make_pair(s, task.server), task.q_end);
-    if (!fresh) it->second = std::max(it->second, task.q_end);
+    ++start[static_cast<size_t>(task.server) + 1];
     if (task.home == task.server) continue;
     const int64_t n = task.q_end - task.q_begin;
     t.bytes.q += n * rb.q;
@@ -63,19 +62,42 @@ Traffic compute_traffic(const DocumentIndex& index, const std::vector<TaskPlacem
     add_message(t.per_rank, task.home, task.server, n * rb.o, false);
     add_message(t.per_rank, task.server, task.home, n * rb.q, false);
   }
+  std::vector<int64_t> slot_of(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const int64_t s = index.slot(tasks[i].doc);
+    DISTCA_CHECK(s >= 0 && tasks[i].q_end <= index.slot_len(s));
+    slot_of[i] = s;
+  }
   if (!include_context) return t;
-  for (const auto& [key, end] : need) {
-    const auto [s, server] = key;
-    const int64_t doc = index.doc_ids()[static_cast<size_t>(s)];
-    for (const HeldRun& run : index.runs(doc)) {
-      if (run.begin >= end) break;
-      if (run.rank == server) continue;
-      const int64_t bytes = (std::min(end, run.end) - run.begin) * rb.kv;
-      t.bytes.kv += bytes;
-      t.bytes.dkv += bytes;
-      add_message(t.per_rank, run.rank, server, bytes, true);
-      add_message(t.per_rank, server, run.rank, bytes, false);
+  for (size_t r = 0; r < R; ++r) start[r + 1] += start[r];
+  std::vector<size_t> by_server(tasks.size());
+  {
+    std::vector<size_t> cursor(start.begin(), start.end() - 1);
+    for (size_t i = 0; i < tasks.size(); ++i) by_server[cursor[static_cast<size_t>(tasks[i].server)]++] = i;
+  }
+  std::vector<int64_t> need(index.doc_ids().size(), 0);  // slot -> largest q_end (0: none)
+  std::vector<int64_t> touched;
+  for (size_t server = 0; server < R; ++server) {
+    for (size_t k = start[server]; k < start[server + 1]; ++k) {
+      const size_t i = by_server[k];
+      int64_t& e = need[static_cast<size_t>(slot_of[i])];
+      if (e == 0) touched.push_back(slot_of[i]);
+      e = std::max(e, tasks[i].q_end);
     }
+    for (const int64_t s : touched) {
+      const int64_t end = need[static_cast<size_t>(s)];
+      need[static_cast<size_t>(s)] = 0;
+      for (const HeldRun& run : index.slot_runs(s)) {
+        if (run.begin >= end) break;
+        if (run.rank == static_cast<int64_t>(server)) continue;
+        const int64_t bytes = (std::min(end, run.end) - run.begin) * rb.kv;
+        t.bytes.kv += bytes;
+        t.bytes.dkv += bytes;
+        add_message(t.per_rank, run.rank, static_cast<int64_t>(server), bytes, true);
+        add_message(t.per_rank, static_cast<int64_t>(server), run.rank, bytes, false);
+      }
+    }
+    touched.clear();
   }
   return t;
 }
@@ -112,17 +134,23 @@ double task_cost(const AttentionCostModel* cost, int64_t q_len, int64_t kv_len) 
 std::vector<double> server_loads(int64_t ranks, const std::vector<TaskPlacement>& tasks,
                                  const AttentionCostModel* cost) {
   std::vector<double> loads(static_cast<size_t>(ranks), 0.0);
+  const TaskCost task(cost);
   for (const TaskPlacement& t : tasks) {
     DISTCA_CHECK(t.server >= 0 && t.server < ranks);
-    loads[static_cast<size_t>(t.server)] += task_cost(cost, t.q_end - t.q_begin, t.q_end);
+    DISTCA_CHECK(t.q_end - t.q_begin >= 0 && t.q_begin >= 0);  // task_pairs' precondition
+    loads[static_cast<size_t>(t.server)] += task(t.q_end - t.q_begin, t.q_end);
   }
   return loads;
 }
 
 std::vector<double> colocated_loads(const Batch& batch, const AttentionCostModel* cost) {
   std::vector<double> loads(batch.per_rank.size(), 0.0);
+  const TaskCost task(cost);
   for (size_t r = 0; r < batch.per_rank.size(); ++r) {
-    for (const Piece& p : batch.per_rank[r]) loads[r] += task_cost(cost, p.len, p.offset + p.len);
+    for (const Piece& p : batch.per_rank[r]) {
+      DISTCA_CHECK(p.len >= 0 && p.offset >= 0);
+      loads[r] += task(p.len, p.offset + p.len);
+    }
   }
   return loads;
 }

@@ -111,6 +111,8 @@ TEST_F(PlanCli, BenchPlanRefusalsNameItsFlags) {
       {"--tokens-k -1", "--tokens-k"},
       {"--batches 0", "--batches"},
       {"--batches 1000000 --servers 1024", "--batches 1000000 --servers 1024"},
+      {"--wide-tolerance 0.01", "--wide-tolerance"},  // below --tolerance 0.05
+      {"--wide-tolerance 1.5", "--wide-tolerance"},
   };
   for (const auto& [args, flag] : cases) {
     const CliRun r = run("bench plan " + args + " --json " + (dir_ / "bench.json").string());
@@ -120,6 +122,40 @@ TEST_F(PlanCli, BenchPlanRefusalsNameItsFlags) {
     EXPECT_EQ(r.err.find("--tokens-per-rank"), std::string::npos) << args << ": " << r.err;
     EXPECT_FALSE(fs::exists(dir_ / "bench.json"));
   }
+}
+
+// bench plan's complete-plan and monotonicity figures: present for cad and cad-symmetric, the
+// phases adding up to the complete time (the "rest" closes the sum by definition, so it must
+// not be negative beyond rounding), the monotonicity counts consistent with the worst ratio.
+TEST_F(PlanCli, BenchPlanReportsCompletePlanPhasesAndMonotonicity) {
+  const fs::path out = dir_ / "bench.json";
+  const CliRun r = run("bench plan --dist pretrain --tokens-k 128 --servers 8 --batches 1 --no-sweep --json " +
+                       out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(slurp(out));
+  EXPECT_EQ(j["wide_tolerance"].get<double>(), 0.10);
+  ASSERT_EQ(j["configs"].size(), 1u);
+  for (const char* name : {"cad", "cad-symmetric"}) {
+    const nlohmann::json& s = j["configs"][0]["schedulers"][name];
+    ASSERT_TRUE(s.contains("complete_plan_ms_median")) << name;
+    const double complete = s["complete_plan_ms_median"].get<double>();
+    EXPECT_GT(complete, 0) << name;
+    double sum = 0;
+    for (const char* phase : {"validate", "schedule", "index", "tasks", "layouts", "mirror", "metrics", "rest"}) {
+      ASSERT_TRUE(s["complete_plan_phases_ms_median"].contains(phase)) << name << " " << phase;
+      const double ms = s["complete_plan_phases_ms_median"][phase].get<double>();
+      if (std::string(phase) != "rest") {
+        EXPECT_GE(ms, 0) << name << " " << phase;
+      }
+      sum += ms;
+    }
+    EXPECT_NEAR(sum, complete, 1e-6 * complete + 1e-9) << name;  // one batch: medians are its values
+    const double worst = s["wide_over_tight_bytes_worst"].get<double>();
+    EXPECT_GT(worst, 0) << name;
+    EXPECT_LE(s["wide_over_tight_bytes_median"].get<double>(), worst) << name;
+    EXPECT_EQ(s["wide_costs_more_batches"].get<int64_t>(), worst > 1 ? 1 : 0) << name;
+  }
+  EXPECT_FALSE(j["configs"][0]["schedulers"]["wlb"].contains("complete_plan_ms_median"));
 }
 
 // Inputs that are not regular files: a FIFO without a writer (would block forever), /dev/zero

@@ -37,10 +37,14 @@
 // Thread safety: plain values.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
+
+#include "distca/core/check.h"
 
 #include "distca/cost/analytic.h"
 #include "distca/data/batch.h"
@@ -69,13 +73,97 @@ struct Segment {
   bool operator==(const Segment&) const = default;
 };
 
+// A task's segments: a vector (iteration, size, [], push_back, reserve, ==) that keeps up to
+// kInline segments in place (64 bytes in all). A task's context is almost always one or two runs, so a plan of
+// 10^5 tasks does not make 10^5 small allocations (docs/scheduler.md, "Performance").
+class SegmentList {
+ public:
+  static constexpr uint32_t kInline = 2;
+  SegmentList() = default;
+  SegmentList(std::initializer_list<Segment> init) {
+    reserve(init.size());
+    for (const Segment& s : init) push_back(s);
+  }
+  SegmentList(const SegmentList& o) { *this = o; }
+  SegmentList(SegmentList&& o) noexcept { steal(o); }
+  SegmentList& operator=(const SegmentList& o) {
+    if (this == &o) return *this;
+    size_ = 0;
+    reserve(o.size_);
+    std::copy(o.begin(), o.end(), data());
+    size_ = o.size_;
+    return *this;
+  }
+  SegmentList& operator=(SegmentList&& o) noexcept {
+    if (this != &o) {
+      release();
+      steal(o);
+    }
+    return *this;
+  }
+  ~SegmentList() { release(); }
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  Segment* data() { return cap_ > kInline ? heap_ : inline_; }
+  const Segment* data() const { return cap_ > kInline ? heap_ : inline_; }
+  Segment* begin() { return data(); }
+  Segment* end() { return data() + size_; }
+  const Segment* begin() const { return data(); }
+  const Segment* end() const { return data() + size_; }
+  Segment& operator[](size_t i) { return data()[i]; }
+  const Segment& operator[](size_t i) const { return data()[i]; }
+  Segment& back() { return data()[size_ - 1]; }
+  const Segment& back() const { return data()[size_ - 1]; }
+  void clear() { size_ = 0; }
+  void reserve(size_t n) {
+    if (n <= cap_) return;
+    DISTCA_CHECK(n < (size_t{1} << 31));
+    auto* grown = new Segment[n];
+    std::copy(begin(), end(), grown);
+    release();
+    heap_ = grown;
+    cap_ = static_cast<uint32_t>(n);
+  }
+  void push_back(const Segment& s) {
+    if (size_ == cap_) reserve(2 * static_cast<size_t>(cap_));
+    data()[size_++] = s;
+  }
+  bool operator==(const SegmentList& o) const { return std::equal(begin(), end(), o.begin(), o.end()); }
+
+ private:
+  void release() {
+    if (cap_ > kInline) delete[] heap_;
+    heap_ = nullptr;
+    cap_ = kInline;
+  }
+  // Takes o's contents (o is left empty); precondition: this holds no heap block.
+  void steal(SegmentList& o) {
+    size_ = o.size_;
+    cap_ = o.cap_;
+    if (o.cap_ > kInline) {
+      heap_ = o.heap_;
+    } else {
+      std::copy(o.inline_, o.inline_ + o.size_, inline_);
+    }
+    o.size_ = 0;
+    o.cap_ = kInline;
+    o.heap_ = nullptr;
+  }
+
+  uint32_t size_ = 0;
+  uint32_t cap_ = kInline;  // > kInline: the segments live in heap_
+  Segment inline_[kInline];
+  Segment* heap_ = nullptr;
+};
+
 struct ServerTask {
   TaskPlacement task;
   // home == server: local row of q_begin in the server's token buffer. home != server: first
   // row of the task in the server's kQ receive buffer (== kOLse send, kDO receive, kDQ send).
   int64_t q_offset = 0;
   // Context rows [0, q_end) in order; lengths sum to q_end. Received offsets index kKv.
-  std::vector<Segment> kv;
+  SegmentList kv;
   bool operator==(const ServerTask&) const = default;
 };
 
@@ -150,12 +238,28 @@ struct Plan {
   int64_t num_tasks() const;
 };
 
+// Wall-clock seconds of the phases of a complete plan (make_plan fills all of them,
+// build_plan the last five). What `distca bench plan` reports per phase.
+struct PlanPhases {
+  double validate_s = 0;  // make_plan: ScheduleOptions::validate (the batch's check included)
+  double schedule_s = 0;  // make_plan: the scheduler
+  double index_s = 0;     // the schedule's batch checked, the document index, the plan's copy of the batch
+  double tasks_s = 0;     // tasks checked and handed to their servers, empty exchanges
+  double layouts_s = 0;   // per server: q and kv blocks on both ends, receive counts, task inputs
+  double mirror_s = 0;    // send counts; o_lse, do, dq, dkv mirrored from q and kv
+  double metrics_s = 0;   // loads, tokens, traffic (and percp's all-gather)
+  double total() const;
+};
+
 // Builds the plan of `schedule` (whose batch the homes refer to). `input` is the batch the
 // scheduler was given (for loads_before). Fails (kInvalidArgument) if a task is malformed:
 // unknown document, empty or out-of-range query rows, rank out of range, query rows not
 // inside one piece held by home. It does NOT check coverage; validate_plan does.
+// Cost: O(pieces + tasks + ranks + blocks) time and memory (docs/scheduler.md, "Performance":
+// no [ranks] or [documents] array per server, a fixed number of allocations per task, per
+// block list and per rank). `phases`, when given, receives the time of its phases.
 Result<Plan> build_plan(const Schedule& schedule, const Batch& input, const SchedulerSpec& spec,
-                        const ScheduleOptions& options);
+                        const ScheduleOptions& options, PlanPhases* phases = nullptr);
 
 // What build_plan will hold for `schedule`, counted before it allocates (the CLI's memory
 // estimate, docs/scheduler.md): its tasks, one q block per task served away from home, and the
@@ -174,7 +278,16 @@ PlanSize plan_size(const Schedule& schedule);
 // [slot of index.doc_ids()][groups]. Precondition: cp_degree divides index.ranks().
 std::vector<std::vector<int64_t>> percp_groups(const DocumentIndex& index, int64_t cp_degree);
 
-// run_scheduler + build_plan.
-Result<Plan> make_plan(const Batch& batch, const SchedulerSpec& spec, const ScheduleOptions& options);
+namespace detail {
+// make_plan's build_plan: takes the schedule's batch instead of copying it, and skips the
+// batch's check when it equals `validated_input` (which the caller has validated).
+Result<Plan> build_plan_from(Schedule&& schedule, const Batch& validated_input, const SchedulerSpec& spec,
+                             const ScheduleOptions& options, PlanPhases* phases);
+}  // namespace detail
+
+// run_scheduler + build_plan (the options and the batch checked once). `phases`, when given,
+// receives the time of every phase.
+Result<Plan> make_plan(const Batch& batch, const SchedulerSpec& spec, const ScheduleOptions& options,
+                       PlanPhases* phases = nullptr);
 
 }  // namespace distca

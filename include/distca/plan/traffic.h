@@ -100,6 +100,24 @@ AllGatherTraffic compute_allgather(const DocumentIndex& index, int64_t cp_degree
 
 // Cost of one task under `cost` (causal pairs when nullptr).
 double task_cost(const AttentionCostModel* cost, int64_t q_len, int64_t kv_len);
+
+// task_cost for loops over every task or piece: the causal-pairs count inline when `cost` is
+// nullptr or a PairsCostModel (the same doubles, without a virtual call each), `cost`
+// otherwise. Precondition of operator(): 0 <= q_len <= kv_len.
+class TaskCost {
+ public:
+  explicit TaskCost(const AttentionCostModel* cost)
+      : cost_(cost), pairs_(cost == nullptr || dynamic_cast<const PairsCostModel*>(cost) != nullptr) {}
+  double operator()(int64_t q_len, int64_t kv_len) const {
+    if (!pairs_) return cost_->task_cost(q_len, kv_len);
+    const int64_t a = kv_len - q_len;  // causal_pairs(kv_len - q_len, kv_len)
+    return static_cast<double>((kv_len * (kv_len + 1) - a * (a + 1)) / 2);
+  }
+
+ private:
+  const AttentionCostModel* cost_;
+  bool pairs_;
+};
 // Load of every server (tasks' costs summed in task order). [ranks]
 std::vector<double> server_loads(int64_t ranks, const std::vector<TaskPlacement>& tasks,
                                  const AttentionCostModel* cost);
