@@ -5,12 +5,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "distca/comm/communicator.h"
 #include "distca/core/specs.h"
 #include "distca/core/status.h"
+#include "distca/cost/hardware_profile.h"
+#include "distca/cost/profiled.h"
+#include "distca/data/batch.h"
 #include "distca/train/config.h"
 
 namespace distca::cli::bench_train {
@@ -58,6 +62,22 @@ double measure_sgemm(const TrainBenchFlags& f, int rank);
 Status probe_sgemm_round(comm::Communicator& comm, const TrainBenchFlags& f, std::vector<double>& best);
 // The memory every mode's run needs in this process, against the limit (--max-memory).
 Status check_bench_memory(const TrainBenchFlags& f, int64_t ranks, bool lead, const std::vector<Mode>& modes);
+
+// The simulator's prediction of one mode (sim::simulate in-process): one unit per rank,
+// f.pp stages, the batches as micro-batches (f.pp = 1: one batch over every rank), fp32, no
+// activation checkpointing, stateless cad servers with pipelines (the trainer's), keeping ones
+// without. hw: a measured hardware profile (--hardware) or null: then the local-cpu preset's
+// links and the linear layers at sgemm_mean (mfu 1); table (--cost-table) or null: attention
+// from the profile, else analytic at efficiency 0.5.
+struct SimFigures {
+  bool ok = false;
+  std::string error;
+  double step_s = 0;
+  std::vector<double> stage_idle;  // [stage] mean over the stage's units
+};
+SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, double sgemm_mean,
+                   const ProfiledCostModel* table, const std::shared_ptr<const HardwareProfile>& hw_profile,
+                   const std::vector<Batch>& batches);
 
 // --pp > 1: the modes timed (colocated 1F1B, cad phase-aligned pingpong and single-stream).
 std::vector<Mode> pipeline_modes();

@@ -141,49 +141,6 @@ Status run_rank(comm::Communicator& comm, const TrainBenchFlags& f, const train:
 // links, peak = the measured sgemm rate with mfu 1, attention from --cost-table or analytic at
 // the simulator's default efficiency; fp32, no activation checkpointing, stateless cad servers
 // (the runtime's phase-aligned schedule re-sends a backward's inputs).
-struct SimFigures {
-  bool ok = false;
-  std::string error;
-  double step_s = 0;
-  std::vector<double> stage_idle;  // [stage] mean over the stage's units
-};
-// hw: the measured hardware profile (--hardware) or null: then the links are the local-cpu
-// preset's and the linear layers run at the mean sgemm rate the benchmark probed.
-SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, double sgemm_mean,
-                   const ProfiledCostModel* table, const std::shared_ptr<const HardwareProfile>& hw_profile,
-                   const std::vector<Batch>& batches) {
-  SimFigures out;
-  sim::SimOptions so;
-  so.model = bench_spec(f);
-  so.cluster.gpus = ranks;
-  so.cluster.gpus_per_node = 1;
-  so.cluster.pp = f.pp;
-  auto hw = hardware_preset("local-cpu");
-  if (!hw.ok()) return {false, hw.status().message(), 0, {}};
-  so.cluster.hw = *hw;
-  so.cluster.hw.peak_flops = sgemm_mean;
-  so.mfu = 1.0;
-  so.attention_table = table;
-  so.hardware_profile = hw_profile;
-  so.tolerance = f.tolerance;
-  so.dtype_bytes = 4;
-  so.shard_optimizer = false;
-  so.activation_checkpointing = false;
-  so.cad_stateless = true;
-  auto strategy = sim::parse_strategy(std::string(mode.mode) == "cad" ? std::string("cad:") + mode.overlap : "colocated");
-  if (!strategy.ok()) return {false, strategy.status().message(), 0, {}};
-  so.strategy = *strategy;
-  auto r = sim::simulate(so, batches);
-  if (!r.ok()) return {false, r.status().message(), 0, {}};
-  out.ok = true;
-  out.step_s = r->iteration_seconds;
-  const int64_t ups = ranks / f.pp;
-  out.stage_idle.assign(static_cast<size_t>(f.pp), 0);
-  for (const sim::UnitStats& u : r->per_unit) {
-    out.stage_idle[static_cast<size_t>(u.stage)] += u.idle / r->iteration_seconds / static_cast<double>(ups);
-  }
-  return out;
-}
 
 double mean(const std::vector<double>& v) {
   double s = 0;
@@ -335,6 +292,42 @@ int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, cons
 }
 
 }  // namespace
+
+SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, double sgemm_mean,
+                   const ProfiledCostModel* table, const std::shared_ptr<const HardwareProfile>& hw_profile,
+                   const std::vector<Batch>& batches) {
+  SimFigures out;
+  sim::SimOptions so;
+  so.model = bench_spec(f);
+  so.cluster.gpus = ranks;
+  so.cluster.gpus_per_node = 1;
+  so.cluster.pp = f.pp;
+  auto hw = hardware_preset("local-cpu");
+  if (!hw.ok()) return {false, hw.status().message(), 0, {}};
+  so.cluster.hw = *hw;
+  so.cluster.hw.peak_flops = sgemm_mean;
+  so.mfu = 1.0;
+  so.attention_table = table;
+  so.hardware_profile = hw_profile;
+  so.tolerance = f.tolerance;
+  so.dtype_bytes = 4;
+  so.shard_optimizer = false;
+  so.activation_checkpointing = false;
+  so.cad_stateless = f.pp > 1;  // pipelines plan every backward apart; pp 1 servers keep their inputs
+  auto strategy = sim::parse_strategy(std::string(mode.mode) == "cad" ? std::string("cad:") + mode.overlap : "colocated");
+  if (!strategy.ok()) return {false, strategy.status().message(), 0, {}};
+  so.strategy = *strategy;
+  auto r = sim::simulate(so, batches);
+  if (!r.ok()) return {false, r.status().message(), 0, {}};
+  out.ok = true;
+  out.step_s = r->iteration_seconds;
+  const int64_t ups = ranks / f.pp;
+  out.stage_idle.assign(static_cast<size_t>(f.pp), 0);
+  for (const sim::UnitStats& u : r->per_unit) {
+    out.stage_idle[static_cast<size_t>(u.stage)] += u.idle / r->iteration_seconds / static_cast<double>(ups);
+  }
+  return out;
+}
 
 std::vector<Mode> pipeline_modes() {
   return {{"colocated 1F1B", "colocated", ""}, {"cad pingpong", "cad", "pingpong"},

@@ -320,7 +320,7 @@ double paired(const ModeFigures& a, const ModeFigures& b) {
   return median(r);
 }
 
-int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig) {
+int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const std::shared_ptr<const HardwareProfile>& hw) {
   const ModelSpec spec = bench_spec(f);
   const Batch batch = skewed_batch(f, ranks);
   const StepFlops fl = step_flops(spec, batch);
@@ -411,6 +411,23 @@ int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig) {
                           {"buffer_bytes", m.buffers},
                           {"outputs_valid", m.outputs_valid}});
   }
+  if (hw) {
+    // The simulator on the measured profile, beside the measured medians (issue 17's check).
+    appendf(out, "sim (hardware profile %s, %lld ranks at once):", f.hardware.c_str(), static_cast<long long>(hw->ranks));
+    for (size_t mi = 0; mi < kModes.size(); ++mi) {
+      const SimFigures sim = predict(f, ranks, kModes[mi], rate_sum / static_cast<double>(ranks), nullptr, hw, {batch});
+      const double t = median(md[mi].steps);
+      if (sim.ok) {
+        appendf(out, " %s %.3f s (%.2f of measured)%s", kModes[mi].name, sim.step_s, t > 0 ? sim.step_s / t : 0.0,
+                mi + 1 < kModes.size() ? ";" : "\n");
+      } else {
+        appendf(out, " %s: %s%s", kModes[mi].name, sim.error.c_str(), mi + 1 < kModes.size() ? ";" : "\n");
+      }
+      j["modes"][mi]["sim"] = {{"ok", sim.ok}, {"error", sim.error}, {"step_s", sim.step_s},
+                               {"over_measured", t > 0 ? sim.step_s / t : 0}};
+    }
+    j["simulator"] = {{"hardware", "hardware profile " + f.hardware}};
+  }
   nlohmann::json sp = nlohmann::json::object();
   for (size_t mi = 1; mi < kModes.size(); ++mi) sp[kModes[mi].overlap] = paired(md[kColocated], md[mi]);
   j["speedup_paired"] = sp;
@@ -498,7 +515,6 @@ Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
   if (f.pp > 1 && !f.trace.empty()) return Status::invalid_argument("--trace is not recorded with --pp (yet)");
   if (f.pp == 1 && !f.cost_table.empty()) return Status::invalid_argument("--cost-table applies to --pp > 1 (the simulator's prediction)");
   if (f.pp == 1 && f.micro_batches > 1) return Status::invalid_argument("--micro-batches applies to --pp > 1");
-  if (f.pp == 1 && !f.hardware.empty()) return Status::invalid_argument("--hardware applies to --pp > 1 (the simulator's prediction)");
   if (!f.cost_table.empty() && !std::ifstream(f.cost_table)) {
     return Status::invalid_argument("--cost-table " + f.cost_table + ": cannot be read");
   }
@@ -510,6 +526,12 @@ int run(const TrainBenchFlags& f, bool ranks_given) {
   const bool first = detect_launcher().rank <= 0;  // before the group exists only rank 0 speaks
   if (Status st = check_flags(f, ranks_given); !st.ok()) return first ? fail_input(st.message()) : kExitBadInput;
   if (f.pp > 1) return run_pipeline(f);
+  std::shared_ptr<const HardwareProfile> hw;
+  if (!f.hardware.empty()) {
+    auto hp = load_hardware_profile(f.hardware);
+    if (!hp.ok()) return first ? fail_input("--hardware: " + hp.status().message()) : kExitBadInput;
+    hw = std::make_shared<const HardwareProfile>(std::move(hp).value());
+  }
   const kernels::ScopedBlasThreads one_blas_thread(1);
   Figures fig;
   int64_t ranks = f.ranks;
@@ -549,7 +571,7 @@ int run(const TrainBenchFlags& f, bool ranks_given) {
     });
     if (!st.ok()) return fail(st);
   }
-  return report(f, ranks, fig);
+  return report(f, ranks, fig, hw);
 }
 
 Runner setup(CLI::App& app) {
@@ -583,8 +605,8 @@ Runner setup(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   app.add_option("--cost-table", f->cost_table, "--pp: the simulator's attention seconds from a `distca profile` table");
   app.add_option("--hardware", f->hardware,
-                 "--pp: the simulator's hardware profile of this machine (`distca profile --hardware-out`: GEMM rates, "
-                 "attention, links)");
+                 "the simulator's hardware profile of this machine (`distca profile --hardware-out`: GEMM rates, "
+                 "attention, links): its prediction beside every mode's measured step");
   CLI::Option* layers_opt = app.get_option("--layers");
   return [f, ranks, layers_opt] {
     TrainBenchFlags g = *f;

@@ -190,6 +190,22 @@ TEST_F(CliBenchTrainTest, PipelinePredictsFromAHardwareProfile) {
   }
 }
 
+// Data parallel (--pp 1) with --hardware: the simulator's step time beside every mode's.
+TEST_F(CliBenchTrainTest, DataParallelPredictsFromAHardwareProfile) {
+  const std::string json = (dir_ / "dph.json").string();
+  const std::string profile = std::string(DISTCA_SOURCE_DIR) + "/tests/sim/data/hardware-profile-2rank.json";
+  const CliRun r = run(tiny_with({{"--hardware", profile}, {"--json", json}}), 600);
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("sim (hardware profile " + profile), std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(j.at("simulator").at("hardware"), "hardware profile " + profile);
+  ASSERT_EQ(j.at("modes").size(), 4u);
+  for (const nlohmann::json& m : j["modes"]) {
+    EXPECT_TRUE(m.at("sim").at("ok").get<bool>()) << m["sim"].dump();
+    EXPECT_GT(m["sim"].at("step_s").get<double>(), 0);
+  }
+}
+
 TEST_F(CliBenchTrainTest, PipelineBadCombinationsAreRefused) {
   const auto refused = [&](const std::map<std::string, std::string>& over, const std::string& flag) {
     expect_refused(tiny_with(over), flag);
@@ -202,7 +218,7 @@ TEST_F(CliBenchTrainTest, PipelineBadCombinationsAreRefused) {
   refused({{"--micro-batches", "2"}}, "--micro-batches");                        // without --pp
   refused({{"--cost-table", (dir_ / "missing.json").string()}}, "--cost-table");  // without --pp
   refused({{"--ranks", "4"}, {"--pp", "2"}, {"--layers", "2"}, {"--hardware", (dir_ / "missing.json").string()}}, "--hardware");
-  refused({{"--hardware", (dir_ / "missing.json").string()}}, "--hardware");  // without --pp
+  refused({{"--hardware", (dir_ / "missing.json").string()}}, "--hardware");  // data parallel too
   {
     // A file that is not a hardware profile (a JSON object of another kind).
     const std::string other = (dir_ / "other.json").string();
