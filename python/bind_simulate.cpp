@@ -28,22 +28,12 @@ py::object simulate(int64_t gpus, const std::string& dist, int64_t tokens_per_ra
   if (gpus <= 0) raise_value_error("--gpus must be positive (got " + std::to_string(gpus) + ")");
   auto m = model_preset(model);
   if (!m.ok()) raise_status(Status(m.status().code(), "--model: " + m.status().message()));
-  auto hw = hardware_preset(hardware);
-  std::shared_ptr<const HardwareProfile> profile;
-  if (!hw.ok()) {
-    // Not a preset: a hardware profile file, as the CLI reads it (distca profile --hardware-out).
-    if (Status in = check_input_file(hardware); !in.ok()) {
-      raise_value_error("--hardware: '" + hardware + "' is neither a preset (h200, local-cpu) nor a readable hardware " +
-                        "profile file (" + in.message() + ")");
-    }
-    auto hp = load_hardware_profile(hardware);
-    if (!hp.ok()) raise_status(Status(hp.status().code(), "--hardware: " + hp.status().message()));
-    profile = std::make_shared<const HardwareProfile>(std::move(hp).value());
+  const ResolvedHardware hw = take(resolve_hardware(hardware));
+  if (hw.profile) {
     for (const auto& [flag, set] : {std::pair{"--inter-node-bw", inter_node_bw.has_value()},
                                     std::pair{"--inter-node-latency", inter_node_latency.has_value()}}) {
       if (set) raise_value_error(std::string(flag) + " cannot be combined with a hardware profile (--hardware " + hardware + " measured it)");
     }
-    hw = profile_hardware_spec(*profile, hardware);
   }
   sim::Strategy st = take(sim::parse_strategy(strategy));
   if (dtype != "bf16" && dtype != "fp32") raise_value_error("--dtype: expected bf16 or fp32, got '" + dtype + "'");
@@ -52,8 +42,8 @@ py::object simulate(int64_t gpus, const std::string& dist, int64_t tokens_per_ra
   }
   sim::SimOptions so;
   so.model = *m;
-  so.cluster.hw = *hw;
-  so.hardware_profile = profile;
+  so.cluster.hw = hw.spec;
+  so.hardware_profile = hw.profile;
   if (inter_node_bw) {
     if (!(*inter_node_bw > 0)) raise_value_error("--inter-node-bw must be positive (GB/s per GPU)");
     so.cluster.hw.inter_node_bw = *inter_node_bw * 1e9;

@@ -262,28 +262,20 @@ int run(const Options& o) {
   }
   auto model = model_preset(o.model);
   if (!model.ok()) return fail(Status(model.status().code(), "--model: " + model.status().message()));
-  auto hw = hardware_preset(o.hardware);
-  std::shared_ptr<const HardwareProfile> profile;
-  if (!hw.ok()) {
-    // Not a preset: a hardware profile (distca profile --hardware-out FILE).
-    if (Status in = check_input_file(o.hardware); !in.ok()) {
-      return fail_input("--hardware: '" + o.hardware + "' is neither a preset (h200, local-cpu) nor a readable hardware " +
-                        "profile file (" + in.message() + ")");
-    }
-    auto hp = load_hardware_profile(o.hardware);
-    if (!hp.ok()) return fail(Status(hp.status().code(), "--hardware: " + hp.status().message()));
-    profile = std::make_shared<const HardwareProfile>(std::move(hp).value());
+  auto hw = resolve_hardware(o.hardware);
+  if (!hw.ok()) return fail(hw.status());
+  const std::shared_ptr<const HardwareProfile> profile = hw->profile;
+  if (profile) {
     for (const char* f : {"--mfu", "--attention-efficiency", "--inter-node-bw", "--inter-node-latency"}) {
       if (given(o, f)) return fail_input(std::string(f) + " cannot be combined with a hardware profile (--hardware " + o.hardware + " measured it)");
     }
-    hw = profile_hardware_spec(*profile, o.hardware);
   }
   auto strategy = sim::parse_strategy(o.strategy);
   if (!strategy.ok()) return fail(strategy.status());
   if (o.dtype != "bf16" && o.dtype != "fp32") return fail_input("--dtype: expected bf16 or fp32, got '" + o.dtype + "'");
   sim::SimOptions so;
   so.model = *model;
-  so.cluster.hw = *hw;
+  so.cluster.hw = hw->spec;
   if (given(o, "--inter-node-bw")) {
     if (!(o.inter_node_gbps > 0)) return fail_input("--inter-node-bw must be positive (GB/s per GPU)");
     so.cluster.hw.inter_node_bw = o.inter_node_gbps * 1e9;

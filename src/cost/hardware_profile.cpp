@@ -492,4 +492,16 @@ HardwareSpec profile_hardware_spec(const HardwareProfile& p, const std::string& 
   return h;
 }
 
+Result<ResolvedHardware> resolve_hardware(const std::string& name_or_path) {
+  if (auto preset = hardware_preset(name_or_path); preset.ok()) return ResolvedHardware{*preset, nullptr};
+  if (Status in = check_input_file(name_or_path); !in.ok()) {
+    return Status::invalid_argument("--hardware: '" + name_or_path + "' is neither a preset (h200, local-cpu) nor a " +
+                                    "readable hardware profile file (" + in.message() + ")");
+  }
+  auto hp = load_hardware_profile(name_or_path);
+  if (!hp.ok()) return Status(hp.status().code(), "--hardware: " + hp.status().message());
+  auto profile = std::make_shared<const HardwareProfile>(std::move(hp).value());
+  return ResolvedHardware{profile_hardware_spec(*profile, name_or_path), profile};
+}
+
 }  // namespace distca

@@ -141,4 +141,14 @@ Result<HardwareProfile> load_hardware_profile(const std::string& path);
 // link; named "profile <path>". Precondition: profile.validate() passed.
 HardwareSpec profile_hardware_spec(const HardwareProfile& profile, const std::string& path);
 
+// `--hardware NAME_OR_FILE` of `distca simulate` (and Python's simulate(hardware=...)): a
+// preset (core/specs.h), else a hardware profile file. `profile` is null for a preset. Errors
+// (one line, prefixed "--hardware: "): kInvalidArgument when the name is neither a preset nor a
+// readable regular file, or what load_hardware_profile refuses.
+struct ResolvedHardware {
+  HardwareSpec spec;
+  std::shared_ptr<const HardwareProfile> profile;
+};
+Result<ResolvedHardware> resolve_hardware(const std::string& name_or_path);
+
 }  // namespace distca
