@@ -68,6 +68,7 @@ struct Options {
   int64_t sweep_batches = 30;
   bool quick = false;
   bool no_plot = false;
+  std::string batch_rule;  // fig9, fig10: fixed | memory-limit (empty: the sweep's default)
   // Which flags were given (CLI11 counts), for the mode checks.
   CLI::App* app = nullptr;
 };
@@ -176,6 +177,9 @@ int run_sweep_mode(const Options& o) {
   so.seed = o.workload.options.seed;
   so.quick = o.quick;
   if (given(o, "--dist")) so.dist = o.workload.options.dist;
+  so.cost_table = o.cost_table;
+  so.batch_rule = o.batch_rule;
+  if (given(o, "--batch-rule") && o.batch_rule.empty()) return fail_input("--batch-rule: expected fixed or memory-limit, got ''");
   Status st = sim::validate_sweep(so);
   if (!st.ok()) return fail(st);
   const bool tty = stderr_is_terminal();
@@ -246,7 +250,7 @@ void print_result(const sim::SimResult& r, const Options& o) {
 
 int run(const Options& o) {
   if (!o.sweep.empty()) return run_sweep_mode(o);
-  for (const char* f : {"--out", "--quick", "--no-plot", "--sweep-batches"}) {
+  for (const char* f : {"--out", "--quick", "--no-plot", "--sweep-batches", "--batch-rule"}) {
     if (given(o, f)) return fail_input(std::string(f) + " needs --sweep");
   }
   // Every flag is checked before any batch is drawn, the outputs first.
@@ -439,6 +443,8 @@ Runner setup(CLI::App& sub) {
   sub.add_option("--sweep-batches", o->sweep_batches, "--sweep: batches per configuration")->capture_default_str();
   sub.add_flag("--quick", o->quick, "--sweep: fewer configurations");
   sub.add_flag("--no-plot", o->no_plot, "--sweep: do not run gnuplot (the .gp script still draws later)");
+  sub.add_option("--batch-rule", o->batch_rule,
+                 "--sweep fig9|fig10: memory-limit (default: the largest batch WLB-ideal fits) | fixed");
   return [o] { return run(*o); };
 }
 

@@ -13,12 +13,14 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <numeric>
 #include <system_error>
 
 #include "distca/core/io.h"
 #include "distca/core/specs.h"
 #include "distca/cost/analytic.h"
+#include "distca/cost/profiled.h"
 #include "distca/data/workload.h"
 #include "sweeps_internal.h"
 
@@ -95,6 +97,20 @@ Status write_sweep_outputs(const SweepOptions& options, const CsvTable& table,
 
 }  // namespace detail
 
+namespace {
+
+// The --cost-table of a sweep, loaded; every failure is bad input naming the flag (a missing
+// file included: it is the user's path).
+Result<std::unique_ptr<AttentionCostModel>> load_sweep_table(const std::string& path) {
+  auto t = load_cost_table(path);
+  if (!t.ok()) return Status::invalid_argument("--cost-table: " + t.status().message());
+  if (dynamic_cast<const ProfiledCostModel*>(t.value().get()) == nullptr)
+    return Status::invalid_argument("--cost-table '" + path + "': not a profiled cost table");
+  return t;
+}
+
+}  // namespace
+
 std::vector<std::string> sweep_names() { return {"fig4b", "fig9", "fig10", "fig11", "fig12"}; }
 
 Status validate_sweep(const SweepOptions& options) {
@@ -114,6 +130,17 @@ Status validate_sweep(const SweepOptions& options) {
     WorkloadOptions wo;
     wo.dist = options.dist;
     DISTCA_RETURN_IF_ERROR(LengthDistribution::create(wo).status());
+  }
+  if (!options.cost_table.empty()) {
+    if (options.name == "fig4b")
+      return Status::invalid_argument("--cost-table applies to --sweep fig9, fig10, fig11 and fig12 (fig4b counts FLOPs)");
+    DISTCA_RETURN_IF_ERROR(load_sweep_table(options.cost_table).status());
+  }
+  if (!options.batch_rule.empty()) {
+    if (options.batch_rule != "fixed" && options.batch_rule != "memory-limit")
+      return Status::invalid_argument("--batch-rule: expected fixed or memory-limit, got '" + options.batch_rule + "'");
+    if (options.name != "fig9" && options.name != "fig10")
+      return Status::invalid_argument("--batch-rule applies to --sweep fig9 and fig10 only");
   }
   if (options.out_dir.empty()) return Status::invalid_argument("--out: an output directory is required");
   std::error_code ec;
@@ -321,10 +348,15 @@ Result<SweepSummary> run_sweep(const SweepOptions& options, const SweepProgressF
     if (ec) return Status::io_error("--out '" + options.out_dir + "': cannot create it: " + ec.message());
   }
   if (options.name == "fig4b") return run_fig4b(options, progress);
-  if (options.name == "fig9") return detail::run_fig9(options, progress);
-  if (options.name == "fig10") return detail::run_fig10(options, progress);
-  if (options.name == "fig11") return detail::run_fig11(options, progress);
-  return detail::run_fig12(options, progress);
+  std::unique_ptr<AttentionCostModel> table;
+  if (!options.cost_table.empty()) {
+    DISTCA_ASSIGN_OR_RETURN(table, load_sweep_table(options.cost_table));
+  }
+  const auto* profiled = dynamic_cast<const ProfiledCostModel*>(table.get());
+  if (options.name == "fig9") return detail::run_fig9(options, progress, profiled);
+  if (options.name == "fig10") return detail::run_fig10(options, progress, profiled);
+  if (options.name == "fig11") return detail::run_fig11(options, progress, profiled);
+  return detail::run_fig12(options, progress, profiled);
 }
 
 }  // namespace distca::sim

@@ -1,6 +1,7 @@
-// fig9 .. fig12: the sweeps that run the cluster simulator (simulator.h) over the paper's
-// configurations and compare strategies. docs/simulation.md explains the configurations and
-// every place where our numbers differ from the paper's.
+// The machinery of the sweeps that run the cluster simulator (simulator.h): their workload,
+// running a configuration over sampled iterations, each strategy's best configuration; and
+// fig11 and fig12 (fig9 and fig10: sweeps_fig9_10.cpp). docs/simulation.md explains the
+// configurations and every place where our numbers differ from the paper's.
 //
 // Shared protocol (the paper's, Section 6): every configuration averages `batches` sampled
 // iterations, the SAME iterations for every strategy; WLB-ideal sweeps its CP degree (and, in
@@ -21,17 +22,7 @@
 namespace distca::sim::detail {
 namespace {
 
-constexpr int64_t kK = 1024;
-
 // ---- workloads ------------------------------------------------------------------------------
-
-// A comparison sweep's workload (sweep_microbatches in sweeps.h).
-struct WorkloadSpec {
-  std::string dataset;  // "pretrain" | "prolong"
-  int64_t max_doc_len = 128 * kK;
-  int64_t units = 8;            // units of one pipeline stage (the Batch's ranks)
-  int64_t tokens_per_unit = 0;  // per micro-batch
-};
 
 // Re-cuts a drawn batch (contiguous layout) into `units` ranks of equal tokens: pieces of one
 // document that become adjacent are merged, pieces that cross a new boundary are cut.
@@ -72,7 +63,8 @@ Batch repack(const Batch& drawn, int64_t units) {
   return out;
 }
 
-// `count` micro-batches of `w`; micro-batch i is the data layer's draw i of the seed.
+}  // namespace
+
 Result<std::vector<Batch>> draw(const WorkloadSpec& w, int64_t count, uint64_t seed) {
   const int64_t total = w.units * w.tokens_per_unit;
   if (w.units <= 0 || w.max_doc_len <= 0 || w.tokens_per_unit <= 0 || total % w.max_doc_len != 0 ||
@@ -95,37 +87,11 @@ Result<std::vector<Batch>> draw(const WorkloadSpec& w, int64_t count, uint64_t s
   return out;
 }
 
-// Tokens per unit (per micro-batch) of the comparison sweeps. The paper sets the batch to the
-// most tokens its baseline fits (its Tables 3 and 4, not in our sources); we fix one figure per
-// model and max document length that fits both WLB-ideal and CAD on H200 in our memory model
-// and lands in the paper's range of batch sizes (2 to 32 sequences at 64 GPUs): 8B 512K per
-// node (32 x 128K .. 8 x 512K); 34B 256K per node at 128K (16 x 128K), 128K per node beyond
-// (4 x 256K, 2 x 512K).
-int64_t tokens_per_unit_for(const std::string& model, int64_t max_doc_len, int64_t units) {
-  const int64_t target = model == "llama-8b" ? 512 * kK : (max_doc_len <= 128 * kK ? 256 * kK : 128 * kK);
-  // A whole number of sequences over the stage's units (384K sequences do not divide 256K).
-  const int64_t seqs = std::max<int64_t>(1, units * target / max_doc_len);
-  return seqs * max_doc_len / units;
-}
-
 // ---- running configurations ---------------------------------------------------------------
 
-struct RunStats {
-  double seconds = 0;           // mean iteration seconds
-  double tokens_per_second = 0; // tokens of all iterations / their summed seconds
-  double bytes = 0;             // mean bytes moved per iteration (all units, all traffic)
-  double ca_bytes = 0;          // mean CA-task bytes per layer (forward + backward, all plans)
-  double exposed_comm_fraction = 0;
-  double idle_fraction = 0;
-  double load_max_over_mean = 0;  // mean over iterations of the worst plan's load ratio
-  double peak_memory = 0;         // bytes per GPU, max over iterations
-  bool oom = false;               // some iteration does not fit
-  int64_t cp = 0, dp = 0;
-};
-
-// Simulates each iteration (a group of micro-batches) with `o` and averages.
-Result<RunStats> run(const SimOptions& o, const std::vector<std::vector<Batch>>& iterations) {
+Result<RunStats> run(const SimOptions& o, const std::vector<std::vector<Batch>>& iterations, bool stop_at_oom) {
   RunStats s;
+  size_t ran = 0;
   double tokens = 0, secs = 0;
   for (const auto& mbs : iterations) {
     auto r = simulate(o, mbs);
@@ -142,8 +108,12 @@ Result<RunStats> run(const SimOptions& o, const std::vector<std::vector<Batch>>&
     s.oom = s.oom || x.oom;
     s.cp = x.cp_degree;
     s.dp = x.dp;
+    s.iteration_seconds.push_back(x.iteration_seconds);
+    s.iteration_tokens.push_back(static_cast<double>(x.tokens));
+    ++ran;
+    if (stop_at_oom && x.oom) break;
   }
-  const double n = static_cast<double>(iterations.size());
+  const double n = static_cast<double>(std::max<size_t>(ran, 1));
   s.seconds = secs / n;
   s.tokens_per_second = secs > 0 ? tokens / secs : 0;
   s.bytes /= n;
@@ -154,41 +124,40 @@ Result<RunStats> run(const SimOptions& o, const std::vector<std::vector<Batch>>&
   return s;
 }
 
-// Powers of two dividing n: 1, 2, 4, ...
+bool better(const RunStats& a, const RunStats& b) {
+  return (b.oom && !a.oom) || (a.oom == b.oom && a.tokens_per_second > b.tokens_per_second);
+}
+
 std::vector<int64_t> pow2_divisors(int64_t n) {
   std::vector<int64_t> out;
   for (int64_t c = 1; c <= n && n % c == 0; c *= 2) out.push_back(c);
   return out;
 }
 
-// WLB-ideal: every CP degree, the fastest (by throughput) that fits on every iteration; when
-// none fits, the fastest overall, flagged oom.
 Result<RunStats> best_wlb(SimOptions o, const std::vector<std::vector<Batch>>& iterations) {
   RunStats best;
   bool have = false;
   for (int64_t c : pow2_divisors(o.cluster.units_per_stage())) {
     o.strategy = Strategy{StrategyKind::kWlb, c, CadMode::kPingPong};
     DISTCA_ASSIGN_OR_RETURN(RunStats s, run(o, iterations));
-    const bool better = !have || (best.oom && !s.oom) ||
-                        (best.oom == s.oom && s.tokens_per_second > best.tokens_per_second);
-    if (better) {
-      best = s;
+    if (!have || better(s, best)) {
+      best = std::move(s);
       have = true;
     }
   }
   return best;
 }
 
-// The scheduler tolerances CAD is tuned over (the paper tunes it per model, its Figure 12, as
-// WLB-ideal gets its CP degree swept): four in fig9, two in fig10 to keep its PP x CP x
-// tolerance grid within a couple of minutes.
-const std::vector<double> kCadTolerances = {0.0, 0.05, 0.1, 0.15};
-const std::vector<double> kCadTolerances4d = {0.0, 0.1};
+Result<bool> wlb_fits(SimOptions o, const std::vector<std::vector<Batch>>& iterations) {
+  for (int64_t c : pow2_divisors(o.cluster.units_per_stage())) {
+    o.strategy = Strategy{StrategyKind::kWlb, c, CadMode::kPingPong};
+    DISTCA_ASSIGN_OR_RETURN(RunStats s, run(o, iterations, true));
+    if (!s.oom) return true;
+  }
+  return false;
+}
 
-// CAD (ping-pong) at its best tolerance: the fastest that fits, else the fastest, flagged oom.
-// Servers keep their forward inputs (the runtime's default); where that does not fit in
-// memory, stateless servers (the paper's design: inputs sent again with dO, nothing kept) are
-// tried too. `stateless` receives the design of the result.
+// Stateless servers: the paper's design, inputs sent again with dO, nothing kept.
 Result<RunStats> best_cad(SimOptions o, const std::vector<std::vector<Batch>>& iterations,
                           const std::vector<double>& tolerances, double& tolerance, bool& stateless) {
   RunStats best;
@@ -199,22 +168,22 @@ Result<RunStats> best_cad(SimOptions o, const std::vector<std::vector<Batch>>& i
     for (bool sl : {false, true}) {
       o.cad_stateless = sl;
       DISTCA_ASSIGN_OR_RETURN(RunStats s, run(o, iterations));
-      const bool better = !have || (best.oom && !s.oom) ||
-                          (best.oom == s.oom && s.tokens_per_second > best.tokens_per_second);
-      if (better) {
-        best = s;
+      const bool oom = s.oom;
+      if (!have || better(s, best)) {
+        best = std::move(s);
         tolerance = tol;
         stateless = sl;
         have = true;
       }
-      if (!s.oom) break;  // keeping servers fit: no need for the stateless design
+      if (!oom) break;  // keeping servers fit: no need for the stateless design
     }
   }
   return best;
 }
 
-Result<SimOptions> base_options(const std::string& model, int64_t gpus, int64_t pp) {
+Result<SimOptions> base_options(const std::string& model, int64_t gpus, int64_t pp, const ProfiledCostModel* table) {
   SimOptions o;
+  o.attention_table = table;
   DISTCA_ASSIGN_OR_RETURN(o.model, model_preset(model));
   DISTCA_ASSIGN_OR_RETURN(o.cluster, make_cluster("h200", gpus));
   o.cluster.pp = pp;
@@ -222,7 +191,6 @@ Result<SimOptions> base_options(const std::string& model, int64_t gpus, int64_t 
   return o;
 }
 
-// Groups consecutive micro-batches into iterations of m.
 std::vector<std::vector<Batch>> group(std::vector<Batch> mbs, int64_t m) {
   std::vector<std::vector<Batch>> out;
   for (size_t i = 0; i + static_cast<size_t>(m) <= mbs.size(); i += static_cast<size_t>(m))
@@ -234,7 +202,6 @@ std::vector<std::vector<Batch>> group(std::vector<Batch> mbs, int64_t m) {
 std::string short_model(const std::string& m) { return m == "llama-8b" ? "8B" : "34B"; }
 std::string kilo(int64_t tokens) { return std::to_string(tokens / kK) + "K"; }
 
-// 1-based column index of `name` in `t` (for gnuplot scripts).
 std::string col(const CsvTable& t, const std::string& name) {
   const auto it = std::find(t.columns.begin(), t.columns.end(), name);
   DISTCA_CHECK_MSG(it != t.columns.end(), "no column " + name);
@@ -243,145 +210,12 @@ std::string col(const CsvTable& t, const std::string& name) {
 
 double ratio(double a, double b) { return b > 0 ? a / b : std::nan(""); }
 
-// ---- fig9 and fig10 -------------------------------------------------------------------------
-
-struct CompareConfig {
-  std::string model, dataset;
-  int64_t max_doc_len = 0, gpus = 0;
-};
-
-// The paper's reported speedup ranges of CAD over WLB-ideal (NaN where it gives none).
-std::pair<double, double> paper_range(bool fourd, const std::string& model, const std::string& dataset) {
-  if (!fourd) return dataset == "pretrain" ? std::pair{1.07, 1.20} : std::pair{1.05, 1.12};
-  if (model == "llama-8b") return dataset == "pretrain" ? std::pair{1.15, 1.30} : std::pair{1.10, 1.35};
-  return dataset == "pretrain" ? std::pair{std::nan(""), 1.15} : std::pair{std::nan(""), 1.25};
+std::vector<double> spread(const std::vector<double>& v) {
+  if (v.empty()) return {std::nan(""), std::nan(""), std::nan("")};
+  return {percentile(v, 0.10), percentile(v, 0.50), percentile(v, 0.90)};
 }
 
-std::vector<CompareConfig> compare_configs(bool fourd, bool quick) {
-  std::vector<CompareConfig> out;
-  for (const std::string model : {"llama-8b", "llama-34b"}) {
-    if (quick && model != "llama-8b") continue;
-    std::vector<int64_t> lens = {128 * kK, 256 * kK, (fourd && model == "llama-34b" ? 384 : 512) * kK};
-    std::vector<int64_t> gpus = (fourd && model == "llama-34b") ? std::vector<int64_t>{128, 256, 512}
-                                                                 : std::vector<int64_t>{64, 128, 256};
-    if (quick) {
-      lens = {128 * kK};
-      gpus = {64};
-    }
-    for (const std::string dataset : {"pretrain", "prolong"})
-      for (int64_t L : lens)
-        for (int64_t g : gpus) out.push_back({model, dataset, L, g});
-  }
-  return out;
-}
-
-// PP degrees tried in 4D: powers of two up to 8 that leave at least one unit per stage.
-std::vector<int64_t> pp_degrees(int64_t units, bool quick) {
-  std::vector<int64_t> out;
-  for (int64_t p = 1; p <= (quick ? 2 : 8) && units % p == 0; p *= 2) out.push_back(p);
-  return out;
-}
-
-Result<SweepSummary> run_compare(const SweepOptions& options, const SweepProgressFn& progress, bool fourd) {
-  const auto configs = compare_configs(fourd, options.quick);
-  CsvTable t;
-  t.columns = {"model", "dataset", "max_doc_len", "gpus", "units", "tokens_per_unit", "batches"};
-  if (fourd) t.columns.insert(t.columns.end(), {"wlb_pp", "wlb_microbatches"});
-  t.columns.insert(t.columns.end(), {"wlb_cp", "wlb_dp", "wlb_seconds", "wlb_tokens_per_second", "wlb_oom",
-                                     "wlb_idle_fraction", "wlb_peak_memory_gb"});
-  if (fourd) t.columns.insert(t.columns.end(), {"cad_pp", "cad_microbatches"});
-  t.columns.insert(t.columns.end(), {"cad_tolerance", "cad_servers", "cad_seconds", "cad_tokens_per_second", "cad_oom", "cad_exposed_comm_fraction",
-                                     "cad_load_max_over_mean", "cad_peak_memory_gb", "speedup", "paper_speedup_lo",
-                                     "paper_speedup_hi"});
-  SweepSummary s;
-  s.name = options.name;
-  std::map<std::string, std::pair<double, double>> ranges;  // dataset -> (min, max) speedup
-  int64_t done = 0;
-  for (const auto& c : configs) {
-    const std::string what = options.name + " " + short_model(c.model) + " " + c.dataset + " " +
-                             kilo(c.max_doc_len) + " " + std::to_string(c.gpus) + " GPUs";
-    report(progress, done, static_cast<int64_t>(configs.size()), what);
-    DISTCA_ASSIGN_OR_RETURN(SimOptions o3, base_options(c.model, c.gpus, 1));
-    const int64_t units = o3.cluster.units();
-    const int64_t tpu = tokens_per_unit_for(c.model, c.max_doc_len, units);
-
-    RunStats wlb, cad;
-    int64_t wlb_pp = 1, cad_pp = 1, wlb_m = 1, cad_m = 1;
-    double cad_tol = 0;
-    bool cad_sl = false;
-    bool have_w = false, have_c = false;
-    for (int64_t pp : fourd ? pp_degrees(units, options.quick) : std::vector<int64_t>{1}) {
-      DISTCA_ASSIGN_OR_RETURN(SimOptions o, base_options(c.model, c.gpus, pp));
-      // 4D: the same tokens per unit in each micro-batch for every PP degree (so about the
-      // same activation memory per GPU: 1F1B keeps p micro-batches of L/p layers in flight on
-      // the first stage) as long as a micro-batch holds a whole sequence; m = 2p micro-batches
-      // (bubble (p-1)/(3p-1) < 1/3), so every PP degree runs the same global batch of 2 x the
-      // 3D one, and batches / p iterations sample the same number of micro-batches for each p.
-      const int64_t m = fourd ? 2 * pp : 1;
-      const int64_t iterations = fourd ? std::max<int64_t>(1, options.batches / pp) : options.batches;
-      const WorkloadSpec w{c.dataset, c.max_doc_len, units / pp,
-                           tokens_per_unit_for(c.model, c.max_doc_len, units / pp)};
-      DISTCA_ASSIGN_OR_RETURN(auto mbs, draw(w, iterations * m, options.seed));
-      const auto iters = group(std::move(mbs), m);
-      DISTCA_ASSIGN_OR_RETURN(RunStats sw, best_wlb(o, iters));
-      double tol = 0;
-      bool sl = false;
-      DISTCA_ASSIGN_OR_RETURN(RunStats sc, best_cad(o, iters, fourd ? kCadTolerances4d : kCadTolerances, tol, sl));
-      auto better = [](const RunStats& a, const RunStats& b) {
-        return (b.oom && !a.oom) || (a.oom == b.oom && a.tokens_per_second > b.tokens_per_second);
-      };
-      if (!have_w || better(sw, wlb)) { wlb = sw; wlb_pp = pp; wlb_m = m; have_w = true; }
-      if (!have_c || better(sc, cad)) { cad = sc; cad_pp = pp; cad_m = m; cad_tol = tol; cad_sl = sl; have_c = true; }
-    }
-    // A configuration that does not fit has no throughput to compare (the paper reports none).
-    const double speedup =
-        wlb.oom || cad.oom ? std::nan("") : ratio(cad.tokens_per_second, wlb.tokens_per_second);
-    const auto [lo, hi] = paper_range(fourd, c.model, c.dataset);
-    std::vector<std::string> row = {c.model, c.dataset, fmt_int(c.max_doc_len), fmt_int(c.gpus), fmt_int(units),
-                                    fmt_int(tpu), fmt_int(options.batches)};
-    if (fourd) row.insert(row.end(), {fmt_int(wlb_pp), fmt_int(wlb_m)});
-    row.insert(row.end(), {fmt_int(wlb.cp), fmt_int(wlb.dp), fmt(wlb.seconds, 4), fmt(wlb.tokens_per_second, 0),
-                           fmt_int(wlb.oom), fmt(wlb.idle_fraction, 4), fmt(wlb.peak_memory / 1e9, 1)});
-    if (fourd) row.insert(row.end(), {fmt_int(cad_pp), fmt_int(cad_m)});
-    row.insert(row.end(), {fmt(cad_tol, 2), cad_sl ? "stateless" : "keep", fmt(cad.seconds, 4), fmt(cad.tokens_per_second, 0), fmt_int(cad.oom),
-                           fmt(cad.exposed_comm_fraction, 4), fmt(cad.load_max_over_mean, 4),
-                           fmt(cad.peak_memory / 1e9, 1), fmt(speedup, 4), fmt(lo, 2), fmt(hi, 2)});
-    t.rows.push_back(std::move(row));
-    if (!std::isnan(speedup)) {
-      const std::string key = short_model(c.model) + " " + c.dataset;
-      auto [it, fresh] = ranges.try_emplace(key, speedup, speedup);
-      if (!fresh) it->second = {std::min(it->second.first, speedup), std::max(it->second.second, speedup)};
-    }
-    ++done;
-  }
-  report(progress, done, done, options.name + " done");
-  for (const auto& [key, r] : ranges) {
-    s.headline.emplace_back("speedup min " + key, r.first);
-    s.headline.emplace_back("speedup max " + key, r.second);
-  }
-
-  const std::string title = fourd ? "Figure 10 (4D): CAD over WLB-ideal, best PP x DP x CP of each"
-                                  : "Figure 9 (3D, no PP): CAD (ping-pong) over WLB-ideal (best CP degree)";
-  const std::string f = options.name + ".csv";
-  std::string body = "set multiplot layout 2,2 title \"" + title + "\"\n";
-  // Fixed ranges: a panel with no rows (--quick) must still draw.
-  body += std::string("set logscale x 2\nset xrange [") + (fourd ? "48:700" : "48:350") +
-          "]\nset xlabel \"GPUs\"\nset ylabel \"speedup (throughput ratio)\"\n";
-  body += "set key bottom right font ',9' samplen 2\nset yrange [0.6:1.5]\n";
-  body += "do for [m in \"llama-8b llama-34b\"] {\n  do for [d in \"pretrain prolong\"] {\n";
-  body += "    set title sprintf(\"%s, %s\", m, d)\n";
-  body += "    plot for [L in \"" + std::string(fourd ? "131072 262144 393216 524288" : "131072 262144 524288") +
-          "\"] '" + f + "' skip 1 using ((strcol(1) eq m && strcol(2) eq d && strcol(3) eq L) ? $" +
-          col(t, "gpus") + " : NaN):" + col(t, "speedup") +
-          " with linespoints lw 2 title sprintf(\"ours, max doc %dK\", int(L)/1024), \\\n";
-  body += "         '' skip 1 using ((strcol(1) eq m && strcol(2) eq d) ? $" + col(t, "gpus") + " : NaN):" +
-          col(t, "paper_speedup_hi") + " smooth unique with lines dt 2 lc rgb 'black' title \"paper, top of range\", \\\n";
-  body += "         '' skip 1 using ((strcol(1) eq m && strcol(2) eq d) ? $" + col(t, "gpus") + " : NaN):" +
-          col(t, "paper_speedup_lo") + " smooth unique with lines dt 3 lc rgb 'black' title \"paper, bottom of range\"\n";
-  body += "  }\n}\nunset multiplot\n";
-  DISTCA_RETURN_IF_ERROR(write_sweep_outputs(options, t, body, s));
-  return s;
-}
+namespace {
 
 // ---- fig11 and fig12 ------------------------------------------------------------------------
 
@@ -389,23 +223,28 @@ Result<SweepSummary> run_compare(const SweepOptions& options, const SweepProgres
 // 128K, 1M tokens per iteration for 8B and 512K for 34B on 8 nodes (the same per node on 16).
 int64_t ablation_tokens_per_unit(const std::string& model) { return model == "llama-8b" ? 128 * kK : 64 * kK; }
 
+// The name of the attention column: "analytic" or "table" (--cost-table).
+std::string attention_name(const ProfiledCostModel* table) { return table ? "table" : "analytic"; }
+
+// Per-iteration ratios a_i / b_i of two runs over the same iterations.
+std::vector<double> per_iteration_ratio(const RunStats& a, const RunStats& b) {
+  std::vector<double> out;
+  for (size_t i = 0; i < std::min(a.iteration_seconds.size(), b.iteration_seconds.size()); ++i)
+    out.push_back(ratio(a.iteration_seconds[i], b.iteration_seconds[i]));
+  return out;
+}
+
 }  // namespace
 
-Result<SweepSummary> run_fig9(const SweepOptions& options, const SweepProgressFn& progress) {
-  return run_compare(options, progress, false);
-}
-
-Result<SweepSummary> run_fig10(const SweepOptions& options, const SweepProgressFn& progress) {
-  return run_compare(options, progress, true);
-}
-
-Result<SweepSummary> run_fig11(const SweepOptions& options, const SweepProgressFn& progress) {
+Result<SweepSummary> run_fig11(const SweepOptions& options, const SweepProgressFn& progress,
+                               const ProfiledCostModel* table) {
   struct Cfg { std::string model; int64_t gpus; };
   std::vector<Cfg> cfgs = {{"llama-8b", 64}, {"llama-8b", 128}, {"llama-34b", 64}, {"llama-34b", 128}};
   if (options.quick) cfgs = {{"llama-8b", 64}, {"llama-34b", 64}};
   CsvTable t;
-  t.columns = {"model", "gpus", "max_doc_len", "tokens_per_unit", "batches", "signal_seconds", "pingpong_seconds",
-               "single_stream_seconds", "pingpong_over_signal", "single_stream_over_pingpong",
+  t.columns = {"model", "gpus", "max_doc_len", "tokens_per_unit", "batches", "attention", "signal_seconds",
+               "pingpong_seconds", "single_stream_seconds", "pingpong_over_signal", "single_stream_over_pingpong",
+               "single_stream_over_pingpong_p10", "single_stream_over_pingpong_p50", "single_stream_over_pingpong_p90",
                "pingpong_exposed_comm_fraction", "single_stream_exposed_comm_fraction", "ca_bytes_per_layer",
                "bytes_per_iteration",
                "paper_single_stream_over_pingpong_lo", "paper_single_stream_over_pingpong_hi"};
@@ -416,7 +255,7 @@ Result<SweepSummary> run_fig11(const SweepOptions& options, const SweepProgressF
   for (const auto& c : cfgs) {
     report(progress, done, static_cast<int64_t>(cfgs.size()),
            "fig11 " + short_model(c.model) + " " + std::to_string(c.gpus) + " GPUs");
-    DISTCA_ASSIGN_OR_RETURN(SimOptions o, base_options(c.model, c.gpus, 1));
+    DISTCA_ASSIGN_OR_RETURN(SimOptions o, base_options(c.model, c.gpus, 1, table));
     const int64_t tpu = ablation_tokens_per_unit(c.model);
     const WorkloadSpec w{"pretrain", 128 * kK, o.cluster.units(), tpu};
     DISTCA_ASSIGN_OR_RETURN(auto mbs, draw(w, options.batches, options.seed));
@@ -428,11 +267,13 @@ Result<SweepSummary> run_fig11(const SweepOptions& options, const SweepProgressF
       DISTCA_ASSIGN_OR_RETURN(r[i], run(o, iters));
     }
     const double ss_pp = ratio(r[2].seconds, r[1].seconds);
+    const auto sp = spread(per_iteration_ratio(r[2], r[1]));
     worst = std::max(worst, ss_pp);
     best = std::min(best, ss_pp);
     t.rows.push_back({c.model, fmt_int(c.gpus), fmt_int(128 * kK), fmt_int(tpu), fmt_int(options.batches),
-                      fmt(r[0].seconds, 4), fmt(r[1].seconds, 4), fmt(r[2].seconds, 4),
-                      fmt(ratio(r[1].seconds, r[0].seconds), 4), fmt(ss_pp, 4), fmt(r[1].exposed_comm_fraction, 4),
+                      attention_name(table), fmt(r[0].seconds, 4), fmt(r[1].seconds, 4), fmt(r[2].seconds, 4),
+                      fmt(ratio(r[1].seconds, r[0].seconds), 4), fmt(ss_pp, 4), fmt(sp[0], 4), fmt(sp[1], 4),
+                      fmt(sp[2], 4), fmt(r[1].exposed_comm_fraction, 4),
                       fmt(r[2].exposed_comm_fraction, 4), fmt(r[1].ca_bytes, 0), fmt(r[1].bytes, 0), "1.10", "1.17"});
     ++done;
   }
@@ -452,7 +293,8 @@ Result<SweepSummary> run_fig11(const SweepOptions& options, const SweepProgressF
   return s;
 }
 
-Result<SweepSummary> run_fig12(const SweepOptions& options, const SweepProgressFn& progress) {
+Result<SweepSummary> run_fig12(const SweepOptions& options, const SweepProgressFn& progress,
+                               const ProfiledCostModel* table) {
   std::vector<double> tols;
   for (int i = 0; i <= 6; ++i) tols.push_back(0.05 * i);  // 0 .. 0.30
   if (options.quick) tols = {0.0, 0.15, 0.3};
@@ -461,20 +303,23 @@ Result<SweepSummary> run_fig12(const SweepOptions& options, const SweepProgressF
   // The paper's "communication volume" is CAD's own traffic: the CA-task bytes (per layer,
   // forward + backward); bytes_per_iteration also counts the DP gradient all-reduce, which no
   // tolerance changes.
-  t.columns = {"model", "gpus", "max_doc_len", "tokens_per_unit", "batches", "tolerance", "cad_seconds",
-               "ca_bytes_per_layer", "bytes_per_iteration", "seconds_vs_tolerance_0", "bytes_vs_tolerance_0",
+  t.columns = {"model", "gpus", "max_doc_len", "tokens_per_unit", "batches", "attention", "tolerance", "cad_seconds",
+               "cad_seconds_p10", "cad_seconds_p50", "cad_seconds_p90", "ca_bytes_per_layer", "bytes_per_iteration",
+               "seconds_vs_tolerance_0", "seconds_vs_tolerance_0_p10", "seconds_vs_tolerance_0_p50",
+               "seconds_vs_tolerance_0_p90", "bytes_vs_tolerance_0",
                "load_max_over_mean", "exposed_comm_fraction"};
   SweepSummary s;
   s.name = options.name;
   const int64_t total = static_cast<int64_t>(models.size() * tols.size());
   int64_t done = 0;
   for (const auto& model : models) {
-    DISTCA_ASSIGN_OR_RETURN(SimOptions o, base_options(model, 64, 1));
+    DISTCA_ASSIGN_OR_RETURN(SimOptions o, base_options(model, 64, 1, table));
     const int64_t tpu = ablation_tokens_per_unit(model);
     const WorkloadSpec w{"pretrain", 128 * kK, o.cluster.units(), tpu};
     DISTCA_ASSIGN_OR_RETURN(auto mbs, draw(w, options.batches, options.seed));
     const auto iters = group(std::move(mbs), 1);
     double sec0 = 0, bytes0 = 0;
+    RunStats r0;
     for (double tol : tols) {
       report(progress, done, total, "fig12 " + short_model(model) + " tolerance " + fmt(tol, 2));
       o.strategy = Strategy{StrategyKind::kCad, 0, CadMode::kPingPong};
@@ -483,10 +328,14 @@ Result<SweepSummary> run_fig12(const SweepOptions& options, const SweepProgressF
       if (tol == tols.front()) {
         sec0 = r.seconds;
         bytes0 = r.ca_bytes;
+        r0 = r;
       }
-      t.rows.push_back({model, "64", fmt_int(128 * kK), fmt_int(tpu), fmt_int(options.batches), fmt(tol, 2),
-                        fmt(r.seconds, 4), fmt(r.ca_bytes, 0), fmt(r.bytes, 0), fmt(ratio(r.seconds, sec0), 4),
-                        fmt(ratio(r.ca_bytes, bytes0), 4), fmt(r.load_max_over_mean, 4),
+      const auto secs = spread(r.iteration_seconds);
+      const auto rel = spread(per_iteration_ratio(r, r0));
+      t.rows.push_back({model, "64", fmt_int(128 * kK), fmt_int(tpu), fmt_int(options.batches), attention_name(table),
+                        fmt(tol, 2), fmt(r.seconds, 4), fmt(secs[0], 4), fmt(secs[1], 4), fmt(secs[2], 4),
+                        fmt(r.ca_bytes, 0), fmt(r.bytes, 0), fmt(ratio(r.seconds, sec0), 4), fmt(rel[0], 4),
+                        fmt(rel[1], 4), fmt(rel[2], 4), fmt(ratio(r.ca_bytes, bytes0), 4), fmt(r.load_max_over_mean, 4),
                         fmt(r.exposed_comm_fraction, 4)});
       if (std::abs(tol - 0.15) < 1e-9)
         s.headline.emplace_back("CA bytes at tolerance 0.15 / at 0, " + short_model(model), ratio(r.ca_bytes, bytes0));

@@ -161,10 +161,11 @@ struct Reference {
 };
 
 // The micro-batches a comparison sweep row ran (sweep_microbatches, the documented workload).
+// `tpu_column`: the row's tokens per unit (fig10: each side's own).
 std::vector<distca::Batch> row_microbatches(const Csv& csv, size_t r, const std::string& dataset, int64_t units,
-                                            int64_t count) {
+                                            int64_t count, const std::string& tpu_column = "tokens_per_unit") {
   auto mbs = distca::sim::sweep_microbatches(dataset, static_cast<int64_t>(csv.num(r, "max_doc_len")), units,
-                                             static_cast<int64_t>(csv.num(r, "tokens_per_unit")), count, 42);
+                                             static_cast<int64_t>(csv.num(r, tpu_column)), count, 42);
   EXPECT_TRUE(mbs.ok()) << mbs.status().to_string();
   return mbs.ok() ? std::move(mbs).value() : std::vector<distca::Batch>{};
 }
@@ -298,7 +299,7 @@ TEST(Fig10, IterationTimesAgainstTheFormulasBound) {
     for (const std::string s : {"wlb", "cad"}) {
       const auto pp = static_cast<int64_t>(csv.num(r, s + "_pp"));
       const auto m = static_cast<size_t>(csv.num(r, s + "_microbatches"));
-      const auto mbs = row_microbatches(csv, r, dataset, 8 / pp, static_cast<int64_t>(m));
+      const auto mbs = row_microbatches(csv, r, dataset, 8 / pp, static_cast<int64_t>(m), s + "_tokens_per_unit");
       const double lb = ref.mean_lower_bound(mbs, m, 8, pp);
         EXPECT_GE(csv.num(r, s + "_seconds"), lb * (1 - 1e-3)) << dataset << " " << s;
       // Without PP (no bubble) CAD stays within its tolerance and a few % of it.

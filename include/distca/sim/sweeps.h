@@ -4,8 +4,10 @@
 // paper's and explains every difference):
 //   fig4b  DP-straggler idle fraction of WLB-style variable-length chunking at 512K
 //          (a self-contained FLOPs-only model, framed as ../shared/notes/simulator.md says)
-//   fig9   3D comparison (no PP): cad (ping-pong) vs wlb (WLB-ideal, best CP degree)
-//   fig10  4D comparison: PP added, best (PP, DP, CP) configuration of each strategy
+//   fig9   3D comparison (no PP): cad (ping-pong) vs wlb (WLB-ideal, best CP degree), the
+//          batch at WLB-ideal's memory limit (batch_rule)
+//   fig10  4D comparison: PP added, best (PP, DP, CP) configuration of each strategy, the batch
+//          at WLB-ideal's memory limit for each PP degree
 //   fig11  ablation: cad signal / ping-pong / single-stream
 //   fig12  scheduler tolerance sweep: latency and bytes moved vs tolerance
 //
@@ -14,9 +16,13 @@
 // DIR/<name>.svg: SVG, a terminal every gnuplot build has, including Debian's gnuplot-nox),
 // both or neither, atomically (core/io.h). The library never runs gnuplot (it starts no
 // processes): `distca simulate --sweep` does, after the files are written.
-// Full runs here: fig4b, fig11, fig12 well under a second; fig9 10-20 s; fig10 1-2 min.
+// Every speedup of fig9 and fig10 has its spread over iterations beside it (p10/p50/p90 of the
+// per-iteration throughput ratio), and each strategy's iteration time its p10/p50/p90.
+// Full runs here (2 shared cores): fig4b, fig11, fig12 about a second; fig9 under a minute;
+// fig10 a few minutes (the memory search runs a handful of WLB-ideal probes per PP degree).
 //
-// Determinism: the same options (name, batches, seed, quick) give byte-identical CSVs.
+// Determinism: the same options (name, batches, seed, quick, cost table, batch rule) give
+// byte-identical CSVs.
 // Thread safety: run_sweep keeps no global state; concurrent calls with distinct out_dirs are
 // safe. It never prints: progress goes through the optional callback only.
 #pragma once
@@ -50,11 +56,23 @@ struct SweepOptions {
   // fig4b only: the workload's --dist (empty: "pretrain", the figure's own). Lets the figure be
   // cross-checked on the reference corpus (file:../shared/data/doclens-pretrain.json).
   std::string dist;
+  // fig9 .. fig12: attention seconds from this cost table (load_cost_table: a `distca profile`
+  // JSON or the public profiler's CSV) in every configuration of the sweep, for every
+  // strategy; empty: the analytic model. Columns `attention` say which.
+  std::string cost_table;
+  // fig9, fig10: how the batch (sequences of the max document length) is set. "memory-limit"
+  // (the default when empty; the paper's rule): the largest batch at which WLB-ideal fits in
+  // memory (some CP degree, every sampled iteration; per PP degree in fig10), found by
+  // doubling then bisection; CAD runs the same batches. "fixed": a fixed tokens-per-node
+  // figure per model and max document length (the framing before the rule).
+  std::string batch_rule;
 };
 
 // Checks every field before any work: unknown --sweep name, batches out of range (named by
 // batches_flag), --dist given to a sweep other than fig4b or not a valid distribution (a
-// missing file), --out that is a file, unwritable, or whose parent does not exist, and, when
+// missing file), --cost-table given to fig4b or not loadable (missing, malformed: the table
+// is read here and again by run_sweep), --batch-rule other than fixed / memory-limit or given
+// to a sweep other than fig9 / fig10, --out that is a file, unwritable, or whose parent does not exist, and, when
 // --out exists, a DIR/<name>.csv, .gp or .svg that could not be written (a directory, a
 // dangling link, ...). The message names the flag.
 // Creates nothing (run_sweep creates the directory when it is missing).
