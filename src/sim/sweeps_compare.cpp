@@ -134,18 +134,27 @@ std::vector<int64_t> pow2_divisors(int64_t n) {
   return out;
 }
 
+// Configurations that do not fit stop at their first iteration out of memory (at the
+// memory-limit batch most CP degrees and keeping servers do not fit, and running them in full
+// would double a sweep); only when nothing fits is every one run in full, so that the row
+// reports the fastest, flagged oom. The chosen configuration is the same either way.
 Result<RunStats> best_wlb(SimOptions o, const std::vector<std::vector<Batch>>& iterations) {
-  RunStats best;
-  bool have = false;
-  for (int64_t c : pow2_divisors(o.cluster.units_per_stage())) {
-    o.strategy = Strategy{StrategyKind::kWlb, c, CadMode::kPingPong};
-    DISTCA_ASSIGN_OR_RETURN(RunStats s, run(o, iterations));
-    if (!have || better(s, best)) {
-      best = std::move(s);
-      have = true;
+  for (const bool full : {false, true}) {
+    RunStats best;
+    bool have = false;
+    for (int64_t c : pow2_divisors(o.cluster.units_per_stage())) {
+      o.strategy = Strategy{StrategyKind::kWlb, c, CadMode::kPingPong};
+      DISTCA_ASSIGN_OR_RETURN(RunStats s, run(o, iterations, !full));
+      if (s.oom && !full) continue;
+      if (!have || better(s, best)) {
+        best = std::move(s);
+        have = true;
+      }
     }
+    if (have) return best;
   }
-  return best;
+  DISTCA_CHECK_MSG(false, "best_wlb: no CP degree ran");
+  return RunStats{};
 }
 
 Result<bool> wlb_fits(SimOptions o, const std::vector<std::vector<Batch>>& iterations) {
@@ -157,28 +166,33 @@ Result<bool> wlb_fits(SimOptions o, const std::vector<std::vector<Batch>>& itera
   return false;
 }
 
-// Stateless servers: the paper's design, inputs sent again with dO, nothing kept.
+// Stateless servers: the paper's design, inputs sent again with dO, nothing kept. As
+// best_wlb, configurations out of memory stop early unless nothing fits.
 Result<RunStats> best_cad(SimOptions o, const std::vector<std::vector<Batch>>& iterations,
                           const std::vector<double>& tolerances, double& tolerance, bool& stateless) {
-  RunStats best;
-  bool have = false;
   o.strategy = Strategy{StrategyKind::kCad, 0, CadMode::kPingPong};
-  for (double tol : tolerances) {
-    o.tolerance = tol;
-    for (bool sl : {false, true}) {
-      o.cad_stateless = sl;
-      DISTCA_ASSIGN_OR_RETURN(RunStats s, run(o, iterations));
-      const bool oom = s.oom;
-      if (!have || better(s, best)) {
-        best = std::move(s);
-        tolerance = tol;
-        stateless = sl;
-        have = true;
+  for (const bool full : {false, true}) {
+    RunStats best;
+    bool have = false;
+    for (double tol : tolerances) {
+      o.tolerance = tol;
+      for (bool sl : {false, true}) {
+        o.cad_stateless = sl;
+        DISTCA_ASSIGN_OR_RETURN(RunStats s, run(o, iterations, !full));
+        const bool oom = s.oom;
+        if (!(oom && !full) && (!have || better(s, best))) {
+          best = std::move(s);
+          tolerance = tol;
+          stateless = sl;
+          have = true;
+        }
+        if (!oom) break;  // keeping servers fit: no need for the stateless design
       }
-      if (!oom) break;  // keeping servers fit: no need for the stateless design
     }
+    if (have) return best;
   }
-  return best;
+  DISTCA_CHECK_MSG(false, "best_cad: no tolerance given");
+  return RunStats{};
 }
 
 Result<SimOptions> base_options(const std::string& model, int64_t gpus, int64_t pp, const ProfiledCostModel* table) {
