@@ -151,6 +151,10 @@ struct MemoryStats {
   double optimizer = 0;    // fp32 master + Adam m, v (12 B/param) / G, / DP when sharded
   double activations = 0;  // stored activations of the micro-batches in flight
   double buffers = 0;      // CP gathered K/V, CAD server inputs kept for backward, transients
+  // The K/V part of buffers: K/V rows received from other units (CP's gathered K/V, colocated's
+  // fetched context, CAD servers' K/V contexts) kept for backward or held for the layer in
+  // flight, with their dK/dV before it is sent back. Included in buffers (and in total).
+  double kv_buffers = 0;
   double total() const { return params + grads + optimizer + activations + buffers; }
 };
 
@@ -258,7 +262,7 @@ Result<SimResult> simulate(const SimOptions& options, const std::vector<Batch>& 
 // cp_candidates[{cp_degree, iteration_seconds, oom, peak_memory_bytes}], pp_ticks,
 // per_unit[{unit, stage, tokens, busy, linear, attention, attention_pairs, comm, exposed_comm,
 // idle, bytes_sent, bytes_received, memory{params, grads, optimizer, activations, buffers,
-// total}}].
+// kv_buffers, total}}].
 // Events are not included (see trace_metadata).
 nlohmann::json to_json(const SimResult& result);
 
