@@ -233,8 +233,9 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
         const double sent = bwd ? w.bwd_sent : w.fwd_sent, recv = bwd ? w.bwd_recv : w.fwd_recv;
         const double x0 = !regather ? 0.0 : (c > 1 ? coll_again : transfer_seconds(R, w.fwd_sent, w.fwd_recv));
         if (regather) rec.comm(u, t, x0, w.fwd_sent, w.fwd_recv, regather_name, j);
-        const double x = x0 + (c > 1 ? coll : transfer_seconds(R, sent, recv));
-        rec.comm(u, t + x0, x - x0, sent, recv, comm_name, j);
+        const double xr = c > 1 ? coll : transfer_seconds(R, sent, recv);
+        const double x = x0 + xr;
+        rec.comm(u, t + x0, xr, sent, recv, comm_name, j);
         rec.wait(u, t, t + x, t);
         const double lin = (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * w.tokens;
         const double att = w.attention_seconds * (bwd ? 1.0 - share : share);
