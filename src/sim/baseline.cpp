@@ -109,6 +109,7 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
   out.assign(static_cast<size_t>(R.units_per_stage), {});
   const auto t0 = std::chrono::steady_clock::now();
   int64_t tasks = 0;
+  const double fwd_bytes_before = ps.comm_bytes_forward;
   if (kind != StrategyKind::kPerCp && c == 1) {
     auto s = kind == StrategyKind::kColocated ? schedule_colocated(b, so) : schedule_wlb(b, so);
     if (!s.ok()) return s.status();
@@ -154,6 +155,8 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
       ps.comm_bytes_backward += w.bwd_recv;
     }
   }
+  // With checkpointing the backward's recompute gathers (fetches) the K/V again.
+  if (R.o.activation_checkpointing) ps.comm_bytes_backward += ps.comm_bytes_forward - fwd_bytes_before;
   std::vector<double> loads;
   for (const UnitWork& w : out) loads.push_back(w.attention_seconds);
   ps.plans += 1;
@@ -207,22 +210,32 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
       t = end;
     };
     if (last && bwd) lm();
-    for (int64_t k = 0; k < layers; ++k) {
+    // The group's all-gather (grads: its reduce-scatter of dK/dV), a barrier of the group.
+    auto group_collective = [&](bool grads) {
       double coll = 0;
-      if (c > 1) {
-        for (int64_t i = 0; i < c; ++i) {
-          const UnitWork& w = W[static_cast<size_t>(g * c + i)];
-          coll = std::max(coll, bwd ? std::max(w.bwd_sent, w.bwd_recv) / R.bytes_per_second : std::max(w.fwd_sent, w.fwd_recv) / R.bytes_per_second);
-        }
-        coll += R.latency * static_cast<double>(c - 1);
+      for (int64_t i = 0; i < c; ++i) {
+        const UnitWork& w = W[static_cast<size_t>(g * c + i)];
+        coll = std::max(coll, grads ? std::max(w.bwd_sent, w.bwd_recv) / R.bytes_per_second : std::max(w.fwd_sent, w.fwd_recv) / R.bytes_per_second);
       }
+      return coll + R.latency * static_cast<double>(c - 1);
+    };
+    // With checkpointing nothing gathered is kept: the backward's recompute of a layer gathers
+    // (fetches) its K/V again, at the forward's cost, before the attention backward.
+    const bool regather = bwd && R.o.activation_checkpointing;
+    const char* regather_name = c > 1 ? "K/V re-gather (recompute)" : "K/V re-fetch (recompute)";
+    for (int64_t k = 0; k < layers; ++k) {
+      const double coll = c > 1 ? group_collective(bwd) : 0.0;
+      const double coll_again = c > 1 && regather ? group_collective(false) : 0.0;
       double end = t;
       for (int64_t i = 0; i < c; ++i) {
         const UnitWork& w = W[static_cast<size_t>(g * c + i)];
         const int64_t u = base + i;
         const double sent = bwd ? w.bwd_sent : w.fwd_sent, recv = bwd ? w.bwd_recv : w.fwd_recv;
-        const double x = c > 1 ? coll : transfer_seconds(R, sent, recv);
-        rec.comm(u, t, x, sent, recv, comm_name, j);
+        const double x0 = !regather ? 0.0 : (c > 1 ? coll_again : transfer_seconds(R, w.fwd_sent, w.fwd_recv));
+        if (regather) rec.comm(u, t, x0, w.fwd_sent, w.fwd_recv, regather_name, j);
+        const double xr = c > 1 ? coll : transfer_seconds(R, sent, recv);
+        const double x = x0 + xr;
+        rec.comm(u, t + x0, xr, sent, recv, comm_name, j);
         rec.wait(u, t, t + x, t);
         const double lin = (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * w.tokens;
         const double att = w.attention_seconds * (bwd ? 1.0 - share : share);
@@ -305,16 +318,23 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
     for (int64_t i = 0; i < ups; ++i) {
       MemoryInput& mi = mem[static_cast<size_t>(s * ups + i)];
       const double layers = static_cast<double>(R.stage_layers[static_cast<size_t>(s)]);
+      // Gathered (fetched) K/V: without checkpointing every layer's is kept until its
+      // backward; with it only the layer in flight holds it (the recompute gathers again).
+      // Either way the layer in backward also holds its dK/dV (as large) until it is sent back.
+      const bool keep_kv = !R.o.activation_checkpointing;
       double tok = 0, kept = 0;
       for (const PipeOp& op : ops[static_cast<size_t>(s)]) {
         const UnitWork& w = work[static_cast<size_t>(op.microbatch)][static_cast<size_t>(i)];
         const double sign = op.backward ? -1.0 : 1.0;
         tok += sign * w.tokens;
-        kept += sign * w.fwd_recv * layers;
+        if (keep_kv) kept += sign * w.fwd_recv * layers;
         mi.tokens_in_flight = std::max(mi.tokens_in_flight, tok);
         mi.kept_bytes = std::max(mi.kept_bytes, kept);
         mi.tokens_max = std::max(mi.tokens_max, w.tokens);
+        mi.transient_bytes = std::max(mi.transient_bytes, (keep_kv ? 1.0 : 2.0) * w.fwd_recv);
       }
+      mi.kept_kv_bytes = mi.kept_bytes;
+      mi.transient_kv_bytes = mi.transient_bytes;
     }
   }
   r.per_unit = std::move(rec.stats());

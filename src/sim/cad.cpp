@@ -47,6 +47,11 @@ struct Contribution {
   Vec bwd_dispatch_sent[2], bwd_dispatch_recv[2];  // backward dispatch (dO)
   Vec bwd_return_sent[2], bwd_return_recv[2];      // backward return (dQ, dK/dV)
   Vec kept_bytes;  // per layer: server inputs + outputs kept for the backward
+  Vec kept_kv;     // per layer: the K/V context rows among them
+  // Per layer, both nano-batches: what a server holds for the layer in flight beyond what it
+  // keeps (forward: inputs and outputs of stateless servers; backward: dO (with the inputs
+  // again when stateless) and the dQ, dK/dV partials it sends back), and the K/V part of it.
+  Vec fwd_transient, fwd_transient_kv, bwd_transient, bwd_transient_kv;
   void init(size_t units) {
     for (int x = 0; x < 2; ++x) {
       for (Vec* v : {&tokens[x], &attention_seconds[x], &attention_pairs[x], &fwd_dispatch_sent[x],
@@ -55,7 +60,9 @@ struct Contribution {
         v->assign(units, 0.0);
       }
     }
-    kept_bytes.assign(units, 0.0);
+    for (Vec* v : {&kept_bytes, &kept_kv, &fwd_transient, &fwd_transient_kv, &bwd_transient, &bwd_transient_kv}) {
+      v->assign(units, 0.0);
+    }
   }
 };
 
@@ -308,11 +315,22 @@ void fill_nano_contribution(const Rates& R, const PooledBatch& pooled, const Doc
     // Servers that keep their inputs hold the received rows and their outputs; stateless
     // ones (and backwards planned anew: every backward of a pipeline) get Q, K/V and O + LSE
     // again with dO.
-    if (!R.o.cad_stateless && !backward_apart) c.kept_bytes[u] += c.fwd_dispatch_recv[x][u] + c.fwd_return_sent[x][u];
-    if (fresh_backward || R.o.cad_stateless) {
+    const bool keeps = !R.o.cad_stateless && !backward_apart;
+    const double inputs = c.fwd_dispatch_recv[x][u] + c.fwd_return_sent[x][u];
+    if (keeps) {
+      c.kept_bytes[u] += inputs;
+      c.kept_kv[u] += kv_recv;
+    } else {  // the layer in flight only
+      c.fwd_transient[u] += inputs;
+      c.fwd_transient_kv[u] += kv_recv;
+    }
+    const bool resent = fresh_backward || R.o.cad_stateless;
+    if (resent) {
       c.bwd_dispatch_sent[x][u] += c.fwd_dispatch_sent[x][u] + out_recv[rk];
       c.bwd_dispatch_recv[x][u] += c.fwd_dispatch_recv[x][u] + out_sent[rk];
     }
+    c.bwd_transient[u] += c.bwd_dispatch_recv[x][u] + c.bwd_return_sent[x][u];
+    c.bwd_transient_kv[u] += (resent ? 2.0 : 1.0) * kv_recv;  // K/V again, dK/dV partials
   }
   if (fresh_backward) {  // the backward's own plan: dO out, dQ / dK/dV back, inputs again
     ps.comm_bytes_backward += static_cast<double>(t.bytes.backward() + t.bytes.forward());
@@ -401,7 +419,9 @@ class CadEngine {
         contrib_(static_cast<size_t>(R.pp), std::vector<Contribution>(mbs.size())),
         rec_(R.units, R.o.record_events),
         clock_(U_, 0.0),
-        runner_(R, rec_, clock_) {
+        runner_(R, rec_, clock_),
+        transient_(U_, 0.0),
+        transient_kv_(U_, 0.0) {
     for (int64_t n : R.stage_layers) max_stage_layers_ = std::max(max_stage_layers_, n);
   }
 
@@ -414,6 +434,7 @@ class CadEngine {
       // Forward first: its winner is stored (candidates_ is then free for the backward's).
       if (!f.tick->ops.empty()) DISTCA_RETURN_IF_ERROR(choose_plan(*f.tick, f.src, r.plan));
       if (!b.tick->ops.empty() && R_.pp > 1) DISTCA_RETURN_IF_ERROR(choose_plan(*b.tick, b.src, r.plan));
+      note_transients(f, b);
       run_tick({&f, &b}, runner_, rec_);
       if (R_.pp > 1) pp_transfer(tick);
     }
@@ -443,6 +464,24 @@ class CadEngine {
       for (const PipeOp& op : ticks[t]) (op.backward ? out[t].bwd : out[t].fwd).ops.push_back(op);
     }
     return out;
+  }
+
+  // The buffers of the layer step in flight in this tick (both directions' ops at once), per
+  // unit; their peak over ticks goes to the memory model.
+  void note_transients(const Part& f, const Part& b) {
+    for (size_t u = 0; u < U_; ++u) {
+      double bytes = 0, kv = 0;
+      for (const Contribution* c : f.src) {
+        bytes += c->fwd_transient[u];
+        kv += c->fwd_transient_kv[u];
+      }
+      for (const Contribution* c : b.src) {
+        bytes += c->bwd_transient[u];
+        kv += c->bwd_transient_kv[u];
+      }
+      transient_[u] = std::max(transient_[u], bytes);
+      transient_kv_[u] = std::max(transient_kv_[u], kv);
+    }
   }
 
   Contribution& stored(const PipeOp& op) {
@@ -609,15 +648,20 @@ class CadEngine {
   void finish(SimResult& r) {
     const int64_t ups = R_.units_per_stage;
     std::vector<MemoryInput> mem(U_);
-    Vec kept(U_, 0.0);
+    Vec kept(U_, 0.0), kept_kv(U_, 0.0);
     std::vector<double> tokens_held(U_, 0.0);
     for (const TickParts& tick : ticks_) {
-      for (const PipeOp& op : tick.fwd.ops) account(op, kept, tokens_held, mem);
-      for (const PipeOp& op : tick.bwd.ops) account(op, kept, tokens_held, mem);
+      for (const PipeOp& op : tick.fwd.ops) account(op, kept, kept_kv, tokens_held, mem);
+      for (const PipeOp& op : tick.bwd.ops) account(op, kept, kept_kv, tokens_held, mem);
       for (size_t u = 0; u < U_; ++u) {
         mem[u].kept_bytes = std::max(mem[u].kept_bytes, kept[u]);
+        mem[u].kept_kv_bytes = std::max(mem[u].kept_kv_bytes, kept_kv[u]);
         mem[u].tokens_in_flight = std::max(mem[u].tokens_in_flight, tokens_held[u]);
       }
+    }
+    for (size_t u = 0; u < U_; ++u) {
+      mem[u].transient_bytes = transient_[u];
+      mem[u].transient_kv_bytes = transient_kv_[u];
     }
     r.per_unit = std::move(rec_.stats());
     r.events = std::move(rec_.events());
@@ -631,12 +675,16 @@ class CadEngine {
     r.pp_ticks = static_cast<int64_t>(ticks_.size());
   }
   // One op's change to the memory held (a forward adds, a backward frees).
-  void account(const PipeOp& op, Vec& kept, std::vector<double>& tokens_held, std::vector<MemoryInput>& mem) {
+  void account(const PipeOp& op, Vec& kept, Vec& kept_kv, std::vector<double>& tokens_held,
+               std::vector<MemoryInput>& mem) {
     const int64_t ups = R_.units_per_stage;
     const Contribution& c = stored(op);
     const double sign = op.backward ? -1.0 : 1.0;
     const double layers = static_cast<double>(R_.stage_layers[static_cast<size_t>(op.stage)]);
-    for (size_t u = 0; u < U_; ++u) kept[u] += sign * c.kept_bytes[u] * layers;
+    for (size_t u = 0; u < U_; ++u) {
+      kept[u] += sign * c.kept_bytes[u] * layers;
+      kept_kv[u] += sign * c.kept_kv[u] * layers;
+    }
     for (int64_t i = 0; i < ups; ++i) {
       const auto u = static_cast<size_t>(op.stage * ups + i);
       const double t = c.tokens[0][u] + c.tokens[1][u];
@@ -655,6 +703,7 @@ class CadEngine {
   TickRunner runner_;
   int64_t max_stage_layers_ = 0;
   Slot slot_;  // scratch of fill_slot
+  Vec transient_, transient_kv_;  // [units] peak bytes of the layer step in flight (note_transients)
   std::vector<std::vector<Contribution>> candidates_;  // plans of the tick being chosen
 };
 

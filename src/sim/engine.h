@@ -109,12 +109,19 @@ class Recorder {
   bool keep_ = false;
 };
 
-// Peak memory inputs of one unit, filled by the engines.
+// Peak memory inputs of one unit, filled by the engines. Bytes are the whole unit's (/ G per
+// GPU); the *_kv parts are the K/V rows (and their dK/dV) inside the figure before them.
 struct MemoryInput {
   double tokens_in_flight = 0;   // peak sum of tokens of the micro-batches held at once
   double tokens_max = 0;         // most tokens of one micro-batch (recompute / logits transients)
-  double kept_bytes = 0;  // peak bytes (whole unit, all layers) of remote K/V and CAD server
-                         // inputs/outputs kept from forward to backward
+  // Peak bytes kept from forward to backward for every layer of the micro-batches in flight:
+  // gathered / fetched K/V without checkpointing, keeping CAD servers' inputs and outputs.
+  double kept_bytes = 0;
+  double kept_kv_bytes = 0;
+  // Peak bytes of the one layer in flight: gathered / fetched K/V with checkpointing (and the
+  // dK/dV before it goes back), stateless CAD servers' inputs, dO and gradients.
+  double transient_bytes = 0;
+  double transient_kv_bytes = 0;
 };
 // Fills `stats.memory` of every unit and the OOM fields of `r`.
 void apply_memory(const Rates& rates, const std::vector<MemoryInput>& in, SimResult& r);

@@ -218,7 +218,10 @@ void apply_memory(const Rates& rates, const std::vector<MemoryInput>& in, SimRes
     // last stage, the logits (dtype_bytes per vocabulary entry, vocab-parallel over G).
     double transient = o.activation_checkpointing ? full * mi.tokens_max / G : 0.0;
     if (s == rates.pp - 1 && o.lm_head) transient += dt * static_cast<double>(m.vocab) * mi.tokens_max / G;
-    ms.buffers = mi.kept_bytes / G + transient;
+    // Kept and transient remote rows (K/V, CAD server buffers): the engines' peaks, added
+    // (an upper bound: the kept peak and the in-flight layer's peak may fall apart).
+    ms.buffers = (mi.kept_bytes + mi.transient_bytes) / G + transient;
+    ms.kv_buffers = (mi.kept_kv_bytes + mi.transient_kv_bytes) / G;
     const double total = ms.total();
     r.peak_memory = std::max(r.peak_memory, total);
     if (total > capacity && !r.oom) {
