@@ -80,9 +80,14 @@ void Rates::apply_hardware_profile(const HardwareProfile& hp) {
   lm_head_bwd_per_token = o.lm_head ? per_token("lm_head", GemmPass::kBackwardData) +
                                           per_token("lm_head", GemmPass::kBackwardWeight)
                                     : 0.0;
-  // The fits are time = intercept + bytes / bw for one message between two ranks: the
-  // intercept is the per-message latency, the slope the link (network.h's Link, exactly).
-  if (hp.all_to_all) exchange = Link{G * hp.all_to_all->bytes_per_second, hp.all_to_all->latency_seconds};
+  // The fits are time = intercept + wire / bw (network.h's Link): p2p's exchange is one
+  // message, so its intercept is the per-message latency; the all-to-all's had ranks - 1
+  // messages per rank (every rank to every other), so each costs intercept / (ranks - 1) and
+  // the model gives the measured exchange back (2 ranks: the intercept itself).
+  if (hp.all_to_all) {
+    const auto messages = static_cast<double>(std::max<int64_t>(1, hp.ranks - 1));
+    exchange = Link{G * hp.all_to_all->bytes_per_second, hp.all_to_all->latency_seconds / messages};
+  }
   if (hp.p2p) p2p_link = Link{G * hp.p2p->bytes_per_second, hp.p2p->latency_seconds};
 }
 
