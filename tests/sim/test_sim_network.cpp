@@ -3,7 +3,8 @@
 // all-to-all of a given byte matrix, incast, the rings), the invariants (no bytes and no
 // message cost nothing; more bytes or one more message are never faster), the peer matrix's
 // bit bookkeeping across a word boundary, and the plan's message pairs against traffic.h's
-// byte rules (a unit sends / receives messages exactly where it sends / receives bytes).
+// byte rules (a unit sends / receives messages exactly where it sends / receives bytes); through
+// the CAD engine, signal mode is ping-pong's messages without their bytes.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include "distca/plan/cad.h"
 #include "distca/plan/doc_index.h"
 #include "distca/plan/traffic.h"
+#include "distca/sim/simulator.h"
 #include "network.h"
 
 namespace distca::sim::detail {
@@ -204,6 +206,36 @@ TEST(NetworkPeers, PlanPairsMatchTrafficBytes) {
     EXPECT_GT(messages, 0) << "seed " << seed << ": the plan moved nothing";
     EXPECT_FALSE(queries.empty());
   }
+}
+
+// Through the CAD engine: signal mode sends the plan's messages without payload, so with free
+// bandwidth ping-pong and signal run the same messages and take the same time; with latency
+// the exchanges cost more than nothing (the plan moves bytes), and latency never speeds up.
+TEST(NetworkEngine, SignalIsPingPongWithoutBytes) {
+  WorkloadOptions w;
+  w.dist = "prolong";
+  w.ranks = 4;
+  w.tokens_per_rank = 32768;
+  w.batches = 1;
+  w.seed = 5;
+  const std::vector<Batch> mbs = make_batches(w).value();
+  auto run = [&](const char* strategy, double bw, double lat) {
+    SimOptions o;
+    o.model = model_preset("llama-8b").value();
+    o.cluster.hw = hardware_preset("h200").value();
+    o.cluster.hw.inter_node_bw = bw;
+    o.cluster.hw.inter_node_latency = lat;
+    o.cluster.gpus_per_node = 8;
+    o.cluster.gpus = 32;
+    o.strategy = parse_strategy(strategy).value();
+    auto r = simulate(o, mbs);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() ? r->iteration_seconds : 0.0;
+  };
+  const double pp = run("cad:pingpong", 1e30, 10e-6), sig = run("cad:signal", 1e30, 10e-6);
+  EXPECT_LT(rel(pp, sig), 1e-12);
+  EXPECT_GT(run("cad:signal", 50e9, 10e-6), run("cad:signal", 50e9, 0.0));
+  EXPECT_GE(run("cad:single-stream", 50e9, 100e-6), run("cad:single-stream", 50e9, 10e-6));
 }
 
 }  // namespace
