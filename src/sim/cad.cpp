@@ -52,7 +52,14 @@ struct Contribution {
   // keeps (forward: inputs and outputs of stateless servers; backward: dO (with the inputs
   // again when stateless) and the dQ, dK/dV partials it sends back), and the K/V part of it.
   Vec fwd_transient, fwd_transient_kv, bwd_transient, bwd_transient_kv;
+  // The message pairs of the four exchanges (network.h), per nano-batch.
+  PeerMatrix fwd_dispatch_peers[2], fwd_return_peers[2], bwd_dispatch_peers[2], bwd_return_peers[2];
   void init(size_t units) {
+    for (int x = 0; x < 2; ++x) {
+      for (PeerMatrix* m : {&fwd_dispatch_peers[x], &fwd_return_peers[x], &bwd_dispatch_peers[x], &bwd_return_peers[x]}) {
+        m->reset(static_cast<int64_t>(units));
+      }
+    }
     for (int x = 0; x < 2; ++x) {
       for (Vec* v : {&tokens[x], &attention_seconds[x], &attention_pairs[x], &fwd_dispatch_sent[x],
                      &fwd_dispatch_recv[x], &fwd_return_sent[x], &fwd_return_recv[x], &bwd_dispatch_sent[x],
@@ -71,6 +78,7 @@ struct Contribution {
 struct Slot {
   Vec linear[2], attention[2];
   Vec dispatch_sent[2], dispatch_recv[2], return_sent[2], return_recv[2];
+  PeerMatrix dispatch_peers[2], return_peers[2];
   bool has_attention = false;
   // [units] the direction (-1 none, 0 forward, 1 backward) and micro-batch of the op the
   // unit's stage runs in this slot (a stage runs at most one op per tick).
@@ -80,6 +88,8 @@ struct Slot {
     unit_dir.assign(units, -1);
     unit_mb.assign(units, -1);
     for (int x = 0; x < 2; ++x) {
+      dispatch_peers[x].reset(static_cast<int64_t>(units));
+      return_peers[x].reset(static_cast<int64_t>(units));
       for (Vec* v : {&linear[x], &attention[x], &dispatch_sent[x], &dispatch_recv[x], &return_sent[x],
                      &return_recv[x]}) {
         v->assign(units, 0.0);
@@ -127,9 +137,9 @@ class TickRunner {
       for (int x = 0; x < 1; ++x) {
         linear(s, x, Collective{}, kLin, mb);
         if (!s.has_attention) continue;
-        const Collective d = issue(s.dispatch_sent[x], s.dispatch_recv[x], d_name[x], mb);
+        const Collective d = issue(s.dispatch_sent[x], s.dispatch_recv[x], s.dispatch_peers[x], d_name[x], mb);
         attention(s.attention[x], d, att_name[x], mb);
-        const Collective r = issue(s.return_sent[x], s.return_recv[x], r_name[x], mb);
+        const Collective r = issue(s.return_sent[x], s.return_recv[x], s.return_peers[x], r_name[x], mb);
         wait_all(r);
       }
       return;
@@ -138,12 +148,12 @@ class TickRunner {
     for (int x = 0; x < 2; ++x) {
       linear(s, x, returns_[x], kLin, mb);
       returns_[x].valid = false;
-      if (s.has_attention) d[x] = issue(s.dispatch_sent[x], s.dispatch_recv[x], d_name[x], mb);
+      if (s.has_attention) d[x] = issue(s.dispatch_sent[x], s.dispatch_recv[x], s.dispatch_peers[x], d_name[x], mb);
     }
     if (!s.has_attention) return;
     for (int x = 0; x < 2; ++x) {
       attention(s.attention[x], d[x], att_name[x], mb);
-      returns_[x] = issue(s.return_sent[x], s.return_recv[x], r_name[x], mb);
+      returns_[x] = issue(s.return_sent[x], s.return_recv[x], s.return_peers[x], r_name[x], mb);
     }
   }
 
@@ -170,15 +180,18 @@ class TickRunner {
   double net_free() const { return net_free_; }
 
  private:
-  Collective issue(const Vec& sent, const Vec& recv, const char* name, int64_t mb) {
+  // One all-to-all (network.h): every unit's part from its bytes and its messages (the peers
+  // it exchanges bytes with); signal mode sends its messages with no payload.
+  Collective issue(const Vec& sent, const Vec& recv, const PeerMatrix& peers, const char* name, int64_t mb) {
     const bool signal = R_.o.strategy.cad_mode == CadMode::kSignal;
-    double start = net_free_, worst = 0;
+    peers.counts(sends_, receives_);
+    double start = net_free_, dur = 0;
     for (int64_t u = 0; u < U_; ++u) {
       const auto i = static_cast<size_t>(u);
       start = std::max(start, clock_[i]);
-      worst = std::max(worst, std::max(sent[i], recv[i]));
+      dur = std::max(dur, all_to_all_unit_seconds(R_.exchange, signal ? 0.0 : sent[i], signal ? 0.0 : recv[i],
+                                                  sends_[i], receives_[i]));
     }
-    const double dur = R_.latency + (signal ? 0.0 : worst / R_.bytes_per_second);
     Collective c{start, start + dur, true, std::vector<char>(static_cast<size_t>(U_), 0)};
     for (int64_t u = 0; u < U_; ++u) {
       const auto i = static_cast<size_t>(u);
@@ -221,6 +234,7 @@ class TickRunner {
   int64_t U_;
   double net_free_ = 0;
   Collective returns_[2];  // returns in flight from the previous slot
+  std::vector<int64_t> sends_, receives_;  // scratch of issue
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -297,6 +311,15 @@ void fill_nano_contribution(const Rates& R, const PooledBatch& pooled, const Doc
     out_recv[home] += n * static_cast<double>(rb.o + rb.lse);
     dout_sent[home] += n * static_cast<double>(rb.o);
     dout_recv[srv] += n * static_cast<double>(rb.o);
+  }
+  {  // the message pairs, by unit
+    PeerMatrix dispatch(R.units), queries(R.units);
+    add_plan_peers(index, list, &pooled.unit_of, dispatch, queries);
+    c.fwd_dispatch_peers[x] = dispatch;       // Q and K/V out
+    c.fwd_return_peers[x] = queries.transposed();  // O + LSE back
+    c.bwd_return_peers[x] = dispatch.transposed();  // dQ and dK/dV back
+    c.bwd_dispatch_peers[x] = queries;        // dO out (with the inputs again below)
+    if (fresh_backward || R.o.cad_stateless) c.bwd_dispatch_peers[x].merge(dispatch);
   }
   for (size_t rk = 0; rk < ranks; ++rk) {
     const RankBytes& b = t.per_rank[rk];
@@ -532,6 +555,8 @@ class CadEngine {
           slot_.return_recv[x][u] += bwd ? c.bwd_return_recv[x][u] : c.fwd_return_recv[x][u];
           if (!bwd) rcd.stats()[u].attention_pairs += c.attention_pairs[x][u];
         }
+        slot_.dispatch_peers[x].merge(bwd ? c.bwd_dispatch_peers[x] : c.fwd_dispatch_peers[x]);
+        slot_.return_peers[x].merge(bwd ? c.bwd_return_peers[x] : c.fwd_return_peers[x]);
       }
     }
   }

@@ -13,6 +13,7 @@
 #include "distca/cost/cost_model.h"
 #include "distca/sim/pipeline.h"
 #include "distca/sim/simulator.h"
+#include "network.h"
 
 namespace distca::sim::detail {
 
@@ -61,15 +62,16 @@ struct Rates {
   double pre_share = 0;              // pre-CA (norm + QKV) share of a layer's linear work
   double lm_head_fwd_per_token = 0;  // LM head, last stage (0 without lm_head)
   double lm_head_bwd_per_token = 0;
-  double bytes_per_second = 0;       // between units (G * inter_node_bw; profile: all-to-all)
-  double latency = 0;                // seconds per collective step
-  double p2p_bytes_per_second = 0;   // stage-to-stage transfers (= the above without a profile)
-  double p2p_latency = 0;
+  // Links between units (network.h): B = G x inter_node_bw and lat = inter_node_latency per
+  // message; with a hardware profile, its all-to-all and p2p fits (B = G x the fit's
+  // bandwidth, lat = its intercept).
+  Link exchange;  // all-to-all, all-gather / reduce-scatter, context fetch, gradient all-reduce
+  Link p2p_link;  // stage-to-stage transfers (= exchange without a profile)
   RowBytes row_bytes;
   UnitAttentionCost cost;
   std::vector<int64_t> stage_layers;  // [pp] layers of each stage (the first L % pp get one more)
   // Seconds of a point-to-point transfer of `bytes` between two units (0 bytes: 0).
-  double p2p(double bytes) const { return bytes > 0 ? p2p_latency + bytes / p2p_bytes_per_second : 0.0; }
+  double p2p(double bytes) const { return p2p_seconds(p2p_link, bytes); }
   // Activation bytes crossing a stage boundary for `tokens` tokens (either direction).
   double boundary_bytes(double tokens) const {
     return tokens * static_cast<double>(o.model.hidden * o.dtype_bytes);

@@ -214,12 +214,13 @@ TEST(Strategies, OneGiantDocumentColocatedIsItsLastRanksTime) {
   o.lm_head = false;
   const SimResult r = run(o, {b});
   // Rank R-1 holds rows [(R-1)T, RT): its attention sees the whole prefix, and the K/V of
-  // (R-1)T rows come from the other ranks (dK/dV go back in backward).
+  // (R-1)T rows come from the other R-1 ranks, one message each (dK/dV go back in backward):
+  // its NIC takes R-1 message latencies and all the bytes (network.h).
   const ModelSpec& m = o.model;
   const double G = 8, peak = o.cluster.hw.peak_flops;
   const double att_fwd = attention_forward_flops(m, static_cast<double>(task_pairs(T, R * T))) / (G * peak * 0.5);
   const double lin_fwd = static_cast<double>(T) * linear_forward_flops_per_token(m) / (G * peak * 0.5);
-  const double xfer = o.cluster.hw.inter_node_latency +
+  const double xfer = static_cast<double>(R - 1) * o.cluster.hw.inter_node_latency +
                       static_cast<double>((R - 1) * T * row_bytes(m, 2).kv) / (G * o.cluster.hw.inter_node_bw);
   const double fwd = xfer + lin_fwd + att_fwd;
   // Checkpointing: 2x + the recomputed forward, which fetches the K/V again before dK/dV go back.

@@ -20,9 +20,10 @@
 // with q_len padded up to attention_tile rows (the kernel's tile; kv_len at least as long), or
 // a profiled table's seconds (cost/profiled.h; forward : backward = 1 : 2.5); backward 2.5x.
 // Communication between units: G * inter_node_bw bytes/s per unit plus inter_node_latency per
-// collective step; an all-to-all of a unit lasts max(sent, received) / bandwidth (bus
-// bandwidth algBw * (n-1)/n, so only off-unit bytes count) and a collective ends for everyone
-// when its slowest unit is done.
+// message; a unit's part of an all-to-all is max(k_out lat + sent / B, k_in lat + recv / B)
+// with one message per peer it exchanges bytes with (only off-unit bytes count), and a
+// collective ends for everyone when its slowest unit is done (docs/simulation-model.md,
+// "Communication").
 // Memory (per GPU, at each unit's peak): parameters, fp32 gradients, optimizer, the activations
 // of the micro-batches in flight, and buffers: remote rows kept from forward to backward for
 // every layer (gathered / fetched K/V without checkpointing; keeping CAD servers' Q, K/V,
