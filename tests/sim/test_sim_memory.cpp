@@ -14,26 +14,13 @@
 #include "distca/cost/analytic.h"
 #include "distca/data/workload.h"
 #include "distca/sim/simulator.h"
+#include "sim_test_util.h"
 
 namespace distca::sim {
 namespace {
 
-SimOptions options(const std::string& strategy, int64_t units, int64_t pp = 1) {
-  SimOptions o;
-  o.model = model_preset("llama-8b").value();
-  o.cluster.hw = hardware_preset("h200").value();
-  o.cluster.gpus_per_node = 8;
-  o.cluster.gpus = 8 * units;
-  o.cluster.pp = pp;
-  o.strategy = parse_strategy(strategy).value();
-  return o;
-}
-
-SimResult run(const SimOptions& o, const std::vector<Batch>& mbs) {
-  auto r = simulate(o, mbs);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : SimResult{};
-}
+using testing::options;
+using testing::run;
 
 double rel(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1e-300); }
 

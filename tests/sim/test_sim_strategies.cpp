@@ -22,26 +22,13 @@
 #include "distca/plan/traffic.h"
 #include "distca/sim/pipeline.h"
 #include "distca/sim/simulator.h"
+#include "sim_test_util.h"
 
 namespace distca::sim {
 namespace {
 
-SimOptions options(const std::string& strategy, int64_t units, int64_t pp = 1) {
-  SimOptions o;
-  o.model = model_preset("llama-8b").value();
-  o.cluster.hw = hardware_preset("h200").value();
-  o.cluster.gpus_per_node = 8;
-  o.cluster.gpus = 8 * units;
-  o.cluster.pp = pp;
-  o.strategy = parse_strategy(strategy).value();
-  return o;
-}
-
-SimResult run(const SimOptions& o, const std::vector<Batch>& mbs) {
-  auto r = simulate(o, mbs);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : SimResult{};
-}
+using testing::options;
+using testing::run;
 
 // `ranks` ranks each holding `per_rank` documents of `len` tokens.
 Batch equal_docs(int64_t ranks, int64_t per_rank, int64_t len) {
