@@ -34,6 +34,9 @@ struct UnitWork {
   double attention_seconds = 0;  // forward + backward
   double pairs = 0;              // causal pairs served
   double fwd_sent = 0, fwd_recv = 0, bwd_sent = 0, bwd_recv = 0;  // bytes
+  // CP 1: messages of the context fetch (peers sent to / received from, network.h); the
+  // backward returns dK/dV over the same pairs reversed.
+  int64_t fwd_sends = 0, fwd_receives = 0;
 };
 
 ScheduleOptions schedule_options(const Rates& R) {
@@ -109,12 +112,18 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
   out.assign(static_cast<size_t>(R.units_per_stage), {});
   const auto t0 = std::chrono::steady_clock::now();
   int64_t tasks = 0;
+  const double fwd_bytes_before = ps.comm_bytes_forward;
   if (kind != StrategyKind::kPerCp && c == 1) {
     auto s = kind == StrategyKind::kColocated ? schedule_colocated(b, so) : schedule_wlb(b, so);
     if (!s.ok()) return s.status();
     ps.plan_seconds += seconds_since(t0);
     const DocumentIndex index(s->batch);
     const Traffic t = compute_traffic(index, s->tasks, R.row_bytes);
+    PeerMatrix fetch(R.units_per_stage), queries(R.units_per_stage);
+    add_plan_peers(index, s->tasks, nullptr, fetch, queries);
+    fetch.merge(queries.transposed());  // O + LSE back, should a task run away from home
+    std::vector<int64_t> sends, receives;
+    fetch.counts(sends, receives);
     for (const TaskPlacement& task : s->tasks) {
       UnitWork& w = out[static_cast<size_t>(task.server)];
       const int64_t q = task.q_end - task.q_begin;
@@ -125,6 +134,8 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
       UnitWork& w = out[static_cast<size_t>(r)];
       const RankBytes& rb = t.per_rank[static_cast<size_t>(r)];
       w.tokens = static_cast<double>(s->batch.rank_tokens(r));
+      w.fwd_sends = sends[static_cast<size_t>(r)];
+      w.fwd_receives = receives[static_cast<size_t>(r)];
       w.fwd_sent = static_cast<double>(rb.fwd_sent);
       w.fwd_recv = static_cast<double>(rb.fwd_recv);
       w.bwd_sent = static_cast<double>(rb.bwd_sent);
@@ -154,6 +165,8 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
       ps.comm_bytes_backward += w.bwd_recv;
     }
   }
+  // With checkpointing the backward's recompute gathers (fetches) the K/V again.
+  if (R.o.activation_checkpointing) ps.comm_bytes_backward += ps.comm_bytes_forward - fwd_bytes_before;
   std::vector<double> loads;
   for (const UnitWork& w : out) loads.push_back(w.attention_seconds);
   ps.plans += 1;
@@ -164,10 +177,11 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
   return Status::ok_status();
 }
 
-// Seconds of one unit's transfer (0 bytes: nothing to wait for).
-double transfer_seconds(const Rates& R, double sent, double recv) {
-  const double b = std::max(sent, recv);
-  return b > 0 ? R.latency + b / R.bytes_per_second : 0.0;
+// Seconds of one unit's context fetch (forward) or dK/dV return (backward): its part of an
+// all-to-all of its own messages (no messages: nothing to wait for).
+double transfer_seconds(const Rates& R, const UnitWork& w, bool bwd) {
+  return bwd ? all_to_all_unit_seconds(R.exchange, w.bwd_sent, w.bwd_recv, w.fwd_receives, w.fwd_sends)
+             : all_to_all_unit_seconds(R.exchange, w.fwd_sent, w.fwd_recv, w.fwd_sends, w.fwd_receives);
 }
 
 }  // namespace
@@ -207,22 +221,33 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
       t = end;
     };
     if (last && bwd) lm();
-    for (int64_t k = 0; k < layers; ++k) {
+    // The group's all-gather (grads: its reduce-scatter of dK/dV), a barrier of the group.
+    auto group_collective = [&](bool grads) {
       double coll = 0;
-      if (c > 1) {
-        for (int64_t i = 0; i < c; ++i) {
-          const UnitWork& w = W[static_cast<size_t>(g * c + i)];
-          coll = std::max(coll, bwd ? std::max(w.bwd_sent, w.bwd_recv) / R.bytes_per_second : std::max(w.fwd_sent, w.fwd_recv) / R.bytes_per_second);
-        }
-        coll += R.latency * static_cast<double>(c - 1);
+      for (int64_t i = 0; i < c; ++i) {  // the ring lasts as long as its busiest unit's part
+        const UnitWork& w = W[static_cast<size_t>(g * c + i)];
+        coll = std::max(coll, grads ? ring_seconds(R.exchange, c, w.bwd_sent, w.bwd_recv)
+                                    : ring_seconds(R.exchange, c, w.fwd_sent, w.fwd_recv));
       }
+      return coll;
+    };
+    // With checkpointing nothing gathered is kept: the backward's recompute of a layer gathers
+    // (fetches) its K/V again, at the forward's cost, before the attention backward.
+    const bool regather = bwd && R.o.activation_checkpointing;
+    const char* regather_name = c > 1 ? "K/V re-gather (recompute)" : "K/V re-fetch (recompute)";
+    for (int64_t k = 0; k < layers; ++k) {
+      const double coll = c > 1 ? group_collective(bwd) : 0.0;
+      const double coll_again = c > 1 && regather ? group_collective(false) : 0.0;
       double end = t;
       for (int64_t i = 0; i < c; ++i) {
         const UnitWork& w = W[static_cast<size_t>(g * c + i)];
         const int64_t u = base + i;
         const double sent = bwd ? w.bwd_sent : w.fwd_sent, recv = bwd ? w.bwd_recv : w.fwd_recv;
-        const double x = c > 1 ? coll : transfer_seconds(R, sent, recv);
-        rec.comm(u, t, x, sent, recv, comm_name, j);
+        const double x0 = !regather ? 0.0 : (c > 1 ? coll_again : transfer_seconds(R, w, false));
+        if (regather) rec.comm(u, t, x0, w.fwd_sent, w.fwd_recv, regather_name, j);
+        const double xr = c > 1 ? coll : transfer_seconds(R, w, bwd);
+        const double x = x0 + xr;
+        rec.comm(u, t + x0, xr, sent, recv, comm_name, j);
         rec.wait(u, t, t + x, t);
         const double lin = (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * w.tokens;
         const double att = w.attention_seconds * (bwd ? 1.0 - share : share);
@@ -305,16 +330,23 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
     for (int64_t i = 0; i < ups; ++i) {
       MemoryInput& mi = mem[static_cast<size_t>(s * ups + i)];
       const double layers = static_cast<double>(R.stage_layers[static_cast<size_t>(s)]);
+      // Gathered (fetched) K/V: without checkpointing every layer's is kept until its
+      // backward; with it only the layer in flight holds it (the recompute gathers again).
+      // Either way the layer in backward also holds its dK/dV (as large) until it is sent back.
+      const bool keep_kv = !R.o.activation_checkpointing;
       double tok = 0, kept = 0;
       for (const PipeOp& op : ops[static_cast<size_t>(s)]) {
         const UnitWork& w = work[static_cast<size_t>(op.microbatch)][static_cast<size_t>(i)];
         const double sign = op.backward ? -1.0 : 1.0;
         tok += sign * w.tokens;
-        kept += sign * w.fwd_recv * layers;
+        if (keep_kv) kept += sign * w.fwd_recv * layers;
         mi.tokens_in_flight = std::max(mi.tokens_in_flight, tok);
         mi.kept_bytes = std::max(mi.kept_bytes, kept);
         mi.tokens_max = std::max(mi.tokens_max, w.tokens);
+        mi.transient_bytes = std::max(mi.transient_bytes, (keep_kv ? 1.0 : 2.0) * w.fwd_recv);
       }
+      mi.kept_kv_bytes = mi.kept_bytes;
+      mi.transient_kv_bytes = mi.transient_bytes;
     }
   }
   r.per_unit = std::move(rec.stats());

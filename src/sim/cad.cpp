@@ -47,7 +47,19 @@ struct Contribution {
   Vec bwd_dispatch_sent[2], bwd_dispatch_recv[2];  // backward dispatch (dO)
   Vec bwd_return_sent[2], bwd_return_recv[2];      // backward return (dQ, dK/dV)
   Vec kept_bytes;  // per layer: server inputs + outputs kept for the backward
+  Vec kept_kv;     // per layer: the K/V context rows among them
+  // Per layer, both nano-batches: what a server holds for the layer in flight beyond what it
+  // keeps (forward: inputs and outputs of stateless servers; backward: dO (with the inputs
+  // again when stateless) and the dQ, dK/dV partials it sends back), and the K/V part of it.
+  Vec fwd_transient, fwd_transient_kv, bwd_transient, bwd_transient_kv;
+  // The message pairs of the four exchanges (network.h), per nano-batch.
+  PeerMatrix fwd_dispatch_peers[2], fwd_return_peers[2], bwd_dispatch_peers[2], bwd_return_peers[2];
   void init(size_t units) {
+    for (int x = 0; x < 2; ++x) {
+      for (PeerMatrix* m : {&fwd_dispatch_peers[x], &fwd_return_peers[x], &bwd_dispatch_peers[x], &bwd_return_peers[x]}) {
+        m->reset(static_cast<int64_t>(units));
+      }
+    }
     for (int x = 0; x < 2; ++x) {
       for (Vec* v : {&tokens[x], &attention_seconds[x], &attention_pairs[x], &fwd_dispatch_sent[x],
                      &fwd_dispatch_recv[x], &fwd_return_sent[x], &fwd_return_recv[x], &bwd_dispatch_sent[x],
@@ -55,7 +67,9 @@ struct Contribution {
         v->assign(units, 0.0);
       }
     }
-    kept_bytes.assign(units, 0.0);
+    for (Vec* v : {&kept_bytes, &kept_kv, &fwd_transient, &fwd_transient_kv, &bwd_transient, &bwd_transient_kv}) {
+      v->assign(units, 0.0);
+    }
   }
 };
 
@@ -64,6 +78,7 @@ struct Contribution {
 struct Slot {
   Vec linear[2], attention[2];
   Vec dispatch_sent[2], dispatch_recv[2], return_sent[2], return_recv[2];
+  PeerMatrix dispatch_peers[2], return_peers[2];
   bool has_attention = false;
   // [units] the direction (-1 none, 0 forward, 1 backward) and micro-batch of the op the
   // unit's stage runs in this slot (a stage runs at most one op per tick).
@@ -73,6 +88,8 @@ struct Slot {
     unit_dir.assign(units, -1);
     unit_mb.assign(units, -1);
     for (int x = 0; x < 2; ++x) {
+      dispatch_peers[x].reset(static_cast<int64_t>(units));
+      return_peers[x].reset(static_cast<int64_t>(units));
       for (Vec* v : {&linear[x], &attention[x], &dispatch_sent[x], &dispatch_recv[x], &return_sent[x],
                      &return_recv[x]}) {
         v->assign(units, 0.0);
@@ -120,9 +137,9 @@ class TickRunner {
       for (int x = 0; x < 1; ++x) {
         linear(s, x, Collective{}, kLin, mb);
         if (!s.has_attention) continue;
-        const Collective d = issue(s.dispatch_sent[x], s.dispatch_recv[x], d_name[x], mb);
+        const Collective d = issue(s.dispatch_sent[x], s.dispatch_recv[x], s.dispatch_peers[x], d_name[x], mb);
         attention(s.attention[x], d, att_name[x], mb);
-        const Collective r = issue(s.return_sent[x], s.return_recv[x], r_name[x], mb);
+        const Collective r = issue(s.return_sent[x], s.return_recv[x], s.return_peers[x], r_name[x], mb);
         wait_all(r);
       }
       return;
@@ -131,12 +148,12 @@ class TickRunner {
     for (int x = 0; x < 2; ++x) {
       linear(s, x, returns_[x], kLin, mb);
       returns_[x].valid = false;
-      if (s.has_attention) d[x] = issue(s.dispatch_sent[x], s.dispatch_recv[x], d_name[x], mb);
+      if (s.has_attention) d[x] = issue(s.dispatch_sent[x], s.dispatch_recv[x], s.dispatch_peers[x], d_name[x], mb);
     }
     if (!s.has_attention) return;
     for (int x = 0; x < 2; ++x) {
       attention(s.attention[x], d[x], att_name[x], mb);
-      returns_[x] = issue(s.return_sent[x], s.return_recv[x], r_name[x], mb);
+      returns_[x] = issue(s.return_sent[x], s.return_recv[x], s.return_peers[x], r_name[x], mb);
     }
   }
 
@@ -163,15 +180,18 @@ class TickRunner {
   double net_free() const { return net_free_; }
 
  private:
-  Collective issue(const Vec& sent, const Vec& recv, const char* name, int64_t mb) {
+  // One all-to-all (network.h): every unit's part from its bytes and its messages (the peers
+  // it exchanges bytes with); signal mode sends its messages with no payload.
+  Collective issue(const Vec& sent, const Vec& recv, const PeerMatrix& peers, const char* name, int64_t mb) {
     const bool signal = R_.o.strategy.cad_mode == CadMode::kSignal;
-    double start = net_free_, worst = 0;
+    peers.counts(sends_, receives_);
+    double start = net_free_, dur = 0;
     for (int64_t u = 0; u < U_; ++u) {
       const auto i = static_cast<size_t>(u);
       start = std::max(start, clock_[i]);
-      worst = std::max(worst, std::max(sent[i], recv[i]));
+      dur = std::max(dur, all_to_all_unit_seconds(R_.exchange, signal ? 0.0 : sent[i], signal ? 0.0 : recv[i],
+                                                  sends_[i], receives_[i]));
     }
-    const double dur = R_.latency + (signal ? 0.0 : worst / R_.bytes_per_second);
     Collective c{start, start + dur, true, std::vector<char>(static_cast<size_t>(U_), 0)};
     for (int64_t u = 0; u < U_; ++u) {
       const auto i = static_cast<size_t>(u);
@@ -214,6 +234,7 @@ class TickRunner {
   int64_t U_;
   double net_free_ = 0;
   Collective returns_[2];  // returns in flight from the previous slot
+  std::vector<int64_t> sends_, receives_;  // scratch of issue
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -291,6 +312,15 @@ void fill_nano_contribution(const Rates& R, const PooledBatch& pooled, const Doc
     dout_sent[home] += n * static_cast<double>(rb.o);
     dout_recv[srv] += n * static_cast<double>(rb.o);
   }
+  {  // the message pairs, by unit
+    PeerMatrix dispatch(R.units), queries(R.units);
+    add_plan_peers(index, list, &pooled.unit_of, dispatch, queries);
+    c.fwd_dispatch_peers[x] = dispatch;       // Q and K/V out
+    c.fwd_return_peers[x] = queries.transposed();  // O + LSE back
+    c.bwd_return_peers[x] = dispatch.transposed();  // dQ and dK/dV back
+    c.bwd_dispatch_peers[x] = queries;        // dO out (with the inputs again below)
+    if (fresh_backward || R.o.cad_stateless) c.bwd_dispatch_peers[x].merge(dispatch);
+  }
   for (size_t rk = 0; rk < ranks; ++rk) {
     const RankBytes& b = t.per_rank[rk];
     const auto u = static_cast<size_t>(pooled.unit_of[rk]);
@@ -308,11 +338,22 @@ void fill_nano_contribution(const Rates& R, const PooledBatch& pooled, const Doc
     // Servers that keep their inputs hold the received rows and their outputs; stateless
     // ones (and backwards planned anew: every backward of a pipeline) get Q, K/V and O + LSE
     // again with dO.
-    if (!R.o.cad_stateless && !backward_apart) c.kept_bytes[u] += c.fwd_dispatch_recv[x][u] + c.fwd_return_sent[x][u];
-    if (fresh_backward || R.o.cad_stateless) {
+    const bool keeps = !R.o.cad_stateless && !backward_apart;
+    const double inputs = c.fwd_dispatch_recv[x][u] + c.fwd_return_sent[x][u];
+    if (keeps) {
+      c.kept_bytes[u] += inputs;
+      c.kept_kv[u] += kv_recv;
+    } else {  // the layer in flight only
+      c.fwd_transient[u] += inputs;
+      c.fwd_transient_kv[u] += kv_recv;
+    }
+    const bool resent = fresh_backward || R.o.cad_stateless;
+    if (resent) {
       c.bwd_dispatch_sent[x][u] += c.fwd_dispatch_sent[x][u] + out_recv[rk];
       c.bwd_dispatch_recv[x][u] += c.fwd_dispatch_recv[x][u] + out_sent[rk];
     }
+    c.bwd_transient[u] += c.bwd_dispatch_recv[x][u] + c.bwd_return_sent[x][u];
+    c.bwd_transient_kv[u] += (resent ? 2.0 : 1.0) * kv_recv;  // K/V again, dK/dV partials
   }
   if (fresh_backward) {  // the backward's own plan: dO out, dQ / dK/dV back, inputs again
     ps.comm_bytes_backward += static_cast<double>(t.bytes.backward() + t.bytes.forward());
@@ -401,7 +442,9 @@ class CadEngine {
         contrib_(static_cast<size_t>(R.pp), std::vector<Contribution>(mbs.size())),
         rec_(R.units, R.o.record_events),
         clock_(U_, 0.0),
-        runner_(R, rec_, clock_) {
+        runner_(R, rec_, clock_),
+        transient_(U_, 0.0),
+        transient_kv_(U_, 0.0) {
     for (int64_t n : R.stage_layers) max_stage_layers_ = std::max(max_stage_layers_, n);
   }
 
@@ -414,6 +457,7 @@ class CadEngine {
       // Forward first: its winner is stored (candidates_ is then free for the backward's).
       if (!f.tick->ops.empty()) DISTCA_RETURN_IF_ERROR(choose_plan(*f.tick, f.src, r.plan));
       if (!b.tick->ops.empty() && R_.pp > 1) DISTCA_RETURN_IF_ERROR(choose_plan(*b.tick, b.src, r.plan));
+      note_transients(f, b);
       run_tick({&f, &b}, runner_, rec_);
       if (R_.pp > 1) pp_transfer(tick);
     }
@@ -443,6 +487,24 @@ class CadEngine {
       for (const PipeOp& op : ticks[t]) (op.backward ? out[t].bwd : out[t].fwd).ops.push_back(op);
     }
     return out;
+  }
+
+  // The buffers of the layer step in flight in this tick (both directions' ops at once), per
+  // unit; their peak over ticks goes to the memory model.
+  void note_transients(const Part& f, const Part& b) {
+    for (size_t u = 0; u < U_; ++u) {
+      double bytes = 0, kv = 0;
+      for (const Contribution* c : f.src) {
+        bytes += c->fwd_transient[u];
+        kv += c->fwd_transient_kv[u];
+      }
+      for (const Contribution* c : b.src) {
+        bytes += c->bwd_transient[u];
+        kv += c->bwd_transient_kv[u];
+      }
+      transient_[u] = std::max(transient_[u], bytes);
+      transient_kv_[u] = std::max(transient_kv_[u], kv);
+    }
   }
 
   Contribution& stored(const PipeOp& op) {
@@ -493,6 +555,8 @@ class CadEngine {
           slot_.return_recv[x][u] += bwd ? c.bwd_return_recv[x][u] : c.fwd_return_recv[x][u];
           if (!bwd) rcd.stats()[u].attention_pairs += c.attention_pairs[x][u];
         }
+        slot_.dispatch_peers[x].merge(bwd ? c.bwd_dispatch_peers[x] : c.fwd_dispatch_peers[x]);
+        slot_.return_peers[x].merge(bwd ? c.bwd_return_peers[x] : c.fwd_return_peers[x]);
       }
     }
   }
@@ -609,15 +673,20 @@ class CadEngine {
   void finish(SimResult& r) {
     const int64_t ups = R_.units_per_stage;
     std::vector<MemoryInput> mem(U_);
-    Vec kept(U_, 0.0);
+    Vec kept(U_, 0.0), kept_kv(U_, 0.0);
     std::vector<double> tokens_held(U_, 0.0);
     for (const TickParts& tick : ticks_) {
-      for (const PipeOp& op : tick.fwd.ops) account(op, kept, tokens_held, mem);
-      for (const PipeOp& op : tick.bwd.ops) account(op, kept, tokens_held, mem);
+      for (const PipeOp& op : tick.fwd.ops) account(op, kept, kept_kv, tokens_held, mem);
+      for (const PipeOp& op : tick.bwd.ops) account(op, kept, kept_kv, tokens_held, mem);
       for (size_t u = 0; u < U_; ++u) {
         mem[u].kept_bytes = std::max(mem[u].kept_bytes, kept[u]);
+        mem[u].kept_kv_bytes = std::max(mem[u].kept_kv_bytes, kept_kv[u]);
         mem[u].tokens_in_flight = std::max(mem[u].tokens_in_flight, tokens_held[u]);
       }
+    }
+    for (size_t u = 0; u < U_; ++u) {
+      mem[u].transient_bytes = transient_[u];
+      mem[u].transient_kv_bytes = transient_kv_[u];
     }
     r.per_unit = std::move(rec_.stats());
     r.events = std::move(rec_.events());
@@ -631,12 +700,16 @@ class CadEngine {
     r.pp_ticks = static_cast<int64_t>(ticks_.size());
   }
   // One op's change to the memory held (a forward adds, a backward frees).
-  void account(const PipeOp& op, Vec& kept, std::vector<double>& tokens_held, std::vector<MemoryInput>& mem) {
+  void account(const PipeOp& op, Vec& kept, Vec& kept_kv, std::vector<double>& tokens_held,
+               std::vector<MemoryInput>& mem) {
     const int64_t ups = R_.units_per_stage;
     const Contribution& c = stored(op);
     const double sign = op.backward ? -1.0 : 1.0;
     const double layers = static_cast<double>(R_.stage_layers[static_cast<size_t>(op.stage)]);
-    for (size_t u = 0; u < U_; ++u) kept[u] += sign * c.kept_bytes[u] * layers;
+    for (size_t u = 0; u < U_; ++u) {
+      kept[u] += sign * c.kept_bytes[u] * layers;
+      kept_kv[u] += sign * c.kept_kv[u] * layers;
+    }
     for (int64_t i = 0; i < ups; ++i) {
       const auto u = static_cast<size_t>(op.stage * ups + i);
       const double t = c.tokens[0][u] + c.tokens[1][u];
@@ -655,6 +728,7 @@ class CadEngine {
   TickRunner runner_;
   int64_t max_stage_layers_ = 0;
   Slot slot_;  // scratch of fill_slot
+  Vec transient_, transient_kv_;  // [units] peak bytes of the layer step in flight (note_transients)
   std::vector<std::vector<Contribution>> candidates_;  // plans of the tick being chosen
 };
 

@@ -13,6 +13,7 @@
 #include "distca/cost/cost_model.h"
 #include "distca/sim/pipeline.h"
 #include "distca/sim/simulator.h"
+#include "network.h"
 
 namespace distca::sim::detail {
 
@@ -61,15 +62,16 @@ struct Rates {
   double pre_share = 0;              // pre-CA (norm + QKV) share of a layer's linear work
   double lm_head_fwd_per_token = 0;  // LM head, last stage (0 without lm_head)
   double lm_head_bwd_per_token = 0;
-  double bytes_per_second = 0;       // between units (G * inter_node_bw; profile: all-to-all)
-  double latency = 0;                // seconds per collective step
-  double p2p_bytes_per_second = 0;   // stage-to-stage transfers (= the above without a profile)
-  double p2p_latency = 0;
+  // Links between units (network.h): B = G x inter_node_bw and lat = inter_node_latency per
+  // message; with a hardware profile, its all-to-all and p2p fits (B = G x the fit's
+  // bandwidth, lat = its intercept).
+  Link exchange;  // all-to-all, all-gather / reduce-scatter, context fetch, gradient all-reduce
+  Link p2p_link;  // stage-to-stage transfers (= exchange without a profile)
   RowBytes row_bytes;
   UnitAttentionCost cost;
   std::vector<int64_t> stage_layers;  // [pp] layers of each stage (the first L % pp get one more)
   // Seconds of a point-to-point transfer of `bytes` between two units (0 bytes: 0).
-  double p2p(double bytes) const { return bytes > 0 ? p2p_latency + bytes / p2p_bytes_per_second : 0.0; }
+  double p2p(double bytes) const { return p2p_seconds(p2p_link, bytes); }
   // Activation bytes crossing a stage boundary for `tokens` tokens (either direction).
   double boundary_bytes(double tokens) const {
     return tokens * static_cast<double>(o.model.hidden * o.dtype_bytes);
@@ -109,12 +111,19 @@ class Recorder {
   bool keep_ = false;
 };
 
-// Peak memory inputs of one unit, filled by the engines.
+// Peak memory inputs of one unit, filled by the engines. Bytes are the whole unit's (/ G per
+// GPU); the *_kv parts are the K/V rows (and their dK/dV) inside the figure before them.
 struct MemoryInput {
   double tokens_in_flight = 0;   // peak sum of tokens of the micro-batches held at once
   double tokens_max = 0;         // most tokens of one micro-batch (recompute / logits transients)
-  double kept_bytes = 0;  // peak bytes (whole unit, all layers) of remote K/V and CAD server
-                         // inputs/outputs kept from forward to backward
+  // Peak bytes kept from forward to backward for every layer of the micro-batches in flight:
+  // gathered / fetched K/V without checkpointing, keeping CAD servers' inputs and outputs.
+  double kept_bytes = 0;
+  double kept_kv_bytes = 0;
+  // Peak bytes of the one layer in flight: gathered / fetched K/V with checkpointing (and the
+  // dK/dV before it goes back), stateless CAD servers' inputs, dO and gradients.
+  double transient_bytes = 0;
+  double transient_kv_bytes = 0;
 };
 // Fills `stats.memory` of every unit and the OOM fields of `r`.
 void apply_memory(const Rates& rates, const std::vector<MemoryInput>& in, SimResult& r);

@@ -42,10 +42,8 @@ Rates::Rates(const SimOptions& opt) : o(opt), cost(opt) {
   pre_share = pre / linear_forward_flops_per_token(m);
   lm_head_fwd_per_token = o.lm_head ? lm_head_forward_flops_per_token(m) / unit_peak : 0.0;
   lm_head_bwd_per_token = 2.0 * lm_head_fwd_per_token;
-  bytes_per_second = static_cast<double>(gpus_per_unit) * o.cluster.hw.inter_node_bw;
-  latency = o.cluster.hw.inter_node_latency;
-  p2p_bytes_per_second = bytes_per_second;
-  p2p_latency = latency;
+  exchange = Link{static_cast<double>(gpus_per_unit) * o.cluster.hw.inter_node_bw, o.cluster.hw.inter_node_latency};
+  p2p_link = exchange;
   if (o.hardware_profile != nullptr) apply_hardware_profile(*o.hardware_profile);
   row_bytes = distca::row_bytes(m, o.dtype_bytes);
   stage_layers.assign(static_cast<size_t>(pp), m.n_layers / pp);
@@ -82,14 +80,15 @@ void Rates::apply_hardware_profile(const HardwareProfile& hp) {
   lm_head_bwd_per_token = o.lm_head ? per_token("lm_head", GemmPass::kBackwardData) +
                                           per_token("lm_head", GemmPass::kBackwardWeight)
                                     : 0.0;
+  // The fits are time = intercept + wire / bw (network.h's Link): p2p's exchange is one
+  // message, so its intercept is the per-message latency; the all-to-all's had ranks - 1
+  // messages per rank (every rank to every other), so each costs intercept / (ranks - 1) and
+  // the model gives the measured exchange back (2 ranks: the intercept itself).
   if (hp.all_to_all) {
-    bytes_per_second = G * hp.all_to_all->bytes_per_second;
-    latency = hp.all_to_all->latency_seconds;
+    const auto messages = static_cast<double>(std::max<int64_t>(1, hp.ranks - 1));
+    exchange = Link{G * hp.all_to_all->bytes_per_second, hp.all_to_all->latency_seconds / messages};
   }
-  if (hp.p2p) {
-    p2p_bytes_per_second = G * hp.p2p->bytes_per_second;
-    p2p_latency = hp.p2p->latency_seconds;
-  }
+  if (hp.p2p) p2p_link = Link{G * hp.p2p->bytes_per_second, hp.p2p->latency_seconds};
 }
 
 double Rates::stage_params(int64_t s) const {
@@ -106,14 +105,14 @@ double Rates::stage_params(int64_t s) const {
 }
 
 double grad_sync_seconds(const Rates& rates, int64_t s, double* bytes_per_unit) {
-  const auto n = static_cast<double>(rates.units_per_stage);
   // fp32 gradients, TP-sharded over the G GPUs of a unit; each GPU rings with its peers of
   // the other units (G rings in parallel, so a unit moves G times a GPU's bytes at G x bw).
   const double gpu_bytes = rates.stage_params(s) * 4.0 / static_cast<double>(rates.gpus_per_unit);
-  const double moved = rates.units_per_stage > 1 ? 2.0 * (n - 1.0) / n * gpu_bytes * static_cast<double>(rates.gpus_per_unit) : 0.0;
+  double moved = 0;
+  const double t = ring_all_reduce_seconds(rates.exchange, rates.units_per_stage,
+                                           gpu_bytes * static_cast<double>(rates.gpus_per_unit), &moved);
   if (bytes_per_unit != nullptr) *bytes_per_unit = moved;
-  if (!rates.o.grad_sync || rates.units_per_stage <= 1) return 0.0;
-  return moved / rates.bytes_per_second + 2.0 * (n - 1.0) * rates.latency;
+  return rates.o.grad_sync ? t : 0.0;
 }
 
 void run_grad_sync(const Rates& R, Recorder& rec, const std::vector<double>& stage_start,
@@ -218,7 +217,10 @@ void apply_memory(const Rates& rates, const std::vector<MemoryInput>& in, SimRes
     // last stage, the logits (dtype_bytes per vocabulary entry, vocab-parallel over G).
     double transient = o.activation_checkpointing ? full * mi.tokens_max / G : 0.0;
     if (s == rates.pp - 1 && o.lm_head) transient += dt * static_cast<double>(m.vocab) * mi.tokens_max / G;
-    ms.buffers = mi.kept_bytes / G + transient;
+    // Kept and transient remote rows (K/V, CAD server buffers): the engines' peaks, added
+    // (an upper bound: the kept peak and the in-flight layer's peak may fall apart).
+    ms.buffers = (mi.kept_bytes + mi.transient_bytes) / G + transient;
+    ms.kv_buffers = (mi.kept_kv_bytes + mi.transient_kv_bytes) / G;
     const double total = ms.total();
     r.peak_memory = std::max(r.peak_memory, total);
     if (total > capacity && !r.oom) {

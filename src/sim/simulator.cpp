@@ -196,6 +196,7 @@ nlohmann::json to_json(const SimResult& r) {
                        {"optimizer", u.memory.optimizer},
                        {"activations", u.memory.activations},
                        {"buffers", u.memory.buffers},
+                       {"kv_buffers", u.memory.kv_buffers},
                        {"total", u.memory.total()}}}});
   }
   j["per_unit"] = std::move(units);

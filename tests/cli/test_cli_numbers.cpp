@@ -125,7 +125,11 @@ TEST_F(CliNumbersTest, AllocationFailureIsOneLineNotAnAbort) {
 #endif
   // 300 MB of address space cannot hold 16 TB of query rows; --max-memory 1000T lets the run past
   // any estimate, so the allocation itself fails (std::bad_alloc): one line, exit 1.
-  const std::string cmd = "ulimit -v 300000; " + std::string(DISTCA_CLI) +
+  // OPENBLAS_NUM_THREADS=1: OpenBLAS's pthread build starts a worker per core when it loads,
+  // and a worker that cannot get its 128 MB buffer retries for ever, so under this limit the
+  // process could fail or hang at exit (joining it) depending on which thread allocated first
+  // (the test failed once that way). distca calls OpenBLAS on one thread only.
+  const std::string cmd = "ulimit -v 300000; OPENBLAS_NUM_THREADS=1 " + std::string(DISTCA_CLI) +
                           " profile --heads 60000 --head-dim 1024 --min-len 65536 --max-len 65536 --max-memory 1000T"
                           " >/dev/null 2>" +
                           (dir_ / "err").string();

@@ -20,9 +20,15 @@
 // with q_len padded up to attention_tile rows (the kernel's tile; kv_len at least as long), or
 // a profiled table's seconds (cost/profiled.h; forward : backward = 1 : 2.5); backward 2.5x.
 // Communication between units: G * inter_node_bw bytes/s per unit plus inter_node_latency per
-// collective step; an all-to-all of a unit lasts max(sent, received) / bandwidth (bus
-// bandwidth algBw * (n-1)/n, so only off-unit bytes count) and a collective ends for everyone
-// when its slowest unit is done.
+// message; a unit's part of an all-to-all is max(k_out lat + sent / B, k_in lat + recv / B)
+// with one message per peer it exchanges bytes with (only off-unit bytes count), and a
+// collective ends for everyone when its slowest unit is done (docs/simulation-model.md,
+// "Communication").
+// Memory (per GPU, at each unit's peak): parameters, fp32 gradients, optimizer, the activations
+// of the micro-batches in flight, and buffers: remote rows kept from forward to backward for
+// every layer (gathered / fetched K/V without checkpointing; keeping CAD servers' Q, K/V,
+// O + LSE) plus the layer in flight (with checkpointing the recompute re-gathers the K/V:
+// one more all-gather per layer in backward, at the forward's cost).
 //
 // Determinism: simulate() is a pure function of (options, micro-batches): the same inputs
 // give the same result bits (including every event) on every platform.
@@ -116,7 +122,9 @@ struct SimOptions {
   double wlb_mem_cap = 1.2;   // wlb re-pack token cap over the mean, >= 1
   int64_t dtype_bytes = 2;    // activations and parameters on the wire and in memory: 2 or 4
   bool shard_optimizer = true;           // optimizer state (and fp32 master) sharded over DP
-  bool activation_checkpointing = true;  // keep layer inputs only; recompute linear in backward
+  // Keep layer inputs (and O, LSE) only; the backward recomputes each layer's forward, its
+  // K/V all-gather / context fetch included (gathered K/V are not kept across layers).
+  bool activation_checkpointing = true;
   bool lm_head = true;     // charge the LM head (and its memory) to the last stage
   bool grad_sync = true;   // charge the DP gradient all-reduce at the end of the iteration
   // cad: stateless attention servers (the paper's design; runtime DispatcherOptions::stateless)
@@ -151,6 +159,10 @@ struct MemoryStats {
   double optimizer = 0;    // fp32 master + Adam m, v (12 B/param) / G, / DP when sharded
   double activations = 0;  // stored activations of the micro-batches in flight
   double buffers = 0;      // CP gathered K/V, CAD server inputs kept for backward, transients
+  // The K/V part of buffers: K/V rows received from other units (CP's gathered K/V, colocated's
+  // fetched context, CAD servers' K/V contexts) kept for backward or held for the layer in
+  // flight, with their dK/dV before it is sent back. Included in buffers (and in total).
+  double kv_buffers = 0;
   double total() const { return params + grads + optimizer + activations + buffers; }
 };
 
@@ -258,7 +270,7 @@ Result<SimResult> simulate(const SimOptions& options, const std::vector<Batch>& 
 // cp_candidates[{cp_degree, iteration_seconds, oom, peak_memory_bytes}], pp_ticks,
 // per_unit[{unit, stage, tokens, busy, linear, attention, attention_pairs, comm, exposed_comm,
 // idle, bytes_sent, bytes_received, memory{params, grads, optimizer, activations, buffers,
-// total}}].
+// kv_buffers, total}}].
 // Events are not included (see trace_metadata).
 nlohmann::json to_json(const SimResult& result);
 

@@ -1,0 +1,242 @@
+// The simulator's network model (src/sim/network.h): every term against a hand-computed closed
+// form (one message below / at / above the half-bandwidth size, a two-unit and a four-unit
+// all-to-all of a given byte matrix, incast, the rings), the invariants (no bytes and no
+// message cost nothing; more bytes or one more message are never faster), the peer matrix's
+// bit bookkeeping across a word boundary, and the plan's message pairs against traffic.h's
+// byte rules (a unit sends / receives messages exactly where it sends / receives bytes); through
+// the CAD engine, signal mode is ping-pong's messages without their bytes.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "distca/core/specs.h"
+#include "distca/cost/analytic.h"
+#include "distca/data/workload.h"
+#include "distca/plan/cad.h"
+#include "distca/plan/doc_index.h"
+#include "distca/plan/traffic.h"
+#include "distca/sim/simulator.h"
+#include "network.h"
+
+namespace distca::sim::detail {
+namespace {
+
+// 8 GPUs x 50 GB/s, 10 us per message: the h200 preset's unit.
+const Link kLink{8 * 50e9, 10e-6};
+
+double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-300); }
+
+TEST(NetworkLink, MessageCostAndHalfBandwidthSize) {
+  const double B = kLink.bytes_per_second, lat = kLink.latency;
+  const double s_half = kLink.half_bandwidth_bytes();
+  EXPECT_DOUBLE_EQ(s_half, lat * B);  // 4 MB per unit = 500 KB per GPU
+  EXPECT_EQ(kLink.message_seconds(0), 0.0);
+  EXPECT_EQ(kLink.effective_bandwidth(0), 0.0);
+  // bw(s) = B s / (s + s_half): below, at and above the half-bandwidth size.
+  for (const double s : {s_half / 4, s_half, 4 * s_half, 1e3 * s_half}) {
+    EXPECT_LT(rel(kLink.message_seconds(s), lat + s / B), 1e-15);
+    EXPECT_LT(rel(kLink.effective_bandwidth(s), B * s / (s + s_half)), 1e-12);
+  }
+  EXPECT_LT(rel(kLink.effective_bandwidth(s_half / 4), B / 5), 1e-12);
+  EXPECT_LT(rel(kLink.effective_bandwidth(s_half), B / 2), 1e-12);
+  EXPECT_LT(rel(kLink.effective_bandwidth(4 * s_half), 0.8 * B), 1e-12);
+  EXPECT_LT(kLink.effective_bandwidth(s_half), kLink.effective_bandwidth(2 * s_half));
+  EXPECT_DOUBLE_EQ(p2p_seconds(kLink, 3e6), lat + 3e6 / B);
+}
+
+TEST(NetworkAllToAll, TwoUnitsIsOneMessageEachWay) {
+  // Unit 0 sends a, unit 1 sends b: each sends one message and receives one, full duplex.
+  const double a = 6e6, b = 2e6;
+  std::vector<double> unit;
+  const double t = all_to_all_seconds(kLink, 2, {0, a, b, 0}, &unit);
+  const double want = kLink.latency + std::max(a, b) / kLink.bytes_per_second;
+  EXPECT_LT(rel(t, want), 1e-15);
+  ASSERT_EQ(unit.size(), 2u);
+  EXPECT_LT(rel(unit[0], want), 1e-15);  // sends a, receives b
+  EXPECT_LT(rel(unit[1], want), 1e-15);  // receives a
+  // One way only: the receiver's part is the same message.
+  EXPECT_LT(rel(all_to_all_seconds(kLink, 2, {0, a, 0, 0}), kLink.latency + a / kLink.bytes_per_second), 1e-15);
+  // The diagonal is not a message.
+  EXPECT_EQ(all_to_all_seconds(kLink, 2, {5e6, 0, 0, 7e6}), 0.0);
+}
+
+TEST(NetworkAllToAll, FourUnitsByHand) {
+  // bytes[i][j] from i to j (MB):
+  //        to 0  1  2  3
+  //   0  [  -  4  0  2 ]   unit 0: sends 2 msgs / 6 MB, receives 1 msg / 1 MB
+  //   1  [  1  -  3  0 ]   unit 1: sends 2 / 4,  receives 2 / 4+8 = 12
+  //   2  [  0  8  -  0 ]   unit 2: sends 1 / 8,  receives 2 / 3+5 = 8
+  //   3  [  0  0  5  - ]   unit 3: sends 1 / 5,  receives 1 / 2
+  const double M = 1e6;
+  const std::vector<double> bytes = {0, 4 * M, 0, 2 * M, 1 * M, 0, 3 * M, 0, 0, 8 * M, 0, 0, 0, 0, 5 * M, 0};
+  const double lat = kLink.latency, B = kLink.bytes_per_second;
+  const double want[4] = {std::max(2 * lat + 6 * M / B, 1 * lat + 1 * M / B),
+                          std::max(2 * lat + 4 * M / B, 2 * lat + 12 * M / B),
+                          std::max(1 * lat + 8 * M / B, 2 * lat + 8 * M / B),
+                          std::max(1 * lat + 5 * M / B, 1 * lat + 2 * M / B)};
+  std::vector<double> unit;
+  const double t = all_to_all_seconds(kLink, 4, bytes, &unit);
+  for (int i = 0; i < 4; ++i) EXPECT_LT(rel(unit[static_cast<size_t>(i)], want[i]), 1e-15) << i;
+  EXPECT_LT(rel(t, 2 * lat + 12 * M / B), 1e-15);  // unit 1's receive side
+  // The per-unit form (totals + message counts, what the engines accumulate) agrees.
+  EXPECT_DOUBLE_EQ(all_to_all_unit_seconds(kLink, 4 * M, 12 * M, 2, 2), unit[1]);
+  // The old bandwidth-only formula (lat + max(sent, recv) / B) is the one-message case and a
+  // lower bound here.
+  EXPECT_GT(t, lat + 12 * M / B);
+}
+
+TEST(NetworkAllToAll, IncastPaysEveryMessageAtTheReceiver) {
+  // Three senders to unit 0, s bytes each: the receiver's NIC takes 3 messages and 3 s bytes;
+  // each sender one message.
+  const double s = 1e6, lat = kLink.latency, B = kLink.bytes_per_second;
+  std::vector<double> bytes(16, 0.0);
+  for (int i = 1; i < 4; ++i) bytes[static_cast<size_t>(i) * 4 + 0] = s;
+  std::vector<double> unit;
+  const double t = all_to_all_seconds(kLink, 4, bytes, &unit);
+  EXPECT_LT(rel(unit[0], 3 * lat + 3 * s / B), 1e-15);
+  for (int i = 1; i < 4; ++i) EXPECT_LT(rel(unit[static_cast<size_t>(i)], lat + s / B), 1e-15);
+  EXPECT_DOUBLE_EQ(t, unit[0]);
+  // The same bytes as one message from one sender cost one latency less twice over.
+  EXPECT_LT(rel(all_to_all_seconds(kLink, 2, {0, 0, 3 * s, 0}), lat + 3 * s / B), 1e-15);
+}
+
+TEST(NetworkAllToAll, NoBytesNoCostAndMoreIsNeverFaster) {
+  EXPECT_EQ(all_to_all_seconds(kLink, 4, std::vector<double>(16, 0.0)), 0.0);
+  EXPECT_EQ(all_to_all_unit_seconds(kLink, 0, 0, 0, 0), 0.0);
+  // Signal mode: messages without payload cost their latencies.
+  EXPECT_DOUBLE_EQ(all_to_all_unit_seconds(kLink, 0, 0, 3, 2), 3 * kLink.latency);
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> size(0, 8e6);
+  std::bernoulli_distribution present(0.4);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t n = 2 + trial % 7;
+    const auto N = static_cast<size_t>(n);
+    std::vector<double> bytes(N * N, 0.0);
+    for (size_t k = 0; k < bytes.size(); ++k) bytes[k] = present(rng) ? size(rng) : 0.0;
+    const double t = all_to_all_seconds(kLink, n, bytes);
+    const size_t k = static_cast<size_t>(trial) % bytes.size();
+    if (k / N == k % N) continue;  // the diagonal is no message
+    std::vector<double> more = bytes;
+    more[k] += 1e5;  // more bytes on a pair (a new message when it had none)
+    EXPECT_GE(all_to_all_seconds(kLink, n, more), t) << trial;
+  }
+}
+
+TEST(NetworkRings, AllGatherAndAllReduceClosedForms) {
+  const double lat = kLink.latency, B = kLink.bytes_per_second;
+  EXPECT_EQ(ring_seconds(kLink, 1, 5e6, 5e6), 0.0);
+  EXPECT_EQ(ring_seconds(kLink, 4, 0, 0), 0.0);
+  EXPECT_LT(rel(ring_seconds(kLink, 4, 3e6, 9e6), 3 * lat + 9e6 / B), 1e-15);
+  EXPECT_GE(ring_seconds(kLink, 4, 3e6, 9.5e6), ring_seconds(kLink, 4, 3e6, 9e6));
+  double moved = -1;
+  EXPECT_EQ(ring_all_reduce_seconds(kLink, 1, 1e9, &moved), 0.0);
+  EXPECT_EQ(moved, 0.0);
+  const double t = ring_all_reduce_seconds(kLink, 8, 1e9, &moved);
+  EXPECT_LT(rel(moved, 2.0 * 7 / 8 * 1e9), 1e-15);
+  EXPECT_LT(rel(t, 2 * 7 * lat + moved / B), 1e-15);
+  EXPECT_GT(ring_all_reduce_seconds(kLink, 8, 2e9), t);
+}
+
+TEST(NetworkPeers, CountsTransposeAndMergeAcrossWords) {
+  PeerMatrix m(70);  // two 64-bit words per row
+  m.add(0, 69);
+  m.add(0, 1);
+  m.add(65, 69);
+  m.add(3, 3);  // the diagonal is no message
+  EXPECT_FALSE(m.has(3, 3));
+  std::vector<int64_t> s, r;
+  m.counts(s, r);
+  EXPECT_EQ(s[0], 2);
+  EXPECT_EQ(s[65], 1);
+  EXPECT_EQ(r[69], 2);
+  EXPECT_EQ(r[1], 1);
+  EXPECT_EQ(r[3], 0);
+  const PeerMatrix t = m.transposed();
+  EXPECT_TRUE(t.has(69, 0) && t.has(69, 65) && t.has(1, 0));
+  EXPECT_FALSE(t.has(0, 69));
+  PeerMatrix u(70);
+  u.add(0, 69);  // already in m: the union counts it once
+  u.add(2, 0);
+  u.merge(m);
+  u.counts(s, r);
+  EXPECT_EQ(s[0], 2);
+  EXPECT_EQ(s[2], 1);
+  EXPECT_EQ(r[69], 2);
+  EXPECT_TRUE(PeerMatrix(5).empty());
+  EXPECT_FALSE(u.empty());
+}
+
+// The plan's message pairs (add_plan_peers) against traffic.h's per-rank bytes: forward, a
+// rank sends bytes exactly when it sends a message (Q / K/V out along dispatch, O + LSE back
+// along the query pairs reversed), and likewise for receiving.
+TEST(NetworkPeers, PlanPairsMatchTrafficBytes) {
+  const ModelSpec m = model_preset("llama-8b").value();
+  const RowBytes rb = row_bytes(m, 2);
+  for (const uint64_t seed : {1u, 2u, 3u}) {
+    WorkloadOptions w;
+    w.dist = "prolong";
+    w.ranks = 8;
+    w.tokens_per_rank = 16384;
+    w.batches = 1;
+    w.seed = seed;
+    const Batch b = make_batches(w).value().front();
+    ScheduleOptions so;
+    so.model = m;
+    so.tolerance = 0.05;
+    const auto sched = schedule_cad(b, so, nullptr);
+    ASSERT_TRUE(sched.ok()) << sched.status().to_string();
+    const DocumentIndex index(sched->batch);
+    const Traffic t = compute_traffic(index, sched->tasks, rb);
+    PeerMatrix dispatch(8), queries(8);
+    add_plan_peers(index, sched->tasks, nullptr, dispatch, queries);
+    PeerMatrix fwd = dispatch;
+    fwd.merge(queries.transposed());
+    std::vector<int64_t> s, r, qs, qr;
+    fwd.counts(s, r);
+    queries.counts(qs, qr);
+    int64_t messages = 0;
+    for (size_t k = 0; k < 8; ++k) {
+      EXPECT_EQ(s[k] > 0, t.per_rank[k].fwd_sent > 0) << "seed " << seed << " rank " << k;
+      EXPECT_EQ(r[k] > 0, t.per_rank[k].fwd_recv > 0) << "seed " << seed << " rank " << k;
+      // A rank holding queries served away sends Q and gets dQ back; a server the other way.
+      messages += s[k];
+    }
+    EXPECT_GT(messages, 0) << "seed " << seed << ": the plan moved nothing";
+    EXPECT_FALSE(queries.empty());
+  }
+}
+
+// Through the CAD engine: signal mode sends the plan's messages without payload, so with free
+// bandwidth ping-pong and signal run the same messages and take the same time; with latency
+// the exchanges cost more than nothing (the plan moves bytes), and latency never speeds up.
+TEST(NetworkEngine, SignalIsPingPongWithoutBytes) {
+  WorkloadOptions w;
+  w.dist = "prolong";
+  w.ranks = 4;
+  w.tokens_per_rank = 32768;
+  w.batches = 1;
+  w.seed = 5;
+  const std::vector<Batch> mbs = make_batches(w).value();
+  auto run = [&](const char* strategy, double bw, double lat) {
+    SimOptions o;
+    o.model = model_preset("llama-8b").value();
+    o.cluster.hw = hardware_preset("h200").value();
+    o.cluster.hw.inter_node_bw = bw;
+    o.cluster.hw.inter_node_latency = lat;
+    o.cluster.gpus_per_node = 8;
+    o.cluster.gpus = 32;
+    o.strategy = parse_strategy(strategy).value();
+    auto r = simulate(o, mbs);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() ? r->iteration_seconds : 0.0;
+  };
+  const double pp = run("cad:pingpong", 1e30, 10e-6), sig = run("cad:signal", 1e30, 10e-6);
+  EXPECT_LT(rel(pp, sig), 1e-12);
+  EXPECT_GT(run("cad:signal", 50e9, 10e-6), run("cad:signal", 50e9, 0.0));
+  EXPECT_GE(run("cad:single-stream", 50e9, 100e-6), run("cad:single-stream", 50e9, 10e-6));
+}
+
+}  // namespace
+}  // namespace distca::sim::detail
