@@ -437,19 +437,27 @@ TEST(Fig9, PicksTheBestCpDegreeAndTolerance) {
   EXPECT_EQ(static_cast<int64_t>(csv.num(r, "wlb_cp")), best_cp);
   EXPECT_NEAR(csv.num(r, "wlb_seconds"), best, 1e-4 + 1e-6 * best);
 
+  // CAD: at each tolerance servers that keep their inputs, else (out of memory) stateless ones.
   best = 1e300;
   double best_tol = -1;
+  bool best_stateless = false;
   o.strategy = distca::sim::parse_strategy("cad").value();
   for (double tol : {0.0, 0.05, 0.1, 0.15}) {
     o.tolerance = tol;
-    bool oom = false;
-    const double s = mean_seconds(o, oom);
-    if (!oom && s < best) {
-      best = s;
-      best_tol = tol;
+    for (bool stateless : {false, true}) {
+      o.cad_stateless = stateless;
+      bool oom = false;
+      const double s = mean_seconds(o, oom);
+      if (!oom && s < best) {
+        best = s;
+        best_tol = tol;
+        best_stateless = stateless;
+      }
+      if (!oom) break;
     }
   }
   EXPECT_NEAR(csv.num(r, "cad_tolerance"), best_tol, 1e-9);
+  EXPECT_EQ(csv.rows[r].at("cad_servers"), best_stateless ? "stateless" : "keep");
   EXPECT_NEAR(csv.num(r, "cad_seconds"), best, 1e-4 + 1e-6 * best);
 }
 
