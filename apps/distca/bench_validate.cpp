@@ -218,7 +218,7 @@ Result<std::vector<Row>> replay_dir(const std::string& dir) {
   for (const Found& x : found) {
     const std::string hw = (fs::path(dir) / ("hw-" + std::to_string(x.np) + ".json")).string();
     if (!fs::is_regular_file(hw, ec)) {
-      return Status::invalid_argument("--replay: " + hw + " missing (the profile " + fs::path(x.path).filename().string() + " needs)");
+      return Status::invalid_argument("--replay: " + hw + " missing (the profile of " + fs::path(x.path).filename().string() + ")");
     }
     DISTCA_ASSIGN_OR_RETURN(nlohmann::json j, read_json(x.path));
     DISTCA_ASSIGN_OR_RETURN(std::vector<Row> r, replay_one(j, x.path, hw));

@@ -236,28 +236,30 @@ int run_validate(const Flags& f, bool speed_flags_given) {
   o.timeout_s = f.timeout_s;
   o.configs = validate::matrix(f.quick, ranks);
   if (o.configs.empty()) return fail_input("--ranks " + f.ranks + ": no configuration of the matrix runs on these process counts (1, 2, 3, 4)");
+  std::error_code ec;
+  const fs::path d(f.out_dir);
+  const bool out_exists = !f.out_dir.empty() && fs::exists(d, ec);
+  if (!f.out_dir.empty()) {
+    if (out_exists && !fs::is_directory(d, ec)) return fail_input("--out " + f.out_dir + ": exists and is not a directory");
+    const fs::path parent = d.has_parent_path() ? d.parent_path() : fs::path(".");
+    if (!out_exists && !fs::is_directory(parent, ec)) return fail_input("--out " + f.out_dir + ": its parent directory does not exist");
+    if (access((out_exists ? d : parent).c_str(), W_OK | X_OK) != 0) return fail_input("--out " + f.out_dir + ": not writable");
+  }
   o.mpirun = find_executable(f.mpirun.empty() ? "mpirun" : f.mpirun);
   if (o.mpirun.empty()) {
     return fail_input(f.mpirun.empty() ? "--mpirun: no mpirun on PATH (give its path with --mpirun PATH)"
                                        : "--mpirun " + f.mpirun + ": not an executable");
   }
-  std::error_code ec;
   o.self = fs::read_symlink("/proc/self/exe", ec).string();
   if (ec || o.self.empty()) return fail(Status::internal("cannot find this distca binary (/proc/self/exe)"));
   o.as_root = geteuid() == 0;
+  // Every check passed: the directory is the first thing made.
   if (f.out_dir.empty()) {
     std::string tmpl = (fs::temp_directory_path(ec) / "distca-validate-XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) return fail_input("--out: cannot create a directory under the temporary directory");
+    if (mkdtemp(tmpl.data()) == nullptr) return fail(Status::internal("cannot create a directory under the temporary directory"));
     o.dir = tmpl;
   } else {
-    const fs::path d(f.out_dir);
-    if (fs::exists(d, ec) && !fs::is_directory(d, ec)) return fail_input("--out " + f.out_dir + ": exists and is not a directory");
-    const fs::path parent = d.has_parent_path() ? d.parent_path() : fs::path(".");
-    if (!fs::exists(d, ec) && !fs::is_directory(parent, ec)) {
-      return fail_input("--out " + f.out_dir + ": its parent directory does not exist");
-    }
-    if (!fs::exists(d, ec) && !fs::create_directory(d, ec)) return fail_input("--out " + f.out_dir + ": cannot be created: " + ec.message());
-    if (access(d.c_str(), W_OK | X_OK) != 0) return fail_input("--out " + f.out_dir + ": not writable");
+    if (!out_exists && !fs::create_directory(d, ec)) return fail(Status::internal("--out " + f.out_dir + ": cannot be created: " + ec.message()));
     o.dir = d.string();
   }
   o.progress = [](const std::string& line) {
