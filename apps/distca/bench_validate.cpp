@@ -63,15 +63,18 @@ std::vector<Config> matrix(bool quick, const std::vector<int64_t>& ranks) {
 namespace {
 
 // The sizes: width 256 (4 heads of 64, 2 K/V), vocab 512, documents of 128 beside the long
-// ones; data parallel 2 layers, pipelines 4 (PP 4 needs a multiple of 4). Every run 2 rounds x
-// 2 steps, the first of each run discarded (quick: 1024 tokens).
-int64_t tokens(bool quick) { return quick ? 1024 : 2048; }
+// ones; data parallel 2 layers at 2048 tokens per rank, pipelines 4 layers (PP 4 needs a
+// multiple of 4) at 1024 tokens per micro-batch (2P micro-batches: a step holds 2P x 1024
+// tokens per replica). Every run 2 rounds x 2 steps, the first of each run discarded; quick
+// halves the tokens. The profile's GEMMs run on the data-parallel row count and its attention
+// grid reaches the longest document.
+int64_t tokens(bool quick, bool pipeline = false) { return (quick ? 1024 : 2048) / (pipeline ? 2 : 1); }
 
 }  // namespace
 
 std::vector<std::string> bench_args(const Config& c, bool quick) {
   std::vector<std::string> a{"bench", "train", "--backend", "mpi", "--width", "256", "--head-dim", "64", "--vocab", "512",
-                             "--tokens-per-rank", std::to_string(tokens(quick)), "--short-doc", "128",
+                             "--tokens-per-rank", std::to_string(tokens(quick, c.pp > 1)), "--short-doc", "128",
                              "--workload", c.workload, "--rounds", "2", "--steps", "2",
                              "--warmup-steps", "1", "--layers", c.pp > 1 ? "4" : "2"};
   if (c.pp > 1) a.insert(a.end(), {"--pp", std::to_string(c.pp)});
