@@ -326,14 +326,15 @@ std::string join(const std::vector<std::string>& v) {
 
 // One child run: its output into DIR/<stem>.log (written as .log.tmp and renamed when the child
 // has ended, so the log in DIR is always whole); an error names it unless it exited 0.
+// `tag` ("[k/n] ") starts the progress lines, not the errors.
 Status run_one(const LiveOptions& o, int64_t np, const std::vector<std::string>& args, const std::string& stem,
-               const std::string& what) {
+               const std::string& tag, const std::string& what) {
   std::vector<std::string> argv{o.mpirun, "--oversubscribe"};
   if (o.as_root) argv.emplace_back("--allow-run-as-root");
   argv.insert(argv.end(), {"-np", std::to_string(np), o.self});
   argv.insert(argv.end(), args.begin(), args.end());
   const std::string log = (fs::path(o.dir) / (stem + ".log")).string(), tmp = log + ".tmp";
-  if (o.progress) o.progress(what + ": " + join(argv));
+  if (o.progress) o.progress(tag + what + ": " + join(argv));
   const auto t0 = std::chrono::steady_clock::now();
   auto child = spawn_and_wait(argv, tmp, o.timeout_s);
   if (!child.ok()) return child.status();
@@ -353,7 +354,7 @@ Status run_one(const LiveOptions& o, int64_t np, const std::vector<std::string>&
                                           : "ended by signal " + std::to_string(WIFSIGNALED(st) ? WTERMSIG(st) : 0);
     return Status::internal(what + ": " + how + " after " + took + ": " + last_line(log) + " (log " + log + ")");
   }
-  if (o.progress) o.progress(what + ": done in " + took);
+  if (o.progress) o.progress(tag + what + ": done in " + took);
   return {};
 }
 
@@ -381,12 +382,12 @@ Result<std::vector<Row>> run_live(const LiveOptions& o) {
   std::sort(nps.begin(), nps.end());
   const size_t total = nps.size() + o.configs.size();
   size_t k = 0;
-  auto tag = [&](const std::string& s) { return "[" + std::to_string(++k) + "/" + std::to_string(total) + "] " + s; };
+  auto tag = [&] { return "[" + std::to_string(++k) + "/" + std::to_string(total) + "] "; };
   for (int64_t np : nps) {
     std::vector<std::string> args = profile_args(o.quick);
     const std::string hw = (fs::path(o.dir) / ("hw-" + std::to_string(np) + ".json")).string();
     args.insert(args.end(), {"--hardware-out", hw});
-    DISTCA_RETURN_IF_ERROR(run_one(o, np, args, "hw-" + std::to_string(np), tag("profile, " + std::to_string(np) + " rank(s)")));
+    DISTCA_RETURN_IF_ERROR(run_one(o, np, args, "hw-" + std::to_string(np), tag(), "profile, " + std::to_string(np) + " rank(s)"));
   }
   std::vector<Row> rows;
   for (const Config& c : o.configs) {
@@ -394,7 +395,7 @@ Result<std::vector<Row>> run_live(const LiveOptions& o) {
     const std::string hw = (fs::path(o.dir) / ("hw-" + std::to_string(c.np) + ".json")).string();
     const std::string json = (fs::path(o.dir) / (c.name() + ".json")).string();
     args.insert(args.end(), {"--hardware", hw, "--json", json});
-    DISTCA_RETURN_IF_ERROR(run_one(o, c.np, args, c.name(), tag("bench train " + c.name())));
+    DISTCA_RETURN_IF_ERROR(run_one(o, c.np, args, c.name(), tag(), "bench train " + c.name()));
     DISTCA_ASSIGN_OR_RETURN(nlohmann::json j, read_json(json));
     DISTCA_ASSIGN_OR_RETURN(std::vector<Row> r, replay_one(j, json, hw));
     rows.insert(rows.end(), r.begin(), r.end());
