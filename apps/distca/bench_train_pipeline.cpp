@@ -6,7 +6,8 @@
 //
 // Workload: M micro-batches per replica and step; micro-batch m holds one document of
 // --long-doc tokens per replica when m % 4 == 0 and --short-doc documents otherwise, so the
-// attention work of one micro-batch in four is much heavier (DataSource::fixed's cycle: the
+// attention work of one micro-batch in four is much heavier (--workload uniform: every
+// micro-batch the long document; DataSource::fixed's cycle: the
 // trainer reads batch(step * M + m), M a multiple of 4 or not, always micro-batch m's batch).
 //
 // Idle of a rank in a step: 1 - (linear + attention) / the step's time, from every rank's own

@@ -292,7 +292,7 @@ Runner setup(CLI::App& sub) {
                "measured beside predicted step, idle and exposed communication");
   sub.add_option("--replay", f->replay, "--validate: re-predict the runs recorded in DIR (hw-N.json, <config>.json); runs nothing");
   sub.add_option("--out", f->out_dir, "--validate: directory for the profiles, runs and logs (default: a new one under /tmp)");
-  sub.add_flag("--quick", f->quick, "--validate: DP 1, DP 2 and PP 2, skewed, smaller (about 1-2 minutes)");
+  sub.add_flag("--quick", f->quick, "--validate: DP 1, DP 2 and PP 2, skewed, half the tokens (under a minute on 2 cores)");
   sub.add_option("--ranks", f->ranks, "--validate: only the configurations on these process counts (e.g. 1,2; 3 adds DP 3)");
   sub.add_option("--timeout", f->timeout_s, "--validate: seconds one child run may take before its process group is ended")
       ->check(CLI::Range(1.0, 86400.0));

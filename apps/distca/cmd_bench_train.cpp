@@ -1,6 +1,7 @@
 // `distca bench train`: whole training steps of `distca train`'s model and trainer on a fixed
-// skewed batch (rank 0 long documents, every other rank short ones), timed in four modes on one
-// communicator, round-robin: colocated, cad single-stream, cad pingpong and cad signal
+// skewed batch (rank 0 long documents, every other rank short ones; --workload uniform: every
+// rank the long ones), timed in four modes on one communicator, round-robin: colocated, cad
+// single-stream, cad pingpong and cad signal
 // (docs/benchmarks.md, "Training step"). With --pp > 1 the pipeline benchmark instead
 // (bench_train_pipeline.cpp).
 //
