@@ -10,6 +10,9 @@
 // micro-batch the long document; DataSource::fixed's cycle: the
 // trainer reads batch(step * M + m), M a multiple of 4 or not, always micro-batch m's batch).
 //
+// Also the pieces both halves of bench train share (bench_train.h): predict, the per-rank
+// figures, the JSON of the flags and of the simulator's figures.
+//
 // Idle of a rank in a step: 1 - (linear + attention) / the step's time, from every rank's own
 // StepMetrics (TrainResult::rank_steps); linear holds the layer phases, the embedding and the
 // optimizer, attention the kernels and row packing (served rows included), so idle is the
