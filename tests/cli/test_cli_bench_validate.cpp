@@ -181,6 +181,12 @@ TEST_F(CliBenchValidateTest, RefusalsComeBeforeAnyWork) {
   const fs::path not_json = copy_data(dir_ / "not_json");
   std::ofstream(not_json / "dp1-skewed.json") << "{ half";
   expect_refused("--replay " + not_json.string(), "not JSON");
+  // bench train's JSON without one of the flags a prediction needs.
+  const fs::path no_width = copy_data(dir_ / "no_width");
+  nlohmann::json j = load((no_width / "dp2-skewed.json").string());
+  j["bench_flags"].erase("width");
+  std::ofstream(no_width / "dp2-skewed.json") << j.dump();
+  expect_refused("--replay " + no_width.string(), "bench_flags.width");
   const fs::path swapped = copy_data(dir_ / "swapped");
   fs::copy_file(swapped / "hw-2.json", swapped / "hw-1.json", fs::copy_options::overwrite_existing);
   expect_refused("--replay " + swapped.string(), "ranks");
