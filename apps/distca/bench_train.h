@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "distca/comm/communicator.h"
 #include "distca/core/specs.h"
 #include "distca/core/status.h"
@@ -16,6 +18,7 @@
 #include "distca/cost/profiled.h"
 #include "distca/data/batch.h"
 #include "distca/train/config.h"
+#include "distca/train/trainer.h"
 
 namespace distca::cli::bench_train {
 
@@ -39,8 +42,20 @@ struct TrainBenchFlags {
   int64_t pp = 1;                // pipeline stages
   int64_t micro_batches = 0;     // per replica and step (0: 2 x pp with --pp > 1, else 1)
   std::string cost_table;        // --pp: the simulator's attention seconds (distca profile)
-  std::string hardware;          // --pp: the simulator's hardware profile (distca profile --hardware-out)
+  std::string hardware;          // the simulator's hardware profile (distca profile --hardware-out)
+  // skewed: rank 0 (--pp: micro-batches 0, 4, ...) --long-doc documents, the rest --short-doc
+  // ones; uniform: every rank and micro-batch --long-doc documents (nothing to balance).
+  std::string workload = "skewed";
 };
+
+// The flags that decide what was run and what the simulator is given (model, workload,
+// scheduler, pipeline), as bench train's JSON records them under "bench_flags", and back
+// (replay: `bench simulate --validate --replay`). from_json: a missing or mistyped field is an
+// invalid_argument naming it.
+nlohmann::json bench_flags_json(const TrainBenchFlags& f);
+Result<TrainBenchFlags> bench_flags_from_json(const nlohmann::json& j);
+// "format" of bench train's JSON, so a replay can tell it from any other file.
+inline constexpr const char* kBenchTrainFormat = "distca-bench-train";
 
 struct Mode {
   const char* name;
@@ -50,8 +65,14 @@ struct Mode {
 
 double now_s();
 double median(std::vector<double> v);
+double mean_of(const std::vector<double>& v);  // 0 when empty
 int64_t long_doc(const TrainBenchFlags& f);
 ModelSpec bench_spec(const TrainBenchFlags& f);
+// The batches of one step as the trainer and the simulator see them: --pp 1 one batch over
+// every rank; --pp P f.micro_batches batches over the ranks / P replicas.
+std::vector<Batch> bench_batches(const TrainBenchFlags& f, int64_t ranks);
+Batch dp_batch(const TrainBenchFlags& f, int64_t ranks);                         // --pp 1's batch
+std::vector<Batch> pipeline_batches(const TrainBenchFlags& f, int64_t replicas);  // --pp P's
 // The trainer's config of one mode's run (pp and micro_batches from the flags).
 train::TrainConfig make_config(const TrainBenchFlags& f, int64_t ranks, const Mode& mode);
 int64_t sgemm_rows(const TrainBenchFlags& f);
@@ -69,11 +90,29 @@ Status check_bench_memory(const TrainBenchFlags& f, int64_t ranks, bool lead, co
 // without. hw: a measured hardware profile (--hardware) or null: then the local-cpu preset's
 // links and the linear layers at sgemm_mean (mfu 1); table (--cost-table) or null: attention
 // from the profile, else analytic at efficiency 0.5.
+// Idle is 1 - busy / step (busy = linear + attention), as bench train measures it: the bubble,
+// waiting behind other ranks and exposed exchanges (sim::UnitStats::idle + exposed_comm).
 struct SimFigures {
   bool ok = false;
   std::string error;
   double step_s = 0;
-  std::vector<double> stage_idle;  // [stage] mean over the stage's units
+  std::vector<double> stage_idle;     // [stage] idle fraction, mean over the stage's units
+  std::vector<double> rank_idle;      // [rank] idle fraction (unit = rank)
+  std::vector<double> rank_exposed;   // [rank] exposed communication / step (UnitStats::exposed_comm)
+  std::vector<double> rank_busy_s;    // [rank] UnitStats::busy, seconds
+};
+nlohmann::json sim_json(const SimFigures& sim, double measured_s);
+
+// Measured per-rank figures of one mode over its timed steps (TrainResult::rank_steps):
+// idle = 1 - (linear + attention) / step time (rank 0's StepMetrics::seconds, the job's step),
+// exposed communication = StepMetrics::comm_s / step time (exchanges blocked on, pipeline
+// sends and receives, the step's all-reduces; not the barrier behind the slowest rank, which
+// is wait_s and counts as idle). Each [rank][timed step].
+struct RankFigures {
+  std::vector<std::vector<double>> idle, exposed;
+  void add(const train::TrainResult& result, int64_t warmup_steps);
+  std::vector<double> median_idle() const;     // [rank]
+  std::vector<double> median_exposed() const;  // [rank]
 };
 SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, double sgemm_mean,
                    const ProfiledCostModel* table, const std::shared_ptr<const HardwareProfile>& hw_profile,

@@ -6,8 +6,12 @@
 //
 // Workload: M micro-batches per replica and step; micro-batch m holds one document of
 // --long-doc tokens per replica when m % 4 == 0 and --short-doc documents otherwise, so the
-// attention work of one micro-batch in four is much heavier (DataSource::fixed's cycle: the
+// attention work of one micro-batch in four is much heavier (--workload uniform: every
+// micro-batch the long document; DataSource::fixed's cycle: the
 // trainer reads batch(step * M + m), M a multiple of 4 or not, always micro-batch m's batch).
+//
+// Also the pieces both halves of bench train share (bench_train.h): predict, the per-rank
+// figures, the JSON of the flags and of the simulator's figures.
 //
 // Idle of a rank in a step: 1 - (linear + attention) / the step's time, from every rank's own
 // StepMetrics (TrainResult::rank_steps); linear holds the layer phases, the embedding and the
@@ -36,10 +40,10 @@
 #include "distca/train/trainer.h"
 
 namespace distca::cli::bench_train {
-namespace {
 
 // Micro-batch m of a replica's step, packed over the dp replicas (the trainer's Batch of one
-// micro-batch): every replica one long document (m % 4 == 0) or short ones.
+// micro-batch): every replica one long document (m % 4 == 0, or every m when uniform) or
+// short ones.
 std::vector<Batch> pipeline_batches(const TrainBenchFlags& f, int64_t dp) {
   std::vector<Batch> out;
   for (int64_t m = 0; m < f.micro_batches; ++m) {
@@ -48,7 +52,7 @@ std::vector<Batch> pipeline_batches(const TrainBenchFlags& f, int64_t dp) {
     b.tokens_per_rank = f.tokens;
     b.per_rank.resize(static_cast<size_t>(dp));
     int64_t id = 0;
-    const int64_t len = m % 4 == 0 ? long_doc(f) : f.short_doc;
+    const int64_t len = m % 4 == 0 || f.workload == "uniform" ? long_doc(f) : f.short_doc;
     for (int64_t r = 0; r < dp; ++r) {
       for (int64_t t = 0; t + len <= f.tokens; t += len) b.per_rank[static_cast<size_t>(r)].push_back({id++, 0, len, len});
     }
@@ -56,6 +60,8 @@ std::vector<Batch> pipeline_batches(const TrainBenchFlags& f, int64_t dp) {
   }
   return out;
 }
+
+namespace {
 
 // FLOPs of one step (forward + backward) over every micro-batch and replica.
 struct PipeFlops {
@@ -83,6 +89,7 @@ struct PipeModeFigures {
   std::vector<std::vector<double>> stage_idle;  // [stage][timed step] mean over the replicas
   std::vector<double> busy_mean;     // [timed step] mean busy over every rank, seconds
   int64_t tokens = 0;                // per step
+  RankFigures per_rank;              // every rank's idle and exposed communication
 };
 
 struct PipeFigures {
@@ -131,6 +138,7 @@ Status run_rank(comm::Communicator& comm, const TrainBenchFlags& f, const train:
       }
       m.steps.insert(m.steps.end(), mine.begin(), mine.end());
       m.round_median.push_back(median(mine));
+      m.per_rank.add(result, f.warmup_steps);
     }
   }
   if (lead) *out = std::move(fig);
@@ -142,11 +150,6 @@ Status run_rank(comm::Communicator& comm, const TrainBenchFlags& f, const train:
 // the simulator's default efficiency; fp32, no activation checkpointing, stateless cad servers
 // (the runtime's phase-aligned schedule re-sends a backward's inputs).
 
-double mean(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? 0 : s / static_cast<double>(v.size());
-}
 
 int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, const ProfiledCostModel* table,
            const std::shared_ptr<const HardwareProfile>& hw_profile) {
@@ -155,10 +158,12 @@ int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, cons
   const int64_t dp = ranks / f.pp;
   const std::vector<Batch> batches = pipeline_batches(f, dp);
   const PipeFlops fl = pipeline_flops(spec, batches);
-  const double sgemm_mean = mean(fig.sgemm);
+  const double sgemm_mean = mean_of(fig.sgemm);
   const double flop_ideal = fl.total() / static_cast<double>(ranks) / sgemm_mean;
 
   nlohmann::json j;
+  j["format"] = kBenchTrainFormat;
+  j["bench_flags"] = bench_flags_json(f);
   j["backend"] = f.backend;
   j["ranks"] = ranks;
   j["pp"] = f.pp;
@@ -166,8 +171,8 @@ int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, cons
   j["micro_batches"] = f.micro_batches;
   j["omp_threads"] = 1;
   j["model"] = to_json(spec);
-  j["workload"] = {{"tokens_per_rank", f.tokens}, {"long_doc", long_doc(f)}, {"short_doc", f.short_doc},
-                   {"long_every", 4}};
+  j["workload"] = {{"kind", f.workload}, {"tokens_per_rank", f.tokens}, {"long_doc", long_doc(f)},
+                   {"short_doc", f.short_doc}, {"long_every", f.workload == "uniform" ? 1 : 4}};
   j["sgemm_flops"] = fig.sgemm;
   j["flops_per_step"] = {{"linear", fl.linear}, {"attention", fl.attention}};
   j["flop_ideal_s"] = flop_ideal;
@@ -188,10 +193,17 @@ int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, cons
           static_cast<long long>(spec.n_layers / f.pp), static_cast<long long>(spec.n_heads),
           static_cast<long long>(spec.n_kv_heads), static_cast<long long>(spec.head_dim), static_cast<long long>(spec.ffn),
           static_cast<long long>(spec.vocab));
-  appendf(out, "workload: %lld tokens per rank and micro-batch; micro-batches 0, 4, ...: one document of %lld per "
-               "replica, the others %lld of %lld\n",
-          static_cast<long long>(f.tokens), static_cast<long long>(long_doc(f)), static_cast<long long>(f.tokens / f.short_doc),
-          static_cast<long long>(f.short_doc));
+  if (f.workload == "uniform") {
+    appendf(out, "workload: uniform, %lld tokens per rank and micro-batch; every micro-batch %lld document(s) of %lld "
+                 "per replica\n",
+            static_cast<long long>(f.tokens), static_cast<long long>(f.tokens / long_doc(f)), static_cast<long long>(long_doc(f)));
+  } else {
+    appendf(out, "workload: skewed, %lld tokens per rank and micro-batch; micro-batches 0, 4, ...: %lld document(s) of "
+                 "%lld per replica, the others %lld of %lld\n",
+            static_cast<long long>(f.tokens), static_cast<long long>(f.tokens / long_doc(f)),
+            static_cast<long long>(long_doc(f)), static_cast<long long>(f.tokens / f.short_doc),
+            static_cast<long long>(f.short_doc));
+  }
   appendf(out, "FLOPs per step: %.2f G (linear %.2f, attention %.2f); sgemm GFLOP/s per rank:", fl.total() / 1e9,
           fl.linear / 1e9, fl.attention / 1e9);
   for (double x : fig.sgemm) appendf(out, " %.1f", x / 1e9);
@@ -199,8 +211,8 @@ int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, cons
           static_cast<long long>(f.steps), static_cast<long long>(f.warmup_steps));
   std::string stages;
   for (int64_t s = 0; s < f.pp; ++s) stages += " s" + std::to_string(s);
-  appendf(out, "%-18s %8s %9s  idle per stage:%s  %6s %8s %9s %8s  %s\n", "mode", "step s", "tokens/s", stages.c_str(),
-          "mean", "ideal/t", "sim s", "sim/meas", "sim idle per stage");
+  appendf(out, "%-18s %8s %9s  idle per stage:%s  %6s %6s %8s %9s %8s %6s  %s\n", "mode", "step s", "tokens/s",
+          stages.c_str(), "mean", "exp", "ideal/t", "sim s", "sim/meas", "sim exp", "sim idle per stage");
   std::vector<double> mean_idle(modes.size(), 0);
   for (size_t mi = 0; mi < modes.size(); ++mi) {
     const PipeModeFigures& m = fig.modes[mi];
@@ -214,7 +226,7 @@ int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, cons
       std::snprintf(b, sizeof(b), " %3.0f%%", 100 * idle.back());
       idles += b;
     }
-    mean_idle[mi] = mean(idle);
+    mean_idle[mi] = mean_of(idle);
     const SimFigures sim = predict(f, ranks, modes[mi], sgemm_mean, table, hw_profile, batches);
     std::string sim_idles;
     for (double x : sim.stage_idle) {
@@ -223,10 +235,11 @@ int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, cons
       sim_idles += b;
     }
     const double busy_ideal = median(m.busy_mean);
-    appendf(out, "%-18s %8.3f %9.0f  %*s%s  %5.1f%% %8.3f %9.3f %8.2f %s\n", modes[mi].name, t, tps,
+    const std::vector<double> rank_idle = m.per_rank.median_idle(), rank_exposed = m.per_rank.median_exposed();
+    appendf(out, "%-18s %8.3f %9.0f  %*s%s  %5.1f%% %5.1f%% %8.3f %9.3f %8.2f %5.1f%% %s\n", modes[mi].name, t, tps,
             static_cast<int>(std::string("idle per stage:").size()), "", idles.c_str(), 100 * mean_idle[mi],
-            t > 0 ? flop_ideal / t : 0, sim.step_s, t > 0 ? sim.step_s / t : 0,
-            sim.ok ? sim_idles.c_str() : ("(simulator: " + sim.error + ")").c_str());
+            100 * mean_of(rank_exposed), t > 0 ? flop_ideal / t : 0, sim.step_s, t > 0 ? sim.step_s / t : 0,
+            100 * mean_of(sim.rank_exposed), sim.ok ? sim_idles.c_str() : ("(simulator: " + sim.error + ")").c_str());
     j["modes"].push_back({{"name", modes[mi].name},
                           {"mode", modes[mi].mode},
                           {"overlap", modes[mi].overlap},
@@ -238,11 +251,10 @@ int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, cons
                           {"mean_idle", mean_idle[mi]},
                           {"busy_ideal_s", busy_ideal},
                           {"flop_ideal_over_step", t > 0 ? flop_ideal / t : 0},
-                          {"sim", {{"ok", sim.ok},
-                                   {"error", sim.error},
-                                   {"step_s", sim.step_s},
-                                   {"stage_idle", sim.stage_idle},
-                                   {"over_measured", t > 0 ? sim.step_s / t : 0}}}});
+                          {"rank_idle", rank_idle},
+                          {"rank_exposed", rank_exposed},
+                          {"mean_exposed", mean_of(rank_exposed)},
+                          {"sim", sim_json(sim, t)}});
   }
   // Paired by round: colocated's round median over each cad mode's.
   nlohmann::json sp = nlohmann::json::object();
@@ -259,7 +271,9 @@ int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, cons
   j["speedup_paired"] = sp;
   j["cad_idle_over_colocated"] = idle_ratio;
   appendf(out, "idle: 1 - (linear + attention) / step time per rank, mean over a stage's replicas (bubble, waiting "
-               "for neighbours and exchanges, the barrier behind the slowest rank); mean: over the stages\n");
+               "for neighbours and exchanges, the barrier behind the slowest rank); mean: over the stages; exp: "
+               "StepMetrics::comm_s / step (sends, receives and exchanges blocked on, all-reduces), mean over ranks; "
+               "the simulator's idle is the same 1 - busy / step, its exp UnitStats::exposed_comm / step\n");
   appendf(out, "ideal/t: FLOP-ideal (every rank the same share of the step's FLOPs at the mean sgemm rate, no bubble: "
                "%.3f s) over the step time\n", flop_ideal);
   appendf(out, "cad pingpong's idle over colocated's: %.2f (the issue expects at most 0.5)\n", idle_ratio);
@@ -293,6 +307,12 @@ int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, cons
 
 }  // namespace
 
+static SimFigures sim_error(const Status& st) {
+  SimFigures out;
+  out.error = st.message();
+  return out;
+}
+
 SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, double sgemm_mean,
                    const ProfiledCostModel* table, const std::shared_ptr<const HardwareProfile>& hw_profile,
                    const std::vector<Batch>& batches) {
@@ -303,7 +323,7 @@ SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, do
   so.cluster.gpus_per_node = 1;
   so.cluster.pp = f.pp;
   auto hw = hardware_preset("local-cpu");
-  if (!hw.ok()) return {false, hw.status().message(), 0, {}};
+  if (!hw.ok()) return sim_error(hw.status());
   so.cluster.hw = *hw;
   so.cluster.hw.peak_flops = sgemm_mean;
   so.mfu = 1.0;
@@ -315,18 +335,101 @@ SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, do
   so.activation_checkpointing = false;
   so.cad_stateless = f.pp > 1;  // pipelines plan every backward apart; pp 1 servers keep their inputs
   auto strategy = sim::parse_strategy(std::string(mode.mode) == "cad" ? std::string("cad:") + mode.overlap : "colocated");
-  if (!strategy.ok()) return {false, strategy.status().message(), 0, {}};
+  if (!strategy.ok()) return sim_error(strategy.status());
   so.strategy = *strategy;
   auto r = sim::simulate(so, batches);
-  if (!r.ok()) return {false, r.status().message(), 0, {}};
+  if (!r.ok()) return sim_error(r.status());
   out.ok = true;
   out.step_s = r->iteration_seconds;
   const int64_t ups = ranks / f.pp;
+  const double t = r->iteration_seconds;
   out.stage_idle.assign(static_cast<size_t>(f.pp), 0);
   for (const sim::UnitStats& u : r->per_unit) {
-    out.stage_idle[static_cast<size_t>(u.stage)] += u.idle / r->iteration_seconds / static_cast<double>(ups);
+    const double idle = t > 0 ? 1.0 - u.busy / t : 0.0;
+    out.stage_idle[static_cast<size_t>(u.stage)] += idle / static_cast<double>(ups);
+    out.rank_idle.push_back(idle);
+    out.rank_exposed.push_back(t > 0 ? u.exposed_comm / t : 0.0);
+    out.rank_busy_s.push_back(u.busy);
   }
   return out;
+}
+
+nlohmann::json sim_json(const SimFigures& sim, double measured_s) {
+  return {{"ok", sim.ok},
+          {"error", sim.error},
+          {"step_s", sim.step_s},
+          {"over_measured", measured_s > 0 ? sim.step_s / measured_s : 0},
+          {"stage_idle", sim.stage_idle},
+          {"rank_idle", sim.rank_idle},
+          {"rank_exposed", sim.rank_exposed},
+          {"rank_busy_s", sim.rank_busy_s},
+          {"mean_idle", mean_of(sim.rank_idle)},
+          {"mean_exposed", mean_of(sim.rank_exposed)}};
+}
+
+std::vector<Batch> bench_batches(const TrainBenchFlags& f, int64_t ranks) {
+  return f.pp > 1 ? pipeline_batches(f, ranks / f.pp) : std::vector<Batch>{dp_batch(f, ranks)};
+}
+
+void RankFigures::add(const train::TrainResult& result, int64_t warmup_steps) {
+  idle.resize(std::max(idle.size(), result.rank_steps.size()));
+  exposed.resize(idle.size());
+  for (size_t r = 0; r < result.rank_steps.size(); ++r) {
+    for (size_t s = static_cast<size_t>(warmup_steps); s < result.rank_steps[r].size() && s < result.steps.size(); ++s) {
+      const double t = result.steps[s].seconds;  // rank 0's: the job's step (it ends in a barrier)
+      const train::StepMetrics& m = result.rank_steps[r][s];
+      idle[r].push_back(t > 0 ? 1.0 - (m.linear_s + m.attention_s) / t : 0.0);
+      exposed[r].push_back(t > 0 ? m.comm_s / t : 0.0);
+    }
+  }
+}
+std::vector<double> RankFigures::median_idle() const {
+  std::vector<double> out;
+  for (const auto& v : idle) out.push_back(median(v));
+  return out;
+}
+std::vector<double> RankFigures::median_exposed() const {
+  std::vector<double> out;
+  for (const auto& v : exposed) out.push_back(median(v));
+  return out;
+}
+
+nlohmann::json bench_flags_json(const TrainBenchFlags& f) {
+  return {{"width", f.width},         {"layers", f.layers},       {"head_dim", f.head_dim},
+          {"vocab", f.vocab},         {"tokens_per_rank", f.tokens}, {"long_doc", long_doc(f)},
+          {"short_doc", f.short_doc}, {"tolerance", f.tolerance},  {"pp", f.pp},
+          {"micro_batches", f.micro_batches}, {"workload", f.workload}};
+}
+
+Result<TrainBenchFlags> bench_flags_from_json(const nlohmann::json& j) {
+  TrainBenchFlags f;
+  if (!j.is_object()) return Status::invalid_argument("bench_flags: not an object");
+  auto integer = [&](const char* k, int64_t& v, int64_t lo, int64_t hi) -> Status {
+    if (!j.contains(k) || !j[k].is_number_integer()) return Status::invalid_argument(std::string("bench_flags.") + k + ": missing or not an integer");
+    v = j[k].get<int64_t>();
+    if (v < lo || v > hi) return Status::invalid_argument(std::string("bench_flags.") + k + ": out of range");
+    return {};
+  };
+  DISTCA_RETURN_IF_ERROR(integer("width", f.width, 16, int64_t{1} << 16));
+  DISTCA_RETURN_IF_ERROR(integer("layers", f.layers, 1, 64));
+  DISTCA_RETURN_IF_ERROR(integer("head_dim", f.head_dim, 2, int64_t{1} << 16));
+  DISTCA_RETURN_IF_ERROR(integer("vocab", f.vocab, 2, int64_t{1} << 20));
+  DISTCA_RETURN_IF_ERROR(integer("tokens_per_rank", f.tokens, 16, int64_t{1} << 24));
+  DISTCA_RETURN_IF_ERROR(integer("long_doc", f.long_doc, 16, int64_t{1} << 24));
+  DISTCA_RETURN_IF_ERROR(integer("short_doc", f.short_doc, 16, int64_t{1} << 24));
+  DISTCA_RETURN_IF_ERROR(integer("pp", f.pp, 1, 64));
+  DISTCA_RETURN_IF_ERROR(integer("micro_batches", f.micro_batches, 0, 4096));
+  if (!j.contains("tolerance") || !j["tolerance"].is_number()) return Status::invalid_argument("bench_flags.tolerance: missing or not a number");
+  f.tolerance = j["tolerance"].get<double>();
+  if (!(f.tolerance >= 0 && f.tolerance <= 1)) return Status::invalid_argument("bench_flags.tolerance: out of range");
+  if (!j.contains("workload") || !j["workload"].is_string()) return Status::invalid_argument("bench_flags.workload: missing or not a string");
+  f.workload = j["workload"].get<std::string>();
+  if (f.workload != "skewed" && f.workload != "uniform") return Status::invalid_argument("bench_flags.workload: not skewed or uniform");
+  if (f.width % f.head_dim != 0 || f.tokens % f.long_doc != 0 || f.tokens % f.short_doc != 0) {
+    return Status::invalid_argument("bench_flags: head_dim, long_doc or short_doc do not divide width or tokens_per_rank");
+  }
+  if (f.pp > 1 && f.micro_batches < f.pp) return Status::invalid_argument("bench_flags.micro_batches: fewer than pp");
+  return f;
 }
 
 std::vector<Mode> pipeline_modes() {

@@ -4,16 +4,26 @@
 // each strategy is simulated --repeats times and the median wall-clock seconds printed, with
 // the simulated iteration time beside it. The draw time is printed as the baseline measured in
 // the same run (simulating should cost about as much as drawing the batch).
+//
+// With --validate, the simulator against the runtime on this machine instead (bench_validate.h,
+// docs/benchmarks.md "Simulator validation"): live (profiles and bench train runs under
+// mpirun, then the table) or --replay DIR (the table from files recorded earlier).
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "bench_validate.h"
 #include "command.h"
+#include "launcher.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
 #include "distca/core/specs.h"
@@ -33,6 +43,10 @@ struct Flags {
   std::string dist = "prolong";
   std::string strategies = "colocated,wlb,percp:8,cad,cad:single-stream,cad:signal";
   uint64_t seed = 42;
+  // --validate
+  bool validate = false, quick = false;
+  std::string replay, out_dir, ranks, mpirun;
+  double timeout_s = 600;
 };
 
 double median(std::vector<double> v) {
@@ -141,6 +155,124 @@ int run(const Flags& f) {
   return kExitOk;
 }
 
+namespace fs = std::filesystem;
+
+// `name` as execvp would find it: a path when it has a slash, else the first executable in PATH.
+std::string find_executable(const std::string& name) {
+  if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? fs::absolute(name).string() : "";
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "";
+  size_t pos = 0;
+  while (pos <= dirs.size()) {
+    const size_t colon = dirs.find(':', pos);
+    const std::string d = dirs.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos);
+    const fs::path cand = fs::path(d.empty() ? "." : d) / name;
+    std::error_code ec;
+    if (fs::is_regular_file(cand, ec) && access(cand.c_str(), X_OK) == 0) return fs::absolute(cand).string();
+    if (colon == std::string::npos) break;
+    pos = colon + 1;
+  }
+  return "";
+}
+
+// --ranks LIST: comma-separated process counts, each 1 .. 64.
+Result<std::vector<int64_t>> parse_ranks(const std::string& list) {
+  std::vector<int64_t> out;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    const size_t comma = list.find(',', pos);
+    const std::string one = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    char* end = nullptr;
+    const long long v = one.empty() ? 0 : std::strtoll(one.c_str(), &end, 10);
+    if (one.empty() || *end != '\0' || v < 1 || v > 64) {
+      return Status::invalid_argument("--ranks: \"" + one + "\" is not a process count in 1 .. 64 (a list such as 1,2,4)");
+    }
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+int emit(const std::string& json_path, const std::vector<validate::Row>& rows, const std::string& header) {
+  const std::string json = validate::rows_json(rows).dump(2) + "\n";
+  if (json_path == "-") {
+    if (Status st = write_stdout(json); !st.ok()) return fail(st);
+    return kExitOk;
+  }
+  if (!json_path.empty()) {
+    if (Status st = write_file_atomic(json_path, json); !st.ok()) return fail(st);
+  }
+  if (Status st = write_stdout(header + validate::format_table(rows)); !st.ok()) return fail(st);
+  return kExitOk;
+}
+
+// Every check before any run: exit 2 and one line.
+int run_validate(const Flags& f, bool speed_flags_given) {
+  if (speed_flags_given) return fail_input("--validate: --gpus, --tokens-k, --pp, --microbatches, --repeats, --model, "
+                                           "--dist, --strategies and --seed belong to the speed benchmark");
+  if (!f.json_path.empty() && f.json_path != "-") {
+    Status out = check_output_path(f.json_path).with_context("--json");
+    if (!out.ok()) return fail(out);
+  }
+  if (!f.replay.empty()) {
+    if (!f.out_dir.empty() || f.quick || !f.ranks.empty() || !f.mpirun.empty()) {
+      return fail_input("--replay: --out, --quick, --ranks and --mpirun apply to a live run (a replay runs nothing)");
+    }
+    auto rows = validate::replay_dir(f.replay);
+    if (!rows.ok()) return fail_input(rows.status().message());
+    return emit(f.json_path, *rows, "distca bench simulate --validate --replay " + f.replay +
+                                        ": the recorded runs, re-predicted by this build's simulator\n");
+  }
+  if (detect_launcher().present) return fail_input("--validate starts its own mpirun; run it without mpirun");
+  std::vector<int64_t> ranks;
+  if (!f.ranks.empty()) {
+    auto r = parse_ranks(f.ranks);
+    if (!r.ok()) return fail_input(r.status().message());
+    ranks = *r;
+  }
+  validate::LiveOptions o;
+  o.quick = f.quick;
+  o.timeout_s = f.timeout_s;
+  o.configs = validate::matrix(f.quick, ranks);
+  if (o.configs.empty()) return fail_input("--ranks " + f.ranks + ": no configuration of the matrix runs on these process counts (1, 2, 3, 4)");
+  std::error_code ec;
+  const fs::path d(f.out_dir);
+  const bool out_exists = !f.out_dir.empty() && fs::exists(d, ec);
+  if (!f.out_dir.empty()) {
+    if (out_exists && !fs::is_directory(d, ec)) return fail_input("--out " + f.out_dir + ": exists and is not a directory");
+    const fs::path parent = d.has_parent_path() ? d.parent_path() : fs::path(".");
+    if (!out_exists && !fs::is_directory(parent, ec)) return fail_input("--out " + f.out_dir + ": its parent directory does not exist");
+    if (access((out_exists ? d : parent).c_str(), W_OK | X_OK) != 0) return fail_input("--out " + f.out_dir + ": not writable");
+  }
+  o.mpirun = find_executable(f.mpirun.empty() ? "mpirun" : f.mpirun);
+  if (o.mpirun.empty()) {
+    return fail_input(f.mpirun.empty() ? "--mpirun: no mpirun on PATH (give its path with --mpirun PATH)"
+                                       : "--mpirun " + f.mpirun + ": not an executable");
+  }
+  o.self = fs::read_symlink("/proc/self/exe", ec).string();
+  if (ec || o.self.empty()) return fail(Status::internal("cannot find this distca binary (/proc/self/exe)"));
+  o.as_root = geteuid() == 0;
+  // Every check passed: the directory is the first thing made.
+  if (f.out_dir.empty()) {
+    std::string tmpl = (fs::temp_directory_path(ec) / "distca-validate-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) return fail(Status::internal("cannot create a directory under the temporary directory"));
+    o.dir = tmpl;
+  } else {
+    if (!out_exists && !fs::create_directory(d, ec)) return fail(Status::internal("--out " + f.out_dir + ": cannot be created: " + ec.message()));
+    o.dir = d.string();
+  }
+  o.progress = [](const std::string& line) {
+    std::fprintf(stderr, "distca bench simulate: %s\n", line.c_str());
+    std::fflush(stderr);
+  };
+  std::fprintf(stderr, "distca bench simulate: --validate, %zu configuration(s) into %s\n", o.configs.size(), o.dir.c_str());
+  auto rows = validate::run_live(o);
+  if (!rows.ok()) return fail(rows.status());
+  return emit(f.json_path, *rows, "distca bench simulate --validate: measured on this machine (files in " + o.dir +
+                                      "; re-predict with --replay " + o.dir + ")\n");
+}
+
 Runner setup(CLI::App& sub) {
   auto f = std::make_shared<Flags>();
   sub.add_option("--json", f->json_path, "Write the figures as JSON to FILE (atomically), or - for stdout")
@@ -155,12 +287,39 @@ Runner setup(CLI::App& sub) {
   sub.add_option("--dist", f->dist, "Document lengths (workload --dist)")->capture_default_str();
   sub.add_option("--strategies", f->strategies, "Comma-separated strategies")->capture_default_str();
   sub.add_option("--seed", f->seed, "Random seed")->capture_default_str();
-  return [f] { return run(*f); };
+  sub.add_flag("--validate", f->validate,
+               "the simulator against the runtime on this machine: profile and bench train runs under mpirun, then "
+               "measured beside predicted step, idle and exposed communication");
+  sub.add_option("--replay", f->replay, "--validate: re-predict the runs recorded in DIR (hw-N.json, <config>.json); runs nothing");
+  sub.add_option("--out", f->out_dir, "--validate: directory for the profiles, runs and logs (default: a new one under /tmp)");
+  sub.add_flag("--quick", f->quick, "--validate: DP 1, DP 2 and PP 2, skewed, half the tokens (under a minute on 2 cores)");
+  sub.add_option("--ranks", f->ranks, "--validate: only the configurations on these process counts (e.g. 1,2; 3 adds DP 3)");
+  sub.add_option("--timeout", f->timeout_s, "--validate: seconds one child run may take before its process group is ended")
+      ->check(CLI::Range(1.0, 86400.0));
+  sub.add_option("--mpirun", f->mpirun, "--validate: the mpirun to start the runs with (default: the one on PATH)");
+  std::vector<CLI::Option*> speed;
+  for (const char* name : {"--gpus", "--tokens-k", "--pp", "--microbatches", "--repeats", "--model", "--dist", "--strategies", "--seed"}) {
+    speed.push_back(sub.get_option(name));
+  }
+  std::vector<CLI::Option*> validate_only;
+  for (const char* name : {"--replay", "--out", "--quick", "--ranks", "--timeout", "--mpirun"}) {
+    validate_only.push_back(sub.get_option(name));
+  }
+  return [f, speed, validate_only] {
+    bool speed_given = false;
+    for (CLI::Option* o : speed) speed_given = speed_given || o->count() > 0;
+    if (f->validate) return run_validate(*f, speed_given);
+    for (CLI::Option* o : validate_only) {
+      if (o->count() > 0) return fail_input(o->get_name() + " applies to --validate");
+    }
+    return run(*f);
+  };
 }
 
 }  // namespace
 
-DISTCA_REGISTER_COMMAND(bench_simulate, {"simulate", "bench", "Simulator: wall-clock seconds of simulate() at 4096 GPUs",
+DISTCA_REGISTER_COMMAND(bench_simulate, {"simulate", "bench",
+                                         "Simulator: wall-clock seconds of simulate() at 4096 GPUs; --validate: against the runtime here",
                                          70, &setup});
 
 }  // namespace distca::cli

@@ -1,6 +1,7 @@
 // `distca bench train`: whole training steps of `distca train`'s model and trainer on a fixed
-// skewed batch (rank 0 long documents, every other rank short ones), timed in four modes on one
-// communicator, round-robin: colocated, cad single-stream, cad pingpong and cad signal
+// skewed batch (rank 0 long documents, every other rank short ones; --workload uniform: every
+// rank the long ones), timed in four modes on one communicator, round-robin: colocated, cad
+// single-stream, cad pingpong and cad signal
 // (docs/benchmarks.md, "Training step"). With --pp > 1 the pipeline benchmark instead
 // (bench_train_pipeline.cpp).
 //
@@ -60,6 +61,12 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
 }
 
+double mean_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
 int64_t long_doc(const TrainBenchFlags& f) { return f.long_doc > 0 ? f.long_doc : f.tokens; }
 
 // Width-scaled `tiny` heads: head_dim fixed, half as many K/V heads (GQA) when the count is
@@ -99,15 +106,16 @@ train::TrainConfig make_config(const TrainBenchFlags& f, int64_t ranks, const Mo
   return c;
 }
 
-// Rank 0: documents of long_doc tokens; ranks 1..n-1: documents of short_doc tokens.
-Batch skewed_batch(const TrainBenchFlags& f, int64_t n) {
+// Skewed: rank 0 documents of long_doc tokens, ranks 1..n-1 documents of short_doc tokens;
+// uniform: every rank documents of long_doc tokens.
+Batch dp_batch(const TrainBenchFlags& f, int64_t n) {
   Batch b;
   b.ranks = n;
   b.tokens_per_rank = f.tokens;
   b.per_rank.resize(static_cast<size_t>(n));
   int64_t id = 0;
   for (int64_t r = 0; r < n; ++r) {
-    const int64_t len = r == 0 ? long_doc(f) : f.short_doc;
+    const int64_t len = r == 0 || f.workload == "uniform" ? long_doc(f) : f.short_doc;
     for (int64_t t = 0; t + len <= f.tokens; t += len) b.per_rank[static_cast<size_t>(r)].push_back({id++, 0, len, len});
   }
   return b;
@@ -236,6 +244,7 @@ struct ModeFigures {
   std::vector<int64_t> buffers;               // [ranks] the trainer's buffer estimate
   int64_t bytes_sent = 0;
   bool outputs_valid = true;
+  RankFigures per_rank;                       // every rank's idle and exposed communication
 };
 
 struct Figures {
@@ -290,6 +299,7 @@ Status run_rank(comm::Communicator& comm, const TrainBenchFlags& f, const train:
       }
       m.steps.insert(m.steps.end(), mine.begin(), mine.end());
       m.round_median.push_back(median(mine));
+      m.per_rank.add(result, f.warmup_steps);
       m.buffers = result.buffer_bytes;
       if (traced) fig.trace = std::move(result.trace);
       m.outputs_valid = result.outputs_valid;
@@ -322,7 +332,7 @@ double paired(const ModeFigures& a, const ModeFigures& b) {
 
 int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const std::shared_ptr<const HardwareProfile>& hw) {
   const ModelSpec spec = bench_spec(f);
-  const Batch batch = skewed_batch(f, ranks);
+  const Batch batch = dp_batch(f, ranks);
   const StepFlops fl = step_flops(spec, batch);
   double fmax = 0, fsum = 0, rate_sum = 0;
   for (size_t r = 0; r < fl.linear.size(); ++r) fmax = std::max(fmax, fl.total(r)), fsum += fl.total(r);
@@ -336,6 +346,8 @@ int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const st
   const double slowdown = paired(md[kSingle], md[kPingPong]) - 1.0;
 
   nlohmann::json j;
+  j["format"] = kBenchTrainFormat;
+  j["bench_flags"] = bench_flags_json(f);
   j["backend"] = f.backend;
   j["ranks"] = ranks;
   j["omp_threads"] = 1;
@@ -362,10 +374,16 @@ int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const st
           static_cast<long long>(spec.hidden), static_cast<long long>(spec.n_layers), static_cast<long long>(spec.n_heads),
           static_cast<long long>(spec.n_kv_heads), static_cast<long long>(spec.head_dim), static_cast<long long>(spec.ffn),
           static_cast<long long>(spec.vocab));
-  appendf(out, "workload: %lld tokens per rank; rank 0 %lld document(s) of %lld, the others %lld of %lld\n",
-          static_cast<long long>(f.tokens), static_cast<long long>(f.tokens / long_doc(f)),
-          static_cast<long long>(long_doc(f)), static_cast<long long>(f.tokens / f.short_doc),
-          static_cast<long long>(f.short_doc));
+  if (f.workload == "uniform") {
+    appendf(out, "workload: uniform, %lld tokens per rank; every rank %lld document(s) of %lld\n",
+            static_cast<long long>(f.tokens), static_cast<long long>(f.tokens / long_doc(f)),
+            static_cast<long long>(long_doc(f)));
+  } else {
+    appendf(out, "workload: skewed, %lld tokens per rank; rank 0 %lld document(s) of %lld, the others %lld of %lld\n",
+            static_cast<long long>(f.tokens), static_cast<long long>(f.tokens / long_doc(f)),
+            static_cast<long long>(long_doc(f)), static_cast<long long>(f.tokens / f.short_doc),
+            static_cast<long long>(f.short_doc));
+  }
   appendf(out, "FLOPs per step, colocated:");
   for (size_t r = 0; r < fl.linear.size(); ++r) {
     appendf(out, " rank %zu %.1f G (linear %.1f, attention %.1f)%s", r, fl.total(r) / 1e9, fl.linear[r] / 1e9,
@@ -376,8 +394,8 @@ int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const st
   for (double x : fig.sgemm) appendf(out, " %.1f", x / 1e9);
   appendf(out, "\n%d round(s) x %lld steps per mode, the first %lld of each run discarded; medians\n", f.rounds,
           static_cast<long long>(f.steps), static_cast<long long>(f.warmup_steps));
-  appendf(out, "%-18s %9s %10s %6s %8s %8s %8s %8s %8s %9s  %s\n", "mode", "step s", "tokens/s", "MFU", "linear",
-          "attn", "comm", "wait", "other", "sent MiB", fig.resident ? "peak MiB per rank" : "buffers MiB per rank");
+  appendf(out, "%-18s %9s %10s %6s %8s %8s %8s %8s %8s %6s %6s %9s  %s\n", "mode", "step s", "tokens/s", "MFU", "linear",
+          "attn", "comm", "wait", "other", "idle", "exp", "sent MiB", fig.resident ? "peak MiB per rank" : "buffers MiB per rank");
   for (size_t mi = 0; mi < kModes.size(); ++mi) {
     const ModeFigures& m = md[mi];
     const double t = median(m.steps);
@@ -389,10 +407,11 @@ int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const st
       if (f.backend == "local" && fig.resident && r > 0) break;
       mems += (r ? " " : "") + mib(mem[r]);
     }
-    appendf(out, "%-18s %9.3f %10.0f %5.1f%% %8.3f %8.3f %8.3f %8.3f %8.3f %9.1f  %s%s%s\n", kModes[mi].name, t,
-            tps, 100 * mfu, median(m.linear), median(m.attention), median(m.comm), median(m.wait), median(m.other),
-            static_cast<double>(m.bytes_sent) / (1024.0 * 1024.0), mems.c_str(), fig.resident ? local_note : "",
-            m.outputs_valid ? "" : "  (signal: 1-byte exchanges, outputs invalid)");
+    const std::vector<double> idle = m.per_rank.median_idle(), exposed = m.per_rank.median_exposed();
+    appendf(out, "%-18s %9.3f %10.0f %5.1f%% %8.3f %8.3f %8.3f %8.3f %8.3f %5.1f%% %5.1f%% %9.1f  %s%s%s\n",
+            kModes[mi].name, t, tps, 100 * mfu, median(m.linear), median(m.attention), median(m.comm), median(m.wait),
+            median(m.other), 100 * mean_of(idle), 100 * mean_of(exposed), static_cast<double>(m.bytes_sent) / (1024.0 * 1024.0),
+            mems.c_str(), fig.resident ? local_note : "", m.outputs_valid ? "" : "  (signal: 1-byte exchanges, outputs invalid)");
     j["modes"].push_back({{"name", kModes[mi].name},
                           {"mode", kModes[mi].mode},
                           {"overlap", kModes[mi].overlap},
@@ -409,22 +428,26 @@ int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const st
                           {"bytes_sent", m.bytes_sent},
                           {"peak_bytes", fig.resident ? nlohmann::json(m.peak) : nlohmann::json(nullptr)},
                           {"buffer_bytes", m.buffers},
+                          {"rank_idle", idle},
+                          {"rank_exposed", exposed},
+                          {"mean_idle", mean_of(idle)},
+                          {"mean_exposed", mean_of(exposed)},
                           {"outputs_valid", m.outputs_valid}});
   }
   if (hw) {
     // The simulator on the measured profile, beside the measured medians (issue 17's check).
-    appendf(out, "sim (hardware profile %s, %lld ranks at once):", f.hardware.c_str(), static_cast<long long>(hw->ranks));
+    appendf(out, "sim (hardware profile %s, %lld ranks at once): step s, of measured, idle, exposed (means over ranks):",
+            f.hardware.c_str(), static_cast<long long>(hw->ranks));
     for (size_t mi = 0; mi < kModes.size(); ++mi) {
       const SimFigures sim = predict(f, ranks, kModes[mi], rate_sum / static_cast<double>(ranks), nullptr, hw, {batch});
       const double t = median(md[mi].steps);
       if (sim.ok) {
-        appendf(out, " %s %.3f s (%.2f of measured)%s", kModes[mi].name, sim.step_s, t > 0 ? sim.step_s / t : 0.0,
-                mi + 1 < kModes.size() ? ";" : "\n");
+        appendf(out, " %s %.3f s (%.2f), %.1f%%, %.1f%%%s", kModes[mi].name, sim.step_s, t > 0 ? sim.step_s / t : 0.0,
+                100 * mean_of(sim.rank_idle), 100 * mean_of(sim.rank_exposed), mi + 1 < kModes.size() ? ";" : "\n");
       } else {
         appendf(out, " %s: %s%s", kModes[mi].name, sim.error.c_str(), mi + 1 < kModes.size() ? ";" : "\n");
       }
-      j["modes"][mi]["sim"] = {{"ok", sim.ok}, {"error", sim.error}, {"step_s", sim.step_s},
-                               {"over_measured", t > 0 ? sim.step_s / t : 0}};
+      j["modes"][mi]["sim"] = sim_json(sim, t);
     }
     j["simulator"] = {{"hardware", "hardware profile " + f.hardware}};
   }
@@ -437,8 +460,9 @@ int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const st
   j["exposed_paired"] = exposed_paired;
 
   appendf(out, "time split: rank 0's StepMetrics, medians (comm = exchanges waited for + all-reduces; wait = behind the "
-               "slowest rank; other = the step's rest: planning, inputs); sent = rank 0's attention bytes sent, last "
-               "layer, forward + backward\n");
+               "slowest rank; other = the step's rest: planning, inputs); idle = 1 - (linear + attn) / step, exp = comm "
+               "/ step, each rank's own, mean over ranks; sent = rank 0's attention bytes sent, last layer, forward + "
+               "backward\n");
   appendf(out, "ideal speedup (FLOPs, perfect balance: max / mean over ranks): %.3f\n", ideal);
   appendf(out, "speedup over colocated (paired by round): single-stream %.3f, pingpong %.3f, signal %.3f\n",
           sp["single-stream"].get<double>(), sp["pingpong"].get<double>(), sp["signal"].get<double>());
@@ -511,7 +535,7 @@ Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
     if (Status st = check_output_path(f.trace); !st.ok()) return Status::invalid_argument("--trace: " + st.message());
   }
   // The trainer's own checks (model, workload) for every mode.
-  const int64_t ranks = f.backend == "mpi" ? std::max<int64_t>(2, detect_launcher().size) : f.ranks;
+  const int64_t ranks = f.backend == "mpi" ? std::max<int64_t>(detect_launcher().size == 1 ? 1 : 2, detect_launcher().size) : f.ranks;
   if (f.pp > 1 && !f.trace.empty()) return Status::invalid_argument("--trace is not recorded with --pp (yet)");
   if (f.pp == 1 && !f.cost_table.empty()) return Status::invalid_argument("--cost-table applies to --pp > 1 (the simulator's prediction)");
   if (f.pp == 1 && f.micro_batches > 1) return Status::invalid_argument("--micro-batches applies to --pp > 1");
@@ -547,7 +571,8 @@ int run(const TrainBenchFlags& f, bool ranks_given) {
     std::unique_ptr<comm::MpiCommunicator> mpi = std::move(made).value();
     ranks = mpi->size();
     const bool lead = mpi->rank() == 0;
-    if (ranks < 2) return fail_input("--backend mpi needs at least 2 ranks (mpirun -np 2 ...)");
+    // One rank only under a launcher that says so (mpirun -np 1: the validation's 1-rank run).
+    if (ranks < 2 && detect_launcher().size != 1) return fail_input("--backend mpi needs at least 2 ranks (mpirun -np 2 ...)");
     // Every process checks its own memory; the lowest rank that refused speaks, and all stop.
     const Status mem = check_bench_memory(f, ranks, lead, bench_modes(f));
     auto codes = mpi->all_gather_value(mem.ok() ? 0 : 1);
@@ -556,7 +581,7 @@ int run(const TrainBenchFlags& f, bool ranks_given) {
     if (bad != codes->end()) {
       return bad - codes->begin() == mpi->rank() ? fail_input(mem.message()) : kExitBadInput;
     }
-    const Batch batch = skewed_batch(f, ranks);
+    const Batch batch = dp_batch(f, ranks);
     auto data = train::DataSource::fixed(batch, std::min<int64_t>(32, f.vocab), 1);
     if (!data.ok()) return fail(data.status());
     Status st = run_rank(*mpi, f, *data, true, f.trace.empty() ? nullptr : &recorder, &fig);
@@ -564,7 +589,7 @@ int run(const TrainBenchFlags& f, bool ranks_given) {
     if (!lead) return kExitOk;
   } else {
     if (Status mem = check_bench_memory(f, ranks, true, bench_modes(f)); !mem.ok()) return fail_input(mem.message());
-    auto data = train::DataSource::fixed(skewed_batch(f, ranks), std::min<int64_t>(32, f.vocab), 1);
+    auto data = train::DataSource::fixed(dp_batch(f, ranks), std::min<int64_t>(32, f.vocab), 1);
     if (!data.ok()) return fail(data.status());
     Status st = comm::run_local(static_cast<int>(ranks), [&](comm::Communicator& c) {
       return run_rank(c, f, *data, c.rank() == 0, nullptr, &fig);
@@ -604,6 +629,10 @@ Runner setup(CLI::App& app) {
   app.add_option("--micro-batches", f->micro_batches, "--pp: micro-batches per replica and step (default 2 x --pp)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   app.add_option("--cost-table", f->cost_table, "--pp: the simulator's attention seconds from a `distca profile` table");
+  app.add_option("--workload", f->workload,
+                 "skewed (rank 0, with --pp micro-batches 0, 4, ...: --long-doc documents, the rest --short-doc) or "
+                 "uniform (every rank and micro-batch --long-doc documents; default skewed)")
+      ->check(CLI::IsMember({"skewed", "uniform"}));
   app.add_option("--hardware", f->hardware,
                  "the simulator's hardware profile of this machine (`distca profile --hardware-out`: GEMM rates, "
                  "attention, links): its prediction beside every mode's measured step");

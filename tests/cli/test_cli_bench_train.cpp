@@ -49,6 +49,9 @@ TEST_F(CliBenchTrainTest, RunsEveryModeAndWritesEveryFigure) {
   EXPECT_EQ(j.at("ranks"), 2);
   EXPECT_EQ(j.at("backend"), "local");
   EXPECT_EQ(j.at("omp_threads"), 1);
+  EXPECT_EQ(j.at("format"), "distca-bench-train");
+  EXPECT_EQ(j.at("bench_flags").at("workload"), "skewed");
+  EXPECT_EQ(j["bench_flags"].at("tokens_per_rank"), 256);
   EXPECT_EQ(j.at("model").at("ffn"), 192);
   EXPECT_EQ(j.at("model").at("n_heads"), 1);
   const std::vector<std::string> names{"colocated", "cad single-stream", "cad pingpong", "cad signal"};
@@ -67,6 +70,14 @@ TEST_F(CliBenchTrainTest, RunsEveryModeAndWritesEveryFigure) {
     if (j.at("memory_source") == "vmhwm") {
       EXPECT_GT(m.at("peak_bytes").at(0).get<int64_t>(), 0) << names[i];
     }
+    // Every rank's idle (1 - busy / step) and exposed communication (comm / step), and their means.
+    ASSERT_EQ(m.at("rank_idle").size(), 2u) << names[i];
+    ASSERT_EQ(m.at("rank_exposed").size(), 2u) << names[i];
+    for (size_t r = 0; r < 2; ++r) {
+      EXPECT_LE(m["rank_idle"][r].get<double>(), 1.0) << names[i];
+      EXPECT_GE(m["rank_exposed"][r].get<double>(), 0.0) << names[i];
+    }
+    EXPECT_NEAR(m.at("mean_idle").get<double>(), (m["rank_idle"][0].get<double>() + m["rank_idle"][1].get<double>()) / 2, 1e-12);
     // Signal sends 1-byte exchanges and declares its outputs invalid; the others are valid.
     EXPECT_EQ(m.at("outputs_valid").get<bool>(), names[i] != "cad signal") << names[i];
   }
@@ -121,7 +132,8 @@ TEST_F(CliBenchTrainTest, BadFlagsAreRefusedBeforeAnyWork) {
   refused({{"--backend", "mpi"}}, "--ranks");        // mpi: the group's size is mpirun's
   refused({{"--backend", "ring"}}, "--backend");
   refused({{"--tolerance", "2"}}, "--tolerance");
-  refused({{"--max-memory", "1M"}}, "--max-memory");  // the memory estimate does not fit
+  refused({{"--max-memory", "1M"}}, "--max-memory");
+  refused({{"--workload", "even"}}, "--workload");  // the memory estimate does not fit
   // An unwritable --json or --trace: refused, and nothing written anywhere.
   for (const char* flag : {"--json", "--trace"}) {
     const CliRun r = run(tiny_with({}) + " " + flag + " " + (dir_ / "no_such_dir" / "out.json").string());
@@ -162,6 +174,9 @@ TEST_F(CliBenchTrainTest, PipelineRunsBothSchedulesWithStageIdle) {
     EXPECT_TRUE(m.at("sim").at("ok").get<bool>()) << m["sim"].dump();
     EXPECT_GT(m["sim"].at("step_s").get<double>(), 0) << names[i];
     EXPECT_EQ(m["sim"].at("stage_idle").size(), 2u) << names[i];
+    EXPECT_EQ(m.at("rank_idle").size(), 4u) << names[i];
+    EXPECT_EQ(m.at("rank_exposed").size(), 4u) << names[i];
+    EXPECT_EQ(m["sim"].at("rank_idle").size(), 4u) << names[i];
   }
   EXPECT_TRUE(std::isfinite(j.at("cad_idle_over_colocated").get<double>()));
   EXPECT_GT(j.at("speedup_paired").at("pingpong").get<double>(), 0);
@@ -203,6 +218,36 @@ TEST_F(CliBenchTrainTest, DataParallelPredictsFromAHardwareProfile) {
   for (const nlohmann::json& m : j["modes"]) {
     EXPECT_TRUE(m.at("sim").at("ok").get<bool>()) << m["sim"].dump();
     EXPECT_GT(m["sim"].at("step_s").get<double>(), 0);
+  }
+}
+
+// --workload uniform: every rank one document of 256, so the FLOP-ideal speedup is 1; the
+// simulator's per-rank idle and exposed communication beside the measured ones, with the idle
+// 1 - busy / step from its own busy seconds.
+TEST_F(CliBenchTrainTest, UniformWorkloadAndTheSimulatorsPerRankFigures) {
+  const std::string json = (dir_ / "uni.json").string();
+  const std::string profile = std::string(DISTCA_SOURCE_DIR) + "/tests/sim/data/hardware-profile-2rank.json";
+  const CliRun r = run(tiny_with({{"--workload", "uniform"}, {"--hardware", profile}, {"--json", json}}), 600);
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("workload: uniform"), std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(j.at("bench_flags").at("workload"), "uniform");
+  const double pair_flops = 3.5 * 4.0 * 64.0;
+  EXPECT_NEAR(j.at("flops_per_rank").at("attention")[0].get<double>(), pair_flops * 256.0 * 257.0 / 2.0, 1e-3);
+  EXPECT_NEAR(j["flops_per_rank"]["attention"][1].get<double>(), pair_flops * 256.0 * 257.0 / 2.0, 1e-3);
+  EXPECT_NEAR(j.at("ideal_speedup").get<double>(), 1.0, 1e-12);
+  for (const nlohmann::json& m : j.at("modes")) {
+    const nlohmann::json& sim = m.at("sim");
+    ASSERT_TRUE(sim.at("ok").get<bool>()) << sim.dump();
+    ASSERT_EQ(sim.at("rank_idle").size(), 2u);
+    ASSERT_EQ(sim.at("rank_exposed").size(), 2u);
+    ASSERT_EQ(sim.at("rank_busy_s").size(), 2u);
+    const double t = sim.at("step_s").get<double>();
+    for (size_t k = 0; k < 2; ++k) {
+      EXPECT_NEAR(sim["rank_idle"][k].get<double>(), 1.0 - sim["rank_busy_s"][k].get<double>() / t, 1e-12);
+      EXPECT_GE(sim["rank_exposed"][k].get<double>(), 0.0);
+      EXPECT_LE(sim["rank_exposed"][k].get<double>(), sim["rank_idle"][k].get<double>() + 1e-12);
+    }
   }
 }
 

@@ -1,0 +1,207 @@
+// `distca bench simulate --validate --replay DIR` on the run recorded in tests/sim/data/validate
+// (hw-N.json profiles and bench train's <config>.json files): the table's numbers against the
+// recorded measurements and against a prediction computed here by hand; and every refusal of
+// --validate (exit 2, one line, no output file). Numbers only, never clocks: the replay runs
+// nothing.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "support/cli_fixture.h"
+
+namespace distca::testing {
+namespace {
+
+const std::string kData = std::string(DISTCA_SOURCE_DIR) + "/tests/sim/data/validate";
+
+class CliBenchValidateTest : public CliFixture {
+ protected:
+  CliBenchValidateTest() : CliFixture("cli_bench_validate", "bench simulate --validate") {}
+
+  nlohmann::json replay_json() const {
+    const std::string out = (dir_ / "table.json").string();
+    const CliRun r = run("--replay " + kData + " --json " + out, 120);
+    EXPECT_EQ(r.code, 0) << r.err << r.out;
+    return nlohmann::json::parse(slurp(out));
+  }
+};
+
+nlohmann::json load(const std::string& path) { return nlohmann::json::parse(slurp(path)); }
+
+double mean(const nlohmann::json& a) {
+  double s = 0;
+  for (const nlohmann::json& x : a) s += x.get<double>();
+  return a.empty() ? 0 : s / static_cast<double>(a.size());
+}
+
+// The recorded files the replay reads: every configuration's JSON, by name.
+std::map<std::string, nlohmann::json> recorded_runs() {
+  std::map<std::string, nlohmann::json> out;
+  for (const auto& e : fs::directory_iterator(kData)) {
+    const std::string f = e.path().filename().string();
+    if (f.rfind("hw-", 0) != 0 && e.path().extension() == ".json") out[e.path().stem().string()] = load(e.path().string());
+  }
+  return out;
+}
+
+// Every row's measured figures are the recorded run's (median step, mean of the per-rank idle
+// and exposed communication, per-stage idle), the ratio is predicted / measured, and the goal
+// columns follow from the numbers.
+TEST_F(CliBenchValidateTest, ReplayRowsAreTheRecordedMeasurementsAndTheirRatios) {
+  const nlohmann::json t = replay_json();
+  const auto runs = recorded_runs();
+  ASSERT_FALSE(runs.empty());
+  size_t expected_rows = 0;
+  for (const auto& [name, j] : runs) expected_rows += j.at("modes").size();
+  ASSERT_EQ(t.at("rows").size(), expected_rows);
+  int step_ok = 0, idle_ok = 0;
+  for (const nlohmann::json& r : t["rows"]) {
+    const std::string config = r.at("config");
+    ASSERT_TRUE(runs.count(config)) << config;
+    const nlohmann::json& run = runs.at(config);
+    const auto mode = std::find_if(run["modes"].begin(), run["modes"].end(),
+                                   [&](const nlohmann::json& m) { return m.at("name") == r.at("mode"); });
+    ASSERT_NE(mode, run["modes"].end()) << config << " " << r.at("mode");
+    EXPECT_EQ(r.at("np").get<int64_t>(), run.at("ranks").get<int64_t>());
+    EXPECT_EQ(r.at("workload"), run.at("bench_flags").at("workload"));
+    const double meas = r.at("measured_s"), pred = r.at("predicted_s");
+    EXPECT_DOUBLE_EQ(meas, mode->at("median_s").get<double>()) << config;
+    ASSERT_GT(pred, 0) << config;
+    EXPECT_DOUBLE_EQ(r.at("ratio").get<double>(), pred / meas) << config;
+    EXPECT_NEAR(r.at("idle_measured").get<double>(), mean(mode->at("rank_idle")), 1e-12) << config;
+    EXPECT_NEAR(r.at("exposed_measured").get<double>(), mean(mode->at("rank_exposed")), 1e-12) << config;
+    const double idle_gap = std::abs(r.at("idle_predicted").get<double>() - r.at("idle_measured").get<double>());
+    bool idle = idle_gap <= 0.05;
+    if (r.at("pp").get<int64_t>() > 1) {
+      ASSERT_EQ(r.at("stage_idle_measured"), mode->at("stage_idle")) << config;
+      ASSERT_EQ(r.at("stage_idle_predicted").size(), r.at("stage_idle_measured").size()) << config;
+      for (size_t s = 0; s < r["stage_idle_measured"].size(); ++s) {
+        idle = idle && std::abs(r["stage_idle_predicted"][s].get<double>() - r["stage_idle_measured"][s].get<double>()) <= 0.05;
+      }
+    }
+    EXPECT_EQ(r.at("step_ok").get<bool>(), std::abs(pred / meas - 1.0) <= 0.15) << config;
+    EXPECT_EQ(r.at("idle_ok").get<bool>(), idle) << config;
+    step_ok += r["step_ok"].get<bool>() ? 1 : 0;
+    idle_ok += r["idle_ok"].get<bool>() ? 1 : 0;
+  }
+  EXPECT_EQ(t.at("step_ok").get<int>(), step_ok);
+  EXPECT_EQ(t.at("idle_ok").get<int>(), idle_ok);
+}
+
+// One rank, colocated, skewed (one document of T tokens): the step is every linear product's
+// seconds per token (the profile's seconds_alone over its rows: one unit runs alone) times T,
+// for each layer and the LM head, plus each layer's forward + backward attention at the grid
+// point (T, T); nothing is exchanged, so the prediction has no idle and no exposed time.
+TEST_F(CliBenchValidateTest, OneRankColocatedStepIsTheProfilesGemmsAndAttentionByHand) {
+  const nlohmann::json hw = load(kData + "/hw-1.json");
+  const nlohmann::json run = load(kData + "/dp1-skewed.json");
+  const auto T = run.at("bench_flags").at("tokens_per_rank").get<int64_t>();
+  const auto L = run["bench_flags"].at("layers").get<int64_t>();
+  ASSERT_EQ(run["bench_flags"].at("long_doc").get<int64_t>(), T);  // one document per rank
+  ASSERT_EQ(hw.at("model").at("hidden"), run.at("model").at("hidden"));
+  const auto rows = hw["model"].at("tokens").get<double>();
+  double layer_per_token = 0, head_per_token = 0;
+  ASSERT_EQ(hw.at("gemm").size(), 24u);
+  for (const nlohmann::json& g : hw["gemm"]) {
+    // Every product's FLOPs per row are 2 in out; its rate 2 m n k / s; so s / rows per token.
+    (g.at("layer") == "lm_head" ? head_per_token : layer_per_token) += g.at("seconds_alone").get<double>() / rows;
+  }
+  const nlohmann::json& a = hw.at("attention");
+  ASSERT_EQ(a.at("n_heads"), run["model"].at("n_heads"));  // the table's heads are the model's
+  const auto qi = std::find(a.at("q_lens").begin(), a["q_lens"].end(), T) - a["q_lens"].begin();
+  const auto ki = std::find(a.at("kv_lens").begin(), a["kv_lens"].end(), T) - a["kv_lens"].begin();
+  ASSERT_LT(static_cast<size_t>(qi), a["q_lens"].size());
+  ASSERT_LT(static_cast<size_t>(ki), a["kv_lens"].size());
+  const double attention = a.at("forward_seconds")[qi][ki].get<double>() + a.at("backward_seconds")[qi][ki].get<double>();
+  const double step = static_cast<double>(T) * (static_cast<double>(L) * layer_per_token + head_per_token) +
+                      static_cast<double>(L) * attention;
+
+  const nlohmann::json t = replay_json();
+  bool found = false;
+  for (const nlohmann::json& r : t.at("rows")) {
+    if (r.at("config") != "dp1-skewed" || r.at("mode") != "colocated") continue;
+    found = true;
+    EXPECT_NEAR(r.at("predicted_s").get<double>(), step, 1e-9 * step);
+    EXPECT_NEAR(r.at("idle_predicted").get<double>(), 0.0, 1e-9);
+    EXPECT_NEAR(r.at("exposed_predicted").get<double>(), 0.0, 1e-12);
+  }
+  EXPECT_TRUE(found) << "no dp1-skewed colocated row";
+}
+
+// The printed table: a header, one line per row with its config and mode, the goal footer.
+TEST_F(CliBenchValidateTest, ReplayPrintsTheTable) {
+  const CliRun r = run("--replay " + kData, 120);
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* text : {"config", "pred s", "idle m", "dp1-skewed", "colocated", "cad pingpong", "goal: predicted step within 15%"}) {
+    EXPECT_NE(r.out.find(text), std::string::npos) << text << "\n" << r.out;
+  }
+  EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
+// A copy of the recorded directory in the test's own directory, for the broken variants.
+fs::path copy_data(const fs::path& to) {
+  fs::create_directories(to);
+  for (const auto& e : fs::directory_iterator(kData)) fs::copy_file(e.path(), to / e.path().filename());
+  return to;
+}
+
+TEST_F(CliBenchValidateTest, RefusalsComeBeforeAnyWork) {
+  // Flags: speed-benchmark flags with --validate, --validate's flags without it, bad values.
+  expect_refused("--gpus 8", "--validate");
+  expect_refused("--quick --ranks 0", "--ranks");
+  expect_refused("--quick --ranks 1,x", "--ranks");
+  expect_refused("--quick --ranks 5", "--ranks");          // no configuration on 5 processes
+  expect_refused("--quick --timeout 0", "--timeout");
+  expect_refused("--quick --mpirun " + (dir_ / "no-mpirun").string(), "--mpirun");
+  expect_refused("--replay " + kData + " --quick", "--replay");
+  // --out a file; --out under a missing directory.
+  const fs::path file = dir_ / "a-file";
+  std::ofstream(file) << "x";
+  expect_refused("--quick --out " + file.string(), "--out");
+  expect_refused("--quick --out " + (dir_ / "missing" / "deeper").string(), "--out");
+  // --replay: not a directory, no configuration file, a missing profile, a foreign JSON, a
+  // profile of another rank count.
+  expect_refused("--replay " + file.string(), "--replay");
+  const fs::path empty = dir_ / "empty";
+  fs::create_directories(empty);
+  expect_refused("--replay " + empty.string(), "no configuration file");
+  const fs::path no_hw = copy_data(dir_ / "no_hw");
+  fs::remove(no_hw / "hw-1.json");
+  expect_refused("--replay " + no_hw.string(), "hw-1.json missing");
+  const fs::path foreign = copy_data(dir_ / "foreign");
+  std::ofstream(foreign / "dp1-skewed.json") << R"({"format": "something-else", "modes": []})";
+  expect_refused("--replay " + foreign.string(), "not a distca bench train JSON");
+  const fs::path not_json = copy_data(dir_ / "not_json");
+  std::ofstream(not_json / "dp1-skewed.json") << "{ half";
+  expect_refused("--replay " + not_json.string(), "not JSON");
+  // bench train's JSON without one of the flags a prediction needs.
+  const fs::path no_width = copy_data(dir_ / "no_width");
+  nlohmann::json j = load((no_width / "dp2-skewed.json").string());
+  j["bench_flags"].erase("width");
+  std::ofstream(no_width / "dp2-skewed.json") << j.dump();
+  expect_refused("--replay " + no_width.string(), "bench_flags.width");
+  const fs::path swapped = copy_data(dir_ / "swapped");
+  fs::copy_file(swapped / "hw-2.json", swapped / "hw-1.json", fs::copy_options::overwrite_existing);
+  expect_refused("--replay " + swapped.string(), "ranks");
+}
+
+// Without --validate its flags are refused too (the speed benchmark runs nothing with them).
+class CliBenchSimulateTest : public CliFixture {
+ protected:
+  CliBenchSimulateTest() : CliFixture("cli_bench_simulate", "bench simulate") {}
+};
+TEST_F(CliBenchSimulateTest, ValidateFlagsNeedValidate) {
+  expect_refused("--replay " + kData, "--replay");
+  expect_refused("--quick", "--quick");
+  expect_refused("--ranks 1", "--ranks");
+}
+
+}  // namespace
+}  // namespace distca::testing
