@@ -188,7 +188,7 @@ Result<SweepSummary> run_compare(const SweepOptions& options, const SweepProgres
     const int64_t units = o3.cluster.units();
 
     Side wlb, cad;
-    std::string label;
+    std::string label = rule;  // "-capped" when the search reached its ceiling at some PP degree
     for (int64_t pp : fourd ? pp_degrees(units, options.quick) : std::vector<int64_t>{1}) {
       DISTCA_ASSIGN_OR_RETURN(SimOptions o, base_options(c.model, c.gpus, pp, table));
       // 4D: m = 2p micro-batches (bubble (p-1)/(3p-1) < 1/3); batches / p iterations, so every
@@ -199,7 +199,9 @@ Result<SweepSummary> run_compare(const SweepOptions& options, const SweepProgres
       st.ups = units / pp;
       st.m = fourd ? 2 * pp : 1;
       st.iterations = fourd ? std::max<int64_t>(1, options.batches / pp) : options.batches;
-      DISTCA_ASSIGN_OR_RETURN(const int64_t found, batch_sequences(rule, o, c, st, options.seed, label));
+      std::string pp_label;
+      DISTCA_ASSIGN_OR_RETURN(const int64_t found, batch_sequences(rule, o, c, st, options.seed, pp_label));
+      if (pp_label != rule) label = pp_label;
       // Nothing fits: one sequence, which WLB-ideal reports as out of memory.
       const int64_t seqs = std::max<int64_t>(1, found);
       DISTCA_ASSIGN_OR_RETURN(auto iters, draw_iterations(c, st, seqs, options.seed));
