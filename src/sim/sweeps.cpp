@@ -133,7 +133,8 @@ Status validate_sweep(const SweepOptions& options) {
   }
   if (!options.cost_table.empty()) {
     if (options.name == "fig4b")
-      return Status::invalid_argument("--cost-table applies to --sweep fig9, fig10, fig11 and fig12 (fig4b counts FLOPs)");
+      return Status::invalid_argument(
+          "--cost-table applies to --sweep fig9, fig10, fig11 and fig12 (fig4b counts FLOPs)");
     DISTCA_RETURN_IF_ERROR(load_sweep_table(options.cost_table).status());
   }
   if (!options.batch_rule.empty()) {

@@ -72,9 +72,9 @@ struct SweepOptions {
 // batches_flag), --dist given to a sweep other than fig4b or not a valid distribution (a
 // missing file), --cost-table given to fig4b or not loadable (missing, malformed: the table
 // is read here and again by run_sweep), --batch-rule other than fixed / memory-limit or given
-// to a sweep other than fig9 / fig10, --out that is a file, unwritable, or whose parent does not exist, and, when
-// --out exists, a DIR/<name>.csv, .gp or .svg that could not be written (a directory, a
-// dangling link, ...). The message names the flag.
+// to a sweep other than fig9 / fig10, --out that is a file, unwritable, or whose parent does
+// not exist, and, when --out exists, a DIR/<name>.csv, .gp or .svg that could not be written
+// (a directory, a dangling link, ...). The message names the flag.
 // Creates nothing (run_sweep creates the directory when it is missing).
 Status validate_sweep(const SweepOptions& options);
 
