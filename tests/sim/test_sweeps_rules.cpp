@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -335,4 +336,45 @@ TEST(SweepCostTable, CliRefusesMissingTableAndBadBatchRuleWithOneLine) {
   const int rc = std::system(cmd.c_str());
   EXPECT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 2);
   EXPECT_NE(slurp(tmp.path / "e2").find("--batch-rule"), std::string::npos);
+}
+
+// Both table formats, without ../shared: a CSV written here (forward times of a document of L
+// tokens at 300 TFLOP/s with this head configuration) and the same table as `distca profile`
+// JSON give the same fig12 rows, and a row is simulate()'s with that table.
+TEST(SweepCostTable, CsvAndJsonTablesGiveTheSameRowsAsSimulate) {
+  TempDir tmp;
+  const fs::path csv = tmp.path / "t.csv", json = tmp.path / "t.json";
+  {
+    std::ofstream f(csv);
+    f << "L,cp,tp,duration_per_doc\n";
+    for (int64_t L = 1024; L <= (int64_t{1} << 20); L *= 4) {
+      const double pairs = static_cast<double>(L) * static_cast<double>(L + 1) / 2;
+      const double flops = 4.0 * 128 * 64 * pairs;  // the CSV's heads: 64 x 128
+      f << L << ",1,1," << 1e3 * flops / 300e12 << "\n";
+    }
+  }
+  auto loaded = distca::load_cost_table(csv.string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  const auto* table = dynamic_cast<const distca::ProfiledCostModel*>(loaded->get());
+  ASSERT_NE(table, nullptr);
+  std::ofstream(json) << distca::to_json(table->table()).dump();
+  const Csv from_csv = run_quick("fig12", tmp.path / "a", 2, "", csv.string());
+  const Csv from_json = run_quick("fig12", tmp.path / "b", 2, "", json.string());
+  const Csv analytic = run_quick("fig12", tmp.path / "c", 2);
+  ASSERT_EQ(from_csv.rows.size(), from_json.rows.size());
+  ASSERT_FALSE(from_csv.rows.empty());
+  for (size_t r = 0; r < from_csv.rows.size(); ++r) {
+    EXPECT_EQ(from_csv.rows[r], from_json.rows[r]) << r;
+    EXPECT_EQ(from_csv.str(r, "attention"), "table");
+    EXPECT_NE(from_csv.num(r, "cad_seconds"), analytic.num(r, "cad_seconds")) << r;
+  }
+  // Row 0: 8B at tolerance 0, 128K tokens per node on 8 nodes.
+  ASSERT_EQ(from_csv.str(0, "model"), "llama-8b");
+  auto o = options("llama-8b", 64, 1, table);
+  o.strategy = distca::sim::parse_strategy("cad").value();
+  o.tolerance = from_csv.num(0, "tolerance");
+  bool oom = false;
+  const auto secs = seconds(o, iterations("pretrain", 128 * 1024, 8, 8, 1, 2), oom);
+  ASSERT_EQ(secs.size(), 2u);
+  EXPECT_NEAR(from_csv.num(0, "cad_seconds"), (secs[0] + secs[1]) / 2, 6e-5);
 }
