@@ -119,7 +119,7 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
     ps.plan_seconds += seconds_since(t0);
     const DocumentIndex index(s->batch);
     const Traffic t = compute_traffic(index, s->tasks, R.row_bytes);
-    PeerMatrix fetch(R.units_per_stage), queries(R.units_per_stage);
+    PeerLists fetch(R.units_per_stage), queries(R.units_per_stage);
     add_plan_peers(index, s->tasks, nullptr, fetch, queries);
     fetch.merge(queries.transposed());  // O + LSE back, should a task run away from home
     std::vector<int64_t> sends, receives;
@@ -180,8 +180,13 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
 // Seconds of one unit's context fetch (forward) or dK/dV return (backward): its part of an
 // all-to-all of its own messages (no messages: nothing to wait for).
 double transfer_seconds(const Rates& R, const UnitWork& w, bool bwd) {
-  return bwd ? all_to_all_unit_seconds(R.exchange, w.bwd_sent, w.bwd_recv, w.fwd_receives, w.fwd_sends)
-             : all_to_all_unit_seconds(R.exchange, w.fwd_sent, w.fwd_recv, w.fwd_sends, w.fwd_receives);
+  // The bytes (traffic.h) and the pairs (add_plan_peers) are two books of one plan.
+  if (bwd) {
+    DISTCA_CHECK(messages_cover_bytes(w.bwd_sent, w.bwd_recv, w.fwd_receives, w.fwd_sends));
+    return all_to_all_unit_seconds(R.exchange, w.bwd_sent, w.bwd_recv, w.fwd_receives, w.fwd_sends);
+  }
+  DISTCA_CHECK(messages_cover_bytes(w.fwd_sent, w.fwd_recv, w.fwd_sends, w.fwd_receives));
+  return all_to_all_unit_seconds(R.exchange, w.fwd_sent, w.fwd_recv, w.fwd_sends, w.fwd_receives);
 }
 
 }  // namespace
@@ -244,17 +249,30 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
         const int64_t u = base + i;
         const double sent = bwd ? w.bwd_sent : w.fwd_sent, recv = bwd ? w.bwd_recv : w.fwd_recv;
         const double x0 = !regather ? 0.0 : (c > 1 ? coll_again : transfer_seconds(R, w, false));
-        if (regather) rec.comm(u, t, x0, w.fwd_sent, w.fwd_recv, regather_name, j);
         const double xr = c > 1 ? coll : transfer_seconds(R, w, bwd);
-        const double x = x0 + xr;
-        rec.comm(u, t + x0, xr, sent, recv, comm_name, j);
-        rec.wait(u, t, t + x, t);
+        // Forward: the K/V fetch (all-gather), then the layer. Backward: the linear backward
+        // (with the recompute), the K/V re-gather, the attention backward, then the dK/dV it
+        // produced goes back (reduce-scatter): exposed either way.
+        const double pre = bwd ? 0.0 : xr;
         const double lin = (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * w.tokens;
         const double att = w.attention_seconds * (bwd ? 1.0 - share : share);
-        rec.linear(u, t + x, lin, lin_name, j);
-        rec.attention(u, t + x + lin, att, att_name, j);
+        if (!bwd) {
+          rec.comm(u, t, xr, sent, recv, comm_name, j);
+          rec.wait(u, t, t + xr, t);
+        }
+        rec.linear(u, t + pre, lin, lin_name, j);
+        const double t_att = t + pre + lin + x0;
+        if (regather) {
+          rec.comm(u, t_att - x0, x0, w.fwd_sent, w.fwd_recv, regather_name, j);
+          rec.wait(u, t_att - x0, t_att, t_att - x0);
+        }
+        rec.attention(u, t_att, att, att_name, j);
         if (!bwd) rec.stats()[static_cast<size_t>(u)].attention_pairs += w.pairs;
-        end = std::max(end, t + x + lin + att);
+        if (bwd) {
+          rec.comm(u, t_att + att, xr, sent, recv, comm_name, j);
+          rec.wait(u, t_att + att, t_att + att + xr, t_att + att);
+        }
+        end = std::max(end, t_att + att + (bwd ? xr : 0.0));
       }
       t = end;
     }

@@ -7,7 +7,11 @@
 // the CAD engine, signal mode is ping-pong's messages without their bytes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <random>
 #include <vector>
 
@@ -16,6 +20,7 @@
 #include "distca/data/workload.h"
 #include "distca/plan/cad.h"
 #include "distca/plan/doc_index.h"
+#include "distca/plan/pool.h"
 #include "distca/plan/traffic.h"
 #include "distca/sim/simulator.h"
 #include "network.h"
@@ -139,13 +144,18 @@ TEST(NetworkRings, AllGatherAndAllReduceClosedForms) {
   EXPECT_GT(ring_all_reduce_seconds(kLink, 8, 2e9), t);
 }
 
-TEST(NetworkPeers, CountsTransposeAndMergeAcrossWords) {
-  PeerMatrix m(70);  // two 64-bit words per row
+TEST(NetworkPeers, SortedDeduplicatedTransposedAndMerged) {
+  PeerLists m(70);
+  m.add(65, 69);
   m.add(0, 69);
   m.add(0, 1);
-  m.add(65, 69);
-  m.add(3, 3);  // the diagonal is no message
+  m.add(0, 69);  // twice: one message
+  m.add(3, 3);   // the diagonal is no message
+  EXPECT_FALSE(m.normalized());
+  m.normalize();
+  EXPECT_EQ(m.size(), 3);
   EXPECT_FALSE(m.has(3, 3));
+  EXPECT_TRUE(m.has(0, 1) && m.has(0, 69) && m.has(65, 69));
   std::vector<int64_t> s, r;
   m.counts(s, r);
   EXPECT_EQ(s[0], 2);
@@ -153,58 +163,172 @@ TEST(NetworkPeers, CountsTransposeAndMergeAcrossWords) {
   EXPECT_EQ(r[69], 2);
   EXPECT_EQ(r[1], 1);
   EXPECT_EQ(r[3], 0);
-  const PeerMatrix t = m.transposed();
+  const PeerLists t = m.transposed();
+  EXPECT_TRUE(t.normalized());
+  EXPECT_EQ(t.size(), 3);
   EXPECT_TRUE(t.has(69, 0) && t.has(69, 65) && t.has(1, 0));
   EXPECT_FALSE(t.has(0, 69));
-  PeerMatrix u(70);
+  EXPECT_EQ(t.transposed().size(), 3);
+  EXPECT_TRUE(t.transposed().has(0, 69));
+  PeerLists u(70);
   u.add(0, 69);  // already in m: the union counts it once
   u.add(2, 0);
+  u.normalize();
   u.merge(m);
+  EXPECT_EQ(u.size(), 4);
   u.counts(s, r);
   EXPECT_EQ(s[0], 2);
   EXPECT_EQ(s[2], 1);
   EXPECT_EQ(r[69], 2);
-  EXPECT_TRUE(PeerMatrix(5).empty());
+  // add_counts adds (a mixed tick's two directions are two exchanges: their counts add up).
+  m.add_counts(s, r);
+  EXPECT_EQ(s[0], 4);
+  EXPECT_EQ(r[69], 4);
+  EXPECT_TRUE(PeerLists(5).empty());
   EXPECT_FALSE(u.empty());
+  // Insertion order does not matter: the same set gives the same lists.
+  PeerLists a(70), b(70);
+  for (const auto& [f, to] : std::vector<std::pair<int, int>>{{5, 7}, {1, 2}, {5, 1}, {69, 0}}) a.add(f, to);
+  for (const auto& [f, to] : std::vector<std::pair<int, int>>{{69, 0}, {5, 1}, {1, 2}, {5, 7}, {1, 2}}) b.add(f, to);
+  a.normalize();
+  b.normalize();
+  std::vector<int64_t> sa, ra, sb, rb;
+  a.counts(sa, ra);
+  b.counts(sb, rb);
+  EXPECT_EQ(sa, sb);
+  EXPECT_EQ(ra, rb);
+  EXPECT_EQ(a.size(), b.size());
 }
 
-// The plan's message pairs (add_plan_peers) against traffic.h's per-rank bytes: forward, a
-// rank sends bytes exactly when it sends a message (Q / K/V out along dispatch, O + LSE back
-// along the query pairs reversed), and likewise for receiving.
+TEST(NetworkPeersDeathTest, BoundsAndSizesAreChecked) {
+  PeerLists m(4), other(5);
+  EXPECT_DEATH(m.add(0, 4), "check failed");
+  EXPECT_DEATH(m.add(-1, 2), "check failed");
+  EXPECT_DEATH(m.merge(other), "check failed");
+  m.add(0, 1);  // unnormalized: reading it is a bug
+  std::vector<int64_t> s, r;
+  EXPECT_DEATH(m.counts(s, r), "check failed");
+}
+
+// The per-(from, to) bytes of a plan, by traffic.h's rules written out here (forward Q h -> s
+// and O + LSE s -> h per task served away; K/V once per (document, server) for the context
+// rows [0, E) held elsewhere, E the largest q_end of the document's tasks on the server;
+// backward dO h -> s, dQ s -> h, dK/dV s -> holder of every row received). [ranks x ranks].
+struct HandBytes {
+  int64_t n = 0;
+  std::vector<double> q, kv, o_lse, d_o, dq, dkv;
+  double at(const std::vector<double>& m, int64_t i, int64_t j) const { return m[static_cast<size_t>(i * n + j)]; }
+};
+HandBytes hand_bytes(const DocumentIndex& index, const std::vector<TaskPlacement>& tasks, const RowBytes& rb) {
+  HandBytes h;
+  h.n = index.ranks();
+  const auto N = static_cast<size_t>(h.n);
+  for (auto* m : {&h.q, &h.kv, &h.o_lse, &h.d_o, &h.dq, &h.dkv}) m->assign(N * N, 0.0);
+  auto add = [&](std::vector<double>& m, int64_t i, int64_t j, double b) {
+    if (i != j) m[static_cast<size_t>(i) * N + static_cast<size_t>(j)] += b;
+  };
+  std::map<std::pair<int64_t, int64_t>, int64_t> context_end;  // (doc, server) -> E
+  for (const TaskPlacement& t : tasks) {
+    const auto rows = static_cast<double>(t.q_end - t.q_begin);
+    add(h.q, t.home, t.server, rows * static_cast<double>(rb.q));
+    add(h.o_lse, t.server, t.home, rows * static_cast<double>(rb.o + rb.lse));
+    add(h.d_o, t.home, t.server, rows * static_cast<double>(rb.o));
+    add(h.dq, t.server, t.home, rows * static_cast<double>(rb.q));
+    int64_t& e = context_end[{t.doc, t.server}];
+    e = std::max(e, t.q_end);
+  }
+  for (const auto& [key, end] : context_end) {
+    const auto [doc, server] = key;
+    for (const HeldRun& run : index.runs(doc)) {
+      const int64_t rows = std::min(run.end, end) - run.begin;
+      if (rows <= 0) continue;
+      add(h.kv, run.rank, server, static_cast<double>(rows * rb.kv));
+      add(h.dkv, server, run.rank, static_cast<double>(rows * rb.kv));
+    }
+  }
+  return h;
+}
+
+// add_plan_peers' pairs against the hand-made byte matrix, pair by pair, for every exchange
+// CAD runs: dispatch (Q + K/V), its return (O + LSE: the query pairs reversed), the backward's
+// dO (the query pairs) and its return (dQ + dK/dV: dispatch reversed). The matrix is first
+// checked against compute_traffic's per-rank sums (so it is traffic.h's). Plain ranks and a
+// pool over stages 0 and 2 of 3 (unit_of maps pooled rank r to another unit number).
 TEST(NetworkPeers, PlanPairsMatchTrafficBytes) {
   const ModelSpec m = model_preset("llama-8b").value();
   const RowBytes rb = row_bytes(m, 2);
-  for (const uint64_t seed : {1u, 2u, 3u}) {
-    WorkloadOptions w;
-    w.dist = "prolong";
-    w.ranks = 8;
-    w.tokens_per_rank = 16384;
-    w.batches = 1;
-    w.seed = seed;
-    const Batch b = make_batches(w).value().front();
-    ScheduleOptions so;
-    so.model = m;
-    so.tolerance = 0.05;
-    const auto sched = schedule_cad(b, so, nullptr);
-    ASSERT_TRUE(sched.ok()) << sched.status().to_string();
-    const DocumentIndex index(sched->batch);
-    const Traffic t = compute_traffic(index, sched->tasks, rb);
-    PeerMatrix dispatch(8), queries(8);
-    add_plan_peers(index, sched->tasks, nullptr, dispatch, queries);
-    PeerMatrix fwd = dispatch;
-    fwd.merge(queries.transposed());
-    std::vector<int64_t> s, r, qs, qr;
-    fwd.counts(s, r);
-    queries.counts(qs, qr);
-    int64_t messages = 0;
-    for (size_t k = 0; k < 8; ++k) {
-      EXPECT_EQ(s[k] > 0, t.per_rank[k].fwd_sent > 0) << "seed " << seed << " rank " << k;
-      EXPECT_EQ(r[k] > 0, t.per_rank[k].fwd_recv > 0) << "seed " << seed << " rank " << k;
-      // A rank holding queries served away sends Q and gets dQ back; a server the other way.
-      messages += s[k];
+  for (const bool pooled_case : {false, true}) {
+    for (const uint64_t seed : {1u, 2u, 3u}) {
+      WorkloadOptions w;
+      w.dist = "prolong";
+      w.ranks = 4;
+      w.tokens_per_rank = 16384;
+      w.batches = 2;
+      w.seed = seed;
+      const std::vector<Batch> mbs = make_batches(w).value();
+      Batch b = mbs[0];
+      std::vector<int64_t> unit_of;
+      int64_t units = 4;
+      if (pooled_case) {
+        const std::vector<PoolMember> members = {{0, 0, false, &mbs[0]}, {2, 1, false, &mbs[1]}};
+        const PooledBatch pb = pool_batches(members, 3, 4, PoolRanks::kActiveStages).value();
+        b = pb.batch;
+        unit_of = pb.unit_of;
+        units = 12;
+        ASSERT_EQ(unit_of.size(), 8u);
+        EXPECT_EQ(unit_of[4], 8);  // stage 2's first unit
+      }
+      ScheduleOptions so;
+      so.model = m;
+      so.tolerance = 0.05;
+      const auto sched = schedule_cad(b, so, nullptr);
+      ASSERT_TRUE(sched.ok()) << sched.status().to_string();
+      const DocumentIndex index(sched->batch);
+      const Traffic t = compute_traffic(index, sched->tasks, rb);
+      const HandBytes h = hand_bytes(index, sched->tasks, rb);
+      const int64_t n = h.n;
+      for (int64_t i = 0; i < n; ++i) {
+        double fs = 0, fr = 0, bs = 0, br = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          fs += h.at(h.q, i, j) + h.at(h.kv, i, j) + h.at(h.o_lse, i, j);
+          fr += h.at(h.q, j, i) + h.at(h.kv, j, i) + h.at(h.o_lse, j, i);
+          bs += h.at(h.d_o, i, j) + h.at(h.dq, i, j) + h.at(h.dkv, i, j);
+          br += h.at(h.d_o, j, i) + h.at(h.dq, j, i) + h.at(h.dkv, j, i);
+        }
+        const RankBytes& want = t.per_rank[static_cast<size_t>(i)];
+        EXPECT_EQ(fs, static_cast<double>(want.fwd_sent)) << seed << " rank " << i;
+        EXPECT_EQ(fr, static_cast<double>(want.fwd_recv)) << seed << " rank " << i;
+        EXPECT_EQ(bs, static_cast<double>(want.bwd_sent)) << seed << " rank " << i;
+        EXPECT_EQ(br, static_cast<double>(want.bwd_recv)) << seed << " rank " << i;
+      }
+      PeerLists dispatch(units), queries(units);
+      add_plan_peers(index, sched->tasks, pooled_case ? &unit_of : nullptr, dispatch, queries);
+      const PeerLists ret = queries.transposed(), bwd_ret = dispatch.transposed();
+      auto unit = [&](int64_t r) { return pooled_case ? unit_of[static_cast<size_t>(r)] : r; };
+      int64_t d_pairs = 0, r_pairs = 0, bd_pairs = 0, br_pairs = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t ui = unit(i), uj = unit(j);
+          const bool d = h.at(h.q, i, j) + h.at(h.kv, i, j) > 0, r = h.at(h.o_lse, i, j) > 0;
+          const bool bd = h.at(h.d_o, i, j) > 0, br = h.at(h.dq, i, j) + h.at(h.dkv, i, j) > 0;
+          EXPECT_EQ(dispatch.has(ui, uj), d) << seed << " " << i << " -> " << j;
+          EXPECT_EQ(ret.has(ui, uj), r) << seed << " " << i << " -> " << j;
+          EXPECT_EQ(queries.has(ui, uj), bd) << seed << " " << i << " -> " << j;
+          EXPECT_EQ(bwd_ret.has(ui, uj), br) << seed << " " << i << " -> " << j;
+          d_pairs += d;
+          r_pairs += r;
+          bd_pairs += bd;
+          br_pairs += br;
+        }
+      }
+      // Nothing outside the pooled units' pairs.
+      EXPECT_EQ(dispatch.size(), d_pairs);
+      EXPECT_EQ(ret.size(), r_pairs);
+      EXPECT_EQ(queries.size(), bd_pairs);
+      EXPECT_EQ(bwd_ret.size(), br_pairs);
+      EXPECT_GT(d_pairs, 0) << "seed " << seed << ": the plan moved nothing";
+      EXPECT_GT(r_pairs, 0) << "seed " << seed << ": no query served away";
     }
-    EXPECT_GT(messages, 0) << "seed " << seed << ": the plan moved nothing";
-    EXPECT_FALSE(queries.empty());
   }
 }
 
