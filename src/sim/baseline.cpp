@@ -68,9 +68,11 @@ Batch merge_groups(const Batch& b, int64_t c) {
 }
 
 // Head-tail CP accounting (see the file comment). `groups` from percp_groups over `index`:
-// the serving units of group g are g*c .. g*c+c-1.
+// the serving units of group g are g*c .. g*c+c-1. peers (c = 1, where the gather is timed as
+// an all-to-all of each unit's own messages; else nullptr): every unit holding rows of a
+// document sends to every other serving unit of it.
 void cp_accounting(const Rates& R, const DocumentIndex& index, const std::vector<std::vector<int64_t>>& groups,
-                   int64_t c, std::vector<UnitWork>& out, int64_t& tasks) {
+                   int64_t c, std::vector<UnitWork>& out, int64_t& tasks, PeerLists* peers) {
   const auto kv = static_cast<double>(R.row_bytes.kv);
   // Every serving unit receives the whole document but what it holds: L rows are added per
   // group here (once per document, not per unit) and each chunk's rows subtracted below, so a
@@ -81,9 +83,12 @@ void cp_accounting(const Rates& R, const DocumentIndex& index, const std::vector
     const std::vector<int64_t>& grp = groups[slot];
     const auto C = static_cast<int64_t>(grp.size()) * c;  // serving units S[0 .. C)
     for (int64_t g : grp) group_recv[static_cast<size_t>(g)] += static_cast<double>(L) * kv;
+    std::vector<int64_t> holders;  // units holding a chunk (peers only)
     auto chunk = [&](int64_t k, int64_t lo, int64_t hi) {  // chunk k = rows [lo, hi)
       const int64_t i = k < C ? k : 2 * C - 1 - k;
-      UnitWork& w = out[static_cast<size_t>(grp[static_cast<size_t>(i / c)] * c + i % c)];
+      const int64_t unit = grp[static_cast<size_t>(i / c)] * c + i % c;
+      if (peers != nullptr && (holders.empty() || holders.back() != unit)) holders.push_back(unit);
+      UnitWork& w = out[static_cast<size_t>(unit)];
       const auto rows = static_cast<double>(hi - lo);
       w.attention_seconds += R.cost.seconds(hi - lo, hi);
       w.pairs += static_cast<double>(causal_pairs(lo, hi));
@@ -96,6 +101,11 @@ void cp_accounting(const Rates& R, const DocumentIndex& index, const std::vector
       for (int64_t k = 0; k < 2 * C; ++k) chunk(k, k * L / (2 * C), (k + 1) * L / (2 * C));
     } else {  // chunks of 0 or 1 row: row r lies in chunk ceil(2C(r+1)/L) - 1
       for (int64_t r = 0; r < L; ++r) chunk(((r + 1) * 2 * C - 1) / L, r, r + 1);
+    }
+    if (peers != nullptr && C > 1) {
+      for (const int64_t from : holders) {
+        for (const int64_t g : grp) peers->add(from, g);  // c = 1: unit g serves (from == g is dropped)
+      }
     }
   }
   for (size_t u = 0; u < out.size(); ++u) {
@@ -158,7 +168,17 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
       DISTCA_RETURN_IF_ERROR(b.validate());
     }
     const DocumentIndex index(*src);
-    cp_accounting(R, index, percp_groups(index, k), c, out, tasks);
+    PeerLists peers(R.units_per_stage);
+    cp_accounting(R, index, percp_groups(index, k), c, out, tasks, c == 1 ? &peers : nullptr);
+    if (c == 1) {
+      peers.normalize();
+      std::vector<int64_t> sends, receives;
+      peers.counts(sends, receives);
+      for (size_t u = 0; u < out.size(); ++u) {
+        out[u].fwd_sends = sends[u];
+        out[u].fwd_receives = receives[u];
+      }
+    }
     ps.plan_seconds += seconds_since(t0);
     for (const UnitWork& w : out) {
       ps.comm_bytes_forward += w.fwd_recv;
