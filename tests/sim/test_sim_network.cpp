@@ -1,10 +1,11 @@
 // The simulator's network model (src/sim/network.h): every term against a hand-computed closed
 // form (one message below / at / above the half-bandwidth size, a two-unit and a four-unit
 // all-to-all of a given byte matrix, incast, the rings), the invariants (no bytes and no
-// message cost nothing; more bytes or one more message are never faster), the peer matrix's
-// bit bookkeeping across a word boundary, and the plan's message pairs against traffic.h's
-// byte rules (a unit sends / receives messages exactly where it sends / receives bytes); through
-// the CAD engine, signal mode is ping-pong's messages without their bytes.
+// message cost nothing; more bytes or one more message are never faster), the peer lists'
+// bookkeeping (sorted, deduplicated, checked bounds), and the plan's message pairs against a
+// byte matrix built by hand from traffic.h's rules, pair by pair, for every exchange; through
+// the CAD engine, signal mode is ping-pong's messages without their bytes; through the engines
+// by hand: a CP ring of 4 units, a colocated incast, CAD's latencies on 3 units.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include "distca/plan/traffic.h"
 #include "distca/sim/simulator.h"
 #include "network.h"
+#include "sim_test_util.h"
 
 namespace distca::sim::detail {
 namespace {
@@ -360,6 +362,98 @@ TEST(NetworkEngine, SignalIsPingPongWithoutBytes) {
   EXPECT_LT(rel(pp, sig), 1e-12);
   EXPECT_GT(run("cad:signal", 50e9, 10e-6), run("cad:signal", 50e9, 0.0));
   EXPECT_GE(run("cad:single-stream", 50e9, 100e-6), run("cad:single-stream", 50e9, 10e-6));
+}
+
+
+// ---- through the engines, by hand ------------------------------------------------------------
+
+constexpr double kLat = 10e-6, kB = 8 * 50e9;  // the h200 preset's unit link
+
+// The seconds of every trace span named `name` on unit `u` (forward and backward alike).
+std::vector<double> span_seconds(const SimResult& r, const std::string& name, int64_t u) {
+  std::vector<double> out;
+  for (const TraceEvent& e : r.events) {
+    if (e.name == name && e.pid == u) out.push_back((e.end_us - e.start_us) * 1e-6);
+  }
+  return out;
+}
+
+// percp:4 over 4 units, one document of 4T tokens: head-tail chunks of T/2 rows, two per unit,
+// so each unit holds T rows and gathers the other 3T; the ring pays C - 1 = 3 latencies.
+TEST(NetworkEngine, RingOfFourUnitsPaysThreeLatencies) {
+  const int64_t T = 8192;
+  SimOptions o = testing::options("percp:4", 4);
+  o.grad_sync = false;
+  o.lm_head = false;
+  o.record_events = true;
+  const SimResult r = testing::run(o, {pack_documents({4 * T}, 4, T, Layout::kContiguous)});
+  const double kv = static_cast<double>(row_bytes(o.model, 2).kv);
+  const double want = 3 * kLat + 3.0 * static_cast<double>(T) * kv / kB;
+  for (int64_t u = 0; u < 4; ++u) {
+    const std::vector<double> spans = span_seconds(r, "K/V all-gather", u);
+    EXPECT_EQ(spans.size(), 32u) << u;  // one per layer, forward
+    for (const double s : spans) EXPECT_LT(rel(s, want), 1e-9) << u;
+    EXPECT_LT(rel(r.per_unit[static_cast<size_t>(u)].bytes_received, 3 * 32 * 3.0 * T * kv), 1e-12) << u;
+  }
+}
+
+// Colocated packing of one document of 3T tokens over 3 units: unit 2 fetches T rows from each
+// of units 0 and 1 (incast, k_in = 2), unit 1 fetches T rows from unit 0 and sends its own to
+// unit 2, unit 0 sends to both (k_out = 2).
+TEST(NetworkEngine, ColocatedIncastPaysEveryMessage) {
+  const int64_t T = 8192;
+  SimOptions o = testing::options("colocated", 3);
+  o.grad_sync = false;
+  o.lm_head = false;
+  o.record_events = true;
+  const SimResult r = testing::run(o, {pack_documents({3 * T}, 3, T, Layout::kContiguous)});
+  const double rows = static_cast<double>(T) * static_cast<double>(row_bytes(o.model, 2).kv);
+  const double want[3] = {2 * kLat + 2 * rows / kB, kLat + rows / kB, 2 * kLat + 2 * rows / kB};
+  for (int64_t u = 0; u < 3; ++u) {
+    const std::vector<double> spans = span_seconds(r, "K/V fetch", u);
+    ASSERT_EQ(spans.size(), 32u) << u;
+    for (const double s : spans) EXPECT_LT(rel(s, want[u]), 1e-9) << u;
+    // The backward's dK/dV return goes over the same pairs reversed: the same part.
+    for (const double s : span_seconds(r, "dK/dV return", u)) EXPECT_LT(rel(s, want[u]), 1e-9) << u;
+  }
+}
+
+// CAD on 3 units, latency only (free bandwidth, free compute): unit 0 holds one long document,
+// units 1 and 2 short ones (under two tiles: never split). The plan serves shards of the long
+// document on units 1 and 2 (checked: they serve more pairs than their own), so in every
+// exchange unit 0 talks to 2 peers (k = 2) and units 1 and 2 to unit 0 only (k = 1): each
+// exchange costs max over units of max(k_out, k_in) lat = 2 lat.
+TEST(NetworkEngine, ThreeUnitCadPaysItsPeersLatencies) {
+  const int64_t T = 32768;
+  std::vector<int64_t> lengths = {T};
+  for (int64_t i = 0; i < 2 * T / 128; ++i) lengths.push_back(128);
+  const Batch b = pack_documents(lengths, 3, T, Layout::kContiguous);
+  const double lat = 1e-3;
+  auto run = [&](const char* strategy) {
+    SimOptions o = testing::options(strategy, 3);
+    o.grad_sync = false;
+    o.lm_head = false;
+    o.cluster.hw.inter_node_bw = 1e30;
+    o.cluster.hw.inter_node_latency = lat;
+    o.cluster.hw.peak_flops = 1e40;
+    return testing::run(o, {b});
+  };
+  const double own_pairs = static_cast<double>(T / 128) * 128.0 * 129.0 / 2.0 * 32;  // 32 layers
+  const SimResult r = run("cad:single-stream");
+  ASSERT_EQ(r.per_unit.size(), 3u);
+  EXPECT_GT(r.per_unit[1].attention_pairs, own_pairs);
+  EXPECT_GT(r.per_unit[2].attention_pairs, own_pairs);
+  // 4 exchanges per layer (Q/KV, O + LSE, dO, dQ/dKV) of 2 lat each (one message per
+  // exchange, the bandwidth-only model, would give 1 lat).
+  EXPECT_LT(rel(r.iteration_seconds, 32 * 4 * 2 * lat), 1e-9) << r.iteration_seconds;
+  // Signal: the same per ping and per pong exchange, where the plan decides whether a
+  // nano-batch's shards of the long document sit on one or both other units: every one of
+  // the 8 exchanges per layer costs 1 or 2 latencies, a whole number of them.
+  const SimResult sig = run("cad:signal");
+  const double lats = sig.iteration_seconds / (32 * lat);
+  EXPECT_LT(std::abs(lats - std::round(lats)), 1e-6) << lats;
+  EXPECT_GE(std::round(lats), 8);
+  EXPECT_LE(std::round(lats), 16);
 }
 
 }  // namespace
