@@ -15,7 +15,8 @@
 // long document's tail so has only pong tokens). single-stream runs the micro-batch as ONE
 // batch with every exchange waited for (the ablation without ping-pong; runtime/pingpong.h's
 // single-stream likewise runs the split batch's whole plan). The bytes of each (nano-batch,
-// stage) task list follow traffic.h (compute_traffic), split into the dispatch (Q, K/V) and the return (O + LSE).
+// stage) task list follow traffic.h (compute_traffic), split into the dispatch (Q, K/V) and the return (O + LSE);
+// that per-op bookkeeping (bytes, message pairs, buffers) is cad_contribution.h's.
 // Without PP the backward of a micro-batch runs on the servers of its forward (servers keep
 // their inputs): dO out, dQ and dK/dV back; stateless servers (SimOptions::cad_stateless) get
 // Q, K/V and O + LSE again with dO and keep nothing. With PP every backward is planned anew
