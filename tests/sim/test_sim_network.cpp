@@ -14,6 +14,7 @@
 #include <map>
 #include <utility>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "distca/core/specs.h"
@@ -454,6 +455,35 @@ TEST(NetworkEngine, ThreeUnitCadPaysItsPeersLatencies) {
   EXPECT_LT(std::abs(lats - std::round(lats)), 1e-6) << lats;
   EXPECT_GE(std::round(lats), 8);
   EXPECT_LE(std::round(lats), 16);
+}
+
+
+// A backward layer of a CP group reads in the trace as it runs: the linear backward (with the
+// recompute), the K/V re-gather, the attention backward, then the reduce-scatter of the dK/dV
+// it produced; back to back, so the layer takes their sum.
+TEST(NetworkEngine, BackwardSpansRunRecomputeRegatherAttentionReduceScatter) {
+  const int64_t T = 8192;
+  SimOptions o = testing::options("percp:2", 2);
+  o.grad_sync = false;
+  o.lm_head = false;
+  o.record_events = true;
+  const SimResult r = testing::run(o, {pack_documents({2 * T}, 2, T, Layout::kContiguous)});
+  const std::vector<std::string> order = {"bwd linear", "K/V re-gather (recompute)", "bwd attention",
+                                          "dK/dV reduce-scatter"};
+  for (int64_t u = 0; u < 2; ++u) {
+    std::vector<const TraceEvent*> bwd;
+    for (const TraceEvent& e : r.events) {
+      if (e.pid == u && std::find(order.begin(), order.end(), e.name) != order.end()) bwd.push_back(&e);
+    }
+    std::sort(bwd.begin(), bwd.end(), [](const TraceEvent* a, const TraceEvent* b) { return a->start_us < b->start_us; });
+    ASSERT_EQ(bwd.size(), 4u * 32) << u;
+    for (size_t i = 0; i < bwd.size(); ++i) {
+      EXPECT_EQ(bwd[i]->name, order[i % 4]) << u << " span " << i;
+      if (i % 4 != 0) {
+        EXPECT_DOUBLE_EQ(bwd[i]->start_us, bwd[i - 1]->end_us) << u << " span " << i;
+      }
+    }
+  }
 }
 
 }  // namespace
