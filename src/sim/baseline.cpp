@@ -68,9 +68,11 @@ Batch merge_groups(const Batch& b, int64_t c) {
 }
 
 // Head-tail CP accounting (see the file comment). `groups` from percp_groups over `index`:
-// the serving units of group g are g*c .. g*c+c-1.
+// the serving units of group g are g*c .. g*c+c-1. peers (c = 1, where the gather is timed as
+// an all-to-all of each unit's own messages; else nullptr): every unit holding rows of a
+// document sends to every other serving unit of it.
 void cp_accounting(const Rates& R, const DocumentIndex& index, const std::vector<std::vector<int64_t>>& groups,
-                   int64_t c, std::vector<UnitWork>& out, int64_t& tasks) {
+                   int64_t c, std::vector<UnitWork>& out, int64_t& tasks, PeerLists* peers) {
   const auto kv = static_cast<double>(R.row_bytes.kv);
   // Every serving unit receives the whole document but what it holds: L rows are added per
   // group here (once per document, not per unit) and each chunk's rows subtracted below, so a
@@ -81,9 +83,12 @@ void cp_accounting(const Rates& R, const DocumentIndex& index, const std::vector
     const std::vector<int64_t>& grp = groups[slot];
     const auto C = static_cast<int64_t>(grp.size()) * c;  // serving units S[0 .. C)
     for (int64_t g : grp) group_recv[static_cast<size_t>(g)] += static_cast<double>(L) * kv;
+    std::vector<int64_t> holders;  // units holding a chunk (peers only)
     auto chunk = [&](int64_t k, int64_t lo, int64_t hi) {  // chunk k = rows [lo, hi)
       const int64_t i = k < C ? k : 2 * C - 1 - k;
-      UnitWork& w = out[static_cast<size_t>(grp[static_cast<size_t>(i / c)] * c + i % c)];
+      const int64_t unit = grp[static_cast<size_t>(i / c)] * c + i % c;
+      if (peers != nullptr && (holders.empty() || holders.back() != unit)) holders.push_back(unit);
+      UnitWork& w = out[static_cast<size_t>(unit)];
       const auto rows = static_cast<double>(hi - lo);
       w.attention_seconds += R.cost.seconds(hi - lo, hi);
       w.pairs += static_cast<double>(causal_pairs(lo, hi));
@@ -96,6 +101,11 @@ void cp_accounting(const Rates& R, const DocumentIndex& index, const std::vector
       for (int64_t k = 0; k < 2 * C; ++k) chunk(k, k * L / (2 * C), (k + 1) * L / (2 * C));
     } else {  // chunks of 0 or 1 row: row r lies in chunk ceil(2C(r+1)/L) - 1
       for (int64_t r = 0; r < L; ++r) chunk(((r + 1) * 2 * C - 1) / L, r, r + 1);
+    }
+    if (peers != nullptr && C > 1) {
+      for (const int64_t from : holders) {
+        for (const int64_t g : grp) peers->add(from, g);  // c = 1: unit g serves (from == g is dropped)
+      }
     }
   }
   for (size_t u = 0; u < out.size(); ++u) {
@@ -119,7 +129,7 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
     ps.plan_seconds += seconds_since(t0);
     const DocumentIndex index(s->batch);
     const Traffic t = compute_traffic(index, s->tasks, R.row_bytes);
-    PeerMatrix fetch(R.units_per_stage), queries(R.units_per_stage);
+    PeerLists fetch(R.units_per_stage), queries(R.units_per_stage);
     add_plan_peers(index, s->tasks, nullptr, fetch, queries);
     fetch.merge(queries.transposed());  // O + LSE back, should a task run away from home
     std::vector<int64_t> sends, receives;
@@ -158,7 +168,17 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
       DISTCA_RETURN_IF_ERROR(b.validate());
     }
     const DocumentIndex index(*src);
-    cp_accounting(R, index, percp_groups(index, k), c, out, tasks);
+    PeerLists peers(R.units_per_stage);
+    cp_accounting(R, index, percp_groups(index, k), c, out, tasks, c == 1 ? &peers : nullptr);
+    if (c == 1) {
+      peers.normalize();
+      std::vector<int64_t> sends, receives;
+      peers.counts(sends, receives);
+      for (size_t u = 0; u < out.size(); ++u) {
+        out[u].fwd_sends = sends[u];
+        out[u].fwd_receives = receives[u];
+      }
+    }
     ps.plan_seconds += seconds_since(t0);
     for (const UnitWork& w : out) {
       ps.comm_bytes_forward += w.fwd_recv;
@@ -180,8 +200,13 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
 // Seconds of one unit's context fetch (forward) or dK/dV return (backward): its part of an
 // all-to-all of its own messages (no messages: nothing to wait for).
 double transfer_seconds(const Rates& R, const UnitWork& w, bool bwd) {
-  return bwd ? all_to_all_unit_seconds(R.exchange, w.bwd_sent, w.bwd_recv, w.fwd_receives, w.fwd_sends)
-             : all_to_all_unit_seconds(R.exchange, w.fwd_sent, w.fwd_recv, w.fwd_sends, w.fwd_receives);
+  // The bytes (traffic.h) and the pairs (add_plan_peers) are two books of one plan.
+  if (bwd) {
+    DISTCA_CHECK(messages_cover_bytes(w.bwd_sent, w.bwd_recv, w.fwd_receives, w.fwd_sends));
+    return all_to_all_unit_seconds(R.exchange, w.bwd_sent, w.bwd_recv, w.fwd_receives, w.fwd_sends);
+  }
+  DISTCA_CHECK(messages_cover_bytes(w.fwd_sent, w.fwd_recv, w.fwd_sends, w.fwd_receives));
+  return all_to_all_unit_seconds(R.exchange, w.fwd_sent, w.fwd_recv, w.fwd_sends, w.fwd_receives);
 }
 
 }  // namespace
@@ -244,17 +269,30 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
         const int64_t u = base + i;
         const double sent = bwd ? w.bwd_sent : w.fwd_sent, recv = bwd ? w.bwd_recv : w.fwd_recv;
         const double x0 = !regather ? 0.0 : (c > 1 ? coll_again : transfer_seconds(R, w, false));
-        if (regather) rec.comm(u, t, x0, w.fwd_sent, w.fwd_recv, regather_name, j);
         const double xr = c > 1 ? coll : transfer_seconds(R, w, bwd);
-        const double x = x0 + xr;
-        rec.comm(u, t + x0, xr, sent, recv, comm_name, j);
-        rec.wait(u, t, t + x, t);
+        // Forward: the K/V fetch (all-gather), then the layer. Backward: the linear backward
+        // (with the recompute), the K/V re-gather, the attention backward, then the dK/dV it
+        // produced goes back (reduce-scatter): exposed either way.
+        const double pre = bwd ? 0.0 : xr;
         const double lin = (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * w.tokens;
         const double att = w.attention_seconds * (bwd ? 1.0 - share : share);
-        rec.linear(u, t + x, lin, lin_name, j);
-        rec.attention(u, t + x + lin, att, att_name, j);
+        if (!bwd) {
+          rec.comm(u, t, xr, sent, recv, comm_name, j);
+          rec.wait(u, t, t + xr, t);
+        }
+        rec.linear(u, t + pre, lin, lin_name, j);
+        const double t_att = t + pre + lin + x0;
+        if (regather) {
+          rec.comm(u, t_att - x0, x0, w.fwd_sent, w.fwd_recv, regather_name, j);
+          rec.wait(u, t_att - x0, t_att, t_att - x0);
+        }
+        rec.attention(u, t_att, att, att_name, j);
         if (!bwd) rec.stats()[static_cast<size_t>(u)].attention_pairs += w.pairs;
-        end = std::max(end, t + x + lin + att);
+        if (bwd) {
+          rec.comm(u, t_att + att, xr, sent, recv, comm_name, j);
+          rec.wait(u, t_att + att, t_att + att + xr, t_att + att);
+        }
+        end = std::max(end, t_att + att + (bwd ? xr : 0.0));
       }
       t = end;
     }

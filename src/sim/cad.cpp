@@ -15,7 +15,8 @@
 // long document's tail so has only pong tokens). single-stream runs the micro-batch as ONE
 // batch with every exchange waited for (the ablation without ping-pong; runtime/pingpong.h's
 // single-stream likewise runs the split batch's whole plan). The bytes of each (nano-batch,
-// stage) task list follow traffic.h (compute_traffic), split into the dispatch (Q, K/V) and the return (O + LSE).
+// stage) task list follow traffic.h (compute_traffic), split into the dispatch (Q, K/V) and the return (O + LSE);
+// that per-op bookkeeping (bytes, message pairs, buffers) is cad_contribution.h's.
 // Without PP the backward of a micro-batch runs on the servers of its forward (servers keep
 // their inputs): dO out, dQ and dK/dV back; stateless servers (SimOptions::cad_stateless) get
 // Q, K/V and O + LSE again with dO and keep nothing. With PP every backward is planned anew
@@ -29,6 +30,7 @@
 #include "distca/plan/nano_split.h"
 #include "distca/plan/pool.h"
 #include "distca/plan/traffic.h"
+#include "cad_contribution.h"
 #include "engine.h"
 
 namespace distca::sim::detail {
@@ -36,49 +38,16 @@ namespace {
 
 using Vec = std::vector<double>;
 
-// What one (stage, micro-batch) puts on the cluster in one layer, per nano-batch x (0 ping,
-// 1 pong), per unit. Bytes are what the unit sends / receives in that exchange.
-struct Contribution {
-  Vec tokens[2];              // home rows of nano-batch x (units of the stage)
-  Vec attention_seconds[2];   // forward + backward seconds served (servers)
-  Vec attention_pairs[2];     // causal pairs served (servers)
-  Vec fwd_dispatch_sent[2], fwd_dispatch_recv[2];  // forward dispatch (Q, K/V)
-  Vec fwd_return_sent[2], fwd_return_recv[2];      // forward return (O + LSE)
-  Vec bwd_dispatch_sent[2], bwd_dispatch_recv[2];  // backward dispatch (dO)
-  Vec bwd_return_sent[2], bwd_return_recv[2];      // backward return (dQ, dK/dV)
-  Vec kept_bytes;  // per layer: server inputs + outputs kept for the backward
-  Vec kept_kv;     // per layer: the K/V context rows among them
-  // Per layer, both nano-batches: what a server holds for the layer in flight beyond what it
-  // keeps (forward: inputs and outputs of stateless servers; backward: dO (with the inputs
-  // again when stateless) and the dQ, dK/dV partials it sends back), and the K/V part of it.
-  Vec fwd_transient, fwd_transient_kv, bwd_transient, bwd_transient_kv;
-  // The message pairs of the four exchanges (network.h), per nano-batch.
-  PeerMatrix fwd_dispatch_peers[2], fwd_return_peers[2], bwd_dispatch_peers[2], bwd_return_peers[2];
-  void init(size_t units) {
-    for (int x = 0; x < 2; ++x) {
-      for (PeerMatrix* m : {&fwd_dispatch_peers[x], &fwd_return_peers[x], &bwd_dispatch_peers[x], &bwd_return_peers[x]}) {
-        m->reset(static_cast<int64_t>(units));
-      }
-    }
-    for (int x = 0; x < 2; ++x) {
-      for (Vec* v : {&tokens[x], &attention_seconds[x], &attention_pairs[x], &fwd_dispatch_sent[x],
-                     &fwd_dispatch_recv[x], &fwd_return_sent[x], &fwd_return_recv[x], &bwd_dispatch_sent[x],
-                     &bwd_dispatch_recv[x], &bwd_return_sent[x], &bwd_return_recv[x]}) {
-        v->assign(units, 0.0);
-      }
-    }
-    for (Vec* v : {&kept_bytes, &kept_kv, &fwd_transient, &fwd_transient_kv, &bwd_transient, &bwd_transient_kv}) {
-      v->assign(units, 0.0);
-    }
-  }
-};
-
 // The work of one layer slot on every unit, per nano-batch: linear seconds, then (when
 // has_attention) the dispatch, the attention seconds and the return.
 struct Slot {
   Vec linear[2], attention[2];
   Vec dispatch_sent[2], dispatch_recv[2], return_sent[2], return_recv[2];
-  PeerMatrix dispatch_peers[2], return_peers[2];
+  // [x][direction]: the message pairs of each direction's exchange. Inside a direction the ops
+  // share one plan and one all-to-all (a pair is one message); a mixed tick's two directions
+  // are two all-to-alls (the runtime's TickRunner has a dispatcher per direction), so a pair
+  // both use is two messages.
+  PeerLists dispatch_peers[2][2], return_peers[2][2];
   bool has_attention = false;
   // [units] the direction (-1 none, 0 forward, 1 backward) and micro-batch of the op the
   // unit's stage runs in this slot (a stage runs at most one op per tick).
@@ -88,8 +57,15 @@ struct Slot {
     unit_dir.assign(units, -1);
     unit_mb.assign(units, -1);
     for (int x = 0; x < 2; ++x) {
-      dispatch_peers[x].reset(static_cast<int64_t>(units));
-      return_peers[x].reset(static_cast<int64_t>(units));
+      for (int d = 0; d < 2; ++d) {
+        for (PeerLists* p : {&dispatch_peers[x][d], &return_peers[x][d]}) {
+          if (p->units() == static_cast<int64_t>(units)) {
+            p->clear();
+          } else {
+            p->reset(static_cast<int64_t>(units));
+          }
+        }
+      }
       for (Vec* v : {&linear[x], &attention[x], &dispatch_sent[x], &dispatch_recv[x], &return_sent[x],
                      &return_recv[x]}) {
         v->assign(units, 0.0);
@@ -180,14 +156,18 @@ class TickRunner {
   double net_free() const { return net_free_; }
 
  private:
-  // One all-to-all (network.h): every unit's part from its bytes and its messages (the peers
-  // it exchanges bytes with); signal mode sends its messages with no payload.
-  Collective issue(const Vec& sent, const Vec& recv, const PeerMatrix& peers, const char* name, int64_t mb) {
+  // One exchange (network.h): every unit's part from its bytes and its messages (the peers
+  // it exchanges bytes with, per direction: see Slot); signal mode sends its messages with no
+  // payload.
+  Collective issue(const Vec& sent, const Vec& recv, const PeerLists (&peers)[2], const char* name, int64_t mb) {
     const bool signal = R_.o.strategy.cad_mode == CadMode::kSignal;
-    peers.counts(sends_, receives_);
+    peers[0].counts(sends_, receives_);
+    peers[1].add_counts(sends_, receives_);
     double start = net_free_, dur = 0;
     for (int64_t u = 0; u < U_; ++u) {
       const auto i = static_cast<size_t>(u);
+      // The bytes (traffic.h) and the pairs (add_plan_peers) are two books of one plan.
+      DISTCA_CHECK(messages_cover_bytes(sent[i], recv[i], sends_[i], receives_[i]));
       start = std::max(start, clock_[i]);
       dur = std::max(dur, all_to_all_unit_seconds(R_.exchange, signal ? 0.0 : sent[i], signal ? 0.0 : recv[i],
                                                   sends_[i], receives_[i]));
@@ -278,92 +258,6 @@ NanoTaskLists split_nano(const Rates& R, const std::vector<TaskPlacement>& tasks
     }
   }
   return lists;
-}
-
-// Fills nano-batch x of `c` (op on the stage whose task list is `list`): attention served,
-// and the bytes of every exchange per unit. fresh_backward: see plan_tick. Plan figures: a
-// forward plan counts its forward bytes and (pp = 1, where the backward reuses its servers)
-// its backward's; a fresh backward plan counts its backward bytes with the inputs resent.
-void fill_nano_contribution(const Rates& R, const PooledBatch& pooled, const DocumentIndex& index,
-                            const std::vector<TaskPlacement>& list, int x, bool fresh_backward, Contribution& c,
-                            PlanStats& ps) {
-  const RowBytes& rb = R.row_bytes;
-  const auto ranks = pooled.unit_of.size();
-  // Pipelines plan every backward apart (one_f_one_b_ticks pools a micro-batch's backward
-  // with other micro-batches than its forward), so their forward servers keep nothing.
-  const bool backward_apart = R.pp > 1;
-  const Traffic t = compute_traffic(index, list, rb);
-  // Indexed by pooled rank; scattered to units below. q: queries out and back as dQ; out:
-  // O + LSE back; dout: dO out.
-  Vec q_sent(ranks, 0.0), q_recv(ranks, 0.0), out_sent(ranks, 0.0), out_recv(ranks, 0.0), dout_sent(ranks, 0.0),
-      dout_recv(ranks, 0.0);
-  for (const TaskPlacement& task : list) {
-    const int64_t q = task.q_end - task.q_begin;
-    const auto srv = static_cast<size_t>(task.server), home = static_cast<size_t>(task.home);
-    const auto srv_u = static_cast<size_t>(pooled.unit_of[srv]);
-    c.attention_seconds[x][srv_u] += R.cost.task_cost(q, task.q_end);
-    c.attention_pairs[x][srv_u] += static_cast<double>(task_pairs(q, task.q_end));
-    if (task.home == task.server) continue;
-    const auto n = static_cast<double>(q);
-    q_sent[home] += n * static_cast<double>(rb.q);
-    q_recv[srv] += n * static_cast<double>(rb.q);
-    out_sent[srv] += n * static_cast<double>(rb.o + rb.lse);
-    out_recv[home] += n * static_cast<double>(rb.o + rb.lse);
-    dout_sent[home] += n * static_cast<double>(rb.o);
-    dout_recv[srv] += n * static_cast<double>(rb.o);
-  }
-  {  // the message pairs, by unit
-    PeerMatrix dispatch(R.units), queries(R.units);
-    add_plan_peers(index, list, &pooled.unit_of, dispatch, queries);
-    c.fwd_dispatch_peers[x] = dispatch;       // Q and K/V out
-    c.fwd_return_peers[x] = queries.transposed();  // O + LSE back
-    c.bwd_return_peers[x] = dispatch.transposed();  // dQ and dK/dV back
-    c.bwd_dispatch_peers[x] = queries;        // dO out (with the inputs again below)
-    if (fresh_backward || R.o.cad_stateless) c.bwd_dispatch_peers[x].merge(dispatch);
-  }
-  for (size_t rk = 0; rk < ranks; ++rk) {
-    const RankBytes& b = t.per_rank[rk];
-    const auto u = static_cast<size_t>(pooled.unit_of[rk]);
-    const double kv_sent = static_cast<double>(b.fwd_sent) - q_sent[rk] - out_sent[rk];
-    const double kv_recv = static_cast<double>(b.fwd_recv) - q_recv[rk] - out_recv[rk];
-    c.fwd_dispatch_sent[x][u] = q_sent[rk] + kv_sent;
-    c.fwd_dispatch_recv[x][u] = q_recv[rk] + kv_recv;
-    c.fwd_return_sent[x][u] = out_sent[rk];
-    c.fwd_return_recv[x][u] = out_recv[rk];
-    c.bwd_dispatch_sent[x][u] = dout_sent[rk];
-    c.bwd_dispatch_recv[x][u] = dout_recv[rk];
-    // dQ goes back the way Q came; dK/dV partials go back to the K/V holders.
-    c.bwd_return_sent[x][u] = q_recv[rk] + kv_recv;
-    c.bwd_return_recv[x][u] = q_sent[rk] + kv_sent;
-    // Servers that keep their inputs hold the received rows and their outputs; stateless
-    // ones (and backwards planned anew: every backward of a pipeline) get Q, K/V and O + LSE
-    // again with dO.
-    const bool keeps = !R.o.cad_stateless && !backward_apart;
-    const double inputs = c.fwd_dispatch_recv[x][u] + c.fwd_return_sent[x][u];
-    if (keeps) {
-      c.kept_bytes[u] += inputs;
-      c.kept_kv[u] += kv_recv;
-    } else {  // the layer in flight only
-      c.fwd_transient[u] += inputs;
-      c.fwd_transient_kv[u] += kv_recv;
-    }
-    const bool resent = fresh_backward || R.o.cad_stateless;
-    if (resent) {
-      c.bwd_dispatch_sent[x][u] += c.fwd_dispatch_sent[x][u] + out_recv[rk];
-      c.bwd_dispatch_recv[x][u] += c.fwd_dispatch_recv[x][u] + out_sent[rk];
-    }
-    c.bwd_transient[u] += c.bwd_dispatch_recv[x][u] + c.bwd_return_sent[x][u];
-    c.bwd_transient_kv[u] += (resent ? 2.0 : 1.0) * kv_recv;  // K/V again, dK/dV partials
-  }
-  if (fresh_backward) {  // the backward's own plan: dO out, dQ / dK/dV back, inputs again
-    ps.comm_bytes_backward += static_cast<double>(t.bytes.backward() + t.bytes.forward());
-  } else if (backward_apart) {  // a pipeline's forward plan: its backward is counted apart
-    ps.comm_bytes_forward += static_cast<double>(t.bytes.forward());
-  } else {
-    ps.comm_bytes_forward += static_cast<double>(t.bytes.forward());
-    ps.comm_bytes_backward += static_cast<double>(t.bytes.backward());
-    if (R.o.cad_stateless) ps.comm_bytes_backward += static_cast<double>(t.bytes.forward());
-  }
 }
 
 // Plans one direction of a tick and fills the contributions of its ops: outs[i] receives
@@ -457,9 +351,10 @@ class CadEngine {
       // Forward first: its winner is stored (candidates_ is then free for the backward's).
       if (!f.tick->ops.empty()) DISTCA_RETURN_IF_ERROR(choose_plan(*f.tick, f.src, r.plan));
       if (!b.tick->ops.empty() && R_.pp > 1) DISTCA_RETURN_IF_ERROR(choose_plan(*b.tick, b.src, r.plan));
-      note_transients(f, b);
+      note_transients(f.src, b.src, transient_, transient_kv_);
       run_tick({&f, &b}, runner_, rec_);
       if (R_.pp > 1) pp_transfer(tick);
+      release_after(tick);
     }
     // Gradient all-reduce per stage after its last backward.
     r.pipeline_seconds = std::max(*std::max_element(clock_.begin(), clock_.end()), runner_.net_free());
@@ -489,21 +384,19 @@ class CadEngine {
     return out;
   }
 
-  // The buffers of the layer step in flight in this tick (both directions' ops at once), per
-  // unit; their peak over ticks goes to the memory model.
-  void note_transients(const Part& f, const Part& b) {
-    for (size_t u = 0; u < U_; ++u) {
-      double bytes = 0, kv = 0;
-      for (const Contribution* c : f.src) {
-        bytes += c->fwd_transient[u];
-        kv += c->fwd_transient_kv[u];
+  // contrib_ lives for the whole run: free what no later tick reads (a pipeline's backward is
+  // planned anew, so its forward's exchanges go after the forward tick; pp = 1's after its
+  // backward).
+  void release_after(const TickParts& tick) {
+    for (const PipeOp& op : tick.fwd.ops) {
+      if (R_.pp > 1) {
+        stored(op).release_exchanges();
+      } else {
+        stored(op).release_forward();
       }
-      for (const Contribution* c : b.src) {
-        bytes += c->bwd_transient[u];
-        kv += c->bwd_transient_kv[u];
-      }
-      transient_[u] = std::max(transient_[u], bytes);
-      transient_kv_[u] = std::max(transient_kv_[u], kv);
+    }
+    if (R_.pp == 1) {
+      for (const PipeOp& op : tick.bwd.ops) stored(op).release_exchanges();
     }
   }
 
@@ -555,8 +448,8 @@ class CadEngine {
           slot_.return_recv[x][u] += bwd ? c.bwd_return_recv[x][u] : c.fwd_return_recv[x][u];
           if (!bwd) rcd.stats()[u].attention_pairs += c.attention_pairs[x][u];
         }
-        slot_.dispatch_peers[x].merge(bwd ? c.bwd_dispatch_peers[x] : c.fwd_dispatch_peers[x]);
-        slot_.return_peers[x].merge(bwd ? c.bwd_return_peers[x] : c.fwd_return_peers[x]);
+        slot_.dispatch_peers[x][bwd ? 1 : 0].merge(bwd ? c.bwd_dispatch_peers[x] : c.fwd_dispatch_peers[x]);
+        slot_.return_peers[x][bwd ? 1 : 0].merge(bwd ? c.bwd_return_peers[x] : c.fwd_return_peers[x]);
       }
     }
   }

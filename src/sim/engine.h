@@ -64,7 +64,8 @@ struct Rates {
   double lm_head_bwd_per_token = 0;
   // Links between units (network.h): B = G x inter_node_bw and lat = inter_node_latency per
   // message; with a hardware profile, its all-to-all and p2p fits (B = G x the fit's
-  // bandwidth, lat = its intercept).
+  // bandwidth; lat = the p2p fit's intercept (one message), the all-to-all fit's intercept /
+  // (profile ranks - 1): its exchange sent ranks - 1 messages per rank).
   Link exchange;  // all-to-all, all-gather / reduce-scatter, context fetch, gradient all-reduce
   Link p2p_link;  // stage-to-stage transfers (= exchange without a profile)
   RowBytes row_bytes;

@@ -2,7 +2,9 @@
 #include "network.h"
 
 #include <algorithm>
-#include <bit>
+#include <iterator>
+
+#include "distca/core/check.h"
 
 namespace distca::sim::detail {
 
@@ -11,48 +13,76 @@ double Link::effective_bandwidth(double bytes) const {
   return t > 0 ? bytes / t : 0.0;
 }
 
-void PeerMatrix::reset(int64_t units) {
+void PeerLists::reset(int64_t units) {
+  DISTCA_CHECK(units >= 0 && units <= (int64_t{1} << 32));
   units_ = units;
-  words_ = static_cast<size_t>((units + 63) / 64);
-  bits_.assign(static_cast<size_t>(units) * words_, 0);
+  std::vector<uint64_t>().swap(pairs_);
+  normalized_ = true;
 }
 
-void PeerMatrix::merge(const PeerMatrix& other) {
-  for (size_t i = 0; i < bits_.size(); ++i) bits_[i] |= other.bits_[i];
+void PeerLists::add(int64_t from, int64_t to) {
+  DISTCA_CHECK(from >= 0 && from < units_ && to >= 0 && to < units_);
+  if (from == to) return;
+  pairs_.push_back(pack(from, to));
+  normalized_ = false;
 }
 
-PeerMatrix PeerMatrix::transposed() const {
-  PeerMatrix t(units_);
-  for (int64_t from = 0; from < units_; ++from) {
-    for (int64_t to = 0; to < units_; ++to) {
-      if (has(from, to)) t.add(to, from);
-    }
+void PeerLists::normalize() {
+  if (normalized_) return;
+  std::sort(pairs_.begin(), pairs_.end());
+  pairs_.erase(std::unique(pairs_.begin(), pairs_.end()), pairs_.end());
+  normalized_ = true;
+}
+
+void PeerLists::merge(const PeerLists& other) {
+  DISTCA_CHECK(other.units_ == units_);
+  DISTCA_CHECK(normalized_ && other.normalized_);
+  if (other.pairs_.empty()) return;
+  std::vector<uint64_t> out;
+  out.reserve(pairs_.size() + other.pairs_.size());
+  std::set_union(pairs_.begin(), pairs_.end(), other.pairs_.begin(), other.pairs_.end(), std::back_inserter(out));
+  pairs_ = std::move(out);
+}
+
+PeerLists PeerLists::transposed() const {
+  DISTCA_CHECK(normalized_);
+  // Walking the pairs in (from, to) order and placing each under its `to` (a counting sort)
+  // leaves every new row sorted by from: no sort needed.
+  std::vector<int64_t> start(static_cast<size_t>(units_) + 1, 0);
+  for (const uint64_t p : pairs_) ++start[static_cast<size_t>(p & 0xffffffffu) + 1];
+  for (size_t u = 1; u < start.size(); ++u) start[u] += start[u - 1];
+  PeerLists t(units_);
+  t.pairs_.resize(pairs_.size());
+  for (const uint64_t p : pairs_) {
+    const auto to = static_cast<size_t>(p & 0xffffffffu);
+    t.pairs_[static_cast<size_t>(start[to]++)] = pack(static_cast<int64_t>(to), static_cast<int64_t>(p >> 32));
   }
   return t;
 }
 
-bool PeerMatrix::empty() const {
-  return std::all_of(bits_.begin(), bits_.end(), [](uint64_t w) { return w == 0; });
+bool PeerLists::has(int64_t from, int64_t to) const {
+  DISTCA_CHECK(normalized_);
+  DISTCA_CHECK(from >= 0 && from < units_ && to >= 0 && to < units_);
+  return std::binary_search(pairs_.begin(), pairs_.end(), pack(from, to));
 }
 
-void PeerMatrix::counts(std::vector<int64_t>& sends, std::vector<int64_t>& receives) const {
-  sends.assign(static_cast<size_t>(units_), 0);
-  receives.assign(static_cast<size_t>(units_), 0);
-  for (int64_t from = 0; from < units_; ++from) {
-    for (size_t w = 0; w < words_; ++w) {
-      uint64_t word = bits_[static_cast<size_t>(from) * words_ + w];
-      sends[static_cast<size_t>(from)] += std::popcount(word);
-      while (word != 0) {
-        const int b = std::countr_zero(word);
-        ++receives[w * 64 + static_cast<size_t>(b)];
-        word &= word - 1;
-      }
-    }
+void PeerLists::add_counts(std::vector<int64_t>& sends, std::vector<int64_t>& receives) const {
+  DISTCA_CHECK(normalized_);
+  DISTCA_CHECK(static_cast<int64_t>(sends.size()) == units_ && static_cast<int64_t>(receives.size()) == units_);
+  for (const uint64_t p : pairs_) {
+    ++sends[static_cast<size_t>(p >> 32)];
+    ++receives[static_cast<size_t>(p & 0xffffffffu)];
   }
 }
 
+void PeerLists::counts(std::vector<int64_t>& sends, std::vector<int64_t>& receives) const {
+  sends.assign(static_cast<size_t>(units_), 0);
+  receives.assign(static_cast<size_t>(units_), 0);
+  add_counts(sends, receives);
+}
+
 void add_plan_peers(const DocumentIndex& index, const std::vector<TaskPlacement>& tasks,
-                    const std::vector<int64_t>* unit_of, PeerMatrix& dispatch, PeerMatrix& queries) {
+                    const std::vector<int64_t>* unit_of, PeerLists& dispatch, PeerLists& queries) {
   auto unit = [&](int64_t rank) { return unit_of != nullptr ? (*unit_of)[static_cast<size_t>(rank)] : rank; };
   for (const TaskPlacement& t : tasks) {
     const int64_t srv = unit(t.server);
@@ -65,6 +95,8 @@ void add_plan_peers(const DocumentIndex& index, const std::vector<TaskPlacement>
       if (run.rank != t.server) dispatch.add(unit(run.rank), srv);
     }
   }
+  dispatch.normalize();
+  queries.normalize();
 }
 
 double all_to_all_unit_seconds(const Link& link, double sent, double recv, int64_t sends, int64_t receives) {

@@ -36,36 +36,54 @@ struct Link {
   double half_bandwidth_bytes() const { return latency * bytes_per_second; }
 };
 
-// Which units send bytes to which in one exchange: a units x units bit matrix (from, to); the
-// diagonal is never set (a unit's bytes to itself are no message).
-class PeerMatrix {
+// Which units send bytes to which in one exchange: the (from, to) pairs, kept sparse (plans
+// average about one message per unit, so a dense units x units matrix would be mostly zeros:
+// 2 MiB at 4096 units). Pairs are stored sorted by (from, to) and deduplicated once
+// normalize() ran, so every unit's peers are one sorted run; the order is a function of the
+// set only (deterministic). A unit's bytes to itself are no message (from == to is dropped).
+// Thread safety: a plain value.
+class PeerLists {
  public:
-  PeerMatrix() = default;
-  explicit PeerMatrix(int64_t units) { reset(units); }
-  // units x units, all clear.
+  PeerLists() = default;
+  explicit PeerLists(int64_t units) { reset(units); }
+  // No pairs over `units` units (0 <= units < 2^32); frees the storage.
   void reset(int64_t units);
   int64_t units() const { return units_; }
-  // Marks from -> to (ignored when from == to). Precondition: 0 <= from, to < units().
-  void add(int64_t from, int64_t to) {
-    if (from != to) bits_[index(from, to)] |= bit(to);
-  }
-  bool has(int64_t from, int64_t to) const { return (bits_[index(from, to)] & bit(to)) != 0; }
-  // this |= other; other |= this is the same set. Precondition: other.units() == units().
-  void merge(const PeerMatrix& other);
-  // to -> from for every from -> to (the reverse exchange of the same pairs).
-  PeerMatrix transposed() const;
-  bool empty() const;
-  // Messages each unit sends (peers it sends to) and receives (peers it receives from). [units]
+  // Adds from -> to (ignored when from == to); the lists are then unnormalized until
+  // normalize(). Precondition (checked): 0 <= from, to < units().
+  void add(int64_t from, int64_t to);
+  // Sorts and deduplicates the pairs (a no-op when already normalized).
+  void normalize();
+  bool normalized() const { return normalized_; }
+  // this |= other (a normalized union). Preconditions (checked): other.units() == units(),
+  // both normalized.
+  void merge(const PeerLists& other);
+  // to -> from for every from -> to (the reverse exchange of the same pairs), normalized.
+  // Precondition (checked): normalized.
+  PeerLists transposed() const;
+  // Precondition (checked): normalized; 0 <= from, to < units().
+  bool has(int64_t from, int64_t to) const;
+  bool empty() const { return pairs_.empty(); }
+  // Distinct pairs (messages). Precondition: normalized.
+  int64_t size() const { return static_cast<int64_t>(pairs_.size()); }
+  // Messages each unit sends (peers it sends to) and receives (peers it receives from), added
+  // to sends / receives ([units] each, checked). Precondition (checked): normalized.
+  void add_counts(std::vector<int64_t>& sends, std::vector<int64_t>& receives) const;
+  // The same into fresh [units] vectors.
   void counts(std::vector<int64_t>& sends, std::vector<int64_t>& receives) const;
+  // No pairs, keeping the storage (a scratch list reused per slot).
+  void clear() {
+    pairs_.clear();
+    normalized_ = true;
+  }
 
  private:
-  size_t index(int64_t from, int64_t to) const {
-    return static_cast<size_t>(from) * words_ + static_cast<size_t>(to >> 6);
+  static uint64_t pack(int64_t from, int64_t to) {
+    return (static_cast<uint64_t>(from) << 32) | static_cast<uint64_t>(to);
   }
-  static uint64_t bit(int64_t to) { return uint64_t{1} << (to & 63); }
   int64_t units_ = 0;
-  size_t words_ = 0;  // per row
-  std::vector<uint64_t> bits_;
+  std::vector<uint64_t> pairs_;  // from << 32 | to
+  bool normalized_ = true;
 };
 
 // The message pairs of a plan's forward exchanges, by traffic.h's byte rules (a pair is marked
@@ -73,20 +91,28 @@ class PeerMatrix {
 // away from home (Q out; O + LSE, dO and dQ follow the same pairs, either way); `dispatch` gets
 // those and holder -> server for every context row [0, q_end) of a task held by a rank other
 // than its server (K/V; dK/dV go back the same pairs reversed). Ranks are mapped to units by
-// unit_of (rank r is unit unit_of[r]; nullptr: rank r is unit r). Preconditions: the tasks
-// index documents of `index`; every unit < both matrices' units().
+// unit_of (rank r is unit unit_of[r]; nullptr: rank r is unit r). Both lists come back
+// normalized. Preconditions: the tasks index documents of `index`; every unit < both lists'
+// units() (checked).
 void add_plan_peers(const DocumentIndex& index, const std::vector<TaskPlacement>& tasks,
-                    const std::vector<int64_t>* unit_of, PeerMatrix& dispatch, PeerMatrix& queries);
+                    const std::vector<int64_t>* unit_of, PeerLists& dispatch, PeerLists& queries);
 
 // NCCL's all-to-all is grouped send/recv, one message per peer pair that exchanges bytes (NCCL
 // user guide, "Point-to-point communication"). A unit's part: its sends and its receives each
 // cost (messages x lat + bytes / B); the part is the slower side; a unit with no message
 // takes no part (0). Signal mode's 1-byte messages are messages with 0 bytes here.
-// Precondition: sends > 0 where sent > 0, receives > 0 where recv > 0.
+// Precondition: sends > 0 where sent > 0, receives > 0 where recv > 0 (callers check it where
+// counts and bytes come from different books: messages_cover_bytes).
 double all_to_all_unit_seconds(const Link& link, double sent, double recv, int64_t sends, int64_t receives);
 
-// The all-to-all of a peer byte matrix: bytes[i * n + j] is what unit i sends unit j (the
-// diagonal is ignored; entries > 0 are messages). Returns the collective's duration, the
+// all_to_all_unit_seconds' precondition: every side that moves bytes has a message.
+inline bool messages_cover_bytes(double sent, double recv, int64_t sends, int64_t receives) {
+  return (sends > 0 || !(sent > 0)) && (receives > 0 || !(recv > 0));
+}
+
+// The all-to-all of a dense byte matrix (a reference for small n; the engines use the
+// per-unit form): bytes[i * n + j] is what unit i sends unit j (the diagonal is ignored;
+// entries > 0 are messages). Returns the collective's duration, the
 // slowest unit's part; unit_seconds (if not null) gets every unit's part. [n * n] in, [n] out.
 double all_to_all_seconds(const Link& link, int64_t n, const std::vector<double>& bytes,
                           std::vector<double>* unit_seconds = nullptr);

@@ -186,10 +186,12 @@ Result<std::vector<Batch>> draw_microbatches(WorkloadOptions options, const Clus
 
 namespace {
 
-// Measured on this code (RSS of `distca simulate` runs over many units and pieces) and rounded
-// up: about 320-440 B per piece (cad's plans the most), 5 KB per unit and 1.7 KB per
-// (unit, micro-batch) with PP; a kept event and its trace text about 0.37 KB.
-constexpr double kBytesPerPiece = 512;
+// Measured on this code (peak RSS growth of simulate() over many units and pieces) and
+// rounded up: about 600 B per piece for cad without PP (its plans; colocated under 200 B),
+// 5 KB per unit and 1.7 KB per (unit, micro-batch) with PP (CAD frees an op's exchanges after
+// its last tick, and keeps its message pairs sparse); a kept event and its trace text about
+// 0.37 KB.
+constexpr double kBytesPerPiece = 1024;
 constexpr double kBytesPerUnit = 8192;
 constexpr double kBytesPerUnitMicrobatch = 2048;
 constexpr double kBytesPerDrawnPiece = 64;  // a Piece (32 B) and the drawing's document list

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "distca/core/specs.h"
+#include "distca/cost/analytic.h"
 #include "distca/cost/hardware_profile.h"
 #include "distca/sim/simulator.h"
 #include "support/cli_fixture.h"
@@ -140,6 +141,28 @@ TEST(SimHardware, GradientAllReduceUsesTheAllToAllLink) {
   ASSERT_TRUE(r4.ok()) << r4.status().message();
   const double gs4 = params * 4 / 1e9 + 2 * 1e-4 / 3;
   EXPECT_NEAR(r4->grad_sync_seconds, gs4, 1e-12 * gs4);
+}
+
+TEST(SimHardware, ContextFetchPaysTheAllToAllFitPerMessage) {
+  // Colocated, one document of 96 tokens over three units: unit 2 fetches 32 rows from each of
+  // units 0 and 1 (2 messages), unit 1 32 rows from unit 0 and sends its own to unit 2 (1 each
+  // way). A profile of 4 ranks: each message costs its all-to-all intercept / 3.
+  SimOptions o = options(3, 1, 2);
+  o.hardware_profile = make_profile(4);
+  o.record_events = true;
+  const Batch b{3, 32, {{{0, 0, 32, 96}}, {{0, 32, 32, 96}}, {{0, 64, 32, 96}}}};
+  auto r = simulate(o, {b});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const double rows = 32.0 * static_cast<double>(row_bytes(o.model, o.dtype_bytes).kv), lat = 1e-4 / 3;
+  const double want[3] = {2 * lat + 2 * rows / 1e9, lat + rows / 1e9, 2 * lat + 2 * rows / 1e9};
+  int spans = 0;
+  for (const TraceEvent& e : r->events) {
+    if (e.name != "K/V fetch") continue;
+    ++spans;
+    const double s = (e.end_us - e.start_us) * 1e-6, w = want[static_cast<size_t>(e.pid)];
+    EXPECT_NEAR(s, w, 1e-9 * w) << e.pid;
+  }
+  EXPECT_EQ(spans, 3 * 2);  // per unit and layer
 }
 
 TEST(SimHardware, StageTransfersUseTheP2pLink) {

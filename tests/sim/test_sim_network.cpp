@@ -1,14 +1,20 @@
 // The simulator's network model (src/sim/network.h): every term against a hand-computed closed
 // form (one message below / at / above the half-bandwidth size, a two-unit and a four-unit
 // all-to-all of a given byte matrix, incast, the rings), the invariants (no bytes and no
-// message cost nothing; more bytes or one more message are never faster), the peer matrix's
-// bit bookkeeping across a word boundary, and the plan's message pairs against traffic.h's
-// byte rules (a unit sends / receives messages exactly where it sends / receives bytes); through
-// the CAD engine, signal mode is ping-pong's messages without their bytes.
+// message cost nothing; more bytes or one more message are never faster), the peer lists'
+// bookkeeping (sorted, deduplicated, checked bounds), and the plan's message pairs against a
+// byte matrix built by hand from traffic.h's rules, pair by pair, for every exchange; through
+// the CAD engine, signal mode is ping-pong's messages without their bytes; through the engines
+// by hand: a CP ring of 4 units, a colocated incast, CAD's latencies on 3 units.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "distca/core/specs.h"
@@ -16,9 +22,11 @@
 #include "distca/data/workload.h"
 #include "distca/plan/cad.h"
 #include "distca/plan/doc_index.h"
+#include "distca/plan/pool.h"
 #include "distca/plan/traffic.h"
 #include "distca/sim/simulator.h"
 #include "network.h"
+#include "sim_test_util.h"
 
 namespace distca::sim::detail {
 namespace {
@@ -139,13 +147,18 @@ TEST(NetworkRings, AllGatherAndAllReduceClosedForms) {
   EXPECT_GT(ring_all_reduce_seconds(kLink, 8, 2e9), t);
 }
 
-TEST(NetworkPeers, CountsTransposeAndMergeAcrossWords) {
-  PeerMatrix m(70);  // two 64-bit words per row
+TEST(NetworkPeers, SortedDeduplicatedTransposedAndMerged) {
+  PeerLists m(70);
+  m.add(65, 69);
   m.add(0, 69);
   m.add(0, 1);
-  m.add(65, 69);
-  m.add(3, 3);  // the diagonal is no message
+  m.add(0, 69);  // twice: one message
+  m.add(3, 3);   // the diagonal is no message
+  EXPECT_FALSE(m.normalized());
+  m.normalize();
+  EXPECT_EQ(m.size(), 3);
   EXPECT_FALSE(m.has(3, 3));
+  EXPECT_TRUE(m.has(0, 1) && m.has(0, 69) && m.has(65, 69));
   std::vector<int64_t> s, r;
   m.counts(s, r);
   EXPECT_EQ(s[0], 2);
@@ -153,58 +166,172 @@ TEST(NetworkPeers, CountsTransposeAndMergeAcrossWords) {
   EXPECT_EQ(r[69], 2);
   EXPECT_EQ(r[1], 1);
   EXPECT_EQ(r[3], 0);
-  const PeerMatrix t = m.transposed();
+  const PeerLists t = m.transposed();
+  EXPECT_TRUE(t.normalized());
+  EXPECT_EQ(t.size(), 3);
   EXPECT_TRUE(t.has(69, 0) && t.has(69, 65) && t.has(1, 0));
   EXPECT_FALSE(t.has(0, 69));
-  PeerMatrix u(70);
+  EXPECT_EQ(t.transposed().size(), 3);
+  EXPECT_TRUE(t.transposed().has(0, 69));
+  PeerLists u(70);
   u.add(0, 69);  // already in m: the union counts it once
   u.add(2, 0);
+  u.normalize();
   u.merge(m);
+  EXPECT_EQ(u.size(), 4);
   u.counts(s, r);
   EXPECT_EQ(s[0], 2);
   EXPECT_EQ(s[2], 1);
   EXPECT_EQ(r[69], 2);
-  EXPECT_TRUE(PeerMatrix(5).empty());
+  // add_counts adds (a mixed tick's two directions are two exchanges: their counts add up).
+  m.add_counts(s, r);
+  EXPECT_EQ(s[0], 4);
+  EXPECT_EQ(r[69], 4);
+  EXPECT_TRUE(PeerLists(5).empty());
   EXPECT_FALSE(u.empty());
+  // Insertion order does not matter: the same set gives the same lists.
+  PeerLists a(70), b(70);
+  for (const auto& [f, to] : std::vector<std::pair<int, int>>{{5, 7}, {1, 2}, {5, 1}, {69, 0}}) a.add(f, to);
+  for (const auto& [f, to] : std::vector<std::pair<int, int>>{{69, 0}, {5, 1}, {1, 2}, {5, 7}, {1, 2}}) b.add(f, to);
+  a.normalize();
+  b.normalize();
+  std::vector<int64_t> sa, ra, sb, rb;
+  a.counts(sa, ra);
+  b.counts(sb, rb);
+  EXPECT_EQ(sa, sb);
+  EXPECT_EQ(ra, rb);
+  EXPECT_EQ(a.size(), b.size());
 }
 
-// The plan's message pairs (add_plan_peers) against traffic.h's per-rank bytes: forward, a
-// rank sends bytes exactly when it sends a message (Q / K/V out along dispatch, O + LSE back
-// along the query pairs reversed), and likewise for receiving.
+TEST(NetworkPeersDeathTest, BoundsAndSizesAreChecked) {
+  PeerLists m(4), other(5);
+  EXPECT_DEATH(m.add(0, 4), "check failed");
+  EXPECT_DEATH(m.add(-1, 2), "check failed");
+  EXPECT_DEATH(m.merge(other), "check failed");
+  m.add(0, 1);  // unnormalized: reading it is a bug
+  std::vector<int64_t> s, r;
+  EXPECT_DEATH(m.counts(s, r), "check failed");
+}
+
+// The per-(from, to) bytes of a plan, by traffic.h's rules written out here (forward Q h -> s
+// and O + LSE s -> h per task served away; K/V once per (document, server) for the context
+// rows [0, E) held elsewhere, E the largest q_end of the document's tasks on the server;
+// backward dO h -> s, dQ s -> h, dK/dV s -> holder of every row received). [ranks x ranks].
+struct HandBytes {
+  int64_t n = 0;
+  std::vector<double> q, kv, o_lse, d_o, dq, dkv;
+  double at(const std::vector<double>& m, int64_t i, int64_t j) const { return m[static_cast<size_t>(i * n + j)]; }
+};
+HandBytes hand_bytes(const DocumentIndex& index, const std::vector<TaskPlacement>& tasks, const RowBytes& rb) {
+  HandBytes h;
+  h.n = index.ranks();
+  const auto N = static_cast<size_t>(h.n);
+  for (auto* m : {&h.q, &h.kv, &h.o_lse, &h.d_o, &h.dq, &h.dkv}) m->assign(N * N, 0.0);
+  auto add = [&](std::vector<double>& m, int64_t i, int64_t j, double b) {
+    if (i != j) m[static_cast<size_t>(i) * N + static_cast<size_t>(j)] += b;
+  };
+  std::map<std::pair<int64_t, int64_t>, int64_t> context_end;  // (doc, server) -> E
+  for (const TaskPlacement& t : tasks) {
+    const auto rows = static_cast<double>(t.q_end - t.q_begin);
+    add(h.q, t.home, t.server, rows * static_cast<double>(rb.q));
+    add(h.o_lse, t.server, t.home, rows * static_cast<double>(rb.o + rb.lse));
+    add(h.d_o, t.home, t.server, rows * static_cast<double>(rb.o));
+    add(h.dq, t.server, t.home, rows * static_cast<double>(rb.q));
+    int64_t& e = context_end[{t.doc, t.server}];
+    e = std::max(e, t.q_end);
+  }
+  for (const auto& [key, end] : context_end) {
+    const auto [doc, server] = key;
+    for (const HeldRun& run : index.runs(doc)) {
+      const int64_t rows = std::min(run.end, end) - run.begin;
+      if (rows <= 0) continue;
+      add(h.kv, run.rank, server, static_cast<double>(rows * rb.kv));
+      add(h.dkv, server, run.rank, static_cast<double>(rows * rb.kv));
+    }
+  }
+  return h;
+}
+
+// add_plan_peers' pairs against the hand-made byte matrix, pair by pair, for every exchange
+// CAD runs: dispatch (Q + K/V), its return (O + LSE: the query pairs reversed), the backward's
+// dO (the query pairs) and its return (dQ + dK/dV: dispatch reversed). The matrix is first
+// checked against compute_traffic's per-rank sums (so it is traffic.h's). Plain ranks and a
+// pool over stages 0 and 2 of 3 (unit_of maps pooled rank r to another unit number).
 TEST(NetworkPeers, PlanPairsMatchTrafficBytes) {
   const ModelSpec m = model_preset("llama-8b").value();
   const RowBytes rb = row_bytes(m, 2);
-  for (const uint64_t seed : {1u, 2u, 3u}) {
-    WorkloadOptions w;
-    w.dist = "prolong";
-    w.ranks = 8;
-    w.tokens_per_rank = 16384;
-    w.batches = 1;
-    w.seed = seed;
-    const Batch b = make_batches(w).value().front();
-    ScheduleOptions so;
-    so.model = m;
-    so.tolerance = 0.05;
-    const auto sched = schedule_cad(b, so, nullptr);
-    ASSERT_TRUE(sched.ok()) << sched.status().to_string();
-    const DocumentIndex index(sched->batch);
-    const Traffic t = compute_traffic(index, sched->tasks, rb);
-    PeerMatrix dispatch(8), queries(8);
-    add_plan_peers(index, sched->tasks, nullptr, dispatch, queries);
-    PeerMatrix fwd = dispatch;
-    fwd.merge(queries.transposed());
-    std::vector<int64_t> s, r, qs, qr;
-    fwd.counts(s, r);
-    queries.counts(qs, qr);
-    int64_t messages = 0;
-    for (size_t k = 0; k < 8; ++k) {
-      EXPECT_EQ(s[k] > 0, t.per_rank[k].fwd_sent > 0) << "seed " << seed << " rank " << k;
-      EXPECT_EQ(r[k] > 0, t.per_rank[k].fwd_recv > 0) << "seed " << seed << " rank " << k;
-      // A rank holding queries served away sends Q and gets dQ back; a server the other way.
-      messages += s[k];
+  for (const bool pooled_case : {false, true}) {
+    for (const uint64_t seed : {1u, 2u, 3u}) {
+      WorkloadOptions w;
+      w.dist = "prolong";
+      w.ranks = 4;
+      w.tokens_per_rank = 16384;
+      w.batches = 2;
+      w.seed = seed;
+      const std::vector<Batch> mbs = make_batches(w).value();
+      Batch b = mbs[0];
+      std::vector<int64_t> unit_of;
+      int64_t units = 4;
+      if (pooled_case) {
+        const std::vector<PoolMember> members = {{0, 0, false, &mbs[0]}, {2, 1, false, &mbs[1]}};
+        const PooledBatch pb = pool_batches(members, 3, 4, PoolRanks::kActiveStages).value();
+        b = pb.batch;
+        unit_of = pb.unit_of;
+        units = 12;
+        ASSERT_EQ(unit_of.size(), 8u);
+        EXPECT_EQ(unit_of[4], 8);  // stage 2's first unit
+      }
+      ScheduleOptions so;
+      so.model = m;
+      so.tolerance = 0.05;
+      const auto sched = schedule_cad(b, so, nullptr);
+      ASSERT_TRUE(sched.ok()) << sched.status().to_string();
+      const DocumentIndex index(sched->batch);
+      const Traffic t = compute_traffic(index, sched->tasks, rb);
+      const HandBytes h = hand_bytes(index, sched->tasks, rb);
+      const int64_t n = h.n;
+      for (int64_t i = 0; i < n; ++i) {
+        double fs = 0, fr = 0, bs = 0, br = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          fs += h.at(h.q, i, j) + h.at(h.kv, i, j) + h.at(h.o_lse, i, j);
+          fr += h.at(h.q, j, i) + h.at(h.kv, j, i) + h.at(h.o_lse, j, i);
+          bs += h.at(h.d_o, i, j) + h.at(h.dq, i, j) + h.at(h.dkv, i, j);
+          br += h.at(h.d_o, j, i) + h.at(h.dq, j, i) + h.at(h.dkv, j, i);
+        }
+        const RankBytes& want = t.per_rank[static_cast<size_t>(i)];
+        EXPECT_EQ(fs, static_cast<double>(want.fwd_sent)) << seed << " rank " << i;
+        EXPECT_EQ(fr, static_cast<double>(want.fwd_recv)) << seed << " rank " << i;
+        EXPECT_EQ(bs, static_cast<double>(want.bwd_sent)) << seed << " rank " << i;
+        EXPECT_EQ(br, static_cast<double>(want.bwd_recv)) << seed << " rank " << i;
+      }
+      PeerLists dispatch(units), queries(units);
+      add_plan_peers(index, sched->tasks, pooled_case ? &unit_of : nullptr, dispatch, queries);
+      const PeerLists ret = queries.transposed(), bwd_ret = dispatch.transposed();
+      auto unit = [&](int64_t r) { return pooled_case ? unit_of[static_cast<size_t>(r)] : r; };
+      int64_t d_pairs = 0, r_pairs = 0, bd_pairs = 0, br_pairs = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t ui = unit(i), uj = unit(j);
+          const bool d = h.at(h.q, i, j) + h.at(h.kv, i, j) > 0, r = h.at(h.o_lse, i, j) > 0;
+          const bool bd = h.at(h.d_o, i, j) > 0, br = h.at(h.dq, i, j) + h.at(h.dkv, i, j) > 0;
+          EXPECT_EQ(dispatch.has(ui, uj), d) << seed << " " << i << " -> " << j;
+          EXPECT_EQ(ret.has(ui, uj), r) << seed << " " << i << " -> " << j;
+          EXPECT_EQ(queries.has(ui, uj), bd) << seed << " " << i << " -> " << j;
+          EXPECT_EQ(bwd_ret.has(ui, uj), br) << seed << " " << i << " -> " << j;
+          d_pairs += d;
+          r_pairs += r;
+          bd_pairs += bd;
+          br_pairs += br;
+        }
+      }
+      // Nothing outside the pooled units' pairs.
+      EXPECT_EQ(dispatch.size(), d_pairs);
+      EXPECT_EQ(ret.size(), r_pairs);
+      EXPECT_EQ(queries.size(), bd_pairs);
+      EXPECT_EQ(bwd_ret.size(), br_pairs);
+      EXPECT_GT(d_pairs, 0) << "seed " << seed << ": the plan moved nothing";
+      EXPECT_GT(r_pairs, 0) << "seed " << seed << ": no query served away";
     }
-    EXPECT_GT(messages, 0) << "seed " << seed << ": the plan moved nothing";
-    EXPECT_FALSE(queries.empty());
   }
 }
 
@@ -236,6 +363,127 @@ TEST(NetworkEngine, SignalIsPingPongWithoutBytes) {
   EXPECT_LT(rel(pp, sig), 1e-12);
   EXPECT_GT(run("cad:signal", 50e9, 10e-6), run("cad:signal", 50e9, 0.0));
   EXPECT_GE(run("cad:single-stream", 50e9, 100e-6), run("cad:single-stream", 50e9, 10e-6));
+}
+
+
+// ---- through the engines, by hand ------------------------------------------------------------
+
+constexpr double kLat = 10e-6, kB = 8 * 50e9;  // the h200 preset's unit link
+
+// The seconds of every trace span named `name` on unit `u` (forward and backward alike).
+std::vector<double> span_seconds(const SimResult& r, const std::string& name, int64_t u) {
+  std::vector<double> out;
+  for (const TraceEvent& e : r.events) {
+    if (e.name == name && e.pid == u) out.push_back((e.end_us - e.start_us) * 1e-6);
+  }
+  return out;
+}
+
+// percp:4 over 4 units, one document of 4T tokens: head-tail chunks of T/2 rows, two per unit,
+// so each unit holds T rows and gathers the other 3T; the ring pays C - 1 = 3 latencies.
+TEST(NetworkEngine, RingOfFourUnitsPaysThreeLatencies) {
+  const int64_t T = 8192;
+  SimOptions o = testing::options("percp:4", 4);
+  o.grad_sync = false;
+  o.lm_head = false;
+  o.record_events = true;
+  const SimResult r = testing::run(o, {pack_documents({4 * T}, 4, T, Layout::kContiguous)});
+  const double kv = static_cast<double>(row_bytes(o.model, 2).kv);
+  const double want = 3 * kLat + 3.0 * static_cast<double>(T) * kv / kB;
+  for (int64_t u = 0; u < 4; ++u) {
+    const std::vector<double> spans = span_seconds(r, "K/V all-gather", u);
+    EXPECT_EQ(spans.size(), 32u) << u;  // one per layer, forward
+    for (const double s : spans) EXPECT_LT(rel(s, want), 1e-9) << u;
+    EXPECT_LT(rel(r.per_unit[static_cast<size_t>(u)].bytes_received, 3 * 32 * 3.0 * T * kv), 1e-12) << u;
+  }
+}
+
+// Colocated packing of one document of 3T tokens over 3 units: unit 2 fetches T rows from each
+// of units 0 and 1 (incast, k_in = 2), unit 1 fetches T rows from unit 0 and sends its own to
+// unit 2, unit 0 sends to both (k_out = 2).
+TEST(NetworkEngine, ColocatedIncastPaysEveryMessage) {
+  const int64_t T = 8192;
+  SimOptions o = testing::options("colocated", 3);
+  o.grad_sync = false;
+  o.lm_head = false;
+  o.record_events = true;
+  const SimResult r = testing::run(o, {pack_documents({3 * T}, 3, T, Layout::kContiguous)});
+  const double rows = static_cast<double>(T) * static_cast<double>(row_bytes(o.model, 2).kv);
+  const double want[3] = {2 * kLat + 2 * rows / kB, kLat + rows / kB, 2 * kLat + 2 * rows / kB};
+  for (int64_t u = 0; u < 3; ++u) {
+    const std::vector<double> spans = span_seconds(r, "K/V fetch", u);
+    ASSERT_EQ(spans.size(), 32u) << u;
+    for (const double s : spans) EXPECT_LT(rel(s, want[u]), 1e-9) << u;
+    // The backward's dK/dV return goes over the same pairs reversed: the same part.
+    for (const double s : span_seconds(r, "dK/dV return", u)) EXPECT_LT(rel(s, want[u]), 1e-9) << u;
+  }
+}
+
+// CAD on 3 units, latency only (free bandwidth, free compute): unit 0 holds one long document,
+// units 1 and 2 short ones (under two tiles: never split). The plan serves shards of the long
+// document on units 1 and 2 (checked: they serve more pairs than their own), so in every
+// exchange unit 0 talks to 2 peers (k = 2) and units 1 and 2 to unit 0 only (k = 1): each
+// exchange costs max over units of max(k_out, k_in) lat = 2 lat.
+TEST(NetworkEngine, ThreeUnitCadPaysItsPeersLatencies) {
+  const int64_t T = 32768;
+  std::vector<int64_t> lengths = {T};
+  for (int64_t i = 0; i < 2 * T / 128; ++i) lengths.push_back(128);
+  const Batch b = pack_documents(lengths, 3, T, Layout::kContiguous);
+  const double lat = 1e-3;
+  auto run = [&](const char* strategy) {
+    SimOptions o = testing::options(strategy, 3);
+    o.grad_sync = false;
+    o.lm_head = false;
+    o.cluster.hw.inter_node_bw = 1e30;
+    o.cluster.hw.inter_node_latency = lat;
+    o.cluster.hw.peak_flops = 1e40;
+    return testing::run(o, {b});
+  };
+  const double own_pairs = static_cast<double>(T / 128) * 128.0 * 129.0 / 2.0 * 32;  // 32 layers
+  const SimResult r = run("cad:single-stream");
+  ASSERT_EQ(r.per_unit.size(), 3u);
+  EXPECT_GT(r.per_unit[1].attention_pairs, own_pairs);
+  EXPECT_GT(r.per_unit[2].attention_pairs, own_pairs);
+  // 4 exchanges per layer (Q/KV, O + LSE, dO, dQ/dKV) of 2 lat each (one message per
+  // exchange, the bandwidth-only model, would give 1 lat).
+  EXPECT_LT(rel(r.iteration_seconds, 32 * 4 * 2 * lat), 1e-9) << r.iteration_seconds;
+  // Signal: the same per ping and per pong exchange, where the plan decides whether a
+  // nano-batch's shards of the long document sit on one or both other units: every one of
+  // the 8 exchanges per layer costs 1 or 2 latencies, a whole number of them.
+  const SimResult sig = run("cad:signal");
+  const double lats = sig.iteration_seconds / (32 * lat);
+  EXPECT_LT(std::abs(lats - std::round(lats)), 1e-6) << lats;
+  EXPECT_GE(std::round(lats), 8);
+  EXPECT_LE(std::round(lats), 16);
+}
+
+
+// A backward layer of a CP group reads in the trace as it runs: the linear backward (with the
+// recompute), the K/V re-gather, the attention backward, then the reduce-scatter of the dK/dV
+// it produced; back to back, so the layer takes their sum.
+TEST(NetworkEngine, BackwardSpansRunRecomputeRegatherAttentionReduceScatter) {
+  const int64_t T = 8192;
+  SimOptions o = testing::options("percp:2", 2);
+  o.grad_sync = false;
+  o.lm_head = false;
+  o.record_events = true;
+  const SimResult r = testing::run(o, {pack_documents({2 * T}, 2, T, Layout::kContiguous)});
+  const std::vector<std::string> order = {"bwd linear", "K/V re-gather (recompute)", "bwd attention",
+                                          "dK/dV reduce-scatter"};
+  for (int64_t u = 0; u < 2; ++u) {
+    std::vector<const TraceEvent*> bwd;
+    for (const TraceEvent& e : r.events) {
+      if (e.pid == u && std::find(order.begin(), order.end(), e.name) != order.end()) bwd.push_back(&e);
+    }
+    std::sort(bwd.begin(), bwd.end(), [](const TraceEvent* a, const TraceEvent* b) { return a->start_us < b->start_us; });
+    ASSERT_EQ(bwd.size(), 4u * 32) << u;
+    for (size_t i = 0; i < bwd.size(); ++i) {
+      EXPECT_EQ(bwd[i]->name, order[i % 4]) << u << " span " << i;
+      if (i % 4 != 0) {
+        EXPECT_DOUBLE_EQ(bwd[i]->start_us, bwd[i - 1]->end_us) << u << " span " << i;
+      }
+    }
+  }
 }
 
 }  // namespace

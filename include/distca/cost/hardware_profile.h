@@ -76,8 +76,9 @@ struct GemmRecord {
 // backward_weight), with their (m, n, k) at `shape` and zero seconds.
 std::vector<GemmRecord> profile_gemm_list(const ProfileShape& shape);
 
-// One exchange size: `bytes` per message (all-to-all: to each other rank; p2p: to the one
-// peer), the median seconds of the whole exchange on rank 0.
+// One exchange size: `bytes` per message (all-to-all: to each other rank, ranks - 1
+// messages per rank; p2p: to the one peer), and its seconds: per repeat the slowest rank's
+// time of the whole exchange, then the median over repeats.
 struct LinkPoint {
   int64_t bytes = 0;
   double seconds = 0;
@@ -87,7 +88,8 @@ struct LinkPoint {
 // bytes for p2p. Least squares weighted by 1 / seconds^2 (relative error); a negative
 // intercept becomes 0 with the slope refitted through the origin.
 struct LinkProfile {
-  double latency_seconds = 0;   // per exchange (per message)
+  double latency_seconds = 0;   // the fit's intercept, per exchange: one message for p2p,
+                                // ranks - 1 messages per rank for all-to-all
   double bytes_per_second = 0;  // per rank
   std::vector<LinkPoint> points;  // strictly increasing bytes
 };
