@@ -180,8 +180,8 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
   for (int64_t j = 0; j < m; ++j) {
     DISTCA_RETURN_IF_ERROR(layout_microbatch(R, mbs[static_cast<size_t>(j)], c, work[static_cast<size_t>(j)], r.plan));
   }
-  Recorder rec(R.units, R.o.record_events);
-  const double share = kAttnFwdShare;
+  Recorder rec(R.units, R.o.record_events, R.sharing);
+  const double share = R.attn_fwd_share;
   const auto ops = one_f_one_b(p, m);
   std::vector<double> stage_finish(static_cast<size_t>(p), 0.0);
   std::vector<double> unit_end(static_cast<size_t>(R.units), 0.0);
@@ -200,8 +200,8 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
       double end = t;
       for (int64_t i = 0; i < c; ++i) {
         const UnitWork& w = W[static_cast<size_t>(g * c + i)];
-        const double d = (bwd ? R.lm_head_bwd_per_token : R.lm_head_fwd_per_token) * w.tokens;
-        rec.linear(base + i, t, d, bwd ? "bwd lm head" : "fwd lm head", j);
+        const double d = rec.linear(base + i, t, (bwd ? R.lm_head_bwd_per_token : R.lm_head_fwd_per_token) * w.tokens,
+                                    bwd ? "bwd lm head" : "fwd lm head", j);
         end = std::max(end, t + d);
       }
       t = end;
@@ -224,10 +224,10 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
         const double x = c > 1 ? coll : transfer_seconds(R, sent, recv);
         rec.comm(u, t, x, sent, recv, comm_name, j);
         rec.wait(u, t, t + x, t);
-        const double lin = (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * w.tokens;
-        const double att = w.attention_seconds * (bwd ? 1.0 - share : share);
-        rec.linear(u, t + x, lin, lin_name, j);
-        rec.attention(u, t + x + lin, att, att_name, j);
+        // Durations as the recorder charged them (wall seconds under processor sharing).
+        const double lin = rec.linear(u, t + x, (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * w.tokens,
+                                      lin_name, j);
+        const double att = rec.attention(u, t + x + lin, w.attention_seconds * (bwd ? 1.0 - share : share), att_name, j);
         if (!bwd) rec.stats()[static_cast<size_t>(u)].attention_pairs += w.pairs;
         end = std::max(end, t + x + lin + att);
       }
