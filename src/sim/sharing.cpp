@@ -69,7 +69,9 @@ double Sharing::stretch(int64_t u, double start, double base) {
 // count n of computing units is constant, so work advances at speed(n) base-seconds per
 // second. A host-mate's timeline is what it charged so far in this pass followed by the rest
 // of its previous pass (clipped to start after the former; Gauss-Seidel: what is known of this
-// pass is used, so a chain of dependent intervals settles in few passes). Lengths are summed
+// pass is used, so a chain of dependent intervals settles in few passes; the rest is shifted
+// by how far the host-mate's latest interval moved since the previous pass, so a timeline that
+// slid as a whole is predicted where it now is). Lengths are summed
 // piece by piece; a unit whose host-mates never change its speed (speed 1 throughout) gets
 // exactly `base` back.
 double Sharing::solve(int64_t u, double start, double base) const {
@@ -78,19 +80,22 @@ double Sharing::solve(int64_t u, double start, double base) const {
   struct View {
     const std::vector<Span>* cur;
     const std::vector<Span>* prev;
-    double cut;  // the end of the last span charged this pass
+    double cut;    // the end of the last span charged this pass
+    double shift;  // how far that span's end moved since the previous pass
     size_t size() const { return std::max(cur->size(), prev->size()); }
     Span at(size_t i) const {
       if (i < cur->size()) return (*cur)[i];
       const Span& p = (*prev)[i];
-      return {std::max(p.start, cut), std::max(p.end, cut)};
+      return {std::max(p.start + shift, cut), std::max(p.end + shift, cut)};
     }
   };
   std::vector<View> views;
   std::vector<size_t> at;  // per host-mate: the first span ending after t (ends are sorted)
   for (int64_t v = h0; v < h1; ++v) {
     const std::vector<Span>& c = cur_[static_cast<size_t>(v)];
-    const View view{&c, &prev_[static_cast<size_t>(v)], c.empty() ? 0.0 : c.back().end};
+    const std::vector<Span>& p = prev_[static_cast<size_t>(v)];
+    const size_t m = c.size();
+    const View view{&c, &p, m == 0 ? 0.0 : c.back().end, m == 0 || m > p.size() ? 0.0 : c.back().end - p[m - 1].end};
     size_t lo = 0, hi = view.size();
     while (lo < hi) {
       const size_t mid = (lo + hi) / 2;
