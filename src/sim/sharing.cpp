@@ -9,6 +9,28 @@
 #include "distca/core/check.h"
 #include "engine.h"
 
+namespace distca::sim {
+
+double profile_cores(const HardwareProfile& p) {
+  const auto cores = static_cast<double>(p.cores);
+  const double T = static_cast<double>(std::max<int64_t>(p.threads_per_rank, 1));
+  // Only an oversubscribed run shares cores; with a core per rank what slows the concurrent
+  // figures (memory bandwidth, caches) is not a share of a core.
+  if (!p.alone_waiters_sleep || static_cast<double>(p.ranks) * T <= cores) return cores;
+  // Alone, rank 0 had T cores of its own (the others slept); at once, each rank had its share
+  // of the cores the run got. Time-weighted over the products (the long ones dominate, the
+  // short ones are the noisy ones).
+  double alone = 0, concurrent = 0;
+  for (const GemmRecord& g : p.gemms) {
+    alone += g.seconds_alone;
+    concurrent += g.seconds_concurrent;
+  }
+  const double got = static_cast<double>(p.ranks) * T * alone / concurrent;
+  return std::clamp(got, 1.0, cores);
+}
+
+}  // namespace distca::sim
+
 namespace distca::sim::detail {
 
 double HostModel::speed(int64_t n) const {
@@ -42,10 +64,11 @@ Result<HostModel> host_model(const SimOptions& o) {
   // A unit is G ranks' worth (the engines' rates are G x a rank's): a host of `ranks` ranks
   // holds ranks / G units (at least one), each keeping G x T cores busy while it computes.
   h.units_per_host = std::max<int64_t>(1, ranks / std::max<int64_t>(o.cluster.gpus_per_node, 1));
-  h.cores = static_cast<double>(o.host_cores > 0 ? o.host_cores : p->cores);
+  const double cores = profile_cores(*p);
+  h.cores = o.host_cores > 0 ? static_cast<double>(o.host_cores) : cores;
   h.demand = G * T;
   // The profile's concurrent figures: each of its ranks ran T threads on cores / ranks cores.
-  h.base_share = std::min(1.0, static_cast<double>(p->cores) / (static_cast<double>(p->ranks) * T));
+  h.base_share = std::min(1.0, cores / (static_cast<double>(p->ranks) * T));
   return h;
 }
 

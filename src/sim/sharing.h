@@ -44,7 +44,7 @@ struct HostModel {
 };
 
 // The host model of `o`: inactive without a hardware profile; else hosts of the profile's
-// machine (SimOptions::host_ranks / host_cores override its ranks / cores). Errors
+// run (SimOptions::host_ranks / host_cores override its ranks / sim::profile_cores). Errors
 // (kInvalidArgument, naming the field): host_ranks or host_cores negative or above
 // kMaxProfileCount, or set without a hardware profile.
 Result<HostModel> host_model(const SimOptions& o);

@@ -141,6 +141,31 @@ TEST(SimSharing, FourUnitsOnTwoCoresFollowTheFluidClosedForm) {
   EXPECT_NEAR(w->iteration_seconds, d[0] / 2, 1e-12 * d[0]);
 }
 
+TEST(SimSharing, TheCoresTheProfilesRunHadComeFromItsAloneFigures) {
+  // Alone 4x as fast as at once, timed with sleeping waiters: the 4 ranks had 1 core of the 2
+  // (other processes took the other). Speed min(1, 1 / n) / (1 / 4) = 4 / n over the base.
+  HardwareProfile hp = *make_profile(4, 2);
+  hp.alone_waiters_sleep = true;
+  for (GemmRecord& g : hp.gemms) g.seconds_alone = g.seconds_concurrent / 4;
+  auto prof = std::make_shared<const HardwareProfile>(hp);
+  EXPECT_DOUBLE_EQ(profile_cores(*prof), 1.0);
+  auto base = simulate(options(4, 1, 2, make_profile(4, 4)), {four_units()});
+  ASSERT_TRUE(base.ok());
+  std::vector<double> d;
+  for (const UnitStats& u : base->per_unit) d.push_back(u.busy);
+  // All four until d2; units 0 and 1 at speed 2 until unit 1 ends; unit 0 alone at speed 4.
+  const double end1 = d[2] + (d[1] - d[2]) / 2;
+  const double end0 = end1 + (d[0] - d[1]) / 4;
+  auto r = simulate(options(4, 1, 2, prof), {four_units()});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(r->sharing_converged);
+  EXPECT_NEAR(r->per_unit[1].busy, end1, 1e-12 * end0);
+  EXPECT_NEAR(r->iteration_seconds, end0, 1e-12 * end0);
+  // Spinning waiters (or a file without the field): machine.cores.
+  hp.alone_waiters_sleep = false;
+  EXPECT_DOUBLE_EQ(profile_cores(hp), 2.0);
+}
+
 TEST(SimSharing, BalancedUnitsKeepTheConcurrentRates) {
   // Every unit computes all the time: each has its share of the cores the profile measured.
   SimOptions o = options(4, 1, 2, make_profile(4, 2));

@@ -129,7 +129,7 @@ struct SimOptions {
   // only: units in consecutive groups of host_ranks / gpus_per_node run on one host of
   // host_cores cores and share them (a computing unit's speed is min(1, cores / the cores its
   // host's computing units ask for) of a core, the profile's concurrent figures rescaled to
-  // that). 0: the profile's machine.ranks / machine.cores, the host it was measured on. Off
+  // that). 0: the profile's machine.ranks / profile_cores(), the host it was measured on. Off
   // when nothing is oversubscribed (then every result bit is as without it). Without a
   // profile units are devices and never share: setting either is refused. 0..65536.
   int64_t host_ranks = 0;
@@ -139,6 +139,14 @@ struct SimOptions {
   // --tolerance, --pp, ...). Batch-dependent checks happen in simulate().
   Status validate() const;
 };
+
+// Processor sharing: the cores a hardware profile's run had (SimOptions::host_cores' default).
+// machine.cores, or, when its alone figures were timed with the other ranks asleep
+// (alone_waiters_sleep) and its ranks x threads_per_rank exceeded them, that product x (sum of
+// seconds_alone / sum of seconds_concurrent over the GEMMs) clamped to [1, machine.cores]:
+// alone, rank 0 had its cores; at once, each rank had its share of what the run got (other
+// processes on the machine may have taken the rest).
+double profile_cores(const HardwareProfile& profile);
 
 // Draws `microbatches` micro-batches for `cluster`: options.ranks is replaced by
 // units_per_stage and options.batches by `microbatches` (batch b = micro-batch b). Checks
