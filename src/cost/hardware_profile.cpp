@@ -422,7 +422,9 @@ Result<HardwareProfile> hardware_profile_from_json(const nlohmann::json& j, cons
   DISTCA_ASSIGN_OR_RETURN(p.blas, r.string(*machine, "machine.blas", "blas"));
   if (machine->contains("alone_waiters")) {  // optional: absent in files written before it
     DISTCA_ASSIGN_OR_RETURN(std::string w, r.string(*machine, "machine.alone_waiters", "alone_waiters"));
-    if (w != "sleep" && w != "spin") return r.bad("machine.alone_waiters", "must be \"sleep\" or \"spin\" (got \"" + w + "\")");
+    if (w != "sleep" && w != "spin") {
+      return r.bad("machine.alone_waiters", "must be \"sleep\" or \"spin\" (got \"" + w + "\")");
+    }
     p.alone_waiters_sleep = w == "sleep";
   }
 

@@ -227,7 +227,8 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
         // Durations as the recorder charged them (wall seconds under processor sharing).
         const double lin = rec.linear(u, t + x, (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * w.tokens,
                                       lin_name, j);
-        const double att = rec.attention(u, t + x + lin, w.attention_seconds * (bwd ? 1.0 - share : share), att_name, j);
+        const double att =
+            rec.attention(u, t + x + lin, w.attention_seconds * (bwd ? 1.0 - share : share), att_name, j);
         if (!bwd) rec.stats()[static_cast<size_t>(u)].attention_pairs += w.pairs;
         end = std::max(end, t + x + lin + att);
       }
