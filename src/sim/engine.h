@@ -106,7 +106,10 @@ class Recorder {
   void comm(int64_t u, double start, double dur, double sent, double recv, const char* name, int64_t mb);
   // u waited from `ready` to `until` for data in flight over [start, end): the part while the
   // data moved is exposed communication, the rest is idle (not recorded: derived at the end).
-  void wait(int64_t u, double ready, double until, double start);
+  // All of it is time blocked in communication (UnitStats::comm_blocked), as the runtime's
+  // waits count it, unless `barrier_before_start`: then the wait before `start` was for the
+  // slowest unit to reach a barrier (the gradient all-reduce's), which the runtime times apart.
+  void wait(int64_t u, double ready, double until, double start, bool barrier_before_start = false);
   std::vector<UnitStats>& stats() { return stats_; }
   std::vector<TraceEvent>& events() { return events_; }
   bool keep_events() const { return keep_; }

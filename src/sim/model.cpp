@@ -129,7 +129,7 @@ void run_grad_sync(const Rates& R, Recorder& rec, const std::vector<double>& sta
     for (int64_t i = 0; i < R.units_per_stage && gs > 0; ++i) {
       const int64_t u = s * R.units_per_stage + i;
       rec.comm(u, start, gs, bytes, bytes, "grad all-reduce", -1);
-      rec.wait(u, unit_free[static_cast<size_t>(u)], start + gs, start);
+      rec.wait(u, unit_free[static_cast<size_t>(u)], start + gs, start, /*barrier_before_start=*/true);
     }
     r.grad_sync_seconds = std::max(r.grad_sync_seconds, gs);
     r.iteration_seconds = std::max(r.iteration_seconds, start + gs);
@@ -175,9 +175,11 @@ void Recorder::comm(int64_t u, double start, double dur, double sent, double rec
   if (keep_) keep_event(u, kCommTrack, name, start, dur, mb);
 }
 
-void Recorder::wait(int64_t u, double ready, double until, double start) {
+void Recorder::wait(int64_t u, double ready, double until, double start, bool barrier_before_start) {
   if (until <= ready) return;
-  stats_[static_cast<size_t>(u)].exposed_comm += until - std::max(ready, start);
+  auto& s = stats_[static_cast<size_t>(u)];
+  s.exposed_comm += until - std::max(ready, start);
+  s.comm_blocked += until - (barrier_before_start ? std::max(ready, start) : ready);
 }
 
 namespace {

@@ -196,6 +196,7 @@ nlohmann::json to_json(const SimResult& r) {
                      {"attention_pairs", u.attention_pairs},
                      {"comm", u.comm},
                      {"exposed_comm", u.exposed_comm},
+                     {"comm_blocked", u.comm_blocked},
                      {"idle", u.idle},
                      {"bytes_sent", u.bytes_sent},
                      {"bytes_received", u.bytes_received},

@@ -195,6 +195,11 @@ struct UnitStats {
   double comm = 0;             // time collectives involving this unit were in flight
   double exposed_comm = 0;     // time its compute waited while its data was moving
   double idle = 0;             // iteration - busy - exposed_comm
+  // Time blocked in communication, as the runtime's StepMetrics::comm_s counts it: every wait
+  // on an exchange, a context fetch or a stage-to-stage transfer from the moment the unit was
+  // ready (waiting for a slower peer included), and the gradient all-reduce itself (not the
+  // wait for the slowest unit before it). exposed_comm <= comm_blocked <= exposed_comm + idle.
+  double comm_blocked = 0;
   double bytes_sent = 0;       // all layers, forward + backward (+ PP activations, grads)
   double bytes_received = 0;
   MemoryStats memory;
@@ -292,7 +297,7 @@ Result<SimResult> simulate(const SimOptions& options, const std::vector<Batch>& 
 // cp_candidates[{cp_degree, iteration_seconds, oom, peak_memory_bytes}], pp_ticks,
 // sharing{passes, converged},
 // per_unit[{unit, stage, tokens, busy, linear, attention, attention_pairs, comm, exposed_comm,
-// idle, bytes_sent, bytes_received, memory{params, grads, optimizer, activations, buffers,
+// comm_blocked, idle, bytes_sent, bytes_received, memory{params, grads, optimizer, activations, buffers,
 // kv_buffers, total}}].
 // Events are not included (see trace_metadata).
 nlohmann::json to_json(const SimResult& result);
