@@ -99,6 +99,8 @@ struct SimFigures {
   std::vector<double> stage_idle;     // [stage] idle fraction, mean over the stage's units
   std::vector<double> rank_idle;      // [rank] idle fraction (unit = rank)
   std::vector<double> rank_exposed;   // [rank] exposed communication / step (UnitStats::exposed_comm)
+  std::vector<double> rank_blocked;   // [rank] blocked in communication / step (UnitStats::comm_blocked,
+                                      // what the runtime's StepMetrics::comm_s counts)
   std::vector<double> rank_busy_s;    // [rank] UnitStats::busy, seconds
 };
 nlohmann::json sim_json(const SimFigures& sim, double measured_s);

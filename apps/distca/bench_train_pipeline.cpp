@@ -349,6 +349,7 @@ SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, do
     out.stage_idle[static_cast<size_t>(u.stage)] += idle / static_cast<double>(ups);
     out.rank_idle.push_back(idle);
     out.rank_exposed.push_back(t > 0 ? u.exposed_comm / t : 0.0);
+    out.rank_blocked.push_back(t > 0 ? u.comm_blocked / t : 0.0);
     out.rank_busy_s.push_back(u.busy);
   }
   return out;
@@ -364,7 +365,9 @@ nlohmann::json sim_json(const SimFigures& sim, double measured_s) {
           {"rank_exposed", sim.rank_exposed},
           {"rank_busy_s", sim.rank_busy_s},
           {"mean_idle", mean_of(sim.rank_idle)},
-          {"mean_exposed", mean_of(sim.rank_exposed)}};
+          {"mean_exposed", mean_of(sim.rank_exposed)},
+          {"rank_blocked", sim.rank_blocked},
+          {"mean_blocked", mean_of(sim.rank_blocked)}};
 }
 
 std::vector<Batch> bench_batches(const TrainBenchFlags& f, int64_t ranks) {

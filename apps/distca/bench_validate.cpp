@@ -171,7 +171,7 @@ Result<std::vector<Row>> replay_one(const nlohmann::json& bench, const std::stri
       r.predicted_s = sim.step_s;
       r.ratio = r.measured_s > 0 ? sim.step_s / r.measured_s : 0;
       r.idle_predicted = bench_train::mean_of(sim.rank_idle);
-      r.exposed_predicted = bench_train::mean_of(sim.rank_exposed);
+      r.exposed_predicted = bench_train::mean_of(sim.rank_blocked);
       if (f.pp > 1) r.stage_idle_predicted = sim.stage_idle;
       r.step_ok = r.measured_s > 0 && std::abs(r.ratio - 1.0) <= kStepGoal;
       r.idle_ok = std::abs(r.idle_predicted - r.idle_measured) <= kIdleGoal;
@@ -451,8 +451,9 @@ std::string format_table(const std::vector<Row>& rows) {
                 "%.0f points (pipelines: every stage); %d of %zu rows meet the step goal, %d the idle goal\n",
                 100 * kStepGoal, 100 * kIdleGoal, step_ok, rows.size(), idle_ok);
   out += line;
-  out += "idle: 1 - (linear + attention) / step, each rank's, mean over ranks; exp: exposed communication / step "
-         "(measured: StepMetrics::comm_s; predicted: UnitStats::exposed_comm), mean over ranks\n";
+  out += "idle: 1 - (linear + attention) / step, each rank's, mean over ranks; exp: time blocked in communication / "
+         "step, waits for a slower peer inside an exchange included (measured: StepMetrics::comm_s; predicted: "
+         "UnitStats::comm_blocked), mean over ranks\n";
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -194,8 +195,20 @@ Result<std::vector<LinkPoint>> measure_links(comm::Communicator& c, bool all_to_
   return points;
 }
 
+// A barrier whose waiters sleep: a zero-byte exchange with every rank, tested every 200 us.
+// The communicator's barrier() spins in MPI_Testsome; with more ranks than cores the spinning
+// ranks would take cores from the one being timed alone (how much depends on the scheduler
+// and MPI's yield setting), so the alone figures would not be one rank on a core.
+Status sleeping_barrier(comm::Communicator& c) {
+  const std::vector<size_t> zeros(static_cast<size_t>(c.size()), 0);
+  DISTCA_ASSIGN_OR_RETURN(auto x, c.start_all_to_all_v({nullptr, zeros, zeros, nullptr, zeros, zeros, "barrier"}));
+  while (!x->test()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  return x->wait();
+}
+
 // The GEMMs: each product timed with every rank computing it at once (the median over ranks
-// of each rank's median) and with rank 0 alone while the others wait in a barrier.
+// of each rank's median) and with rank 0 alone while the others sleep in a barrier
+// (HardwareProfile::alone_waiters_sleep).
 Status measure_gemms(comm::Communicator* c, const ProfileFlags& f, HardwareProfile& hp, bool progress) {
   std::function<Status()> sync;
   if (c != nullptr) sync = [c] { return c->barrier(); };
@@ -210,7 +223,7 @@ Status measure_gemms(comm::Communicator* c, const ProfileFlags& f, HardwareProfi
       if (lead) {
         DISTCA_ASSIGN_OR_RETURN(g.seconds_alone, kernels::time_profile_gemm(g, f.gemm_repeats, {}, seed++));
       }
-      DISTCA_RETURN_IF_ERROR(c->barrier());
+      DISTCA_RETURN_IF_ERROR(sleeping_barrier(*c));
     } else {
       g.seconds_alone = mine;
     }
@@ -276,6 +289,7 @@ int run(const ProfileFlags& f) {
   hp.ranks = ranks;
   hp.threads_per_rank = threads;
   hp.blas = kernels::blas_core_name();
+  hp.alone_waiters_sleep = true;  // measure_gemms: sleeping_barrier
   hp.shape = plan->shape;
   if (plan->hardware) hp.gemms = profile_gemm_list(plan->shape);
   std::unique_ptr<comm::MpiCommunicator> mpi;

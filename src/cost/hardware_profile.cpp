@@ -249,7 +249,7 @@ nlohmann::json to_json(const HardwareProfile& p) {
   j["format"] = kHardwareProfileFormat;
   j["version"] = kHardwareProfileVersion;
   j["machine"] = {{"cpu", p.cpu}, {"cores", p.cores}, {"ranks", p.ranks}, {"threads_per_rank", p.threads_per_rank},
-                  {"blas", p.blas}};
+                  {"blas", p.blas}, {"alone_waiters", p.alone_waiters_sleep ? "sleep" : "spin"}};
   const ProfileShape& s = p.shape;
   j["model"] = {{"hidden", s.hidden}, {"n_heads", s.n_heads}, {"n_kv_heads", s.n_kv_heads}, {"head_dim", s.head_dim},
                 {"ffn", s.ffn},       {"vocab", s.vocab},     {"tokens", s.tokens}};
@@ -420,6 +420,13 @@ Result<HardwareProfile> hardware_profile_from_json(const nlohmann::json& j, cons
   DISTCA_ASSIGN_OR_RETURN(p.ranks, r.integer(*machine, "machine.ranks", "ranks"));
   DISTCA_ASSIGN_OR_RETURN(p.threads_per_rank, r.integer(*machine, "machine.threads_per_rank", "threads_per_rank"));
   DISTCA_ASSIGN_OR_RETURN(p.blas, r.string(*machine, "machine.blas", "blas"));
+  if (machine->contains("alone_waiters")) {  // optional: absent in files written before it
+    DISTCA_ASSIGN_OR_RETURN(std::string w, r.string(*machine, "machine.alone_waiters", "alone_waiters"));
+    if (w != "sleep" && w != "spin") {
+      return r.bad("machine.alone_waiters", "must be \"sleep\" or \"spin\" (got \"" + w + "\")");
+    }
+    p.alone_waiters_sleep = w == "sleep";
+  }
 
   DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* model, r.object(j, "model", "model"));
   ProfileShape& s = p.shape;

@@ -219,8 +219,8 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
   for (int64_t j = 0; j < m; ++j) {
     DISTCA_RETURN_IF_ERROR(layout_microbatch(R, mbs[static_cast<size_t>(j)], c, work[static_cast<size_t>(j)], r.plan));
   }
-  Recorder rec(R.units, R.o.record_events);
-  const double share = kAttnFwdShare;
+  Recorder rec(R.units, R.o.record_events, R.sharing);
+  const double share = R.attn_fwd_share;
   const auto ops = one_f_one_b(p, m);
   std::vector<double> stage_finish(static_cast<size_t>(p), 0.0);
   std::vector<double> unit_end(static_cast<size_t>(R.units), 0.0);
@@ -239,8 +239,8 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
       double end = t;
       for (int64_t i = 0; i < c; ++i) {
         const UnitWork& w = W[static_cast<size_t>(g * c + i)];
-        const double d = (bwd ? R.lm_head_bwd_per_token : R.lm_head_fwd_per_token) * w.tokens;
-        rec.linear(base + i, t, d, bwd ? "bwd lm head" : "fwd lm head", j);
+        const double d = rec.linear(base + i, t, (bwd ? R.lm_head_bwd_per_token : R.lm_head_fwd_per_token) * w.tokens,
+                                    bwd ? "bwd lm head" : "fwd lm head", j);
         end = std::max(end, t + d);
       }
       t = end;
@@ -274,19 +274,20 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
         // (with the recompute), the K/V re-gather, the attention backward, then the dK/dV it
         // produced goes back (reduce-scatter): exposed either way.
         const double pre = bwd ? 0.0 : xr;
-        const double lin = (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * w.tokens;
-        const double att = w.attention_seconds * (bwd ? 1.0 - share : share);
         if (!bwd) {
           rec.comm(u, t, xr, sent, recv, comm_name, j);
           rec.wait(u, t, t + xr, t);
         }
-        rec.linear(u, t + pre, lin, lin_name, j);
+        // Durations as the recorder charged them (wall seconds under processor sharing).
+        const double lin = rec.linear(u, t + pre, (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * w.tokens,
+                                      lin_name, j);
         const double t_att = t + pre + lin + x0;
         if (regather) {
           rec.comm(u, t_att - x0, x0, w.fwd_sent, w.fwd_recv, regather_name, j);
           rec.wait(u, t_att - x0, t_att, t_att - x0);
         }
-        rec.attention(u, t_att, att, att_name, j);
+        const double att =
+            rec.attention(u, t_att, w.attention_seconds * (bwd ? 1.0 - share : share), att_name, j);
         if (!bwd) rec.stats()[static_cast<size_t>(u)].attention_pairs += w.pairs;
         if (bwd) {
           rec.comm(u, t_att + att, xr, sent, recv, comm_name, j);

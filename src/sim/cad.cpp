@@ -195,16 +195,14 @@ class TickRunner {
       wait_for(i, after);
       const double dur = s.linear[x][i];
       const bool own = s.unit_dir[i] >= 0;
-      rec_.linear(static_cast<int64_t>(i), clock_[i], dur, names[own && s.unit_dir[i] == 1 ? 1 : 0][x],
-                  own ? s.unit_mb[i] : mb);
-      clock_[i] += dur;
+      clock_[i] += rec_.linear(static_cast<int64_t>(i), clock_[i], dur, names[own && s.unit_dir[i] == 1 ? 1 : 0][x],
+                               own ? s.unit_mb[i] : mb);
     }
   }
   void attention(const Vec& seconds, const Collective& after, const char* name, int64_t mb) {
     for (size_t i = 0; i < clock_.size(); ++i) {
       wait_for(i, after);
-      rec_.attention(static_cast<int64_t>(i), clock_[i], seconds[i], name, mb);
-      clock_[i] += seconds[i];
+      clock_[i] += rec_.attention(static_cast<int64_t>(i), clock_[i], seconds[i], name, mb);
     }
   }
 
@@ -334,7 +332,7 @@ class CadEngine {
         U_(static_cast<size_t>(R.units)),
         ticks_(split_ticks(one_f_one_b_ticks(R.pp, static_cast<int64_t>(mbs.size())))),
         contrib_(static_cast<size_t>(R.pp), std::vector<Contribution>(mbs.size())),
-        rec_(R.units, R.o.record_events),
+        rec_(R.units, R.o.record_events, R.sharing),
         clock_(U_, 0.0),
         runner_(R, rec_, clock_),
         transient_(U_, 0.0),
@@ -411,7 +409,7 @@ class CadEngine {
   void fill_slot(const Tick& tick, const std::vector<Contribution*>& src, int64_t k, Recorder& rcd) {
     const bool bwd = tick.backward;
     const int64_t p = R_.pp, ups = R_.units_per_stage;
-    const double share = kAttnFwdShare;
+    const double share = R_.attn_fwd_share;
     for (size_t oi = 0; oi < tick.ops.size(); ++oi) {
       const PipeOp& op = tick.ops[oi];
       for (int64_t i = 0; i < ups; ++i) {

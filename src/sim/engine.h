@@ -14,6 +14,7 @@
 #include "distca/sim/pipeline.h"
 #include "distca/sim/simulator.h"
 #include "network.h"
+#include "sharing.h"
 
 namespace distca::sim::detail {
 
@@ -71,6 +72,11 @@ struct Rates {
   RowBytes row_bytes;
   UnitAttentionCost cost;
   std::vector<int64_t> stage_layers;  // [pp] layers of each stage (the first L % pp get one more)
+  // Attention forward share of a task's forward + backward seconds: the profile's measured
+  // split when its table is the attention (1 / (1 + attention_backward_ratio)), else 1 : 2.5.
+  double attn_fwd_share = kAttnFwdShare;
+  HostModel host;             // processor sharing (sharing.h; inactive without a profile)
+  Sharing* sharing = nullptr;  // the pass being run when host is active (run_shared), else null
   // Seconds of a point-to-point transfer of `bytes` between two units (0 bytes: 0).
   double p2p(double bytes) const { return p2p_seconds(p2p_link, bytes); }
   // Activation bytes crossing a stage boundary for `tokens` tokens (either direction).
@@ -86,30 +92,36 @@ struct Rates {
 // Per-unit accumulators and (optionally) trace events: pid = unit, tid = kComputeTrack
 // (linear, attention) or kCommTrack (communication in flight), microseconds from the iteration
 // start, args {"microbatch": m} when tied to one. Times given in seconds from the iteration
-// start.
+// start. With `sharing` (processor sharing, sharing.h), linear() and attention() turn the
+// base seconds they are given into wall seconds (Sharing::stretch) and return those: callers
+// advance their clocks by the returned length.
 inline constexpr int64_t kComputeTrack = 0;
 inline constexpr int64_t kCommTrack = 1;
 class Recorder {
  public:
-  Recorder(int64_t units, bool keep_events);
-  void linear(int64_t u, double start, double dur, const char* name, int64_t mb);
-  void attention(int64_t u, double start, double dur, const char* name, int64_t mb);
+  Recorder(int64_t units, bool keep_events, Sharing* sharing = nullptr);
+  double linear(int64_t u, double start, double dur, const char* name, int64_t mb);
+  double attention(int64_t u, double start, double dur, const char* name, int64_t mb);
   // A collective (or transfer) involving u in flight over [start, start + dur).
   void comm(int64_t u, double start, double dur, double sent, double recv, const char* name, int64_t mb);
   // u waited from `ready` to `until` for data in flight over [start, end): the part while the
   // data moved is exposed communication, the rest is idle (not recorded: derived at the end).
-  void wait(int64_t u, double ready, double until, double start);
+  // All of it is time blocked in communication (UnitStats::comm_blocked), as the runtime's
+  // waits count it, unless `barrier_before_start`: then the wait before `start` was for the
+  // slowest unit to reach a barrier (the gradient all-reduce's), which the runtime times apart.
+  void wait(int64_t u, double ready, double until, double start, bool barrier_before_start = false);
   std::vector<UnitStats>& stats() { return stats_; }
   std::vector<TraceEvent>& events() { return events_; }
   bool keep_events() const { return keep_; }
 
  private:
   // A compute interval counted in `bucket` (linear or attention) and in busy.
-  void compute(int64_t u, double start, double dur, const char* name, int64_t mb, double UnitStats::*bucket);
+  double compute(int64_t u, double start, double dur, const char* name, int64_t mb, double UnitStats::*bucket);
   void keep_event(int64_t u, int64_t track, const char* name, double start, double dur, int64_t mb);
   std::vector<UnitStats> stats_;
   std::vector<TraceEvent> events_;
   bool keep_ = false;
+  Sharing* sharing_ = nullptr;
 };
 
 // Peak memory inputs of one unit, filled by the engines. Bytes are the whole unit's (/ G per

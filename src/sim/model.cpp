@@ -44,6 +44,7 @@ Rates::Rates(const SimOptions& opt) : o(opt), cost(opt) {
   lm_head_bwd_per_token = 2.0 * lm_head_fwd_per_token;
   exchange = Link{static_cast<double>(gpus_per_unit) * o.cluster.hw.inter_node_bw, o.cluster.hw.inter_node_latency};
   p2p_link = exchange;
+  host = host_model(o).value();  // simulate() checked it
   if (o.hardware_profile != nullptr) apply_hardware_profile(*o.hardware_profile);
   row_bytes = distca::row_bytes(m, o.dtype_bytes);
   stage_layers.assign(static_cast<size_t>(pp), m.n_layers / pp);
@@ -54,8 +55,9 @@ void Rates::apply_hardware_profile(const HardwareProfile& hp) {
   const ModelSpec& m = o.model;
   const double G = static_cast<double>(gpus_per_unit);
   // All units compute at once when there are several (the profile's concurrent figures, taken
-  // with every rank of its run computing); a single unit runs alone.
-  const bool concurrent = units > 1;
+  // with every rank of its run computing); a single unit runs alone. Under processor sharing
+  // the concurrent figures are the base rates whatever the units (sharing.h rescales them).
+  const bool concurrent = units > 1 || host.active();
   const ProfileShape shape{m.hidden, m.n_heads, m.n_kv_heads, m.head_dim, m.ffn, m.vocab, 1};
   // Seconds per token of (layer, pass) at the model's shapes: its FLOPs per row / the rate
   // measured for that product (the same rate whatever the row count; the profile's rows set
@@ -80,6 +82,7 @@ void Rates::apply_hardware_profile(const HardwareProfile& hp) {
   lm_head_bwd_per_token = o.lm_head ? per_token("lm_head", GemmPass::kBackwardData) +
                                           per_token("lm_head", GemmPass::kBackwardWeight)
                                     : 0.0;
+  if (o.attention_table == nullptr) attn_fwd_share = 1.0 / (1.0 + hp.attention_backward_ratio());
   // The fits are time = intercept + wire / bw (network.h's Link): p2p's exchange is one
   // message, so its intercept is the per-message latency; the all-to-all's had ranks - 1
   // messages per rank (every rank to every other), so each costs intercept / (ranks - 1) and
@@ -126,22 +129,25 @@ void run_grad_sync(const Rates& R, Recorder& rec, const std::vector<double>& sta
     for (int64_t i = 0; i < R.units_per_stage && gs > 0; ++i) {
       const int64_t u = s * R.units_per_stage + i;
       rec.comm(u, start, gs, bytes, bytes, "grad all-reduce", -1);
-      rec.wait(u, unit_free[static_cast<size_t>(u)], start + gs, start);
+      rec.wait(u, unit_free[static_cast<size_t>(u)], start + gs, start, /*barrier_before_start=*/true);
     }
     r.grad_sync_seconds = std::max(r.grad_sync_seconds, gs);
     r.iteration_seconds = std::max(r.iteration_seconds, start + gs);
   }
 }
 
-Recorder::Recorder(int64_t units, bool keep_events) : stats_(static_cast<size_t>(units)), keep_(keep_events) {}
+Recorder::Recorder(int64_t units, bool keep_events, Sharing* sharing)
+    : stats_(static_cast<size_t>(units)), keep_(keep_events), sharing_(sharing) {}
 
-void Recorder::compute(int64_t u, double start, double dur, const char* name, int64_t mb,
-                       double UnitStats::*bucket) {
-  if (dur <= 0) return;
+double Recorder::compute(int64_t u, double start, double dur, const char* name, int64_t mb,
+                         double UnitStats::*bucket) {
+  if (sharing_ != nullptr) dur = sharing_->stretch(u, start, dur);
+  if (dur <= 0) return dur;
   auto& s = stats_[static_cast<size_t>(u)];
   s.*bucket += dur;
   s.busy += dur;
   if (keep_) keep_event(u, kComputeTrack, name, start, dur, mb);
+  return dur;
 }
 
 // Seconds become the trace's microseconds here; the span keeps its start exactly and its end
@@ -152,12 +158,12 @@ void Recorder::keep_event(int64_t u, int64_t track, const char* name, double sta
   events_.push_back(std::move(e));
 }
 
-void Recorder::linear(int64_t u, double start, double dur, const char* name, int64_t mb) {
-  compute(u, start, dur, name, mb, &UnitStats::linear);
+double Recorder::linear(int64_t u, double start, double dur, const char* name, int64_t mb) {
+  return compute(u, start, dur, name, mb, &UnitStats::linear);
 }
 
-void Recorder::attention(int64_t u, double start, double dur, const char* name, int64_t mb) {
-  compute(u, start, dur, name, mb, &UnitStats::attention);
+double Recorder::attention(int64_t u, double start, double dur, const char* name, int64_t mb) {
+  return compute(u, start, dur, name, mb, &UnitStats::attention);
 }
 
 void Recorder::comm(int64_t u, double start, double dur, double sent, double recv, const char* name, int64_t mb) {
@@ -169,9 +175,11 @@ void Recorder::comm(int64_t u, double start, double dur, double sent, double rec
   if (keep_) keep_event(u, kCommTrack, name, start, dur, mb);
 }
 
-void Recorder::wait(int64_t u, double ready, double until, double start) {
+void Recorder::wait(int64_t u, double ready, double until, double start, bool barrier_before_start) {
   if (until <= ready) return;
-  stats_[static_cast<size_t>(u)].exposed_comm += until - std::max(ready, start);
+  auto& s = stats_[static_cast<size_t>(u)];
+  s.exposed_comm += until - std::max(ready, start);
+  s.comm_blocked += until - (barrier_before_start ? std::max(ready, start) : ready);
 }
 
 namespace {

@@ -196,6 +196,10 @@ constexpr double kBytesPerUnit = 8192;
 constexpr double kBytesPerUnitMicrobatch = 2048;
 constexpr double kBytesPerDrawnPiece = 64;  // a Piece (32 B) and the drawing's document list
 constexpr double kBytesPerEvent = 512;
+// Processor sharing (sharing.h) keeps two passes of every unit's compute intervals, 16 bytes
+// each, in vectors that may have grown to twice their size: at most one interval per event
+// max_trace_events counts.
+constexpr double kBytesPerSharedInterval = 64;
 // Events of one unit per (micro-batch, layer of its stage): linear and attention forward and
 // backward, dispatch/return exchanges and waits of each phase (14-19 seen); per unit and
 // micro-batch: the PP sends and receives and the LM head; per unit: the gradient all-reduce.
@@ -226,9 +230,9 @@ double estimate_simulate_bytes(const SimOptions& options, const std::vector<Batc
   const auto units = static_cast<double>(options.cluster.units());
   const auto m = static_cast<double>(microbatches.size());
   double bytes = pieces * kBytesPerPiece + units * (kBytesPerUnit + m * kBytesPerUnitMicrobatch);
-  if (options.record_events) {
-    bytes += static_cast<double>(max_trace_events(options, static_cast<int64_t>(microbatches.size()))) * kBytesPerEvent;
-  }
+  const auto events = static_cast<double>(max_trace_events(options, static_cast<int64_t>(microbatches.size())));
+  if (options.record_events) bytes += events * kBytesPerEvent;
+  if (options.hardware_profile != nullptr) bytes += events * kBytesPerSharedInterval;  // may share
   return bytes;
 }
 

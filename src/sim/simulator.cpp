@@ -64,23 +64,31 @@ Status check_batches(const SimOptions& o, const std::vector<Batch>& mbs) {
 Result<SimResult> simulate(const SimOptions& options, const std::vector<Batch>& microbatches) {
   DISTCA_RETURN_IF_ERROR(options.validate());
   DISTCA_RETURN_IF_ERROR(check_batches(options, microbatches));
-  const detail::Rates rates(options);
+  DISTCA_RETURN_IF_ERROR(detail::host_model(options).status());
+  detail::Rates rates(options);
+  // Every engine run goes through run_shared: once, or to the processor-sharing fixed point.
+  auto baseline = [&](detail::Rates& R, int64_t c, SimResult& out) {
+    return detail::run_shared(
+        R, [&](const detail::Rates& pr, SimResult& pass) { return detail::run_baseline(pr, microbatches, c, pass); },
+        out);
+  };
   SimResult r;
   const Strategy& st = options.strategy;
   switch (st.kind) {
     case StrategyKind::kColocated:
-      DISTCA_RETURN_IF_ERROR(detail::run_baseline(rates, microbatches, 1, r));
+      DISTCA_RETURN_IF_ERROR(baseline(rates, 1, r));
       break;
     case StrategyKind::kPerCp:
-      DISTCA_RETURN_IF_ERROR(detail::run_baseline(rates, microbatches, st.cp_degree, r));
+      DISTCA_RETURN_IF_ERROR(baseline(rates, st.cp_degree, r));
       r.cp_candidates.push_back({st.cp_degree, r.iteration_seconds, r.oom, r.peak_memory});
       break;
     case StrategyKind::kCad:
-      DISTCA_RETURN_IF_ERROR(detail::run_cad(rates, microbatches, r));
+      DISTCA_RETURN_IF_ERROR(detail::run_shared(
+          rates, [&](const detail::Rates& pr, SimResult& pass) { return detail::run_cad(pr, microbatches, pass); }, r));
       break;
     case StrategyKind::kWlb: {
       if (st.cp_degree > 0) {
-        DISTCA_RETURN_IF_ERROR(detail::run_baseline(rates, microbatches, st.cp_degree, r));
+        DISTCA_RETURN_IF_ERROR(baseline(rates, st.cp_degree, r));
         r.cp_candidates.push_back({st.cp_degree, r.iteration_seconds, r.oom, r.peak_memory});
         break;
       }
@@ -89,13 +97,13 @@ Result<SimResult> simulate(const SimOptions& options, const std::vector<Batch>& 
       // Candidates run without events; the winner is re-run with them when asked.
       SimOptions quiet = options;
       quiet.record_events = false;
-      const detail::Rates quiet_rates(quiet);
+      detail::Rates quiet_rates(quiet);
       std::vector<CpCandidate> cands;
       int64_t best = -1;
       std::vector<SimResult> results;
       for (int64_t c = 1; rates.units_per_stage % c == 0; c *= 2) {
         SimResult one;
-        DISTCA_RETURN_IF_ERROR(detail::run_baseline(quiet_rates, microbatches, c, one));
+        DISTCA_RETURN_IF_ERROR(baseline(quiet_rates, c, one));
         cands.push_back({c, one.iteration_seconds, one.oom, one.peak_memory});
         results.push_back(std::move(one));
         if (c >= rates.units_per_stage) break;
@@ -113,7 +121,7 @@ Result<SimResult> simulate(const SimOptions& options, const std::vector<Batch>& 
         }
       }
       if (options.record_events) {
-        DISTCA_RETURN_IF_ERROR(detail::run_baseline(rates, microbatches, cands[static_cast<size_t>(best)].cp_degree, r));
+        DISTCA_RETURN_IF_ERROR(baseline(rates, cands[static_cast<size_t>(best)].cp_degree, r));
       } else {
         r = std::move(results[static_cast<size_t>(best)]);
       }
@@ -158,6 +166,7 @@ nlohmann::json to_json(const SimResult& r) {
   const double busy_mean = r.per_unit.empty() ? 0.0 : busy_sum / static_cast<double>(r.per_unit.size());
   j["busy_max_over_mean"] = busy_mean > 0 ? busy_max / busy_mean : 1.0;
   j["pp_ticks"] = r.pp_ticks;
+  j["sharing"] = {{"passes", r.sharing_passes}, {"converged", r.sharing_converged}};
   j["plan"] = {{"plans", r.plan.plans},
                {"tasks", r.plan.tasks},
                {"load_max_over_mean", r.plan.load_max_over_mean},
@@ -187,6 +196,7 @@ nlohmann::json to_json(const SimResult& r) {
                      {"attention_pairs", u.attention_pairs},
                      {"comm", u.comm},
                      {"exposed_comm", u.exposed_comm},
+                     {"comm_blocked", u.comm_blocked},
                      {"idle", u.idle},
                      {"bytes_sent", u.bytes_sent},
                      {"bytes_received", u.bytes_received},

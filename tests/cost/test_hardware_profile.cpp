@@ -61,6 +61,24 @@ TEST(HardwareProfile, RoundTripKeepsEveryField) {
   }
 }
 
+TEST(HardwareProfile, AloneWaitersIsOptionalAndRoundTrips) {
+  HardwareProfile p = make_profile(2);
+  for (bool sleep : {false, true}) {
+    p.alone_waiters_sleep = sleep;
+    nlohmann::json j = to_json(p);
+    EXPECT_EQ(j["machine"]["alone_waiters"], sleep ? "sleep" : "spin");
+    auto q = hardware_profile_from_json(j, "p.json");
+    ASSERT_TRUE(q.ok()) << q.status().message();
+    EXPECT_EQ(q->alone_waiters_sleep, sleep);
+  }
+  // A file written before the field (version 1 still): the waiters spun.
+  nlohmann::json old = to_json(p);
+  old["machine"].erase("alone_waiters");
+  auto q = hardware_profile_from_json(old, "p.json");
+  ASSERT_TRUE(q.ok()) << q.status().message();
+  EXPECT_FALSE(q->alone_waiters_sleep);
+}
+
 TEST(HardwareProfile, RatesAndTotalsFollowTheRecords) {
   const HardwareProfile p = make_profile(2);
   EXPECT_DOUBLE_EQ(p.gemm_rate("w2", GemmPass::kBackwardWeight, false), 1e10);
@@ -117,6 +135,8 @@ TEST(HardwareProfile, RefusesBadFieldsNamingFileAndField) {
       {"cores range", [](auto& j) { j["machine"]["cores"] = 0; }, "machine.cores must be in 1..65536"},
       {"ranks range", [](auto& j) { j["machine"]["ranks"] = 100000; }, "machine.ranks must be in 1..65536"},
       {"cpu type", [](auto& j) { j["machine"]["cpu"] = 3; }, "machine.cpu must be a string"},
+      {"waiters", [](auto& j) { j["machine"]["alone_waiters"] = "nap"; }, "machine.alone_waiters must be \"sleep\" or \"spin\""},
+      {"waiters type", [](auto& j) { j["machine"]["alone_waiters"] = true; }, "machine.alone_waiters must be a string"},
       {"hidden", [](auto& j) { j["model"]["hidden"] = -1; }, "model.hidden must be in 1..2^24"},
       {"heads", [](auto& j) { j["model"]["n_kv_heads"] = 3; }, "model.n_kv_heads must divide model.n_heads"},
       {"gemm type", [](auto& j) { j["gemm"] = 1; }, "gemm must be an array"},

@@ -143,6 +143,48 @@ TEST(Strategies, UniformPipelineBubbleIsPMinusOneOverMPlusPMinusOne) {
   }
 }
 
+// Time blocked in communication counts as the runtime's comm_s does. Uniform 1F1B with free
+// transfers: every wait of stage 0 is for a gradient from stage 1 and it runs until the end,
+// so its blocked time is its whole bubble, (p - 1) / (m + p - 1) of the iteration; later
+// stages also sit idle after their last backward, which no wait covers. Data parallel with a
+// straggler: the faster unit's wait for the slower one before the gradient all-reduce is not
+// communication (the runtime times that barrier apart), so every unit is blocked exactly for
+// the all-reduce. Every strategy: exposed <= blocked <= exposed + idle.
+TEST(Strategies, CommBlockedIsTheRuntimesWaitsInCommunication) {
+  const int64_t p = 4, m = 8;
+  std::vector<Batch> mbs(static_cast<size_t>(m), equal_docs(1, 2, 8192));
+  SimOptions o = options("colocated", p, p);
+  o.cluster.hw.inter_node_bw = 1e30;
+  o.cluster.hw.inter_node_latency = 0;
+  o.grad_sync = false;
+  o.lm_head = false;
+  const SimResult pipe = run(o, mbs);
+  const double bubble = static_cast<double>(p - 1) / static_cast<double>(m + p - 1);
+  EXPECT_LT(std::fabs(pipe.per_unit[0].comm_blocked / pipe.iteration_seconds - bubble), 1e-9);
+  for (const UnitStats& u : pipe.per_unit) {
+    EXPECT_LE(u.comm_blocked, u.idle + 1e-9 * pipe.iteration_seconds) << "stage " << u.stage;
+    EXPECT_GT(u.comm_blocked, 0) << "stage " << u.stage;
+  }
+
+  Batch skew = pack_documents({16384, 2048, 2048, 2048, 2048, 2048, 2048, 2048, 2048}, 2, 16384, Layout::kContiguous);
+  ASSERT_EQ(skew.per_rank[0].size(), 1u);
+  const SimResult dp = run(options("colocated", 2), {skew});
+  ASSERT_GT(dp.grad_sync_seconds, 0);
+  ASSERT_GT(dp.per_unit[1].idle, 0.1 * dp.iteration_seconds);  // the short unit waits for the long one
+  for (const UnitStats& u : dp.per_unit) EXPECT_NEAR(u.comm_blocked, dp.grad_sync_seconds, 1e-12 * dp.iteration_seconds);
+
+  for (const char* strategy : {"colocated", "wlb", "percp:2", "cad", "cad:single-stream", "cad:signal"}) {
+    for (int64_t pp : {1, 2}) {
+      const SimResult r = run(options(strategy, 4, pp), drawn(4 / pp, 32768, 2 * pp, 7));
+      for (const UnitStats& u : r.per_unit) {
+        const double eps = 1e-9 * r.iteration_seconds;
+        EXPECT_GE(u.comm_blocked, u.exposed_comm - eps) << strategy << " pp " << pp;
+        EXPECT_LE(u.comm_blocked, u.exposed_comm + u.idle + eps) << strategy << " pp " << pp;
+      }
+    }
+  }
+}
+
 // The CAD pipeline model runs exactly the runtime's ticks (one_f_one_b_ticks): read back from
 // the trace, every stage's linear work comes op by op in its order there, every op of a tick
 // starts after every op of the previous tick (whose exchanges are collective over all units),

@@ -105,6 +105,12 @@ struct HardwareProfile {
   int64_t ranks = 1;
   int64_t threads_per_rank = 1;
   std::string blas;
+  // How the other ranks waited while rank 0 timed the alone figures (JSON machine.alone_waiters,
+  // optional: "sleep" | "spin"). true ("sleep"): they slept in a barrier that polls every few
+  // hundred microseconds, so with ranks > cores the alone figures are one rank on a core of
+  // its own. false ("spin", and files written before the field): they spun in the
+  // communicator's barrier, taking cores whenever the scheduler let them.
+  bool alone_waiters_sleep = false;
   ProfileShape shape;
   // Every (layer, pass) of kProfileLayers x GemmPass exactly once, shapes from `shape`.
   std::vector<GemmRecord> gemms;

@@ -112,8 +112,9 @@ struct SimOptions {
   // A measured hardware profile (cost/hardware_profile.h; load_hardware_profile reads one).
   // When set, per unit (G = gpus_per_node ranks' worth): linear layers run at the profile's
   // GEMM rates at the model's shapes (each layer's FLOPs / its measured FLOP/s; the
-  // concurrent figures when the cluster has more than one unit, else the alone ones) instead
-  // of peak x mfu; attention comes from the profile's table unless attention_table is set;
+  // concurrent figures when the cluster has more than one unit or its host is shared (see
+  // host_ranks), else the alone ones) instead of peak x mfu; attention comes from the
+  // profile's table unless attention_table is set (split forward : backward as measured);
   // exchanges between units cost the profile's all-to-all latency and bandwidth, stage-to-stage
   // transfers its p2p figures (instead of hw.inter_node_*). docs/simulation-model.md,
   // "Hardware profile". Shared, immutable.
@@ -132,11 +133,28 @@ struct SimOptions {
   // Default false: servers keep their inputs (the runtime's default), less traffic, more memory.
   bool cad_stateless = false;
   bool record_events = false;  // keep per-unit timeline events (SimResult::events)
+  // Processor sharing (docs/simulation-model.md, "Processor sharing"), with a hardware profile
+  // only: units in consecutive groups of host_ranks / gpus_per_node run on one host of
+  // host_cores cores and share them (a computing unit's speed is min(1, cores / the cores its
+  // host's computing units ask for) of a core, the profile's concurrent figures rescaled to
+  // that). 0: the profile's machine.ranks / profile_cores(), the host it was measured on. Off
+  // when nothing is oversubscribed (then every result bit is as without it). Without a
+  // profile units are devices and never share: setting either is refused. 0..65536.
+  int64_t host_ranks = 0;
+  int64_t host_cores = 0;
 
   // Every field and the cluster; also n_layers >= cluster.pp. Messages name the flag (--mfu,
   // --tolerance, --pp, ...). Batch-dependent checks happen in simulate().
   Status validate() const;
 };
+
+// Processor sharing: the cores a hardware profile's run had (SimOptions::host_cores' default).
+// machine.cores, or, when its alone figures were timed with the other ranks asleep
+// (alone_waiters_sleep) and its ranks x threads_per_rank exceeded them, that product x (sum of
+// seconds_alone / sum of seconds_concurrent over the GEMMs) clamped to [1, machine.cores]:
+// alone, rank 0 had its cores; at once, each rank had its share of what the run got (other
+// processes on the machine may have taken the rest).
+double profile_cores(const HardwareProfile& profile);
 
 // Draws `microbatches` micro-batches for `cluster`: options.ranks is replaced by
 // units_per_stage and options.batches by `microbatches` (batch b = micro-batch b). Checks
@@ -177,6 +195,11 @@ struct UnitStats {
   double comm = 0;             // time collectives involving this unit were in flight
   double exposed_comm = 0;     // time its compute waited while its data was moving
   double idle = 0;             // iteration - busy - exposed_comm
+  // Time blocked in communication, as the runtime's StepMetrics::comm_s counts it: every wait
+  // on an exchange, a context fetch or a stage-to-stage transfer from the moment the unit was
+  // ready (waiting for a slower peer included), and the gradient all-reduce itself (not the
+  // wait for the slowest unit before it). exposed_comm <= comm_blocked <= exposed_comm + idle.
+  double comm_blocked = 0;
   double bytes_sent = 0;       // all layers, forward + backward (+ PP activations, grads)
   double bytes_received = 0;
   MemoryStats memory;
@@ -233,6 +256,10 @@ struct SimResult {
   std::vector<CpCandidate> cp_candidates;  // wlb / percp
   PlanStats plan;
   int64_t pp_ticks = 0;          // cad with PP: one_f_one_b_ticks' mixed ticks (2 (m + p - 1))
+  // Processor sharing: the engine passes run to its fixed point (0: sharing off, one plain
+  // run) and whether the last one matched the one before (false: stopped at the pass limit).
+  int64_t sharing_passes = 0;
+  bool sharing_converged = true;
   // Only with record_events: spans of the units' timelines (core/trace.h), ordered by (pid =
   // unit, tid, start). tid 0: compute ("fwd linear", "fwd attention", ...; category
   // "compute"); tid 1: communication in flight ("bwd dispatch", "grad all-reduce", ...;
@@ -268,8 +295,9 @@ Result<SimResult> simulate(const SimOptions& options, const std::vector<Batch>& 
 // plan{plans, tasks, load_max_over_mean, load_before_max_over_mean, comm_bytes_forward,
 // comm_bytes_backward, plan_seconds, backward_replans, active_only_plans},
 // cp_candidates[{cp_degree, iteration_seconds, oom, peak_memory_bytes}], pp_ticks,
+// sharing{passes, converged},
 // per_unit[{unit, stage, tokens, busy, linear, attention, attention_pairs, comm, exposed_comm,
-// idle, bytes_sent, bytes_received, memory{params, grads, optimizer, activations, buffers,
+// comm_blocked, idle, bytes_sent, bytes_received, memory{params, grads, optimizer, activations, buffers,
 // kv_buffers, total}}].
 // Events are not included (see trace_metadata).
 nlohmann::json to_json(const SimResult& result);
