@@ -1,6 +1,7 @@
 // `distca profile`: measure attention on a (q_len, kv_len) grid on this machine and write the
 // cost table the planner reads with --cost-table (docs/kernels.md, section "Cost table"); with
-// --hardware-out FILE, also the linear layers' GEMMs at one model's shapes and, under mpirun,
+// --hardware-out FILE, also the linear layers' GEMMs and the element-wise work between them
+// (model/profile_elementwise.h) at one model's shapes and, under mpirun,
 // the all-to-all and point-to-point links: the hardware profile `distca simulate --hardware`
 // reads (docs/simulation-model.md, section "Hardware profile"; docs/simulation.md).
 #include <unistd.h>
@@ -25,6 +26,7 @@
 #include "distca/cost/profiled.h"
 #include "distca/kernels/blas.h"
 #include "distca/kernels/profiler.h"
+#include "distca/model/profile_elementwise.h"
 #include "launcher.h"
 
 namespace distca::cli {
@@ -141,6 +143,11 @@ Result<Plan> make_plan(const ProfileFlags& f, const Launcher& launcher) {
   return p;
 }
 
+// The model the element-wise figures are timed at: the profile's shapes, one layer.
+ModelSpec elementwise_spec(const ProfileShape& s) {
+  return {"profile", 1, s.hidden, s.n_heads, s.n_kv_heads, s.head_dim, s.ffn, s.vocab};
+}
+
 // What the run allocates at most: the largest attention problem, the largest GEMM's operands
 // and the link buffers (one at a time).
 double plan_bytes(const Plan& p, int64_t ranks) {
@@ -151,7 +158,8 @@ double plan_bytes(const Plan& p, int64_t ranks) {
     double gemm = 0;
     for (const GemmRecord& g : profile_gemm_list(p.shape)) gemm = std::max(gemm, kernels::profile_gemm_bytes(g));
     const double links = 2.0 * static_cast<double>(std::max<int64_t>(ranks, 2)) * static_cast<double>(kLinkBytes.back());
-    need = std::max({need, gemm, links});
+    const double ew = model::elementwise_profile_bytes(elementwise_spec(p.shape), p.shape.tokens);
+    need = std::max({need, gemm, links, ew});
   }
   return need;
 }
@@ -235,6 +243,43 @@ Status measure_gemms(comm::Communicator* c, const ProfileFlags& f, HardwareProfi
   return {};
 }
 
+// The element-wise figures (model/profile_elementwise.h), like the GEMMs: every rank at once
+// (barrier before each timed run; the median over ranks of each rank's median), then rank 0
+// alone while the others sleep. Skipped for an odd head_dim (RoPE needs pairs; the trainer
+// refuses such a model anyway): the profile then has no "elementwise" object.
+Status measure_elementwise(comm::Communicator* c, const ProfileFlags& f, HardwareProfile& hp) {
+  const ModelSpec spec = elementwise_spec(hp.shape);
+  if (spec.head_dim % 2 != 0) return {};
+  std::function<Status()> sync;
+  if (c != nullptr) sync = [c] { return c->barrier(); };
+  const bool lead = c == nullptr || c->rank() == 0;
+  const uint64_t seed = 500 + static_cast<uint64_t>(c != nullptr ? c->rank() : 0);
+  DISTCA_ASSIGN_OR_RETURN(model::ElementwiseSeconds mine,
+                          model::time_elementwise(spec, hp.shape.tokens, f.gemm_repeats, sync, seed));
+  model::ElementwiseSeconds alone = mine, concurrent = mine;
+  if (c != nullptr) {
+    for (double model::ElementwiseSeconds::*field :
+         {&model::ElementwiseSeconds::layer_forward, &model::ElementwiseSeconds::layer_backward,
+          &model::ElementwiseSeconds::loss_forward, &model::ElementwiseSeconds::loss_backward,
+          &model::ElementwiseSeconds::optimizer}) {
+      DISTCA_ASSIGN_OR_RETURN(std::vector<double> all, c->all_gather_value(mine.*field));
+      concurrent.*field = median(all);
+    }
+    if (lead) {
+      DISTCA_ASSIGN_OR_RETURN(alone, model::time_elementwise(spec, hp.shape.tokens, f.gemm_repeats, {}, seed));
+    }
+    DISTCA_RETURN_IF_ERROR(sleeping_barrier(*c));
+  }
+  ElementwiseProfile e;
+  e.layer_forward = {alone.layer_forward, concurrent.layer_forward};
+  e.layer_backward = {alone.layer_backward, concurrent.layer_backward};
+  e.loss_forward = {alone.loss_forward, concurrent.loss_forward};
+  e.loss_backward = {alone.loss_backward, concurrent.loss_backward};
+  e.optimizer = {alone.optimizer, concurrent.optimizer};
+  hp.elementwise = e;
+  return {};
+}
+
 // The whole measurement on this rank (c: null without mpirun). Fills hp (rank 0's view).
 Status measure(comm::Communicator* c, const ProfileFlags& f, const Plan& p, HardwareProfile& hp) {
   const bool lead = c == nullptr || c->rank() == 0;
@@ -250,6 +295,8 @@ Status measure(comm::Communicator* c, const ProfileFlags& f, const Plan& p, Hard
   hp.attention_concurrent = c != nullptr;
   if (p.hardware) {
     DISTCA_RETURN_IF_ERROR(measure_gemms(c, f, hp, progress));
+    if (progress) std::fprintf(stderr, "\r%-60s", "element-wise work, optimizer");
+    DISTCA_RETURN_IF_ERROR(measure_elementwise(c, f, hp));
     if (c != nullptr) {
       DISTCA_ASSIGN_OR_RETURN(std::vector<LinkPoint> a2a, measure_links(*c, true, f.link_repeats));
       DISTCA_ASSIGN_OR_RETURN(std::vector<LinkPoint> ring, measure_links(*c, false, f.link_repeats));

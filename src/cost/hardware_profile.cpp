@@ -45,6 +45,19 @@ Status ProfileShape::validate(const std::string& pre) const {
 
 namespace {
 
+// The "elementwise" object's keys, in file order, and their fields.
+struct ElementwiseKey {
+  const char* key;
+  ElementwiseTerm ElementwiseProfile::*term;
+};
+constexpr ElementwiseKey kElementwiseKeys[] = {
+    {"layer_forward_seconds_per_token", &ElementwiseProfile::layer_forward},
+    {"layer_backward_seconds_per_token", &ElementwiseProfile::layer_backward},
+    {"loss_forward_seconds_per_token", &ElementwiseProfile::loss_forward},
+    {"loss_backward_seconds_per_token", &ElementwiseProfile::loss_backward},
+    {"optimizer_seconds_per_param", &ElementwiseProfile::optimizer},
+};
+
 constexpr GemmPass kPasses[] = {GemmPass::kForward, GemmPass::kBackwardData, GemmPass::kBackwardWeight};
 
 // (m, n, k) of (layer, pass) at `shape` (hardware_profile.h, GemmPass).
@@ -209,6 +222,16 @@ Status HardwareProfile::validate(const std::string& source) const {
   }
   // Sums of two in-range times stay below 2 x kMaxTaskSeconds: the total table must load too.
   DISTCA_RETURN_IF_ERROR(attention_total().validate(pre + "attention (forward + backward)"));
+  if (elementwise) {
+    for (const ElementwiseKey& e : kElementwiseKeys) {
+      const ElementwiseTerm& t = (*elementwise).*(e.term);
+      for (auto [which, v] : {std::pair{".alone", t.alone}, {".concurrent", t.concurrent}}) {
+        if (!std::isfinite(v) || v < 0 || v > kMaxElementwiseSeconds) {
+          return bad(std::string("elementwise.") + e.key + which + " must be in [0, 1] seconds (got " + num(v) + ")");
+        }
+      }
+    }
+  }
   if ((ranks > 1) != all_to_all.has_value() || (ranks > 1) != p2p.has_value()) {
     return bad(ranks > 1 ? "links.all_to_all and links.p2p are required when machine.ranks > 1"
                          : "links must be absent when machine.ranks is 1 (nothing was exchanged)");
@@ -273,6 +296,14 @@ nlohmann::json to_json(const HardwareProfile& p) {
                     {"kv_lens", f.kv_lens},
                     {"forward_seconds", grid_json(f)},
                     {"backward_seconds", grid_json(p.attention_backward)}};
+  if (p.elementwise) {
+    nlohmann::json e = nlohmann::json::object();
+    for (const ElementwiseKey& k : kElementwiseKeys) {
+      const ElementwiseTerm& t = (*p.elementwise).*(k.term);
+      e[k.key] = {{"alone", t.alone}, {"concurrent", t.concurrent}};
+    }
+    j["elementwise"] = e;
+  }
   if (p.all_to_all || p.p2p) {
     nlohmann::json links = nlohmann::json::object();
     if (p.all_to_all) links["all_to_all"] = link_json(*p.all_to_all);
@@ -472,6 +503,18 @@ Result<HardwareProfile> hardware_profile_from_json(const nlohmann::json& j, cons
   DISTCA_ASSIGN_OR_RETURN(b.seconds, read_grid(r, *att, "attention.backward_seconds", "backward_seconds",
                                                f.q_lens.size(), f.kv_lens.size()));
 
+  if (j.contains("elementwise")) {  // optional: absent in files written before it
+    DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* e, r.object(j, "elementwise", "elementwise"));
+    ElementwiseProfile ep;
+    for (const ElementwiseKey& k : kElementwiseKeys) {
+      const std::string at = std::string("elementwise.") + k.key;
+      DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* o, r.object(*e, at, k.key));
+      ElementwiseTerm& t = ep.*(k.term);
+      DISTCA_ASSIGN_OR_RETURN(t.alone, r.number(*o, at + ".alone", "alone"));
+      DISTCA_ASSIGN_OR_RETURN(t.concurrent, r.number(*o, at + ".concurrent", "concurrent"));
+    }
+    p.elementwise = ep;
+  }
   if (const auto links = j.find("links"); links != j.end()) {
     if (!links->is_object()) return r.bad("links", "must be an object");
     DISTCA_ASSIGN_OR_RETURN(p.all_to_all, read_link(r, *links, "links.all_to_all", "all_to_all"));

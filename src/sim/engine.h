@@ -63,6 +63,9 @@ struct Rates {
   double pre_share = 0;              // pre-CA (norm + QKV) share of a layer's linear work
   double lm_head_fwd_per_token = 0;  // LM head, last stage (0 without lm_head)
   double lm_head_bwd_per_token = 0;
+  // The optimizer step after the gradient all-reduce: seconds per parameter of the unit's
+  // share (a hardware profile's elementwise.optimizer / G; 0 without one: no step charged).
+  double optimizer_per_param = 0;
   // Links between units (network.h): B = G x inter_node_bw and lat = inter_node_latency per
   // message; with a hardware profile, its all-to-all and p2p fits (B = G x the fit's
   // bandwidth; lat = the p2p fit's intercept (one message), the all-to-all fit's intercept /
@@ -151,8 +154,9 @@ Status run_cad(const Rates& rates, const std::vector<Batch>& mbs, SimResult& r);
 double grad_sync_seconds(const Rates& rates, int64_t s, double* bytes_per_unit);
 
 // Runs every stage's gradient all-reduce, stage s starting at stage_start[s] (its units,
-// free at unit_free[u], wait for it), and sets r.grad_sync_seconds and r.iteration_seconds
-// (the latest end).
+// free at unit_free[u], wait for it), then, with optimizer_per_param > 0, each unit's
+// optimizer step (compute, "optimizer"), and sets r.grad_sync_seconds and
+// r.iteration_seconds (the latest end).
 void run_grad_sync(const Rates& rates, Recorder& rec, const std::vector<double>& stage_start,
                    const std::vector<double>& unit_free, SimResult& r);
 

@@ -75,12 +75,26 @@ void Rates::apply_hardware_profile(const HardwareProfile& hp) {
     if (i < 3) pre += f;  // Q, K, V: the pre-attention part
     bwd += per_token(layer, GemmPass::kBackwardData) + per_token(layer, GemmPass::kBackwardWeight);
   }
+  // The element-wise work between the GEMMs (profile_elementwise.h), when measured: per token
+  // of a layer into its linear work (the pre-attention share stays the GEMMs'), the final
+  // norm and loss into the LM head's, the optimizer per parameter after the all-reduce.
+  double ew_fwd = 0, ew_bwd = 0, loss_fwd = 0, loss_bwd = 0;
+  if (hp.elementwise) {
+    const ElementwiseProfile& e = *hp.elementwise;
+    ew_fwd = e.layer_forward.get(concurrent) / G;
+    ew_bwd = e.layer_backward.get(concurrent) / G;
+    loss_fwd = e.loss_forward.get(concurrent) / G;
+    loss_bwd = e.loss_backward.get(concurrent) / G;
+    optimizer_per_param = e.optimizer.get(concurrent) / G;
+  }
+  pre_share = pre / fwd;
+  fwd += ew_fwd;
+  bwd += ew_bwd;
   linear_fwd_per_token = fwd;
   linear_bwd_per_token = bwd + (o.activation_checkpointing ? fwd : 0.0);  // + the recomputed forward
-  pre_share = pre / fwd;
-  lm_head_fwd_per_token = o.lm_head ? per_token("lm_head", GemmPass::kForward) : 0.0;
+  lm_head_fwd_per_token = o.lm_head ? per_token("lm_head", GemmPass::kForward) + loss_fwd : 0.0;
   lm_head_bwd_per_token = o.lm_head ? per_token("lm_head", GemmPass::kBackwardData) +
-                                          per_token("lm_head", GemmPass::kBackwardWeight)
+                                          per_token("lm_head", GemmPass::kBackwardWeight) + loss_bwd
                                     : 0.0;
   if (o.attention_table == nullptr) attn_fwd_share = 1.0 / (1.0 + hp.attention_backward_ratio());
   // The fits are time = intercept + wire / bw (network.h's Link): p2p's exchange is one
@@ -133,6 +147,17 @@ void run_grad_sync(const Rates& R, Recorder& rec, const std::vector<double>& sta
     }
     r.grad_sync_seconds = std::max(r.grad_sync_seconds, gs);
     r.iteration_seconds = std::max(r.iteration_seconds, start + gs);
+    if (R.optimizer_per_param <= 0) continue;
+    // Every unit then steps its stage's parameters (its optimizer shard with
+    // shard_optimizer), as the runtime's finish_step does after the all-reduce.
+    const double shards = R.o.shard_optimizer ? static_cast<double>(R.units_per_stage) : 1.0;
+    const double base = R.optimizer_per_param * R.stage_params(s) / shards;
+    for (int64_t i = 0; i < R.units_per_stage; ++i) {
+      const int64_t u = s * R.units_per_stage + i;
+      const double t0 = std::max(unit_free[static_cast<size_t>(u)], gs > 0 ? start + gs : start);
+      const double dur = rec.linear(u, t0, base, "optimizer", -1);
+      r.iteration_seconds = std::max(r.iteration_seconds, t0 + dur);
+    }
   }
 }
 

@@ -45,6 +45,15 @@ HardwareProfile make_profile(int64_t ranks) {
     l.points = {{64, 1e-4 + 64e-9}, {4096, 1e-4 + 4096e-9}};
     p.all_to_all = l;
     p.p2p = l;
+    // The element-wise figures (optional): on the two-rank profile only, so the round trip
+    // sees both a file with them and one without.
+    ElementwiseProfile e;
+    e.layer_forward = {1e-7, 2e-7};
+    e.layer_backward = {3e-7, 4e-7};
+    e.loss_forward = {5e-8, 6e-8};
+    e.loss_backward = {7e-8, 8e-8};
+    e.optimizer = {1e-9, 2e-9};
+    p.elementwise = e;
   }
   return p;
 }
@@ -58,7 +67,25 @@ TEST(HardwareProfile, RoundTripKeepsEveryField) {
     EXPECT_EQ(to_json(*q), to_json(p));
     EXPECT_EQ(q->ranks, ranks);
     EXPECT_EQ(q->all_to_all.has_value(), ranks > 1);
+    ASSERT_EQ(q->elementwise.has_value(), ranks > 1);
+    if (ranks > 1) {
+      EXPECT_EQ(q->elementwise->layer_backward.alone, 3e-7);
+      EXPECT_EQ(q->elementwise->optimizer.concurrent, 2e-9);
+      EXPECT_EQ(q->elementwise->loss_forward.get(true), 6e-8);
+      EXPECT_EQ(q->elementwise->loss_forward.get(false), 5e-8);
+    }
   }
+}
+
+TEST(HardwareProfile, ElementwiseIsOptional) {
+  // A file written before the object (version 1 still) loads without it.
+  nlohmann::json old = to_json(make_profile(2));
+  ASSERT_TRUE(old.contains("elementwise"));
+  EXPECT_TRUE(old["elementwise"].contains("optimizer_seconds_per_param"));
+  old.erase("elementwise");
+  auto q = hardware_profile_from_json(old, "p.json");
+  ASSERT_TRUE(q.ok()) << q.status().message();
+  EXPECT_FALSE(q->elementwise.has_value());
 }
 
 TEST(HardwareProfile, AloneWaitersIsOptionalAndRoundTrips) {
@@ -162,6 +189,19 @@ TEST(HardwareProfile, RefusesBadFieldsNamingFileAndField) {
       {"points order", [](auto& j) { j["links"]["p2p"]["points"][1]["bytes"] = 64; }, "links.p2p.points[1].bytes must be larger"},
       {"points seconds", [](auto& j) { j["links"]["p2p"]["points"][0]["seconds"] = -1; }, "links.p2p.points[0].seconds must be a time"},
       {"points empty", [](auto& j) { j["links"]["p2p"]["points"] = nlohmann::json::array(); }, "links.p2p.points must hold 1 to 64 points"},
+      {"ew type", [](auto& j) { j["elementwise"] = 1; }, "elementwise must be an object"},
+      {"ew missing", [](auto& j) { j["elementwise"].erase("loss_backward_seconds_per_token"); },
+       "elementwise.loss_backward_seconds_per_token is missing"},
+      {"ew term type", [](auto& j) { j["elementwise"]["layer_forward_seconds_per_token"] = 1e-7; },
+       "elementwise.layer_forward_seconds_per_token must be an object"},
+      {"ew alone", [](auto& j) { j["elementwise"]["layer_backward_seconds_per_token"].erase("alone"); },
+       "elementwise.layer_backward_seconds_per_token.alone is missing"},
+      {"ew number", [](auto& j) { j["elementwise"]["optimizer_seconds_per_param"]["concurrent"] = "x"; },
+       "elementwise.optimizer_seconds_per_param.concurrent must be a number"},
+      {"ew negative", [](auto& j) { j["elementwise"]["loss_forward_seconds_per_token"]["alone"] = -1e-9; },
+       "elementwise.loss_forward_seconds_per_token.alone must be in [0, 1] seconds"},
+      {"ew huge", [](auto& j) { j["elementwise"]["optimizer_seconds_per_param"]["concurrent"] = 2.0; },
+       "elementwise.optimizer_seconds_per_param.concurrent must be in [0, 1] seconds"},
       {"one rank links", [](auto& j) { j["machine"]["ranks"] = 1; }, "links must be absent when machine.ranks is 1"},
   };
   const nlohmann::json good = to_json(make_profile(2));

@@ -45,6 +45,9 @@ TEST(ProfileMpi, TwoRanksWriteLinksAndConcurrentFigures) {
   EXPECT_TRUE(hp->attention_concurrent);
   ASSERT_TRUE(hp->all_to_all.has_value());
   ASSERT_TRUE(hp->p2p.has_value());
+  ASSERT_TRUE(hp->elementwise.has_value());  // timed on both ranks at once and on rank 0 alone
+  EXPECT_GT(hp->elementwise->layer_backward.concurrent, 0);
+  EXPECT_GT(hp->elementwise->optimizer.alone, 0);
   for (const distca::LinkProfile* l : {&*hp->all_to_all, &*hp->p2p}) {
     ASSERT_EQ(l->points.size(), 6u);
     EXPECT_EQ(l->points.front().bytes, 64);

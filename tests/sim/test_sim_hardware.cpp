@@ -123,6 +123,88 @@ TEST(SimHardware, OneUnitRunsAtTheAloneRates) {
   EXPECT_NEAR(r->per_unit[0].linear, lin, 1e-12 * lin);
 }
 
+// make_profile(2) with element-wise figures: per token of a layer forward 1e-6 (alone) / 2e-6
+// (concurrent), backward 3e-6 / 4e-6, the loss forward 5e-7 / 6e-7, backward 7e-7 / 8e-7, the
+// optimizer 1e-9 / 3e-9 per parameter.
+std::shared_ptr<const HardwareProfile> with_elementwise(const HardwareProfile& base) {
+  HardwareProfile p = base;
+  ElementwiseProfile e;
+  e.layer_forward = {1e-6, 2e-6};
+  e.layer_backward = {3e-6, 4e-6};
+  e.loss_forward = {5e-7, 6e-7};
+  e.loss_backward = {7e-7, 8e-7};
+  e.optimizer = {1e-9, 3e-9};
+  p.elementwise = e;
+  EXPECT_TRUE(p.validate("test").ok()) << p.validate("test").message();
+  return std::make_shared<const HardwareProfile>(std::move(p));
+}
+
+// Parameters of small_model(2): per layer Q, K, V, O, SwiGLU and two norms; embedding, LM
+// head, final norm.
+constexpr double kParams2 = 2 * (64.0 * (64 + 2 * 32) + 64 * 64 + 3 * 64 * 128 + 2 * 64) + 64 * 100 + 64 * 100 + 64;
+
+TEST(SimHardware, ElementwiseWorkGivesTheClosedFormStepOnOneUnit) {
+  SimOptions o = options(1, 1, 2);
+  o.hardware_profile = with_elementwise(*make_profile(2));
+  auto r = simulate(o, {Batch{1, 32, {{{0, 0, 32, 32}}}}});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  // One unit: the alone figures. Per token and layer: the forward's GEMMs and element-wise
+  // work; the backward's two products and element-wise work plus the recomputed forward
+  // (checkpointing, GEMMs and element-wise). The LM head's three products plus the loss
+  // forward and backward. Then the optimizer over every parameter (no gradient all-reduce).
+  const double layers = 2 * 32 * (4 * kLayerFlops / kAlone + 2 * 1e-6 + 3e-6);
+  const double head = 32 * (3 * kHeadFlops / kAlone + 5e-7 + 7e-7);
+  const double opt = kParams2 * 1e-9;
+  const double att = 2 * 4e-5 * 3.5;  // two layers of the (32, 32) task
+  EXPECT_NEAR(r->per_unit[0].linear, layers + head + opt, 1e-12 * (layers + head + opt));
+  EXPECT_NEAR(r->per_unit[0].busy, layers + head + opt + att, 1e-9 * (layers + head + opt + att));
+  EXPECT_NEAR(r->iteration_seconds, layers + head + opt + att, 1e-9 * (layers + head + opt + att));
+}
+
+TEST(SimHardware, OptimizerStepFollowsTheAllReduceShardedAsTheState) {
+  SimOptions o = options(2, 1, 2);
+  o.grad_sync = true;
+  auto plain = simulate(o, {two_units()});
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  // Only the optimizer figure: the step ends later by exactly the slower unit's optimizer,
+  // at the concurrent rate (two units), over the unit's shard of the parameters.
+  HardwareProfile hp = *make_profile(2);
+  hp.elementwise = ElementwiseProfile{};
+  hp.elementwise->optimizer = {1e-9, 3e-9};
+  o.hardware_profile = std::make_shared<const HardwareProfile>(hp);
+  for (bool shard : {true, false}) {
+    o.shard_optimizer = shard;
+    auto r = simulate(o, {two_units()});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    const double opt = kParams2 * 3e-9 / (shard ? 2.0 : 1.0);
+    EXPECT_NEAR(r->iteration_seconds, plain->iteration_seconds + opt, 1e-9 * r->iteration_seconds) << shard;
+    EXPECT_NEAR(r->per_unit[1].linear, plain->per_unit[1].linear + opt, 1e-12 * r->per_unit[1].linear) << shard;
+    EXPECT_EQ(r->grad_sync_seconds, plain->grad_sync_seconds);
+  }
+}
+
+TEST(SimHardware, ZeroElementwiseFiguresChangeNoBit) {
+  // A profile without the object and one whose figures are all 0 give the same bits, on a
+  // pipeline with the gradient all-reduce and on cad: absent means "adds nothing".
+  for (StrategyKind kind : {StrategyKind::kColocated, StrategyKind::kCad}) {
+    SimOptions o = options(4, 2, 4);
+    o.grad_sync = true;
+    o.strategy.kind = kind;
+    const Batch b = two_units();
+    auto without = simulate(o, {b, b});
+    ASSERT_TRUE(without.ok()) << without.status().message();
+    HardwareProfile hp = *make_profile(2);
+    hp.elementwise = ElementwiseProfile{};
+    o.hardware_profile = std::make_shared<const HardwareProfile>(hp);
+    auto zero = simulate(o, {b, b});
+    ASSERT_TRUE(zero.ok()) << zero.status().message();
+    nlohmann::json ja = to_json(*zero), jb = to_json(*without);
+    ja["plan"].erase("plan_seconds");  // the planner's wall clock, not a prediction
+    jb["plan"].erase("plan_seconds");
+    EXPECT_EQ(ja.dump(), jb.dump());
+  }
+}
+
 TEST(SimHardware, GradientAllReduceUsesTheAllToAllLink) {
   SimOptions o = options(2, 1, 2);
   o.grad_sync = true;
@@ -349,6 +431,11 @@ TEST_F(ProfileCli, WritesAProfileTheReaderAccepts) {
   EXPECT_EQ(hp->shape.tokens, 32);
   EXPECT_EQ(hp->attention_forward.q_lens, (std::vector<int64_t>{16, 32}));
   EXPECT_EQ(hp->gemm("w2", GemmPass::kBackwardWeight).k, 32);
+  // The element-wise work was timed (one rank: its alone and concurrent figures are one run).
+  ASSERT_TRUE(hp->elementwise.has_value());
+  EXPECT_GT(hp->elementwise->layer_forward.alone, 0);
+  EXPECT_GT(hp->elementwise->optimizer.alone, 0);
+  EXPECT_EQ(hp->elementwise->loss_backward.alone, hp->elementwise->loss_backward.concurrent);
 }
 
 }  // namespace

@@ -4,6 +4,9 @@
 //   - the linear layers' GEMMs at one model's shapes, forward and both backward products, each
 //     timed with one rank computing alone and with every rank of the run computing at once;
 //   - forward and backward core attention over a (q_len, kv_len) grid;
+//   - optionally (files written before it lack it), the element-wise work between the GEMMs
+//     (RMSNorm, RoPE, SwiGLU, residual adds, the loss) per token and the optimizer step per
+//     parameter, alone and concurrent like the GEMMs;
 //   - under mpirun (ranks > 1): latency and bandwidth of all-to-all and point-to-point
 //     exchanges through the project's Communicator, measured while every rank exchanges.
 //
@@ -97,6 +100,24 @@ struct LinkProfile {
 // is ranks - 1 for all-to-all, 1 for p2p.
 LinkProfile fit_link(std::vector<LinkPoint> points, double wire_factor);
 
+// Seconds of one element-wise figure (model/profile_elementwise.h says what each holds):
+// rank 0 alone and every rank at once (the median over ranks), as GemmRecord's.
+inline constexpr double kMaxElementwiseSeconds = 1.0;  // per token or per parameter
+struct ElementwiseTerm {
+  double alone = 0;
+  double concurrent = 0;
+  double get(bool concurrent_figure) const { return concurrent_figure ? concurrent : alone; }
+};
+// JSON "elementwise": {"<name>_seconds_per_token": {"alone": s, "concurrent": s}, ...,
+// "optimizer_seconds_per_param": {...}}; every figure finite, in [0, kMaxElementwiseSeconds].
+struct ElementwiseProfile {
+  ElementwiseTerm layer_forward;   // per token, one layer's forward (norms, RoPE, SwiGLU, adds)
+  ElementwiseTerm layer_backward;  // per token, one layer's backward
+  ElementwiseTerm loss_forward;    // per token, the final norm and cross-entropy forward
+  ElementwiseTerm loss_backward;   // per token, their backward
+  ElementwiseTerm optimizer;       // per parameter, gradient clipping and the AdamW step
+};
+
 struct HardwareProfile {
   // The machine: CPU model, its online cores, processes that ran the profile at
   // once (mpirun -np), OpenMP compute threads per rank, OpenBLAS's kernel family.
@@ -119,6 +140,8 @@ struct HardwareProfile {
   CostTable attention_forward;
   CostTable attention_backward;
   bool attention_concurrent = false;  // measured with every rank running the same point
+  // Absent in files written before it: the simulator then adds no element-wise work.
+  std::optional<ElementwiseProfile> elementwise;
   std::optional<LinkProfile> all_to_all;  // present exactly when ranks > 1
   std::optional<LinkProfile> p2p;
 
