@@ -11,22 +11,33 @@
 
 namespace distca::sim {
 
-double profile_cores(const HardwareProfile& p) {
+namespace {
+
+// The cores the profile's concurrent figures saw, over all its ranks: machine.cores, or in an
+// oversubscribed profile timed with sleeping waiters ranks x threads x alone / concurrent.
+// Alone, rank 0 had T cores of its own (the others slept); at once, each rank had its share
+// of the cores the run got. Time-weighted over the products (the long ones dominate, the
+// short ones are the noisy ones). Not clamped to machine.cores: a short timed call started
+// by every rank at once can get more than a fair share of the cores (the ranks the scheduler
+// runs first finish on a core of their own while the others wait for theirs).
+double concurrent_cores(const HardwareProfile& p) {
   const auto cores = static_cast<double>(p.cores);
   const double T = static_cast<double>(std::max<int64_t>(p.threads_per_rank, 1));
   // Only an oversubscribed run shares cores; with a core per rank what slows the concurrent
   // figures (memory bandwidth, caches) is not a share of a core.
   if (!p.alone_waiters_sleep || static_cast<double>(p.ranks) * T <= cores) return cores;
-  // Alone, rank 0 had T cores of its own (the others slept); at once, each rank had its share
-  // of the cores the run got. Time-weighted over the products (the long ones dominate, the
-  // short ones are the noisy ones).
   double alone = 0, concurrent = 0;
   for (const GemmRecord& g : p.gemms) {
     alone += g.seconds_alone;
     concurrent += g.seconds_concurrent;
   }
-  const double got = static_cast<double>(p.ranks) * T * alone / concurrent;
-  return std::clamp(got, 1.0, cores);
+  return std::clamp(static_cast<double>(p.ranks) * T * alone / concurrent, 1.0, static_cast<double>(p.ranks) * T);
+}
+
+}  // namespace
+
+double profile_cores(const HardwareProfile& p) {
+  return std::min(concurrent_cores(p), static_cast<double>(p.cores));
 }
 
 }  // namespace distca::sim
@@ -67,8 +78,10 @@ Result<HostModel> host_model(const SimOptions& o) {
   const double cores = profile_cores(*p);
   h.cores = o.host_cores > 0 ? static_cast<double>(o.host_cores) : cores;
   h.demand = G * T;
-  // The profile's concurrent figures: each of its ranks ran T threads on cores / ranks cores.
-  h.base_share = std::min(1.0, cores / (static_cast<double>(p->ranks) * T));
+  // The profile's concurrent figures: each of its ranks ran T threads on its share of the
+  // cores those figures saw (more than cores / ranks when a timed call got more than a fair
+  // share: then the sustained all-busy rate is slower than the concurrent figures).
+  h.base_share = std::min(1.0, concurrent_cores(*p) / (static_cast<double>(p->ranks) * T));
   return h;
 }
 

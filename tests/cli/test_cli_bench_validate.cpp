@@ -98,7 +98,10 @@ TEST_F(CliBenchValidateTest, ReplayRowsAreTheRecordedMeasurementsAndTheirRatios)
 // One rank, colocated, skewed (one document of T tokens): the step is every linear product's
 // seconds per token (the profile's seconds_alone over its rows: one unit runs alone) times T,
 // for each layer and the LM head, plus each layer's forward + backward attention at the grid
-// point (T, T); nothing is exchanged, so the prediction has no idle and no exposed time.
+// point (T, T), plus the element-wise work per token of every layer and of the loss, plus the
+// optimizer step over every parameter (per layer h (q + 2 kv) + q h + 3 h ffn + 2 h, the
+// embedding and the LM head v h each, the final norm h); nothing is exchanged, so the
+// prediction has no idle and no exposed time.
 TEST_F(CliBenchValidateTest, OneRankColocatedStepIsTheProfilesGemmsAndAttentionByHand) {
   const nlohmann::json hw = load(kData + "/hw-1.json");
   const nlohmann::json run = load(kData + "/dp1-skewed.json");
@@ -119,9 +122,41 @@ TEST_F(CliBenchValidateTest, OneRankColocatedStepIsTheProfilesGemmsAndAttentionB
   const auto ki = std::find(a.at("kv_lens").begin(), a["kv_lens"].end(), T) - a["kv_lens"].begin();
   ASSERT_LT(static_cast<size_t>(qi), a["q_lens"].size());
   ASSERT_LT(static_cast<size_t>(ki), a["kv_lens"].size());
-  const double attention = a.at("forward_seconds")[qi][ki].get<double>() + a.at("backward_seconds")[qi][ki].get<double>();
+  // cost/profiled.h's rule: the grid point's forward + backward seconds, unless every corner of
+  // the cell ending there (a corner with q > kv taking its column's diagonal) runs at >= 0.9 of
+  // the grid's peak throughput: then the peak's (throughput = causal pairs / seconds; the
+  // FLOPs per pair cancel).
+  ASSERT_GT(qi, 0);
+  ASSERT_EQ(qi, ki);  // (T, T) on the diagonal
+  auto total = [&](size_t i, size_t j) {
+    return a["forward_seconds"][i][j].get<double>() + a["backward_seconds"][i][j].get<double>();
+  };
+  auto pairs = [](double q, double kv) { return 0.5 * q * (2 * kv - q + 1); };
+  auto tput = [&](size_t i, size_t j) {
+    const double q = a["q_lens"][i].get<double>(), kv = a["kv_lens"][j].get<double>();
+    return pairs(q, kv) / total(i, j);
+  };
+  double peak = 0;
+  for (size_t i = 0; i < a["q_lens"].size(); ++i) {
+    for (size_t j = 0; j < a["kv_lens"].size(); ++j) {
+      if (a["q_lens"][i].get<double>() <= a["kv_lens"][j].get<double>()) peak = std::max(peak, tput(i, j));
+    }
+  }
+  const auto i1 = static_cast<size_t>(qi), i0 = i1 - 1;
+  const double corners[] = {tput(i0, i0), tput(i0, i1), tput(i0, i0), tput(i1, i1)};  // (T, T/2) -> its diagonal
+  const bool saturated = std::all_of(std::begin(corners), std::end(corners), [&](double t) { return t >= 0.9 * peak; });
+  const double attention = saturated ? pairs(static_cast<double>(T), static_cast<double>(T)) / peak : total(i1, i1);
+  const nlohmann::json& e = hw.at("elementwise");
+  auto alone = [&](const char* key) { return e.at(key).at("alone").get<double>(); };
+  const nlohmann::json& m = run.at("model");
+  const auto h = m.at("hidden").get<double>(), ffn = m.at("ffn").get<double>(), v = m.at("vocab").get<double>();
+  const double q = m.at("n_heads").get<double>() * m.at("head_dim").get<double>();
+  const double kv = m.at("n_kv_heads").get<double>() * m.at("head_dim").get<double>();
+  const double params = static_cast<double>(L) * (h * (q + 2 * kv) + q * h + 3 * h * ffn + 2 * h) + 2 * v * h + h;
+  layer_per_token += alone("layer_forward_seconds_per_token") + alone("layer_backward_seconds_per_token");
+  head_per_token += alone("loss_forward_seconds_per_token") + alone("loss_backward_seconds_per_token");
   const double step = static_cast<double>(T) * (static_cast<double>(L) * layer_per_token + head_per_token) +
-                      static_cast<double>(L) * attention;
+                      static_cast<double>(L) * attention + params * alone("optimizer_seconds_per_param");
 
   const nlohmann::json t = replay_json();
   bool found = false;
@@ -133,6 +168,31 @@ TEST_F(CliBenchValidateTest, OneRankColocatedStepIsTheProfilesGemmsAndAttentionB
     EXPECT_NEAR(r.at("exposed_predicted").get<double>(), 0.0, 1e-12);
   }
   EXPECT_TRUE(found) << "no dp1-skewed colocated row";
+}
+
+// The model's accuracy on the recorded run (a quiet machine, 2026-12-01): where every rank has
+// a core of its own (np <= machine.cores) every row meets both goals, step within 15% and
+// idle within 5 points; with more ranks than cores the step stays within 0.80-1.20 (processor
+// sharing; the idle there depends on the OS scheduler's time slices, docs/benchmarks.md).
+// A model change that loses accuracy on measured runs fails here.
+TEST_F(CliBenchValidateTest, RecordedQuietRunMeetsTheGoalsWhereEveryRankHasACore) {
+  const nlohmann::json t = replay_json();
+  int own_core_rows = 0;
+  for (const nlohmann::json& r : t.at("rows")) {
+    const auto np = r.at("np").get<int64_t>();
+    const nlohmann::json hw = load(kData + "/hw-" + std::to_string(np) + ".json");
+    const std::string what = r.at("config").get<std::string>() + " " + r.at("mode").get<std::string>();
+    const double ratio = r.at("ratio").get<double>();
+    if (np <= hw.at("machine").at("cores").get<int64_t>()) {
+      ++own_core_rows;
+      EXPECT_TRUE(r.at("step_ok").get<bool>()) << what << ": ratio " << ratio;
+      EXPECT_TRUE(r.at("idle_ok").get<bool>()) << what;
+    } else {
+      EXPECT_GE(ratio, 0.80) << what;
+      EXPECT_LE(ratio, 1.20) << what;
+    }
+  }
+  EXPECT_GE(own_core_rows, 18);  // dp1, dp2 (both workloads), pp2x1 (both)
 }
 
 // The printed table: a header, one line per row with its config and mode, the goal footer.

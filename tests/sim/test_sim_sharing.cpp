@@ -177,6 +177,26 @@ TEST(SimSharing, BalancedUnitsKeepTheConcurrentRates) {
   EXPECT_NEAR(a->iteration_seconds, b->iteration_seconds, 1e-12 * b->iteration_seconds);
 }
 
+TEST(SimSharing, AConcurrentFigureAboveTheFairShareIsSlowedToIt) {
+  // 4 ranks on 2 cores whose timed concurrent calls ran only 1.6x slower than alone (sleeping
+  // waiters): together they got 4 / 1.6 = 2.5 cores' worth in those short calls, more than
+  // the 2 there are. Sustained, 4 busy units get 1/2 core each: twice the alone seconds, i.e.
+  // 2 / 1.6 = 1.25x the concurrent ones. The host's cores stay machine.cores.
+  HardwareProfile hp = *make_profile(4, 2);
+  hp.alone_waiters_sleep = true;
+  for (GemmRecord& g : hp.gemms) g.seconds_alone = g.seconds_concurrent / 1.6;
+  auto prof = std::make_shared<const HardwareProfile>(hp);
+  EXPECT_DOUBLE_EQ(profile_cores(*prof), 2.0);
+  auto a = simulate(options(4, 1, 2, prof), {balanced(4)});
+  auto b = simulate(options(4, 1, 2, make_profile(4, 4)), {balanced(4)});  // unshared: the concurrent rates
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(a->sharing_converged);
+  for (size_t u = 0; u < a->per_unit.size(); ++u) {
+    // Within the fixed point's stop rule (kSharingTolerance of the latest end per pass).
+    EXPECT_NEAR(a->per_unit[u].busy, 1.25 * b->per_unit[u].busy, 1e-8 * b->per_unit[u].busy) << "unit " << u;
+  }
+}
+
 TEST(SimSharing, AnUnsharedHostChangesNoBit) {
   // 2 ranks on 2 cores (every rank had its core): sharing is off, one plain run per engine.
   for (const char* strategy : {"colocated", "cad", "cad:single-stream", "wlb"}) {
