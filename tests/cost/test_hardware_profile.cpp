@@ -7,6 +7,7 @@
 #include <string>
 
 #include "distca/cost/hardware_profile.h"
+#include "support/hardware_profile_fixture.h"
 
 namespace distca {
 namespace {
@@ -14,30 +15,8 @@ namespace {
 // A valid profile of `ranks` ranks: GEMMs at 1e10 FLOP/s alone and 5e9 concurrent, attention
 // on a 2 x 2 grid, links latency 1e-4 s and 1e9 B/s (points on the line).
 HardwareProfile make_profile(int64_t ranks) {
-  HardwareProfile p;
+  HardwareProfile p = testing::test_hardware_profile(ranks);
   p.cpu = "test cpu";
-  p.cores = 2;
-  p.ranks = ranks;
-  p.threads_per_rank = 1;
-  p.blas = "Haswell";
-  p.shape = {64, 4, 2, 16, 128, 100, 32};
-  p.gemms = profile_gemm_list(p.shape);
-  for (GemmRecord& g : p.gemms) {
-    g.seconds_alone = g.flops() / 1e10;
-    g.seconds_concurrent = g.flops() / 5e9;
-  }
-  CostTable t;
-  t.n_heads = 4;
-  t.n_kv_heads = 2;
-  t.head_dim = 16;
-  t.q_lens = {16, 32};
-  t.kv_lens = {16, 32};
-  t.seconds = {{1e-5, 2e-5}, {0, 4e-5}};
-  p.attention_forward = t;
-  for (auto& row : t.seconds) {
-    for (double& s : row) s *= 2.5;
-  }
-  p.attention_backward = t;
   if (ranks > 1) {
     LinkProfile l;
     l.latency_seconds = 1e-4;

@@ -17,59 +17,18 @@
 #include "distca/cost/hardware_profile.h"
 #include "distca/sim/simulator.h"
 #include "support/cli_fixture.h"
+#include "support/hardware_profile_fixture.h"
 
 namespace distca::sim {
 namespace {
 
-constexpr double kAlone = 1e10, kConcurrent = 5e9;  // FLOP/s of every GEMM
+constexpr double kAlone = testing::kProfileAloneFlops, kConcurrent = testing::kProfileConcurrentFlops;
 
-// hidden 64, 4 heads (2 K/V) of 16, ffn 128, vocab 100: the profile's shapes.
-ModelSpec small_model(int64_t layers) {
-  ModelSpec m;
-  m.name = "small";
-  m.n_layers = layers;
-  m.hidden = 64;
-  m.n_heads = 4;
-  m.n_kv_heads = 2;
-  m.head_dim = 16;
-  m.ffn = 128;
-  m.vocab = 100;
-  return m;
-}
+ModelSpec small_model(int64_t layers) { return testing::profile_test_model(layers); }
 
-// Attention forward seconds on the grid {16, 32}: (16,16) 1e-5, (16,32) 2e-5, (32,32) 4e-5;
-// backward 2.5x. Throughputs (pairs / seconds): 136/3.5e-5, 392/7e-5, 528/1.4e-4, so the
-// diagonal points are below 0.9 x the peak (not saturated): a task on a grid point costs the
-// point's seconds exactly.
+// support/hardware_profile_fixture.h's profile: a task on a grid point costs the point's seconds.
 std::shared_ptr<const HardwareProfile> make_profile(int64_t ranks) {
-  HardwareProfile p;
-  p.cpu = "test";
-  p.cores = 2;
-  p.ranks = ranks;
-  p.threads_per_rank = 1;
-  p.blas = "Haswell";
-  p.shape = {64, 4, 2, 16, 128, 100, 32};
-  p.gemms = profile_gemm_list(p.shape);
-  for (GemmRecord& g : p.gemms) {
-    g.seconds_alone = g.flops() / kAlone;
-    g.seconds_concurrent = g.flops() / kConcurrent;
-  }
-  CostTable t;
-  t.n_heads = 4;
-  t.n_kv_heads = 2;
-  t.head_dim = 16;
-  t.q_lens = {16, 32};
-  t.kv_lens = {16, 32};
-  t.seconds = {{1e-5, 2e-5}, {0, 4e-5}};
-  p.attention_forward = t;
-  for (auto& row : t.seconds) {
-    for (double& s : row) s *= 2.5;
-  }
-  p.attention_backward = t;
-  if (ranks > 1) {
-    p.all_to_all = LinkProfile{1e-4, 1e9, {{64, 1e-4}, {1 << 20, 1e-3}}};
-    p.p2p = LinkProfile{3e-4, 2e8, {{64, 3e-4}, {1 << 20, 5e-3}}};
-  }
+  HardwareProfile p = testing::test_hardware_profile(ranks);
   EXPECT_TRUE(p.validate("test").ok()) << p.validate("test").message();
   return std::make_shared<const HardwareProfile>(std::move(p));
 }

@@ -15,56 +15,19 @@
 #include "distca/core/specs.h"
 #include "distca/cost/hardware_profile.h"
 #include "distca/sim/simulator.h"
+#include "support/hardware_profile_fixture.h"
 
 namespace distca::sim {
 namespace {
 
-// hidden 64, 4 heads (2 K/V) of 16, ffn 128, vocab 100: the profile's shapes.
-ModelSpec small_model(int64_t layers) {
-  ModelSpec m;
-  m.name = "small";
-  m.n_layers = layers;
-  m.hidden = 64;
-  m.n_heads = 4;
-  m.n_kv_heads = 2;
-  m.head_dim = 16;
-  m.ffn = 128;
-  m.vocab = 100;
-  return m;
-}
+ModelSpec small_model(int64_t layers) { return testing::profile_test_model(layers); }
 
-// A profile of `ranks` ranks on `cores` cores: GEMMs at 1e10 FLOP/s alone and 5e9 concurrent,
-// attention on the grid {16, 32}, backward `bwd` x forward.
+// support/hardware_profile_fixture.h's profile of `ranks` ranks on `cores` cores (GEMMs at
+// 1e10 FLOP/s alone and 5e9 concurrent, attention on the grid {16, 32}, backward `bwd` x
+// forward), its attention measured with every rank at once when there are several.
 std::shared_ptr<const HardwareProfile> make_profile(int64_t ranks, int64_t cores, double bwd = 2.5) {
-  HardwareProfile p;
-  p.cpu = "test";
-  p.cores = cores;
-  p.ranks = ranks;
-  p.threads_per_rank = 1;
-  p.blas = "Haswell";
-  p.shape = {64, 4, 2, 16, 128, 100, 32};
-  p.gemms = profile_gemm_list(p.shape);
-  for (GemmRecord& g : p.gemms) {
-    g.seconds_alone = g.flops() / 1e10;
-    g.seconds_concurrent = g.flops() / 5e9;
-  }
-  CostTable t;
-  t.n_heads = 4;
-  t.n_kv_heads = 2;
-  t.head_dim = 16;
-  t.q_lens = {16, 32};
-  t.kv_lens = {16, 32};
-  t.seconds = {{1e-5, 2e-5}, {0, 4e-5}};
-  p.attention_forward = t;
-  for (auto& row : t.seconds) {
-    for (double& s : row) s *= bwd;
-  }
-  p.attention_backward = t;
+  HardwareProfile p = testing::test_hardware_profile(ranks, cores, bwd);
   p.attention_concurrent = ranks > 1;
-  if (ranks > 1) {
-    p.all_to_all = LinkProfile{1e-4, 1e9, {{64, 1e-4}, {1 << 20, 1e-3}}};
-    p.p2p = LinkProfile{3e-4, 2e8, {{64, 3e-4}, {1 << 20, 5e-3}}};
-  }
   EXPECT_TRUE(p.validate("test").ok()) << p.validate("test").message();
   return std::make_shared<const HardwareProfile>(std::move(p));
 }
