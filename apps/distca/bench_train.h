@@ -19,6 +19,7 @@
 #include "distca/data/batch.h"
 #include "distca/train/config.h"
 #include "distca/train/trainer.h"
+#include "stats.h"
 
 namespace distca::cli::bench_train {
 
@@ -64,8 +65,8 @@ struct Mode {
 };
 
 double now_s();
-double median(std::vector<double> v);
-double mean_of(const std::vector<double>& v);  // 0 when empty
+using cli::mean_of;  // stats.h
+using cli::median;
 int64_t long_doc(const TrainBenchFlags& f);
 ModelSpec bench_spec(const TrainBenchFlags& f);
 // The batches of one step as the trainer and the simulator see them: --pp 1 one batch over

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "stats.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
 #include "distca/core/rng.h"
@@ -45,11 +46,6 @@ struct BenchFlags {
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 // OpenBLAS sgemm on n x n x n with all threads (its own pool, the same cores).

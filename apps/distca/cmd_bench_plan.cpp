@@ -34,6 +34,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "stats.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
 #include "distca/core/specs.h"
@@ -84,13 +85,6 @@ double phase_ms(const Sample& m, int i) {
   const double s[kNumPhases] = {p.validate_s, p.schedule_s, p.index_s, p.tasks_s,
                                 p.layouts_s,  p.mirror_s,   p.metrics_s, m.complete_ms / 1e3 - p.total()};
   return 1e3 * s[i];
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 std::string fmt_tol(double t) {

@@ -23,6 +23,7 @@
 
 #include "bench_validate.h"
 #include "command.h"
+#include "stats.h"
 #include "launcher.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
@@ -48,12 +49,6 @@ struct Flags {
   std::string replay, out_dir, ranks, mpirun;
   double timeout_s = 600;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -156,24 +151,6 @@ int run(const Flags& f) {
 }
 
 namespace fs = std::filesystem;
-
-// `name` as execvp would find it: a path when it has a slash, else the first executable in PATH.
-std::string find_executable(const std::string& name) {
-  if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? fs::absolute(name).string() : "";
-  const char* path = std::getenv("PATH");
-  std::string dirs = path != nullptr ? path : "";
-  size_t pos = 0;
-  while (pos <= dirs.size()) {
-    const size_t colon = dirs.find(':', pos);
-    const std::string d = dirs.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos);
-    const fs::path cand = fs::path(d.empty() ? "." : d) / name;
-    std::error_code ec;
-    if (fs::is_regular_file(cand, ec) && access(cand.c_str(), X_OK) == 0) return fs::absolute(cand).string();
-    if (colon == std::string::npos) break;
-    pos = colon + 1;
-  }
-  return "";
-}
 
 // --ranks LIST: comma-separated process counts, each 1 .. 64.
 Result<std::vector<int64_t>> parse_ranks(const std::string& list) {

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "stats.h"
 #include "distca/comm/local.h"
 #include "distca/comm/mpi.h"
 #include "distca/core/io.h"
@@ -57,11 +58,6 @@ struct StepFlags {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
 }
 
 // Rank 0: one document of long_doc tokens; ranks 1..n-1: long_doc / short_doc documents each.

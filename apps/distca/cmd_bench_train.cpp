@@ -56,17 +56,6 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
-}
-
-double mean_of(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? 0 : s / static_cast<double>(v.size());
-}
-
 int64_t long_doc(const TrainBenchFlags& f) { return f.long_doc > 0 ? f.long_doc : f.tokens; }
 
 // Width-scaled `tiny` heads: head_dim fixed, half as many K/V heads (GQA) when the count is

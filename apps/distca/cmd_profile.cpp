@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "stats.h"
 #include "distca/comm/mpi.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
@@ -58,12 +59,6 @@ bool given(const ProfileFlags& f, const char* flag) { return f.app->count(flag) 
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
 }
 
 // Message sizes of the link measurements (bytes per message): latency-bound to bandwidth-bound.

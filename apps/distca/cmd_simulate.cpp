@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "launcher.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
 #include "distca/core/trace.h"
@@ -88,24 +89,6 @@ std::string human_bytes(double b) {
 bool given(const Options& o, const char* flag) { return o.app->count(flag) > 0; }
 
 // ---- plotting (the sim library writes the CSV and the script; drawing is the CLI's) ----------
-
-// The first executable regular file `gnuplot` on PATH, or "".
-std::string find_gnuplot() {
-  const char* path = std::getenv("PATH");
-  if (!path) return "";
-  const std::string p = path;
-  size_t start = 0;
-  while (start <= p.size()) {
-    const size_t end = std::min(p.find(':', start), p.size());
-    // An empty PATH entry means the current directory.
-    const std::filesystem::path dir = end > start ? std::filesystem::path(p.substr(start, end - start)) : ".";
-    const std::filesystem::path cand = dir / "gnuplot";
-    std::error_code ec;
-    if (::access(cand.c_str(), X_OK) == 0 && std::filesystem::is_regular_file(cand, ec)) return cand.string();
-    start = end + 1;
-  }
-  return "";
-}
 
 // Runs `exe` on `script` with working directory `dir`, drawing into `outfile` (a name inside
 // dir); gnuplot's own chatter goes to /dev/null. A failure to start, a signal or a non-zero
@@ -195,7 +178,7 @@ int run_sweep_mode(const Options& o) {
   std::string skipped;
   if (o.no_plot) {
     skipped = "--no-plot";
-  } else if (const std::string exe = find_gnuplot(); exe.empty()) {
+  } else if (const std::string exe = find_executable("gnuplot"); exe.empty()) {
     skipped = "gnuplot not found on PATH (run the .gp script later)";
   } else {
     for (size_t i = 0; i < summary->script_paths.size(); ++i) {

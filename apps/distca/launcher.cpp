@@ -1,7 +1,11 @@
-// The MPI launcher's environment (launcher.h).
+// The MPI launcher's environment and the programs the CLI starts (launcher.h).
 #include "launcher.h"
 
 #include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include <unistd.h>
 
 namespace distca::cli {
 
@@ -16,6 +20,24 @@ int64_t env_int(const char* name) {
 int64_t mpi_local_ranks(int64_t ranks) {
   const int64_t v = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
   return v >= 1 ? v : ranks;
+}
+
+std::string find_executable(const std::string& name) {
+  namespace fs = std::filesystem;
+  if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? fs::absolute(name).string() : "";
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "";
+  size_t pos = 0;
+  while (pos <= dirs.size()) {
+    const size_t colon = dirs.find(':', pos);
+    const std::string d = dirs.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos);
+    const fs::path cand = fs::path(d.empty() ? "." : d) / name;
+    std::error_code ec;
+    if (fs::is_regular_file(cand, ec) && access(cand.c_str(), X_OK) == 0) return fs::absolute(cand).string();
+    if (colon == std::string::npos) break;
+    pos = colon + 1;
+  }
+  return "";
 }
 
 Launcher detect_launcher() {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace distca::cli {
 
@@ -21,5 +22,10 @@ int64_t env_int(const char* name);
 // The rank processes mpirun put on this machine (Open MPI's local size); `ranks` when the
 // launcher does not say.
 int64_t mpi_local_ranks(int64_t ranks);
+
+// `name` as execvp would find it, as an absolute path: itself when it has a slash, else the
+// first executable regular file of that name in PATH (an empty entry is the current
+// directory); "" when there is none. The programs the CLI starts (mpirun, gnuplot).
+std::string find_executable(const std::string& name);
 
 }  // namespace distca::cli
