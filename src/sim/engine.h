@@ -11,7 +11,7 @@
 
 #include "distca/cost/analytic.h"
 #include "distca/cost/cost_model.h"
-#include "distca/sim/pipeline.h"
+#include "distca/plan/pipeline_schedule.h"
 #include "distca/sim/simulator.h"
 #include "network.h"
 #include "sharing.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-#include "distca/runtime/pipeline_schedule.h"
+#include "distca/plan/pipeline_schedule.h"
 
 namespace distca::train {
 namespace {
@@ -50,7 +50,7 @@ Result<PlanUnit> guarded(const StepPlanner::PlanFn& plan, int64_t step, int64_t 
 
 int64_t PlanContext::units_per_step() const {
   if (!pooled_ticks) return micro_batches;
-  return static_cast<int64_t>(runtime::one_f_one_b_ticks(pp, micro_batches).size());
+  return static_cast<int64_t>(one_f_one_b_ticks(pp, micro_batches).size());
 }
 
 std::vector<Batch> step_batches(const DataSource& data, int64_t micro_batches, int64_t step) {
@@ -72,9 +72,9 @@ Result<PlanUnit> plan_unit(const PlanContext& ctx, int64_t step, int64_t index, 
     u.micro.emplace(std::move(planned).value());
   } else {
     // one_f_one_b_ticks is cheap next to a plan; recomputing it keeps a unit a pure function.
-    const std::vector<std::vector<runtime::PipeOp>> ticks = runtime::one_f_one_b_ticks(ctx.pp, ctx.micro_batches);
+    const std::vector<std::vector<PipeOp>> ticks = one_f_one_b_ticks(ctx.pp, ctx.micro_batches);
     std::vector<PoolMember> fmembers, bmembers;
-    for (const runtime::PipeOp& op : ticks[static_cast<size_t>(index)]) {
+    for (const PipeOp& op : ticks[static_cast<size_t>(index)]) {
       (op.backward ? bmembers : fmembers)
           .push_back({op.stage, op.microbatch, op.backward, &batches[static_cast<size_t>(op.microbatch)]});
     }

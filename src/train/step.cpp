@@ -12,7 +12,7 @@
 
 #include "distca/plan/plan.h"
 #include "distca/plan/pool.h"
-#include "distca/runtime/pipeline_schedule.h"
+#include "distca/plan/pipeline_schedule.h"
 #include "distca/runtime/tick_runner.h"
 #include "distca/train/memory.h"
 
@@ -245,12 +245,12 @@ Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup&
   std::vector<runtime::LayerForward> fw;
   std::vector<runtime::LayerBackward> bw;
   model.zero_grads();
-  const std::vector<runtime::PipeOp> ops = runtime::one_f_one_b(P, M)[static_cast<size_t>(stage)];
+  const std::vector<PipeOp> ops = one_f_one_b(P, M)[static_cast<size_t>(stage)];
   const auto t_pipe = Clock::now();
   model::StepLoss loss;
   double imbalance_before = 1, imbalance_after = 1;
   int64_t bytes = 0;
-  for (const runtime::PipeOp& op : ops) {
+  for (const PipeOp& op : ops) {
     Micro& u = mbs[static_cast<size_t>(op.microbatch)];
     const int tag = static_cast<int>(2 * op.microbatch);
     if (!op.backward) {
@@ -346,7 +346,7 @@ std::vector<Piece> own_pieces(const PooledBatch& pool, const Batch& split, int64
 
 }  // namespace
 
-// CAD under pipelines: the global ticks of runtime::one_f_one_b_ticks (1F1B's slots). In a
+// CAD under pipelines: the global ticks of one_f_one_b_ticks (1F1B's slots). In a
 // tick each stage runs at most one op, a forward or a backward; the tick's forwards are one
 // pooled batch over every rank of the job (plan/pool.h) and its backwards another, planned
 // apart and run by one TickRunner pass (runtime/tick_runner.h) that interleaves the two
@@ -384,10 +384,10 @@ Status run_step_pooled_ticks(const TrainConfig& config, comm::Communicator& worl
   model::StepLoss loss;
   StepPhases ph;
   const auto t_pipe = Clock::now();
-  const std::vector<std::vector<runtime::PipeOp>> ticks = runtime::one_f_one_b_ticks(P, M);
+  const std::vector<std::vector<PipeOp>> ticks = one_f_one_b_ticks(P, M);
   for (size_t ti = 0; ti < ticks.size(); ++ti) {
-    const runtime::PipeOp* mine = nullptr;
-    for (const runtime::PipeOp& op : ticks[ti]) {
+    const PipeOp* mine = nullptr;
+    for (const PipeOp& op : ticks[ti]) {
       if (op.stage == stage) mine = &op;
     }
     // The tick's forwards pooled and planned, and its backwards (planner.h, plan_unit).

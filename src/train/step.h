@@ -62,7 +62,7 @@ struct ParamRange {
 };
 ParamRange stage_param_range(const ModelSpec& spec, int64_t pp, int64_t k);
 
-// Runs the stage's 1F1B order of the step's micro-batches (runtime/pipeline_schedule.h; one
+// Runs the stage's 1F1B order of the step's micro-batches (plan/pipeline_schedule.h; one
 // stage: each micro-batch forward then backward), taking each micro-batch's plans from
 // `planner` at its forward (planner.h: one unit per micro-batch), all-reduces the gradients
 // over the stage's data-parallel group, reduces the losses and the global gradient norm over

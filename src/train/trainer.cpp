@@ -89,7 +89,7 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::
   s->planner = start_planner(config, *s, hooks.resume ? hooks.resume->step : 0);
   s->layers = model::stage_layers(s->spec.n_layers, s->pp, s->stage);
   // 1F1B holds at most pp - stage micro-batches of a stage in flight; the phase-aligned
-  // schedule (cad) may hold more (runtime/pipeline_schedule.h).
+  // schedule (cad) may hold more (plan/pipeline_schedule.h).
   const int64_t slots = pipeline_slots(config, s->stage);
   DISTCA_ASSIGN_OR_RETURN(auto model, model::Llama<float>::create(s->spec, config.tokens_per_rank, config.seed, {},
                                                                    s->layers, slots));

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "distca/core/specs.h"
-#include "distca/sim/pipeline.h"
+#include "distca/plan/pipeline_schedule.h"
 #include "distca/sim/simulator.h"
 
 namespace distca::sim {

@@ -20,7 +20,7 @@
 #include "distca/plan/plan.h"
 #include "distca/plan/schedule.h"
 #include "distca/plan/traffic.h"
-#include "distca/sim/pipeline.h"
+#include "distca/plan/pipeline_schedule.h"
 #include "distca/sim/simulator.h"
 #include "sim_test_util.h"
 

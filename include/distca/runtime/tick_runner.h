@@ -1,4 +1,4 @@
-// One tick of CAD's pipelined schedule (runtime/pipeline_schedule.h, one_f_one_b_ticks): the
+// One tick of CAD's pipelined schedule (plan/pipeline_schedule.h, one_f_one_b_ticks): the
 // forwards of some stages' micro-batches and the backwards of others', each direction's core
 // attention planned as ONE pooled plan over every rank (plan/pool.h), run in one pass whose
 // layer steps interleave the two directions, so that every rank - computing a forward, a

@@ -40,7 +40,7 @@ struct TrainConfig {
   // Refused with --mode colocated, which has no exchange to overlap.
   std::string overlap;
   // Pipeline parallelism: pp stages (ranks = dp x pp), each step micro_batches micro-batches
-  // per data-parallel replica, in 1F1B order (runtime/pipeline_schedule.h; cad runs its slots
+  // per data-parallel replica, in 1F1B order (plan/pipeline_schedule.h; cad runs its slots
   // as pooled ticks). pp > 1 needs micro_batches >= pp, pp <= the model's layers, and with
   // --mode cad pp dividing the layers. micro_batches > 1 with pp = 1 is gradient accumulation
   // (either mode).

@@ -1,5 +1,5 @@
-// Pipeline schedules as data: the op orders the runtime's trainer executes and the simulator
-// replays (sim/pipeline.h re-exports these names), so the two cannot drift apart.
+// Pipeline schedules as data: the op orders the trainer executes and the simulator replays
+// (both call these functions), so the two cannot drift apart.
 // docs/runtime.md "Pipeline schedules" draws both for P = 4, M = 8.
 //
 // Schedules
@@ -49,7 +49,7 @@
 
 #include "distca/core/status.h"
 
-namespace distca::runtime {
+namespace distca {
 
 struct PipeOp {
   int64_t stage = 0;
@@ -158,4 +158,4 @@ std::string tick_table(const std::vector<Tick>& ticks, int64_t p);
 // Markdown: header "slot", one row per stage, each step in its Execution slot.
 std::string slot_table(const std::vector<StageProgram>& programs, const Execution& execution);
 
-}  // namespace distca::runtime
+}  // namespace distca

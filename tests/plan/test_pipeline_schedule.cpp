@@ -1,4 +1,4 @@
-// The pipeline schedules (runtime/pipeline_schedule.h) against references written here:
+// The pipeline schedules (plan/pipeline_schedule.h) against references written here:
 // 1F1B against a closed-form enumeration of each stage's op at each position; both
 // schedules against the dependency rules (every op once, forward before backward, forwards
 // down the stages, backwards up) and the message rule; the executability check against an
@@ -17,9 +17,9 @@
 #include <tuple>
 #include <vector>
 
-#include "distca/runtime/pipeline_schedule.h"
+#include "distca/plan/pipeline_schedule.h"
 
-namespace distca::runtime {
+namespace distca {
 namespace {
 
 constexpr int64_t kMaxStages = 8;
@@ -414,4 +414,4 @@ TEST(Tables, TheDocsDrawTheseSchedules) {
 }
 
 }  // namespace
-}  // namespace distca::runtime
+}  // namespace distca

@@ -1,5 +1,5 @@
 // Pipeline schedules, their messages and the executability checks (pipeline_schedule.h).
-#include "distca/runtime/pipeline_schedule.h"
+#include "distca/plan/pipeline_schedule.h"
 
 #include <algorithm>
 #include <map>
@@ -8,7 +8,7 @@
 
 #include "distca/core/check.h"
 
-namespace distca::runtime {
+namespace distca {
 
 std::vector<std::vector<PipeOp>> one_f_one_b(int64_t p, int64_t m) {
   DISTCA_CHECK(p >= 1 && m >= 1);
@@ -390,4 +390,4 @@ std::string slot_table(const std::vector<StageProgram>& programs, const Executio
   return table("slot", execution.makespan, names, cells);
 }
 
-}  // namespace distca::runtime
+}  // namespace distca
