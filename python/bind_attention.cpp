@@ -1,6 +1,6 @@
 // distca.attention_forward / attention_backward (docs/python.md): the CPU kernel of
 // kernels/attention.h on NumPy float32 arrays in its layout, for tests and small experiments.
-// The GIL is released during the kernel; calls are serialised by the runtime's kernel mutex
+// The GIL is released during the kernel; calls are serialised by kernels::kernel_mutex()
 // (the kernel uses OpenMP and sets OpenBLAS's thread count, so two must not run at once).
 #include <pybind11/stl.h>
 
@@ -8,7 +8,6 @@
 
 #include "bind_common.h"
 #include "distca/kernels/attention.h"
-#include "distca/runtime/dispatcher.h"
 
 namespace distca::python {
 namespace {
@@ -83,7 +82,7 @@ py::tuple forward(const py::handle& qo, const py::handle& ko, const py::handle& 
   p.lse = lse.mutable_data();
   {
     py::gil_scoped_release release;
-    std::lock_guard<std::mutex> lock(runtime::kernel_mutex());
+    std::lock_guard<std::mutex> lock(kernels::kernel_mutex());
     kernels::attention_forward(p);
   }
   return py::make_tuple(o, lse);
@@ -113,7 +112,7 @@ py::tuple backward(const py::handle& qo, const py::handle& ko, const py::handle&
   p.dv = dv.mutable_data();
   {
     py::gil_scoped_release release;
-    std::lock_guard<std::mutex> lock(runtime::kernel_mutex());
+    std::lock_guard<std::mutex> lock(kernels::kernel_mutex());
     kernels::attention_backward(p);
   }
   return py::make_tuple(dq, dk, dv);

@@ -1,6 +1,6 @@
 // `distca bench train`'s pieces shared by its two halves: cmd_bench_train.cpp (data
 // parallelism: four modes on one skewed batch) and bench_train_pipeline.cpp (--pp > 1: 1F1B
-// against CAD's phase-aligned schedule on micro-batches of skewed attention work).
+// against CAD's 1F1B ticks with pooled attention on micro-batches of skewed attention work).
 // docs/benchmarks.md, "Training step" and "Pipelines (bench train --pp)".
 #pragma once
 
@@ -121,7 +121,7 @@ SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, do
                    const ProfiledCostModel* table, const std::shared_ptr<const HardwareProfile>& hw_profile,
                    const std::vector<Batch>& batches);
 
-// --pp > 1: the modes timed (colocated 1F1B, cad phase-aligned pingpong and single-stream).
+// --pp > 1: the modes timed (colocated 1F1B, cad pingpong and single-stream).
 std::vector<Mode> pipeline_modes();
 // --pp > 1, flags already checked: runs the pipeline benchmark and prints it; the exit code.
 int run_pipeline(const TrainBenchFlags& f);

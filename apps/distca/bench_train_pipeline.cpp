@@ -1,5 +1,5 @@
 // `distca bench train --pp P`: whole training steps of a P-stage pipeline (ranks = DP x P,
-// stage-major), colocated 1F1B against cad's phase-aligned schedule (pingpong, and
+// stage-major), colocated 1F1B against cad's 1F1B ticks with pooled attention (pingpong, and
 // single-stream), round-robin on one communicator like the data-parallel benchmark
 // (cmd_bench_train.cpp), with each stage's idle fraction, the FLOP-ideal and the simulator's
 // prediction for the same configuration (docs/benchmarks.md, "Pipelines (bench train --pp)").
@@ -128,7 +128,7 @@ Status run_rank(comm::Communicator& comm, const TrainBenchFlags& f, const train:
           double idle = 0;
           for (int64_t d = 0; d < dp; ++d) {
             const train::StepMetrics& rs = result.rank_steps[static_cast<size_t>(stage * dp + d)][s];
-            const double busy = rs.linear_s + rs.attention_s;
+            const double busy = rs.busy_s();
             busy_sum += busy;
             idle += t > 0 ? 1.0 - busy / t : 0.0;
           }
@@ -148,7 +148,7 @@ Status run_rank(comm::Communicator& comm, const TrainBenchFlags& f, const train:
 // The simulator on this machine: one unit per rank (gpus_per_node 1), the local-cpu preset's
 // links, peak = the measured sgemm rate with mfu 1, attention from --cost-table or analytic at
 // the simulator's default efficiency; fp32, no activation checkpointing, stateless cad servers
-// (the runtime's phase-aligned schedule re-sends a backward's inputs).
+// (a pipeline plans each backward apart from its forward and re-sends its inputs).
 
 
 int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, const ProfiledCostModel* table,
@@ -381,7 +381,7 @@ void RankFigures::add(const train::TrainResult& result, int64_t warmup_steps) {
     for (size_t s = static_cast<size_t>(warmup_steps); s < result.rank_steps[r].size() && s < result.steps.size(); ++s) {
       const double t = result.steps[s].seconds;  // rank 0's: the job's step (it ends in a barrier)
       const train::StepMetrics& m = result.rank_steps[r][s];
-      idle[r].push_back(t > 0 ? 1.0 - (m.linear_s + m.attention_s) / t : 0.0);
+      idle[r].push_back(t > 0 ? 1.0 - m.busy_s() / t : 0.0);
       exposed[r].push_back(t > 0 ? m.comm_s / t : 0.0);
     }
   }

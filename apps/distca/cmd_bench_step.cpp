@@ -6,7 +6,7 @@
 //   mpirun -np 2 distca bench step --backend mpi --json -
 //
 // Under mpirun every rank runs the same steps and only rank 0 prints. On the local backend the
-// ranks are threads whose kernels are serialised (runtime::kernel_mutex), so its times are a
+// ranks are threads whose kernels are serialised (kernels::kernel_mutex), so its times are a
 // smoke test, not figures.
 #include <omp.h>
 
@@ -128,7 +128,7 @@ Status run_rank(comm::Communicator& comm, const StepFlags& f, std::vector<Measur
     const int64_t rows = nano_rows[static_cast<size_t>(nano)];
     if (rows == 0 || W == 0) return;
     const int64_t row0 = nano == 0 ? 0 : nano_rows[0];
-    std::lock_guard<std::mutex> lock(runtime::kernel_mutex());
+    std::lock_guard<std::mutex> lock(kernels::kernel_mutex());
     kernels::ScopedBlasThreads threads(omp_get_max_threads());
     for (int rep = 0; rep < (backward ? 2 : 1); ++rep) {
       kernels::gemm<float>(false, false, rows, W, W, 1.0f, act.data() + row0 * W, W, wmat.data(), W, 0.0f,
@@ -151,10 +151,10 @@ Status run_rank(comm::Communicator& comm, const StepFlags& f, std::vector<Measur
   }
   // Plan every configuration first, then time them round-robin (rep by rep), so that load
   // from other processes on a shared machine falls on every configuration alike.
-  std::vector<runtime::NanoPlans> plans;
+  std::vector<NanoPlans> plans;
   for (const Config& c : configs) {
     DISTCA_ASSIGN_OR_RETURN(SchedulerSpec spec, parse_scheduler(c.scheduler));
-    DISTCA_ASSIGN_OR_RETURN(runtime::NanoPlans np, runtime::plan_nano_batches(batch, spec, opt));
+    DISTCA_ASSIGN_OR_RETURN(NanoPlans np, plan_nano_batches(batch, spec, opt));
     Measured m;
     m.config = c;
     for (int64_t p = 0; p < n; ++p) {

@@ -41,8 +41,10 @@ struct Options {
   std::string resume;
   double mpi_timeout = 300;  // seconds; --backend mpi
   TrainConfig flags;  // values of the flags given (the others are ignored)
-  // (option, copy the flag's value into the config) for every config flag.
-  std::vector<std::pair<CLI::Option*, std::function<void(TrainConfig&)>>> setters;
+  std::string mode, overlap;  // --mode, --overlap as given (parsed by their setters)
+  // (option, copy the flag's value into the config; a value that does not parse is an error)
+  // for every config flag.
+  std::vector<std::pair<CLI::Option*, std::function<Status(TrainConfig&)>>> setters;
 };
 
 int64_t max_rss_bytes() {
@@ -72,7 +74,7 @@ nlohmann::json step_json(const train::StepMetrics& m) {
           {"seconds", m.seconds},     {"tokens_per_s", m.tokens_per_s},
           {"imbalance_before", m.imbalance_before}, {"imbalance_after", m.imbalance_after},
           {"linear_s", m.linear_s},   {"attention_s", m.attention_s},
-          {"comm_s", m.comm_s},       {"wait_s", m.wait_s},
+          {"comm_s", m.comm_s},       {"wait_s", m.wait_s}, {"optimizer_s", m.optimizer_s},
           {"nano_tokens", {m.nano_tokens[0], m.nano_tokens[1]}}, {"bytes_sent", m.bytes_sent},
           {"plan_s", m.plan_s},       {"plan_wait_s", m.plan_wait_s}};
 }
@@ -176,7 +178,7 @@ int run(const Options& o) {
   bool ranks_given = false;
   for (const auto& [opt, set] : o.setters) {
     if (opt->count() > 0) {
-      set(cfg);
+      if (Status st = set(cfg); !st.ok()) return early_fail(st.message());
       if (opt->get_name() == "--ranks") ranks_given = true;
     }
   }
@@ -245,7 +247,7 @@ int run(const Options& o) {
   hooks.data = &*prep.data;
   if (prep.resume) hooks.resume = &prep.ckpt;
   if (backend_mpi && !cfg.trace.empty()) hooks.trace = &trace_recorder;
-  if (lead && cfg.mode == "cad" && cfg.overlap == "signal") {
+  if (lead && cfg.mode == train::TrainMode::kCad && cfg.overlap == runtime::OverlapMode::kSignal) {
     std::fprintf(stderr, "distca train: --overlap signal is a timing ablation: exchanges carry 1 byte, outputs are "
                          "invalid, parameters are not updated and no checkpoint is written\n");
   }
@@ -302,18 +304,21 @@ int run(const Options& o) {
     TraceProcess proc{0, "distca train", 0, {}};
     for (int64_t r = 0; r < cfg.ranks; ++r) proc.threads.emplace_back(r, "rank " + std::to_string(r));
     meta.processes.push_back(std::move(proc));
-    meta.other_data = {{"step", cfg.steps - 1}, {"overlap", cfg.mode == "cad" ? cfg.overlap_or_default() : "none"},
-                       {"mode", cfg.mode}, {"backend", cfg.backend}};
+    const bool cad = cfg.mode == train::TrainMode::kCad;
+    meta.other_data = {{"step", cfg.steps - 1}, {"overlap", cad ? runtime::overlap_mode_name(cfg.overlap_or_default()) : "none"},
+                       {"mode", train::train_mode_name(cfg.mode)}, {"backend", cfg.backend}};
     if (Status ws = write_file_atomic(cfg.trace, chrome_trace_json(result.trace, meta)); !ws.ok()) {
       return fail(ws.with_context("--trace"));
     }
   }
 
   const bool copy = cfg.data == "copy";
+  const std::string mode = cfg.mode == train::TrainMode::kCad
+                               ? std::string("cad ") + runtime::overlap_mode_name(cfg.overlap_or_default())
+                               : std::string("colocated");
   std::printf("distca train: model %s (%lld layers, hidden %lld), %lld ranks (%s backend), mode %s, data %s, steps %lld..%lld\n",
               spec->name.c_str(), static_cast<long long>(spec->n_layers), static_cast<long long>(spec->hidden),
-              static_cast<long long>(cfg.ranks), cfg.backend.c_str(),
-              (cfg.mode == "cad" ? "cad " + cfg.overlap_or_default() : cfg.mode).c_str(), cfg.data.c_str(),
+              static_cast<long long>(cfg.ranks), cfg.backend.c_str(), mode.c_str(), cfg.data.c_str(),
               static_cast<long long>(start_step),
               static_cast<long long>(cfg.steps));
   if (cfg.pp > 1 || cfg.micro_batches > 1) {
@@ -322,10 +327,10 @@ int run(const Options& o) {
   }
   const double tot = result.total_s > 0 ? result.total_s : 1;
   std::printf("time (rank 0): %.2f s = linear %.2f s (%.0f%%), attention %.2f s (%.0f%%), "
-              "communication waited for %.2f s (%.0f%%), waiting %.2f s (%.0f%%)\n",
+              "communication waited for %.2f s (%.0f%%), waiting %.2f s (%.0f%%), optimizer %.2f s (%.0f%%)\n",
               result.total_s, result.linear_s, 100 * result.linear_s / tot, result.attention_s,
               100 * result.attention_s / tot, result.comm_s, 100 * result.comm_s / tot,
-              result.wait_s, 100 * result.wait_s / tot);
+              result.wait_s, 100 * result.wait_s / tot, result.optimizer_s, 100 * result.optimizer_s / tot);
   // Planning (docs/training.md, "Planning ahead"): on the planning thread or inline.
   std::printf("planning (rank 0): %.4f s making plans (%s), steps waited %.4f s for them (max %.4f s in one step)\n",
               result.plan_s, cfg.plan_ahead == "on" ? "ahead, on a background thread" : "inline",
@@ -376,7 +381,7 @@ Runner setup(CLI::App& sub) {
   sub.add_option("--mpi-timeout", o->mpi_timeout,
                  "--backend mpi: seconds without progress after which a silent rank ends the job (default 300)");
   auto add = [&](const std::string& name, auto& field, const std::string& help,
-                 std::function<void(TrainConfig&)> set) {
+                 std::function<Status(TrainConfig&)> set) {
     CLI::Option* opt = sub.add_option(name, field, help);
     o->setters.emplace_back(opt, std::move(set));
   };
@@ -384,8 +389,14 @@ Runner setup(CLI::App& sub) {
   // make a reference cycle (a leak the asan preset reports).
   Options* const op = o.get();
 #define DISTCA_FLAG(flag, field, help) \
-  add(flag, f.field, help, [op](TrainConfig& c) { c.field = op->flags.field; })
-  DISTCA_FLAG("--mode", mode, "cad (plan every step) | colocated (default cad)");
+  add(flag, f.field, help, [op](TrainConfig& c) { \
+    c.field = op->flags.field;                      \
+    return Status{};                                \
+  })
+  add("--mode", o->mode, "cad (plan every step) | colocated (default cad)", [op](TrainConfig& c) -> Status {
+    DISTCA_ASSIGN_OR_RETURN(c.mode, train::parse_train_mode(op->mode, "--mode"));
+    return {};
+  });
   DISTCA_FLAG("--ranks", ranks, "Data-parallel ranks (default 2; mpi: mpirun's -np)");
   DISTCA_FLAG("--backend", backend, "local (ranks as threads) | mpi (under mpirun)");
   DISTCA_FLAG("--steps", steps, "Optimizer steps (default 500)");
@@ -393,6 +404,7 @@ Runner setup(CLI::App& sub) {
       [op](TrainConfig& c) {
         c.model = op->flags.model;
         c.model_overrides = {};
+        return Status{};
       });
   DISTCA_FLAG("--seed", seed, "Seed of the parameters and the data (default 1)");
   DISTCA_FLAG("--lr", lr, "Peak learning rate (default 3e-3)");
@@ -410,9 +422,13 @@ Runner setup(CLI::App& sub) {
   DISTCA_FLAG("--checkpoint-dir", checkpoint_dir, "Write checkpoints into DIR (step-NNNNNNNN.ckpt)");
   DISTCA_FLAG("--checkpoint-every", checkpoint_every, "Checkpoint every N steps (0: at the end only)");
   DISTCA_FLAG("--metrics", metrics, "Write per-step metrics as JSONL to FILE");
-  DISTCA_FLAG("--overlap", overlap,
-              "cad mode: pingpong (two nano-batches hide each other's exchanges; default) | single-stream | "
-              "signal (1-byte exchanges: a timing ablation, outputs invalid, no update)");
+  add("--overlap", o->overlap,
+      "cad mode: pingpong (two nano-batches hide each other's exchanges; default) | single-stream | "
+      "signal (1-byte exchanges: a timing ablation, outputs invalid, no update)",
+      [op](TrainConfig& c) -> Status {
+        DISTCA_ASSIGN_OR_RETURN(c.overlap, runtime::parse_overlap_mode(op->overlap, "--overlap"));
+        return {};
+      });
   DISTCA_FLAG("--trace", trace, "Write a Chrome trace of the last step (every rank) to FILE");
   DISTCA_FLAG("--pp", pp,
               "Pipeline stages (default 1): ranks = data-parallel replicas x stages; colocated 1F1B, cad pooled ticks");

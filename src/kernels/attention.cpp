@@ -20,6 +20,11 @@
 #include "vec_math.h"
 
 namespace distca::kernels {
+
+std::mutex& kernel_mutex() {
+  static std::mutex mu;
+  return mu;
+}
 namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;

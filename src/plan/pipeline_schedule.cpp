@@ -27,55 +27,6 @@ std::vector<std::vector<PipeOp>> one_f_one_b(int64_t p, int64_t m) {
   return out;
 }
 
-std::vector<Tick> phase_aligned(int64_t p, int64_t m) {
-  DISTCA_CHECK(p >= 1 && m >= 1);
-  const auto P = static_cast<size_t>(p);
-  // fwd_tick[s][j] / bwd_tick[s][j]: the tick that ran it, -1 while pending.
-  std::vector<std::vector<int64_t>> fwd_tick(P, std::vector<int64_t>(static_cast<size_t>(m), -1));
-  std::vector<std::vector<int64_t>> bwd_tick = fwd_tick;
-  std::vector<int64_t> next_f(P, 0), next_b(P, 0);
-  std::vector<Tick> ticks;
-  int64_t remaining = 2 * p * m;
-  for (int64_t t = 0; remaining > 0; ++t) {
-    // Warm-up F ticks, then alternate starting with F, then B until everything drains.
-    bool backward;
-    if (t < p - 1) {
-      backward = false;
-    } else if (t < p - 1 + 2 * m) {
-      backward = ((t - (p - 1)) % 2) == 1;
-    } else {
-      backward = true;
-    }
-    Tick tick;
-    tick.backward = backward;
-    for (int64_t s = 0; s < p; ++s) {
-      const auto u = static_cast<size_t>(s);
-      if (!backward) {
-        const int64_t j = next_f[u];
-        if (j >= m) continue;
-        const bool ready = s == 0 || (fwd_tick[u - 1][static_cast<size_t>(j)] >= 0 &&
-                                      fwd_tick[u - 1][static_cast<size_t>(j)] < t);
-        if (!ready) continue;
-        fwd_tick[u][static_cast<size_t>(j)] = t;
-        ++next_f[u];
-        tick.ops.push_back({s, j, false});
-      } else {
-        const int64_t j = next_b[u];
-        if (j >= m) continue;
-        const int64_t dep = s == p - 1 ? fwd_tick[u][static_cast<size_t>(j)] : bwd_tick[u + 1][static_cast<size_t>(j)];
-        if (dep < 0 || dep >= t) continue;
-        bwd_tick[u][static_cast<size_t>(j)] = t;
-        ++next_b[u];
-        tick.ops.push_back({s, j, true});
-      }
-      --remaining;
-    }
-    ticks.push_back(std::move(tick));
-    DISTCA_CHECK_MSG(t < 8 * (p + m) + 8, "phase_aligned: the schedule does not drain");
-  }
-  return ticks;
-}
-
 int64_t peak_in_flight(const std::vector<PipeOp>& ops) {
   int64_t cur = 0, peak = 0;
   for (const PipeOp& op : ops) {
@@ -83,16 +34,6 @@ int64_t peak_in_flight(const std::vector<PipeOp>& ops) {
     peak = std::max(peak, cur);
   }
   return peak;
-}
-
-std::vector<PipeOp> stage_ops(const std::vector<Tick>& ticks, int64_t s) {
-  std::vector<PipeOp> out;
-  for (const Tick& t : ticks) {
-    for (const PipeOp& op : t.ops) {
-      if (op.stage == s) out.push_back(op);
-    }
-  }
-  return out;
 }
 
 // ---- Messages -------------------------------------------------------------------------
@@ -146,21 +87,10 @@ std::vector<std::vector<PipeOp>> one_f_one_b_ticks(int64_t p, int64_t m) {
   return ticks;
 }
 
-std::vector<TickProgram> phase_aligned_programs(int64_t p, int64_t m) {
-  std::vector<TickProgram> out;
-  for (const Tick& t : phase_aligned(p, m)) out.push_back({t.backward, stage_program(t.ops, p)});
-  return out;
-}
-
-std::vector<StageProgram> stage_programs(const std::vector<TickProgram>& ticks, int64_t p) {
-  DISTCA_CHECK(p >= 1);
-  std::vector<StageProgram> out(static_cast<size_t>(p));
-  for (const TickProgram& t : ticks) {
-    for (const StageStep& step : t.steps) {
-      DISTCA_CHECK(step.op.stage >= 0 && step.op.stage < p);
-      out[static_cast<size_t>(step.op.stage)].push_back(step);
-    }
-  }
+std::array<Tick, 2> tick_directions(const std::vector<PipeOp>& tick) {
+  std::array<Tick, 2> out;
+  out[1].backward = true;
+  for (const PipeOp& op : tick) out[op.backward ? 1 : 0].ops.push_back(op);
   return out;
 }
 
@@ -288,47 +218,6 @@ Result<Execution> check_executable(const std::vector<StageProgram>& programs) {
   return ex;
 }
 
-Status check_tick_order(const std::vector<TickProgram>& ticks, int64_t p) {
-  std::map<MessageKey, int64_t> sent_in;  // message -> tick
-  for (size_t t = 0; t < ticks.size(); ++t) {
-    std::set<int64_t> stages;
-    for (const StageStep& step : ticks[t].steps) {
-      const std::string at = "tick " + std::to_string(t) + " stage " + std::to_string(step.op.stage) + " (" + op_name(step.op) + ")";
-      if (step.op.stage < 0 || step.op.stage >= p) return Status::invalid_argument(at + ": no such stage");
-      if (step.op.backward != ticks[t].backward) {
-        return Status::invalid_argument(at + ": a " + (step.op.backward ? "backward" : "forward") + " in a" +
-                                        (ticks[t].backward ? " B" : "n F") + " tick");
-      }
-      if (!stages.insert(step.op.stage).second) return Status::invalid_argument(at + ": the stage runs twice in the tick");
-      if (step.send && !sent_in.emplace(key_of(*step.send), static_cast<int64_t>(t)).second) {
-        return Status::invalid_argument(at + ": posts " + what(*step.send) + " a second time");
-      }
-    }
-  }
-  std::set<MessageKey> received;
-  for (size_t t = 0; t < ticks.size(); ++t) {
-    for (const StageStep& step : ticks[t].steps) {
-      if (!step.recv) continue;
-      const std::string at = "tick " + std::to_string(t) + " stage " + std::to_string(step.op.stage) + " (" + op_name(step.op) + ")";
-      const auto it = sent_in.find(key_of(*step.recv));
-      if (it == sent_in.end()) return Status::invalid_argument(at + ": receives " + what(*step.recv) + ", which is never sent");
-      if (it->second >= static_cast<int64_t>(t)) {
-        return Status::invalid_argument(at + ": receives " + what(*step.recv) + " sent in tick " +
-                                        std::to_string(it->second) + ", not an earlier one");
-      }
-      if (!received.insert(it->first).second) return Status::invalid_argument(at + ": receives " + what(*step.recv) + " a second time");
-    }
-  }
-  for (const auto& [key, t] : sent_in) {
-    if (received.count(key) != 0) continue;
-    const auto [from, to, tag] = key;
-    P2pMessage msg{from, to, tag / 2, (tag % 2) == 1, tag};
-    return Status::invalid_argument("tick " + std::to_string(t) + ": stage " + std::to_string(from) + " sends " + what(msg) +
-                                    " to stage " + std::to_string(to) + ", which never receives it");
-  }
-  return Status::ok_status();
-}
-
 // ---- Tables ---------------------------------------------------------------------------
 
 namespace {
@@ -358,21 +247,6 @@ std::string table(const std::string& head, int64_t columns, const std::vector<st
 }
 
 }  // namespace
-
-std::string tick_table(const std::vector<Tick>& ticks, int64_t p) {
-  const auto T = static_cast<int64_t>(ticks.size());
-  std::vector<std::string> names = {"phase"};
-  std::vector<std::vector<std::string>> cells(static_cast<size_t>(p) + 1, std::vector<std::string>(ticks.size(), "."));
-  for (int64_t s = 0; s < p; ++s) names.push_back("stage " + std::to_string(s));
-  for (size_t t = 0; t < ticks.size(); ++t) {
-    cells[0][t].assign(1, ticks[t].backward ? 'B' : 'F');
-    for (const PipeOp& op : ticks[t].ops) {
-      DISTCA_CHECK(op.stage >= 0 && op.stage < p);
-      cells[static_cast<size_t>(op.stage) + 1][t] = op_name(op);
-    }
-  }
-  return table("tick", T, names, cells);
-}
 
 std::string slot_table(const std::vector<StageProgram>& programs, const Execution& execution) {
   DISTCA_CHECK(execution.slot.size() == programs.size());

@@ -45,7 +45,7 @@ std::vector<DocWeight> PooledBatch::doc_weights() const {
   return out;
 }
 
-Result<PooledBatch> pool_batches(std::span<const PoolMember> members, int64_t pp, int64_t dp, PoolRanks ranks) {
+Result<PooledBatch> pool_batches(std::span<const PoolMember> members, int64_t pp, int64_t dp) {
   if (pp < 1) return Status::invalid_argument("pool: pp must be >= 1 (got " + std::to_string(pp) + ")");
   if (dp < 1) return Status::invalid_argument("pool: dp must be >= 1 (got " + std::to_string(dp) + ")");
   if (members.empty()) return Status::invalid_argument("pool: no members");
@@ -87,7 +87,6 @@ Result<PooledBatch> pool_batches(std::span<const PoolMember> members, int64_t pp
   const int64_t units = pp * dp;
   pooled.rank_of_unit.assign(static_cast<size_t>(units), -1);
   for (int64_t u = 0; u < units; ++u) {
-    if (ranks == PoolRanks::kActiveStages && pooled.member_of_stage[static_cast<size_t>(u / dp)] < 0) continue;
     pooled.rank_of_unit[static_cast<size_t>(u)] = static_cast<int64_t>(pooled.unit_of.size());
     pooled.unit_of.push_back(u);
   }
@@ -106,6 +105,20 @@ Result<PooledBatch> pool_batches(std::span<const PoolMember> members, int64_t pp
     }
   }
   return pooled;
+}
+
+Result<PooledBatch> pool_tick(const Tick& tick, std::span<const Batch> micro_batches, int64_t pp, int64_t dp) {
+  std::vector<PoolMember> members;
+  members.reserve(tick.ops.size());
+  for (const PipeOp& op : tick.ops) {
+    if (op.microbatch < 0 || op.microbatch >= static_cast<int64_t>(micro_batches.size())) {
+      return Status::invalid_argument("pool: micro-batch " + std::to_string(op.microbatch) + " of stage " +
+                                      std::to_string(op.stage) + " is not one of the " +
+                                      std::to_string(micro_batches.size()) + " given");
+    }
+    members.push_back({op.stage, op.microbatch, op.backward, &micro_batches[static_cast<size_t>(op.microbatch)]});
+  }
+  return pool_batches(members, pp, dp);
 }
 
 }  // namespace distca

@@ -14,11 +14,6 @@
 
 namespace distca::runtime {
 
-std::mutex& kernel_mutex() {
-  static std::mutex mu;
-  return mu;
-}
-
 Status AttentionDims::validate() const {
   if (n_heads <= 0) return Status::invalid_argument("n_heads must be positive");
   if (n_kv_heads <= 0) return Status::invalid_argument("n_kv_heads must be positive");
@@ -378,7 +373,7 @@ Status CaDispatcher::serve_forward(int layer) {
     kernels::AttentionParams p = fused_params(dims_, cu_q_, cu_k_, s.fq.data(), s.fk.data(), s.fv.data(), s.fo.data(),
                                               s.flse.data());
     DISTCA_RETURN_IF_ERROR(kernels::validate(p));
-    std::lock_guard<std::mutex> lock(kernel_mutex());
+    std::lock_guard<std::mutex> lock(kernels::kernel_mutex());
     kernels::attention_forward(p);
   }
   trace("attention fwd", "compute", t0);
@@ -543,7 +538,7 @@ Status CaDispatcher::serve_backward(int layer) {
     kernels::AttentionParams p = fused_params(dims_, cu_q_, cu_k_, s.fq.data(), s.fk.data(), s.fv.data(), s.fo.data(),
                                               s.flse.data());
     p.d_o = fdo.data(), p.dq = fdq.data(), p.dk = fdk.data(), p.dv = fdv.data();
-    std::lock_guard<std::mutex> lock(kernel_mutex());
+    std::lock_guard<std::mutex> lock(kernels::kernel_mutex());
     kernels::attention_backward(p);
   }
   trace("attention bwd", "compute", t0);

@@ -160,7 +160,7 @@ RunnerTimes TickRunner::times() const {
       if (d != nullptr) t.waited += d->waited_seconds();
     }
   }
-  t.other = std::max(0.0, total_s_ - t.linear - t.waited);
+  t.attention = std::max(0.0, total_s_ - t.linear - t.waited);
   return t;
 }
 

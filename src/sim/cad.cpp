@@ -1,33 +1,16 @@
-// CAD: core attention served by every unit as an in-place attention server, planned by
-// schedule_cad, run with ping-pong nano-batches (or single-stream / signal), and with PP
-// 1F1B's unit-time slots as mixed ticks (one_f_one_b_ticks, the runtime's schedule): per tick
-// the forward members are pooled into ONE plan over ALL units and the backward members into
-// another (docs/simulation-model.md, "CAD").
-//
-// Per plan: the pooled batch (plan/pool.h) puts stage s's micro-batch on the units of
-// stage s (the other units hold nothing and only serve); document ids become id * pp + stage
-// so they stay unique. schedule_cad balances UnitAttentionCost (seconds, padded short shards). The pooled
-// batch is split as the runtime splits it (plan/nano_split.h: split_nano_batches on the grid
-// of SimOptions::attention_tile, the runtime's align_rows): every document is cut near
-// L / sqrt(2) (documents under two tiles go whole to one side), and schedule_cad plans the
-// split batch in every mode. Ping-pong cuts every task at its document's cut into a ping and a
-// pong task on the same server (ping must be a prefix of each document; a unit holding only a
-// long document's tail so has only pong tokens). single-stream runs the micro-batch as ONE
-// batch with every exchange waited for (the ablation without ping-pong; runtime/pingpong.h's
-// single-stream likewise runs the split batch's whole plan). The bytes of each (nano-batch,
-// stage) task list follow traffic.h (compute_traffic), split into the dispatch (Q, K/V) and the return (O + LSE);
-// that per-op bookkeeping (bytes, message pairs, buffers) is cad_contribution.h's.
-// Without PP the backward of a micro-batch runs on the servers of its forward (servers keep
-// their inputs): dO out, dQ and dK/dV back; stateless servers (SimOptions::cad_stateless) get
-// Q, K/V and O + LSE again with dO and keep nothing. With PP every backward is planned anew
-// with other micro-batches than its forward, so its servers are stateless (as the runtime's).
+// CAD: core attention served by every unit as an in-place attention server, with PP over
+// 1F1B's unit-time slots as mixed ticks (one_f_one_b_ticks), each direction of a tick planned
+// exactly as the trainer plans it (pool_tick over every unit, then schedule_nano_batches with
+// align_rows = SimOptions::attention_tile: the same cut, the same stage of every document),
+// run with ping-pong nano-batches, single-stream or signal (docs/simulation-model.md, "CAD").
+// The per-op bookkeeping (bytes, message pairs, buffers) is cad_contribution.h's.
 #include <algorithm>
 #include <array>
 #include <chrono>
 
 #include "distca/plan/cad.h"
 #include "distca/plan/doc_index.h"
-#include "distca/plan/nano_split.h"
+#include "distca/plan/nano_plan.h"
 #include "distca/plan/pool.h"
 #include "distca/plan/traffic.h"
 #include "cad_contribution.h"
@@ -79,7 +62,7 @@ struct Collective {
   double start = 0, end = 0;
   bool valid = false;
   // [units] 1 where the unit moves bytes in it: waiting for a collective one takes no part in
-  // (an idle stage's unit under a plan of the active stages only) is idle, not exposed.
+  // (a unit that neither holds nor serves any of its tasks) is idle, not exposed.
   std::vector<char> part;
 };
 
@@ -219,72 +202,44 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The ranks of one plan: the active stages' micro-batches pooled into one Batch
-// (plan/pool.h, the runtime's definition) over the units that take part. all_units: every
-// unit takes part (idle stages' units serve); otherwise the active stages' units only. Units
-// are the pool's global ranks (stage-major, units_per_stage replicas per stage).
-Result<PooledBatch> pool_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick, bool all_units) {
-  std::vector<PoolMember> members;
-  members.reserve(tick.ops.size());
-  for (const PipeOp& op : tick.ops) {
-    members.push_back({op.stage, op.microbatch, op.backward, &mbs[static_cast<size_t>(op.microbatch)]});
-  }
-  return pool_batches(members, R.pp, R.units_per_stage, all_units ? PoolRanks::kAll : PoolRanks::kActiveStages);
-}
-
-// The plan's tasks cut at the nano-batch boundary and split by stage: [x][stage].
+// The plan's cut tasks by nano-batch and stage: [x][stage].
 using NanoTaskLists = std::array<std::vector<std::vector<TaskPlacement>>, 2>;
-// `split`: the nano-batch split (nullptr for single-stream: no nano-batches, the whole
-// micro-batch is "ping", pong is empty).
-NanoTaskLists split_nano(const Rates& R, const std::vector<TaskPlacement>& tasks, const NanoSplit* split) {
-  const int64_t p = R.pp;
-  NanoTaskLists lists;
-  lists[0].assign(static_cast<size_t>(p), {});
-  lists[1].assign(static_cast<size_t>(p), {});
-  for (const TaskPlacement& t : tasks) {
-    const int64_t s = t.doc % p;  // PooledBatch::stage_of_doc
-    const int64_t cut = split ? split->cut_of(t.doc) : t.q_end;
-    if (t.q_begin < cut) {
-      TaskPlacement a = t;
-      a.q_end = std::min(t.q_end, cut);
-      lists[0][static_cast<size_t>(s)].push_back(a);
-    }
-    if (t.q_end > cut) {
-      TaskPlacement b = t;
-      b.q_begin = std::max(t.q_begin, cut);
-      lists[1][static_cast<size_t>(s)].push_back(b);
-    }
-  }
-  return lists;
-}
 
-// Plans one direction of a tick and fills the contributions of its ops: outs[i] receives
-// tick.ops[i]'s. all_units: see pool_tick. fresh_backward: a backward planned anew (its
-// servers did not run the forward: pipelines), so the inputs travel again with dO: Q, K/V,
-// O + LSE out; dQ, dK/dV back (the forward fields are filled as for a forward plan).
+// Plans one direction of a tick as the trainer does (pool_tick over every unit, then
+// schedule_nano_batches: one plan whose tasks are cut at the nano-batch boundary) and fills
+// the contributions of its ops: outs[i] receives tick.ops[i]'s. fresh_backward: a backward
+// planned anew (its servers did not run the forward: pipelines), so the inputs travel again
+// with dO: Q, K/V, O + LSE out; dQ, dK/dV back (the forward fields are filled as for a
+// forward plan).
 Status plan_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick, const std::vector<Contribution*>& outs,
-                 bool all_units, bool fresh_backward, PlanStats& ps) {
+                 bool fresh_backward, PlanStats& ps) {
   const int64_t ups = R.units_per_stage;
-  DISTCA_ASSIGN_OR_RETURN(const PooledBatch pooled, pool_tick(R, mbs, tick, all_units));
+  DISTCA_ASSIGN_OR_RETURN(const PooledBatch pooled, pool_tick(tick, mbs, R.pp, ups));
   ScheduleOptions so;
   so.model = R.o.model;
   so.dtype_bytes = R.o.dtype_bytes;
   so.tolerance = R.o.tolerance;
   so.cost = &R.cost;
-  // Every mode plans the split batch, as the runtime does (its single-stream runs the split
-  // batch's whole plan): the three modes share one schedule.
-  const bool split = R.o.strategy.cad_mode != CadMode::kSingleStream;
-  // The split's grid is the kernel's query tile (the runtime's align_rows in `distca train`
-  // and `bench step`): short shards are padded to it, so cutting a document under two tiles
-  // would pay padding on both halves.
-  DISTCA_ASSIGN_OR_RETURN(const NanoSplit nano, split_nano_batches(pooled.batch, R.o.attention_tile));
-  const Batch& planned = nano.batch;  // same ranks and units as the pooled batch
+  // The runtime's align_rows (`distca train`, `bench step`): the kernel's query tile, the grid
+  // of the nano-batch cut and of every cut the scheduler makes (no task pays tile padding).
+  so.align_rows = R.o.attention_tile;
   const auto t0 = std::chrono::steady_clock::now();
-  auto sched = schedule_cad(planned, so, nullptr);
-  if (!sched.ok()) return sched.status();
+  DISTCA_ASSIGN_OR_RETURN(const NanoSchedule ns, schedule_nano_batches(pooled.batch, SchedulerSpec{}, so));
   ps.plan_seconds += seconds_since(t0);
+  const NanoSplit& nano = ns.split;
+  const Batch& planned = nano.batch;  // same ranks and units as the pooled batch
+  // Single-stream runs the whole plan's tasks as nano-batch 0 (nano-batch 1 empty), as the
+  // runtime's single-stream runs NanoPlans::full.
+  const bool split = R.o.strategy.cad_mode != CadMode::kSingleStream;
+  const std::array<const std::vector<TaskPlacement>*, 2> by_nano =
+      split ? std::array{&ns.nano[0], &ns.nano[1]} : std::array<const std::vector<TaskPlacement>*, 2>{&ns.full, nullptr};
+  NanoTaskLists lists;
+  for (size_t x = 0; x < 2; ++x) {
+    lists[x].assign(static_cast<size_t>(R.pp), {});
+    if (by_nano[x] == nullptr) continue;
+    for (const TaskPlacement& t : *by_nano[x]) lists[x][static_cast<size_t>(pooled.stage_of_doc(t.doc))].push_back(t);
+  }
   const DocumentIndex index(planned);
-  const NanoTaskLists lists = split_nano(R, sched->tasks, split ? &nano : nullptr);
   for (size_t oi = 0; oi < tick.ops.size(); ++oi) {
     const PipeOp& op = tick.ops[oi];
     Contribution& c = *outs[oi];
@@ -304,9 +259,9 @@ Status plan_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick
     }
   }
   ps.plans += 1;
-  ps.tasks += static_cast<int64_t>(sched->tasks.size());
+  ps.tasks += static_cast<int64_t>(ns.scheduled.size());
   ps.load_max_over_mean =
-      std::max(ps.load_max_over_mean, max_over_mean(server_loads(pooled.batch.ranks, sched->tasks, &R.cost)));
+      std::max(ps.load_max_over_mean, max_over_mean(server_loads(pooled.batch.ranks, ns.scheduled, &R.cost)));
   ps.load_before_max_over_mean =
       std::max(ps.load_before_max_over_mean, max_over_mean(colocated_loads(pooled.batch, &R.cost)));
   return Status::ok_status();
@@ -320,7 +275,7 @@ std::vector<Contribution*> as_ptrs(std::vector<Contribution>& v) {
 
 // The CAD engine over 1F1B's unit-time slots as mixed ticks (one_f_one_b_ticks, what `distca
 // train --mode cad --pp P` runs): per tick, the forward members pooled into one plan and the
-// backward members into another (choose_plan, planned apart; pp = 1 has one op per tick and
+// backward members into another (plan_direction, planned apart; pp = 1 has one op per tick and
 // its backward reuses its forward's servers), both directions' layer slots run together on
 // every unit (run_tick), then PP activations and gradients move (pp_transfer); then the
 // gradient all-reduce and memory.
@@ -346,9 +301,8 @@ class CadEngine {
       Part f{&tick.fwd, {}}, b{&tick.bwd, {}};
       for (const PipeOp& op : tick.fwd.ops) f.src.push_back(&stored(op));
       for (const PipeOp& op : tick.bwd.ops) b.src.push_back(&stored(op));
-      // Forward first: its winner is stored (candidates_ is then free for the backward's).
-      if (!f.tick->ops.empty()) DISTCA_RETURN_IF_ERROR(choose_plan(*f.tick, f.src, r.plan));
-      if (!b.tick->ops.empty() && R_.pp > 1) DISTCA_RETURN_IF_ERROR(choose_plan(*b.tick, b.src, r.plan));
+      if (!f.tick->ops.empty()) DISTCA_RETURN_IF_ERROR(plan_direction(*f.tick, f.src, r.plan));
+      if (!b.tick->ops.empty() && R_.pp > 1) DISTCA_RETURN_IF_ERROR(plan_direction(*b.tick, b.src, r.plan));
       note_transients(f.src, b.src, transient_, transient_kv_);
       run_tick({&f, &b}, runner_, rec_);
       if (R_.pp > 1) pp_transfer(tick);
@@ -374,10 +328,11 @@ class CadEngine {
     std::vector<Contribution*> src;
   };
   static std::vector<TickParts> split_ticks(const std::vector<std::vector<PipeOp>>& ticks) {
-    std::vector<TickParts> out(ticks.size());
-    for (size_t t = 0; t < ticks.size(); ++t) {
-      out[t].bwd.backward = true;
-      for (const PipeOp& op : ticks[t]) (op.backward ? out[t].bwd : out[t].fwd).ops.push_back(op);
+    std::vector<TickParts> out;
+    out.reserve(ticks.size());
+    for (const std::vector<PipeOp>& t : ticks) {
+      std::array<Tick, 2> dirs = tick_directions(t);
+      out.push_back({std::move(dirs[0]), std::move(dirs[1])});
     }
     return out;
   }
@@ -452,7 +407,7 @@ class CadEngine {
     }
   }
 
-  // One tick's layer slots on `runner` (the real timeline, or a scratch one to estimate):
+  // One tick's layer slots on `runner`:
   // slot k holds every part's slot k (forward layer k beside backward layer n-1-k, as the
   // runtime's TickRunner interleaves them), every unit doing both directions' work in it.
   void run_tick(const std::vector<const Part*>& parts, TickRunner& runner, Recorder& rcd) {
@@ -476,62 +431,16 @@ class CadEngine {
     }
   }
 
-  // The duration of one direction of a tick run alone from an idle cluster.
-  double estimate(const Tick& tick, const std::vector<Contribution*>& src) {
-    Recorder scratch(R_.units, false);
-    Vec clock(U_, 0.0);
-    TickRunner runner(R_, scratch, clock);
-    const Part part{&tick, src};
-    run_tick({&part}, runner, scratch);
-    return std::max(*std::max_element(clock.begin(), clock.end()), runner.net_free());
-  }
-
-  // One direction of a tick: one plan pooled over every unit (idle stages serve); when
-  // stages do not run this direction, also the plan over its own stages' units only, and the
-  // faster (run alone) wins (pooling can cost more bytes than the attention it moves). A
-  // forward's winner is stored as the op's contribution (tokens, memory, pp = 1's backward);
-  // a backward (pp > 1: planned anew, stateless servers) replaces `src` for this tick.
-  Status choose_plan(const Tick& tick, std::vector<Contribution*>& src, PlanStats& plan) {
-    const bool bwd = tick.backward;
-    const bool idle_stages = static_cast<int64_t>(tick.ops.size()) < R_.pp;
-    candidates_.clear();
-    std::vector<PlanStats> cand_stats;
-    std::vector<bool> cand_all_units;
-    auto add_candidate = [&](bool all_units) -> Status {
-      candidates_.emplace_back(tick.ops.size());
-      cand_stats.emplace_back();
-      cand_all_units.push_back(all_units);
-      return plan_tick(R_, mbs_, tick, as_ptrs(candidates_.back()), all_units, bwd, cand_stats.back());
-    };
-    DISTCA_RETURN_IF_ERROR(add_candidate(true));
-    if (idle_stages) DISTCA_RETURN_IF_ERROR(add_candidate(false));
-    for (const PlanStats& cs : cand_stats) plan.plan_seconds += cs.plan_seconds;
-    size_t b = 0;
-    if (candidates_.size() > 1) {  // a single candidate needs no estimate
-      double best_time = 0;
-      for (size_t ci = 0; ci < candidates_.size(); ++ci) {
-        const double t = estimate(tick, as_ptrs(candidates_[ci]));
-        if (ci == 0 || t < best_time) {
-          best_time = t;
-          b = ci;
-        }
-      }
-    }
-    if (bwd) {
-      src = as_ptrs(candidates_[b]);
+  // One direction of a tick, planned as the trainer plans it (plan_tick). A forward's plan is
+  // stored as the ops' contributions (tokens, memory, pp = 1's backward); a backward (pp > 1:
+  // planned anew, stateless servers) replaces `src` for this tick.
+  Status plan_direction(const Tick& tick, std::vector<Contribution*>& src, PlanStats& plan) {
+    if (tick.backward) {
+      backward_.assign(tick.ops.size(), Contribution{});
+      src = as_ptrs(backward_);
       ++plan.backward_replans;
-    } else {
-      for (size_t oi = 0; oi < tick.ops.size(); ++oi) *src[oi] = std::move(candidates_[b][oi]);
     }
-    const PlanStats& cs = cand_stats[b];
-    plan.plans += cs.plans;
-    plan.tasks += cs.tasks;
-    plan.load_max_over_mean = std::max(plan.load_max_over_mean, cs.load_max_over_mean);
-    plan.load_before_max_over_mean = std::max(plan.load_before_max_over_mean, cs.load_before_max_over_mean);
-    plan.comm_bytes_forward += cs.comm_bytes_forward;
-    plan.comm_bytes_backward += cs.comm_bytes_backward;
-    if (!cand_all_units[b]) ++plan.active_only_plans;
-    return Status::ok_status();
+    return plan_tick(R_, mbs_, tick, src, tick.backward, plan);
   }
 
   // PP: after a tick, the forwards' activations cross to the next stage and the backwards'
@@ -620,7 +529,7 @@ class CadEngine {
   int64_t max_stage_layers_ = 0;
   Slot slot_;  // scratch of fill_slot
   Vec transient_, transient_kv_;  // [units] peak bytes of the layer step in flight (note_transients)
-  std::vector<std::vector<Contribution>> candidates_;  // plans of the tick being chosen
+  std::vector<Contribution> backward_;  // the backward plan of the tick being run (pp > 1)
 };
 
 }  // namespace

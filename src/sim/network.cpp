@@ -105,31 +105,6 @@ double all_to_all_unit_seconds(const Link& link, double sent, double recv, int64
   return std::max(out, in);
 }
 
-double all_to_all_seconds(const Link& link, int64_t n, const std::vector<double>& bytes,
-                          std::vector<double>* unit_seconds) {
-  const auto N = static_cast<size_t>(n);
-  std::vector<double> sent(N, 0.0), recv(N, 0.0);
-  std::vector<int64_t> sends(N, 0), receives(N, 0);
-  for (size_t i = 0; i < N; ++i) {
-    for (size_t j = 0; j < N; ++j) {
-      const double b = bytes[i * N + j];
-      if (i == j || !(b > 0)) continue;
-      sent[i] += b;
-      recv[j] += b;
-      ++sends[i];
-      ++receives[j];
-    }
-  }
-  double worst = 0;
-  if (unit_seconds != nullptr) unit_seconds->assign(N, 0.0);
-  for (size_t i = 0; i < N; ++i) {
-    const double t = all_to_all_unit_seconds(link, sent[i], recv[i], sends[i], receives[i]);
-    if (unit_seconds != nullptr) (*unit_seconds)[i] = t;
-    worst = std::max(worst, t);
-  }
-  return worst;
-}
-
 double ring_seconds(const Link& link, int64_t ring, double sent, double recv) {
   const double b = std::max(sent, recv);
   if (ring <= 1 || !(b > 0)) return 0.0;

@@ -110,13 +110,6 @@ inline bool messages_cover_bytes(double sent, double recv, int64_t sends, int64_
   return (sends > 0 || !(sent > 0)) && (receives > 0 || !(recv > 0));
 }
 
-// The all-to-all of a dense byte matrix (a reference for small n; the engines use the
-// per-unit form): bytes[i * n + j] is what unit i sends unit j (the diagonal is ignored;
-// entries > 0 are messages). Returns the collective's duration, the
-// slowest unit's part; unit_seconds (if not null) gets every unit's part. [n * n] in, [n] out.
-double all_to_all_seconds(const Link& link, int64_t n, const std::vector<double>& bytes,
-                          std::vector<double>* unit_seconds = nullptr);
-
 // A ring all-gather or reduce-scatter over `ring` units (NCCL's ring: ring - 1 steps, one
 // message per step and GPU, each unit's bytes pass its NIC once): (ring - 1) lat + max(sent,
 // recv) / B, where sent / recv are the unit's bytes over the whole collective (the group's

@@ -174,8 +174,7 @@ nlohmann::json to_json(const SimResult& r) {
                {"comm_bytes_forward", r.plan.comm_bytes_forward},
                {"comm_bytes_backward", r.plan.comm_bytes_backward},
                {"plan_seconds", r.plan.plan_seconds},
-               {"backward_replans", r.plan.backward_replans},
-               {"active_only_plans", r.plan.active_only_plans}};
+               {"backward_replans", r.plan.backward_replans}};
   nlohmann::json cands = nlohmann::json::array();
   for (const CpCandidate& c : r.cp_candidates) {
     cands.push_back({{"cp_degree", c.cp_degree},

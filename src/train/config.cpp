@@ -20,18 +20,20 @@ bool finite(double x) { return std::isfinite(x); }
 
 }  // namespace
 
+Result<TrainMode> parse_train_mode(const std::string& text, const std::string& flag) {
+  if (text == "cad") return TrainMode::kCad;
+  if (text == "colocated") return TrainMode::kColocated;
+  return bad(flag, "must be cad or colocated (got '" + text + "')");
+}
+
+const char* train_mode_name(TrainMode mode) { return mode == TrainMode::kCad ? "cad" : "colocated"; }
+
 Status TrainConfig::validate() const {
   DISTCA_RETURN_IF_ERROR(model_spec().status());
   if (ranks < 1 || ranks > 1024) return bad("--ranks", "must be in 1..1024 (got " + std::to_string(ranks) + ")");
   if (backend != "local" && backend != "mpi") return bad("--backend", "must be local or mpi (got '" + backend + "')");
-  if (mode != "cad" && mode != "colocated") return bad("--mode", "must be cad or colocated (got '" + mode + "')");
-  if (!overlap.empty()) {
-    if (overlap != "pingpong" && overlap != "single-stream" && overlap != "signal") {
-      return bad("--overlap", "must be pingpong, single-stream or signal (got '" + overlap + "')");
-    }
-    if (mode == "colocated") {
-      return bad("--overlap", "applies to --mode cad only (colocated runs no attention exchange to overlap)");
-    }
+  if (overlap && mode == TrainMode::kColocated) {
+    return bad("--overlap", "applies to --mode cad only (colocated runs no attention exchange to overlap)");
   }
   if (plan_ahead != "on" && plan_ahead != "off") {
     return bad("--plan-ahead", "must be on or off (got '" + plan_ahead + "')");
@@ -53,7 +55,7 @@ Status TrainConfig::validate() const {
         return bad("--pp", std::to_string(pp) + " stages exceed the model's " + std::to_string(m->n_layers) + " layers");
       }
       // Every tick's pooled exchanges are collective over all stages, layer by layer.
-      if (mode == "cad" && m->n_layers % pp != 0) {
+      if (mode == TrainMode::kCad && m->n_layers % pp != 0) {
         return bad("--pp", std::to_string(pp) + " with --mode cad must divide the model's " +
                                std::to_string(m->n_layers) + " layers (every stage runs the same layers per tick)");
       }
@@ -136,8 +138,29 @@ std::string TrainConfig::text_dir() const {
 namespace {
 
 template <class T>
+Status get(const toml::node& node, const std::string& origin, const std::string& key, T& out);
+
+// An enum key: a string parsed by `parse` (its message names the key).
+template <class E, class Parse>
+Status get_enum(const toml::node& node, const std::string& origin, const std::string& key, Parse parse, E& out) {
+  std::string text;
+  DISTCA_RETURN_IF_ERROR(get(node, origin, key, text));
+  auto v = parse(text, origin + ": key '" + key + "'");
+  if (!v.ok()) return v.status();
+  out = *v;
+  return {};
+}
+
+template <class T>
 Status get(const toml::node& node, const std::string& origin, const std::string& key, T& out) {
-  if constexpr (std::is_same_v<T, std::string>) {
+  if constexpr (std::is_same_v<T, TrainMode>) {
+    return get_enum(node, origin, key, parse_train_mode, out);
+  } else if constexpr (std::is_same_v<T, std::optional<runtime::OverlapMode>>) {
+    runtime::OverlapMode v{};
+    DISTCA_RETURN_IF_ERROR(get_enum(node, origin, key, runtime::parse_overlap_mode, v));
+    out = v;
+    return {};
+  } else if constexpr (std::is_same_v<T, std::string>) {
     if (auto v = node.value_exact<std::string>()) { out = *v; return {}; }
     return Status::invalid_argument(origin + ": key '" + key + "' must be a string");
   } else if constexpr (std::is_same_v<T, double>) {
@@ -220,7 +243,7 @@ std::string default_config_toml() {
     << "model = \"" << c.model << "\"\n"
     << "ranks = " << c.ranks << "\n"
     << "backend = \"" << c.backend << "\"\n"
-    << "mode = \"" << c.mode << "\"\n"
+    << "mode = \"" << train_mode_name(c.mode) << "\"\n"
     << "# overlap = \"pingpong\"  # cad mode: pingpong (the default) | single-stream | signal\n"
     << "# pp = 1                 # pipeline stages (ranks = replicas x stages; configs/pipeline-4stages.toml)\n"
     << "# micro_batches = 1      # per replica and step (>= pp)\n"

@@ -40,10 +40,10 @@ DispatchRowLimits dispatch_row_limits(const TrainConfig& c) {
   const int64_t all = c.ranks * c.tokens_per_rank;
   const int64_t longest = c.max_doc_len > 0 ? std::min(c.max_doc_len, all) : all;
   // Ping-pong keeps two plans' rows at once; pong's tasks read ping's rows as context again.
-  const int64_t plans = c.mode == "cad" && c.overlap_or_default() != "single-stream" ? 2 : 1;
+  const int64_t plans = c.mode == TrainMode::kCad && c.overlap_or_default() != runtime::OverlapMode::kSingleStream ? 2 : 1;
   // A pipeline tick of cad runs a forward and a backward pooled plan at once (each balanced
   // over every rank of the job, so a server's share stays within the same factor).
-  const int64_t directions = c.mode == "cad" && c.pp > 1 ? 2 : 1;
+  const int64_t directions = c.mode == TrainMode::kCad && c.pp > 1 ? 2 : 1;
   const int64_t t = kDispatchRowFactor * c.tokens_per_rank;
   return {directions * t, directions * plans * (t + 2 * longest)};
 }
@@ -70,7 +70,7 @@ TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec&
   // received (query-shaped); K/V sent, the fused context K and V, dK/dV sent and received.
   // cad pipelines run stateless servers (nothing kept from forward to backward: one layer's
   // rows at a time) and keep each in-flight micro-batch's LSE per layer at home instead.
-  const bool stateless = c.mode == "cad" && c.pp > 1;
+  const bool stateless = c.mode == TrainMode::kCad && c.pp > 1;
   const int64_t kept = stateless ? in_flight * spec.n_layers * T * lse
                                  : in_flight * spec.n_layers * (rows.q * q + rows.kv * kv);
   e.dispatcher = kept + (stateless ? rows.q * (q + olse) + rows.kv * kv : 0) +
@@ -79,7 +79,7 @@ TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec&
   // runs: a unit is one micro-batch's plans, or a cad pipeline tick's two pooled directions
   // (2 (M + P - 1) ticks).
   const int64_t ahead = c.plan_ahead != "on" ? 0
-                        : c.mode == "cad" && c.pp > 1 ? 4 * (c.micro_batches + c.pp - 1)
+                        : c.mode == TrainMode::kCad && c.pp > 1 ? 4 * (c.micro_batches + c.pp - 1)
                                                       : c.micro_batches;
   e.plan = (1 + ahead) * (kPlanBytesPerPeer * R * R + kPlanBytesPerToken * R * T);
   // A rank thread is the master of its own OpenMP team; mpi adds the progress thread.

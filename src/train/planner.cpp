@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -19,13 +20,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Status plan_direction(const PlanContext& ctx, const std::vector<PoolMember>& members, const std::string& at,
-                      PlannedDirection& d) {
-  if (members.empty()) return {};
-  auto pooled = pool_batches(members, ctx.pp, ctx.dp);
+Status plan_direction(const PlanContext& ctx, const Tick& tick, const std::vector<Batch>& batches,
+                      const std::string& at, PlannedDirection& d) {
+  if (tick.ops.empty()) return {};
+  auto pooled = pool_tick(tick, batches, ctx.pp, ctx.dp);
   if (!pooled.ok()) return pooled.status().with_context(at);
   d.pool.emplace(std::move(pooled).value());
-  auto planned = runtime::plan_nano_batches(d.pool->batch, ctx.sspec, ctx.sopt);
+  auto planned = plan_nano_batches(d.pool->batch, ctx.sspec, ctx.sopt);
   if (!planned.ok()) return planned.status().with_context(at);
   d.plans.emplace(std::move(planned).value());
   return {};
@@ -67,19 +68,15 @@ Result<PlanUnit> plan_unit(const PlanContext& ctx, int64_t step, int64_t index, 
   u.step = step;
   u.index = index;
   if (!ctx.pooled_ticks) {
-    auto planned = runtime::plan_nano_batches(batches[static_cast<size_t>(index)], ctx.sspec, ctx.sopt);
+    auto planned = plan_nano_batches(batches[static_cast<size_t>(index)], ctx.sspec, ctx.sopt);
     if (!planned.ok()) return planned.status().with_context(at);
     u.micro.emplace(std::move(planned).value());
   } else {
     // one_f_one_b_ticks is cheap next to a plan; recomputing it keeps a unit a pure function.
     const std::vector<std::vector<PipeOp>> ticks = one_f_one_b_ticks(ctx.pp, ctx.micro_batches);
-    std::vector<PoolMember> fmembers, bmembers;
-    for (const PipeOp& op : ticks[static_cast<size_t>(index)]) {
-      (op.backward ? bmembers : fmembers)
-          .push_back({op.stage, op.microbatch, op.backward, &batches[static_cast<size_t>(op.microbatch)]});
-    }
-    DISTCA_RETURN_IF_ERROR(plan_direction(ctx, fmembers, at, u.forward));
-    DISTCA_RETURN_IF_ERROR(plan_direction(ctx, bmembers, at, u.backward));
+    const std::array<Tick, 2> dirs = tick_directions(ticks[static_cast<size_t>(index)]);
+    DISTCA_RETURN_IF_ERROR(plan_direction(ctx, dirs[0], batches, at, u.forward));
+    DISTCA_RETURN_IF_ERROR(plan_direction(ctx, dirs[1], batches, at, u.backward));
   }
   u.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return u;

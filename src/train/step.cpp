@@ -61,7 +61,7 @@ Status check_plan_rows(const std::vector<const Plan*>& plans, int64_t rank, cons
 }
 
 // Which of the step's plans the runner's dispatchers hold (single-stream: the whole plan).
-std::vector<const Plan*> running_plans(const runtime::NanoPlans& np, runtime::OverlapMode mode) {
+std::vector<const Plan*> running_plans(const NanoPlans& np, runtime::OverlapMode mode) {
   if (mode == runtime::OverlapMode::kSingleStream) return {&np.full};
   return {&np.nano[0], &np.nano[1]};
 }
@@ -92,7 +92,7 @@ runtime::LinearFn stage_linear(model::Llama<float>& model, const model::StageRan
 
 // One micro-batch on this stage, from its forward to its backward.
 struct Micro {
-  std::optional<runtime::NanoPlans> plans;
+  std::optional<NanoPlans> plans;
   RankInputs in;
   std::array<model::RowRange, 2> rows{};
   std::unique_ptr<runtime::PingPongRunner> runner;
@@ -136,7 +136,9 @@ Status wait_for(comm::Exchange& ex, double& waited) {
 
 // What a step's pipeline phase measured, for finish_step.
 struct StepPhases {
-  double waited = 0, linear = 0, attention = 0, other = 0;
+  // linear: the runners' linear callbacks; rest: the step's other compute outside the runners
+  // (embedding, head, copies of pipeline messages).
+  double waited = 0, linear = 0, attention = 0, rest = 0;
   double imbalance_before = 1, imbalance_after = 1;
   int64_t bytes = 0;
 };
@@ -195,7 +197,8 @@ Status finish_step(const TrainConfig& config, comm::Communicator& world, RankSet
   m.attention_s = ph.attention;
   m.comm_s = comm_s + ph.waited;
   m.wait_s = wait_s;
-  m.linear_s = ph.linear + ph.other + opt_s;
+  m.linear_s = ph.linear + ph.rest;
+  m.optimizer_s = opt_s;
   return {};
 }
 
@@ -234,7 +237,7 @@ Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup&
   const int prev = stage > 0 ? static_cast<int>((stage - 1) * s.dp + s.replica) : -1;
   const int next = head ? -1 : static_cast<int>((stage + 1) * s.dp + s.replica);
   const std::string at = "step " + std::to_string(step);
-  double waited = 0, linear = 0, attention = 0, other = 0;
+  double waited = 0, linear = 0, attention = 0, rest = 0;
 
   std::vector<Batch> batches;
   std::vector<Micro> mbs;
@@ -257,7 +260,7 @@ Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup&
       // 1F1B runs the forwards in micro-batch order on every stage: the planner's order.
       DISTCA_ASSIGN_OR_RETURN(PlanUnit unit, take_plan(planner, step, op.microbatch, batches, m));
       u.plans.emplace(std::move(*unit.micro));
-      const runtime::NanoPlans& plans = *u.plans;
+      const NanoPlans& plans = *u.plans;
       imbalance_before = std::max(imbalance_before, plans.full.metrics.load_before_max_over_mean);
       imbalance_after = std::max(imbalance_after, plans.full.metrics.load_max_over_mean);
       u.in = s.data->rank_inputs(step * M + op.microbatch, plans.split.batch, s.replica);
@@ -319,7 +322,7 @@ Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup&
     const runtime::RunnerTimes rt = u.runner->times();
     linear += rt.linear;
     waited += rt.waited;
-    attention += rt.other;
+    attention += rt.attention;
     bytes += u.runner->last_bytes_sent();
     if (op.microbatch + 1 == M) m.nano_tokens = {u.rows[0].size(), u.rows[1].size()};
     u.runner.reset();
@@ -328,9 +331,9 @@ Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup&
   for (Micro& u : mbs) {
     if (u.send_bwd) DISTCA_RETURN_IF_ERROR(wait_for(*u.send_bwd, waited).with_context(at));
   }
-  other = std::max(0.0, since(t_pipe) - linear - waited - attention);  // embedding, copies
+  rest = std::max(0.0, since(t_pipe) - linear - waited - attention);  // embedding, copies
 
-  StepPhases ph{waited, linear, attention, other, imbalance_before, imbalance_after, bytes};
+  StepPhases ph{waited, linear, attention, rest, imbalance_before, imbalance_after, bytes};
   return finish_step(config, world, s, step, loss, count, ph, m);
 }
 
@@ -482,13 +485,13 @@ Status run_step_pooled_ticks(const TrainConfig& config, comm::Communicator& worl
     const runtime::RunnerTimes rt = runner->times();
     ph.linear += rt.linear;
     ph.waited += rt.waited;
-    ph.attention += rt.other;
+    ph.attention += rt.attention;
     ph.bytes += runner->last_bytes_sent();
   }
   for (Micro& x : mbs) {
     if (x.send_bwd) DISTCA_RETURN_IF_ERROR(wait_for(*x.send_bwd, ph.waited).with_context(at));
   }
-  ph.other = std::max(0.0, since(t_pipe) - ph.linear - ph.waited - ph.attention);
+  ph.rest = std::max(0.0, since(t_pipe) - ph.linear - ph.waited - ph.attention);
   return finish_step(config, world, s, step, loss, count, ph, m);
 }
 

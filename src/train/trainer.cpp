@@ -46,7 +46,7 @@ std::unique_ptr<StepPlanner> start_planner(const TrainConfig& config, const Rank
   pctx.pp = s.pp;
   pctx.dp = s.dp;
   pctx.micro_batches = s.micro_batches;
-  pctx.pooled_ticks = config.mode == "cad" && s.pp > 1;
+  pctx.pooled_ticks = config.mode == TrainMode::kCad && s.pp > 1;
   const DataSource* data = s.data;
   const int64_t M = s.micro_batches;
   return std::make_unique<StepPlanner>(
@@ -74,7 +74,7 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::
     s->own_data.emplace(std::move(d));
     s->data = &*s->own_data;
   }
-  DISTCA_ASSIGN_OR_RETURN(s->sspec, parse_scheduler(config.mode == "cad" ? config.scheduler : "colocated"));
+  DISTCA_ASSIGN_OR_RETURN(s->sspec, parse_scheduler(config.mode == TrainMode::kCad ? config.scheduler : "colocated"));
   s->sopt.model = s->spec;
   s->sopt.dtype_bytes = 4;
   s->sopt.tolerance = config.tolerance;
@@ -88,8 +88,8 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::
   if (hooks.resume) DISTCA_RETURN_IF_ERROR(check_resume(*hooks.resume, config, model::param_count(s->spec), "--resume"));
   s->planner = start_planner(config, *s, hooks.resume ? hooks.resume->step : 0);
   s->layers = model::stage_layers(s->spec.n_layers, s->pp, s->stage);
-  // 1F1B holds at most pp - stage micro-batches of a stage in flight; the phase-aligned
-  // schedule (cad) may hold more (plan/pipeline_schedule.h).
+  // Both modes run every stage in its 1F1B order (cad as one_f_one_b_ticks), so a stage holds
+  // at most min(micro-batches, pp - stage) micro-batches in flight (plan/pipeline_schedule.h).
   const int64_t slots = pipeline_slots(config, s->stage);
   DISTCA_ASSIGN_OR_RETURN(auto model, model::Llama<float>::create(s->spec, config.tokens_per_rank, config.seed, {},
                                                                    s->layers, slots));
@@ -112,9 +112,7 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::
   s->sched.warmup_steps = std::min(config.warmup, config.steps);  // short runs: warm up all the way
   s->sched.total_steps = config.steps;
   DISTCA_RETURN_IF_ERROR(s->sched.validate());
-  if (config.mode == "cad") {
-    DISTCA_ASSIGN_OR_RETURN(s->overlap, runtime::parse_overlap_mode(config.overlap_or_default(), "--overlap"));
-  }
+  if (config.mode == TrainMode::kCad) s->overlap = config.overlap_or_default();
   return s;
 }
 
@@ -212,6 +210,7 @@ void add_times(const StepMetrics& m, TrainResult& r) {
   r.attention_s += m.attention_s;
   r.comm_s += m.comm_s;
   r.wait_s += m.wait_s;
+  r.optimizer_s += m.optimizer_s;
   r.total_s += m.seconds;
   r.plan_s += m.plan_s;
   r.plan_wait_s += m.plan_wait_s;
@@ -252,7 +251,7 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
       DISTCA_RETURN_IF_ERROR(comm.barrier());  // every rank starts the traced step together
       trace_from_us = trace->now_us();
     }
-    if (config.mode == "cad" && s.pp > 1) {
+    if (config.mode == TrainMode::kCad && s.pp > 1) {
       DISTCA_RETURN_IF_ERROR(run_step_pooled_ticks(config, comm, s, planner, step, m, peak_dispatch, trace));
     } else {
       DISTCA_RETURN_IF_ERROR(run_step(config, comm, s, planner, step, m, peak_dispatch, trace));

@@ -63,7 +63,7 @@ TEST_F(CliBenchTrainTest, RunsEveryModeAndWritesEveryFigure) {
     EXPECT_GT(m.at("median_s").get<double>(), 0) << names[i];
     EXPECT_GT(m.at("tokens_per_s").get<double>(), 0) << names[i];
     EXPECT_GT(m.at("mfu").get<double>(), 0) << names[i];
-    for (const char* k : {"linear_s", "attention_s", "comm_s", "wait_s", "other_s"}) {
+    for (const char* k : {"linear_s", "attention_s", "comm_s", "wait_s", "optimizer_s", "other_s"}) {
       EXPECT_GE(m.at(k).get<double>(), 0) << names[i] << " " << k;
     }
     EXPECT_EQ(m.at("buffer_bytes").size(), 2u) << names[i];

@@ -3,12 +3,14 @@
 // greedy within its bound; plus hand-made cases with the expected values worked out by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
 
 #include "distca/cost/analytic.h"
 #include "distca/data/workload.h"
+#include "distca/plan/nano_plan.h"
 #include "distca/plan/nano_split.h"
 #include "plan_test_util.h"
 
@@ -258,6 +260,54 @@ TEST(NanoSplit, RefusesBadInput) {
   auto bad = split_nano_batches(b, 0);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("--align-rows"), std::string::npos) << bad.status().to_string();
+}
+
+// schedule_nano_batches (the trainer's and the simulator's planning): ping tasks end at or
+// before their document's cut and pong tasks start at or after it; the whole list is the two
+// halves in the scheduler's order (each task's ping part first); every document's query rows
+// [0, L) are covered exactly once; schedulers that keep the split's pieces need no cut.
+TEST(NanoSchedule, TasksAreTheScheduleCutAtTheNanoCut) {
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    const Batch b = test::random_batch(seed, test::TestLayout::kScattered, 8, 300);
+    for (const char* name : {"cad", "colocated"}) {
+      SCOPED_TRACE(std::string(name) + " seed " + std::to_string(seed));
+      ScheduleOptions o;
+      o.model = test::test_model();
+      o.align_rows = 16;
+      auto ns = schedule_nano_batches(b, parse_scheduler(name).value(), o);
+      ASSERT_TRUE(ns.ok()) << ns.status().to_string();
+      std::vector<TaskPlacement> merged;
+      size_t i0 = 0, i1 = 0;
+      for (const TaskPlacement& t : ns->full) {
+        const int64_t cut = ns->split.cut_of(t.doc);
+        const bool ping = t.q_end <= cut;
+        EXPECT_TRUE(ping || t.q_begin >= cut);
+        const auto& list = ns->nano[ping ? 0 : 1];
+        size_t& at = ping ? i0 : i1;
+        ASSERT_LT(at, list.size());
+        EXPECT_EQ(list[at++], t);
+      }
+      EXPECT_EQ(i0, ns->nano[0].size());
+      EXPECT_EQ(i1, ns->nano[1].size());
+      std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> rows;
+      for (const TaskPlacement& t : ns->full) rows[t.doc].emplace_back(t.q_begin, t.q_end);
+      for (auto& [doc, ranges] : rows) {
+        std::sort(ranges.begin(), ranges.end());
+        int64_t next = 0;
+        for (const auto& [a, e] : ranges) {
+          EXPECT_EQ(a, next) << "doc " << doc;
+          next = e;
+        }
+      }
+      std::map<int64_t, int64_t> doc_len;
+      for (const auto& pieces : b.per_rank) {
+        for (const Piece& p : pieces) doc_len[p.doc] = p.doc_len;
+      }
+      EXPECT_EQ(rows.size(), doc_len.size());
+      for (const auto& [doc, ranges] : rows) EXPECT_EQ(ranges.back().second, doc_len[doc]) << "doc " << doc;
+      EXPECT_EQ(ns->full, ns->scheduled);
+    }
+  }
 }
 
 }  // namespace

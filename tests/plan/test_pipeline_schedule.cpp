@@ -1,9 +1,9 @@
 // The pipeline schedules (plan/pipeline_schedule.h) against references written here:
-// 1F1B against a closed-form enumeration of each stage's op at each position; both
+// 1F1B against a closed-form enumeration of each stage's op at each position; 1F1B and its
 // schedules against the dependency rules (every op once, forward before backward, forwards
 // down the stages, backwards up) and the message rule; the executability check against an
 // independent depth-first evaluation of the same unit-time execution, and against hand-made
-// orders that deadlock or break a rule; the docs' tick tables against the printers.
+// orders that deadlock or break a rule; the docs' slot tables against the printer.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -201,71 +201,6 @@ TEST(OneFOneB, EveryOpOnceWithinTheMemoryCapAndExecutable) {
   }
 }
 
-TEST(PhaseAligned, TicksArePhaseAlignedAndInputsComeFromEarlierTicks) {
-  for (const auto& [p, m] : shapes()) {
-    SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
-    const auto ticks = phase_aligned(p, m);
-    ASSERT_EQ(static_cast<int64_t>(ticks.size()), 2 * (m + p - 1));
-    std::map<OpKey, int64_t> tick_of;
-    for (size_t t = 0; t < ticks.size(); ++t) {
-      // Tick types: p-1 warm-up F, then F/B alternating for 2m ticks, then p-1 drain B.
-      const auto ti = static_cast<int64_t>(t);
-      const bool want_backward = ti >= p - 1 && (ti >= p - 1 + 2 * m || (ti - (p - 1)) % 2 == 1);
-      EXPECT_EQ(ticks[t].backward, want_backward) << "tick " << t;
-      int64_t last_stage = -1;
-      for (const PipeOp& op : ticks[t].ops) {
-        EXPECT_EQ(op.backward, ticks[t].backward) << "tick " << t;  // F ticks only forwards, B only backwards
-        EXPECT_GT(op.stage, last_stage) << "tick " << t;           // one op per stage, ascending
-        last_stage = op.stage;
-        tick_of[{op.stage, op.microbatch, op.backward}] = ti;
-      }
-    }
-    std::vector<std::vector<PipeOp>> per_stage(static_cast<size_t>(p));
-    for (const Tick& t : ticks) {
-      for (const PipeOp& op : t.ops) per_stage[static_cast<size_t>(op.stage)].push_back(op);
-    }
-    check_every_op_once(per_stage, p, m);
-    for (int64_t s = 0; s < p; ++s) EXPECT_EQ(stage_ops(ticks, s), per_stage[static_cast<size_t>(s)]);
-    // Every input produced in an earlier tick: forwards down the stages, backwards up, the
-    // last stage's backward after its forward.
-    for (const auto& [key, t] : tick_of) {
-      const auto dep = producer({std::get<0>(key), std::get<1>(key), std::get<2>(key)}, p);
-      if (dep) {
-        EXPECT_LT(tick_of.at(*dep), t);
-      }
-    }
-    // The same data with messages: each message is sent in one tick and received in a later one.
-    const auto programs = phase_aligned_programs(p, m);
-    ASSERT_EQ(programs.size(), ticks.size());
-    std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> sent_in;
-    for (size_t t = 0; t < programs.size(); ++t) {
-      EXPECT_EQ(programs[t].backward, ticks[t].backward);
-      ASSERT_EQ(programs[t].steps.size(), ticks[t].ops.size());
-      for (size_t i = 0; i < ticks[t].ops.size(); ++i) {
-        const StageStep& step = programs[t].steps[i];
-        EXPECT_EQ(step.op, ticks[t].ops[i]);
-        check_messages(step, p);
-        if (step.send) sent_in[{step.send->from, step.send->to, step.send->tag}] = static_cast<int64_t>(t);
-      }
-    }
-    int64_t received = 0;
-    for (size_t t = 0; t < programs.size(); ++t) {
-      for (const StageStep& step : programs[t].steps) {
-        if (!step.recv) continue;
-        ++received;
-        EXPECT_LT(sent_in.at({step.recv->from, step.recv->to, step.recv->tag}), static_cast<int64_t>(t));
-      }
-    }
-    EXPECT_EQ(received, static_cast<int64_t>(sent_in.size()));
-    EXPECT_EQ(received, 2 * (p - 1) * m);  // one activation and one gradient per boundary and micro-batch
-    EXPECT_TRUE(check_tick_order(programs, p).ok()) << check_tick_order(programs, p).to_string();
-    // Run asynchronously, stage by stage, it cannot deadlock either.
-    auto ex = check_executable(stage_programs(programs, p));
-    ASSERT_TRUE(ex.ok()) << ex.status().to_string();
-    EXPECT_FALSE(dfs_slots(per_stage, p).empty());
-  }
-}
-
 // Stage 0 runs B0 right after F0, while stage 1 forwards micro-batch 1 before its B0: stage 0
 // waits for stage 1's gradient, stage 1 for stage 0's activations, round the ring.
 // The mixed ticks CAD's pipelines run: 1F1B's slots as global ticks. Checked against the
@@ -293,6 +228,16 @@ TEST(OneFOneBTicks, EachStageRunsItsOneFOneBOrderAndMessagesCrossTicks) {
         for (const PipeOp& op : ticks[t]) {
           if (const auto out = op_output(op, p)) sent[{out->to, out->microbatch, out->gradient}] = static_cast<int64_t>(t);
         }
+      }
+      // tick_directions keeps every op, in the tick's order, under its own direction.
+      for (const std::vector<PipeOp>& tick : ticks) {
+        const auto dirs = tick_directions(tick);
+        EXPECT_FALSE(dirs[0].backward);
+        EXPECT_TRUE(dirs[1].backward);
+        std::vector<PipeOp> fwd, bwd;
+        for (const PipeOp& op : tick) (op.backward ? bwd : fwd).push_back(op);
+        EXPECT_EQ(dirs[0].ops, fwd);
+        EXPECT_EQ(dirs[1].ops, bwd);
       }
       const auto want = one_f_one_b(p, m);
       for (int64_t s = 0; s < p; ++s) {
@@ -372,22 +317,6 @@ TEST(CheckExecutable, RejectsBrokenPrograms) {
   }
 }
 
-TEST(CheckTickOrder, RejectsAMessageConsumedInItsOwnTickAndMixedPhases) {
-  const int64_t p = 2, m = 4;
-  auto ticks = phase_aligned_programs(p, m);
-  // Tick 0 is F0 on stage 0, tick 1 F1 on stage 0 and F0 on stage 1: pull stage 1's F0 into
-  // tick 0, where its input is produced.
-  ASSERT_EQ(ticks[1].steps.back().op, (PipeOp{1, 0, false}));
-  ticks[0].steps.push_back(ticks[1].steps.back());
-  ticks[1].steps.pop_back();
-  EXPECT_EQ(check_tick_order(ticks, p).message(),
-            "tick 0 stage 1 (F0): receives the activations of micro-batch 0 (tag 0) sent in tick 0, not an earlier one");
-  ticks = phase_aligned_programs(p, m);
-  ASSERT_TRUE(ticks[2].backward);
-  ticks[2].backward = false;
-  EXPECT_EQ(check_tick_order(ticks, p).message(), "tick 2 stage 1 (B0): a backward in an F tick");
-}
-
 std::string read_doc(const std::string& rel) {
   std::ifstream in(std::string(DISTCA_SOURCE_DIR) + "/" + rel);
   std::stringstream ss;
@@ -404,12 +333,8 @@ TEST(Tables, TheDocsDrawTheseSchedules) {
     const auto programs = one_f_one_b_programs(p, m);
     return slot_table(programs, check_executable(programs).value());
   };
-  const std::string pa48 = tick_table(phase_aligned(4, 8), 4), f48 = one_f_one_b_table(4, 8);
-  EXPECT_NE(runtime_doc.find(pa48), std::string::npos) << "docs/runtime.md lacks\n" << pa48;
+  const std::string f48 = one_f_one_b_table(4, 8), f44 = one_f_one_b_table(4, 4);
   EXPECT_NE(runtime_doc.find(f48), std::string::npos) << "docs/runtime.md lacks\n" << f48;
-  EXPECT_NE(sim_doc.find(pa48), std::string::npos) << "docs/simulation-model.md lacks\n" << pa48;
-  const std::string pa24 = tick_table(phase_aligned(2, 4), 2), f44 = one_f_one_b_table(4, 4);
-  EXPECT_NE(sim_doc.find(pa24), std::string::npos) << "docs/simulation-model.md lacks\n" << pa24;
   EXPECT_NE(sim_doc.find(f44), std::string::npos) << "docs/simulation-model.md lacks\n" << f44;
 }
 

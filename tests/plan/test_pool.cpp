@@ -79,9 +79,9 @@ TEST(Pool, InvariantsAgainstThePlacementRule) {
     for (int64_t dp = 1; dp <= 2; ++dp) {
       for (uint64_t seed = 1; seed <= 6; ++seed) {
         const Case c = random_case(seed * 100 + static_cast<uint64_t>(pp * 10 + dp), pp, dp);
-        for (PoolRanks mode : {PoolRanks::kAll, PoolRanks::kActiveStages}) {
+        {
           SCOPED_TRACE("pp " + std::to_string(pp) + " dp " + std::to_string(dp) + " seed " + std::to_string(seed));
-          auto pooled = pool_batches(c.members, pp, dp, mode);
+          auto pooled = pool_batches(c.members, pp, dp);
           ASSERT_TRUE(pooled.ok()) << pooled.status().to_string();
           const Batch& b = pooled->batch;
           ASSERT_TRUE(b.validate().ok()) << b.validate().to_string();
@@ -92,17 +92,9 @@ TEST(Pool, InvariantsAgainstThePlacementRule) {
             tpr = std::max(tpr, m.batch->tokens_per_rank);
           }
           EXPECT_EQ(b.tokens_per_rank, tpr);
-          // The rule: global rank g = stage * dp + replica; pooled rank = g (kAll) or the
-          // number of active stages' ranks below g (kActiveStages).
-          auto expected_rank = [&](int64_t stage, int64_t r) {
-            if (mode == PoolRanks::kAll) return stage * dp + r;
-            int64_t below = 0;
-            for (int64_t s = 0; s < stage; ++s) below += active[static_cast<size_t>(s)] ? dp : 0;
-            return below + r;
-          };
-          int64_t n_active = 0;
-          for (bool a : active) n_active += a ? 1 : 0;
-          ASSERT_EQ(b.ranks, mode == PoolRanks::kAll ? pp * dp : n_active * dp);
+          // The rule: pooled rank = global rank = stage * dp + replica, over every rank.
+          auto expected_rank = [&](int64_t stage, int64_t r) { return stage * dp + r; };
+          ASSERT_EQ(b.ranks, pp * dp);
           std::vector<bool> seen(static_cast<size_t>(b.ranks), false);
           for (size_t i = 0; i < c.members.size(); ++i) {
             const PoolMember& m = c.members[i];
@@ -133,11 +125,11 @@ TEST(Pool, InvariantsAgainstThePlacementRule) {
               EXPECT_TRUE(b.per_rank[static_cast<size_t>(r)].empty()) << "rank " << r;
             }
           }
-          // Idle stages' ranks: empty in the pool (kAll) or absent (kActiveStages).
+          // Idle stages' ranks: in the pool, empty.
           for (int64_t s = 0; s < pp; ++s) {
             if (active[static_cast<size_t>(s)]) continue;
             EXPECT_EQ(pooled->origin(s).member, -1);
-            for (int64_t r = 0; r < dp; ++r) EXPECT_EQ(pooled->rank_of(s, r), mode == PoolRanks::kAll ? s * dp + r : -1);
+            for (int64_t r = 0; r < dp; ++r) EXPECT_EQ(pooled->rank_of(s, r), s * dp + r);
           }
         }
       }
@@ -153,8 +145,8 @@ TEST(Pool, PlansOfPooledBatchesValidate) {
     for (int64_t dp = 1; dp <= 2; ++dp) {
       for (uint64_t seed = 1; seed <= 4; ++seed) {
         const Case c = random_case(seed * 7 + static_cast<uint64_t>(pp * 10 + dp), pp, dp);
-        for (PoolRanks mode : {PoolRanks::kAll, PoolRanks::kActiveStages}) {
-          auto pooled = pool_batches(c.members, pp, dp, mode);
+        {
+          auto pooled = pool_batches(c.members, pp, dp);
           ASSERT_TRUE(pooled.ok()) << pooled.status().to_string();
           for (const SchedulerSpec& spec : specs) {
             SCOPED_TRACE(spec.name() + " pp " + std::to_string(pp) + " dp " + std::to_string(dp) + " seed " +
@@ -385,6 +377,29 @@ TEST(Pool, Refusals) {
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.status().to_string().find("doc_weights"), std::string::npos) << s.status().to_string();
   }
+}
+
+// pool_tick (the trainer's and the simulator's call) is pool_batches of one member per op, op
+// (s, m) holding micro-batch m, over every rank; an op past the micro-batches is refused.
+TEST(Pool, PoolTickIsOneMemberPerOpOverEveryRank) {
+  const int64_t pp = 3, dp = 2;
+  std::vector<Batch> mbs;
+  for (uint64_t m = 0; m < 4; ++m) mbs.push_back(member_batch(40 + m, dp, 512));
+  const Tick tick{true, {{0, 3, true}, {2, 1, true}}};
+  auto got = pool_tick(tick, mbs, pp, dp);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  const std::vector<PoolMember> members = {{0, 3, true, &mbs[3]}, {2, 1, true, &mbs[1]}};
+  auto want = pool_batches(members, pp, dp);
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(got->batch, want->batch);
+  EXPECT_EQ(got->batch.ranks, pp * dp);
+  ASSERT_EQ(got->members.size(), 2u);
+  EXPECT_EQ(got->members[1].microbatch, 1);
+  EXPECT_TRUE(got->members[1].backward);
+  const Tick bad{false, {{1, 4, false}}};
+  const auto refused = pool_tick(bad, mbs, pp, dp);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(), "pool: micro-batch 4 of stage 1 is not one of the 4 given");
 }
 
 }  // namespace

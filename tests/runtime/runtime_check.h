@@ -81,7 +81,7 @@ inline Problem make_problem(const Batch& batch, const AttentionDims& dims, uint6
   pr.dv.resize(pr.k.size());
   p.d_o = pr.d_o.data(), p.dq = pr.dq.data(), p.dk = pr.dk.data(), p.dv = pr.dv.data();
   {
-    std::lock_guard<std::mutex> lock(kernel_mutex());
+    std::lock_guard<std::mutex> lock(kernels::kernel_mutex());
     kernels::attention_forward(p);
     kernels::attention_backward(p);
   }

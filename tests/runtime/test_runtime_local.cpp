@@ -268,7 +268,7 @@ TEST(RuntimeLocal, StatelessServersGiveTheSameBitsForMoreBytes) {
   }
 }
 
-// A pipeline's phase-aligned schedule runs a micro-batch's forward on one pooled plan and its
+// A pipeline's mixed ticks (one_f_one_b_ticks) run a micro-batch's forward on one pooled plan and its
 // backward on another: stateless servers recompute from Q, K, V, O and the LSE, and O and LSE
 // are bitwise the same from any plan (tile alignment), so a backward on plan B after adopting
 // the forward outputs of plan A gives bitwise what B's own forward + backward gives.

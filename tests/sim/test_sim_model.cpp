@@ -162,27 +162,6 @@ TEST(Pipeline, OneFOneBHasEveryOpOnceInDependencyOrder) {
   }
 }
 
-TEST(Pipeline, PhaseAlignedTicksAreUniformAndAsManyAs1F1BSlots) {
-  for (int64_t p : {1, 2, 3, 4, 8}) {
-    for (int64_t m : {1, 2, 3, 5, 8, 16}) {
-      const auto ticks = phase_aligned(p, m);
-      EXPECT_EQ(static_cast<int64_t>(ticks.size()), 2 * (m + p - 1)) << "p=" << p << " m=" << m;
-      std::map<std::tuple<int64_t, int64_t, bool>, int64_t> when;
-      for (size_t t = 0; t < ticks.size(); ++t) {
-        std::set<int64_t> stages;
-        for (const PipeOp& op : ticks[t].ops) {
-          EXPECT_EQ(op.backward, ticks[t].backward);  // phase-aligned
-          EXPECT_TRUE(stages.insert(op.stage).second);
-          EXPECT_TRUE(when.emplace(std::make_tuple(op.stage, op.microbatch, op.backward), static_cast<int64_t>(t)).second);
-        }
-      }
-      check_dependencies(when, p, m);
-      // Every stage is busy in 2m of the ticks: its idle share is (p-1)/(m+p-1), as 1F1B's.
-      for (int64_t s = 0; s < p; ++s) EXPECT_EQ(static_cast<int64_t>(stage_ops(ticks, s).size()), 2 * m);
-    }
-  }
-}
-
 TEST(Pipeline, PeakInFlightCountsHeldMicrobatches) {
   std::vector<PipeOp> ops = {{0, 0, false}, {0, 1, false}, {0, 0, true}, {0, 2, false}, {0, 3, false},
                              {0, 1, true},  {0, 2, true},  {0, 3, true}};

@@ -36,6 +36,34 @@ const Link kLink{8 * 50e9, 10e-6};
 
 double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-300); }
 
+// The all-to-all of a dense byte matrix, the engines' per-unit form summed here: bytes[i * n + j]
+// is what unit i sends unit j (the diagonal is ignored; entries > 0 are messages). Returns the
+// slowest unit's part; unit_seconds (if not null) gets every unit's part.
+double all_to_all_seconds(const Link& link, int64_t n, const std::vector<double>& bytes,
+                          std::vector<double>* unit_seconds = nullptr) {
+  const auto N = static_cast<size_t>(n);
+  std::vector<double> sent(N, 0.0), recv(N, 0.0);
+  std::vector<int64_t> sends(N, 0), receives(N, 0);
+  for (size_t i = 0; i < N; ++i) {
+    for (size_t j = 0; j < N; ++j) {
+      const double b = bytes[i * N + j];
+      if (i == j || !(b > 0)) continue;
+      sent[i] += b;
+      recv[j] += b;
+      ++sends[i];
+      ++receives[j];
+    }
+  }
+  double worst = 0;
+  if (unit_seconds != nullptr) unit_seconds->assign(N, 0.0);
+  for (size_t i = 0; i < N; ++i) {
+    const double t = all_to_all_unit_seconds(link, sent[i], recv[i], sends[i], receives[i]);
+    if (unit_seconds != nullptr) (*unit_seconds)[i] = t;
+    worst = std::max(worst, t);
+  }
+  return worst;
+}
+
 TEST(NetworkLink, MessageCostAndHalfBandwidthSize) {
   const double B = kLink.bytes_per_second, lat = kLink.latency;
   const double s_half = kLink.half_bandwidth_bytes();
@@ -256,7 +284,7 @@ HandBytes hand_bytes(const DocumentIndex& index, const std::vector<TaskPlacement
 // CAD runs: dispatch (Q + K/V), its return (O + LSE: the query pairs reversed), the backward's
 // dO (the query pairs) and its return (dQ + dK/dV: dispatch reversed). The matrix is first
 // checked against compute_traffic's per-rank sums (so it is traffic.h's). Plain ranks and a
-// pool over stages 0 and 2 of 3 (unit_of maps pooled rank r to another unit number).
+// pool of stages 0 and 2 of 3 over every unit (stage 1's units serve).
 TEST(NetworkPeers, PlanPairsMatchTrafficBytes) {
   const ModelSpec m = model_preset("llama-8b").value();
   const RowBytes rb = row_bytes(m, 2);
@@ -274,12 +302,12 @@ TEST(NetworkPeers, PlanPairsMatchTrafficBytes) {
       int64_t units = 4;
       if (pooled_case) {
         const std::vector<PoolMember> members = {{0, 0, false, &mbs[0]}, {2, 1, false, &mbs[1]}};
-        const PooledBatch pb = pool_batches(members, 3, 4, PoolRanks::kActiveStages).value();
+        const PooledBatch pb = pool_batches(members, 3, 4).value();
         b = pb.batch;
         unit_of = pb.unit_of;
         units = 12;
-        ASSERT_EQ(unit_of.size(), 8u);
-        EXPECT_EQ(unit_of[4], 8);  // stage 2's first unit
+        ASSERT_EQ(unit_of.size(), 12u);
+        EXPECT_EQ(unit_of[8], 8);  // stage 2's first unit; stage 1's units hold nothing and serve
       }
       ScheduleOptions so;
       so.model = m;

@@ -189,7 +189,7 @@ TEST(Strategies, CommBlockedIsTheRuntimesWaitsInCommunication) {
 // the trace, every stage's linear work comes op by op in its order there, every op of a tick
 // starts after every op of the previous tick (whose exchanges are collective over all units),
 // and the ops of one tick start together when a PP transfer (a global step) ended the
-// previous tick. Phase-aligned ticks (deferred backwards) would fail the per-stage order.
+// previous tick. Homogeneous ticks with deferred backwards would fail the per-stage order.
 TEST(Strategies, CadPipelineReplaysOneFOneBTicks) {
   for (const auto& [p, m] : std::vector<std::pair<int64_t, int64_t>>{{2, 4}, {3, 5}, {4, 8}}) {
     std::vector<Batch> mbs;

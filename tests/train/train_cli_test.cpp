@@ -94,7 +94,7 @@ TEST(TrainCli, SummaryMetricsAndCheckpointRefusals) {
   ASSERT_EQ(steps.size(), 4u);
   EXPECT_NEAR(std::stod(last.substr(12)), steps.back()["report_loss"].get<double>(), 1e-6);
   for (const char* key : {"step", "loss", "report_loss", "tokens_per_s", "imbalance_before",
-                          "imbalance_after", "linear_s", "attention_s", "comm_s", "wait_s"}) {
+                          "imbalance_after", "linear_s", "attention_s", "comm_s", "wait_s", "optimizer_s"}) {
     EXPECT_TRUE(steps[0].contains(key)) << key;
   }
   const auto ckpt = dir / "step-00000004.ckpt";

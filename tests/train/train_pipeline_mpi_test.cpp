@@ -55,9 +55,9 @@ TEST(TrainPipelineMpi, StagesUnderMpirunMatchOneStageBitwise) {
   }
 }
 
-// CAD's phase-aligned pipeline (every tick one pooled plan over all 4 ranks) under mpirun
+// CAD's pipeline (each direction of every tick one pooled plan over all 4 ranks) under mpirun
 // gives bitwise the local backend's run of the same configuration.
-TEST(TrainPipelineMpi, CadPhaseAlignedUnderMpirunMatchesTheLocalBackendBitwise) {
+TEST(TrainPipelineMpi, CadPipelineUnderMpirunMatchesTheLocalBackendBitwise) {
   const auto cfg = config_file();
   const std::string cli = DISTCA_CLI;
   const std::string mpirun = std::string(DISTCA_MPIEXEC) + " --oversubscribe --allow-run-as-root -np 4 ";

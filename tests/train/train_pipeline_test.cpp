@@ -20,7 +20,7 @@ namespace {
 
 TrainConfig pipeline_config(int64_t dp, int64_t pp, int64_t micro_batches) {
   TrainConfig c = testing::small_model_config(4);
-  c.mode = "colocated";
+  c.mode = TrainMode::kColocated;
   c.ranks = dp * pp;
   c.pp = pp;
   c.micro_batches = micro_batches;
@@ -100,17 +100,17 @@ TEST(Pipeline, ResumeOfAPipelinedRunIsBitwise) {
   std::filesystem::remove_all(dir);
 }
 
-// CAD's phase-aligned pipeline: every tick's attention is one pooled plan over every rank
+// CAD's pipeline: each direction of every tick is one pooled plan over every rank
 // (idle stages serve), a micro-batch's backward is planned apart from its forward (stateless
 // servers). It computes the function of one stage: where the planner moves pieces, dK/dV
 // partials add in another association, so within float rounding (bound stated in the docs).
-TEST(Pipeline, CadPhaseAlignedComputesTheFunctionOfOneStage) {
+TEST(Pipeline, CadPipelineComputesTheFunctionOfOneStage) {
   for (int64_t dp : {1, 2}) {
     TrainConfig one_cfg = pipeline_config(dp, 1, 4);
     const TrainResult one = train(one_cfg);
     for (int64_t pp : {2, 4}) {
       TrainConfig c = pipeline_config(dp, pp, 4);
-      c.mode = "cad";
+      c.mode = TrainMode::kCad;
       const TrainResult cad = train(c);
       ASSERT_EQ(cad.steps.size(), one.steps.size());
       bool moved = false;
@@ -137,14 +137,14 @@ TEST(Pipeline, CadPhaseAlignedComputesTheFunctionOfOneStage) {
   // Inside every tick each direction's nano-batches ping-pong by default; single-stream runs
   // each direction's whole pooled plan at once: the same function within rounding.
   TrainConfig c = pipeline_config(2, 2, 4);
-  c.mode = "cad";
+  c.mode = TrainMode::kCad;
   const TrainResult pingpong = train(c);
-  c.overlap = "single-stream";
+  c.overlap = runtime::OverlapMode::kSingleStream;
   const TrainResult single = train(c);
   for (size_t i = 0; i < single.steps.size(); ++i) {
     EXPECT_NEAR(single.steps[i].loss, pingpong.steps[i].loss, 1e-6 * pingpong.steps[i].loss) << i;
   }
-  c.overlap = "signal";
+  c.overlap = runtime::OverlapMode::kSignal;
   const TrainResult signal = train(c);
   EXPECT_FALSE(signal.outputs_valid);
 }
@@ -152,14 +152,15 @@ TEST(Pipeline, CadPhaseAlignedComputesTheFunctionOfOneStage) {
 TEST(Pipeline, BadSettingsAreRefusedNamingTheFlag) {
   struct Case {
     int64_t ranks, pp, micro_batches;
-    std::string mode, needle;
+    TrainMode mode;
+    std::string needle;
   };
-  for (const Case& k : std::vector<Case>{{4, 3, 4, "colocated", "--pp 3 does not divide --ranks 4"},
-                                         {4, 2, 1, "colocated", "--micro-batches 1 is fewer than the 2"},
-                                         {8, 8, 8, "colocated", "exceed the model's 4 layers"},
-                                         {3, 3, 4, "cad", "--pp 3 with --mode cad must divide the model's 4 layers"},
-                                         {4, 0, 4, "colocated", "--pp must be in 1..64"},
-                                         {2, 1, 0, "colocated", "--micro-batches must be in 1..4096"}}) {
+  for (const Case& k : std::vector<Case>{{4, 3, 4, TrainMode::kColocated, "--pp 3 does not divide --ranks 4"},
+                                         {4, 2, 1, TrainMode::kColocated, "--micro-batches 1 is fewer than the 2"},
+                                         {8, 8, 8, TrainMode::kColocated, "exceed the model's 4 layers"},
+                                         {3, 3, 4, TrainMode::kCad, "--pp 3 with --mode cad must divide the model's 4 layers"},
+                                         {4, 0, 4, TrainMode::kColocated, "--pp must be in 1..64"},
+                                         {2, 1, 0, TrainMode::kColocated, "--micro-batches must be in 1..4096"}}) {
     TrainConfig c = pipeline_config(1, 1, 1);
     c.ranks = k.ranks;
     c.pp = k.pp;

@@ -33,7 +33,7 @@ PlanContext context(const TrainConfig& c) {
   PlanContext ctx;
   auto spec = c.model_spec();
   EXPECT_TRUE(spec.ok());
-  auto sched = parse_scheduler(c.mode == "cad" ? c.scheduler : "colocated");
+  auto sched = parse_scheduler(c.mode == TrainMode::kCad ? c.scheduler : "colocated");
   EXPECT_TRUE(sched.ok());
   ctx.sspec = *sched;
   ctx.sopt.model = *spec;
@@ -47,14 +47,14 @@ PlanContext context(const TrainConfig& c) {
   ctx.pp = c.pp;
   ctx.dp = c.dp();
   ctx.micro_batches = c.micro_batches;
-  ctx.pooled_ticks = c.mode == "cad" && c.pp > 1;
+  ctx.pooled_ticks = c.mode == TrainMode::kCad && c.pp > 1;
   return ctx;
 }
 
 // Every plan of a unit as text (plan_to_json is deterministic and holds the whole plan).
 std::string unit_text(const PlanUnit& u) {
   std::string out = std::to_string(u.step) + "/" + std::to_string(u.index) + ":";
-  auto add = [&](const std::optional<runtime::NanoPlans>& np) {
+  auto add = [&](const std::optional<NanoPlans>& np) {
     if (!np) {
       out += "none;";
       return;
@@ -274,8 +274,8 @@ TEST(PlanAhead, GivesTheBitsOfInlinePlanning) {
   };
   for (const Case& k : cases) {
     TrainConfig c = base_config();
-    c.mode = k.mode;
-    c.overlap = k.overlap;
+    c.mode = parse_train_mode(k.mode).value();
+    if (!k.overlap.empty()) c.overlap = runtime::parse_overlap_mode(k.overlap).value();
     c.ranks = k.ranks;
     c.pp = k.pp;
     c.micro_batches = k.micro_batches;

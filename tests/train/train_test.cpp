@@ -42,7 +42,7 @@ TEST(Config, DefaultIsValidAndRoundTripsThroughToml) {
   ASSERT_TRUE(d.validate().ok()) << d.validate().to_string();
   TrainConfig c = small_config();
   c.seed = 99;
-  c.mode = "colocated";
+  c.mode = TrainMode::kColocated;
   c.model_overrides = {};
   ASSERT_TRUE(apply_toml_text(default_config_toml(), "default", c).ok());
   EXPECT_EQ(c.seed, d.seed);
@@ -76,7 +76,7 @@ TEST(Config, TomlSetsKeysAndOverrides) {
       "[model_overrides]\nn_layers = 3\nvocab = 300\n";
   ASSERT_TRUE(apply_toml_text(text, "t.toml", c).ok());
   EXPECT_EQ(c.ranks, 4);
-  EXPECT_EQ(c.mode, "colocated");
+  EXPECT_EQ(c.mode, TrainMode::kColocated);
   EXPECT_EQ(c.lr, 1.0);  // integers are accepted for floating-point keys
   EXPECT_EQ(c.steps, 7);
   auto spec = c.model_spec();
@@ -91,7 +91,9 @@ TEST(Config, BadKeysAndValuesNameTheKey) {
   for (const Case& k : std::vector<Case>{{"rnaks = 2\n", "'rnaks'"},
                                          {"ranks = \"two\"\n", "'ranks'"},
                                          {"[model_overrides]\nlayers = 2\n", "'model_overrides.layers'"},
-                                         {"mode = \n", "t.toml:1"}}) {
+                                         {"mode = \n", "t.toml:1"},
+                                         {"mode = \"fast\"\n", "t.toml: key 'mode' must be cad or colocated (got 'fast')"},
+                                         {"overlap = \"both\"\n", "t.toml: key 'overlap' must be pingpong, single-stream or signal"}}) {
     TrainConfig c;
     Status st = apply_toml_text(k.text, "t.toml", c);
     ASSERT_FALSE(st.ok()) << k.text;
@@ -100,15 +102,13 @@ TEST(Config, BadKeysAndValuesNameTheKey) {
   }
   struct Bad { std::function<void(TrainConfig&)> set; std::string flag; };
   for (const Bad& b : std::vector<Bad>{{[](TrainConfig& c) { c.ranks = 0; }, "--ranks"},
-                                       {[](TrainConfig& c) { c.mode.assign("fast"); }, "--mode"},
                                        {[](TrainConfig& c) { c.backend.assign("nccl"); }, "--backend"},
                                        {[](TrainConfig& c) { c.lr = -1; }, "--lr"},
                                        // assign(): GCC 12's -Wrestrict misfires on operator= of short literals here (its bug 105329).
                                        {[](TrainConfig& c) { c.data.assign("txt"); }, "--data"},
-                                       {[](TrainConfig& c) { c.overlap.assign("both"); }, "--overlap"},
                                        {[](TrainConfig& c) {
-                                          c.mode.assign("colocated");
-                                          c.overlap.assign("single-stream");
+                                          c.mode = TrainMode::kColocated;
+                                          c.overlap = runtime::OverlapMode::kSingleStream;
                                         },
                                         "--overlap"},
                                        {[](TrainConfig& c) { c.tokens_per_rank = 100; }, "--tokens-per-rank"},
@@ -339,9 +339,9 @@ TEST(Trainer, CadAndColocatedGiveIdenticalLossesAndParameters) {
     c.ranks = ranks;
     c.dist = "uniform:16:384";
     TrainResult cad, colo;
-    c.mode = "cad";
+    c.mode = TrainMode::kCad;
     ASSERT_TRUE(run_training_local(c, {}, &cad).ok());
-    c.mode = "colocated";
+    c.mode = TrainMode::kColocated;
     ASSERT_TRUE(run_training_local(c, {}, &colo).ok());
     ASSERT_EQ(cad.steps.size(), 20u);
     double max_diff = 0;
@@ -369,9 +369,9 @@ TEST(Trainer, CadAndColocatedAgreeWhenCadSplitsPieces) {
   c.steps = 5;
   c.warmup = 1;
   TrainResult cad, colo;
-  c.mode = "cad";
+  c.mode = TrainMode::kCad;
   ASSERT_TRUE(run_training_local(c, {}, &cad).ok());
-  c.mode = "colocated";
+  c.mode = TrainMode::kColocated;
   ASSERT_TRUE(run_training_local(c, {}, &colo).ok());
   ASSERT_EQ(cad.steps.size(), 5u);
   bool planner_moved_work = false;
@@ -465,7 +465,7 @@ TEST(Trainer, ResumeIsBitwiseIdenticalToAnUninterruptedRun) {
   EXPECT_EQ(ck->step, 5);
   TrainConfig c2 = c;
   c2.checkpoint_dir = (dir / "resumed").string();
-  c2.mode = "colocated";  // modes compute the same bits, so a resume may switch
+  c2.mode = TrainMode::kColocated;  // modes compute the same bits, so a resume may switch
   TrainHooks hooks;
   hooks.resume = &*ck;
   TrainResult resumed;

@@ -36,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 
 #include "distca/core/status.h"
 
@@ -90,6 +91,12 @@ void attention_forward(const AttentionParams& p);
 // Backward: reads q, k, v, o, lse (from attention_forward) and d_o; writes dq, dk, dv
 // (overwritten, not accumulated). Preconditions as for the forward, plus d_o, dq, dk, dv set.
 void attention_backward(const AttentionParams& p);
+
+// The process's one lock for these calls (see Thread safety above): a caller that may run
+// them, or other OpenMP/BLAS compute, from several threads of one process (the runtime's
+// dispatchers under the local backend's rank threads, the Python module with the GIL
+// released) holds it around every call.
+std::mutex& kernel_mutex();
 
 // Upper bound, in bytes, of the scratch memory attention_forward (and attention_backward when
 // `backward`) allocates for a call of these shapes on `threads` OpenMP threads: per-thread

@@ -1,8 +1,7 @@
-// How the model reaches core attention: one executor call per layer in forward and one per
-// layer in backward. The same model code runs co-located (an executor that calls the kernel on
-// this process) or disaggregated (the runtime's CA dispatcher, which ships Q/K/V rows to
-// attention servers and brings O back), and the model is testable alone with the
-// LocalAttentionExecutor (local_attention.h).
+// The blocking path's attention (Llama::forward / forward_backward), kept only as the tests'
+// independent reference: the trainer runs the phased calls with the runtime's runners instead.
+// One executor call per layer in forward and one per layer in backward; the
+// LocalAttentionExecutor (local_attention.h) calls the kernel on this process.
 //
 // Contract between the model and an executor (docs/model.md, "executor contract"):
 //

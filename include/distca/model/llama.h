@@ -295,7 +295,9 @@ class Llama {
   std::span<const T> grads() const { return grads_; }
   void zero_grads();
 
-  // forward / forward_backward: the whole model only (a stage gets InvalidArgument); slot 0.
+  // forward / forward_backward: the blocking path, kept only as the tests' independent
+  // reference (the trainer drives the phased calls below through the runtime's runners).
+  // The whole model only (a stage gets InvalidArgument); slot 0.
   // Evaluation: forward only (the executor's forward is called, never its backward).
   // per_token_loss: (n) or empty; receives -log p(target) per token, 0 where the target is -1.
   Result<StepLoss> forward(const StepInputs& in, BasicAttentionExecutor<T>& executor,

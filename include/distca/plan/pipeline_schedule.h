@@ -12,14 +12,6 @@
 //                          `distca train --mode cad --pp P` runs and the simulator replays
 //                          (each tick's forwards and backwards pooled per direction;
 //                          runtime/tick_runner.h). Memory as 1F1B's.
-//   phase_aligned(p, m)    homogeneous ticks (kept for comparison; neither runs them now): global ticks in which every active stage runs a forward
-//                          (an F tick) or every active stage a backward (a B tick). Tick types:
-//                          p-1 warm-up F ticks, then F and B alternating for 2m ticks, then
-//                          p-1 drain B ticks: 2(m+p-1) ticks, as many as 1F1B's slots. In each
-//                          tick every stage runs the next op of the tick's type whose input is
-//                          ready (produced in an EARLIER tick). No in-flight cap: a stage may
-//                          hold more micro-batches than 1F1B's p-s (the paper's deferred
-//                          backwards); peak_in_flight reports it (memory counts it).
 //
 // Messages (point to point between neighbouring stages; op_input / op_output)
 //   forward  of micro-batch j on stage s: receives j's activations from s-1 before it (s > 0),
@@ -35,13 +27,14 @@
 // Execution model (what check_executable proves). Each stage runs its StageProgram in order:
 // for each step it blocks until `recv` has arrived (blocking at need), runs the op, then posts
 // `send` without waiting for it (non-blocking; the sender keeps the buffer until it completes).
-// For the phase-aligned schedule every message sent in tick t is received in a tick > t
-// (check_tick_order), so a runner that executes ticks in order, with per-tick collectives over
-// all ranks (CAD's pooled attention plans), never waits on a message of its own tick.
+// In one_f_one_b_ticks every message sent in tick t is received in a tick > t, so a runner
+// that executes ticks in order, with per-tick collectives over all ranks (CAD's pooled
+// attention plans), never waits on a message of its own tick.
 //
 // Thread safety: pure functions on values.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -61,20 +54,15 @@ struct PipeOp {
 // [stage][ops in execution order]. Preconditions: p >= 1, m >= 1.
 std::vector<std::vector<PipeOp>> one_f_one_b(int64_t p, int64_t m);
 
+// One direction of a tick: its ops of that direction.
 struct Tick {
   bool backward = false;
   std::vector<PipeOp> ops;  // at most one per stage, ascending stage
 };
-// Preconditions: p >= 1, m >= 1. Every (stage, micro-batch) appears once forward and once
-// backward, each forward after the previous stage's forward of that micro-batch and each
-// backward after the next stage's backward (and the stage's own forward).
-std::vector<Tick> phase_aligned(int64_t p, int64_t m);
 
 // Largest number of micro-batches a stage holds at once (forwarded, not yet backwarded), for
 // an op order of that stage.
 int64_t peak_in_flight(const std::vector<PipeOp>& stage_ops);
-// The ops of stage s in tick order.
-std::vector<PipeOp> stage_ops(const std::vector<Tick>& ticks, int64_t s);
 
 // ---- Messages -------------------------------------------------------------------------
 
@@ -108,15 +96,6 @@ StageProgram stage_program(const std::vector<PipeOp>& ops, int64_t p);
 // [stage] the 1F1B program of every stage. Preconditions: p >= 1, m >= 1.
 std::vector<StageProgram> one_f_one_b_programs(int64_t p, int64_t m);
 
-struct TickProgram {
-  bool backward = false;
-  std::vector<StageStep> steps;  // the tick's ops (ascending stage) with their messages
-};
-// phase_aligned(p, m) with messages. Preconditions: p >= 1, m >= 1.
-std::vector<TickProgram> phase_aligned_programs(int64_t p, int64_t m);
-// [stage] the steps of each stage in tick order (what one stage's ranks execute).
-std::vector<StageProgram> stage_programs(const std::vector<TickProgram>& ticks, int64_t p);
-
 // ---- Checks ---------------------------------------------------------------------------
 
 struct Execution {
@@ -135,11 +114,6 @@ struct Execution {
 // holding a micro-batch it forwarded and never backwarded.
 Result<Execution> check_executable(const std::vector<StageProgram>& programs);
 
-// Phase-aligned tick rules for p stages: every step's op is of its tick's type and on a
-// distinct stage of [0, p), and every message is received in a tick after the one that sent
-// it (and exactly once). Errors as above, naming the tick.
-Status check_tick_order(const std::vector<TickProgram>& ticks, int64_t p);
-
 // ---- Mixed ticks ------------------------------------------------------------------------
 
 // 1F1B's unit-time slots (check_executable on one_f_one_b_programs) as global ticks: tick t
@@ -150,11 +124,12 @@ Status check_tick_order(const std::vector<TickProgram>& ticks, int64_t p);
 // each tick's forward members and backward members are pooled and planned apart and served
 // in one interleaved pass (runtime/tick_runner.h). Preconditions: p >= 1, m >= 1.
 std::vector<std::vector<PipeOp>> one_f_one_b_ticks(int64_t p, int64_t m);
+// A tick of one_f_one_b_ticks split by direction: [0] its forwards, [1] its backwards (each
+// Tick::backward set, ops in the tick's order). CAD pools and plans each direction apart.
+std::array<Tick, 2> tick_directions(const std::vector<PipeOp>& tick);
 
 // ---- Tables (docs/runtime.md is generated from these) --------------------------------------
 
-// Markdown: header "tick", a "phase" row (F/B), one row per stage ("F3", "B0", "." idle).
-std::string tick_table(const std::vector<Tick>& ticks, int64_t p);
 // Markdown: header "slot", one row per stage, each step in its Execution slot.
 std::string slot_table(const std::vector<StageProgram>& programs, const Execution& execution);
 

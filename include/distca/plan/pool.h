@@ -1,19 +1,17 @@
 // Pooled batches: the micro-batches of several pipeline stages put into ONE batch over the
-// ranks of the pipeline, so one plan serves the core attention of all of them (CAD's
-// phase-aligned pipeline schedule: at every tick each active stage contributes one micro-batch,
-// forward or backward, and the ranks of stages with nothing to do serve attention too).
+// ranks of the pipeline, so one plan serves the core attention of all of them (CAD's pipelined
+// schedule: each direction of a tick is pooled and planned, and the ranks of stages with
+// nothing to do in it serve attention too; docs/scheduler.md, "Pooled plans").
 //
 // Ranks, as the trainer numbers them (src/train/step.h): rank = stage * dp + replica over
 // pp * dp ranks. A member (stage s, micro-batch m) is a Batch over dp ranks; its replica r's
-// pieces go, in order, onto global rank s * dp + r. With PoolRanks::kAll the pooled batch has
-// all pp * dp ranks (pooled rank == global rank) and the ranks of idle stages hold no tokens
-// and only serve; with PoolRanks::kActiveStages it has the active stages' ranks only, in
-// increasing global order (the simulator's "active stages only" candidate).
+// pieces go, in order, onto global rank s * dp + r. The pooled batch has all pp * dp ranks
+// (pooled rank == global rank: unit_of and rank_of_unit are the identity) and the ranks of
+// idle stages hold no tokens and only serve.
 //
 // Document ids: pooled id = original id * pp + stage. At most one member per stage (a tick of
 // the schedule never runs two micro-batches on one stage), so the id is invertible: stage =
-// id % pp, original = id / pp, member = the member of that stage. The simulator has used this
-// convention since before this file; it keeps its output.
+// id % pp (stage_of_doc), original = id / pp, member = the member of that stage.
 //
 // Load weights: the cost model's figure is forward + backward work. A pool whose members all
 // run one direction needs no weight (a uniform factor does not move a balance), so
@@ -31,6 +29,7 @@
 
 #include "distca/core/status.h"
 #include "distca/data/batch.h"
+#include "distca/plan/pipeline_schedule.h"
 #include "distca/plan/schedule.h"
 
 namespace distca {
@@ -42,11 +41,6 @@ struct PoolMember {
   int64_t microbatch = 0;
   bool backward = false;
   const Batch* batch = nullptr;
-};
-
-enum class PoolRanks {
-  kAll,           // every rank of the pipeline; idle stages' ranks hold nothing and serve
-  kActiveStages,  // only the ranks of stages that have a member
 };
 
 // What a task (or a pooled document) of a plan of the pooled batch belongs to.
@@ -66,9 +60,9 @@ struct PooledBatch {
   std::vector<PoolMember> members;
   std::vector<int64_t> member_of_stage;  // [pp] member index, -1 for an idle stage
   std::vector<int64_t> unit_of;          // [pooled rank] global rank (stage * dp + replica)
-  std::vector<int64_t> rank_of_unit;     // [pp * dp] pooled rank, -1 when not in the pool
+  std::vector<int64_t> rank_of_unit;     // [pp * dp] pooled rank
 
-  // Pooled rank of replica r of `stage`, -1 when that stage's ranks are not in the pool.
+  // Pooled rank of replica r of `stage`.
   // Preconditions: 0 <= stage < pp, 0 <= r < dp.
   int64_t rank_of(int64_t stage, int64_t replica) const {
     return rank_of_unit[static_cast<size_t>(stage * dp + replica)];
@@ -94,7 +88,12 @@ struct PooledBatch {
 // dp >= 1, there is at least one member, every member's stage is in [0, pp) and no two share
 // one, every batch is non-null, has dp ranks, is valid (Batch::validate) and has document ids
 // in [0, (2^62) / pp). tokens_per_rank of the pooled batch is the members' largest.
-Result<PooledBatch> pool_batches(std::span<const PoolMember> members, int64_t pp, int64_t dp,
-                                 PoolRanks ranks = PoolRanks::kAll);
+Result<PooledBatch> pool_batches(std::span<const PoolMember> members, int64_t pp, int64_t dp);
+
+// One direction of a pipeline tick (tick_directions of one_f_one_b_ticks) pooled the way CAD
+// plans it, in the trainer and in the simulator alike: op (s, m) is the member of stage s with
+// batch micro_batches[m] (dp ranks), over every rank of the pipeline. Errors: those of
+// pool_batches; an op whose micro-batch is not in micro_batches.
+Result<PooledBatch> pool_tick(const Tick& tick, std::span<const Batch> micro_batches, int64_t pp, int64_t dp);
 
 }  // namespace distca

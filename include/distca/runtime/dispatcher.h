@@ -46,9 +46,9 @@
 // caller must fail the group (Communicator::fail): the exchange handles are then abandoned.
 //
 // Thread safety: one dispatcher is used by one thread (its rank's). Kernel calls of all
-// dispatchers of one process are serialised by kernel_mutex() (the kernels use OpenMP and
-// set OpenBLAS's thread count, so two must not run at once, as with the local backend's
-// rank threads).
+// dispatchers of one process are serialised by kernels::kernel_mutex() (kernels/attention.h:
+// the kernels use OpenMP and set OpenBLAS's thread count, so two must not run at once, as
+// with the local backend's rank threads).
 #pragma once
 
 #include <cstdint>
@@ -65,10 +65,6 @@
 #include "distca/plan/plan.h"
 
 namespace distca::runtime {
-
-// Held around every kernel call the runtime makes. Callers that run other OpenMP/BLAS
-// compute from several rank threads of one process (local backend) take it too.
-std::mutex& kernel_mutex();
 
 struct AttentionDims {
   int32_t n_heads = 0;
@@ -149,7 +145,7 @@ class CaDispatcher {
 
   // Stateless servers only (DispatcherOptions::stateless): puts `layer` in the state a
   // finished forward leaves, from the caller's buffers, so that backward(layer) can run on THIS
-  // plan although the forward ran on another one (a pipeline's phase-aligned schedule pools a
+  // plan although the forward ran on another one (a pipeline's mixed ticks pool a
   // micro-batch's forward and its backward with different micro-batches, so the two are planned
   // apart). q, k, v, o: as for forward; lse: (n_tokens, n_heads), the forward's LSE of this
   // rank's rows (natural log), copied. The buffers q, k, v, o must stay valid until

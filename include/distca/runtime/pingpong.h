@@ -14,11 +14,7 @@
 // rows. The alternative (nano-batches of whole documents) cannot balance a rank that holds one
 // long document, which is exactly the skewed case CAD is for.
 //
-// Planning: the scheduler runs ONCE on the split batch; every task [a, b) is cut at its
-// document's c into a ping task [a, min(b, c)) and a pong task [max(a, c), b) on the same
-// server and home (a no-op except for wlb, whose re-packed batch is split again: the cuts of
-// cut documents depend only on their length); build_plan turns each task list into a plan.
-// (Balance is the scheduler's over the whole step; each half inherits it approximately.)
+// Planning: plan_nano_batches (plan/nano_plan.h), the function the simulator replays too.
 // Because pong's contexts include ping rows, ping rows get dK/dV partials from both
 // nano-batches: the runner sums them in a fixed order (ping, then pong) into zeroed buffers.
 //
@@ -43,27 +39,13 @@
 #include "distca/comm/communicator.h"
 #include "distca/core/trace.h"
 #include "distca/core/status.h"
-#include "distca/plan/nano_split.h"
+#include "distca/plan/nano_plan.h"
 #include "distca/plan/plan.h"
+#include "distca/runtime/overlap_mode.h"
 #include "distca/runtime/dispatcher.h"
 
 namespace distca::runtime {
 
-enum class OverlapMode { kPingPong, kSingleStream, kSignal };
-// "pingpong" | "single-stream" | "signal"; the message names `flag`.
-Result<OverlapMode> parse_overlap_mode(const std::string& text, const std::string& flag = "--mode");
-const char* overlap_mode_name(OverlapMode mode);
-
-struct NanoPlans {
-  NanoSplit split;              // the split; every plan's batch is split.batch
-  Plan full;                    // the whole micro-batch's plan (both task lists together)
-  std::array<Plan, 2> nano;     // ping, pong (same batch and token buffers as full)
-};
-
-// Splits the batch (split_nano_batches(batch, options.align_rows)), runs the scheduler once on
-// the split batch, builds the full plan and the two nano plans. Deterministic.
-Result<NanoPlans> plan_nano_batches(const Batch& batch, const SchedulerSpec& spec,
-                                    const ScheduleOptions& options);
 
 // Linear work of nano-batch `nano` (0 ping, 1 pong) between two attentions. Forward,
 // linear(x, l, false): post-CA of layer l-1 (when l > 0) fused with pre-CA of layer l (when
@@ -88,7 +70,7 @@ struct LayerBackward {
 struct RunnerTimes {
   double linear = 0;  // inside LinearFn
   double waited = 0;  // blocked on exchanges (CaDispatcher::waited_seconds): exposed communication
-  double other = 0;   // the rest: packing rows, attention kernels, assembling contexts
+  double attention = 0;  // the rest of its calls: packing rows, attention kernels, assembling contexts
 };
 
 // The schedule (docs/runtime.md, "Ping-pong", draws it tick by tick). Contract with the caller:

@@ -226,10 +226,6 @@ struct PlanStats {
   // cad with PP: backward plans (every tick's backward members are planned anew, apart
   // from its forward members; stateless servers: the inputs are sent again).
   int64_t backward_replans = 0;
-  // cad with PP: plans (of one direction of a tick) with idle stages whose plan over that
-  // direction's stages' units only was faster than the one pooled over every unit (moving
-  // attention to idle units can cost more bytes than it saves).
-  int64_t active_only_plans = 0;
 };
 
 struct SimResult {
@@ -293,7 +289,7 @@ Result<SimResult> simulate(const SimOptions& options, const std::vector<Batch>& 
 // pipeline_seconds, grad_sync_seconds, tokens_per_second, oom, oom_unit, oom_reason,
 // peak_memory_bytes, idle_fraction, exposed_comm_fraction, bytes_total, busy_max_over_mean,
 // plan{plans, tasks, load_max_over_mean, load_before_max_over_mean, comm_bytes_forward,
-// comm_bytes_backward, plan_seconds, backward_replans, active_only_plans},
+// comm_bytes_backward, plan_seconds, backward_replans},
 // cp_candidates[{cp_degree, iteration_seconds, oom, peak_memory_bytes}], pp_ticks,
 // sharing{passes, converged},
 // per_unit[{unit, stage, tokens, busy, linear, attention, attention_pairs, comm, exposed_comm,

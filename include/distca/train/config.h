@@ -16,12 +16,21 @@
 
 #include "distca/core/specs.h"
 #include "distca/core/status.h"
+#include "distca/runtime/overlap_mode.h"
 
 namespace distca::train {
 
 struct ModelOverrides {
   std::optional<int64_t> n_layers, hidden, n_heads, n_kv_heads, head_dim, ffn, vocab;
 };
+
+enum class TrainMode {
+  kCad,        // core attention disaggregated: planned every step, run by the runtime's runners
+  kColocated,  // every rank serves its own attention (the colocated plan through the same runners)
+};
+// "cad" | "colocated"; the message names `flag` ("--mode must be cad or colocated (got 'x')").
+Result<TrainMode> parse_train_mode(const std::string& text, const std::string& flag = "--mode");
+const char* train_mode_name(TrainMode mode);
 
 struct TrainConfig {
   // Model: a preset (core/specs.h) and overrides of its fields. The default narrows `tiny` to
@@ -33,12 +42,12 @@ struct TrainConfig {
   // Parallelism.
   int64_t ranks = 2;
   std::string backend = "local";  // local | mpi
-  std::string mode = "cad";       // cad | colocated
+  TrainMode mode = TrainMode::kCad;
   std::string scheduler = "cad";  // cad mode only: cad | cad-symmetric | percp:C
   double tolerance = 0.05;        // cad scheduler tolerance
-  // cad mode only: pingpong | single-stream | signal (runtime/pingpong.h); empty: pingpong.
+  // cad mode only: pingpong | single-stream | signal (runtime/pingpong.h); unset: pingpong.
   // Refused with --mode colocated, which has no exchange to overlap.
-  std::string overlap;
+  std::optional<runtime::OverlapMode> overlap;
   // Pipeline parallelism: pp stages (ranks = dp x pp), each step micro_batches micro-batches
   // per data-parallel replica, in 1F1B order (plan/pipeline_schedule.h; cad runs its slots
   // as pooled ticks). pp > 1 needs micro_batches >= pp, pp <= the model's layers, and with
@@ -83,8 +92,8 @@ struct TrainConfig {
   Result<ModelSpec> model_spec() const;
   // Data-parallel replicas: ranks / pp.
   int64_t dp() const { return pp > 0 ? ranks / pp : ranks; }
-  // `overlap`, or "pingpong" when empty (cad mode's default).
-  std::string overlap_or_default() const { return overlap.empty() ? "pingpong" : overlap; }
+  // `overlap`, or pingpong when unset (cad mode's default).
+  runtime::OverlapMode overlap_or_default() const { return overlap.value_or(runtime::OverlapMode::kPingPong); }
   // The directory of data = "text:DIR" (empty for copy).
   std::string text_dir() const;
 };

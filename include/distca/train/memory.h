@@ -89,9 +89,8 @@ struct DispatchRowLimits {
 };
 DispatchRowLimits dispatch_row_limits(const TrainConfig& config);
 
-// Micro-batches pipeline stage `stage` holds at once: min(micro_batches, pp - stage) under
-// 1F1B (colocated), the phase-aligned schedule's peak (cad with pp > 1), 1 without pipelines
-// and micro-batches.
+// Micro-batches pipeline stage `stage` holds at once: min(micro_batches, pp - stage) (both
+// modes run every stage in its 1F1B order), 1 without pipelines.
 int64_t pipeline_slots(const TrainConfig& config, int64_t stage);
 
 }  // namespace distca::train

@@ -3,7 +3,7 @@
 // Every rank builds Llama<float> from the same seed (identical replicas) and, per step b:
 //   1. builds step b's batch (data.h; a pure function of (seed, b), so every rank agrees
 //      without communicating) and its own inputs;
-//   2. plans the step: runtime::plan_nano_batches splits the batch into two nano-batches
+//   2. plans the step: plan_nano_batches splits the batch into two nano-batches
 //      (plan/nano_split.h: each rank's rows of nano 0 first, then nano 1's) and plans it with
 //      the `cad` scheduler (--mode cad) or `colocated` (--mode colocated); the rank's inputs
 //      follow the split's order. Every rank makes the same plans itself (no exchange), and
@@ -79,7 +79,13 @@ struct StepMetrics {
   double tokens_per_s = 0;
   double imbalance_before = 1;  // attention load max/mean, colocated (plan metrics)
   double imbalance_after = 1;   // attention load max/mean of the plan that ran
-  double linear_s = 0, attention_s = 0, comm_s = 0, wait_s = 0;  // rank 0, this step
+  // Rank 0's time this step, by what it measures: linear_s the model outside core attention
+  // (the runners' linear callbacks and the step's other compute); attention_s the runners'
+  // attention work (packing rows, kernels, assembling contexts: RunnerTimes::attention);
+  // comm_s communication waited for (exchanges, pipeline messages, all-reduces); wait_s the
+  // end-of-step barrier; optimizer_s clipping and AdamW.
+  double linear_s = 0, attention_s = 0, comm_s = 0, wait_s = 0, optimizer_s = 0;
+  double busy_s() const { return linear_s + attention_s + optimizer_s; }  // compute
   std::array<int64_t, 2> nano_tokens{0, 0};  // rank 0's rows in nano-batch 0 and 1
   int64_t bytes_sent = 0;  // rank 0's attention exchange bytes, last layer's forward + backward
   // Planning (rank 0): plan_s is the time spent making this step's plans (on the planning
@@ -92,7 +98,7 @@ struct StepMetrics {
 struct TrainResult {
   std::vector<StepMetrics> steps;   // the steps this run executed
   std::vector<float> final_params;  // rank 0's parameters at the end
-  double linear_s = 0, attention_s = 0, comm_s = 0, wait_s = 0, total_s = 0;  // rank 0 sums
+  double linear_s = 0, attention_s = 0, comm_s = 0, wait_s = 0, optimizer_s = 0, total_s = 0;  // rank 0 sums
   double plan_s = 0, plan_wait_s = 0;  // rank 0 sums of StepMetrics' planning times
   std::vector<int64_t> buffer_bytes;  // [ranks] params+grads+adam+workspace+peak dispatcher rows
   int64_t checkpoints_written = 0;
