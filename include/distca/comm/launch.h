@@ -104,6 +104,8 @@ struct Launched {
 //   - run fails: local: run_local's "rank R failed: ..." (spoken); mpi: Communicator::fail
 //     ends the job ("distca: rank R failed: ..."), so launch does not return.
 //   - OK: rank 0 (mpi) or the one local process speaks.
+// local: prepare runs in the calling thread before the rank threads start; the threads then
+// agree on the one `settings` object (which always holds) before `run`.
 // The communicator lives until launch returns; options.mpi.trace must outlive it.
 Launched launch(const LaunchOptions& options, const Settings& settings, const PrepareFn& prepare,
                 const RankFn& run);
