@@ -7,8 +7,6 @@
 
 #include <unistd.h>
 
-#include "command.h"
-
 namespace distca::cli {
 
 int64_t env_int(const char* name) {
@@ -54,18 +52,6 @@ Launcher detect_launcher() {
     if (l.rank < 0) l.rank = env_int(name);
   }
   return l;
-}
-
-int launch_failed(const comm::Launched& launched) {
-  if (launched.speaks) return fail(launched.status);
-  switch (launched.status.code()) {
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kNotFound:
-    case StatusCode::kCorrupt:
-      return kExitBadInput;
-    default:
-      return kExitFailure;
-  }
 }
 
 }  // namespace distca::cli

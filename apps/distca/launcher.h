@@ -31,7 +31,7 @@ int64_t mpi_local_ranks(int64_t ranks);
 std::string find_executable(const std::string& name);
 
 // The exit code of a command whose comm::launch failed: the process that speaks prints
-// "distca: error: ..." (fail); every process exits 2 for bad input, 1 otherwise.
+// "distca: error: ..." (fail); every process exits with fail's code (main.cpp defines it).
 int launch_failed(const comm::Launched& launched);
 
 }  // namespace distca::cli
