@@ -54,7 +54,8 @@ class Settings {
 // order, whose value differs, with rank 0's value and the first other rank's value:
 //   "ranks disagree on --overlap: rank 0 has 'signal', rank 1 has 'pingpong'"
 // (lists of different names: "ranks disagree on their settings: rank 0 has --steps, rank 1
-// has --rounds"; values over 160 characters are shortened with "..."). Cost when they agree:
+// has --rounds"; a value of 168 characters or more is cut to 164 and "...", a name of 64 or
+// more to 60). Cost when they agree:
 // one all-gather of 16 bytes per rank. Bounded like every collective (mpi: MpiOptions::
 // timeout_s names a rank that never arrives; local: a failed rank wakes the others).
 // Errors: the communicator's own (a failed group, a timeout ends the job).
