@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "distca/comm/communicator.h"
+#include "distca/comm/launch.h"
 #include "distca/core/specs.h"
 #include "distca/core/status.h"
 #include "distca/cost/hardware_profile.h"
@@ -120,6 +120,10 @@ struct RankFigures {
 SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, double sgemm_mean,
                    const ProfiledCostModel* table, const std::shared_ptr<const HardwareProfile>& hw_profile,
                    const std::vector<Batch>& batches);
+
+// What the ranks of one bench train job agree on before they run (comm/launch.h): every flag
+// that shapes a message or a loop count.
+comm::Settings bench_settings(const TrainBenchFlags& f);
 
 // --pp > 1: the modes timed (colocated 1F1B, cad pingpong and single-stream).
 std::vector<Mode> pipeline_modes();

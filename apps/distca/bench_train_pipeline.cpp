@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,8 +29,7 @@
 #include "bench_train.h"
 #include "command.h"
 #include "launcher.h"
-#include "distca/comm/local.h"
-#include "distca/comm/mpi.h"
+#include "distca/comm/launch.h"
 #include "distca/core/io.h"
 #include "distca/cost/analytic.h"
 #include "distca/cost/hardware_profile.h"
@@ -460,34 +460,24 @@ int run_pipeline(const TrainBenchFlags& f) {
   }
   const kernels::ScopedBlasThreads one_blas_thread(1);
   PipeFigures fig;
-  int64_t ranks = f.ranks;
-  if (f.backend == "mpi") {
-    comm::MpiOptions mo;
-    mo.timeout_s = f.mpi_timeout;
-    auto made = comm::make_mpi_communicator(nullptr, nullptr, mo);
-    if (!made.ok()) return fail(made.status());
-    std::unique_ptr<comm::MpiCommunicator> mpi = std::move(made).value();
-    ranks = mpi->size();
-    const bool lead = mpi->rank() == 0;
-    if (ranks < 2) return fail_input("--backend mpi needs at least 2 ranks (mpirun -np 2 ...)");
-    const Status mem = check_bench_memory(f, ranks, lead, pipeline_modes());
-    auto codes = mpi->all_gather_value(mem.ok() ? 0 : 1);
-    if (!codes.ok()) mpi->fail(codes.status());
-    const auto bad = std::find(codes->begin(), codes->end(), 1);
-    if (bad != codes->end()) return bad - codes->begin() == mpi->rank() ? fail_input(mem.message()) : kExitBadInput;
-    auto data = train::DataSource::fixed(pipeline_batches(f, ranks / f.pp), std::min<int64_t>(32, f.vocab), 1);
-    if (!data.ok()) return fail(data.status());
-    Status st = run_rank(*mpi, f, *data, &fig);
-    if (!st.ok()) mpi->fail(st);
-    if (!lead) return kExitOk;
-  } else {
-    if (Status mem = check_bench_memory(f, ranks, true, pipeline_modes()); !mem.ok()) return fail_input(mem.message());
-    auto data = train::DataSource::fixed(pipeline_batches(f, ranks / f.pp), std::min<int64_t>(32, f.vocab), 1);
-    if (!data.ok()) return fail(data.status());
-    Status st = comm::run_local(static_cast<int>(ranks), [&](comm::Communicator& c) { return run_rank(c, f, *data, &fig); });
-    if (!st.ok()) return fail(st);
-  }
-  return report(f, ranks, fig, table, hw_profile);
+  const bool mpi = f.backend == "mpi";
+  comm::LaunchOptions lo{mpi ? comm::Backend::kMpi : comm::Backend::kLocal, f.ranks, {}};
+  lo.mpi.timeout_s = f.mpi_timeout;
+  std::optional<train::DataSource> data;
+  auto prepare = [&](const comm::GroupInfo& g) -> Status {
+    if (mpi && g.size < 2) return Status::invalid_argument("--backend mpi needs at least 2 ranks (mpirun -np 2 ...)");
+    if (Status mem = check_bench_memory(f, g.size, g.rank == 0, pipeline_modes()); !mem.ok()) {
+      return Status::invalid_argument(mem.message());
+    }
+    DISTCA_ASSIGN_OR_RETURN(data, train::DataSource::fixed(pipeline_batches(f, g.size / f.pp), std::min<int64_t>(32, f.vocab), 1));
+    return Status::ok_status();
+  };
+  const comm::Launched launched = comm::launch(lo, bench_settings(f), prepare, [&](comm::Communicator& c, int) {
+    return run_rank(c, f, *data, &fig);
+  });
+  if (!launched.status.ok()) return launch_failed(launched);
+  if (!launched.speaks) return kExitOk;
+  return report(f, launched.group.size, fig, table, hw_profile);
 }
 
 }  // namespace distca::cli::bench_train

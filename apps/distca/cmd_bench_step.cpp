@@ -22,9 +22,9 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "launcher.h"
 #include "stats.h"
-#include "distca/comm/local.h"
-#include "distca/comm/mpi.h"
+#include "distca/comm/launch.h"
 #include "distca/core/io.h"
 #include "distca/core/rng.h"
 #include "distca/core/trace.h"
@@ -188,38 +188,36 @@ Status run_rank(comm::Communicator& comm, const StepFlags& f, std::vector<Measur
   return Status::ok_status();
 }
 
+comm::Settings step_settings(const StepFlags& f) {
+  comm::Settings s;
+  s.add("command", "bench step").add("--long-doc", f.long_doc).add("--short-doc", f.short_doc).add("--heads", f.heads);
+  s.add("--kv-heads", f.kv_heads).add("--head-dim", f.head_dim).add("--layers", f.layers).add("--reps", f.reps);
+  s.add("--linear-width", f.linear_width).add("--mode", f.mode).add("--tolerance", f.tolerance).add("--align", f.align);
+  s.add("--servers", f.servers).add("--trace given", !f.trace.empty());
+  return s;
+}
+
 int run(const StepFlags& f) {
-  std::unique_ptr<comm::MpiCommunicator> mpi;
-  int rank = 0;
-  std::vector<Measured> results;
+  comm::LaunchOptions lo{f.backend == "mpi" ? comm::Backend::kMpi : comm::Backend::kLocal, f.ranks, {}};
+  lo.mpi.progress = f.mpi_progress == "thread" ? comm::ProgressMode::kThread
+                    : f.mpi_progress == "poll" ? comm::ProgressMode::kPoll
+                                               : comm::ProgressMode::kAuto;
+  lo.mpi.poll_interval_us = f.mpi_poll_us;
+  lo.mpi.max_poll_interval_us = std::max(f.mpi_poll_us, f.mpi_max_poll_us);
+  lo.mpi.timeout_s = f.mpi_timeout;
+  std::vector<std::vector<Measured>> per;  // [slot]: this process's ranks
   std::vector<TraceEvent> events;
-  Status st;
-  if (f.backend == "mpi") {
-    comm::MpiOptions mo;
-    mo.progress = f.mpi_progress == "thread" ? comm::ProgressMode::kThread
-                  : f.mpi_progress == "poll" ? comm::ProgressMode::kPoll
-                                             : comm::ProgressMode::kAuto;
-    mo.poll_interval_us = f.mpi_poll_us;
-    mo.max_poll_interval_us = std::max(f.mpi_poll_us, f.mpi_max_poll_us);
-    mo.timeout_s = f.mpi_timeout;
-    auto made = comm::make_mpi_communicator(nullptr, nullptr, mo);
-    if (!made.ok()) return fail(made.status());
-    mpi = std::move(made).value();
-    rank = mpi->rank();
-    if (mpi->size() < 2) return fail_input("--backend mpi needs at least 2 ranks (mpirun -np 2 ...)");
-    st = run_rank(*mpi, f, &results, &events);
-    if (!st.ok()) mpi->fail(st);
-  } else {
-    std::vector<std::vector<Measured>> per(static_cast<size_t>(f.ranks));
-    std::vector<TraceEvent> ev;
-    st = comm::run_local(f.ranks, [&](comm::Communicator& c) {
-      return run_rank(c, f, &per[static_cast<size_t>(c.rank())], c.rank() == 0 ? &ev : nullptr);
-    });
-    if (!st.ok()) return fail(st);
-    results = per[0];
-    events = ev;
-  }
-  if (rank != 0) return kExitOk;
+  auto prepare = [&](const comm::GroupInfo& g) -> Status {
+    if (f.backend == "mpi" && g.size < 2) return Status::invalid_argument("--backend mpi needs at least 2 ranks (mpirun -np 2 ...)");
+    per.resize(static_cast<size_t>(g.here));
+    return Status::ok_status();
+  };
+  const comm::Launched launched = comm::launch(lo, step_settings(f), prepare, [&](comm::Communicator& c, int slot) {
+    return run_rank(c, f, &per[static_cast<size_t>(slot)], slot == 0 ? &events : nullptr);
+  });
+  if (!launched.status.ok()) return launch_failed(launched);
+  if (!launched.speaks) return kExitOk;
+  const std::vector<Measured>& results = per[0];
 
   auto find = [&](const std::string& s, runtime::OverlapMode m) -> const Measured* {
     for (const auto& x : results) {
@@ -246,7 +244,7 @@ int run(const StepFlags& f) {
 
   nlohmann::json j;
   j["backend"] = f.backend;
-  j["ranks"] = static_cast<int64_t>(results.empty() ? 0 : (f.backend == "mpi" ? mpi->size() : f.ranks));
+  j["ranks"] = static_cast<int64_t>(results.empty() ? 0 : launched.group.size);
   j["omp_threads"] = omp_get_max_threads();
   j["long_doc"] = f.long_doc;
   j["short_doc"] = f.short_doc;

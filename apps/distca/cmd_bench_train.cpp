@@ -30,8 +30,7 @@
 #include "bench_train.h"
 #include "command.h"
 #include "launcher.h"
-#include "distca/comm/local.h"
-#include "distca/comm/mpi.h"
+#include "distca/comm/launch.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
 #include "distca/core/rng.h"
@@ -197,6 +196,16 @@ Status check_bench_memory(const TrainBenchFlags& f, int64_t ranks, bool lead, co
                            (mi.mpi ? (here > 1 ? " x " + std::to_string(here) + " processes on this machine" : "")
                                    : " --ranks " + std::to_string(ranks));
   return check_memory(need * static_cast<double>(here), what);
+}
+
+comm::Settings bench_settings(const TrainBenchFlags& f) {
+  comm::Settings s;
+  s.add("command", "bench train").add("--width", f.width).add("--layers", f.layers).add("--head-dim", f.head_dim);
+  s.add("--vocab", f.vocab).add("--tokens-per-rank", f.tokens).add("--long-doc", f.long_doc);
+  s.add("--short-doc", f.short_doc).add("--workload", f.workload).add("--rounds", f.rounds).add("--steps", f.steps);
+  s.add("--warmup-steps", f.warmup_steps).add("--tolerance", f.tolerance).add("--pp", f.pp);
+  s.add("--micro-batches", f.micro_batches).add("--trace given", !f.trace.empty());
+  return s;
 }
 
 }  // namespace bench_train
@@ -550,45 +559,32 @@ int run(const TrainBenchFlags& f, bool ranks_given) {
   }
   const kernels::ScopedBlasThreads one_blas_thread(1);
   Figures fig;
-  int64_t ranks = f.ranks;
   // With --trace on mpi the communicator records its exchanges' transfers too (declared before
-  // the communicator, which records into it until it is gone).
+  // the launch, whose communicator records into it until it is gone).
   TraceRecorder recorder;
-  if (f.backend == "mpi") {
-    comm::MpiOptions mo;
-    mo.timeout_s = f.mpi_timeout;
-    if (!f.trace.empty()) mo.trace = &recorder;
-    auto made = comm::make_mpi_communicator(nullptr, nullptr, mo);
-    if (!made.ok()) return fail(made.status());
-    std::unique_ptr<comm::MpiCommunicator> mpi = std::move(made).value();
-    ranks = mpi->size();
-    const bool lead = mpi->rank() == 0;
+  const bool mpi = f.backend == "mpi";
+  comm::LaunchOptions lo{mpi ? comm::Backend::kMpi : comm::Backend::kLocal, f.ranks, {}};
+  lo.mpi.timeout_s = f.mpi_timeout;
+  if (mpi && !f.trace.empty()) lo.mpi.trace = &recorder;
+  std::optional<train::DataSource> data;
+  // Every process checks its own memory; the lowest rank that refused speaks, and all stop.
+  auto prepare = [&](const comm::GroupInfo& g) -> Status {
     // One rank only under a launcher that says so (mpirun -np 1: the validation's 1-rank run).
-    if (ranks < 2 && detect_launcher().size != 1) return fail_input("--backend mpi needs at least 2 ranks (mpirun -np 2 ...)");
-    // Every process checks its own memory; the lowest rank that refused speaks, and all stop.
-    const Status mem = check_bench_memory(f, ranks, lead, bench_modes(f));
-    auto codes = mpi->all_gather_value(mem.ok() ? 0 : 1);
-    if (!codes.ok()) mpi->fail(codes.status());
-    const auto bad = std::find(codes->begin(), codes->end(), 1);
-    if (bad != codes->end()) {
-      return bad - codes->begin() == mpi->rank() ? fail_input(mem.message()) : kExitBadInput;
+    if (mpi && g.size < 2 && detect_launcher().size != 1) {
+      return Status::invalid_argument("--backend mpi needs at least 2 ranks (mpirun -np 2 ...)");
     }
-    const Batch batch = dp_batch(f, ranks);
-    auto data = train::DataSource::fixed(batch, std::min<int64_t>(32, f.vocab), 1);
-    if (!data.ok()) return fail(data.status());
-    Status st = run_rank(*mpi, f, *data, true, f.trace.empty() ? nullptr : &recorder, &fig);
-    if (!st.ok()) mpi->fail(st);
-    if (!lead) return kExitOk;
-  } else {
-    if (Status mem = check_bench_memory(f, ranks, true, bench_modes(f)); !mem.ok()) return fail_input(mem.message());
-    auto data = train::DataSource::fixed(dp_batch(f, ranks), std::min<int64_t>(32, f.vocab), 1);
-    if (!data.ok()) return fail(data.status());
-    Status st = comm::run_local(static_cast<int>(ranks), [&](comm::Communicator& c) {
-      return run_rank(c, f, *data, c.rank() == 0, nullptr, &fig);
-    });
-    if (!st.ok()) return fail(st);
-  }
-  return report(f, ranks, fig, hw);
+    if (Status mem = check_bench_memory(f, g.size, g.rank == 0, bench_modes(f)); !mem.ok()) {
+      return Status::invalid_argument(mem.message());
+    }
+    DISTCA_ASSIGN_OR_RETURN(data, train::DataSource::fixed(dp_batch(f, g.size), std::min<int64_t>(32, f.vocab), 1));
+    return Status::ok_status();
+  };
+  const comm::Launched launched = comm::launch(lo, bench_settings(f), prepare, [&](comm::Communicator& c, int slot) {
+    return run_rank(c, f, *data, slot == 0, mpi && !f.trace.empty() ? &recorder : nullptr, &fig);
+  });
+  if (!launched.status.ok()) return launch_failed(launched);
+  if (!launched.speaks) return kExitOk;
+  return report(f, launched.group.size, fig, hw);
 }
 
 Runner setup(CLI::App& app) {

@@ -19,7 +19,7 @@
 
 #include "command.h"
 #include "stats.h"
-#include "distca/comm/mpi.h"
+#include "distca/comm/launch.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
 #include "distca/core/specs.h"
@@ -303,6 +303,16 @@ Status measure(comm::Communicator* c, const ProfileFlags& f, const Plan& p, Hard
   return {};
 }
 
+comm::Settings profile_settings(const ProfileFlags& f) {
+  comm::Settings s;
+  s.add("command", "profile").add("--model", f.model).add("--heads", f.heads).add("--kv-heads", f.kv_heads);
+  s.add("--head-dim", f.head_dim).add("--min-len", f.min_len).add("--max-len", f.max_len).add("--repeats", f.repeats);
+  s.add("--min-seconds", f.min_seconds).add("--width", f.width).add("--ffn", f.ffn).add("--vocab", f.vocab);
+  s.add("--tokens", f.tokens).add("--gemm-repeats", f.gemm_repeats).add("--link-repeats", f.link_repeats);
+  s.add("--hardware-out given", !f.hardware_out.empty());
+  return s;
+}
+
 int run(const ProfileFlags& f) {
   const Launcher launcher = detect_launcher();
   const bool first = launcher.rank <= 0;  // before the group exists only rank 0 speaks
@@ -334,21 +344,19 @@ int run(const ProfileFlags& f) {
   hp.alone_waiters_sleep = true;  // measure_gemms: sleeping_barrier
   hp.shape = plan->shape;
   if (plan->hardware) hp.gemms = profile_gemm_list(plan->shape);
-  std::unique_ptr<comm::MpiCommunicator> mpi;
   if (ranks > 1) {
-    comm::MpiOptions mo;
-    mo.timeout_s = f.mpi_timeout;
-    auto made = comm::make_mpi_communicator(nullptr, nullptr, mo);
-    if (!made.ok()) return fail(made.status());
-    mpi = std::move(made).value();
-    hp.ranks = mpi->size();
-  }
-  Status st = measure(mpi.get(), f, *plan, hp);
-  if (!st.ok()) {
-    if (mpi) mpi->fail(st);
+    comm::LaunchOptions lo{comm::Backend::kMpi, 1, {}};
+    lo.mpi.timeout_s = f.mpi_timeout;
+    const comm::Launched launched =
+        comm::launch(lo, profile_settings(f), nullptr, [&](comm::Communicator& c, int) {
+          hp.ranks = c.size();
+          return measure(&c, f, *plan, hp);
+        });
+    if (!launched.status.ok()) return launch_failed(launched);
+    if (!launched.speaks) return kExitOk;
+  } else if (Status st = measure(nullptr, f, *plan, hp); !st.ok()) {
     return fail(st);
   }
-  if (mpi && mpi->rank() != 0) return kExitOk;
 
   std::vector<std::pair<std::string, std::string>> files;
   std::string table_text;

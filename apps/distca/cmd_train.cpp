@@ -19,7 +19,7 @@
 
 #include "command.h"
 #include "launcher.h"
-#include "distca/comm/mpi.h"
+#include "distca/comm/launch.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
 #include "distca/core/trace.h"
@@ -29,6 +29,7 @@
 #include "distca/train/config.h"
 #include "distca/train/data.h"
 #include "distca/train/memory.h"
+#include "distca/train/settings.h"
 #include "distca/train/trainer.h"
 
 namespace distca::cli {
@@ -202,64 +203,46 @@ int run(const Options& o) {
     return early_fail("--ranks " + std::to_string(cfg.ranks) + " does not match mpirun -np " +
                       std::to_string(launcher.size));
   }
-  // The mpi backend's group exists before anything else so only rank 0 speaks.
-  std::unique_ptr<comm::MpiCommunicator> mpi;
-  int rank = 0;
   // With --trace on mpi, the communicator records its exchanges' transfers too (start to the
   // moment the progress thread saw them complete): that is what shows overlap in the trace.
   TraceRecorder trace_recorder;
-  if (backend_mpi) {
-    comm::MpiOptions mo;
-    mo.timeout_s = o.mpi_timeout;
-    if (!cfg.trace.empty()) mo.trace = &trace_recorder;
-    auto c = comm::make_mpi_communicator(nullptr, nullptr, mo);
-    if (!c.ok()) return fail(c.status());
-    mpi = std::move(*c);
-    rank = mpi->rank();
-    if (!ranks_given) cfg.ranks = mpi->size();  // the config file's or default ranks yield to mpirun -np
-    if (cfg.ranks != mpi->size()) {
-      return rank == 0 ? fail_input("--ranks " + std::to_string(cfg.ranks) + " does not match mpirun -np " +
-                                    std::to_string(mpi->size()))
-                       : kExitBadInput;
-    }
-  }
-  const bool lead = rank == 0;
-  Prepared prep;
-  Status ready = prepare(cfg, o.resume, lead, prep);
-  if (backend_mpi) {
-    // Every process checks its own share (memory, files it can see); the lowest rank that
-    // refused speaks, and every rank stops before step 0.
-    auto codes = mpi->all_gather_value(exit_code(ready));
-    if (!codes.ok()) mpi->fail(codes.status());
-    int first = -1, code = kExitOk;
-    for (size_t r = 0; r < codes->size(); ++r) {
-      if ((*codes)[r] != kExitOk && first < 0) {
-        first = static_cast<int>(r);
-        code = (*codes)[r];
-      }
-    }
-    if (first >= 0) return first == rank ? report(ready) : code;
-  } else if (!ready.ok()) {
-    return report(ready);
-  }
-  const ModelSpec* spec = &prep.spec;
-  train::TrainHooks hooks;
-  hooks.data = &*prep.data;
-  if (prep.resume) hooks.resume = &prep.ckpt;
-  if (backend_mpi && !cfg.trace.empty()) hooks.trace = &trace_recorder;
-  if (lead && cfg.mode == train::TrainMode::kCad && cfg.overlap == runtime::OverlapMode::kSignal) {
-    std::fprintf(stderr, "distca train: --overlap signal is a timing ablation: exchanges carry 1 byte, outputs are "
-                         "invalid, parameters are not updated and no checkpoint is written\n");
-  }
+  comm::LaunchOptions lo;
+  lo.backend = backend_mpi ? comm::Backend::kMpi : comm::Backend::kLocal;
+  lo.ranks = static_cast<int>(std::clamp<int64_t>(cfg.ranks, 1, 1 << 20));  // prepare refuses a bad --ranks
+  lo.mpi.timeout_s = o.mpi_timeout;
+  if (backend_mpi && !cfg.trace.empty()) lo.mpi.trace = &trace_recorder;
+  comm::Settings settings = train::run_settings(cfg);
+  settings.add("--resume", o.resume);
 
-  const bool progress = lead && stderr_is_terminal();
+  bool lead = true;
+  bool progress = false;
+  Prepared prep;
+  train::TrainHooks hooks;
   std::string jsonl;
   double first_report = NAN;
   int64_t done = 0;
-  const int64_t start_step = hooks.resume ? hooks.resume->step : 0;
-  const int64_t to_run = cfg.steps - start_step;
+  int64_t start_step = 0;
   double elapsed = 0;
   Status metrics_status;
+  // Every process checks its own share (memory, files it can see); under mpi the lowest rank
+  // that refused speaks, and every rank stops before step 0.
+  auto prepare_process = [&](const comm::GroupInfo& g) -> Status {
+    lead = g.rank == 0;
+    if (backend_mpi) {
+      if (!ranks_given) cfg.ranks = g.size;  // the config file's or default ranks yield to mpirun -np
+      if (cfg.ranks != g.size) {
+        return Status::invalid_argument("--ranks " + std::to_string(cfg.ranks) + " does not match mpirun -np " +
+                                        std::to_string(g.size));
+      }
+    }
+    DISTCA_RETURN_IF_ERROR(prepare(cfg, o.resume, lead, prep));
+    hooks.data = &*prep.data;
+    if (prep.resume) hooks.resume = &prep.ckpt;
+    if (backend_mpi && !cfg.trace.empty()) hooks.trace = &trace_recorder;
+    start_step = hooks.resume ? hooks.resume->step : 0;
+    progress = lead && stderr_is_terminal();
+    return Status::ok_status();
+  };
   hooks.on_step = [&](const train::StepMetrics& m) {
     if (std::isnan(first_report)) first_report = m.report_loss;
     ++done;
@@ -273,31 +256,37 @@ int run(const Options& o) {
                    "\rstep %lld/%lld  loss %.4f  2nd-half %.4f  %.0f tok/s  attn imbalance %.2f -> %.2f  ETA %s   ",
                    static_cast<long long>(m.step + 1), static_cast<long long>(cfg.steps), m.loss,
                    m.report_loss, m.tokens_per_s, m.imbalance_before, m.imbalance_after,
-                   eta(elapsed / static_cast<double>(done) * static_cast<double>(to_run - done)).c_str());
+                   eta(elapsed / static_cast<double>(done) * static_cast<double>(cfg.steps - start_step - done)).c_str());
       std::fflush(stderr);
     }
   };
 
   train::TrainResult result;
-  Status st;
-  std::vector<int64_t> rss;
-  if (backend_mpi) {
-    // As the local backend does: BLAS on one thread, an OpenMP team per rank process sized by
-    // the processes on this machine (Open MPI's local size; all ranks when it is not set).
-    const kernels::ScopedBlasThreads one_blas_thread(1);
-    const kernels::ScopedComputeThreads team(kernels::compute_threads_per_rank(mpi_local_ranks(cfg.ranks)));
-    st = train::run_training(cfg, *mpi, hooks, &result);
-    if (!st.ok()) mpi->fail(st);
-    auto all = mpi->all_gather_value(max_rss_bytes());
-    if (!all.ok()) mpi->fail(all.status());
-    rss = *all;
-  } else {
-    st = train::run_training_local(cfg, hooks, &result);
-    rss = {max_rss_bytes()};
-  }
+  std::vector<int64_t> rss;  // mpi: every rank process's; local: this process's, after the run
+  auto run_rank = [&](comm::Communicator& c, int slot) -> Status {
+    if (c.rank() == 0 && cfg.mode == train::TrainMode::kCad && cfg.overlap == runtime::OverlapMode::kSignal) {
+      std::fprintf(stderr, "distca train: --overlap signal is a timing ablation: exchanges carry 1 byte, outputs are "
+                           "invalid, parameters are not updated and no checkpoint is written\n");
+    }
+    // An OpenMP team per rank sized by the ranks sharing this machine's cores (mpi: Open MPI's
+    // local size; all ranks when it is not set).
+    const kernels::ScopedComputeThreads team(
+        kernels::compute_threads_per_rank(backend_mpi ? mpi_local_ranks(cfg.ranks) : cfg.ranks));
+    DISTCA_RETURN_IF_ERROR(train::run_training(cfg, c, hooks, slot == 0 ? &result : nullptr));
+    if (backend_mpi) {
+      DISTCA_ASSIGN_OR_RETURN(rss, c.all_gather_value(max_rss_bytes()));
+    }
+    return Status::ok_status();
+  };
+  // Ranks as threads or processes: BLAS on one thread each (kernels/blas.h).
+  const kernels::ScopedBlasThreads one_blas_thread(1);
+  const comm::Launched launched = comm::launch(lo, settings, prepare_process, run_rank);
+  const Status& st = launched.status;
+  const ModelSpec* spec = &prep.spec;
   if (progress) std::fprintf(stderr, "\n");
-  if (!lead) return st.ok() ? kExitOk : kExitFailure;
-  if (!st.ok()) return report(st);
+  if (!st.ok()) return launched.speaks ? report(st) : exit_code(st);
+  if (!launched.speaks) return kExitOk;
+  if (!backend_mpi) rss = {max_rss_bytes()};
   if (!metrics_status.ok()) return fail(metrics_status);
   if (!cfg.trace.empty()) {
     TraceMetadata meta;

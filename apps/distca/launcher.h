@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "distca/comm/launch.h"
+
 namespace distca::cli {
 
 struct Launcher {
@@ -27,5 +29,9 @@ int64_t mpi_local_ranks(int64_t ranks);
 // first executable regular file of that name in PATH (an empty entry is the current
 // directory); "" when there is none. The programs the CLI starts (mpirun, gnuplot).
 std::string find_executable(const std::string& name);
+
+// The exit code of a command whose comm::launch failed: the process that speaks prints
+// "distca: error: ..." (fail); every process exits with fail's code (main.cpp defines it).
+int launch_failed(const comm::Launched& launched);
 
 }  // namespace distca::cli

@@ -18,6 +18,7 @@
 #include <system_error>
 
 #include "command.h"
+#include "launcher.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
 
@@ -36,8 +37,9 @@ bool register_command(Command command) {
 
 const std::vector<Command>& registered_commands() { return registry(); }
 
-int fail(const Status& status) {
-  std::fprintf(stderr, "distca: error: %s\n", status.message().c_str());
+namespace {
+
+int exit_code_for(const Status& status) {
   switch (status.code()) {
     case StatusCode::kInvalidArgument:
     case StatusCode::kNotFound:
@@ -46,6 +48,17 @@ int fail(const Status& status) {
     default:
       return kExitFailure;
   }
+}
+
+}  // namespace
+
+int fail(const Status& status) {
+  std::fprintf(stderr, "distca: error: %s\n", status.message().c_str());
+  return exit_code_for(status);
+}
+
+int launch_failed(const comm::Launched& launched) {
+  return launched.speaks ? fail(launched.status) : exit_code_for(launched.status);
 }
 
 int fail_input(const std::string& message) {

@@ -166,6 +166,44 @@ Status p2p_result(const ExchangeState& st) {
                          " (stopped, hung or far behind)");
 }
 
+// Set by abort_job: the progress threads stop calling MPI while MPI_Abort tears it down.
+std::atomic<bool> g_aborting{false};
+
+// Cancels the requests of `st` still pending and completes them, so that none still reads or
+// writes the caller's buffers once the exchange reports `error` (the caller frees them while
+// it unwinds). A receive cancels at once; a send MPI does not cancel (OpenMPI's, once
+// matched) completes when its receiver takes it. If some request is still live after
+// kSettleSeconds the job ends with `error` here: freeing a buffer under a live request
+// corrupts memory, and an error already makes the group unusable (Communicator::fail).
+constexpr double kSettleSeconds = 5;
+
+Status settle(ExchangeState& st, const Status& error) {
+  for (MPI_Request& r : st.requests) {
+    if (r != MPI_REQUEST_NULL) (void)MPI_Cancel(&r);
+  }
+  const auto start = Clock::now();
+  for (;;) {
+    bool live = false;
+    for (MPI_Request& r : st.requests) {
+      if (r == MPI_REQUEST_NULL) continue;
+      int flag = 0;
+      // A request that completes with an error may stay allocated (drive); free it.
+      if (MPI_Test(&r, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS && r != MPI_REQUEST_NULL) {
+        (void)MPI_Request_free(&r);
+        r = MPI_REQUEST_NULL;
+      }
+      live = live || r != MPI_REQUEST_NULL;
+    }
+    if (!live) break;
+    if (std::chrono::duration<double>(Clock::now() - start).count() > kSettleSeconds) {
+      abort_job(st.rank, error.message() + " (its pending transfers could not be cancelled)");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  st.remaining = 0;
+  return error;
+}
+
 enum class Drive {
   kTest,      // one round, no timeout (the owner polls between compute chunks)
   kProgress,  // one round, timeout enforced (the progress thread)
@@ -173,8 +211,9 @@ enum class Drive {
 };
 
 // MPI_Testsome rounds over st's pending requests; checks every receive got exactly the bytes it
-// expected. Returns nullopt while incomplete.
-std::optional<Status> drive(ExchangeState& st, Drive how) {
+// expected. Returns nullopt while incomplete. An error may leave requests pending (drive
+// settles them).
+std::optional<Status> drive_rounds(ExchangeState& st, Drive how) {
   if (how == Drive::kBlock) st.last_progress = Clock::now();
   const int count = static_cast<int>(st.requests.size());
   std::vector<int> indices(st.requests.size());
@@ -245,6 +284,13 @@ std::optional<Status> drive(ExchangeState& st, Drive how) {
   return st.p2p ? p2p_result(st) : Status::ok_status();
 }
 
+// drive_rounds, and on an error no request left in flight (settle).
+std::optional<Status> drive(ExchangeState& st, Drive how) {
+  std::optional<Status> result = drive_rounds(st, how);
+  if (result && !result->ok()) return settle(st, *result);
+  return result;
+}
+
 // The progress thread of one communicator (kThread mode): MPI_Testsome over every exchange
 // in flight; parked on the condition variable when there is none. The pause between rounds
 // starts at poll_interval and doubles, up to max_poll_interval, while rounds complete
@@ -302,6 +348,10 @@ class ProgressEngine {
     for (;;) {
       cv_.wait(lock, [&] { return stop_ || !active_.empty(); });
       if (active_.empty()) return;  // stop_ with nothing in flight
+      if (g_aborting.load()) {
+        cv_.wait_for(lock, std::chrono::milliseconds(100));
+        continue;
+      }
       const uint64_t seen = events_;
       std::vector<std::shared_ptr<ExchangeState>> batch = active_;
       lock.unlock();
@@ -513,15 +563,12 @@ class MpiCommunicatorImpl : public MpiCommunicator {
     p.mine = bytes;
     const int count = static_cast<int>(bytes);
     constexpr int kMeta = static_cast<int>(sizeof(uint64_t));
-    // A request that fails to post leaves the ones before it live, reading or writing st's
-    // header/ack: st stays alive with the communicator (the caller must fail() anyway).
+    // A request that fails to post leaves the ones before it live, reading or writing the
+    // caller's buffer and st's header/ack: settle them before returning the error.
     // `req` by reference: read only after the MPI call (an argument) has written it.
     auto posted = [&](int rc, const char* what, const MPI_Request& req) -> Status {
       Status s = mpi_check(rc, what, rank_);
-      if (!s.ok()) {
-        orphans_.push_back(st);
-        return s;
-      }
+      if (!s.ok()) return settle(*st, s);
       st->requests.push_back(req);
       st->peer.push_back(peer);
       return s;
@@ -573,16 +620,16 @@ class MpiCommunicatorImpl : public MpiCommunicator {
     st->timeout_s = timeout_s_;
     st->last_progress = Clock::now();
     st->requests.reserve(2 * static_cast<std::size_t>(size_));
+    // A failed post leaves the earlier requests live on the caller's buffers: settle them.
+    auto posted = [&](int rc, const char* what) { return rc == MPI_SUCCESS ? Status::ok_status() : settle(*st, mpi_check(rc, what, rank_)); };
     // Zero-byte messages are sent too, so a count mismatch shows up as a wrong count or a
     // truncation instead of a hang.
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
       const auto up = static_cast<std::size_t>(p);
       MPI_Request req;
-      DISTCA_RETURN_IF_ERROR(mpi_check(
-          MPI_Irecv(a.recv + a.recv_displs[up], static_cast<int>(a.recv_counts[up]), MPI_BYTE,
-                    p, tag, comm_, &req),
-          "MPI_Irecv", rank_));
+      DISTCA_RETURN_IF_ERROR(posted(MPI_Irecv(a.recv + a.recv_displs[up], static_cast<int>(a.recv_counts[up]),
+                                              MPI_BYTE, p, tag, comm_, &req), "MPI_Irecv"));
       st->requests.push_back(req);
       st->peer.push_back(p);
       st->recv_expected.push_back(static_cast<int>(a.recv_counts[up]));
@@ -591,10 +638,8 @@ class MpiCommunicatorImpl : public MpiCommunicator {
       if (p == rank_) continue;
       const auto up = static_cast<std::size_t>(p);
       MPI_Request req;
-      DISTCA_RETURN_IF_ERROR(mpi_check(
-          MPI_Isend(a.send + a.send_displs[up], static_cast<int>(a.send_counts[up]), MPI_BYTE,
-                    p, tag, comm_, &req),
-          "MPI_Isend", rank_));
+      DISTCA_RETURN_IF_ERROR(posted(MPI_Isend(a.send + a.send_displs[up], static_cast<int>(a.send_counts[up]),
+                                              MPI_BYTE, p, tag, comm_, &req), "MPI_Isend"));
       st->requests.push_back(req);
       st->peer.push_back(p);
     }
@@ -619,7 +664,6 @@ class MpiCommunicatorImpl : public MpiCommunicator {
   const double timeout_s_;
   uint64_t next_seq_ = 0;
   std::shared_ptr<ProgressEngine> engine_;  // kThread mode, started at the first exchange
-  std::vector<std::shared_ptr<ExchangeState>> orphans_;  // p2p states whose posting failed
 };
 
 }  // namespace
@@ -708,8 +752,7 @@ Result<std::unique_ptr<MpiCommunicator>> make_mpi_communicator(int* argc, char**
 
 void abort_job(int rank, const std::string& cause) {
   // Several threads may fail at once; one line per job is enough.
-  static std::atomic<bool> aborting{false};
-  if (aborting.exchange(true)) {
+  if (g_aborting.exchange(true)) {
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
   std::fprintf(stderr, "distca: rank %d failed: %s\n", rank, cause.c_str());

@@ -155,6 +155,40 @@ Status test_count_mismatch(Communicator& comm) {
   return check_mismatch(comm, 8, 4, "receive from rank 1: MPI_Testsome (rank 0)");
 }
 
+// An exchange that fails leaves no receive behind: rank 1's short message fails rank 0's
+// exchange while rank 2's message is still on its way; once rank 0 has its error it reuses
+// the receive buffer (as a caller unwinding would free it), and rank 2's late bytes must not
+// land there. Needs 3 ranks.
+Status test_failed_exchange_releases_buffers(Communicator& comm) {
+  if (comm.size() < 3) return Status::ok_status();
+  const auto n = static_cast<std::size_t>(comm.size());
+  constexpr std::size_t kBlock = 8;
+  std::vector<std::byte> send(kBlock, std::byte{7}), recv(n * kBlock);
+  std::vector<std::size_t> sc(n, 0), rc(n, 0), rd(n, 0), zeros(n, 0);
+  if (comm.rank() == 1) sc[0] = kBlock / 2;
+  if (comm.rank() >= 2) sc[0] = kBlock;
+  if (comm.rank() == 0) {
+    for (std::size_t p = 1; p < n; ++p) rc[p] = kBlock, rd[p] = p * kBlock;
+  }
+  if (comm.rank() == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  Status st = comm.all_to_all_v({send.data(), sc, zeros, recv.data(), rc, rd});
+  if (comm.rank() != 0) {
+    DISTCA_RETURN_IF_ERROR(st);
+    return comm.barrier();
+  }
+  EXPECT_OR_RETURN(!st.ok() && st.message().find("rank 1 sent 4 bytes to rank 0, which expects 8") != std::string::npos,
+                   "a short message gave: " + st.to_string());
+  std::fill(recv.begin(), recv.end(), std::byte{0xab});
+  // Rank 2's barrier message follows its data on the same communicator, so by the time the
+  // barrier completes a receive still posted would have taken the data.
+  DISTCA_RETURN_IF_ERROR(comm.barrier());
+  for (std::size_t i = 0; i < recv.size(); ++i) {
+    EXPECT_OR_RETURN(recv[i] == std::byte{0xab}, "byte " + std::to_string(i) +
+                                                     " of the failed exchange's receive buffer was written after the error");
+  }
+  return Status::ok_status();
+}
+
 // A large exchange (bytes_per_peer to every peer). send/recv: (n * bytes_per_peer), peer-major.
 struct BigExchange {
   std::vector<std::size_t> counts, displs;
@@ -671,6 +705,7 @@ int main(int argc, char** argv) {
       {"non_blocking_poll", [&] { return test_non_blocking(**poll); }},
       {"broadcast", [&] { return test_broadcast(comm); }},
       {"count_mismatch", [&] { return test_count_mismatch(comm); }},
+      {"failed_exchange_releases_buffers", [&] { return test_failed_exchange_releases_buffers(comm); }},
       {"overlap_progress_thread",
        [&] {
          if (comm.info().progress != ProgressMode::kThread) return Status::ok_status();

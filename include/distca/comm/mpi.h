@@ -33,7 +33,10 @@
 //
 // Errors: the communicator uses MPI_ERRORS_RETURN; every MPI call is checked and a failure
 // becomes Status::internal("MPI_Xxx (rank R): <MPI_Error_string>"). Per-peer counts must fit
-// in an int (MPI's count type); larger ones are refused with invalid_argument.
+// in an int (MPI's count type); larger ones are refused with invalid_argument. An exchange
+// that fails (a count mismatch, an MPI error while posting or testing) cancels and completes
+// its pending requests before it reports, so the caller may free its buffers while it unwinds
+// to fail(); a request still live after 5 s ends the job there (abort_job) instead.
 //
 // Lifetime: MPI is initialised by the first make_mpi_communicator call in the process and
 // finalised at process exit, after every communicator is gone (an RAII environment shared by
