@@ -47,9 +47,9 @@ struct BenchFlags {
 // sgemm on n x n x n by the kernels' own OpenMP team: OpenBLAS on one thread per 128 x 128
 // tile of C, the tiles shared by the team (kernels::gemm_tiled). Not OpenBLAS's own thread
 // pool: its workers spin-wait for new work for a while after every call (OpenBLAS's thread
-// timeout, about 0.1 s) and would share the cores with the attention call timed right after,
-// whose OpenMP team then waits for a core; a task small enough to take 0.1 ms (one 128 x 128
-// task) was then timed at a scheduler time slice.
+// timeout) and would share the cores with the attention call timed right after, whose OpenMP
+// team then waits for a core: a 0.1 ms call (one 128 x 128 task) can be timed at a scheduler
+// time slice.
 class SgemmBaseline {
  public:
   explicit SgemmBaseline(int64_t n) : n_(static_cast<int>(n)), a_(static_cast<size_t>(n * n)), b_(a_.size()), c_(a_.size()) {
