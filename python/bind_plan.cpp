@@ -19,6 +19,7 @@
 #include "bind_common.h"
 #include "distca/core/specs.h"
 #include "distca/cost/cost_model.h"
+#include "distca/cost/options.h"
 #include "distca/cost/profiled.h"
 #include "distca/plan/doc_index.h"
 #include "distca/plan/plan.h"
@@ -225,7 +226,7 @@ ModelSpec resolve_model(const py::object& model) {
 struct Prepared {
   SchedulerSpec spec;
   ScheduleOptions options;
-  std::unique_ptr<AttentionCostModel> profiled;
+  std::unique_ptr<ProfiledCostModel> profiled;
   std::string model;
 };
 
@@ -236,17 +237,14 @@ Prepared prepare(const PyBatch& batch, const py::object& model, const std::strin
   ModelSpec m = resolve_model(model);
   p.model = m.name;
   p.spec = take(parse_scheduler(scheduler));
-  if (dtype != "bf16" && dtype != "fp32") raise_value_error("--dtype: expected bf16 or fp32, got '" + dtype + "'");
   p.options.model = m;
-  p.options.dtype_bytes = dtype == "fp32" ? 4 : 2;
+  p.options.dtype_bytes = take(dtype_bytes_of(dtype));
   p.options.tolerance = tolerance;
   p.options.wlb_mem_cap = wlb_mem_cap;
   p.options.align_rows = align_rows;
   p.options.cost = pairs;
   if (!cost_table.empty()) {
-    auto t = load_cost_table(cost_table);
-    if (!t.ok()) raise_status(Status(t.status().code(), "--cost-table: " + t.status().message()));
-    p.profiled = std::move(t).value();
+    p.profiled = take(load_cost_table_option(cost_table));
     p.options.cost = p.profiled.get();
   }
   check(p.options.validate(Batch{1, 1, {{{0, 0, 1, 1}}}}, SchedulerSpec{p.spec.kind, 1}));

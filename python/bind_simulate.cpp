@@ -1,6 +1,6 @@
 // distca.simulate (docs/python.md): one training iteration on a simulated cluster, the value
-// `distca simulate --json` prints. The options are checked in the CLI's order with its
-// messages (cmd_simulate.cpp, which keeps the flag plumbing; the checks here mirror it).
+// `distca simulate --json` prints. The options go through the CLI's mapping and checks
+// (sim::make_sim_options, sim/request.h), so the messages are the CLI's.
 #include <pybind11/stl.h>
 
 #include <memory>
@@ -12,6 +12,7 @@
 #include "distca/core/io.h"
 #include "distca/core/specs.h"
 #include "distca/cost/profiled.h"
+#include "distca/sim/request.h"
 #include "distca/sim/simulator.h"
 
 namespace distca::python {
@@ -20,67 +21,36 @@ namespace {
 py::object simulate(int64_t gpus, const std::string& dist, int64_t tokens_per_rank, const std::string& layout,
                     int64_t max_doc_len, uint64_t seed, double long_prob, const std::optional<std::vector<PyBatch>>& batches,
                     const std::string& model, const std::string& hardware, int64_t gpus_per_node, int64_t pp,
-                    int64_t microbatches, const std::string& strategy, double mfu, double attention_efficiency,
+                    int64_t microbatches, const std::string& strategy, std::optional<double> mfu,
+                    std::optional<double> attention_efficiency,
                     int64_t attention_tile, const std::string& cost_table, double tolerance, double wlb_mem_cap,
                     const std::string& dtype, bool shard_optimizer, bool checkpointing, bool lm_head, bool grad_sync,
                     const std::string& cad_servers, std::optional<double> inter_node_bw,
                     std::optional<double> inter_node_latency, std::optional<double> memory_gb) {
-  if (gpus <= 0) raise_value_error("--gpus must be positive (got " + std::to_string(gpus) + ")");
-  auto m = model_preset(model);
-  if (!m.ok()) raise_status(Status(m.status().code(), "--model: " + m.status().message()));
-  const ResolvedHardware hw = take(resolve_hardware(hardware));
-  if (hw.profile) {
-    for (const auto& [flag, set] : {std::pair{"--inter-node-bw", inter_node_bw.has_value()},
-                                    std::pair{"--inter-node-latency", inter_node_latency.has_value()}}) {
-      if (set) raise_value_error(std::string(flag) + " cannot be combined with a hardware profile (--hardware " + hardware + " measured it)");
-    }
-  }
-  sim::Strategy st = take(sim::parse_strategy(strategy));
-  if (dtype != "bf16" && dtype != "fp32") raise_value_error("--dtype: expected bf16 or fp32, got '" + dtype + "'");
-  if (cad_servers != "keep" && cad_servers != "stateless") {
-    raise_value_error("--cad-servers: expected keep or stateless, got '" + cad_servers + "'");
-  }
-  sim::SimOptions so;
-  so.model = *m;
-  so.cluster.hw = hw.spec;
-  so.hardware_profile = hw.profile;
-  if (inter_node_bw) {
-    if (!(*inter_node_bw > 0)) raise_value_error("--inter-node-bw must be positive (GB/s per GPU)");
-    so.cluster.hw.inter_node_bw = *inter_node_bw * 1e9;
-  }
-  if (inter_node_latency) {
-    if (!(*inter_node_latency >= 0)) raise_value_error("--inter-node-latency must be >= 0 (microseconds)");
-    so.cluster.hw.inter_node_latency = *inter_node_latency * 1e-6;
-  }
-  if (memory_gb) {
-    if (!(*memory_gb > 0)) raise_value_error("--memory-gb must be positive");
-    so.cluster.hw.memory_bytes = *memory_gb * 1e9;
-  }
-  if (gpus_per_node < 0) raise_value_error("--gpus-per-node must be positive");
-  so.cluster.gpus = gpus;
-  so.cluster.gpus_per_node = gpus_per_node > 0 ? gpus_per_node : so.cluster.hw.gpus_per_node;
-  so.cluster.pp = pp;
-  so.strategy = st;
-  so.mfu = mfu;
-  so.attention_efficiency = attention_efficiency;
-  so.attention_tile = attention_tile;
-  so.tolerance = tolerance;
-  so.wlb_mem_cap = wlb_mem_cap;
-  so.dtype_bytes = dtype == "fp32" ? 4 : 2;
-  so.shard_optimizer = shard_optimizer;
-  so.activation_checkpointing = checkpointing;
-  so.lm_head = lm_head;
-  so.grad_sync = grad_sync;
-  so.cad_stateless = cad_servers == "stateless";
-  std::unique_ptr<AttentionCostModel> table;
-  if (!cost_table.empty()) {
-    auto t = load_cost_table(cost_table);
-    if (!t.ok()) raise_status(Status(t.status().code(), "--cost-table: " + t.status().message()));
-    table = std::move(t).value();
-    so.attention_table = dynamic_cast<const ProfiledCostModel*>(table.get());
-    if (so.attention_table == nullptr) raise_value_error("--cost-table: not a profiled cost table");
-  }
-  check(so.validate());
+  sim::SimRequest req;
+  req.model = model;
+  req.hardware = hardware;
+  req.gpus = gpus;
+  if (gpus_per_node != 0) req.gpus_per_node = gpus_per_node;  // 0: the preset's
+  req.pp = pp;
+  req.strategy = strategy;
+  req.mfu = mfu;
+  req.attention_efficiency = attention_efficiency;
+  req.attention_tile = attention_tile;
+  req.cost_table = cost_table;
+  req.tolerance = tolerance;
+  req.wlb_mem_cap = wlb_mem_cap;
+  req.dtype = dtype;
+  req.shard_optimizer = shard_optimizer;
+  req.activation_checkpointing = checkpointing;
+  req.lm_head = lm_head;
+  req.grad_sync = grad_sync;
+  req.cad_servers = cad_servers;
+  req.inter_node_gbps = inter_node_bw;
+  req.inter_node_latency_us = inter_node_latency;
+  req.memory_gb = memory_gb;
+  sim::SimSetup setup = take(sim::make_sim_options(req));
+  const sim::SimOptions& so = setup.options;
   const int64_t ups = so.cluster.units_per_stage();
   std::vector<Batch> mbs;
   std::string batch_file;
@@ -140,16 +110,16 @@ void bind_simulate(py::module_& m) {
         py::arg("tokens_per_rank") = 512 * 1024, py::arg("layout") = "contiguous", py::arg("max_doc_len") = 0,
         py::arg("seed") = 42, py::arg("long_prob") = 0.3, py::arg("batches") = py::none(),
         py::arg("model") = "llama-8b", py::arg("hardware") = "h200", py::arg("gpus_per_node") = 0, py::arg("pp") = 1,
-        py::arg("microbatches") = 0, py::arg("strategy") = "cad", py::arg("mfu") = 0.5,
-        py::arg("attention_efficiency") = 0.5, py::arg("attention_tile") = 128, py::arg("cost_table") = "",
+        py::arg("microbatches") = 0, py::arg("strategy") = "cad", py::arg("mfu") = py::none(),
+        py::arg("attention_efficiency") = py::none(), py::arg("attention_tile") = 128, py::arg("cost_table") = "",
         py::arg("tolerance") = 0.1, py::arg("wlb_mem_cap") = 1.2, py::arg("dtype") = "bf16",
         py::arg("shard_optimizer") = true, py::arg("checkpointing") = true, py::arg("lm_head") = true,
         py::arg("grad_sync") = true, py::arg("cad_servers") = "keep", py::arg("inter_node_bw") = py::none(),
         py::arg("inter_node_latency") = py::none(), py::arg("memory_gb") = py::none(), R"doc(
 Simulates one training iteration as `distca simulate --json` does and returns that dict
 (docs/simulation-model.md lists the keys). Every keyword is the CLI flag of the same name
-(--no-checkpointing is checkpointing=False, and so on; gpus_per_node=0 and microbatches=0
-mean the CLI's defaults; inter_node_bw in GB/s per GPU, inter_node_latency in
+(--no-checkpointing is checkpointing=False, and so on; gpus_per_node=0, microbatches=0,
+mfu=None and attention_efficiency=None mean the CLI's defaults; inter_node_bw in GB/s per GPU, inter_node_latency in
 microseconds). The micro-batches are drawn from dist/tokens_per_rank/seed (one rank per
 node of a stage), or given as batches=[Batch, ...] (each with one rank per node of a
 stage), like --batch. hardware: a preset or a hardware profile file (distca profile

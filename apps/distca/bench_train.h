@@ -17,6 +17,7 @@
 #include "distca/cost/hardware_profile.h"
 #include "distca/cost/profiled.h"
 #include "distca/data/batch.h"
+#include "distca/sim/request.h"
 #include "distca/train/config.h"
 #include "distca/train/trainer.h"
 #include "stats.h"
@@ -64,7 +65,6 @@ struct Mode {
   const char* overlap;  // TrainConfig::overlap
 };
 
-double now_s();
 using cli::mean_of;  // stats.h
 using cli::median;
 int64_t long_doc(const TrainBenchFlags& f);
@@ -85,24 +85,13 @@ Status probe_sgemm_round(comm::Communicator& comm, const TrainBenchFlags& f, std
 // The memory every mode's run needs in this process, against the limit (--max-memory).
 Status check_bench_memory(const TrainBenchFlags& f, int64_t ranks, bool lead, const std::vector<Mode>& modes);
 
-// The simulator's prediction of one mode (sim::simulate in-process): one unit per rank,
-// f.pp stages, the batches as micro-batches (f.pp = 1: one batch over every rank), fp32, no
-// activation checkpointing, stateless cad servers with pipelines (the trainer's), keeping ones
-// without. hw: a measured hardware profile (--hardware) or null: then the local-cpu preset's
-// links and the linear layers at sgemm_mean (mfu 1); table (--cost-table) or null: attention
-// from the profile, else analytic at efficiency 0.5.
-// Idle is 1 - busy / step (busy = linear + attention), as bench train measures it: the bubble,
-// waiting behind other ranks and exposed exchanges (sim::UnitStats::idle + exposed_comm).
-struct SimFigures {
+// The simulator's prediction of one mode (sim::predict_training, sim/request.h: one unit per
+// rank, f.pp stages, the batches as micro-batches): hw a measured hardware profile
+// (--hardware) or null (then the local-cpu preset's links and the linear layers at
+// sgemm_mean); table (--cost-table) or null. `ok` false: the simulator's refusal in `error`.
+struct SimFigures : sim::TrainingPrediction {
   bool ok = false;
   std::string error;
-  double step_s = 0;
-  std::vector<double> stage_idle;     // [stage] idle fraction, mean over the stage's units
-  std::vector<double> rank_idle;      // [rank] idle fraction (unit = rank)
-  std::vector<double> rank_exposed;   // [rank] exposed communication / step (UnitStats::exposed_comm)
-  std::vector<double> rank_blocked;   // [rank] blocked in communication / step (UnitStats::comm_blocked,
-                                      // what the runtime's StepMetrics::comm_s counts)
-  std::vector<double> rank_busy_s;    // [rank] UnitStats::busy, seconds
 };
 nlohmann::json sim_json(const SimFigures& sim, double measured_s);
 

@@ -33,7 +33,9 @@
 #include "distca/core/io.h"
 #include "distca/cost/analytic.h"
 #include "distca/cost/hardware_profile.h"
+#include "distca/cost/options.h"
 #include "distca/cost/profiled.h"
+#include "distca/cost/step_flops.h"
 #include "distca/kernels/blas.h"
 #include "distca/sim/simulator.h"
 #include "distca/train/data.h"
@@ -64,19 +66,14 @@ std::vector<Batch> pipeline_batches(const TrainBenchFlags& f, int64_t dp) {
 namespace {
 
 // FLOPs of one step (forward + backward) over every micro-batch and replica.
-struct PipeFlops {
-  double linear = 0, attention = 0;
-  double total() const { return linear + attention; }
-};
-PipeFlops pipeline_flops(const ModelSpec& m, const std::vector<Batch>& batches) {
-  PipeFlops s;
-  const double lin = static_cast<double>(m.n_layers) * linear_forward_flops_per_token(m) + lm_head_forward_flops_per_token(m);
+TrainingFlops pipeline_flops(const ModelSpec& m, const std::vector<Batch>& batches) {
+  TrainingFlops s;
   for (const Batch& b : batches) {
     for (const auto& pieces : b.per_rank) {
       for (const Piece& p : pieces) {
-        const auto pairs = static_cast<double>(document_pairs(p.len));
-        s.linear += 3.0 * static_cast<double>(p.len) * lin;  // backward is 2x forward
-        s.attention += static_cast<double>(m.n_layers) * (attention_forward_flops(m, pairs) + attention_backward_flops(m, pairs));
+        const TrainingFlops f = training_step_flops(m, static_cast<double>(p.len), static_cast<double>(document_pairs(p.len)));
+        s.linear += f.linear;
+        s.attention += f.attention;
       }
     }
   }
@@ -145,19 +142,13 @@ Status run_rank(comm::Communicator& comm, const TrainBenchFlags& f, const train:
   return Status::ok_status();
 }
 
-// The simulator on this machine: one unit per rank (gpus_per_node 1), the local-cpu preset's
-// links, peak = the measured sgemm rate with mfu 1, attention from --cost-table or analytic at
-// the simulator's default efficiency; fp32, no activation checkpointing, stateless cad servers
-// (a pipeline plans each backward apart from its forward and re-sends its inputs).
-
-
 int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, const ProfiledCostModel* table,
            const std::shared_ptr<const HardwareProfile>& hw_profile) {
   const std::vector<Mode> modes = pipeline_modes();
   const ModelSpec spec = bench_spec(f);
   const int64_t dp = ranks / f.pp;
   const std::vector<Batch> batches = pipeline_batches(f, dp);
-  const PipeFlops fl = pipeline_flops(spec, batches);
+  const TrainingFlops fl = pipeline_flops(spec, batches);
   const double sgemm_mean = mean_of(fig.sgemm);
   const double flop_ideal = fl.total() / static_cast<double>(ranks) / sgemm_mean;
 
@@ -307,51 +298,27 @@ int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, cons
 
 }  // namespace
 
-static SimFigures sim_error(const Status& st) {
-  SimFigures out;
-  out.error = st.message();
-  return out;
-}
-
 SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, double sgemm_mean,
                    const ProfiledCostModel* table, const std::shared_ptr<const HardwareProfile>& hw_profile,
                    const std::vector<Batch>& batches) {
+  sim::TrainingRun run;
+  run.model = bench_spec(f);
+  run.ranks = ranks;
+  run.pp = f.pp;
+  run.mode = mode.mode;
+  run.overlap = mode.overlap;
+  run.tolerance = f.tolerance;
+  run.sgemm_flops = sgemm_mean;
+  run.hardware_profile = hw_profile;
+  run.attention_table = table;
   SimFigures out;
-  sim::SimOptions so;
-  so.model = bench_spec(f);
-  so.cluster.gpus = ranks;
-  so.cluster.gpus_per_node = 1;
-  so.cluster.pp = f.pp;
-  auto hw = hardware_preset("local-cpu");
-  if (!hw.ok()) return sim_error(hw.status());
-  so.cluster.hw = *hw;
-  so.cluster.hw.peak_flops = sgemm_mean;
-  so.mfu = 1.0;
-  so.attention_table = table;
-  so.hardware_profile = hw_profile;
-  so.tolerance = f.tolerance;
-  so.dtype_bytes = 4;
-  so.shard_optimizer = false;
-  so.activation_checkpointing = false;
-  so.cad_stateless = f.pp > 1;  // pipelines plan every backward apart; pp 1 servers keep their inputs
-  auto strategy = sim::parse_strategy(std::string(mode.mode) == "cad" ? std::string("cad:") + mode.overlap : "colocated");
-  if (!strategy.ok()) return sim_error(strategy.status());
-  so.strategy = *strategy;
-  auto r = sim::simulate(so, batches);
-  if (!r.ok()) return sim_error(r.status());
-  out.ok = true;
-  out.step_s = r->iteration_seconds;
-  const int64_t ups = ranks / f.pp;
-  const double t = r->iteration_seconds;
-  out.stage_idle.assign(static_cast<size_t>(f.pp), 0);
-  for (const sim::UnitStats& u : r->per_unit) {
-    const double idle = t > 0 ? 1.0 - u.busy / t : 0.0;
-    out.stage_idle[static_cast<size_t>(u.stage)] += idle / static_cast<double>(ups);
-    out.rank_idle.push_back(idle);
-    out.rank_exposed.push_back(t > 0 ? u.exposed_comm / t : 0.0);
-    out.rank_blocked.push_back(t > 0 ? u.comm_blocked / t : 0.0);
-    out.rank_busy_s.push_back(u.busy);
+  auto p = sim::predict_training(run, batches);
+  if (!p.ok()) {
+    out.error = p.status().message();
+    return out;
   }
+  static_cast<sim::TrainingPrediction&>(out) = std::move(p).value();
+  out.ok = true;
   return out;
 }
 
@@ -442,16 +409,14 @@ std::vector<Mode> pipeline_modes() {
 
 int run_pipeline(const TrainBenchFlags& f) {
   // The cost table is read before any work (a bad one refuses at once, on every rank).
-  std::unique_ptr<AttentionCostModel> table_model;
-  const ProfiledCostModel* table = nullptr;
+  std::unique_ptr<ProfiledCostModel> table_model;
   const bool first = detect_launcher().rank <= 0;
   if (!f.cost_table.empty()) {
-    auto t = load_cost_table(f.cost_table);
-    if (!t.ok()) return first ? fail_input("--cost-table: " + t.status().message()) : kExitBadInput;
+    auto t = load_cost_table_option(f.cost_table);
+    if (!t.ok()) return first ? fail_input(t.status().message()) : kExitBadInput;
     table_model = std::move(t).value();
-    table = dynamic_cast<const ProfiledCostModel*>(table_model.get());
-    if (table == nullptr) return first ? fail_input("--cost-table: not a profiled cost table") : kExitBadInput;
   }
+  const ProfiledCostModel* table = table_model.get();
   std::shared_ptr<const HardwareProfile> hw_profile;
   if (!f.hardware.empty()) {
     auto hp = load_hardware_profile(f.hardware);

@@ -2,30 +2,23 @@
 // comparison of every recorded run with the simulator's prediction.
 #include "bench_validate.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <regex>
 #include <sstream>
-#include <thread>
 #include <tuple>
 
 #include "bench_train.h"
+#include "child_session.h"
 #include "distca/cost/hardware_profile.h"
-
-extern char** environ;
 
 namespace distca::cli::validate {
 namespace fs = std::filesystem;
@@ -248,76 +241,6 @@ std::string last_line(const std::string& path) {
   return last.empty() ? "(no output)" : last;
 }
 
-struct Child {
-  int status = 0;
-  bool timed_out = false, interrupted = false;
-};
-
-// Runs argv[0] (an absolute path) with stdin /dev/null, stdout and stderr into `log`, in a
-// process group of its own, OMP_NUM_THREADS=1; waits at most timeout_s, then ends the group
-// (TERM, then KILL after 5 s).
-Result<Child> spawn_and_wait(const std::vector<std::string>& argv, const std::string& log, double timeout_s) {
-  std::vector<std::string> env_s;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    if (std::string(*e).rfind("OMP_NUM_THREADS=", 0) != 0) env_s.emplace_back(*e);
-  }
-  env_s.emplace_back("OMP_NUM_THREADS=1");
-  std::vector<char*> args, envp;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  for (const std::string& e : env_s) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  posix_spawnattr_t at;
-  posix_spawnattr_init(&at);
-  sigset_t none, dflt;
-  sigemptyset(&none);
-  sigemptyset(&dflt);
-  for (int s : {SIGINT, SIGTERM, SIGPIPE, SIGHUP}) sigaddset(&dflt, s);
-  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  posix_spawnattr_setpgroup(&at, 0);
-  posix_spawnattr_setsigmask(&at, &none);
-  posix_spawnattr_setsigdefault(&at, &dflt);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0].c_str(), &fa, &at, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&at);
-  if (rc != 0) return Status::internal("cannot start " + argv[0] + ": " + std::strerror(rc));
-
-  Child c;
-  const auto start = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  for (;;) {
-    const pid_t w = waitpid(pid, &c.status, WNOHANG);
-    if (w == pid) return c;
-    if (w < 0 && errno != EINTR) return Status::internal("waiting for " + argv[0] + ": " + std::strerror(errno));
-    if (elapsed() > timeout_s || g_interrupted) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  c.timed_out = !g_interrupted;
-  c.interrupted = g_interrupted != 0;
-  kill(-pid, SIGTERM);
-  const double term_at = elapsed();
-  for (;;) {
-    const pid_t w = waitpid(pid, &c.status, WNOHANG);
-    if (w == pid || (w < 0 && errno != EINTR)) break;
-    if (elapsed() - term_at > 5) {
-      kill(-pid, SIGKILL);
-      while (waitpid(pid, &c.status, 0) < 0 && errno == EINTR) {
-      }
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  kill(-pid, SIGKILL);  // whatever of the group outlived its leader
-  return c;
-}
-
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const std::string& x : v) s += (s.empty() ? "" : " ") + x;
@@ -336,17 +259,17 @@ Status run_one(const LiveOptions& o, int64_t np, const std::vector<std::string>&
   const std::string log = (fs::path(o.dir) / (stem + ".log")).string(), tmp = log + ".tmp";
   if (o.progress) o.progress(tag + what + ": " + join(argv));
   const auto t0 = std::chrono::steady_clock::now();
-  auto child = spawn_and_wait(argv, tmp, o.timeout_s);
+  auto child = run_in_session(argv, tmp, o.timeout_s, &g_interrupted);
   if (!child.ok()) return child.status();
   std::error_code ec;
   fs::rename(tmp, log, ec);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   char took[64];
   std::snprintf(took, sizeof(took), "%.1f s", secs);
-  if (child->interrupted) return Status::internal(what + ": interrupted; its process group was ended");
+  if (child->interrupted) return Status::internal(what + ": interrupted; its mpirun and ranks were ended");
   if (child->timed_out) {
     return Status::internal(what + ": still running after --timeout " + std::to_string(static_cast<long long>(o.timeout_s)) +
-                            " s; its process group was ended (log " + log + ")");
+                            " s; its mpirun and ranks were ended (log " + log + ")");
   }
   const int st = child->status;
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {

@@ -84,9 +84,12 @@ struct LiveOptions {
 };
 
 // Runs the profiles and the bench train runs of `o.configs` into `o.dir` (each child's output
-// in DIR/<name>.log, kept only when it succeeded), then replay_dir. A child that fails, or
-// runs past the timeout (its process group is killed), ends the run with an error naming it
-// and the last line of its output.
+// in DIR/<name>.log, written as <name>.log.tmp and renamed when the child has ended), then
+// replay_dir. A child that fails, or runs past the timeout (its session is ended:
+// child_session.h), ends the run with an error naming it and the last line of its output.
+// Every child runs in a session of its own that dies with this process: if this process is
+// killed (SIGKILL included), a watchdog ends the child's mpirun and ranks and removes the
+// unfinished .log.tmp.
 Result<std::vector<Row>> run_live(const LiveOptions& o);
 
 // The table, one line per row and a footer with the goals and how many rows meet them.

@@ -22,7 +22,6 @@
 // --dist / --tokens-k / --servers select rows (e.g. the 512-server ProLong 512K row alone) and
 // --no-sweep skips the sweep, for timing one configuration quickly.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -35,6 +34,7 @@
 
 #include "command.h"
 #include "stats.h"
+#include "distca/core/clock.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
 #include "distca/core/specs.h"
@@ -93,9 +93,7 @@ std::string fmt_tol(double t) {
   return buf;
 }
 
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_ms() { return 1e3 * monotonic_seconds(); }
 
 // Balance and bytes of a schedule by the shared rules (traffic.h). percp (cp > 0): what
 // build_plan reports for it (plan.h): the K/V all-gather of its groups (the loader lays the

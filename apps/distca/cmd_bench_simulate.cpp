@@ -11,10 +11,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +25,7 @@
 #include "command.h"
 #include "stats.h"
 #include "launcher.h"
+#include "distca/core/clock.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
 #include "distca/core/specs.h"
@@ -49,8 +50,6 @@ struct Flags {
   std::string replay, out_dir, ranks, mpirun;
   double timeout_s = 600;
 };
-
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 int run(const Flags& f) {
   if (!f.json_path.empty() && f.json_path != "-") {
@@ -95,9 +94,9 @@ int run(const Flags& f) {
   st = check_memory(sim::estimate_draw_bytes(o.cluster, w.tokens_per_rank, m), memory_flags);
   if (!st.ok()) return fail_input(st.message());
   const bool to_stdout = f.json_path == "-";
-  const double t0 = now();
+  const double t0 = monotonic_seconds();
   auto mbs = sim::draw_microbatches(w, o.cluster, m);
-  const double draw_seconds = now() - t0;
+  const double draw_seconds = monotonic_seconds() - t0;
   if (!mbs.ok()) return fail(mbs.status());
   // One strategy's result is alive at a time; they all share the estimate (no events).
   st = check_memory(sim::estimate_simulate_bytes(o, *mbs), memory_flags);
@@ -117,9 +116,9 @@ int run(const Flags& f) {
     std::vector<double> times;
     sim::SimResult last;
     for (int64_t rep = 0; rep < f.repeats; ++rep) {
-      const double a = now();
+      const double a = monotonic_seconds();
       auto r = sim::simulate(o, *mbs);
-      times.push_back(now() - a);
+      times.push_back(monotonic_seconds() - a);
       if (!r.ok()) return fail(r.status());
       last = std::move(r).value();
     }
@@ -184,17 +183,34 @@ int emit(const std::string& json_path, const std::vector<validate::Row>& rows, c
   return kExitOk;
 }
 
-// Every check before any run: exit 2 and one line.
-int run_validate(const Flags& f, bool speed_flags_given) {
+// --out DIR: an existing writable directory, or a new one whose parent is. Nothing is made.
+Status check_out_dir(const std::string& dir, bool* exists) {
+  std::error_code ec;
+  const fs::path d(dir);
+  *exists = fs::exists(d, ec);
+  if (*exists && !fs::is_directory(d, ec)) return Status::invalid_argument("--out " + dir + ": exists and is not a directory");
+  const fs::path parent = d.has_parent_path() ? d.parent_path() : fs::path(".");
+  if (!*exists && !fs::is_directory(parent, ec)) return Status::invalid_argument("--out " + dir + ": its parent directory does not exist");
+  if (access((*exists ? d : parent).c_str(), W_OK | X_OK) != 0) return Status::invalid_argument("--out " + dir + ": not writable");
+  return {};
+}
+
+// Every check before any directory is made or any child started: exit 2 and one line. `given`
+// says whether a flag was on the command line (an empty value is refused, never a default).
+int run_validate(const Flags& f, bool speed_flags_given, const std::function<bool(const char*)>& given) {
   if (speed_flags_given) return fail_input("--validate: --gpus, --tokens-k, --pp, --microbatches, --repeats, --model, "
                                            "--dist, --strategies and --seed belong to the speed benchmark");
+  for (const auto& [flag, value] : {std::pair{"--replay", &f.replay}, std::pair{"--out", &f.out_dir},
+                                    std::pair{"--ranks", &f.ranks}, std::pair{"--mpirun", &f.mpirun}}) {
+    if (given(flag) && value->empty()) return fail_input(std::string(flag) + ": empty");
+  }
   if (!f.json_path.empty() && f.json_path != "-") {
     Status out = check_output_path(f.json_path).with_context("--json");
     if (!out.ok()) return fail(out);
   }
-  if (!f.replay.empty()) {
-    if (!f.out_dir.empty() || f.quick || !f.ranks.empty() || !f.mpirun.empty()) {
-      return fail_input("--replay: --out, --quick, --ranks and --mpirun apply to a live run (a replay runs nothing)");
+  if (given("--replay")) {
+    for (const char* live : {"--out", "--quick", "--ranks", "--mpirun", "--timeout"}) {
+      if (given(live)) return fail_input(std::string("--replay: ") + live + " applies to a live run (a replay runs nothing)");
     }
     auto rows = validate::replay_dir(f.replay);
     if (!rows.ok()) return fail_input(rows.status().message());
@@ -203,7 +219,7 @@ int run_validate(const Flags& f, bool speed_flags_given) {
   }
   if (detect_launcher().present) return fail_input("--validate starts its own mpirun; run it without mpirun");
   std::vector<int64_t> ranks;
-  if (!f.ranks.empty()) {
+  if (given("--ranks")) {
     auto r = parse_ranks(f.ranks);
     if (!r.ok()) return fail_input(r.status().message());
     ranks = *r;
@@ -213,31 +229,30 @@ int run_validate(const Flags& f, bool speed_flags_given) {
   o.timeout_s = f.timeout_s;
   o.configs = validate::matrix(f.quick, ranks);
   if (o.configs.empty()) return fail_input("--ranks " + f.ranks + ": no configuration of the matrix runs on these process counts (1, 2, 3, 4)");
-  std::error_code ec;
-  const fs::path d(f.out_dir);
-  const bool out_exists = !f.out_dir.empty() && fs::exists(d, ec);
-  if (!f.out_dir.empty()) {
-    if (out_exists && !fs::is_directory(d, ec)) return fail_input("--out " + f.out_dir + ": exists and is not a directory");
-    const fs::path parent = d.has_parent_path() ? d.parent_path() : fs::path(".");
-    if (!out_exists && !fs::is_directory(parent, ec)) return fail_input("--out " + f.out_dir + ": its parent directory does not exist");
-    if (access((out_exists ? d : parent).c_str(), W_OK | X_OK) != 0) return fail_input("--out " + f.out_dir + ": not writable");
+  bool out_exists = false;
+  if (given("--out")) {
+    if (Status st = check_out_dir(f.out_dir, &out_exists); !st.ok()) return fail_input(st.message());
   }
-  o.mpirun = find_executable(f.mpirun.empty() ? "mpirun" : f.mpirun);
+  o.mpirun = find_executable(given("--mpirun") ? f.mpirun : "mpirun");
   if (o.mpirun.empty()) {
-    return fail_input(f.mpirun.empty() ? "--mpirun: no mpirun on PATH (give its path with --mpirun PATH)"
-                                       : "--mpirun " + f.mpirun + ": not an executable");
+    return fail_input(given("--mpirun") ? "--mpirun " + f.mpirun + ": not an executable file"
+                                        : "--mpirun: no mpirun on PATH (give its path with --mpirun PATH)");
   }
+  std::error_code ec;
   o.self = fs::read_symlink("/proc/self/exe", ec).string();
   if (ec || o.self.empty()) return fail(Status::internal("cannot find this distca binary (/proc/self/exe)"));
   o.as_root = geteuid() == 0;
-  // Every check passed: the directory is the first thing made.
-  if (f.out_dir.empty()) {
+  // Every check passed: the directory is the first thing made (a --out that cannot be made is
+  // the user's path, refused like the checks above: nothing exists yet).
+  if (!given("--out")) {
     std::string tmpl = (fs::temp_directory_path(ec) / "distca-validate-XXXXXX").string();
     if (mkdtemp(tmpl.data()) == nullptr) return fail(Status::internal("cannot create a directory under the temporary directory"));
     o.dir = tmpl;
   } else {
-    if (!out_exists && !fs::create_directory(d, ec)) return fail(Status::internal("--out " + f.out_dir + ": cannot be created: " + ec.message()));
-    o.dir = d.string();
+    if (!out_exists && !fs::create_directory(f.out_dir, ec)) {
+      return fail_input("--out " + f.out_dir + ": cannot be created: " + (ec ? ec.message() : std::string("it exists")));
+    }
+    o.dir = f.out_dir;
   }
   o.progress = [](const std::string& line) {
     std::fprintf(stderr, "distca bench simulate: %s\n", line.c_str());
@@ -271,7 +286,7 @@ Runner setup(CLI::App& sub) {
   sub.add_option("--out", f->out_dir, "--validate: directory for the profiles, runs and logs (default: a new one under /tmp)");
   sub.add_flag("--quick", f->quick, "--validate: DP 1, DP 2 and PP 2, skewed, half the tokens (under a minute on 2 cores)");
   sub.add_option("--ranks", f->ranks, "--validate: only the configurations on these process counts (e.g. 1,2; 3 adds DP 3)");
-  sub.add_option("--timeout", f->timeout_s, "--validate: seconds one child run may take before its process group is ended")
+  sub.add_option("--timeout", f->timeout_s, "--validate: seconds one child run may take before its mpirun and ranks are ended")
       ->check(CLI::Range(1.0, 86400.0));
   sub.add_option("--mpirun", f->mpirun, "--validate: the mpirun to start the runs with (default: the one on PATH)");
   std::vector<CLI::Option*> speed;
@@ -282,10 +297,10 @@ Runner setup(CLI::App& sub) {
   for (const char* name : {"--replay", "--out", "--quick", "--ranks", "--timeout", "--mpirun"}) {
     validate_only.push_back(sub.get_option(name));
   }
-  return [f, speed, validate_only] {
+  return [f, speed, validate_only, &sub] {
     bool speed_given = false;
     for (CLI::Option* o : speed) speed_given = speed_given || o->count() > 0;
-    if (f->validate) return run_validate(*f, speed_given);
+    if (f->validate) return run_validate(*f, speed_given, [&sub](const char* name) { return sub.count(name) > 0; });
     for (CLI::Option* o : validate_only) {
       if (o->count() > 0) return fail_input(o->get_name() + " applies to --validate");
     }

@@ -11,7 +11,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <memory>
@@ -25,6 +24,7 @@
 #include "launcher.h"
 #include "stats.h"
 #include "distca/comm/launch.h"
+#include "distca/core/clock.h"
 #include "distca/core/io.h"
 #include "distca/core/rng.h"
 #include "distca/core/trace.h"
@@ -55,10 +55,6 @@ struct StepFlags {
   double mpi_timeout = 300;           // seconds without progress before a silent rank ends the job
   std::string servers = "both";  // keep | stateless | both (cad pingpong with stateless servers)
 };
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Rank 0: one document of long_doc tokens; ranks 1..n-1: long_doc / short_doc documents each.
 Batch skewed_batch(const StepFlags& f, int n) {
@@ -175,10 +171,10 @@ Status run_rank(comm::Communicator& comm, const StepFlags& f, std::vector<Measur
       DISTCA_RETURN_IF_ERROR(comm.barrier());
       TraceRecorder trace;  // epoch right after the barrier: ranks line up on one host
       DISTCA_ASSIGN_OR_RETURN(auto runner, runtime::PingPongRunner::create(comm, plans[ci], dims, c.mode, record ? &trace : nullptr, c.stateless));
-      const double t0 = now_s();
+      const double t0 = monotonic_seconds();
       DISTCA_RETURN_IF_ERROR(runner->forward(fw, linear));
       DISTCA_RETURN_IF_ERROR(runner->backward(bw, linear));
-      const double mine = now_s() - t0;
+      const double mine = monotonic_seconds() - t0;
       m.outputs_valid = runner->outputs_valid();
       DISTCA_ASSIGN_OR_RETURN(std::vector<double> all, comm.all_gather_value(mine));
       if (rep > 0) m.steps.push_back(*std::max_element(all.begin(), all.end()));

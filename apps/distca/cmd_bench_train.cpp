@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -33,10 +32,11 @@
 #include "distca/comm/launch.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
-#include "distca/core/rng.h"
 #include "distca/core/trace.h"
 #include "distca/cost/analytic.h"
+#include "distca/cost/step_flops.h"
 #include "distca/kernels/blas.h"
+#include "distca/kernels/profiler.h"
 #include "distca/train/config.h"
 #include "distca/train/data.h"
 #include "distca/train/memory.h"
@@ -50,10 +50,6 @@ constexpr std::array<Mode, 4> kModes{{{"colocated", "colocated", ""},
                                       {"cad pingpong", "cad", "pingpong"},
                                       {"cad signal", "cad", "signal"}}};
 constexpr size_t kColocated = 0, kSingle = 1, kPingPong = 2, kSignal = 3;
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 int64_t long_doc(const TrainBenchFlags& f) { return f.long_doc > 0 ? f.long_doc : f.tokens; }
 
@@ -124,28 +120,18 @@ StepFlops step_flops(const ModelSpec& m, const Batch& b) {
       pairs += static_cast<double>(document_pairs(p.len));
       tokens += static_cast<double>(p.len);
     }
-    const double lin = static_cast<double>(m.n_layers) * linear_forward_flops_per_token(m) + lm_head_forward_flops_per_token(m);
-    s.linear.push_back(3.0 * tokens * lin);  // backward is 2x forward
-    s.attention.push_back(static_cast<double>(m.n_layers) *
-                          (attention_forward_flops(m, pairs) + attention_backward_flops(m, pairs)));
+    const TrainingFlops f = training_step_flops(m, tokens, pairs);
+    s.linear.push_back(f.linear);
+    s.attention.push_back(f.attention);
   }
   return s;
 }
 
-// sgemm FLOP/s on this rank's thread, OpenBLAS on one thread, at the model's linear shapes for
-// a nano-batch of rows (QKV, O, gate+up, down): the best of three passes after a warm-up.
-struct GemmShape {
-  int64_t k, n;
-};
-std::vector<GemmShape> linear_shapes(const ModelSpec& m) {
+// The model's linear shapes for a nano-batch of rows (QKV, O, gate+up, down), the sgemm probe's.
+std::vector<kernels::SgemmShape> linear_shapes(const ModelSpec& m) {
   return {{m.hidden, m.q_dim() + 2 * m.kv_dim()}, {m.q_dim(), m.hidden}, {m.hidden, 2 * m.ffn}, {m.ffn, m.hidden}};
 }
 int64_t sgemm_rows(const TrainBenchFlags& f) { return std::min<int64_t>(4096, std::max<int64_t>(16, f.tokens / 2)); }
-int64_t sgemm_bytes(const TrainBenchFlags& f) {
-  int64_t kmax = 0, nmax = 0;
-  for (const GemmShape& s : linear_shapes(bench_spec(f))) kmax = std::max(kmax, s.k), nmax = std::max(nmax, s.n);
-  return 4 * (sgemm_rows(f) * kmax + kmax * nmax + sgemm_rows(f) * nmax);
-}
 Status probe_sgemm_round(comm::Communicator& comm, const TrainBenchFlags& f, std::vector<double>& best) {
   DISTCA_RETURN_IF_ERROR(comm.barrier());
   const double rate = measure_sgemm(f, comm.rank());
@@ -155,25 +141,7 @@ Status probe_sgemm_round(comm::Communicator& comm, const TrainBenchFlags& f, std
 }
 
 double measure_sgemm(const TrainBenchFlags& f, int rank) {
-  const ModelSpec m = bench_spec(f);
-  const int64_t rows = sgemm_rows(f);
-  int64_t kmax = 0, nmax = 0;
-  for (const GemmShape& s : linear_shapes(m)) kmax = std::max(kmax, s.k), nmax = std::max(nmax, s.n);
-  Rng rng(99, static_cast<uint64_t>(rank));
-  std::vector<float> a(static_cast<size_t>(rows * kmax)), b(static_cast<size_t>(kmax * nmax)), c(static_cast<size_t>(rows * nmax));
-  for (auto& x : a) x = static_cast<float>(rng.uniform(-1, 1));
-  for (auto& x : b) x = static_cast<float>(rng.uniform(-1, 1));
-  double flops = 0, best = 0;
-  for (const GemmShape& s : linear_shapes(m)) flops += 2.0 * static_cast<double>(rows * s.k * s.n);
-  for (int pass = 0; pass < 4; ++pass) {  // pass 0 warms up
-    const double t0 = now_s();
-    for (const GemmShape& s : linear_shapes(m)) {
-      kernels::gemm<float>(false, false, rows, s.n, s.k, 1.0f, a.data(), s.k, b.data(), s.n, 0.0f, c.data(), s.n);
-    }
-    const double dt = now_s() - t0;
-    if (pass > 0 && dt > 0) best = std::max(best, flops / dt);
-  }
-  return best;
+  return kernels::measure_sgemm_flops(sgemm_rows(f), linear_shapes(bench_spec(f)), static_cast<uint64_t>(rank));
 }
 
 // The memory every mode's run needs in this process, against the limit (--max-memory).
@@ -189,7 +157,7 @@ Status check_bench_memory(const TrainBenchFlags& f, int64_t ranks, bool lead, co
     DISTCA_ASSIGN_OR_RETURN(ModelSpec spec, cfg.model_spec());
     need = std::max(need, train::estimate_train_memory(cfg, spec, mi).process_total());
   }
-  need += static_cast<double>(sgemm_bytes(f) * mi.ranks_in_process);
+  need += static_cast<double>(kernels::sgemm_probe_bytes(sgemm_rows(f), linear_shapes(bench_spec(f))) * mi.ranks_in_process);
   const int64_t here = mi.mpi ? std::max<int64_t>(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE")) : 1;
   const std::string what = "bench train --tokens-per-rank " + std::to_string(f.tokens) + " --width " +
                            std::to_string(f.width) + " --layers " + std::to_string(f.layers) +

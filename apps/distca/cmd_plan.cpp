@@ -15,6 +15,7 @@
 #include "distca/core/memory.h"
 #include "distca/core/specs.h"
 #include "distca/cost/cost_model.h"
+#include "distca/cost/options.h"
 #include "distca/cost/profiled.h"
 #include "distca/plan/plan.h"
 #include "distca/plan/plan_json.h"
@@ -134,21 +135,20 @@ int run(const Options& o) {
   if (!model.ok()) return fail(Status(model.status().code(), "--model: " + model.status().message()));
   auto spec = parse_scheduler(o.scheduler);
   if (!spec.ok()) return fail(spec.status());
-  if (o.dtype != "bf16" && o.dtype != "fp32") {
-    return fail_input("--dtype: expected bf16 or fp32, got '" + o.dtype + "'");
-  }
+  auto dtype_bytes = dtype_bytes_of(o.dtype);
+  if (!dtype_bytes.ok()) return fail(dtype_bytes.status());
   ScheduleOptions options;
   options.model = *model;
-  options.dtype_bytes = o.dtype == "fp32" ? 4 : 2;
+  options.dtype_bytes = *dtype_bytes;
   options.tolerance = o.tolerance;
   options.wlb_mem_cap = o.wlb_mem_cap;
   options.align_rows = o.align_rows;
   const PairsCostModel pairs;
-  std::unique_ptr<AttentionCostModel> profiled;
+  std::unique_ptr<ProfiledCostModel> profiled;
   options.cost = &pairs;
   if (!o.cost_table.empty()) {
-    auto table = load_cost_table(o.cost_table);
-    if (!table.ok()) return fail(Status(table.status().code(), "--cost-table: " + table.status().message()));
+    auto table = load_cost_table_option(o.cost_table);
+    if (!table.ok()) return fail(table.status());
     profiled = std::move(table).value();
     options.cost = profiled.get();
   }

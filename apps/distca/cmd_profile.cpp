@@ -20,6 +20,7 @@
 #include "command.h"
 #include "stats.h"
 #include "distca/comm/launch.h"
+#include "distca/core/clock.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
 #include "distca/core/specs.h"
@@ -56,10 +57,6 @@ struct ProfileFlags {
 };
 
 bool given(const ProfileFlags& f, const char* flag) { return f.app->count(flag) > 0; }
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Message sizes of the link measurements (bytes per message): latency-bound to bandwidth-bound.
 const std::vector<int64_t> kLinkBytes = {64, 1024, 16384, 262144, 1 << 20, 4 << 20};
@@ -187,9 +184,9 @@ Result<std::vector<LinkPoint>> measure_links(comm::Communicator& c, bool all_to_
     std::vector<double> t;
     for (int r = 0; r < repeats; ++r) {
       DISTCA_RETURN_IF_ERROR(c.barrier());
-      const double t0 = now_s();
+      const double t0 = monotonic_seconds();
       DISTCA_RETURN_IF_ERROR(once());
-      const double mine = now_s() - t0;
+      const double mine = monotonic_seconds() - t0;
       DISTCA_ASSIGN_OR_RETURN(std::vector<double> all, c.all_gather_value(mine));
       t.push_back(*std::max_element(all.begin(), all.end()));
     }

@@ -26,6 +26,7 @@
 #include "distca/core/specs.h"
 #include "distca/cost/hardware_profile.h"
 #include "distca/cost/profiled.h"
+#include "distca/sim/request.h"
 #include "distca/sim/simulator.h"
 #include "distca/sim/sweeps.h"
 #include "workload_flags.h"
@@ -247,62 +248,33 @@ int run(const Options& o) {
     Status out = check_output_path(o.json_path).with_context("--json");
     if (!out.ok()) return fail(out);
   }
-  auto model = model_preset(o.model);
-  if (!model.ok()) return fail(Status(model.status().code(), "--model: " + model.status().message()));
-  auto hw = resolve_hardware(o.hardware);
-  if (!hw.ok()) return fail(hw.status());
-  const std::shared_ptr<const HardwareProfile> profile = hw->profile;
-  if (profile) {
-    for (const char* f : {"--mfu", "--attention-efficiency", "--inter-node-bw", "--inter-node-latency"}) {
-      if (given(o, f)) return fail_input(std::string(f) + " cannot be combined with a hardware profile (--hardware " + o.hardware + " measured it)");
-    }
-  }
-  auto strategy = sim::parse_strategy(o.strategy);
-  if (!strategy.ok()) return fail(strategy.status());
-  if (o.dtype != "bf16" && o.dtype != "fp32") return fail_input("--dtype: expected bf16 or fp32, got '" + o.dtype + "'");
-  sim::SimOptions so;
-  so.model = *model;
-  so.cluster.hw = hw->spec;
-  if (given(o, "--inter-node-bw")) {
-    if (!(o.inter_node_gbps > 0)) return fail_input("--inter-node-bw must be positive (GB/s per GPU)");
-    so.cluster.hw.inter_node_bw = o.inter_node_gbps * 1e9;
-  }
-  if (given(o, "--inter-node-latency")) {
-    if (!(o.inter_node_latency_us >= 0)) return fail_input("--inter-node-latency must be >= 0 (microseconds)");
-    so.cluster.hw.inter_node_latency = o.inter_node_latency_us * 1e-6;
-  }
-  if (given(o, "--memory-gb")) {
-    if (!(o.memory_gb > 0)) return fail_input("--memory-gb must be positive");
-    so.cluster.hw.memory_bytes = o.memory_gb * 1e9;
-  }
-  so.cluster.gpus = o.gpus;
-  so.cluster.gpus_per_node = o.gpus_per_node > 0 ? o.gpus_per_node : so.cluster.hw.gpus_per_node;
-  if (given(o, "--gpus-per-node") && o.gpus_per_node <= 0) return fail_input("--gpus-per-node must be positive");
-  so.cluster.pp = o.pp;
-  so.strategy = *strategy;
-  so.mfu = o.mfu;
-  so.attention_efficiency = o.attention_efficiency;
-  so.attention_tile = o.attention_tile;
-  so.tolerance = o.tolerance;
-  so.wlb_mem_cap = o.wlb_mem_cap;
-  so.dtype_bytes = o.dtype == "fp32" ? 4 : 2;
-  so.shard_optimizer = !o.no_shard_optimizer;
-  so.activation_checkpointing = !o.no_checkpointing;
-  so.lm_head = !o.no_lm_head;
-  so.grad_sync = !o.no_grad_sync;
-  so.cad_stateless = o.cad_servers == "stateless";
-  so.record_events = !o.trace_path.empty();
-  so.hardware_profile = profile;
-  std::unique_ptr<AttentionCostModel> table;
-  if (!o.cost_table.empty()) {
-    auto t = load_cost_table(o.cost_table);
-    if (!t.ok()) return fail(Status(t.status().code(), "--cost-table: " + t.status().message()));
-    table = std::move(t).value();
-    so.attention_table = dynamic_cast<const ProfiledCostModel*>(table.get());
-    if (so.attention_table == nullptr) return fail_input("--cost-table: not a profiled cost table");
-  }
-  Status st = so.validate();
-  if (!st.ok()) return fail(st);
+  sim::SimRequest req;
+  req.model = o.model;
+  req.hardware = o.hardware;
+  req.gpus = o.gpus;
+  if (given(o, "--gpus-per-node")) req.gpus_per_node = o.gpus_per_node;
+  req.pp = o.pp;
+  req.strategy = o.strategy;
+  if (given(o, "--mfu")) req.mfu = o.mfu;
+  if (given(o, "--attention-efficiency")) req.attention_efficiency = o.attention_efficiency;
+  req.attention_tile = o.attention_tile;
+  req.cost_table = o.cost_table;
+  req.tolerance = o.tolerance;
+  req.wlb_mem_cap = o.wlb_mem_cap;
+  req.dtype = o.dtype;
+  req.shard_optimizer = !o.no_shard_optimizer;
+  req.activation_checkpointing = !o.no_checkpointing;
+  req.lm_head = !o.no_lm_head;
+  req.grad_sync = !o.no_grad_sync;
+  req.cad_servers = o.cad_servers;
+  if (given(o, "--inter-node-bw")) req.inter_node_gbps = o.inter_node_gbps;
+  if (given(o, "--inter-node-latency")) req.inter_node_latency_us = o.inter_node_latency_us;
+  if (given(o, "--memory-gb")) req.memory_gb = o.memory_gb;
+  req.record_events = !o.trace_path.empty();
+  auto setup = sim::make_sim_options(req);
+  if (!setup.ok()) return fail(setup.status());
+  const sim::SimOptions& so = setup->options;
+  Status st;
   const std::string memory_flags = "--gpus " + std::to_string(o.gpus) + " --pp " + std::to_string(o.pp) +
                                    (o.trace_path.empty() ? "" : " --trace");
   const int64_t ups = so.cluster.units_per_stage();

@@ -24,7 +24,10 @@ int64_t mpi_local_ranks(int64_t ranks) {
 
 std::string find_executable(const std::string& name) {
   namespace fs = std::filesystem;
-  if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? fs::absolute(name).string() : "";
+  std::error_code ec;
+  if (name.find('/') != std::string::npos) {
+    return fs::is_regular_file(name, ec) && access(name.c_str(), X_OK) == 0 ? fs::absolute(name).string() : "";
+  }
   const char* path = std::getenv("PATH");
   std::string dirs = path != nullptr ? path : "";
   size_t pos = 0;
@@ -32,7 +35,6 @@ std::string find_executable(const std::string& name) {
     const size_t colon = dirs.find(':', pos);
     const std::string d = dirs.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos);
     const fs::path cand = fs::path(d.empty() ? "." : d) / name;
-    std::error_code ec;
     if (fs::is_regular_file(cand, ec) && access(cand.c_str(), X_OK) == 0) return fs::absolute(cand).string();
     if (colon == std::string::npos) break;
     pos = colon + 1;

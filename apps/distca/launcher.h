@@ -25,9 +25,10 @@ int64_t env_int(const char* name);
 // launcher does not say.
 int64_t mpi_local_ranks(int64_t ranks);
 
-// `name` as execvp would find it, as an absolute path: itself when it has a slash, else the
-// first executable regular file of that name in PATH (an empty entry is the current
-// directory); "" when there is none. The programs the CLI starts (mpirun, gnuplot).
+// `name` as execvp would find it, as an absolute path: itself when it has a slash and is an
+// executable regular file (a directory is not), else the first executable regular file of
+// that name in PATH (an empty entry is the current directory); "" when there is none. The
+// programs the CLI starts (mpirun, gnuplot).
 std::string find_executable(const std::string& name);
 
 // The exit code of a command whose comm::launch failed: the process that speaks prints

@@ -1,4 +1,5 @@
 #include "distca/cost/analytic.h"
+#include "distca/cost/step_flops.h"
 
 #include "distca/core/check.h"
 
@@ -40,6 +41,12 @@ RowBytes row_bytes(const ModelSpec& m, int64_t dtype_bytes) {
   r.o = m.q_dim() * dtype_bytes;
   r.lse = m.n_heads * 4;
   return r;
+}
+
+TrainingFlops training_step_flops(const ModelSpec& m, double tokens, double pairs) {
+  const double layers = static_cast<double>(m.n_layers);
+  const double per_token = layers * linear_forward_flops_per_token(m) + lm_head_forward_flops_per_token(m);
+  return {3.0 * tokens * per_token, layers * (attention_forward_flops(m, pairs) + attention_backward_flops(m, pairs))};
 }
 
 double max_hidden_shards(double linear_seconds_per_token, double link_bytes_per_second,

@@ -1,4 +1,5 @@
 #include "distca/cost/profiled.h"
+#include "distca/cost/options.h"
 
 #include <algorithm>
 #include <cctype>
@@ -379,18 +380,34 @@ Result<CostTable> cost_table_from_csv(const std::string& text, const std::string
   return t;
 }
 
-Result<std::unique_ptr<AttentionCostModel>> load_cost_table(const std::string& path) {
+namespace {
+Result<CostTable> read_cost_table(const std::string& path) {
   std::string ext = path.size() >= 4 ? path.substr(path.size() - 4) : "";
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  CostTable t;
   if (ext == ".csv") {
     DISTCA_ASSIGN_OR_RETURN(std::string text, read_file(path));
-    DISTCA_ASSIGN_OR_RETURN(t, cost_table_from_csv(text, path));
-  } else {
-    DISTCA_ASSIGN_OR_RETURN(nlohmann::json j, read_json_file(path));
-    DISTCA_ASSIGN_OR_RETURN(t, cost_table_from_json(j, path));
+    return cost_table_from_csv(text, path);
   }
+  DISTCA_ASSIGN_OR_RETURN(nlohmann::json j, read_json_file(path));
+  return cost_table_from_json(j, path);
+}
+}  // namespace
+
+Result<std::unique_ptr<AttentionCostModel>> load_cost_table(const std::string& path) {
+  DISTCA_ASSIGN_OR_RETURN(CostTable t, read_cost_table(path));
   return std::unique_ptr<AttentionCostModel>(std::make_unique<ProfiledCostModel>(std::move(t)));
+}
+
+Result<std::unique_ptr<ProfiledCostModel>> load_cost_table_option(const std::string& path) {
+  auto t = read_cost_table(path);
+  if (!t.ok()) return Status(t.status().code(), "--cost-table: " + t.status().message());
+  return std::make_unique<ProfiledCostModel>(std::move(t).value());
+}
+
+Result<int64_t> dtype_bytes_of(const std::string& dtype) {
+  if (dtype == "bf16") return int64_t{2};
+  if (dtype == "fp32") return int64_t{4};
+  return Status::invalid_argument("--dtype: expected bf16 or fp32, got '" + dtype + "'");
 }
 
 }  // namespace distca

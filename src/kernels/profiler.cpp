@@ -3,9 +3,10 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <fstream>
+#include <utility>
 
+#include "distca/core/clock.h"
 #include "distca/core/rng.h"
 #include "distca/kernels/attention.h"
 #include "distca/kernels/blas.h"
@@ -79,9 +80,6 @@ AttentionParams params_for(AttentionProblem& pr) {
 }
 
 namespace {
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -94,23 +92,55 @@ KernelTiming time_kernels(AttentionProblem& prob, int repeats, double min_second
   KernelTiming t;
   t.forward_flops = attention_forward_flops(p);
   t.backward_flops = attention_backward_flops(p);
-  const double start = now();
+  const double start = monotonic_seconds();
   attention_forward(p);  // warm-up (page faults, BLAS buffers)
   attention_backward(p);
   std::vector<double> fwd, bwd;
   for (int r = 0; r < std::max(1, repeats); ++r) {
-    const double t0 = now();
+    const double t0 = monotonic_seconds();
     attention_forward(p);
-    const double t1 = now();
+    const double t1 = monotonic_seconds();
     attention_backward(p);
-    const double t2 = now();
+    const double t2 = monotonic_seconds();
     fwd.push_back(t1 - t0);
     bwd.push_back(t2 - t1);
-    if (now() - start > min_seconds) break;
+    if (monotonic_seconds() - start > min_seconds) break;
   }
   t.forward_seconds = median(fwd);
   t.backward_seconds = median(bwd);
   return t;
+}
+
+namespace {
+std::pair<int64_t, int64_t> widest(const std::vector<SgemmShape>& shapes) {
+  int64_t kmax = 0, nmax = 0;
+  for (const SgemmShape& s : shapes) kmax = std::max(kmax, s.k), nmax = std::max(nmax, s.n);
+  return {kmax, nmax};
+}
+}  // namespace
+
+int64_t sgemm_probe_bytes(int64_t rows, const std::vector<SgemmShape>& shapes) {
+  const auto [kmax, nmax] = widest(shapes);
+  return 4 * (rows * kmax + kmax * nmax + rows * nmax);
+}
+
+double measure_sgemm_flops(int64_t rows, const std::vector<SgemmShape>& shapes, uint64_t stream) {
+  const auto [kmax, nmax] = widest(shapes);
+  Rng rng(99, stream);
+  std::vector<float> a(static_cast<size_t>(rows * kmax)), b(static_cast<size_t>(kmax * nmax)), c(static_cast<size_t>(rows * nmax));
+  for (auto& x : a) x = static_cast<float>(rng.uniform(-1, 1));
+  for (auto& x : b) x = static_cast<float>(rng.uniform(-1, 1));
+  double flops = 0, best = 0;
+  for (const SgemmShape& s : shapes) flops += 2.0 * static_cast<double>(rows * s.k * s.n);
+  for (int pass = 0; pass < 4; ++pass) {  // pass 0 warms up
+    const double t0 = monotonic_seconds();
+    for (const SgemmShape& s : shapes) {
+      gemm<float>(false, false, rows, s.n, s.k, 1.0f, a.data(), s.k, b.data(), s.n, 0.0f, c.data(), s.n);
+    }
+    const double dt = monotonic_seconds() - t0;
+    if (pass > 0 && dt > 0) best = std::max(best, flops / dt);
+  }
+  return best;
 }
 
 std::vector<int64_t> power_of_two_lengths(int64_t lo, int64_t hi) {
@@ -209,9 +239,9 @@ Result<double> time_profile_gemm(const GemmRecord& g, int repeats, const std::fu
   std::vector<double> t;
   for (int r = 0; r < std::max(1, repeats); ++r) {
     if (sync) DISTCA_RETURN_IF_ERROR(sync());
-    const double t0 = now();
+    const double t0 = monotonic_seconds();
     call();
-    t.push_back(now() - t0);
+    t.push_back(monotonic_seconds() - t0);
   }
   return std::max(median(t), kMinTaskSeconds);
 }

@@ -20,6 +20,7 @@
 #include "distca/core/io.h"
 #include "distca/core/specs.h"
 #include "distca/cost/analytic.h"
+#include "distca/cost/options.h"
 #include "distca/cost/profiled.h"
 #include "distca/data/workload.h"
 #include "sweeps_internal.h"
@@ -101,11 +102,9 @@ namespace {
 
 // The --cost-table of a sweep, loaded; every failure is bad input naming the flag (a missing
 // file included: it is the user's path).
-Result<std::unique_ptr<AttentionCostModel>> load_sweep_table(const std::string& path) {
-  auto t = load_cost_table(path);
-  if (!t.ok()) return Status::invalid_argument("--cost-table: " + t.status().message());
-  if (dynamic_cast<const ProfiledCostModel*>(t.value().get()) == nullptr)
-    return Status::invalid_argument("--cost-table '" + path + "': not a profiled cost table");
+Result<std::unique_ptr<ProfiledCostModel>> load_sweep_table(const std::string& path) {
+  auto t = load_cost_table_option(path);
+  if (!t.ok()) return Status::invalid_argument(t.status().message());
   return t;
 }
 
@@ -349,11 +348,11 @@ Result<SweepSummary> run_sweep(const SweepOptions& options, const SweepProgressF
     if (ec) return Status::io_error("--out '" + options.out_dir + "': cannot create it: " + ec.message());
   }
   if (options.name == "fig4b") return run_fig4b(options, progress);
-  std::unique_ptr<AttentionCostModel> table;
+  std::unique_ptr<ProfiledCostModel> table;
   if (!options.cost_table.empty()) {
     DISTCA_ASSIGN_OR_RETURN(table, load_sweep_table(options.cost_table));
   }
-  const auto* profiled = dynamic_cast<const ProfiledCostModel*>(table.get());
+  const ProfiledCostModel* profiled = table.get();
   if (options.name == "fig9") return detail::run_fig9(options, progress, profiled);
   if (options.name == "fig10") return detail::run_fig10(options, progress, profiled);
   if (options.name == "fig11") return detail::run_fig11(options, progress, profiled);

@@ -3,12 +3,19 @@
 // recorded measurements and against a prediction computed here by hand; and every refusal of
 // --validate (exit 2, one line, no output file). Numbers only, never clocks: the replay runs
 // nothing.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -250,6 +257,78 @@ TEST_F(CliBenchValidateTest, RefusalsComeBeforeAnyWork) {
   const fs::path swapped = copy_data(dir_ / "swapped");
   fs::copy_file(swapped / "hw-2.json", swapped / "hw-1.json", fs::copy_options::overwrite_existing);
   expect_refused("--replay " + swapped.string(), "ranks");
+}
+
+// A flag given with an empty value is refused, never read as "not given" (an empty --ranks
+// would start the whole matrix); --mpirun naming a directory and an --out that cannot be made
+// are refused with exit 2 before anything is made or started.
+TEST_F(CliBenchValidateTest, EmptyValuesAndUnusablePathsAreRefusedBeforeAnyWork) {
+  // Each case also carries a flag that a build without the empty check refuses before it
+  // starts anything, so that such a build fails here instead of running the matrix.
+  const std::string no_mpirun = " --mpirun " + (dir_ / "no-mpirun").string();
+  expect_refused("--quick --ranks ''" + no_mpirun, "--ranks: empty");
+  expect_refused("--quick --out ''" + no_mpirun, "--out: empty");
+  expect_refused("--quick --mpirun '' --ranks 0", "--mpirun: empty");
+  expect_refused("--replay ''" + no_mpirun, "--replay: empty");
+  expect_refused("--replay " + kData + " --timeout 5", "--timeout");
+  const fs::path out = dir_ / "out";
+  expect_refused("--quick --out " + out.string() + " --mpirun " + dir_.string(), "--mpirun");
+  EXPECT_FALSE(fs::exists(out)) << "--out made before the --mpirun check";
+  // A path whose parent is a directory but which cannot be made (/proc takes no new entries).
+  expect_refused("--quick --out /proc/distca-validate-test --mpirun /bin/true", "--out");
+}
+
+// True while process `pid` exists and is not a zombie (an orphan's zombie may wait for a
+// reaper that never comes in a container).
+bool alive(pid_t pid) {
+  const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+std::vector<fs::path> tmp_files(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".tmp") out.push_back(e.path());
+  }
+  return out;
+}
+
+// SIGKILL to bench simulate --validate while a child runs: the child's "mpirun" (a script) and
+// its "rank" (in a process group of its own, as Open MPI starts ranks, and deaf to SIGTERM)
+// end with it, and the unfinished log is removed.
+TEST_F(CliBenchValidateTest, ParentKilledTakesItsMpirunRanksAndTempLogWithIt) {
+  const fs::path script = dir_ / "fake-mpirun", pid_file = dir_ / "rank.pid", out = dir_ / "run";
+  std::ofstream(script) << "#!/bin/bash\nset -m\n(trap '' TERM; exec sleep 300) &\necho $! > " << pid_file.string()
+                        << ".part && mv " << pid_file.string() << ".part " << pid_file.string() << "\nwait\n";
+  fs::permissions(script, fs::perms::owner_all);
+  const pid_t parent = fork();
+  ASSERT_GE(parent, 0);
+  if (parent == 0) {
+    const std::string log = (dir_ / "parent.log").string();
+    if (freopen(log.c_str(), "w", stdout) == nullptr || freopen(log.c_str(), "a", stderr) == nullptr) _exit(126);
+    execl(DISTCA_CLI, DISTCA_CLI, "bench", "simulate", "--validate", "--quick", "--ranks", "1", "--out", out.c_str(),
+          "--mpirun", script.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(pid_file) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(parent, SIGKILL);
+  waitpid(parent, nullptr, 0);
+  ASSERT_TRUE(fs::exists(pid_file)) << slurp(dir_ / "parent.log");
+  const pid_t rank = static_cast<pid_t>(std::stol(slurp(pid_file)));
+  ASSERT_GT(rank, 1);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((alive(rank) || !tmp_files(out).empty()) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const bool rank_alive = alive(rank);
+  if (rank_alive) kill(rank, SIGKILL);  // leave nothing behind, whatever the outcome
+  EXPECT_FALSE(rank_alive) << "the rank outlived its killed parent";
+  EXPECT_TRUE(tmp_files(out).empty()) << tmp_files(out).front();
 }
 
 // Without --validate its flags are refused too (the speed benchmark runs nothing with them).

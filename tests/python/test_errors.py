@@ -1,6 +1,8 @@
 """Bad arguments raise ValueError (RuntimeError for failed work) with the one line the CLI
 prints for the same input: stderr == "distca: error: " + str(exception) + newline, exit 2."""
 
+from pathlib import Path
+
 import pytest
 
 import distca
@@ -77,6 +79,8 @@ def test_bad_batch_file_matches_cli(cli, tmp_path):
     assert str(e.value) == cli_error("plan", "--batch", tmp_path / "missing.json")
 
 
+# The recorded 2-rank hardware profile of the simulator's tests (distca profile --hardware-out).
+SIM_PROFILE = str(Path(__file__).resolve().parents[1] / "sim" / "data" / "hardware-profile-2rank.json")
 SIM_CASES = [
     ({"gpus": 0}, ["--gpus", 0]),
     ({"gpus": 12}, ["--gpus", 12]),
@@ -85,6 +89,10 @@ SIM_CASES = [
     ({"gpus": 16, "hardware": "tpu"}, ["--gpus", 16, "--hardware", "tpu"]),
     ({"gpus": 16, "pp": 3}, ["--gpus", 16, "--pp", 3]),
     ({"gpus": 16, "tokens_per_rank": 100}, ["--gpus", 16, "--tokens-per-rank", 100]),
+    ({"gpus": 16, "dtype": "fp16"}, ["--gpus", 16, "--dtype", "fp16"]),
+    # A hardware profile measured the linear rate itself: --mfu is refused, from Python too.
+    ({"gpus": 2, "model": "tiny", "hardware": SIM_PROFILE, "mfu": 0.5},
+     ["--gpus", 2, "--model", "tiny", "--hardware", SIM_PROFILE, "--mfu", 0.5]),
 ]
 
 

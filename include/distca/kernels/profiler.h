@@ -51,6 +51,18 @@ struct KernelTiming {
 // ran (so large problems are not repeated needlessly).
 KernelTiming time_kernels(AttentionProblem& prob, int repeats, double min_seconds);
 
+// One product of an sgemm probe: (rows x k) times (k x n), row-major, no transposes.
+struct SgemmShape {
+  int64_t k = 0, n = 0;
+};
+// sgemm FLOP/s of the calling thread (OpenBLAS's thread count as the caller set it) over
+// `shapes`, each at `rows` rows, run back to back: the best of three timed passes after one
+// warm-up pass (other load on a shared host only ever slows a pass). Operands uniform in
+// [-1, 1) from Rng(99, stream). Preconditions: rows >= 1, every k, n >= 1, shapes not empty.
+double measure_sgemm_flops(int64_t rows, const std::vector<SgemmShape>& shapes, uint64_t stream);
+// The bytes measure_sgemm_flops allocates for these shapes.
+int64_t sgemm_probe_bytes(int64_t rows, const std::vector<SgemmShape>& shapes);
+
 struct ProfileOptions {
   int32_t n_heads = 1, n_kv_heads = 1, head_dim = 128;
   std::vector<int64_t> q_lens;   // default: powers of two 128 .. 32768

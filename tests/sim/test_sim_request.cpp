@@ -1,0 +1,165 @@
+// sim/request.h: the one mapping from a request (the CLI's flags, Python's keywords) or a
+// measured training run to SimOptions. The training mapping against options written out here
+// by hand from its documented rules (the same iteration, bit for bit), and the request's
+// refusals with the CLI's messages.
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "distca/sim/request.h"
+#include "distca/sim/simulator.h"
+#include "support/hardware_profile_fixture.h"
+
+namespace distca::sim {
+namespace {
+
+// Two ranks, one skewed batch: rank 0 one 256-token document, rank 1 four of 64.
+std::vector<Batch> skewed_batch() {
+  Batch b;
+  b.ranks = 2;
+  b.tokens_per_rank = 256;
+  b.per_rank = {{{0, 0, 256, 256}}, {{1, 0, 64, 64}, {2, 0, 64, 64}, {3, 0, 64, 64}, {4, 0, 64, 64}}};
+  return {b};
+}
+
+TrainingRun two_rank_run(const std::string& mode, const std::string& overlap) {
+  TrainingRun run;
+  run.model = testing::profile_test_model(2);
+  run.ranks = 2;
+  run.pp = 1;
+  run.mode = mode;
+  run.overlap = overlap;
+  run.tolerance = 0.05;
+  run.sgemm_flops = 3e10;
+  return run;
+}
+
+// The documented mapping (request.h, TrainingRun): one unit per rank, local-cpu's links and
+// memory with the sgemm rate as the peak at mfu 1, fp32, no checkpointing, no optimizer
+// sharding, keeping cad servers at pp 1; everything else the simulator's defaults.
+SimOptions by_hand(const TrainingRun& run, const Strategy& strategy) {
+  SimOptions so;
+  so.model = run.model;
+  so.cluster.gpus = run.ranks;
+  so.cluster.gpus_per_node = 1;
+  so.cluster.pp = run.pp;
+  so.cluster.hw = hardware_preset("local-cpu").value();
+  so.cluster.hw.peak_flops = run.sgemm_flops;
+  so.mfu = 1.0;
+  so.tolerance = run.tolerance;
+  so.dtype_bytes = 4;
+  so.shard_optimizer = false;
+  so.activation_checkpointing = false;
+  so.cad_stateless = run.pp > 1;
+  so.hardware_profile = run.hardware_profile;
+  so.strategy = strategy;
+  return so;
+}
+
+void expect_same_iteration(const TrainingRun& run, const Strategy& strategy) {
+  const std::vector<Batch> batches = skewed_batch();
+  auto predicted = predict_training(run, batches);
+  ASSERT_TRUE(predicted.ok()) << predicted.status().message();
+  auto direct = simulate(by_hand(run, strategy), batches);
+  ASSERT_TRUE(direct.ok()) << direct.status().message();
+  EXPECT_EQ(predicted->step_s, direct->iteration_seconds);
+  ASSERT_EQ(predicted->rank_busy_s.size(), direct->per_unit.size());
+  for (size_t u = 0; u < direct->per_unit.size(); ++u) {
+    const UnitStats& s = direct->per_unit[u];
+    const double t = direct->iteration_seconds;
+    EXPECT_EQ(predicted->rank_busy_s[u], s.busy) << u;
+    EXPECT_EQ(predicted->rank_idle[u], 1.0 - s.busy / t) << u;
+    EXPECT_EQ(predicted->rank_exposed[u], s.exposed_comm / t) << u;
+    EXPECT_EQ(predicted->rank_blocked[u], s.comm_blocked / t) << u;
+  }
+  ASSERT_EQ(predicted->stage_idle.size(), 1u);
+  EXPECT_DOUBLE_EQ(predicted->stage_idle[0], 0.5 * (predicted->rank_idle[0] + predicted->rank_idle[1]));
+}
+
+TEST(SimRequest, TrainingRunIsTheDocumentedMapping) {
+  expect_same_iteration(two_rank_run("colocated", ""), Strategy{StrategyKind::kColocated, 0, CadMode::kPingPong});
+  expect_same_iteration(two_rank_run("cad", "pingpong"), Strategy{StrategyKind::kCad, 0, CadMode::kPingPong});
+  expect_same_iteration(two_rank_run("cad", "signal"), Strategy{StrategyKind::kCad, 0, CadMode::kSignal});
+  TrainingRun profiled = two_rank_run("cad", "single-stream");
+  profiled.hardware_profile = std::make_shared<const HardwareProfile>(testing::test_hardware_profile(2));
+  expect_same_iteration(profiled, Strategy{StrategyKind::kCad, 0, CadMode::kSingleStream});
+}
+
+// A request without overrides is the simulator's defaults on the preset.
+TEST(SimRequest, DefaultsAreTheSimulatorsOnThePreset) {
+  SimRequest r;
+  r.gpus = 64;
+  auto setup = make_sim_options(r);
+  ASSERT_TRUE(setup.ok()) << setup.status().message();
+  const SimOptions& so = setup->options;
+  const SimOptions defaults;
+  EXPECT_EQ(so.model.name, "llama-8b");
+  EXPECT_EQ(so.cluster.hw.name, hardware_preset("h200").value().name);
+  EXPECT_EQ(so.cluster.gpus_per_node, hardware_preset("h200").value().gpus_per_node);
+  EXPECT_EQ(so.mfu, defaults.mfu);
+  EXPECT_EQ(so.attention_efficiency, defaults.attention_efficiency);
+  EXPECT_EQ(so.dtype_bytes, 2);
+  EXPECT_FALSE(so.cad_stateless);
+  EXPECT_EQ(so.attention_table, nullptr);
+  EXPECT_EQ(setup->table, nullptr);
+}
+
+void expect_refused(const SimRequest& r, const std::string& flag) {
+  auto setup = make_sim_options(r);
+  ASSERT_FALSE(setup.ok()) << flag;
+  // Bad input either way (the CLI's exit 2): an unknown preset is not_found.
+  EXPECT_TRUE(setup.status().code() == StatusCode::kInvalidArgument || setup.status().code() == StatusCode::kNotFound)
+      << setup.status().message();
+  EXPECT_NE(setup.status().message().find(flag), std::string::npos) << setup.status().message();
+}
+
+TEST(SimRequest, RefusalsNameTheFlag) {
+  const std::vector<std::pair<std::function<void(SimRequest&)>, std::string>> cases = {
+      {[](SimRequest& r) { r.gpus = 0; }, "--gpus"},
+      {[](SimRequest& r) { r.model = "no-such-model"; }, "--model"},
+      {[](SimRequest& r) { r.dtype = "fp16"; }, "--dtype: expected bf16 or fp32, got 'fp16'"},
+      {[](SimRequest& r) { r.cad_servers = "sometimes"; }, "--cad-servers"},
+      {[](SimRequest& r) { r.strategy = "cad:nope"; }, "--strategy"},
+      {[](SimRequest& r) { r.inter_node_gbps = 0.0; }, "--inter-node-bw"},
+      {[](SimRequest& r) { r.inter_node_latency_us = -1.0; }, "--inter-node-latency"},
+      {[](SimRequest& r) { r.memory_gb = -2.0; }, "--memory-gb"},
+      {[](SimRequest& r) { r.gpus_per_node = 0; }, "--gpus-per-node"},
+      {[](SimRequest& r) { r.mfu = 1.5; }, "--mfu"},
+  };
+  for (const auto& [change, flag] : cases) {
+    SimRequest r;
+    r.gpus = 64;
+    change(r);
+    expect_refused(r, flag);
+  }
+}
+
+// A profile named by --hardware measured the rates and links itself: the overrides of those are
+// refused (from the CLI and Python alike); the memory override is not one of them.
+TEST(SimRequest, AHardwareProfileFileRefusesTheOverridesItMeasured) {
+  SimRequest r;
+  r.model = "tiny";
+  r.gpus = 2;
+  r.hardware = std::string(DISTCA_SOURCE_DIR) + "/tests/sim/data/hardware-profile-2rank.json";
+  auto plain = make_sim_options(r);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_NE(plain->options.hardware_profile, nullptr);
+  SimRequest mem = r;
+  mem.memory_gb = 8.0;
+  EXPECT_TRUE(make_sim_options(mem).ok());
+  for (const char* flag : {"--mfu", "--attention-efficiency", "--inter-node-bw", "--inter-node-latency"}) {
+    SimRequest x = r;
+    if (std::string(flag) == "--mfu") x.mfu = 0.5;
+    if (std::string(flag) == "--attention-efficiency") x.attention_efficiency = 0.5;
+    if (std::string(flag) == "--inter-node-bw") x.inter_node_gbps = 10.0;
+    if (std::string(flag) == "--inter-node-latency") x.inter_node_latency_us = 1.0;
+    expect_refused(x, std::string(flag) + " cannot be combined with a hardware profile");
+  }
+}
+
+}  // namespace
+}  // namespace distca::sim
