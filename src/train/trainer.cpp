@@ -252,11 +252,7 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
       DISTCA_RETURN_IF_ERROR(comm.barrier());  // every rank starts the traced step together
       trace_from_us = trace->now_us();
     }
-    if (config.mode == "cad" && s.pp > 1) {
-      DISTCA_RETURN_IF_ERROR(run_step_pooled_ticks(config, comm, s, planner, step, m, peak_dispatch, trace));
-    } else {
-      DISTCA_RETURN_IF_ERROR(run_step(config, comm, s, planner, step, m, peak_dispatch, trace));
-    }
+    DISTCA_RETURN_IF_ERROR(run_step(config, comm, s, planner, step, m, peak_dispatch, trace));
     if (traced) {
       DISTCA_ASSIGN_OR_RETURN(local.trace, collect_trace(comm, *trace, trace_from_us));
     }

@@ -21,6 +21,7 @@
 #include "distca/plan/plan.h"
 #include "distca/runtime/dispatcher.h"
 #include "distca/runtime/pingpong.h"
+#include "distca/runtime/tick_runner.h"
 
 namespace distca::runtime::testing {
 
@@ -187,7 +188,7 @@ inline Status run_dispatcher(comm::Communicator& comm, const Problem& pr, const 
   return Status::ok_status();
 }
 
-// Runs `layers` layers forward + backward through a PingPongRunner (same inputs per layer);
+// Runs `layers` layers forward + backward through a TickRunner (same inputs per layer);
 // returns the last layer's... every layer's outputs must agree, so outputs of layer 0.
 inline Status run_runner(comm::Communicator& comm, const Problem& pr, const NanoPlans& plans, OverlapMode mode,
                          int layers, TraceRecorder* trace, RankOutputs* out, bool* valid,
@@ -209,7 +210,7 @@ inline Status run_runner(comm::Communicator& comm, const Problem& pr, const Nano
     fw.push_back({q.data(), k.data(), v.data(), x.o.data(), x.lse.data()});
     bw.push_back({d_o.data(), x.dq.data(), x.dk.data(), x.dv.data()});
   }
-  DISTCA_ASSIGN_OR_RETURN(auto runner, PingPongRunner::create(comm, plans, pr.dims, mode, trace, stateless));
+  DISTCA_ASSIGN_OR_RETURN(auto runner, TickRunner::create(comm, plans, pr.dims, mode, trace, stateless));
   int linear_calls = 0;
   LinearFn fn = [&](int, int, bool) { ++linear_calls; };
   DISTCA_RETURN_IF_ERROR(runner->forward(fw, fn));
