@@ -31,6 +31,7 @@
 #include "distca/kernels/attention.h"
 #include "distca/kernels/blas.h"
 #include "distca/runtime/pingpong.h"
+#include "distca/runtime/tick_runner.h"
 
 namespace distca::cli {
 namespace {
@@ -170,7 +171,7 @@ Status run_rank(comm::Communicator& comm, const StepFlags& f, std::vector<Measur
                           c.mode == runtime::OverlapMode::kPingPong && c.stateless == (f.servers == "stateless");
       DISTCA_RETURN_IF_ERROR(comm.barrier());
       TraceRecorder trace;  // epoch right after the barrier: ranks line up on one host
-      DISTCA_ASSIGN_OR_RETURN(auto runner, runtime::PingPongRunner::create(comm, plans[ci], dims, c.mode, record ? &trace : nullptr, c.stateless));
+      DISTCA_ASSIGN_OR_RETURN(auto runner, runtime::TickRunner::create(comm, plans[ci], dims, c.mode, record ? &trace : nullptr, c.stateless));
       const double t0 = monotonic_seconds();
       DISTCA_RETURN_IF_ERROR(runner->forward(fw, linear));
       DISTCA_RETURN_IF_ERROR(runner->backward(bw, linear));

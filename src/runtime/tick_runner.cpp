@@ -1,176 +1,210 @@
-// One mixed tick of CAD's pipelined schedule (include/distca/runtime/tick_runner.h).
+// The runner: a forward, a backward or a mixed tick of layer steps (include/distca/runtime/tick_runner.h).
 #include "distca/runtime/tick_runner.h"
 
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <utility>
 
 namespace distca::runtime {
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+// Adds the wall time of a runner call to `total` on every return path.
+class CallTimer {
+ public:
+  explicit CallTimer(double& total) : total_(total), t0_(std::chrono::steady_clock::now()) {}
+  ~CallTimer() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  CallTimer(const CallTimer&) = delete;
+  CallTimer& operator=(const CallTimer&) = delete;
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point t0_;
+};
 
 }  // namespace
 
-Result<std::unique_ptr<TickRunner>> TickRunner::create(comm::Communicator& comm, const NanoPlans* forward,
-                                                       const NanoPlans* backward, const AttentionDims& dims,
-                                                       OverlapMode mode, TraceRecorder* trace) {
+Status TickRunner::add_direction(comm::Communicator& comm, const NanoPlans& plans, const AttentionDims& dims,
+                                 int direction, const DispatcherOptions& options, const char* prefix) {
+  DispatcherOptions o = options;
+  const std::string pre(prefix);
+  std::vector<Lane>& lanes = lanes_[static_cast<size_t>(direction)];
+  if (mode_ == OverlapMode::kSingleStream) {
+    o.label = pre.empty() ? "full" : pre;
+    DISTCA_ASSIGN_OR_RETURN(auto d, CaDispatcher::create(comm, plans.full, dims, o));
+    owned_.push_back(std::move(d));
+    lanes.push_back({owned_.back().get(), direction == 0 ? std::vector<int>{0, 1} : std::vector<int>{1, 0}});
+    return Status::ok_status();
+  }
+  for (int x = 0; x < 2; ++x) {
+    o.label = (pre.empty() ? pre : pre + " ") + (x == 0 ? "ping" : "pong");
+    DISTCA_ASSIGN_OR_RETURN(auto d, CaDispatcher::create(comm, plans.nano[static_cast<size_t>(x)], dims, o));
+    owned_.push_back(std::move(d));
+    lanes.push_back({owned_.back().get(), {x}});
+  }
+  if (direction == 1) std::swap(lanes[0], lanes[1]);  // backward: pong first
+  return Status::ok_status();
+}
+
+Result<std::unique_ptr<TickRunner>> TickRunner::create(comm::Communicator& comm, const NanoPlans& plans,
+                                                       const AttentionDims& dims, OverlapMode mode,
+                                                       TraceRecorder* trace, bool stateless) {
   std::unique_ptr<TickRunner> r(new TickRunner());
   r->comm_ = &comm;
-  r->trace_ = trace;
   r->mode_ = mode;
+  r->trace_ = trace;
+  DispatcherOptions o;
+  o.signal = mode == OverlapMode::kSignal;
+  o.trace = trace;
+  o.stateless = stateless;
+  DISTCA_RETURN_IF_ERROR(r->add_direction(comm, plans, dims, 0, o, ""));
+  // The backward runs on the forward's dispatchers, in its own lane order.
+  r->lanes_[1] = r->lanes_[0];
+  std::reverse(r->lanes_[1].begin(), r->lanes_[1].end());
+  for (Lane& lane : r->lanes_[1]) std::reverse(lane.nanos.begin(), lane.nanos.end());
+  return r;
+}
+
+Result<std::unique_ptr<TickRunner>> TickRunner::create_tick(comm::Communicator& comm, const NanoPlans* forward,
+                                                            const NanoPlans* backward, const AttentionDims& dims,
+                                                            OverlapMode mode, TraceRecorder* trace) {
+  std::unique_ptr<TickRunner> r(new TickRunner());
+  r->comm_ = &comm;
+  r->mode_ = mode;
+  r->trace_ = trace;
+  r->adopts_ = true;
   DispatcherOptions o;
   o.signal = mode == OverlapMode::kSignal;
   o.trace = trace;
   o.stateless = true;
-  const NanoPlans* plans[2] = {forward, backward};
-  for (int d = 0; d < 2; ++d) {
-    if (plans[d] == nullptr) continue;
-    const char* dir = d == 0 ? "fwd" : "bwd";
-    if (mode == OverlapMode::kSingleStream) {
-      o.label = dir;
-      DISTCA_ASSIGN_OR_RETURN(r->disp_[d][0], CaDispatcher::create(comm, plans[d]->full, dims, o));
-      continue;
-    }
-    for (int x = 0; x < 2; ++x) {
-      o.label = std::string(dir) + (x == 0 ? " ping" : " pong");
-      DISTCA_ASSIGN_OR_RETURN(r->disp_[d][x], CaDispatcher::create(comm, plans[d]->nano[static_cast<size_t>(x)], dims, o));
-    }
-  }
+  if (forward != nullptr) DISTCA_RETURN_IF_ERROR(r->add_direction(comm, *forward, dims, 0, o, "fwd"));
+  if (backward != nullptr) DISTCA_RETURN_IF_ERROR(r->add_direction(comm, *backward, dims, 1, o, "bwd"));
   return r;
 }
 
-void TickRunner::linear(const LinearFn& fn, int nano, int layer, bool backward, const char* name) {
+void TickRunner::linear(const LinearFn& fn, int nano, int layer, bool backward) {
   if (!fn) return;
   const auto c0 = std::chrono::steady_clock::now();
   const double t0 = trace_ ? trace_->now_us() : 0;
   fn(nano, layer, backward);
   if (trace_) {
-    TraceEvent e{std::string(nano == 0 ? "ping " : "pong ") + name, "compute", 0, comm_->rank(), t0, trace_->now_us()};
+    TraceEvent e{std::string(nano == 0 ? "ping" : "pong") + (backward ? " linear bwd" : " linear"), "compute", 0,
+                 comm_->rank(), t0, trace_->now_us()};
     e.args = {{"nano", nano}, {"layer", layer}};
     trace_->record(std::move(e));
   }
-  linear_s_ += seconds_since(c0);
+  linear_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
 }
 
-Status TickRunner::run(const std::vector<LayerForward>& fw, const LinearFn& linear_f,
-                       const std::vector<LayerForward>& adopt, const std::vector<LayerBackward>& bw,
-                       const LinearFn& linear_b) {
-  const auto t_run = std::chrono::steady_clock::now();
-  const int L = static_cast<int>(fw.size());
-  DISTCA_CHECK(adopt.size() == fw.size() && bw.size() == fw.size());
-  auto& F = disp_[0];
-  auto& B = disp_[1];
-  const bool has_f = F[0] != nullptr, has_b = B[0] != nullptr;
-  const bool single = mode_ == OverlapMode::kSingleStream;
-  for (auto& d : B) {
-    if (d == nullptr) continue;
-    for (int l = 0; l < L; ++l) {
-      const LayerForward& a = adopt[static_cast<size_t>(l)];
-      DISTCA_CHECK_MSG(a.lse != nullptr, "adopted forward without its LSE, layer " + std::to_string(l));
-      d->adopt_forward(l, a.q, a.k, a.v, a.o, a.lse);
-    }
+Status TickRunner::forward_step(const TickIo& io, int j) {
+  const LayerForward& b = io.forward[static_cast<size_t>(j)];
+  for (const Lane& lane : lanes_[0]) {  // each lane's Q/KV travel under the next lane's work
+    if (j > 0) DISTCA_RETURN_IF_ERROR(lane.disp->finish_forward(j - 1));
+    for (int x : lane.nanos) linear(io.linear_forward, x, j, false);
+    DISTCA_RETURN_IF_ERROR(lane.disp->start_forward(j, b.q, b.k, b.v, b.o, b.lse));
   }
-  auto start_f = [&](int x, int j) {
-    const LayerForward& b = fw[static_cast<size_t>(j)];
-    return F[static_cast<size_t>(x)]->start_forward(j, b.q, b.k, b.v, b.o, b.lse);
-  };
-  auto start_b = [&](int x, int l) {
-    const LayerBackward& b = bw[static_cast<size_t>(l)];
-    if (single) return B[0]->start_backward(l, b.d_o, b.dq, b.dk, b.dv, BackwardWrite::kOverwrite);
-    if (x == 1) {  // pong adds first, then ping, as PingPongRunner
-      const size_t n = static_cast<size_t>(B[1]->n_tokens() * B[1]->dims().kv_floats());
+  return Status::ok_status();
+}
+
+Status TickRunner::backward_step(const TickIo& io, int j) {
+  const int L = static_cast<int>(io.backward.size());
+  const int l = L - 1 - j;  // the layer this step starts
+  const LayerBackward& b = io.backward[static_cast<size_t>(l)];
+  const bool accumulate = lanes_[1].size() > 1;  // nano-batch plans share K/V rows
+  for (size_t i = 0; i < lanes_[1].size(); ++i) {
+    const Lane& lane = lanes_[1][i];
+    if (j > 0) DISTCA_RETURN_IF_ERROR(lane.disp->finish_backward(l + 1));
+    for (int x : lane.nanos) linear(io.linear_backward, x, l + 1, true);
+    if (accumulate && i == 0) {  // the first lane adds first, the next after: a fixed order
+      const size_t n = static_cast<size_t>(lane.disp->n_tokens() * lane.disp->dims().kv_floats());
       std::fill_n(b.dk, n, 0.0f);
       std::fill_n(b.dv, n, 0.0f);
     }
-    return B[static_cast<size_t>(x)]->start_backward(l, b.d_o, b.dq, b.dk, b.dv, BackwardWrite::kAccumulate);
-  };
-  for (int j = 0; j < L; ++j) {
-    const int lb = L - 1 - j;  // the backward's layer of this step
-    if (has_f && single) {
-      if (j > 0) DISTCA_RETURN_IF_ERROR(F[0]->finish_forward(j - 1));
-      linear(linear_f, 0, j, false, "fwd linear");
-      linear(linear_f, 1, j, false, "fwd linear");
-      DISTCA_RETURN_IF_ERROR(start_f(0, j));
-    } else if (has_f) {
-      for (int x = 0; x < 2; ++x) {  // each nano-batch's Q/KV travel under the other's work
-        if (j > 0) DISTCA_RETURN_IF_ERROR(F[static_cast<size_t>(x)]->finish_forward(j - 1));
-        linear(linear_f, x, j, false, "fwd linear");
-        DISTCA_RETURN_IF_ERROR(start_f(x, j));
-      }
-    }
-    if (has_b && single) {
-      if (j > 0) DISTCA_RETURN_IF_ERROR(B[0]->finish_backward(lb + 1));
-      linear(linear_b, 1, lb + 1, true, "bwd linear");
-      linear(linear_b, 0, lb + 1, true, "bwd linear");
-      DISTCA_RETURN_IF_ERROR(start_b(0, lb));
-    } else if (has_b) {
-      for (int x : {1, 0}) {  // pong first: its dK/dV partials reach ping's rows
-        if (j > 0) DISTCA_RETURN_IF_ERROR(B[static_cast<size_t>(x)]->finish_backward(lb + 1));
-        linear(linear_b, x, lb + 1, true, "bwd linear");
-        DISTCA_RETURN_IF_ERROR(start_b(x, lb));
-      }
-    }
-    if (has_f) {
-      for (auto& d : F) {
-        if (d != nullptr) DISTCA_RETURN_IF_ERROR(d->serve_forward(j));
-      }
-    }
-    if (has_b) {
-      for (int x : {1, 0}) {
-        if (B[static_cast<size_t>(x)] != nullptr) DISTCA_RETURN_IF_ERROR(B[static_cast<size_t>(x)]->serve_backward(lb));
-      }
-    }
+    DISTCA_RETURN_IF_ERROR(lane.disp->start_backward(l, b.d_o, b.dq, b.dk, b.dv,
+                                                     accumulate ? BackwardWrite::kAccumulate : BackwardWrite::kOverwrite));
   }
-  if (has_f) {
-    if (single) {
-      if (L > 0) DISTCA_RETURN_IF_ERROR(F[0]->finish_forward(L - 1));
-      linear(linear_f, 0, L, false, "fwd linear");
-      linear(linear_f, 1, L, false, "fwd linear");
-    } else {
-      for (int x = 0; x < 2; ++x) {
-        if (L > 0) DISTCA_RETURN_IF_ERROR(F[static_cast<size_t>(x)]->finish_forward(L - 1));
-        linear(linear_f, x, L, false, "fwd linear");
-      }
-    }
-  }
-  if (has_b) {
-    if (single) {
-      if (L > 0) DISTCA_RETURN_IF_ERROR(B[0]->finish_backward(0));
-      linear(linear_b, 1, 0, true, "bwd linear");
-      linear(linear_b, 0, 0, true, "bwd linear");
-    } else {
-      for (int x : {1, 0}) {
-        if (L > 0) DISTCA_RETURN_IF_ERROR(B[static_cast<size_t>(x)]->finish_backward(0));
-        linear(linear_b, x, 0, true, "bwd linear");
-      }
-    }
-  }
-  total_s_ += seconds_since(t_run);
   return Status::ok_status();
+}
+
+Status TickRunner::finish_forward(const TickIo& io, int L) {
+  for (const Lane& lane : lanes_[0]) {
+    DISTCA_RETURN_IF_ERROR(lane.disp->finish_forward(L - 1));
+    for (int x : lane.nanos) linear(io.linear_forward, x, L, false);
+  }
+  return Status::ok_status();
+}
+
+Status TickRunner::finish_backward(const TickIo& io) {
+  for (const Lane& lane : lanes_[1]) {
+    DISTCA_RETURN_IF_ERROR(lane.disp->finish_backward(0));
+    for (int x : lane.nanos) linear(io.linear_backward, x, 0, true);
+  }
+  return Status::ok_status();
+}
+
+Status TickRunner::run(const TickIo& io) {
+  const CallTimer timer(total_s_);
+  const bool fwd = !io.forward.empty(), bwd = !io.backward.empty();
+  DISTCA_CHECK_MSG(fwd || bwd, "a runner pass without layers");
+  DISTCA_CHECK_MSG(!fwd || !lanes_[0].empty(), "a forward on a runner without forward plans");
+  DISTCA_CHECK_MSG(!bwd || !lanes_[1].empty(), "a backward on a runner without backward plans");
+  // A tick's runner serves every direction it has on every rank (collectives).
+  DISTCA_CHECK_MSG(!adopts_ || (fwd == !lanes_[0].empty() && bwd == !lanes_[1].empty()),
+                   "a tick must run every direction it was planned with");
+  const int L = static_cast<int>(fwd ? io.forward.size() : io.backward.size());
+  DISTCA_CHECK(!fwd || !bwd || io.backward.size() == io.forward.size());
+  if (bwd && adopts_) {
+    DISTCA_CHECK(io.adopt.size() == io.backward.size());
+    for (const Lane& lane : lanes_[1]) {
+      for (int l = 0; l < L; ++l) {
+        const LayerForward& a = io.adopt[static_cast<size_t>(l)];
+        DISTCA_CHECK_MSG(a.lse != nullptr, "adopted forward without its LSE, layer " + std::to_string(l));
+        lane.disp->adopt_forward(l, a.q, a.k, a.v, a.o, a.lse);
+      }
+    }
+  } else {
+    DISTCA_CHECK_MSG(io.adopt.empty(), "only a tick's backward adopts a forward");
+  }
+  for (int j = 0; j < L; ++j) {
+    if (fwd) DISTCA_RETURN_IF_ERROR(forward_step(io, j));
+    if (bwd) DISTCA_RETURN_IF_ERROR(backward_step(io, j));
+    if (fwd) {
+      for (const Lane& lane : lanes_[0]) DISTCA_RETURN_IF_ERROR(lane.disp->serve_forward(j));
+    }
+    if (bwd) {
+      for (const Lane& lane : lanes_[1]) DISTCA_RETURN_IF_ERROR(lane.disp->serve_backward(L - 1 - j));
+    }
+  }
+  if (fwd) DISTCA_RETURN_IF_ERROR(finish_forward(io, L));
+  if (bwd) DISTCA_RETURN_IF_ERROR(finish_backward(io));
+  return Status::ok_status();
+}
+
+Status TickRunner::forward(const std::vector<LayerForward>& layers, const LinearFn& linear) {
+  TickIo io;
+  io.forward = layers;
+  io.linear_forward = linear;
+  return run(io);
+}
+
+Status TickRunner::backward(const std::vector<LayerBackward>& layers, const LinearFn& linear) {
+  TickIo io;
+  io.backward = layers;
+  io.linear_backward = linear;
+  return run(io);
 }
 
 RunnerTimes TickRunner::times() const {
   RunnerTimes t;
   t.linear = linear_s_;
-  for (const auto& dir : disp_) {
-    for (const auto& d : dir) {
-      if (d != nullptr) t.waited += d->waited_seconds();
-    }
-  }
+  for (const auto& d : owned_) t.waited += d->waited_seconds();
   t.attention = std::max(0.0, total_s_ - t.linear - t.waited);
   return t;
 }
 
 int64_t TickRunner::last_bytes_sent() const {
   int64_t bytes = 0;
-  for (const auto& dir : disp_) {
-    for (const auto& d : dir) {
-      if (d != nullptr) bytes += d->last_forward_bytes_sent() + d->last_backward_bytes_sent();
-    }
-  }
+  for (const auto& d : owned_) bytes += d->last_forward_bytes_sent() + d->last_backward_bytes_sent();
   return bytes;
 }
 

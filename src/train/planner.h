@@ -1,9 +1,9 @@
 // The trainer's planner (internal to the train layer; docs/training.md, "Planning ahead").
 //
 // A step consumes its plans in units, in a fixed order that every rank knows from the config:
-//   - run_step (pp 1, or colocated pipelines): one unit per micro-batch, its NanoPlans
+//   - per micro-batch (pp 1, or colocated pipelines): one unit per micro-batch, its NanoPlans
 //     (plan_nano_batches of the micro-batch's batch), in micro-batch order;
-//   - run_step_pooled_ticks (cad with pp > 1): one unit per tick of one_f_one_b_ticks(P, M),
+//   - pooled ticks (cad with pp > 1): one unit per tick of one_f_one_b_ticks(P, M),
 //     the tick's pooled forward batch and backward batch, each planned (either may be empty).
 // A unit is a pure function of (config, step, index) and the data source: every rank computes
 // the same plans bit for bit, so the units do not depend on when or on which thread they are
@@ -37,7 +37,7 @@
 #include "distca/data/batch.h"
 #include "distca/plan/pool.h"
 #include "distca/plan/schedule.h"
-#include "distca/plan/nano_plan.h"
+#include "distca/runtime/pingpong.h"
 #include "distca/train/data.h"
 
 namespace distca::train {
@@ -50,7 +50,7 @@ struct PlannedDirection {
 
 struct PlanUnit {
   int64_t step = 0, index = 0;
-  std::optional<NanoPlans> micro;  // run_step: micro-batch `index`'s plans
+  std::optional<NanoPlans> micro;  // per micro-batch: micro-batch `index`'s plans
   PlannedDirection forward, backward;       // pooled ticks: tick `index`'s directions
   double seconds = 0;                       // wall time of making it (on whichever thread)
 };

@@ -1,12 +1,14 @@
-// One optimizer step of one rank: the stage's 1F1B order of the step's micro-batches, each
-// through the ping-pong runner, then the reductions and the optimizer (src/train/step.h).
+// One optimizer step of one rank: the stage's program (its 1F1B order with each op's messages)
+// run tick by tick through the runner, then the reductions and the optimizer (src/train/step.h).
 #include "step.h"
 
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
-#include <cstring>
+#include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -66,7 +68,7 @@ std::vector<const Plan*> running_plans(const NanoPlans& np, runtime::OverlapMode
   return {&np.nano[0], &np.nano[1]};
 }
 
-// The stage's layer phases as the runner's linear work (runtime/pingpong.h, LinearFn): runner
+// The stage's layer phases as the runner's linear work (runtime/tick_runner.h, LinearFn): runner
 // layer l is model layer first + l; the rows of nano-batch x are rows[x] of the micro-batch's
 // token buffer (nano 0 first). The head runs on the last stage only; elsewhere the runner's
 // last forward call ends with post-CA of the stage's last layer (its output goes to the next
@@ -90,14 +92,25 @@ runtime::LinearFn stage_linear(model::Llama<float>& model, const model::StageRan
   };
 }
 
+// The rank's pieces of a split batch with the micro-batch's own document ids (a pooled batch
+// numbers them apart, plan/pool.h), in the split's order: the micro-batch's token layout here.
+std::vector<Piece> own_pieces(const PooledBatch* pool, const Batch& split, int64_t rank) {
+  std::vector<Piece> out = split.per_rank[static_cast<size_t>(rank)];
+  if (pool != nullptr) {
+    for (Piece& p : out) p.doc = pool->original_doc(p.doc);
+  }
+  return out;
+}
+
 // One micro-batch on this stage, from its forward to its backward.
 struct Micro {
-  std::optional<NanoPlans> plans;
   RankInputs in;
+  std::vector<Piece> layout;  // own_pieces at its forward
   std::array<model::RowRange, 2> rows{};
-  std::unique_ptr<runtime::PingPongRunner> runner;
   int64_t slot = 0;
-  std::vector<float> grad_out;                 // (n, hidden): the input gradient sent back
+  std::optional<NanoPlans> plans;      // a micro-batch's own runner: its plans
+  std::unique_ptr<runtime::TickRunner> runner;  // and the runner, from its forward to its backward
+  std::vector<float> grad_out;                  // (n, hidden): the input gradient sent back
   std::unique_ptr<comm::Exchange> send_fwd, send_bwd;
   int64_t tokens() const { return rows[1].end; }
 };
@@ -203,6 +216,290 @@ Status finish_step(const TrainConfig& config, comm::Communicator& world, RankSet
 }
 
 
+// Takes unit `index` of `step` from the planner, adding its times to the step's metrics.
+Result<PlanUnit> take_plan(StepPlanner& planner, int64_t step, int64_t index, const std::vector<Batch>& batches,
+                           StepMetrics& m) {
+  double waited = 0;
+  Result<PlanUnit> unit = planner.next(step, index, batches, &waited);
+  m.plan_wait_s += waited;
+  if (unit.ok()) m.plan_s += unit->seconds;
+  return unit;
+}
+
+// For each tick of the step, the step of the stage's program this rank runs in it (-1: none).
+// A micro-batch with its own runner makes every program step a tick of its own; pooled ticks
+// are those of one_f_one_b_ticks, in which every stage runs its program in order.
+std::vector<int64_t> program_ticks(const StageProgram& program, const RankSetup& s, bool pooled) {
+  std::vector<int64_t> out;
+  if (!pooled) {
+    for (size_t i = 0; i < program.size(); ++i) out.push_back(static_cast<int64_t>(i));
+    return out;
+  }
+  size_t next = 0;
+  for (const std::vector<PipeOp>& tick : one_f_one_b_ticks(s.pp, s.micro_batches)) {
+    int64_t k = -1;
+    for (const PipeOp& op : tick) {
+      if (op.stage != s.stage) continue;
+      DISTCA_CHECK(next < program.size() && program[next].op == op);
+      k = static_cast<int64_t>(next++);
+    }
+    out.push_back(k);
+  }
+  DISTCA_CHECK(next == program.size());
+  return out;
+}
+
+// One step of one rank. Two ways to plan and run the core attention (trainer.h):
+//   - per micro-batch (colocated, or cad without pipelines): each micro-batch's plans and
+//     runner live from its forward to its backward, on the stage's data-parallel group;
+//   - pooled ticks (cad with pp > 1): in each tick of one_f_one_b_ticks every stage runs at
+//     most one op; the tick's forwards are one pooled batch over every rank of the job
+//     (plan/pool.h) and its backwards another, planned apart and run by one runner pass that
+//     interleaves the two directions, so every rank - forward, backward, or idle (it only
+//     serves) - takes part in every exchange. Servers are stateless: a micro-batch's backward
+//     is pooled with other micro-batches than its forward, so it adopts the forward's outputs;
+//     the forward's LSE stays with the home rows (one buffer per layer and slot).
+// Either way the stage runs its program: before an op the message it needs (activations from
+// the previous stage, or the output gradient from the next), after it the message it posts.
+class StepRun {
+ public:
+  StepRun(const TrainConfig& config, comm::Communicator& world, RankSetup& s, StepPlanner& planner, int64_t step,
+          StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace)
+      : config_(config), world_(world), s_(s), planner_(planner), step_(step), m_(m), peak_dispatch_(peak_dispatch),
+        trace_(trace), pooled_(config.mode == TrainMode::kCad && s.pp > 1), at_("step " + std::to_string(step)),
+        layers_(static_cast<int>(s.layers.last - s.layers.first)) {
+    count_ = load_micro_batches(s, step, batches_, mbs_);
+    busy_.assign(static_cast<size_t>(s.model->slots()), false);
+    // The forward's LSE of this rank's rows, per slot: (layers, tokens_per_rank, n_heads).
+    if (pooled_ && s.lse.size() != busy_.size()) {
+      s.lse.assign(busy_.size(), std::vector<float>(static_cast<size_t>(layers_ * config.tokens_per_rank * s.spec.n_heads)));
+    }
+  }
+
+  Status run() {
+    const StageProgram program = one_f_one_b_programs(s_.pp, s_.micro_batches)[static_cast<size_t>(s_.stage)];
+    const std::vector<int64_t> ticks = program_ticks(program, s_, pooled_);
+    s_.model->zero_grads();
+    const auto t_pipe = Clock::now();
+    for (size_t t = 0; t < ticks.size(); ++t) {
+      const StageStep* mine = ticks[t] >= 0 ? &program[static_cast<size_t>(ticks[t])] : nullptr;
+      DISTCA_ASSIGN_OR_RETURN(runtime::TickRunner * runner, runner_of(static_cast<int64_t>(t), mine));
+      if (mine != nullptr) DISTCA_RETURN_IF_ERROR(begin_op(*mine));
+      Status st = runner->run(tick_io(mine));
+      if (!st.ok()) return st.with_context(at_ + (mine == nullptr ? ", tick" : mine->op.backward ? ", backward" : ", forward"));
+      if (mine != nullptr) DISTCA_RETURN_IF_ERROR(end_op(*mine));
+      if (pooled_ || mine->op.backward) {  // the runner is done: fold its times, drop it
+        const runtime::RunnerTimes rt = runner->times();
+        ph_.linear += rt.linear;
+        ph_.waited += rt.waited;
+        ph_.attention += rt.attention;
+        ph_.bytes += runner->last_bytes_sent();
+        if (pooled_) {
+          tick_runner_.reset();
+        } else {
+          Micro& u = mbs_[static_cast<size_t>(mine->op.microbatch)];
+          u.runner.reset();
+          u.plans.reset();
+        }
+      }
+    }
+    for (Micro& u : mbs_) {
+      if (u.send_bwd) DISTCA_RETURN_IF_ERROR(wait_for(*u.send_bwd, ph_.waited).with_context(at_));
+    }
+    ph_.rest = std::max(0.0, since(t_pipe) - ph_.linear - ph_.waited - ph_.attention);  // embedding, copies
+    return finish_step(config_, world_, s_, step_, loss_, count_, ph_, m_);
+  }
+
+ private:
+  int rank_of_stage(int64_t stage) const { return static_cast<int>(stage * s_.dp + s_.replica); }
+
+  // Folds the planned micro-batches' or directions' metrics into the step's, checks their rows
+  // against the memory estimate and records the dispatcher bytes they keep. `rank`: this
+  // rank's index in the plans.
+  Status account(const std::vector<const NanoPlans*>& planned, int64_t rank) {
+    std::vector<const Plan*> running;
+    for (const NanoPlans* p : planned) {
+      ph_.imbalance_before = std::max(ph_.imbalance_before, p->full.metrics.load_before_max_over_mean);
+      ph_.imbalance_after = std::max(ph_.imbalance_after, p->full.metrics.load_max_over_mean);
+      for (const Plan* r : running_plans(*p, s_.overlap)) running.push_back(r);
+    }
+    DISTCA_RETURN_IF_ERROR(check_plan_rows(running, rank, dispatch_row_limits(config_), step_));
+    int64_t kept = 0;
+    if (pooled_) {  // stateless servers: one layer's rows at a time (the LSE buffers with the slots)
+      for (const Plan* p : running) kept += dispatcher_bytes(*p, rank, 1);
+      peak_dispatch_ = std::max(peak_dispatch_, kept + static_cast<int64_t>(s_.lse.size() * s_.lse.front().size() * sizeof(float)));
+    } else {
+      for (const Plan* p : running) kept += dispatcher_bytes(*p, rank, layers_);
+      peak_dispatch_ = std::max(peak_dispatch_, kept * std::min<int64_t>(s_.micro_batches, s_.pp - s_.stage));
+    }
+    return {};
+  }
+
+  // The runner of tick t: a micro-batch's own (made at its forward, its plans being the
+  // planner's unit of that micro-batch: 1F1B runs the forwards in micro-batch order on every
+  // stage), or the tick's (its unit the tick's pooled directions).
+  Result<runtime::TickRunner*> runner_of(int64_t t, const StageStep* mine) {
+    if (!pooled_) {
+      Micro& u = mbs_[static_cast<size_t>(mine->op.microbatch)];
+      if (mine->op.backward) return u.runner.get();
+      DISTCA_ASSIGN_OR_RETURN(PlanUnit unit, take_plan(planner_, step_, mine->op.microbatch, batches_, m_));
+      u.plans.emplace(std::move(*unit.micro));
+      DISTCA_RETURN_IF_ERROR(account({&*u.plans}, s_.replica));
+      DISTCA_ASSIGN_OR_RETURN(u.runner, runtime::TickRunner::create(*s_.dp_comm, *u.plans, s_.dims, s_.overlap, trace_));
+      return u.runner.get();
+    }
+    DISTCA_ASSIGN_OR_RETURN(unit_, take_plan(planner_, step_, t, batches_, m_));
+    const NanoPlans* f = unit_.forward.plans ? &*unit_.forward.plans : nullptr;
+    const NanoPlans* b = unit_.backward.plans ? &*unit_.backward.plans : nullptr;
+    std::vector<const NanoPlans*> planned;
+    for (const NanoPlans* p : {f, b}) {
+      if (p != nullptr) planned.push_back(p);
+    }
+    DISTCA_RETURN_IF_ERROR(account(planned, world_.rank()));
+    DISTCA_ASSIGN_OR_RETURN(tick_runner_, runtime::TickRunner::create_tick(world_, f, b, s_.dims, s_.overlap, trace_));
+    return tick_runner_.get();
+  }
+
+  // The plans this rank's op runs on, their pool (pooled ticks) and this rank's index in them.
+  const NanoPlans& op_plans(const StageStep& st, const PooledBatch** pool, int64_t* rank) const {
+    if (!pooled_) {
+      *pool = nullptr;
+      *rank = s_.replica;
+      return *mbs_[static_cast<size_t>(st.op.microbatch)].plans;
+    }
+    const PlannedDirection& d = st.op.backward ? unit_.backward : unit_.forward;
+    *pool = &*d.pool;
+    *rank = world_.rank();
+    return *d.plans;
+  }
+
+  // Before the op: the micro-batch's rows and slot, then the message it needs.
+  Status begin_op(const StageStep& st) {
+    auto& model = *s_.model;
+    Micro& u = mbs_[static_cast<size_t>(st.op.microbatch)];
+    const PooledBatch* pool = nullptr;
+    int64_t rank = 0;
+    const NanoPlans& plans = op_plans(st, &pool, &rank);
+    std::vector<Piece> layout = own_pieces(pool, plans.split.batch, rank);
+    if (!st.op.backward) {
+      u.layout = std::move(layout);
+      Batch local = batches_[static_cast<size_t>(st.op.microbatch)];
+      local.per_rank[static_cast<size_t>(s_.replica)] = u.layout;
+      u.in = s_.data->rank_inputs(step_ * s_.micro_batches + st.op.microbatch, local, s_.replica);
+      const auto& t = plans.split.tokens[static_cast<size_t>(rank)];
+      u.rows = {model::RowRange{0, t[0]}, model::RowRange{t[0], t[0] + t[1]}};
+      // Slots: the lowest free one at a micro-batch's forward, freed by its backward.
+      u.slot = std::find(busy_.begin(), busy_.end(), false) - busy_.begin();
+      DISTCA_CHECK(u.slot < static_cast<int64_t>(busy_.size()));
+      busy_[static_cast<size_t>(u.slot)] = true;
+      DISTCA_RETURN_IF_ERROR(model.begin_step(u.in.view(), {}, static_cast<int>(u.slot)).with_context(at_));
+    } else {
+      // The backward's split must lay the micro-batch's rows out as its forward did.
+      if (layout != u.layout) {
+        return Status::internal(at_ + ": micro-batch " + std::to_string(st.op.microbatch) +
+                                " is split differently in its backward tick than in its forward tick");
+      }
+      model.select_slot(static_cast<int>(u.slot));
+    }
+    if (!st.recv) return {};
+    const P2pMessage& msg = *st.recv;
+    const int peer = rank_of_stage(msg.from);
+    float* dst = msg.gradient ? model.stage_output_grad() : model.stage_input();
+    std::span<std::byte> bytes(reinterpret_cast<std::byte*>(dst), sizeof(float) * u.tokens() * s_.spec.hidden);
+    DISTCA_ASSIGN_OR_RETURN(auto r, world_.start_recv(bytes, peer, static_cast<int>(msg.tag)));
+    DISTCA_RETURN_IF_ERROR(wait_for(*r, ph_.waited)
+                               .with_context(at_ + (msg.gradient ? ": gradients" : ": activations") + " from rank " +
+                                             std::to_string(peer)));
+    // The activations sent in forward live in this slot: their send must be done before the
+    // slot is reused, and it is done once the next stage has sent the gradient back.
+    if (msg.gradient) DISTCA_RETURN_IF_ERROR(wait_for(*u.send_fwd, ph_.waited).with_context(at_));
+    return {};
+  }
+
+  // The runner's buffers: the op's direction from the model, every other direction the runner
+  // has (pooled ticks) with placeholders (this rank has no rows there; it only serves).
+  runtime::TickIo tick_io(const StageStep* mine) {
+    runtime::TickIo io;
+    const size_t L = static_cast<size_t>(layers_);
+    if (pooled_) {
+      float* idle = idle_.data();
+      const runtime::LayerForward f{idle, idle, idle, idle, idle};
+      if (unit_.forward.plans) io.forward.assign(L, f);
+      if (unit_.backward.plans) {
+        io.backward.assign(L, runtime::LayerBackward{idle, idle, idle, idle});
+        io.adopt.assign(L, f);
+      }
+    }
+    if (mine == nullptr) return io;
+    auto& model = *s_.model;
+    const Micro& u = mbs_[static_cast<size_t>(mine->op.microbatch)];
+    float* lse = pooled_ ? s_.lse[static_cast<size_t>(u.slot)].data() : nullptr;
+    std::vector<runtime::LayerForward> fw(L);
+    std::vector<runtime::LayerBackward> bw(L);
+    for (size_t l = 0; l < L; ++l) {
+      const model::LayerAttentionIo<float> a = model.attention_io(static_cast<int>(s_.layers.first + static_cast<int64_t>(l)));
+      fw[l] = {a.q, a.k, a.v, a.o, lse ? lse + static_cast<int64_t>(l) * config_.tokens_per_rank * s_.spec.n_heads : nullptr};
+      bw[l] = {a.d_o, a.dq, a.dk, a.dv};
+    }
+    runtime::LinearFn linear = stage_linear(model, s_.layers, s_.stage == s_.pp - 1, u.rows, 1.0 / count_);
+    if (!mine->op.backward) {
+      io.forward = std::move(fw);
+      io.linear_forward = std::move(linear);
+    } else {
+      io.backward = std::move(bw);
+      io.linear_backward = std::move(linear);
+      if (pooled_) io.adopt = std::move(fw);
+    }
+    return io;
+  }
+
+  // After the op: the message it posts, the loss (last stage's forwards), the slot freed.
+  Status end_op(const StageStep& st) {
+    auto& model = *s_.model;
+    Micro& u = mbs_[static_cast<size_t>(st.op.microbatch)];
+    const int64_t n = u.tokens() * s_.spec.hidden;
+    if (!st.op.backward) {
+      if (st.send) {
+        std::span<const std::byte> src(reinterpret_cast<const std::byte*>(model.stage_output()), sizeof(float) * n);
+        DISTCA_ASSIGN_OR_RETURN(u.send_fwd, world_.start_send(src, rank_of_stage(st.send->to), static_cast<int>(st.send->tag)));
+      }
+      if (s_.stage == s_.pp - 1) add_loss(loss_, model.step_loss());
+      return {};
+    }
+    if (st.send) {
+      // The model's input gradient lives in shared scratch: send a copy.
+      u.grad_out.assign(model.stage_input_grad(), model.stage_input_grad() + n);
+      std::span<const std::byte> src(reinterpret_cast<const std::byte*>(u.grad_out.data()), sizeof(float) * n);
+      DISTCA_ASSIGN_OR_RETURN(u.send_bwd, world_.start_send(src, rank_of_stage(st.send->to), static_cast<int>(st.send->tag)));
+    }
+    busy_[static_cast<size_t>(u.slot)] = false;
+    if (st.op.microbatch + 1 == s_.micro_batches) m_.nano_tokens = {u.rows[0].size(), u.rows[1].size()};
+    return {};
+  }
+
+  const TrainConfig& config_;
+  comm::Communicator& world_;
+  RankSetup& s_;
+  StepPlanner& planner_;
+  const int64_t step_;
+  StepMetrics& m_;
+  int64_t& peak_dispatch_;
+  TraceRecorder* trace_;
+  const bool pooled_;  // cad with pp > 1
+  const std::string at_;
+  const int layers_;   // this stage's
+  std::vector<Batch> batches_;
+  std::vector<Micro> mbs_;
+  double count_ = 0;   // the global target count (load_micro_batches)
+  std::vector<bool> busy_;  // [slot]
+  model::StepLoss loss_;
+  StepPhases ph_;
+  std::vector<float> idle_ = std::vector<float>(1, 0.0f);  // the buffers of a rank without rows (never read)
+  // Pooled ticks: the current tick's unit and runner (destroyed first: it refers to the unit).
+  PlanUnit unit_;
+  std::unique_ptr<runtime::TickRunner> tick_runner_;
+};
+
 }  // namespace
 
 ParamRange stage_param_range(const ModelSpec& spec, int64_t pp, int64_t k) {
@@ -217,282 +514,9 @@ ParamRange stage_param_range(const ModelSpec& spec, int64_t pp, int64_t k) {
   return out;
 }
 
-// Takes unit `index` of `step` from the planner, adding its times to the step's metrics.
-Result<PlanUnit> take_plan(StepPlanner& planner, int64_t step, int64_t index, const std::vector<Batch>& batches,
-                           StepMetrics& m) {
-  double waited = 0;
-  Result<PlanUnit> unit = planner.next(step, index, batches, &waited);
-  m.plan_wait_s += waited;
-  if (unit.ok()) m.plan_s += unit->seconds;
-  return unit;
-}
-
 Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup& s, StepPlanner& planner,
                 int64_t step, StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace) {
-  auto& model = *s.model;
-  comm::Communicator& dpc = *s.dp_comm;
-  const int64_t P = s.pp, M = s.micro_batches, stage = s.stage;
-  const bool head = stage == P - 1;
-  const int hidden = static_cast<int>(s.spec.hidden);
-  const int prev = stage > 0 ? static_cast<int>((stage - 1) * s.dp + s.replica) : -1;
-  const int next = head ? -1 : static_cast<int>((stage + 1) * s.dp + s.replica);
-  const std::string at = "step " + std::to_string(step);
-  double waited = 0, linear = 0, attention = 0, rest = 0;
-
-  std::vector<Batch> batches;
-  std::vector<Micro> mbs;
-  const double count = load_micro_batches(s, step, batches, mbs);
-  const double grad_scale = 1.0 / count;
-
-  const int L = static_cast<int>(s.layers.last - s.layers.first);
-  std::vector<runtime::LayerForward> fw;
-  std::vector<runtime::LayerBackward> bw;
-  model.zero_grads();
-  const std::vector<PipeOp> ops = one_f_one_b(P, M)[static_cast<size_t>(stage)];
-  const auto t_pipe = Clock::now();
-  model::StepLoss loss;
-  double imbalance_before = 1, imbalance_after = 1;
-  int64_t bytes = 0;
-  for (const PipeOp& op : ops) {
-    Micro& u = mbs[static_cast<size_t>(op.microbatch)];
-    const int tag = static_cast<int>(2 * op.microbatch);
-    if (!op.backward) {
-      // 1F1B runs the forwards in micro-batch order on every stage: the planner's order.
-      DISTCA_ASSIGN_OR_RETURN(PlanUnit unit, take_plan(planner, step, op.microbatch, batches, m));
-      u.plans.emplace(std::move(*unit.micro));
-      const NanoPlans& plans = *u.plans;
-      imbalance_before = std::max(imbalance_before, plans.full.metrics.load_before_max_over_mean);
-      imbalance_after = std::max(imbalance_after, plans.full.metrics.load_max_over_mean);
-      u.in = s.data->rank_inputs(step * M + op.microbatch, plans.split.batch, s.replica);
-      const auto& t = plans.split.tokens[static_cast<size_t>(s.replica)];
-      u.rows = {model::RowRange{0, t[0]}, model::RowRange{t[0], t[0] + t[1]}};
-      const std::vector<const Plan*> running = running_plans(plans, s.overlap);
-      DISTCA_RETURN_IF_ERROR(check_plan_rows(running, s.replica, dispatch_row_limits(config), step));
-      int64_t kept = 0;
-      for (const Plan* p : running) kept += dispatcher_bytes(*p, s.replica, L);
-      peak_dispatch = std::max(peak_dispatch, kept * std::min<int64_t>(M, P - stage));
-      DISTCA_ASSIGN_OR_RETURN(u.runner, runtime::PingPongRunner::create(dpc, plans, s.dims, s.overlap, trace));
-      u.slot = op.microbatch % model.slots();
-      DISTCA_RETURN_IF_ERROR(model.begin_step(u.in.view(), {}, static_cast<int>(u.slot)).with_context(at));
-      const int64_t n = u.tokens();
-      if (prev >= 0) {
-        std::span<std::byte> dst(reinterpret_cast<std::byte*>(model.stage_input()), sizeof(float) * n * hidden);
-        DISTCA_ASSIGN_OR_RETURN(auto r, world.start_recv(dst, prev, tag));
-        DISTCA_RETURN_IF_ERROR(wait_for(*r, waited).with_context(at + ": activations from rank " + std::to_string(prev)));
-      }
-      fw.clear();
-      for (int l = 0; l < L; ++l) {
-        const model::LayerAttentionIo<float> io = model.attention_io(static_cast<int>(s.layers.first) + l);
-        fw.push_back({io.q, io.k, io.v, io.o, nullptr});
-      }
-      Status st = u.runner->forward(fw, stage_linear(model, s.layers, head, u.rows, grad_scale));
-      if (!st.ok()) return st.with_context(at + ", forward");
-      if (next >= 0) {
-        std::span<const std::byte> src(reinterpret_cast<const std::byte*>(model.stage_output()), sizeof(float) * n * hidden);
-        DISTCA_ASSIGN_OR_RETURN(u.send_fwd, world.start_send(src, next, tag));
-      }
-      if (head) {
-        add_loss(loss, model.step_loss());
-      }
-      continue;
-    }
-    const int64_t n = u.tokens();
-    model.select_slot(static_cast<int>(u.slot));
-    if (next >= 0) {
-      // The activations sent in forward live in this slot: their send must be done before
-      // the slot is reused, and it is done once the next stage has sent the gradient back.
-      std::span<std::byte> dst(reinterpret_cast<std::byte*>(model.stage_output_grad()), sizeof(float) * n * hidden);
-      DISTCA_ASSIGN_OR_RETURN(auto r, world.start_recv(dst, next, tag + 1));
-      DISTCA_RETURN_IF_ERROR(wait_for(*r, waited).with_context(at + ": gradients from rank " + std::to_string(next)));
-      DISTCA_RETURN_IF_ERROR(wait_for(*u.send_fwd, waited).with_context(at));
-    }
-    bw.clear();
-    for (int l = 0; l < L; ++l) {
-      const model::LayerAttentionIo<float> io = model.attention_io(static_cast<int>(s.layers.first) + l);
-      bw.push_back({io.d_o, io.dq, io.dk, io.dv});
-    }
-    Status st = u.runner->backward(bw, stage_linear(model, s.layers, head, u.rows, grad_scale));
-    if (!st.ok()) return st.with_context(at + ", backward");
-    if (prev >= 0) {
-      // The model's input gradient lives in shared scratch: send a copy.
-      u.grad_out.assign(model.stage_input_grad(), model.stage_input_grad() + n * hidden);
-      std::span<const std::byte> src(reinterpret_cast<const std::byte*>(u.grad_out.data()), sizeof(float) * n * hidden);
-      DISTCA_ASSIGN_OR_RETURN(u.send_bwd, world.start_send(src, prev, tag + 1));
-    }
-    const runtime::RunnerTimes rt = u.runner->times();
-    linear += rt.linear;
-    waited += rt.waited;
-    attention += rt.attention;
-    bytes += u.runner->last_bytes_sent();
-    if (op.microbatch + 1 == M) m.nano_tokens = {u.rows[0].size(), u.rows[1].size()};
-    u.runner.reset();
-    u.plans.reset();
-  }
-  for (Micro& u : mbs) {
-    if (u.send_bwd) DISTCA_RETURN_IF_ERROR(wait_for(*u.send_bwd, waited).with_context(at));
-  }
-  rest = std::max(0.0, since(t_pipe) - linear - waited - attention);  // embedding, copies
-
-  StepPhases ph{waited, linear, attention, rest, imbalance_before, imbalance_after, bytes};
-  return finish_step(config, world, s, step, loss, count, ph, m);
-}
-
-namespace {
-
-// The rank's pieces of a pooled split batch with the member's own document ids, in the
-// split's order: the micro-batch's token layout on this rank.
-std::vector<Piece> own_pieces(const PooledBatch& pool, const Batch& split, int64_t rank) {
-  std::vector<Piece> out = split.per_rank[static_cast<size_t>(rank)];
-  for (Piece& p : out) p.doc = pool.original_doc(p.doc);
-  return out;
-}
-
-}  // namespace
-
-// CAD under pipelines: the global ticks of one_f_one_b_ticks (1F1B's slots). In a
-// tick each stage runs at most one op, a forward or a backward; the tick's forwards are one
-// pooled batch over every rank of the job (plan/pool.h) and its backwards another, planned
-// apart and run by one TickRunner pass (runtime/tick_runner.h) that interleaves the two
-// directions' layer steps, so every rank - forward, backward, or idle (it only serves) -
-// takes part in every exchange. Servers are stateless: a micro-batch's backward is pooled
-// with other micro-batches than its forward, so its dispatcher adopts the forward's outputs
-// (CaDispatcher::adopt_forward); the forward's LSE stays with the home rows (one buffer per
-// layer and slot). Activations and gradients travel between stages point to point as in
-// 1F1B, sent in one tick and received in a later one.
-Status run_step_pooled_ticks(const TrainConfig& config, comm::Communicator& world, RankSetup& s, StepPlanner& planner,
-                              int64_t step, StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace) {
-  auto& model = *s.model;
-  const int64_t P = s.pp, M = s.micro_batches, stage = s.stage;
-  const int rank = world.rank();
-  const bool head = stage == P - 1;
-  const int hidden = static_cast<int>(s.spec.hidden);
-  const int prev = stage > 0 ? static_cast<int>((stage - 1) * s.dp + s.replica) : -1;
-  const int next = head ? -1 : static_cast<int>((stage + 1) * s.dp + s.replica);
-  const std::string at = "step " + std::to_string(step);
-  const int L = static_cast<int>(s.layers.last - s.layers.first);
-  const int64_t H = s.spec.n_heads;
-
-  std::vector<Batch> batches;
-  std::vector<Micro> mbs;
-  const double count = load_micro_batches(s, step, batches, mbs);
-  std::vector<std::vector<Piece>> layout(static_cast<size_t>(M));  // the F tick's local pieces
-  const double grad_scale = 1.0 / count;
-  // Slots: the lowest free one at a micro-batch's forward, freed by its backward.
-  std::vector<bool> busy(static_cast<size_t>(model.slots()), false);
-  // The forward's LSE of this rank's rows, per slot: (layers, tokens_per_rank, n_heads).
-  if (s.lse.size() != busy.size()) s.lse.assign(busy.size(), std::vector<float>(static_cast<size_t>(L * config.tokens_per_rank * H)));
-  std::vector<float> idle(1, 0.0f);  // the buffers of a rank without rows (never read)
-
-  model.zero_grads();
-  model::StepLoss loss;
-  StepPhases ph;
-  const auto t_pipe = Clock::now();
-  const std::vector<std::vector<PipeOp>> ticks = one_f_one_b_ticks(P, M);
-  for (size_t ti = 0; ti < ticks.size(); ++ti) {
-    const PipeOp* mine = nullptr;
-    for (const PipeOp& op : ticks[ti]) {
-      if (op.stage == stage) mine = &op;
-    }
-    // The tick's forwards pooled and planned, and its backwards (planner.h, plan_unit).
-    DISTCA_ASSIGN_OR_RETURN(PlanUnit unit, take_plan(planner, step, static_cast<int64_t>(ti), batches, m));
-    const PlannedDirection& f = unit.forward;
-    const PlannedDirection& b = unit.backward;
-    std::vector<const Plan*> running;
-    for (const PlannedDirection* d : {&f, &b}) {
-      if (d->plans) {
-        ph.imbalance_before = std::max(ph.imbalance_before, d->plans->full.metrics.load_before_max_over_mean);
-        ph.imbalance_after = std::max(ph.imbalance_after, d->plans->full.metrics.load_max_over_mean);
-        for (const Plan* p : running_plans(*d->plans, s.overlap)) running.push_back(p);
-      }
-    }
-    DISTCA_RETURN_IF_ERROR(check_plan_rows(running, rank, dispatch_row_limits(config), step));
-    // Stateless servers: one layer's rows at a time (the LSE buffers are counted with the slots).
-    int64_t kept = 0;
-    for (const Plan* p : running) kept += dispatcher_bytes(*p, rank, 1);
-    peak_dispatch = std::max(peak_dispatch, kept + static_cast<int64_t>(s.lse.size() * s.lse.front().size() * sizeof(float)));
-    DISTCA_ASSIGN_OR_RETURN(auto runner,
-                            runtime::TickRunner::create(world, f.plans ? &*f.plans : nullptr, b.plans ? &*b.plans : nullptr,
-                                                        s.dims, s.overlap, trace));
-    const runtime::LayerForward dummy_f{idle.data(), idle.data(), idle.data(), idle.data(), idle.data()};
-    const runtime::LayerBackward dummy_b{idle.data(), idle.data(), idle.data(), idle.data()};
-    std::vector<runtime::LayerForward> fw(static_cast<size_t>(L), dummy_f), adopt(fw);
-    std::vector<runtime::LayerBackward> bw(static_cast<size_t>(L), dummy_b);
-    runtime::LinearFn linear_f, linear_b;  // none on a rank without an op in that direction
-    Micro* u = mine != nullptr ? &mbs[static_cast<size_t>(mine->microbatch)] : nullptr;
-    const int tag = mine != nullptr ? static_cast<int>(2 * mine->microbatch) : 0;
-    if (u != nullptr) {
-      const PlannedDirection& d = mine->backward ? b : f;
-      const auto& t = d.plans->split.tokens[static_cast<size_t>(rank)];
-      const std::array<model::RowRange, 2> rows{model::RowRange{0, t[0]}, model::RowRange{t[0], t[0] + t[1]}};
-      if (!mine->backward) {
-        layout[static_cast<size_t>(mine->microbatch)] = own_pieces(*d.pool, d.plans->split.batch, rank);
-        Batch local = batches[static_cast<size_t>(mine->microbatch)];
-        local.per_rank[static_cast<size_t>(s.replica)] = layout[static_cast<size_t>(mine->microbatch)];
-        u->in = s.data->rank_inputs(step * M + mine->microbatch, local, s.replica);
-        u->rows = rows;
-        u->slot = std::find(busy.begin(), busy.end(), false) - busy.begin();
-        DISTCA_CHECK(u->slot < static_cast<int64_t>(busy.size()));
-        busy[static_cast<size_t>(u->slot)] = true;
-        DISTCA_RETURN_IF_ERROR(model.begin_step(u->in.view(), {}, static_cast<int>(u->slot)).with_context(at));
-        if (prev >= 0) {
-          std::span<std::byte> dst(reinterpret_cast<std::byte*>(model.stage_input()), sizeof(float) * u->tokens() * hidden);
-          DISTCA_ASSIGN_OR_RETURN(auto r, world.start_recv(dst, prev, tag));
-          DISTCA_RETURN_IF_ERROR(wait_for(*r, ph.waited).with_context(at + ": activations from rank " + std::to_string(prev)));
-        }
-      } else {
-        // The backward's pooled split must lay the micro-batch's rows out as its forward did.
-        if (own_pieces(*d.pool, d.plans->split.batch, rank) != layout[static_cast<size_t>(mine->microbatch)]) {
-          return Status::internal(at + ": micro-batch " + std::to_string(mine->microbatch) +
-                                  " is split differently in its backward tick than in its forward tick");
-        }
-        model.select_slot(static_cast<int>(u->slot));
-        if (next >= 0) {
-          std::span<std::byte> dst(reinterpret_cast<std::byte*>(model.stage_output_grad()), sizeof(float) * u->tokens() * hidden);
-          DISTCA_ASSIGN_OR_RETURN(auto r, world.start_recv(dst, next, tag + 1));
-          DISTCA_RETURN_IF_ERROR(wait_for(*r, ph.waited).with_context(at + ": gradients from rank " + std::to_string(next)));
-          DISTCA_RETURN_IF_ERROR(wait_for(*u->send_fwd, ph.waited).with_context(at));
-        }
-      }
-      float* lse = s.lse[static_cast<size_t>(u->slot)].data();
-      for (int l = 0; l < L; ++l) {
-        const model::LayerAttentionIo<float> io = model.attention_io(static_cast<int>(s.layers.first) + l);
-        const runtime::LayerForward lf{io.q, io.k, io.v, io.o, lse + static_cast<int64_t>(l) * config.tokens_per_rank * H};
-        (mine->backward ? adopt : fw)[static_cast<size_t>(l)] = lf;
-        if (mine->backward) bw[static_cast<size_t>(l)] = {io.d_o, io.dq, io.dk, io.dv};
-      }
-      (mine->backward ? linear_b : linear_f) = stage_linear(model, s.layers, head, u->rows, grad_scale);
-    }
-    Status st = runner->run(fw, linear_f, adopt, bw, linear_b);
-    if (!st.ok()) return st.with_context(at + ", tick");
-    if (u != nullptr && !mine->backward) {
-      if (next >= 0) {
-        std::span<const std::byte> src(reinterpret_cast<const std::byte*>(model.stage_output()), sizeof(float) * u->tokens() * hidden);
-        DISTCA_ASSIGN_OR_RETURN(u->send_fwd, world.start_send(src, next, tag));
-      }
-      if (head) {
-        add_loss(loss, model.step_loss());
-      }
-    } else if (u != nullptr) {
-      if (prev >= 0) {
-        const int64_t n = u->tokens();
-        u->grad_out.assign(model.stage_input_grad(), model.stage_input_grad() + n * hidden);
-        std::span<const std::byte> src(reinterpret_cast<const std::byte*>(u->grad_out.data()), sizeof(float) * n * hidden);
-        DISTCA_ASSIGN_OR_RETURN(u->send_bwd, world.start_send(src, prev, tag + 1));
-      }
-      busy[static_cast<size_t>(u->slot)] = false;
-      if (mine->microbatch + 1 == M) m.nano_tokens = {u->rows[0].size(), u->rows[1].size()};
-    }
-    const runtime::RunnerTimes rt = runner->times();
-    ph.linear += rt.linear;
-    ph.waited += rt.waited;
-    ph.attention += rt.attention;
-    ph.bytes += runner->last_bytes_sent();
-  }
-  for (Micro& x : mbs) {
-    if (x.send_bwd) DISTCA_RETURN_IF_ERROR(wait_for(*x.send_bwd, ph.waited).with_context(at));
-  }
-  ph.rest = std::max(0.0, since(t_pipe) - ph.linear - ph.waited - ph.attention);
-  return finish_step(config, world, s, step, loss, count, ph, m);
+  return StepRun(config, world, s, planner, step, m, peak_dispatch, trace).run();
 }
 
 }  // namespace distca::train

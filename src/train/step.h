@@ -62,17 +62,15 @@ struct ParamRange {
 };
 ParamRange stage_param_range(const ModelSpec& spec, int64_t pp, int64_t k);
 
-// Runs the stage's 1F1B order of the step's micro-batches (plan/pipeline_schedule.h; one
-// stage: each micro-batch forward then backward), taking each micro-batch's plans from
-// `planner` at its forward (planner.h: one unit per micro-batch), all-reduces the gradients
-// over the stage's data-parallel group, reduces the losses and the global gradient norm over
-// every rank, clips, takes the AdamW step (not in signal mode). Fills the metrics but the
-// step's total time. `peak_dispatch`: the largest dispatcher row bytes of any step so far.
+// Runs the stage's program (plan/pipeline_schedule.h, one_f_one_b_programs: its 1F1B order,
+// each op with the message it receives before it and the one it posts after it; one stage:
+// each micro-batch forward then backward) tick by tick through the runner (step.cpp explains
+// the two ways of planning: per micro-batch, or pooled ticks for cad with pp > 1), taking the
+// plans from `planner` (planner.h), all-reduces the gradients over the stage's data-parallel
+// group, reduces the losses and the global gradient norm over every rank, clips, takes the
+// AdamW step (not in signal mode). Fills the metrics but the step's total time.
+// `peak_dispatch`: the largest dispatcher row bytes of any step so far.
 Status run_step(const TrainConfig& config, comm::Communicator& world, RankSetup& s, StepPlanner& planner,
                 int64_t step, StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace);
-// The same for --mode cad with pp > 1: one_f_one_b_ticks with pooled plans per tick, one
-// planner unit per tick (step.cpp explains it).
-Status run_step_pooled_ticks(const TrainConfig& config, comm::Communicator& world, RankSetup& s, StepPlanner& planner,
-                              int64_t step, StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace);
 
 }  // namespace distca::train

@@ -208,9 +208,9 @@ Result<std::vector<TraceEvent>> collect_trace(comm::Communicator& comm, const Tr
 void add_times(const StepMetrics& m, TrainResult& r) {
   r.linear_s += m.linear_s;
   r.attention_s += m.attention_s;
+  r.optimizer_s += m.optimizer_s;
   r.comm_s += m.comm_s;
   r.wait_s += m.wait_s;
-  r.optimizer_s += m.optimizer_s;
   r.total_s += m.seconds;
   r.plan_s += m.plan_s;
   r.plan_wait_s += m.plan_wait_s;
@@ -251,11 +251,7 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
       DISTCA_RETURN_IF_ERROR(comm.barrier());  // every rank starts the traced step together
       trace_from_us = trace->now_us();
     }
-    if (config.mode == TrainMode::kCad && s.pp > 1) {
-      DISTCA_RETURN_IF_ERROR(run_step_pooled_ticks(config, comm, s, planner, step, m, peak_dispatch, trace));
-    } else {
-      DISTCA_RETURN_IF_ERROR(run_step(config, comm, s, planner, step, m, peak_dispatch, trace));
-    }
+    DISTCA_RETURN_IF_ERROR(run_step(config, comm, s, planner, step, m, peak_dispatch, trace));
     if (traced) {
       DISTCA_ASSIGN_OR_RETURN(local.trace, collect_trace(comm, *trace, trace_from_us));
     }

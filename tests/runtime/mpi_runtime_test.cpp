@@ -1,7 +1,7 @@
 // The runtime under mpirun (label `mpi`): the same checks as the local test, one process per
 // rank. Every rank draws the same batch and computes the same whole-document reference from
-// the seed, runs the dispatcher and the ping-pong runner for every scheduler, and compares
-// its own rows. A failed check ends the job through Communicator::fail (MPI_Abort), so a
+// the seed, runs the dispatcher and the runner for every scheduler (and CAD's mixed-direction
+// pipeline ticks), and compares its own rows. A failed check ends the job through Communicator::fail (MPI_Abort), so a
 // failure never hangs the other ranks. Rank 0 prints one line per plan and "OK" at the end.
 #include <cstdio>
 #include <string>
@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   const Batch batch = random_batch(n, 512, 300 + static_cast<uint64_t>(n));
   const Problem pr = make_problem(batch, dims, 13, true);
   const ScheduleOptions opt = schedule_options(dims);
+  const std::vector<Problem> layers = layer_problems(batch, dims, 23, 2, true);  // the runner's, each layer its own
   for (const std::string& name : scheduler_names(n)) {
     auto spec = parse_scheduler(name);
     check(comm, spec.status(), name);
@@ -70,29 +71,44 @@ int main(int argc, char** argv) {
     if (comm.rank() == 0) std::printf("%-14s dispatcher: %s\n", name.c_str(), describe(all).c_str());
 
     // Ping-pong against single-stream (O and LSE bitwise; single-stream runs the whole plan in
-    // one call, so its gradients only within rounding) and against the kernel; signal runs.
+    // one call, so its gradients only within rounding) and against the kernel, every layer its
+    // own inputs; signal runs.
     auto np = plan_nano_batches(batch, spec.value(), opt);
     check(comm, np.status(), name + " nano plans");
-    RankOutputs pp, ss, sig;
+    std::vector<RankOutputs> pp, ss, sig, sl;
     bool valid = false;
-    check(comm, run_runner(comm, pr, np.value(), OverlapMode::kPingPong, 2, nullptr, &pp, &valid), name + " pingpong");
+    check(comm, run_runner(comm, layers, np.value(), OverlapMode::kPingPong, nullptr, &pp, &valid), name + " pingpong");
     if (!valid) comm.fail(Status::internal(name + ": pingpong outputs flagged invalid"));
-    check(comm, run_runner(comm, pr, np.value(), OverlapMode::kSingleStream, 2, nullptr, &ss, &valid), name + " single-stream");
-    if (!(pp.o == ss.o && pp.lse == ss.lse)) {
-      comm.fail(Status::internal(name + ": pingpong and single-stream forward differ on rank " + std::to_string(comm.rank())));
+    check(comm, run_runner(comm, layers, np.value(), OverlapMode::kSingleStream, nullptr, &ss, &valid), name + " single-stream");
+    for (size_t l = 0; l < layers.size(); ++l) {
+      if (!(pp[l].o == ss[l].o && pp[l].lse == ss[l].lse)) {
+        comm.fail(Status::internal(name + ": pingpong and single-stream forward differ on rank " + std::to_string(comm.rank())));
+      }
     }
-    check(comm, check_close(compare(pr, np->full.batch, comm.rank(), ss)), name + " single-stream rank " + std::to_string(comm.rank()));
-    RankOutputs sl;  // stateless servers: the same bits
-    check(comm, run_runner(comm, pr, np.value(), OverlapMode::kPingPong, 2, nullptr, &sl, &valid, true), name + " stateless");
-    if (!(pp.o == sl.o && pp.lse == sl.lse && pp.dq == sl.dq && pp.dk == sl.dk && pp.dv == sl.dv)) {
-      comm.fail(Status::internal(name + ": stateless servers differ on rank " + std::to_string(comm.rank())));
+    check(comm, check_close(compare_layers(layers, np->full.batch, comm.rank(), ss)), name + " single-stream rank " + std::to_string(comm.rank()));
+    // Stateless servers: the same bits.
+    check(comm, run_runner(comm, layers, np.value(), OverlapMode::kPingPong, nullptr, &sl, &valid, true), name + " stateless");
+    for (size_t l = 0; l < layers.size(); ++l) {
+      if (!(pp[l].o == sl[l].o && pp[l].lse == sl[l].lse && pp[l].dq == sl[l].dq && pp[l].dk == sl[l].dk && pp[l].dv == sl[l].dv)) {
+        comm.fail(Status::internal(name + ": stateless servers differ on rank " + std::to_string(comm.rank())));
+      }
     }
-    const Comparison cp = compare(pr, np->full.batch, comm.rank(), pp);
+    const Comparison cp = compare_layers(layers, np->full.batch, comm.rank(), pp);
     check(comm, check_close(cp), name + " pingpong rank " + std::to_string(comm.rank()));
-    check(comm, run_runner(comm, pr, np.value(), OverlapMode::kSignal, 2, nullptr, &sig, &valid), name + " signal");
+    check(comm, run_runner(comm, layers, np.value(), OverlapMode::kSignal, nullptr, &sig, &valid), name + " signal");
     if (valid) comm.fail(Status::internal(name + ": signal outputs not flagged invalid"));
     const Comparison allp = reduce(comm, cp);
     if (comm.rank() == 0) std::printf("%-14s pingpong:   %s\n", name.c_str(), describe(allp).c_str());
+  }
+  // CAD's mixed-direction pipeline ticks over two stages (on an even number of ranks).
+  if (n % 2 == 0) {
+    for (OverlapMode mode : {OverlapMode::kPingPong, OverlapMode::kSingleStream}) {
+      Comparison mine;
+      check(comm, run_pipeline_ticks(comm, 2, 3, 2, dims, mode, "cad", &mine), std::string("pipeline ticks, ") + overlap_mode_name(mode));
+      check(comm, check_close(mine), std::string("pipeline ticks, ") + overlap_mode_name(mode) + " rank " + std::to_string(comm.rank()));
+      const Comparison all = reduce(comm, mine);
+      if (comm.rank() == 0) std::printf("pipeline ticks %-13s %s\n", overlap_mode_name(mode), describe(all).c_str());
+    }
   }
   check(comm, comm.barrier(), "barrier");
   if (comm.rank() == 0) std::printf("OK (%d ranks)\n", n);

@@ -5,11 +5,15 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,8 +23,11 @@
 #include "distca/kernels/attention.h"
 #include "distca/kernels/reference.h"
 #include "distca/plan/plan.h"
+#include "distca/plan/pool.h"
+#include "distca/plan/pipeline_schedule.h"
 #include "distca/runtime/dispatcher.h"
 #include "distca/runtime/pingpong.h"
+#include "distca/runtime/tick_runner.h"
 
 namespace distca::runtime::testing {
 
@@ -187,43 +194,204 @@ inline Status run_dispatcher(comm::Communicator& comm, const Problem& pr, const 
   return Status::ok_status();
 }
 
-// Runs `layers` layers forward + backward through a PingPongRunner (same inputs per layer);
-// returns the last layer's... every layer's outputs must agree, so outputs of layer 0.
-inline Status run_runner(comm::Communicator& comm, const Problem& pr, const NanoPlans& plans, OverlapMode mode,
-                         int layers, TraceRecorder* trace, RankOutputs* out, bool* valid,
-                         bool stateless = false) {
-  const int r = comm.rank();
-  const Batch& b = plans.full.batch;  // the split batch: ping's rows first on every rank
-  const int64_t qf = pr.dims.q_floats(), kvf = pr.dims.kv_floats();
-  const auto q = local_rows(pr, b, r, pr.q, qf), k = local_rows(pr, b, r, pr.k, kvf), v = local_rows(pr, b, r, pr.v, kvf),
-             d_o = local_rows(pr, b, r, pr.d_o, qf);
-  const int64_t n = static_cast<int64_t>(q.size()) / qf;
-  std::vector<RankOutputs> outs(static_cast<size_t>(layers));
-  std::vector<LayerForward> fw;
-  std::vector<LayerBackward> bw;
-  for (auto& x : outs) {
-    x.o.assign(q.size(), NAN), x.dq.assign(q.size(), NAN), x.lse.assign(static_cast<size_t>(n * pr.dims.n_heads), NAN);
-    x.dk.assign(k.size(), NAN), x.dv.assign(k.size(), NAN);
-  }
-  for (auto& x : outs) {
-    fw.push_back({q.data(), k.data(), v.data(), x.o.data(), x.lse.data()});
-    bw.push_back({d_o.data(), x.dq.data(), x.dk.data(), x.dv.data()});
-  }
-  DISTCA_ASSIGN_OR_RETURN(auto runner, PingPongRunner::create(comm, plans, pr.dims, mode, trace, stateless));
-  int linear_calls = 0;
-  LinearFn fn = [&](int, int, bool) { ++linear_calls; };
-  DISTCA_RETURN_IF_ERROR(runner->forward(fw, fn));
-  DISTCA_RETURN_IF_ERROR(runner->backward(bw, fn));
-  if (linear_calls != 4 * (layers + 1)) return Status::internal("linear stand-in called " + std::to_string(linear_calls) + " times");
-  *valid = runner->outputs_valid();
-  *out = outs[0];
-  for (int l = 1; l < layers && *valid; ++l) {
-    const auto& x = outs[static_cast<size_t>(l)];
-    if (x.o != out->o || x.dq != out->dq || x.dk != out->dk || x.dv != out->dv) {
-      return Status::internal("layer " + std::to_string(l) + " differs from layer 0");
+// The forward (O, LSE) and dQ of a row depend only on the row, its keys and its query tile's
+// key range, which the dispatcher keeps equal to the whole-document call's only when the
+// kernel's tiling lines up; dK/dV partials are summed in another association. So: forward
+// and dQ must be bitwise equal or within kFwdTol, dK/dV within kBwdFactor times the kernel's
+// own error against fp64.
+inline constexpr double kFwdTol = 2e-6;
+inline constexpr double kBwdFactor = 2.0;
+
+// Layer l's problem over `batch`: its own Q/K/V/dO, drawn from seed + l, so a runner that
+// mixes layers up gives another layer's values.
+inline std::vector<Problem> layer_problems(const Batch& batch, const AttentionDims& dims, uint64_t seed, int layers,
+                                           bool with_fp64) {
+  std::vector<Problem> out;
+  for (int l = 0; l < layers; ++l) out.push_back(make_problem(batch, dims, seed + static_cast<uint64_t>(l), with_fp64));
+  return out;
+}
+
+// One micro-batch's layers on this rank in the runner's buffers, and a linear stand-in that
+// holds the runner to its contract (runtime/tick_runner.h, "Buffers in flight"). Every buffer
+// starts as NaN. linear(x, l, false) reads nano-batch x's rows of O(l - 1) and then writes its
+// rows of Q/K/V(l); linear(x, l, true) reads its rows of dQ/dK/dV(l) and then writes dO(l - 1)
+// (the head's linear(x, L, true) writes dO(L - 1)). A read must see the whole-document
+// kernel's values (O bitwise, gradients within the bounds of check_close): the runner handed
+// the rows back only after their exchange finished. A write must land on rows nobody has
+// written yet: no exchange can have taken them. Each (nano, layer, direction) is called once,
+// forward layers ascending and backward descending per nano-batch. The first violation is
+// kept (the runner's thread cannot fail a gtest assertion mid-pass).
+class LayerStack {
+ public:
+  // `layers`: one problem per layer; `layout`: this rank's pieces (the split batch's, ping's
+  // rows first); `nano_rows`: ping's and pong's row counts. `check_values`: false in signal
+  // mode (outputs meaningless).
+  LayerStack(const std::vector<Problem>& layers, const std::vector<Piece>& layout, std::array<int64_t, 2> nano_rows,
+             bool check_values)
+      : pr_(&layers), layout_(layout), n0_(nano_rows[0]), n_(nano_rows[0] + nano_rows[1]), check_(check_values) {
+    const AttentionDims& d = layers.front().dims;
+    const size_t q = static_cast<size_t>(n_ * d.q_floats()), kv = static_cast<size_t>(n_ * d.kv_floats());
+    for (size_t l = 0; l < layers.size(); ++l) {
+      Buffers b;
+      b.q.assign(q, NAN), b.o.assign(q, NAN), b.d_o.assign(q, NAN), b.dq.assign(q, NAN);
+      b.k.assign(kv, NAN), b.v.assign(kv, NAN), b.dk.assign(kv, NAN), b.dv.assign(kv, NAN);
+      b.lse.assign(static_cast<size_t>(n_ * d.n_heads), NAN);
+      buf_.push_back(std::move(b));
     }
   }
+  LayerStack(const LayerStack&) = delete;
+  LayerStack& operator=(const LayerStack&) = delete;
+
+  int layers() const { return static_cast<int>(buf_.size()); }
+  std::vector<LayerForward> forward() {
+    std::vector<LayerForward> out;
+    for (Buffers& b : buf_) out.push_back({b.q.data(), b.k.data(), b.v.data(), b.o.data(), b.lse.data()});
+    return out;
+  }
+  std::vector<LayerBackward> backward() {
+    std::vector<LayerBackward> out;
+    for (Buffers& b : buf_) out.push_back({b.d_o.data(), b.dq.data(), b.dk.data(), b.dv.data()});
+    return out;
+  }
+  LinearFn linear() {
+    return [this](int x, int l, bool backward) { backward ? linear_backward(x, l) : linear_forward(x, l); };
+  }
+  // OK, or the first contract violation the stand-in saw.
+  const Status& status() const { return status_; }
+  // Every call made (forward: each nano-batch's layers 0..L; backward: L..0).
+  bool complete() const {
+    for (int x = 0; x < 2; ++x) {
+      if (next_fwd_[x] != layers() + 1 || next_bwd_[x] != -1) return false;
+    }
+    return true;
+  }
+  RankOutputs outputs(int l) const {
+    const Buffers& b = buf_[static_cast<size_t>(l)];
+    return {b.o, b.lse, b.dq, b.dk, b.dv};
+  }
+  const std::vector<Piece>& layout() const { return layout_; }
+  // Every layer's outputs against its own whole-document reference, merged.
+  Comparison compare_layers() const {
+    Batch mine;
+    mine.per_rank = {layout_};
+    Comparison c;
+    for (int l = 0; l < layers(); ++l) c.merge(compare((*pr_)[static_cast<size_t>(l)], mine, 0, outputs(l)));
+    return c;
+  }
+
+ private:
+  struct Buffers {
+    std::vector<float> q, k, v, o, lse, d_o, dq, dk, dv;
+  };
+  // Rows [begin, end) of nano-batch x on this rank.
+  int64_t begin(int x) const { return x == 0 ? 0 : n0_; }
+  int64_t end(int x) const { return x == 0 ? n0_ : n_; }
+  void fail(int x, int l, bool backward, const std::string& what) {
+    if (status_.ok()) {
+      status_ = Status::internal("linear(" + std::to_string(x) + ", " + std::to_string(l) + ", " +
+                                 (backward ? "backward" : "forward") + "): " + what);
+    }
+  }
+  // The reference rows of x (whole-document rows of width w) in this rank's layout.
+  std::vector<float> reference(const std::vector<float>& all, int64_t w) const {
+    std::vector<float> out;
+    for (const Piece& p : layout_) {
+      const int64_t r0 = (*pr_)[0].row_of(p.doc, p.offset);
+      out.insert(out.end(), all.begin() + r0 * w, all.begin() + (r0 + p.len) * w);
+    }
+    return out;
+  }
+  // Checks that x's rows of `got` match the reference within `tol` (0: bitwise).
+  bool final_rows(int x, const std::vector<float>& got, const std::vector<float>& all, int64_t w, double tol) const {
+    const std::vector<float> want = reference(all, w);
+    for (int64_t i = begin(x) * w; i < end(x) * w; ++i) {
+      const float a = got[static_cast<size_t>(i)], b = want[static_cast<size_t>(i)];
+      if (!(tol == 0 ? a == b : std::fabs(a - b) <= tol)) return false;
+    }
+    return true;
+  }
+  // Writes x's rows of the reference into `dst`, after checking nobody wrote them.
+  bool write_rows(int x, std::vector<float>& dst, const std::vector<float>& all, int64_t w) const {
+    const std::vector<float> want = reference(all, w);
+    for (int64_t i = begin(x) * w; i < end(x) * w; ++i) {
+      if (!std::isnan(dst[static_cast<size_t>(i)])) return false;
+      dst[static_cast<size_t>(i)] = want[static_cast<size_t>(i)];
+    }
+    return true;
+  }
+  void linear_forward(int x, int l) {
+    if (l != next_fwd_[x]) fail(x, l, false, "out of order (expected layer " + std::to_string(next_fwd_[x]) + ")");
+    next_fwd_[x] = l + 1;
+    const Problem& any = (*pr_)[0];
+    const int64_t qf = any.dims.q_floats(), kvf = any.dims.kv_floats();
+    if (l > 0 && check_) {
+      const Problem& p = (*pr_)[static_cast<size_t>(l - 1)];
+      if (!final_rows(x, buf_[static_cast<size_t>(l - 1)].o, p.o, qf, 0)) fail(x, l, false, "O of the layer before is not final");
+    }
+    if (l < layers()) {
+      const Problem& p = (*pr_)[static_cast<size_t>(l)];
+      Buffers& b = buf_[static_cast<size_t>(l)];
+      if (!write_rows(x, b.q, p.q, qf) || !write_rows(x, b.k, p.k, kvf) || !write_rows(x, b.v, p.v, kvf)) {
+        fail(x, l, false, "Q/K/V rows written before");
+      }
+    }
+  }
+  void linear_backward(int x, int l) {
+    if (next_bwd_[x] == -2) next_bwd_[x] = layers();
+    if (l != next_bwd_[x]) fail(x, l, true, "out of order (expected layer " + std::to_string(next_bwd_[x]) + ")");
+    next_bwd_[x] = l - 1;
+    const Problem& any = (*pr_)[0];
+    const int64_t qf = any.dims.q_floats(), kvf = any.dims.kv_floats();
+    if (l < layers() && check_) {
+      const Problem& p = (*pr_)[static_cast<size_t>(l)];
+      const Buffers& b = buf_[static_cast<size_t>(l)];
+      if (!final_rows(x, b.dq, p.dq, qf, kFwdTol) || !final_rows(x, b.dk, p.dk, kvf, 1e-5) ||
+          !final_rows(x, b.dv, p.dv, kvf, 1e-5)) {
+        fail(x, l, true, "dQ/dK/dV of the layer are not final");
+      }
+    }
+    if (l > 0) {
+      const Problem& p = (*pr_)[static_cast<size_t>(l - 1)];
+      if (!write_rows(x, buf_[static_cast<size_t>(l - 1)].d_o, p.d_o, qf)) fail(x, l, true, "dO rows written before");
+    }
+  }
+
+  const std::vector<Problem>* pr_;
+  std::vector<Piece> layout_;
+  int64_t n0_ = 0, n_ = 0;
+  bool check_ = true;
+  std::vector<Buffers> buf_;
+  int next_fwd_[2] = {0, 0};
+  int next_bwd_[2] = {-2, -2};  // -2: no backward call yet (the first is layer L)
+  Status status_;
+};
+
+// Runs the layers of `layers` forward, then backward, through one micro-batch's runner on
+// `plans`, with LayerStack's checking linear work; `out` gets every layer's outputs.
+inline Status run_runner(comm::Communicator& comm, const std::vector<Problem>& layers, const NanoPlans& plans,
+                         OverlapMode mode, TraceRecorder* trace, std::vector<RankOutputs>* out, bool* valid,
+                         bool stateless = false) {
+  const int r = comm.rank();
+  const auto& t = plans.split.tokens[static_cast<size_t>(r)];
+  LayerStack stack(layers, plans.split.batch.per_rank[static_cast<size_t>(r)], {t[0], t[1]},
+                   mode != OverlapMode::kSignal);
+  DISTCA_ASSIGN_OR_RETURN(auto runner, TickRunner::create(comm, plans, layers.front().dims, mode, trace, stateless));
+  DISTCA_RETURN_IF_ERROR(runner->forward(stack.forward(), stack.linear()));
+  DISTCA_RETURN_IF_ERROR(runner->backward(stack.backward(), stack.linear()));
+  DISTCA_RETURN_IF_ERROR(stack.status());
+  if (!stack.complete()) return Status::internal("the runner skipped linear work");
+  *valid = runner->outputs_valid();
+  out->clear();
+  for (int l = 0; l < stack.layers(); ++l) out->push_back(stack.outputs(l));
   return Status::ok_status();
+}
+
+// Every layer's outputs of a rank against its own reference, merged.
+inline Comparison compare_layers(const std::vector<Problem>& layers, const Batch& batch, int rank,
+                                 const std::vector<RankOutputs>& got) {
+  Comparison c;
+  for (size_t l = 0; l < layers.size(); ++l) c.merge(compare(layers[l], batch, rank, got[l]));
+  return c;
 }
 
 inline Batch random_batch(int ranks, int64_t tokens_per_rank, uint64_t seed, Layout layout = Layout::kContiguous) {
@@ -238,13 +406,6 @@ inline Batch random_batch(int ranks, int64_t tokens_per_rank, uint64_t seed, Lay
   return b.value()[0];
 }
 
-// The forward (O, LSE) and dQ of a row depend only on the row, its keys and its query tile's
-// key range, which the dispatcher keeps equal to the whole-document call's only when the
-// kernel's tiling lines up; dK/dV partials are summed in another association. So: forward
-// and dQ must be bitwise equal or within kFwdTol, dK/dV within kBwdFactor times the kernel's
-// own error against fp64.
-inline constexpr double kFwdTol = 2e-6;
-inline constexpr double kBwdFactor = 2.0;
 
 inline std::string describe(const Comparison& c) {
   char buf[400];
@@ -287,6 +448,88 @@ inline std::vector<std::string> scheduler_names(int ranks) {
     if (ranks % c == 0) s.push_back("percp:" + std::to_string(c));
   }
   return s;
+}
+
+// CAD's pipeline ticks, as the trainer runs them: a pipeline of `stages` stages of dp =
+// comm.size() / stages replicas (rank = stage * dp + replica), M micro-batches. Every tick of
+// one_f_one_b_ticks pools its forwards and its backwards apart (plan/pool.h, every rank in
+// each pool), plans each with `scheduler` and runs both in one create_tick pass: a rank whose
+// stage has no op in a direction only serves it. Every (stage, micro-batch) has its own
+// documents and per-layer inputs; a micro-batch's backward adopts its forward's buffers.
+// `worst` gets this rank's comparison of every micro-batch's layers with their references.
+inline Status run_pipeline_ticks(comm::Communicator& comm, int64_t stages, int64_t micro_batches, int layers,
+                                 const AttentionDims& dims, OverlapMode mode, const std::string& scheduler,
+                                 Comparison* worst) {
+  const int rank = comm.rank();
+  const int64_t dp = comm.size() / stages, stage = rank / dp;
+  DISTCA_ASSIGN_OR_RETURN(SchedulerSpec spec, parse_scheduler(scheduler));
+  const ScheduleOptions opt = schedule_options(dims);
+  std::vector<std::vector<Batch>> member(static_cast<size_t>(stages));
+  for (int64_t s = 0; s < stages; ++s) {
+    for (int64_t m = 0; m < micro_batches; ++m) {
+      member[static_cast<size_t>(s)].push_back(random_batch(static_cast<int>(dp), 256, 900 + static_cast<uint64_t>(10 * s + m)));
+    }
+  }
+  // This stage's micro-batches: their documents alone, under their pooled ids.
+  std::vector<std::vector<Problem>> problems;
+  for (int64_t m = 0; m < micro_batches; ++m) {
+    const PoolMember alone{stage, m, false, &member[static_cast<size_t>(stage)][static_cast<size_t>(m)]};
+    DISTCA_ASSIGN_OR_RETURN(PooledBatch pool, pool_batches(std::span<const PoolMember>(&alone, 1), stages, dp));
+    problems.push_back(layer_problems(pool.batch, dims, 40 + static_cast<uint64_t>(100 * stage + 10 * m), layers, false));
+  }
+  std::vector<std::unique_ptr<LayerStack>> stacks(static_cast<size_t>(micro_batches));
+  std::vector<float> idle(1, 0.0f);
+  const LayerForward idle_f{idle.data(), idle.data(), idle.data(), idle.data(), idle.data()};
+  const LayerBackward idle_b{idle.data(), idle.data(), idle.data(), idle.data()};
+  for (const std::vector<PipeOp>& tick : one_f_one_b_ticks(stages, micro_batches)) {
+    std::array<std::vector<PoolMember>, 2> members;
+    const PipeOp* mine = nullptr;
+    for (const PipeOp& op : tick) {
+      members[op.backward ? 1 : 0].push_back(
+          {op.stage, op.microbatch, op.backward, &member[static_cast<size_t>(op.stage)][static_cast<size_t>(op.microbatch)]});
+      if (op.stage == stage) mine = &op;
+    }
+    std::array<std::optional<NanoPlans>, 2> plans;
+    for (size_t d = 0; d < 2; ++d) {
+      if (members[d].empty()) continue;
+      DISTCA_ASSIGN_OR_RETURN(PooledBatch pool, pool_batches(members[d], stages, dp));
+      DISTCA_ASSIGN_OR_RETURN(NanoPlans np, plan_nano_batches(pool.batch, spec, opt));
+      plans[d].emplace(std::move(np));
+    }
+    DISTCA_ASSIGN_OR_RETURN(auto runner, TickRunner::create_tick(comm, plans[0] ? &*plans[0] : nullptr,
+                                                                 plans[1] ? &*plans[1] : nullptr, dims, mode));
+    TickIo io;
+    if (plans[0]) io.forward.assign(static_cast<size_t>(layers), idle_f);
+    if (plans[1]) {
+      io.backward.assign(static_cast<size_t>(layers), idle_b);
+      io.adopt.assign(static_cast<size_t>(layers), idle_f);
+    }
+    if (mine != nullptr) {
+      const NanoPlans& np = *plans[mine->backward ? 1 : 0];
+      const std::vector<Piece>& pieces = np.split.batch.per_rank[static_cast<size_t>(rank)];
+      auto& stack = stacks[static_cast<size_t>(mine->microbatch)];
+      if (!mine->backward) {
+        const auto& t = np.split.tokens[static_cast<size_t>(rank)];
+        stack = std::make_unique<LayerStack>(problems[static_cast<size_t>(mine->microbatch)], pieces,
+                                             std::array<int64_t, 2>{t[0], t[1]}, mode != OverlapMode::kSignal);
+        io.forward = stack->forward();
+        io.linear_forward = stack->linear();
+      } else {
+        if (stack == nullptr || pieces != stack->layout()) return Status::internal("backward rows laid out unlike the forward's");
+        io.backward = stack->backward();
+        io.adopt = stack->forward();
+        io.linear_backward = stack->linear();
+      }
+    }
+    DISTCA_RETURN_IF_ERROR(runner->run(io));
+  }
+  for (const auto& stack : stacks) {
+    if (stack == nullptr) return Status::internal("a micro-batch never ran forward");
+    DISTCA_RETURN_IF_ERROR(stack->status());
+    if (!stack->complete()) return Status::internal("the runner skipped linear work");
+    if (mode != OverlapMode::kSignal) worst->merge(stack->compare_layers());
+  }
+  return Status::ok_status();
 }
 
 }  // namespace distca::runtime::testing

@@ -1,6 +1,7 @@
 // The runtime on the local backend (1..8 ranks as threads): outputs and gradients against the
 // whole-document kernel call, ping-pong against single-stream (the whole plan in one call),
-// signal mode, the trace.
+// mixed-direction pipeline ticks, signal mode, the trace. The runner's tests give every layer
+// its own inputs and hold the linear work to the runner's contract (runtime_check.h, LayerStack).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -137,35 +138,72 @@ TEST(RuntimeLocal, NanoPlansCoverEveryPairOnce) {
 
 // Single-stream runs the whole plan as one call: its O and LSE are bitwise ping-pong's (both the
 // whole-document call's), its gradients another association of the same partials; both match
-// the kernel.
+// the kernel, every layer its own.
 TEST(RuntimeLocal, PingPongAndSingleStreamMatchTheKernel) {
   const AttentionDims dims = small_dims();
   for (int ranks : {1, 2, 4}) {
     const Batch batch = random_batch(ranks, 512, 200 + static_cast<uint64_t>(ranks));
-    const Problem pr = make_problem(batch, dims, 5, true);
+    const std::vector<Problem> layers = layer_problems(batch, dims, 5, 3, true);
     for (std::string name : {"colocated", "cad", "wlb"}) {
       auto np = plan_nano_batches(batch, parse_scheduler(name).value(), schedule_options(dims));
       ASSERT_TRUE(np.ok());
-      std::vector<RankOutputs> pp(static_cast<size_t>(ranks)), ss(static_cast<size_t>(ranks));
+      std::vector<std::vector<RankOutputs>> pp(static_cast<size_t>(ranks)), ss(static_cast<size_t>(ranks));
       for (OverlapMode mode : {OverlapMode::kPingPong, OverlapMode::kSingleStream}) {
         auto& outs = mode == OverlapMode::kPingPong ? pp : ss;
         Status st = comm::run_local(ranks, [&](comm::Communicator& c) {
           bool valid = false;
-          DISTCA_RETURN_IF_ERROR(run_runner(c, pr, np.value(), mode, 3, nullptr, &outs[static_cast<size_t>(c.rank())], &valid));
+          DISTCA_RETURN_IF_ERROR(run_runner(c, layers, np.value(), mode, nullptr, &outs[static_cast<size_t>(c.rank())], &valid));
           return valid ? Status::ok_status() : Status::internal("outputs flagged invalid");
         });
-        ASSERT_TRUE(st.ok()) << st.to_string();
+        ASSERT_TRUE(st.ok()) << name << ", " << overlap_mode_name(mode) << ": " << st.to_string();
       }
       Comparison all, single;
       for (int r = 0; r < ranks; ++r) {
-        const auto& a = pp[static_cast<size_t>(r)];
-        const auto& b = ss[static_cast<size_t>(r)];
-        EXPECT_TRUE(a.o == b.o && a.lse == b.lse) << name << " rank " << r;
-        all.merge(compare(pr, np->full.batch, r, a));
-        single.merge(compare(pr, np->full.batch, r, b));
+        for (size_t l = 0; l < layers.size(); ++l) {
+          const auto& a = pp[static_cast<size_t>(r)][l];
+          const auto& b = ss[static_cast<size_t>(r)][l];
+          EXPECT_TRUE(a.o == b.o && a.lse == b.lse) << name << " rank " << r << " layer " << l;
+        }
+        all.merge(compare_layers(layers, np->full.batch, r, pp[static_cast<size_t>(r)]));
+        single.merge(compare_layers(layers, np->full.batch, r, ss[static_cast<size_t>(r)]));
       }
       expect_close(all, std::to_string(ranks) + " ranks " + name + " (ping-pong): " + describe(all));
       expect_close(single, std::to_string(ranks) + " ranks " + name + " (single-stream): " + describe(single));
+    }
+  }
+}
+
+// CAD's pipeline ticks: forwards of some stages and backwards of others in one pass, each
+// direction pooled over every rank, ranks without an op serving only, a micro-batch's backward
+// adopting its forward from an earlier tick. Every micro-batch's every layer matches its own
+// whole-document reference, and the linear stand-in sees the contract kept.
+TEST(RuntimeLocal, MixedDirectionTicksMatchTheKernel) {
+  const AttentionDims dims = small_dims();
+  struct Case {
+    int64_t stages, dp, micro_batches;
+  };
+  for (const Case& k : {Case{2, 1, 3}, Case{2, 2, 2}, Case{3, 1, 3}}) {
+    // Not vacuous: some tick runs both directions.
+    bool mixed = false;
+    for (const auto& tick : one_f_one_b_ticks(k.stages, k.micro_batches)) {
+      bool f = false, b = false;
+      for (const PipeOp& op : tick) (op.backward ? b : f) = true;
+      mixed = mixed || (f && b);
+    }
+    ASSERT_TRUE(mixed);
+    for (OverlapMode mode : {OverlapMode::kPingPong, OverlapMode::kSingleStream, OverlapMode::kSignal}) {
+      const int ranks = static_cast<int>(k.stages * k.dp);
+      std::vector<Comparison> worst(static_cast<size_t>(ranks));
+      Status st = comm::run_local(ranks, [&](comm::Communicator& c) {
+        return run_pipeline_ticks(c, k.stages, k.micro_batches, 2, dims, mode, "cad", &worst[static_cast<size_t>(c.rank())]);
+      });
+      const std::string what = std::to_string(k.stages) + " stages x " + std::to_string(k.dp) + ", " +
+                               overlap_mode_name(mode);
+      ASSERT_TRUE(st.ok()) << what << ": " << st.to_string();
+      if (mode == OverlapMode::kSignal) continue;
+      Comparison all;
+      for (const Comparison& c : worst) all.merge(c);
+      expect_close(all, what + ": " + describe(all));
     }
   }
 }
@@ -220,14 +258,14 @@ TEST(RuntimeLocal, TileAlignedCadPlansPadNothing) {
         continue;
       }
       EXPECT_EQ(total, 0) << ranks << " ranks";
-      std::vector<RankOutputs> outs(static_cast<size_t>(ranks));
+      std::vector<std::vector<RankOutputs>> outs(static_cast<size_t>(ranks));
       st = comm::run_local(ranks, [&](comm::Communicator& c) {
         bool valid = false;
-        return run_runner(c, pr, np.value(), OverlapMode::kPingPong, 1, nullptr, &outs[static_cast<size_t>(c.rank())], &valid);
+        return run_runner(c, {pr}, np.value(), OverlapMode::kPingPong, nullptr, &outs[static_cast<size_t>(c.rank())], &valid);
       });
       ASSERT_TRUE(st.ok()) << st.to_string();
       Comparison all;
-      for (int r = 0; r < ranks; ++r) all.merge(compare(pr, np->full.batch, r, outs[static_cast<size_t>(r)]));
+      for (int r = 0; r < ranks; ++r) all.merge(compare_layers({pr}, np->full.batch, r, outs[static_cast<size_t>(r)]));
       expect_close(all, std::to_string(ranks) + " ranks, aligned cad: " + describe(all));
     }
   }
@@ -312,36 +350,37 @@ TEST(RuntimeLocal, StatelessPingPongEqualsKeepingServers) {
   const AttentionDims dims{8, 2, 8, 0};
   const int ranks = 3;
   const Batch batch = random_batch(ranks, 512, 77);
-  const Problem pr = make_problem(batch, dims, 17, false);
+  const std::vector<Problem> layers = layer_problems(batch, dims, 17, 2, false);
   auto np = plan_nano_batches(batch, parse_scheduler("cad").value(), schedule_options(dims));
   ASSERT_TRUE(np.ok());
-  std::vector<RankOutputs> keep(ranks), stateless(ranks);
+  std::vector<std::vector<RankOutputs>> keep(ranks), stateless(ranks);
   for (bool sl : {false, true}) {
     Status st = comm::run_local(ranks, [&](comm::Communicator& c) {
       bool valid = false;
       auto& out = sl ? stateless[static_cast<size_t>(c.rank())] : keep[static_cast<size_t>(c.rank())];
-      return run_runner(c, pr, np.value(), OverlapMode::kPingPong, 2, nullptr, &out, &valid, sl);
+      return run_runner(c, layers, np.value(), OverlapMode::kPingPong, nullptr, &out, &valid, sl);
     });
     ASSERT_TRUE(st.ok()) << st.to_string();
   }
   for (size_t r = 0; r < keep.size(); ++r) {
-    EXPECT_TRUE(keep[r].o == stateless[r].o && keep[r].dq == stateless[r].dq && keep[r].dk == stateless[r].dk &&
-                keep[r].dv == stateless[r].dv)
-        << "rank " << r;
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const RankOutputs &a = keep[r][l], &b = stateless[r][l];
+      EXPECT_TRUE(a.o == b.o && a.dq == b.dq && a.dk == b.dk && a.dv == b.dv) << "rank " << r << " layer " << l;
+    }
   }
 }
 
 TEST(RuntimeLocal, SignalModeRunsAndFlagsOutputsInvalid) {
   const AttentionDims dims = small_dims();
   const Batch batch = random_batch(3, 512, 77);
-  const Problem pr = make_problem(batch, dims, 3, false);
+  const std::vector<Problem> layers = layer_problems(batch, dims, 3, 2, false);
   auto np = plan_nano_batches(batch, parse_scheduler("cad").value(), schedule_options(dims));
   ASSERT_TRUE(np.ok());
   std::vector<int> valid(3, 1);
   Status st = comm::run_local(3, [&](comm::Communicator& c) {
-    RankOutputs out;
+    std::vector<RankOutputs> out;
     bool v = true;
-    DISTCA_RETURN_IF_ERROR(run_runner(c, pr, np.value(), OverlapMode::kSignal, 2, nullptr, &out, &v));
+    DISTCA_RETURN_IF_ERROR(run_runner(c, layers, np.value(), OverlapMode::kSignal, nullptr, &out, &v));
     valid[static_cast<size_t>(c.rank())] = v ? 1 : 0;
     return Status::ok_status();
   });
@@ -353,16 +392,16 @@ TEST(RuntimeLocal, TraceHasComputeAndCommEventsForEveryRank) {
   const AttentionDims dims = small_dims();
   const int ranks = 3;
   const Batch batch = random_batch(ranks, 512, 91);
-  const Problem pr = make_problem(batch, dims, 3, false);
+  const std::vector<Problem> layers = layer_problems(batch, dims, 3, 2, false);
   auto np = plan_nano_batches(batch, parse_scheduler("cad").value(), schedule_options(dims));
   ASSERT_TRUE(np.ok());
   TraceRecorder trace;
   std::vector<TraceEvent> gathered;
   Status st = comm::run_local(ranks, [&](comm::Communicator& c) {
     TraceRecorder mine(trace.epoch());
-    RankOutputs out;
+    std::vector<RankOutputs> out;
     bool v = false;
-    DISTCA_RETURN_IF_ERROR(run_runner(c, pr, np.value(), OverlapMode::kPingPong, 2, &mine, &out, &v));
+    DISTCA_RETURN_IF_ERROR(run_runner(c, layers, np.value(), OverlapMode::kPingPong, &mine, &out, &v));
     return gather_trace(c, mine.events(), &gathered);
   });
   ASSERT_TRUE(st.ok()) << st.to_string();

@@ -1,33 +1,61 @@
-// One tick of CAD's pipelined schedule (plan/pipeline_schedule.h, one_f_one_b_ticks): the
-// forwards of some stages' micro-batches and the backwards of others', each direction's core
-// attention planned as ONE pooled plan over every rank (plan/pool.h), run in one pass whose
-// layer steps interleave the two directions, so that every rank - computing a forward, a
-// backward, or nothing (it then only serves) - makes the same sequence of dispatcher calls.
+// The runner: one pass of L layer steps of core attention with the model's linear work in
+// between, for a forward, a backward, or both at once (a tick of a pipeline schedule,
+// plan/pipeline_schedule.h). A micro-batch without pipelines is a forward-only pass and,
+// later, a backward-only pass on the same dispatchers; CAD's pipeline tick runs the forwards
+// of some stages and the backwards of others, each direction's attention planned as one pooled
+// plan over every rank (plan/pool.h), so every rank - computing a forward, a backward, or
+// nothing (it then only serves) - makes the same sequence of dispatcher calls.
+// docs/runtime.md draws the schedule tick by tick.
 //
-// Per layer step j (L steps; forward layer j, backward layer L-1-j), each direction as below
-// for a single stream (with ping-pong, per nano-batch in turn):
-//   forward ranks:  wait O(j-1); linear(., j, false); dispatch Q/KV(j)
-//   backward ranks: wait dQ/dKV(L-j); linear(., L-j, true); dispatch dO|Q|O|LSE and K|V(L-1-j)
-//   every rank:     serve the forward tasks of layer j, then the backward tasks of L-1-j
-// then the last forward linear(., L, false) after O(L-1) and the last backward linear(., 0,
-// true) after dQ/dKV(0). Inside each direction the nano-batches ping-pong as in
-// PingPongRunner (OverlapMode::kPingPong; pingpong.h draws the schedule): forward ping then
-// pong, backward pong then ping, each nano-batch's exchange running under the other's linear
-// work and attention, dK/dV zeroed before pong's backward start and summed pong then ping.
-// kSingleStream runs each direction's whole plan as one exchange (linear(0, .) and
-// linear(1, .) around it, in PingPongRunner's single-stream order: the model's weight
-// gradients accumulate as in every other mode); kSignal is kPingPong with 1-byte exchanges.
+// Per layer step j (forward layer j, backward layer L-1-j), each direction through its lanes
+// (a lane: one dispatcher and the nano-batches whose linear work precedes its exchange):
+//   forward:  per lane: finish O(j-1); linear(x, j, false) for its nano-batches; start Q/KV(j)
+//   backward: per lane: finish dQ/dKV(L-j); linear(x, L-j, true) for its nano-batches;
+//             start dO(L-1-j)
+//   then serve the forward's lanes of layer j, then the backward's of layer L-1-j;
+// after the last step, per lane: finish O(L-1), linear(x, L, false); finish dQ/dKV(0),
+// linear(x, 0, true).
+// Lanes. kPingPong and kSignal: forward (ping: nano 0), (pong: nano 1); backward pong FIRST,
+// (pong: 1), (ping: 0): pong's dK/dV partials reach ping's rows (pong's queries read ping's
+// K/V), so ping's pre-CA backward of a layer may run only after pong's exchange of that layer
+// has finished. So while ping's Q/K/V travel, pong's linear work runs; pong's travel under
+// ping's attention; ping's O returns under pong's attention and pong's under ping's next
+// linear work. dk, dv are zeroed before pong's start and both nano-batches ADD into them
+// (pong, then ping: a fixed order, so the bits do not depend on timing). kSingleStream: one
+// lane per direction, the whole plan (NanoPlans::full): forward (full: 0, 1), backward (full:
+// 1, 0), dk and dv overwritten: every nano-batch's linear work runs in the same order as with
+// ping-pong, so the linear layers give the same bits in every mode and only attention's sums
+// differ (docs/runtime.md, "Numerics"). kSignal: ping-pong with 1-byte exchanges (outputs
+// invalid).
 //
-// Servers are stateless in both directions: a micro-batch's backward is pooled with other
-// micro-batches than its forward, so the backward dispatcher first adopts the forward's
-// outputs (CaDispatcher::adopt_forward; the LayerForward of every layer with its lse).
+// LinearFn, the model's linear work of nano-batch `nano` (0 ping, 1 pong) between two
+// attentions. Forward, linear(x, l, false): post-CA of layer l-1 (when l > 0) fused with
+// pre-CA of layer l (when l < L); linear(x, L, false) is the last post-CA (and the model's
+// head). Backward, the mirror: linear(x, l + 1, true) is the backward of pre-CA of layer l+1
+// (the head's when l + 1 == L) and of post-CA of layer l; linear(x, 0, true) the backward of
+// pre-CA of layer 0. Called on the runner's thread.
 //
-// Buffers: as PingPongRunner's (pingpong.h): fw[l] / bw[l] are this rank's layer buffers
-// (any valid pointers on a rank without rows); q, k, v, o and lse of the adopted forward stay
-// valid until run returns. Collective over `comm`. Thread safety: the rank's thread only.
+// Buffers in flight. linear(x, .) may write only nano-batch x's rows of the layer buffers;
+// the other nano-batch's rows of q, k, v, o (forward) and d_o, dq (backward) and every row of
+// dk, dv of a layer whose exchange is in flight belong to the runner until that exchange
+// finishes. (Pong's rows of dk and dv are final once pong's exchange has finished: ping's adds
+// exactly zero to them, its tasks read no pong row; ping's rows need both, and pong's exchange
+// of a layer finishes before ping's linear work reads them.) Layer
+// l's q, k, v, o stay valid until backward(l) is done (the dispatchers keep pointers); dk and
+// dv of layers l and l - 1 must be different buffers (pong's start of layer l - 1 zeroes its
+// dk, dv while ping's rows of layer l are still to be read).
+//
+// Servers. One micro-batch's runner (create) keeps its forward state on the servers unless
+// `stateless` (DispatcherOptions::stateless); a tick's runner (create_tick) has stateless
+// servers in both directions: a micro-batch's backward is pooled with other micro-batches than
+// its forward, so the backward dispatchers first adopt the forward's outputs
+// (CaDispatcher::adopt_forward; TickIo::adopt, every layer with its lse).
+//
+// Thread safety: a runner is used by its rank's thread only; calls are collective over comm.
 #pragma once
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -40,33 +68,92 @@
 
 namespace distca::runtime {
 
+using LinearFn = std::function<void(int nano, int layer, bool backward)>;
+
+// Per-layer buffers, all over the whole token buffer (the rank's rows, nano 0 then nano 1).
+struct LayerForward {
+  const float *q = nullptr, *k = nullptr, *v = nullptr;  // (n_tokens, heads, head_dim)
+  float* o = nullptr;                                    // (n_tokens, n_heads, head_dim)
+  float* lse = nullptr;  // optional: (n_tokens, n_heads)
+};
+struct LayerBackward {
+  const float* d_o = nullptr;                  // (n_tokens, n_heads, head_dim)
+  float *dq = nullptr, *dk = nullptr, *dv = nullptr;
+};
+
+// What one run does on this rank. A direction runs when its layers are given (L >= 1 each;
+// both given: the same L). A rank without rows in a direction that the runner has gives any
+// valid pointers and no linear work: it only serves.
+struct TickIo {
+  std::vector<LayerForward> forward;   // forward buffers; their lse receives the forward's LSE
+  LinearFn linear_forward;             // empty: none
+  std::vector<LayerForward> adopt;     // create_tick's backward: the finished forward, with lse
+  std::vector<LayerBackward> backward;  // gradient buffers
+  LinearFn linear_backward;            // empty: none
+};
+
+// Time one rank spent in a runner's calls, split (seconds, summed over calls).
+struct RunnerTimes {
+  double linear = 0;  // inside LinearFn
+  double waited = 0;  // blocked on exchanges (CaDispatcher::waited_seconds): exposed communication
+  double attention = 0;  // the rest of its calls: packing rows, attention kernels, assembling contexts
+};
+
 class TickRunner {
  public:
-  // forward / backward: the nano plans of the tick's pooled directions (plan_nano_batches),
-  // null when no stage runs that direction in this tick (the same on every rank). They and
-  // comm outlive the runner.
-  static Result<std::unique_ptr<TickRunner>> create(comm::Communicator& comm, const NanoPlans* forward,
-                                                    const NanoPlans* backward, const AttentionDims& dims,
-                                                    OverlapMode mode, TraceRecorder* trace);
+  // One micro-batch: run its forward, later its backward, on the same dispatchers. `plans` and
+  // `comm` must outlive the runner. Trace: dispatcher events labelled "ping" and "pong"
+  // ("full" in single-stream), linear events "ping linear" / "pong linear" (" bwd" in
+  // backward).
+  static Result<std::unique_ptr<TickRunner>> create(comm::Communicator& comm, const NanoPlans& plans,
+                                                    const AttentionDims& dims, OverlapMode mode,
+                                                    TraceRecorder* trace = nullptr, bool stateless = false);
+  // A tick: `forward` / `backward` the nano plans of the tick's pooled directions, null when no
+  // stage runs that direction in this tick (the same on every rank); every run must give the
+  // directions the runner has. They and comm outlive the runner. Dispatcher events labelled
+  // "fwd ping" ... ("fwd" / "bwd" in single-stream).
+  static Result<std::unique_ptr<TickRunner>> create_tick(comm::Communicator& comm, const NanoPlans* forward,
+                                                         const NanoPlans* backward, const AttentionDims& dims,
+                                                         OverlapMode mode, TraceRecorder* trace = nullptr);
 
-  // L = fw.size() = bw.size() = adopt.size() layer steps. fw: the forward buffers (their lse
-  // receives the forward's LSE); adopt: the finished forward of the micro-batch whose
-  // backward runs here (with lse); bw: its gradient buffers. linear_f / linear_b: this rank's
-  // linear work of each direction (empty: none).
-  Status run(const std::vector<LayerForward>& fw, const LinearFn& linear_f, const std::vector<LayerForward>& adopt,
-             const std::vector<LayerBackward>& bw, const LinearFn& linear_b);
+  // The pass above over the given directions. Collective.
+  Status run(const TickIo& io);
+  // run with the forward only: layers 0..L-1, ending with linear(., L, false).
+  Status forward(const std::vector<LayerForward>& layers, const LinearFn& linear);
+  // run with the backward only (after forward of the same layers on a create runner), starting
+  // with linear(., L, true) and ending with linear(., 0, true). dk, dv are overwritten with the
+  // sum over both nano-batches (single-stream: over the whole plan).
+  Status backward(const std::vector<LayerBackward>& layers, const LinearFn& linear);
 
+  bool outputs_valid() const { return mode_ != OverlapMode::kSignal; }
+  OverlapMode mode() const { return mode_; }
+  // This runner's time split so far.
   RunnerTimes times() const;
+  // Bytes this rank sent in the last forward and backward of each layer, summed over the
+  // dispatchers (payload; signal mode counts its bytes).
   int64_t last_bytes_sent() const;
 
  private:
+  // A dispatcher and the nano-batches whose linear work runs before its start, in order.
+  struct Lane {
+    CaDispatcher* disp = nullptr;
+    std::vector<int> nanos;
+  };
   TickRunner() = default;
-  void linear(const LinearFn& fn, int nano, int layer, bool backward, const char* name);
+  Status add_direction(comm::Communicator& comm, const NanoPlans& plans, const AttentionDims& dims, int direction,
+                       const DispatcherOptions& options, const char* prefix);
+  Status forward_step(const TickIo& io, int j);
+  Status backward_step(const TickIo& io, int j);
+  Status finish_forward(const TickIo& io, int L);
+  Status finish_backward(const TickIo& io);
+  void linear(const LinearFn& fn, int nano, int layer, bool backward);
+
   comm::Communicator* comm_ = nullptr;
-  TraceRecorder* trace_ = nullptr;
   OverlapMode mode_ = OverlapMode::kPingPong;
-  // [direction][nano]: forward ping, pong; backward ping, pong. Single-stream: [d][0] only.
-  std::array<std::array<std::unique_ptr<CaDispatcher>, 2>, 2> disp_;
+  TraceRecorder* trace_ = nullptr;
+  bool adopts_ = false;  // create_tick: the backward adopts the forward's outputs
+  std::vector<std::unique_ptr<CaDispatcher>> owned_;
+  std::array<std::vector<Lane>, 2> lanes_;  // [forward, backward], in start order
   double linear_s_ = 0, total_s_ = 0;
 };
 

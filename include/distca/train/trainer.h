@@ -11,7 +11,7 @@
 //      step ahead of the step that runs them (src/train/planner.h): step b + 1's while step
 //      b computes. The plans are the same bits either way, so is everything else;
 //   3. all-reduces the target counts (double), then runs the model's phased step
-//      (model/llama.h) under a runtime::PingPongRunner: the model's layer phases per
+//      (model/llama.h) under a runtime::TickRunner: the model's layer phases per
 //      nano-batch are the runner's linear work, core attention goes through its dispatchers
 //      (--overlap: pingpong overlaps each nano-batch's exchanges with the other's linear work
 //      and attention; single-stream and colocated run one exchange per layer, waited for at
