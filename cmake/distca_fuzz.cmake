@@ -1,4 +1,5 @@
-# The libFuzzer targets of fuzz/, built by the normal build and run by CTest.
+# The libFuzzer targets of fuzz/, built by the full build (scripts/test.sh; not by
+# scripts/run.sh, which builds only its targets) and run by CTest.
 #
 # libFuzzer is clang's, and the project builds with GCC, so fuzz/ is its own CMake project
 # that ExternalProject configures with clang++ into <build>/fuzz. It compiles only the parsers'
@@ -7,10 +8,16 @@
 # longer.
 include_guard(GLOBAL)
 
+option(DISTCA_FUZZ "Build the libFuzzer targets with clang++ and run each briefly in CTest (where clang++ links -fsanitize=fuzzer)" ON)
+set(DISTCA_FUZZ_SECONDS 20 CACHE STRING "Seconds each fuzz target runs in CTest")
+if(NOT DISTCA_FUZZ)
+  return()
+endif()
+
 find_program(DISTCA_CLANGXX NAMES clang++ clang++-14 DOC "clang++ used for the libFuzzer build")
-if(DISTCA_CLANGXX AND NOT DEFINED CACHE{DISTCA_LIBFUZZER_WORKS})
+if(DISTCA_CLANGXX AND NOT DISTCA_LIBFUZZER_WORKS)
   # Link a trivial target: clang without libFuzzer's runtime (libclang-rt-14-dev on Debian)
-  # compiles but fails here.
+  # compiles but fails here. Only success is cached, so installing the runtime is seen.
   set(_probe ${CMAKE_BINARY_DIR}/CMakeFiles/distca_fuzz_probe)
   file(WRITE ${_probe}/probe.cpp
        "#include <cstddef>\n#include <cstdint>\n"
@@ -19,26 +26,16 @@ if(DISTCA_CLANGXX AND NOT DEFINED CACHE{DISTCA_LIBFUZZER_WORKS})
                   WORKING_DIRECTORY ${_probe} RESULT_VARIABLE _rc OUTPUT_QUIET ERROR_QUIET)
   if(_rc EQUAL 0)
     set(DISTCA_LIBFUZZER_WORKS ON CACHE INTERNAL "clang++ links -fsanitize=fuzzer")
-  else()
-    set(DISTCA_LIBFUZZER_WORKS OFF CACHE INTERNAL "clang++ links -fsanitize=fuzzer")
   endif()
 endif()
-set(_fuzz_default OFF)
+set(_fuzz_tools_found OFF)
 if(DISTCA_CLANGXX AND DISTCA_LIBFUZZER_WORKS)
-  set(_fuzz_default ON)
+  set(_fuzz_tools_found ON)
 endif()
-option(DISTCA_FUZZ "Build the libFuzzer targets with clang++ and run each briefly in CTest" ${_fuzz_default})
-set(DISTCA_FUZZ_SECONDS 20 CACHE STRING "Seconds each fuzz target runs in CTest")
-
+distca_optional_part(DISTCA_FUZZ _fuzz_tools_found "fuzz targets"
+                     "clang++ that links -fsanitize=fuzzer (clang, libclang-rt-14-dev)")
 if(NOT DISTCA_FUZZ)
-  if(NOT _fuzz_default)
-    message(STATUS "distca: fuzz targets off (needs clang++ with libFuzzer: the clang and "
-                   "libclang-rt-14-dev packages, scripts/install-deps.sh)")
-  endif()
   return()
-endif()
-if(NOT (DISTCA_CLANGXX AND DISTCA_LIBFUZZER_WORKS))
-  message(FATAL_ERROR "DISTCA_FUZZ=ON needs clang++ that links -fsanitize=fuzzer (clang, libclang-rt-14-dev)")
 endif()
 
 include(ExternalProject)

@@ -27,3 +27,17 @@ function(distca_layer name)
   target_link_libraries(distca_${name} PUBLIC ${ARG_DEPS})
   distca_target_flags(distca_${name})
 endfunction()
+
+# distca_optional_part(VAR FOUND_VAR WHAT TOOL): VAR (a part's option, ON) is turned off for
+# this configure, with one status line naming TOOL, when FOUND_VAR is false; an error instead
+# with DISTCA_REQUIRE_TEST_TOOLS. Nothing is cached, so installing TOOL and configuring again
+# brings the part back.
+macro(distca_optional_part var found what tool)
+  if(NOT ${found})
+    if(DISTCA_REQUIRE_TEST_TOOLS)
+      message(FATAL_ERROR "distca: the ${what} need ${tool}: run scripts/install-deps.sh")
+    endif()
+    message(STATUS "distca: ${what} left out: ${tool} is not installed (scripts/install-deps.sh installs it)")
+    set(${var} OFF)
+  endif()
+endmacro()

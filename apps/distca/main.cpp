@@ -1,6 +1,7 @@
 // distca: the command-line tool. Parses arguments, dispatches to one registered command, and
 // is the only place that prints for people and chooses exit codes.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -98,6 +99,36 @@ void keep_freed_memory() {
 #if defined(__GLIBC__)
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+}
+
+// Backs the first kHugeHeapBytes of the heap with transparent huge pages. On a virtual machine
+// the first touch of every 4 KiB page costs a trap and a page-table update by the hypervisor
+// (8-30 us each on the development VM), so a process's first plan, which writes tens of MB of
+// fresh heap (ProLong 512K at 512 servers: 6K pages), spent about 90% of its time in page
+// faults, and every later plan reused those pages: the first `distca plan` took 10x a warm
+// one (docs/scheduler.md, "Performance"). Huge pages take one fault per 2 MiB. The heap is
+// grown by that much now (address space only: pages become resident when first touched, as
+// before) and advised MADV_HUGEPAGE, which THP's default "madvise" mode honours; elsewhere
+// ("never", no THP, no brk heap) the advice fails or is skipped and nothing changes. Only the
+// main thread's arena is covered; threads that allocate from arenas of their own (the trainer's
+// planning threads) are not. Below M_TRIM_THRESHOLD, so the freed block is never handed back.
+void back_heap_with_huge_pages() {
+#if defined(__GLIBC__) && defined(MADV_HUGEPAGE)
+  constexpr size_t kHugeHeapBytes = size_t{512} << 20;
+  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  constexpr int kDefaultTopPad = 128 << 10;  // mallopt(3)
+  mallopt(M_TOP_PAD, static_cast<int>(kHugeHeapBytes));
+  void* block = std::malloc(kHugePage);  // grows the heap by the block and the pad
+  mallopt(M_TOP_PAD, kDefaultTopPad);
+  if (block == nullptr) return;
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(block) + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(::sbrk(0)) & ~(kHugePage - 1);
+  // The block came from the brk heap and the heap did grow (not a mapping of its own).
+  if (start < end && end - start <= kHugeHeapBytes + kHugePage) {
+    ::madvise(reinterpret_cast<void*>(start), end - start, MADV_HUGEPAGE);
+  }
+  std::free(block);
 #endif
 }
 
@@ -206,6 +237,7 @@ int main(int argc, char** argv) {
   occupy_closed_std_fds();
   distca::install_temp_file_cleanup();
   keep_freed_memory();
+  back_heap_with_huge_pages();
   int code;
   // The CLI boundary: whatever a lower layer throws becomes one line, never an abort.
   try {
