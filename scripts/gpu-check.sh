@@ -86,6 +86,7 @@ OUT="$(cd "$OUT" && pwd)"
 # Logs and raw outputs live in WORK and are packed into $OUT after every step: the device tool
 # returns at most 8 files from $OUT.
 WORK="$(mktemp -d /tmp/gpu-check.XXXXXX)"
+PROGS="$(mktemp -d /tmp/gpu-check-programs.XXXXXX)"  # the unpacked bundle or links to a build
 JOBS="$(nproc)"
 printf -v START '%(%s)T' -1
 BUDGET="${GPU_CHECK_BUDGET_S:-420}"
@@ -207,7 +208,7 @@ on_signal() {
 }
 on_exit() {
   [ "$FINISHED" = true ] || save
-  rm -rf "$WORK"
+  rm -rf "$WORK" "$PROGS"
 }
 trap 'on_signal TERM' TERM
 trap 'on_signal INT' INT
@@ -327,7 +328,7 @@ fi
 GEN=()
 command -v ninja >/dev/null 2>&1 || GEN=(-G "Unix Makefiles")
 # copy_built DIR: the programs of a build tree into one folder, as the bundle has them.
-BIN="$WORK/bin"
+BIN="$PROGS/bin"
 mkdir -p "$BIN"
 copy_built() {
   local p
@@ -342,11 +343,11 @@ if [ -n "${GPU_CHECK_BIN:-}" ]; then
   record programs passed 0 0 "GPU_CHECK_BIN=$BIN"
 elif [ -f "$BUNDLE" ]; then
   SOURCE=bundle
-  dir="$WORK/bundle"
+  dir="$PROGS/bundle"
   mkdir -p "$dir"
   step bundle 60 tar xzf "$BUNDLE" -C "$dir"
   BIN="$dir/gpu-bundle/bin"
-  BUNDLE_COMMIT=$(tr '\n' ' ' <"$dir/gpu-bundle/commit" 2>/dev/null)
+  BUNDLE_COMMIT=$(tr '\n' ' ' <"$dir/gpu-bundle/commit" 2>/dev/null | sed 's/ $//')
   export LD_LIBRARY_PATH="$dir/gpu-bundle/lib:$LD_LIBRARY_PATH"
   # libcublas, libnccl (left out of the bundle) or anything else missing: wherever the image
   # has them (NCCL may come only with a Python wheel), each search bounded.
