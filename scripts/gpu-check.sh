@@ -35,8 +35,9 @@
 #   cmake --preset cuda-kernels  (DISTCA_KERNELS_ONLY: distca_kernels_cuda and its test
 #                            programs; needs the CUDA toolkit and GTest, found installed or
 #                            built from the source the bundle step packs as build/gtest-src)
-# Each program runs only when `ldd` finds every library it loads; else it is skipped naming
-# the missing ones, and the others still run.
+# A bundle whose kernels_cuda_test does not start on the image falls through to the builds
+# (with the bundle's googletest source). Each program runs only when `ldd` finds every library
+# it loads; else it is skipped naming the missing ones, and the others still run.
 #
 # Adding a check: one `step NAME LIMIT_S command...` line (output to $WORK/NAME.log); a test
 # program goes through run_tests (its counts land in the JSON), a benchmark through bench.
@@ -337,38 +338,53 @@ copy_built() {
     [ -x "$p" ] && ln -sf "$PWD/$p" "$BIN/"
   done
 }
-if [ -n "${GPU_CHECK_BIN:-}" ]; then
-  SOURCE=bin
-  BIN="$(cd "$GPU_CHECK_BIN" && pwd)"
-  record programs passed 0 0 "GPU_CHECK_BIN=$BIN"
-elif [ -f "$BUNDLE" ]; then
-  SOURCE=bundle
-  dir="$PROGS/bundle"
+GTEST_SRC=build/gtest-src  # googletest's source for the kernels-only build (or the bundle's)
+
+# use_bundle: the carried bundle's programs. Fails (so a build follows) when its
+# kernels_cuda_test cannot start here (a library missing or too old on this image).
+use_bundle() {
+  local dir="$PROGS/bundle" lib found before=$FAILED
   mkdir -p "$dir"
-  step bundle 60 tar xzf "$BUNDLE" -C "$dir"
-  BIN="$dir/gpu-bundle/bin"
+  step bundle 60 tar xzf "$BUNDLE" -C "$dir" || return 1
+  [ -d "$dir/gtest-src" ] && GTEST_SRC="$dir/gtest-src"
   BUNDLE_COMMIT=$(tr '\n' ' ' <"$dir/gpu-bundle/commit" 2>/dev/null | sed 's/ $//')
   export LD_LIBRARY_PATH="$dir/gpu-bundle/lib:$LD_LIBRARY_PATH"
   # libcublas, libnccl (left out of the bundle) or anything else missing: wherever the image
   # has them (NCCL may come only with a Python wheel), each search bounded.
-  for lib in $(for b in "$BIN"/*; do missing_libs "$b"; done | tr ' ' '\n' | sort -u); do
+  for lib in $(for b in "$dir"/gpu-bundle/bin/*; do missing_libs "$b"; done | tr ' ' '\n' | sort -u); do
     found=$(timeout 30 find / \( -path /proc -o -path /sys -o -path /dev \) -prune -o -name "$lib" -print -quit 2>/dev/null)
     [ -n "$found" ] && LD_LIBRARY_PATH="$(dirname "$found"):$LD_LIBRARY_PATH"
   done
-  { for b in "$BIN"/*; do echo "$b: $(missing_libs "$b")"; done; } >"$WORK/bundle_ldd.log"
-else
-  before=$FAILED
+  { for b in "$dir"/gpu-bundle/bin/*; do echo "$b: $(missing_libs "$b")"; done; } >"$WORK/bundle_ldd.log"
+  if ! step bundle_starts 30 "$dir/gpu-bundle/bin/kernels_cuda_test" --gtest_list_tests; then
+    unavailable "the bundle's kernels_cuda_test does not start here: building instead" "$before"
+    return 1
+  fi
+  SOURCE=bundle
+  BIN="$dir/gpu-bundle/bin"
+}
+
+# use_build: the full build, else the kernels-only one (CUDA toolkit and googletest's source).
+use_build() {
+  local before=$FAILED gtest=()
   if step configure 90 cmake --preset cuda -DDISTCA_BUILD_BENCH=OFF "${GEN[@]}" "${LAUNCHERS[@]}"; then
     # shellcheck disable=SC2086
     step build 300 cmake --build build/cuda --target $PROGRAMS -j"$JOBS" && SOURCE=full && copy_built build/cuda
-  else
-    unavailable "the full build's dependencies are missing here: trying the kernels-only build" "$before"
-    GTEST=()
-    [ -d build/gtest-src ] && GTEST=(-DDISTCA_GTEST_SOURCE_DIR="$PWD/build/gtest-src")
-    step configure_kernels_only 60 cmake --preset cuda-kernels "${GEN[@]}" "${LAUNCHERS[@]}" "${GTEST[@]}" &&
-      step build_kernels_only 240 cmake --build build/cuda-kernels --target kernels_cuda_test -j"$JOBS" &&
-      SOURCE=kernels-only && copy_built build/cuda-kernels
+    return
   fi
+  unavailable "the full build's dependencies are missing here: trying the kernels-only build" "$before"
+  [ -d "$GTEST_SRC" ] && gtest=(-DDISTCA_GTEST_SOURCE_DIR="$(cd "$GTEST_SRC" && pwd)")
+  step configure_kernels_only 60 cmake --preset cuda-kernels "${GEN[@]}" "${LAUNCHERS[@]}" "${gtest[@]}" &&
+    step build_kernels_only 240 cmake --build build/cuda-kernels --target kernels_cuda_test -j"$JOBS" &&
+    SOURCE=kernels-only && copy_built build/cuda-kernels
+}
+
+if [ -n "${GPU_CHECK_BIN:-}" ]; then
+  SOURCE=bin
+  BIN="$(cd "$GPU_CHECK_BIN" && pwd)"
+  record programs passed 0 0 "GPU_CHECK_BIN=$BIN"
+elif ! { [ -f "$BUNDLE" ] && use_bundle; }; then
+  use_build
 fi
 export DISTCA_CLI="$BIN/distca"  # kernels_cuda_cli_test runs this binary
 

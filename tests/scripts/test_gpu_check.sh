@@ -91,7 +91,8 @@ if command -v cc >/dev/null 2>&1; then
   check_json "$T/o1/gpu-check.json" 'steps["kernels_cuda_cli_test"]["why"] == "ldd: not found: libgone.so"'
 fi
 check_json "$T/o1/gpu-check.json" 'any("two ranks" in x for x in j["not_exercised_on_one_gpu"])'
-tar tzf "$T/o1/gpu-check-logs.tar.gz" | grep -q kernels_cuda_test.log || fail "no-GPU run: log pack lacks kernels_cuda_test.log"
+[[ "$(tar tzf "$T/o1/gpu-check-logs.tar.gz")" == *kernels_cuda_test.log* ]] ||
+  fail "no-GPU run: log pack lacks kernels_cuda_test.log"
 
 # 2. With a (stand-in) GPU: device line, benchmarks embedded, three sanitizer tools, and a
 # device test that skips although a GPU is present fails the check, named.
