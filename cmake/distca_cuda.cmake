@@ -18,9 +18,12 @@ set(CMAKE_CUDA_EXTENSIONS OFF)
 find_package(CUDAToolkit REQUIRED)
 
 # distca::cuda: what every CUDA target links (the runtime, core/cuda_check.h's Status type).
+# The runtime is linked statically: a program then needs only the driver's libcuda from the
+# machine it runs on (scripts/gpu-check.sh carries programs to a device machine; libcublas and
+# libnccl, hundreds of MB each, come from that machine's own CUDA 13).
 add_library(distca_cuda_common INTERFACE)
 add_library(distca::cuda ALIAS distca_cuda_common)
-target_link_libraries(distca_cuda_common INTERFACE distca::core CUDA::cudart)
+target_link_libraries(distca_cuda_common INTERFACE distca::core CUDA::cudart_static)
 target_compile_definitions(distca_cuda_common INTERFACE DISTCA_HAS_CUDA=1)
 
 # Per-target flags for a target with .cu and .cpp sources: the C++ flags of distca_target_flags

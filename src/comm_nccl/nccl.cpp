@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -20,6 +21,8 @@ namespace distca::comm {
 namespace {
 
 using nccl::P2pOp;
+// The longest a destructor waits for ncclCommFinalize before aborting instead.
+constexpr double kFinalizeLimitS = 5.0;
 static_assert(sizeof(ncclUniqueId) == sizeof(nccl::UniqueIdBytes), "ncclUniqueId size changed");
 
 Status cuda_status(cudaError_t e, const char* call, int rank) {
@@ -121,12 +124,15 @@ class NcclCommImpl final : public NcclCommunicator {
   NcclCommImpl(Communicator& boot, const NcclOptions& o) : boot_(boot), opt_(o), rank_(boot.rank()), size_(boot.size()) {}
 
   ~NcclCommImpl() override {
-    // Non-blocking communicators: finalize (bounded), then destroy. Nothing to report to from
-    // a destructor; every exchange is complete by contract, so finalize has nothing to flush.
+    // Non-blocking communicators: finalize, then destroy. Every exchange is complete by
+    // contract, so finalize has nothing to flush and settles at once; one that does not within
+    // kFinalizeLimitS (a peer gone, a stuck stream) is aborted instead, so the destructor never
+    // waits out the whole timeout. Nothing to report to from a destructor.
     for (ncclComm_t* c : {&comm_, &p2p_comm_}) {
       if (*c == nullptr) continue;
-      if (nccl_status(ncclCommFinalize(*c), "ncclCommFinalize", rank_, *c).ok()) (void)settle(*c, "ncclCommFinalize");
-      (void)ncclCommDestroy(*c);
+      const bool finalized = nccl_status(ncclCommFinalize(*c), "ncclCommFinalize", rank_, *c).ok() &&
+                             settle(*c, "ncclCommFinalize", std::min(opt_.timeout_s, kFinalizeLimitS)).ok();
+      (void)(finalized ? ncclCommDestroy(*c) : ncclCommAbort(*c));
       *c = nullptr;
     }
     for (cudaStream_t s : {stream_, p2p_stream_}) {
@@ -134,8 +140,16 @@ class NcclCommImpl final : public NcclCommunicator {
     }
   }
 
-  // Device, streams, the two NCCL communicators; every step agreed on by all ranks.
+  // Device, streams, the two NCCL communicators; every step agreed on by all ranks. When any
+  // rank fails, every rank aborts the communicators it has created (or is creating): a
+  // finalize would wait for peers that never join.
   Status init() {
+    Status st = init_all();
+    if (!st.ok()) abort_comms();
+    return st;
+  }
+
+  Status init_all() {
     Status mine = [&]() -> Status {
       const int count = cuda_device_count();
       if (count == 0) return Status::internal("no CUDA device (cudaGetDeviceCount found none)");
@@ -309,8 +323,9 @@ class NcclCommImpl final : public NcclCommunicator {
     }
   }
 
-  // Waits until a non-blocking NCCL call on `c` has finished (ncclInProgress no more).
-  Status settle(ncclComm_t c, const char* call) {
+  // Waits until a non-blocking NCCL call on `c` has finished (ncclInProgress no more), at most
+  // limit_s (the communicator's timeout unless given).
+  Status settle(ncclComm_t c, const char* call, double limit_s = -1) {
     return nccl::bounded_wait(
         [&]() -> Result<bool> {
           ncclResult_t async = ncclSuccess;
@@ -319,7 +334,8 @@ class NcclCommImpl final : public NcclCommunicator {
           DISTCA_RETURN_IF_ERROR(nccl_status(async, call, rank_, c));
           return true;
         },
-        opt_.timeout_s, now_s, [&] { std::this_thread::sleep_for(std::chrono::microseconds(opt_.poll_interval_us)); },
+        limit_s >= 0 ? limit_s : opt_.timeout_s, now_s,
+        [&] { std::this_thread::sleep_for(std::chrono::microseconds(opt_.poll_interval_us)); },
         std::string(call) + " (rank " + std::to_string(rank_) + ") did not finish");
   }
 

@@ -102,11 +102,21 @@ Status CudaAttention::stage_tiles(const CudaLaunchPlan& plan, cudaStream_t strea
   return {};
 }
 
+namespace {
+
+Status mark(cudaEvent_t e, cudaStream_t stream) {
+  if (e != nullptr) DISTCA_CUDA_CHECK(cudaEventRecord(e, stream));
+  return {};
+}
+
+}  // namespace
+
 Status CudaAttention::forward(const AttentionParams& p, const int32_t* host_cu_q, const int32_t* host_cu_k,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, cudaEvent_t kernels_start) {
   DISTCA_ASSIGN_OR_RETURN(plan_, plan_cuda_attention(p, host_cu_q, host_cu_k, false, options_));
-  if (plan_.fwd_tiles.empty()) return {};
+  if (plan_.fwd_tiles.empty()) return mark(kernels_start, stream);
   DISTCA_RETURN_IF_ERROR(stage_tiles(plan_, stream));
+  DISTCA_RETURN_IF_ERROR(mark(kernels_start, stream));
   const DeviceArgs a = device_args(p, plan_);
   const auto* tiles = reinterpret_cast<const CudaTile*>(device_);
   DISTCA_RETURN_IF_ERROR(plan_.forward == CudaKernel::kTiled
@@ -117,10 +127,11 @@ Status CudaAttention::forward(const AttentionParams& p, const int32_t* host_cu_q
 }
 
 Status CudaAttention::backward(const AttentionParams& p, const int32_t* host_cu_q, const int32_t* host_cu_k,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, cudaEvent_t kernels_start) {
   DISTCA_ASSIGN_OR_RETURN(plan_, plan_cuda_attention(p, host_cu_q, host_cu_k, true, options_));
-  if (plan_.dq_tiles.empty() && plan_.dkv_tiles.empty()) return {};
+  if (plan_.dq_tiles.empty() && plan_.dkv_tiles.empty()) return mark(kernels_start, stream);
   DISTCA_RETURN_IF_ERROR(stage_tiles(plan_, stream));
+  DISTCA_RETURN_IF_ERROR(mark(kernels_start, stream));
   const cuda_shapes::WorkspaceLayout w = cuda_shapes::workspace_layout(plan_, p.n_heads);
   DeviceArgs a = device_args(p, plan_);
   auto* base = static_cast<char*>(device_);

@@ -24,31 +24,33 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Why the tiled kernel cannot take `p` ("" when it can): it needs a 2-byte type, a head_dim its
-// fragments are built for, and 16-byte aligned inputs (cp.async moves 16 bytes).
-std::string tiled_refusal(const AttentionParams& p) {
+// fragments are built for, and aligned buffers. The forward loads q, k, v with cp.async (16
+// bytes) and stores o as 32-bit words; the backward loads q, k, v and d_o with cp.async and
+// stores dq, dk, dv as 32-bit words (o is read by dsum_kernel element by element). Rows are
+// head_dim * 2 = 128 or 256 bytes long, so an aligned base aligns every row.
+std::string tiled_refusal(const AttentionParams& p, bool backward) {
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return "it takes bf16/fp16 only";
   if (p.head_dim != 64 && p.head_dim != 128) {
     return "it takes head_dim 64 or 128 (got " + std::to_string(p.head_dim) + ")";
   }
   const auto misaligned = [](const void* x, uintptr_t n) { return reinterpret_cast<uintptr_t>(x) % n != 0; };
   if (misaligned(p.q, 16) || misaligned(p.k, 16) || misaligned(p.v, 16)) return "q, k and v must be 16-byte aligned";
-  if (misaligned(p.o, 4)) return "o must be 4-byte aligned";
+  if (!backward) return misaligned(p.o, 4) ? "o must be 4-byte aligned" : "";
+  if (misaligned(p.d_o, 16)) return "d_o must be 16-byte aligned";
+  if (misaligned(p.dq, 4) || misaligned(p.dk, 4) || misaligned(p.dv, 4)) return "dq, dk and dv must be 4-byte aligned";
   return "";
 }
 
-Result<CudaKernel> resolve(CudaKernel asked, const AttentionParams& p, bool tiled_exists, const char* which) {
+Result<CudaKernel> resolve(CudaKernel asked, const AttentionParams& p, bool backward, const char* which) {
   if (asked == CudaKernel::kSimple) return CudaKernel::kSimple;
   if (asked == CudaKernel::kAuto) {
-    return tiled_exists && tiled_refusal(p).empty() ? CudaKernel::kTiled : CudaKernel::kSimple;
+    return tiled_refusal(p, backward).empty() ? CudaKernel::kTiled : CudaKernel::kSimple;
   }
   if (asked != CudaKernel::kTiled) {
     return Status::invalid_argument(std::string(which) + ": unknown kernel " +
                                     std::to_string(static_cast<int>(asked)));
   }
-  if (!tiled_exists) {
-    return Status::invalid_argument(std::string(which) + ": there is no tiled kernel for it yet (use simple or auto)");
-  }
-  if (const std::string why = tiled_refusal(p); !why.empty()) {
+  if (const std::string why = tiled_refusal(p, backward); !why.empty()) {
     return Status::invalid_argument(std::string(which) + ": tiled refused: " + why);
   }
   return CudaKernel::kTiled;
@@ -114,7 +116,7 @@ Result<CudaLaunchPlan> plan_cuda_attention(const AttentionParams& p, const int32
       return Status::invalid_argument("dk and dv must be set for the backward (total_kv > 0)");
     }
   }
-  DISTCA_ASSIGN_OR_RETURN(plan.forward, resolve(options.forward, p, true, "forward kernel"));
+  DISTCA_ASSIGN_OR_RETURN(plan.forward, resolve(options.forward, p, false, "forward kernel"));
   plan.backward = CudaKernel::kSimple;
   if (backward) {
     DISTCA_ASSIGN_OR_RETURN(plan.backward, resolve(options.backward, p, true, "backward kernel"));

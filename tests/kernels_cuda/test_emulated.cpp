@@ -24,6 +24,17 @@ namespace {
 using namespace check;  // NOLINT: Case, Outputs, check_case (attention_check.h)
 using cuda_detail::DeviceArgs;
 
+// D = rowsum(dO o O) by dsum_kernel itself (attention_simple.cu), on launch_dsum's grid: one
+// warp per (row, head), kSimpleRows warps per block. Both backwards read D from here.
+template <class T>
+void run_dsum(const DeviceArgs& a) {
+  const int64_t warps = a.total_q * a.n_heads;
+  for (int64_t b = 0; b * cuda_shapes::kSimpleRows < warps; ++b) {
+    emu::BlockRunner::run(static_cast<unsigned>(b), 0, cuda_shapes::kSimpleThreads, 0,
+                          [&] { cuda_detail::dsum_kernel<T>(a); });
+  }
+}
+
 template <class T, int D>
 Outputs run_emulated_t(AttentionProblem& pr, DType dtype) {
   AttentionParams p = params_for(pr);
@@ -64,20 +75,12 @@ Outputs run_emulated_t(AttentionProblem& pr, DType dtype) {
     }
   };
   grid(plan->fwd_tiles, p.n_heads, plan->fwd_smem_bytes, cuda_detail::tiled_forward_kernel<T, D>);
-  // D = rowsum(dO o O) as dsum_kernel computes it (in fp32 from the stored O).
-  const std::vector<float> of = testing::decode(dtype, o), gf = testing::decode(dtype, d_o);
-  for (int64_t row = 0; row < plan->total_q; ++row) {
-    for (int h = 0; h < p.n_heads; ++h) {
-      float acc = 0;
-      for (int c = 0; c < D; ++c) acc += of[(row * p.n_heads + h) * D + c] * gf[(row * p.n_heads + h) * D + c];
-      dsum[h * plan->total_q + row] = acc;
-    }
-  }
+  run_dsum<T>(a);
   grid(plan->dq_tiles, p.n_heads, plan->dq_smem_bytes, cuda_detail::tiled_dq_kernel<T, D>);
   grid(plan->dkv_tiles, p.n_kv_heads, plan->dkv_smem_bytes, cuda_detail::tiled_dkv_kernel<T, D>);
 
   Outputs out;
-  out.o = of;
+  out.o = testing::decode(dtype, o);
   out.lse = lse;
   out.dq = testing::decode(dtype, dq);
   out.dk = testing::decode(dtype, dk);
@@ -124,11 +127,7 @@ Outputs run_emulated_simple_t(AttentionProblem& pr, DType dtype) {
     }
   };
   grid(plan->fwd_tiles, p.n_heads, plan->fwd_threads, plan->fwd_smem_bytes, cuda_detail::simple_forward_kernel<T>);
-  const int64_t warps = plan->total_q * p.n_heads;
-  for (int64_t b = 0; b * cuda_shapes::kSimpleRows < warps; ++b) {
-    emu::BlockRunner::run(static_cast<unsigned>(b), 0, cuda_shapes::kSimpleThreads, 0,
-                          [&] { cuda_detail::dsum_kernel<T>(a); });
-  }
+  run_dsum<T>(a);
   grid(plan->dq_tiles, p.n_heads, plan->bwd_threads, plan->dq_smem_bytes, cuda_detail::simple_dq_kernel<T>);
   grid(plan->dkv_tiles, p.n_kv_heads, plan->bwd_threads, plan->dkv_smem_bytes, cuda_detail::simple_dkv_kernel<T>);
   Outputs out;
@@ -165,6 +164,18 @@ TEST(CudaTiledEmulated, CausalBf16HeadDim128) {
 // Non-causal with an empty task and rows without keys (O = 0, LSE = -inf), d = 64, fp16.
 TEST(CudaTiledEmulated, NonCausalFp16HeadDim64) {
   check_case({{{0, 50}, {3, 0}, {20, 90}}, 2, 1, 64, false}, DType::kFloat16, run_emulated, 42);
+}
+
+// Causal fp16 with GQA 4 at d = 64: a 200-key context (four key blocks, the last partial) with
+// 70 query rows ending on the diagonal, and a 1-row task over 140 keys; the dK/dV kernel walks
+// every head of the group per key tile.
+TEST(CudaTiledEmulated, CausalFp16Gqa4HeadDim64) {
+  check_case({{{70, 200}, {1, 140}}, 4, 1, 64}, DType::kFloat16, run_emulated, 46);
+}
+
+// Causal bf16, GQA 4 at d = 128: 17 rows over 140 keys (three key blocks, the last partial).
+TEST(CudaTiledEmulated, CausalBf16Gqa4HeadDim128) {
+  check_case({{{17, 140}}, 4, 1, 128}, DType::kBFloat16, run_emulated, 47);
 }
 
 // The simple kernels: causal GQA 2 at head_dim 32 (one column per lane) and 96 (lanes past the

@@ -94,6 +94,41 @@ TEST(CudaPlan, ChoosesTheTiledForwardWhereItApplies) {
             CudaKernel::kSimple);
 }
 
+// The backward's own buffers: d_o is loaded by cp.async (16 bytes), dq/dk/dv are stored as
+// 32-bit words. A view misaligned for them falls back to the simple backward (auto), or is
+// refused naming the buffer (tiled forced); the forward does not read them and stays tiled.
+TEST(CudaPlan, BackwardAlignmentOfItsOwnBuffers) {
+  const Tasks tasks = {{100, 300}};
+  const CudaAttentionOptions tiled{CudaKernel::kTiled, CudaKernel::kTiled};
+  struct Off {
+    const char* field;
+    uintptr_t base, offset;
+  };
+  for (const Off& c : {Off{"d_o", 0x60000, 8}, Off{"dq", 0x70000, 2}, Off{"dk", 0x80000, 2}, Off{"dv", 0x90000, 2}}) {
+    Shape s = make_shape(tasks, 4, 2, 128, DType::kBFloat16);
+    const std::string f = c.field;
+    if (f == "d_o") s.p.d_o = fake<const float>(c.base + c.offset);
+    if (f == "dq") s.p.dq = fake<float>(c.base + c.offset);
+    if (f == "dk") s.p.dk = fake<float>(c.base + c.offset);
+    if (f == "dv") s.p.dv = fake<float>(c.base + c.offset);
+    auto p = plan(s, true);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    EXPECT_EQ(p->forward, CudaKernel::kTiled) << f;
+    EXPECT_EQ(p->backward, CudaKernel::kSimple) << f;
+    EXPECT_EQ(plan(s, false, tiled)->forward, CudaKernel::kTiled) << f;
+    const std::string why = error_of(plan(s, true, tiled));
+    EXPECT_NE(why.find("backward kernel: tiled refused: "), std::string::npos) << why;
+    EXPECT_NE(why.find(f == "d_o" ? "d_o must be 16-byte aligned" : "dq, dk and dv must be 4-byte aligned"),
+              std::string::npos)
+        << why;
+  }
+  // 4-byte aligned outputs and a 16-byte aligned d_o are enough.
+  Shape ok = make_shape(tasks, 4, 2, 64, DType::kFloat16);
+  ok.p.dq = fake<float>(0x70004);
+  ok.p.d_o = fake<const float>(0x60010);
+  EXPECT_EQ(plan(ok, true)->backward, CudaKernel::kTiled);
+}
+
 TEST(CudaPlan, RefusesWithTheFieldNamed) {
   const Tasks tasks = {{10, 20}};
   auto bad = make_shape(tasks, 4, 2, 64, DType::kFloat32);

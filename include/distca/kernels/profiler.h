@@ -13,32 +13,15 @@
 #include "distca/cost/hardware_profile.h"
 #include "distca/cost/profiled.h"
 #include "distca/kernels/attention.h"
+#include "distca/kernels/problem.h"  // AttentionProblem, make_problem, params_for
 
 namespace distca::kernels {
-
-// A varlen batch of (q_len, kv_len) tasks with random inputs and all output buffers.
-struct AttentionProblem {
-  int32_t n_heads = 1, n_kv_heads = 1, head_dim = 128;
-  bool causal = true;
-  std::vector<int32_t> cu_q, cu_k;       // (n_tasks + 1)
-  std::vector<float> q, k, v, o, lse;    // shapes of attention.h
-  std::vector<float> d_o, dq, dk, dv;
-};
-
-// Builds a problem for `tasks` ((q_len, kv_len) each) with inputs uniform in [-1, 1) drawn
-// from Rng(seed), causal. Precondition: q_len, kv_len >= 0 (q_len <= kv_len unless the
-// caller then sets causal = false).
-AttentionProblem make_problem(const std::vector<std::pair<int64_t, int64_t>>& tasks, int32_t n_heads,
-                              int32_t n_kv_heads, int32_t head_dim, uint64_t seed);
 
 // Upper bound, in bytes, of what make_problem allocates for a problem of total_q query rows
 // and total_kv key rows, plus the kernels' scratch for it (attention_scratch_bytes with
 // omp_get_max_threads()): what running time_kernels on it needs.
 double problem_memory_bytes(int64_t total_q, int64_t total_kv, int32_t n_heads, int32_t n_kv_heads,
                             int32_t head_dim);
-
-// Params whose pointers refer to `prob`'s buffers (valid while prob lives, unresized).
-AttentionParams params_for(AttentionProblem& prob);
 
 struct KernelTiming {
   double forward_seconds = 0;   // median over repetitions

@@ -104,12 +104,16 @@ class CudaAttention {
   CudaAttention& operator=(const CudaAttention&) = delete;
 
   // Writes o and lse. Preconditions: the buffers of the shapes above, outputs not aliasing
-  // inputs, all on the current device.
+  // inputs, all on the current device. `kernels_start` (optional, for timing) is recorded on
+  // `stream` after the host-side planning and the tile upload, right before the call's first
+  // kernel (at the end of a call that launches none), so an event pair from it to one recorded
+  // after the call times the kernels without the host work.
   Status forward(const AttentionParams& p, const int32_t* host_cu_q, const int32_t* host_cu_k,
-                 cudaStream_t stream);
-  // Reads q, k, v, o, lse (from forward) and d_o; overwrites dq, dk, dv.
+                 cudaStream_t stream, cudaEvent_t kernels_start = nullptr);
+  // Reads q, k, v, o, lse (from forward) and d_o; overwrites dq, dk, dv. `kernels_start` as in
+  // forward (recorded before D = rowsum(dO o O), the first of the backward's kernels).
   Status backward(const AttentionParams& p, const int32_t* host_cu_q, const int32_t* host_cu_k,
-                  cudaStream_t stream);
+                  cudaStream_t stream, cudaEvent_t kernels_start = nullptr);
 
   const CudaLaunchPlan& last_plan() const { return plan_; }
 

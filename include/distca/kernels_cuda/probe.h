@@ -24,7 +24,7 @@ struct CudaProbe {
 };
 
 struct CudaTiming {
-  double forward_seconds = 0, backward_seconds = 0;  // medians (CUDA events around each call)
+  double forward_seconds = 0, backward_seconds = 0;  // medians (CUDA events from a call's first kernel to its end)
   double forward_flops = 0, backward_flops = 0;      // pairs-based (attention.h)
   CudaKernel forward_kernel = CudaKernel::kSimple, backward_kernel = CudaKernel::kSimple;
 };
