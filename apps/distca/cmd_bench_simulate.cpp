@@ -192,6 +192,9 @@ int run_validate(const Flags& f, bool speed_flags_given) {
     Status out = check_output_path(f.json_path).with_context("--json");
     if (!out.ok()) return fail(out);
   }
+  if (Status st = check_distinct_outputs({{"--json", f.json_path, true}, {"--out", f.out_dir}}); !st.ok()) {
+    return fail(st);
+  }
   if (!f.replay.empty()) {
     if (!f.out_dir.empty() || f.quick || !f.ranks.empty() || !f.mpirun.empty()) {
       return fail_input("--replay: --out, --quick, --ranks and --mpirun apply to a live run (a replay runs nothing)");
