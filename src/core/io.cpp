@@ -470,6 +470,7 @@ bool parse_temp_file_name(const std::string& name, std::string* target, std::str
   const size_t marker = rest.rfind(kTempMarker, dot_pid);
   if (marker == std::string::npos || marker == 0) return false;
   const size_t host_at = marker + std::strlen(kTempMarker);
+  if (host_at >= dot_pid) return false;  // "<target>.tmp.<pid>": no host
   const std::string host_text = rest.substr(host_at, dot_pid - host_at);
   if (host_text.empty() || host_text.find('.') != std::string::npos) return false;
   *target = rest.substr(0, marker);

@@ -176,7 +176,13 @@ namespace {
 template <class T>
 Status get(const toml::node& node, const std::string& origin, const std::string& key, T& out) {
   if constexpr (std::is_same_v<T, std::string>) {
-    if (auto v = node.value_exact<std::string>()) { out = *v; return {}; }
+    if (auto v = node.value_exact<std::string>()) {
+      // As for flags (apps/distca/flags.h): '' would pass as "not set" and take the default,
+      // or slip past a rule that applies only to a key that is set (overlap with colocated).
+      if (v->empty()) return Status::invalid_argument(origin + ": key '" + key + "' must not be empty");
+      out = *v;
+      return {};
+    }
     return Status::invalid_argument(origin + ": key '" + key + "' must be a string");
   } else if constexpr (std::is_same_v<T, double>) {
     if (auto v = node.value<double>()) { out = *v; return {}; }

@@ -49,7 +49,7 @@ TEST_F(CliRulesTest, TwoOutputsNamingOneFileAreRefusedBeforeWork) {
   const std::string x = path("x.json"), same = (dir_ / "." / "x.json").string();
   expect_refused(std::string(kSmallProfile) + " --hardware-out " + x + " --out " + x,
                  "--out '" + x + "' and --hardware-out '" + x + "' name the same file", {x});
-  expect_refused("simulate --gpus 2 --json " + x + " --trace " + same, "name the same file", {x});
+  expect_refused("simulate --gpus 8 --json " + x + " --trace " + same, "name the same file", {x});
   const std::string cfg = small_config();
   expect_refused("train --config " + cfg + " --metrics " + x + " --trace " + x, "--metrics '" + x + "' and --trace", {x});
   expect_refused("train --config " + cfg + " --metrics " + x + " --checkpoint-dir " + same, "--checkpoint-dir", {x});
@@ -60,11 +60,11 @@ TEST_F(CliRulesTest, TwoOutputsNamingOneFileAreRefusedBeforeWork) {
   // A link to an existing file, and "-" with the file standard output goes to.
   std::ofstream(x) << "kept";
   fs::create_symlink(x, dir_ / "link.json");
-  expect_refused("simulate --gpus 2 --json " + x + " --trace " + path("link.json"), "name the same file");
+  expect_refused("simulate --gpus 8 --json " + x + " --trace " + path("link.json"), "name the same file");
   EXPECT_EQ(slurp(x), "kept");
-  expect_refused("simulate --gpus 2 --json - --trace " + path("stdout"), "--json - (standard output) and --trace");
+  expect_refused("simulate --gpus 8 --json - --trace " + path("stdout"), "--json - (standard output) and --trace");
   // /dev/null takes any number of outputs.
-  const CliRun ok = run("simulate --gpus 2 --json /dev/null --trace /dev/null", 120);
+  const CliRun ok = run("simulate --gpus 8 --json /dev/null --trace /dev/null", 120);
   EXPECT_EQ(ok.code, 0) << ok.err;
 }
 
@@ -75,7 +75,7 @@ TEST_F(CliRulesTest, EmptyValuesAreRefusedForEveryOptionThatTakesOne) {
   expect_refused("train --config " + cfg + " --backend ''", "--backend");
   expect_refused("bench train --workload ''", "--workload");
   expect_refused("bench step --mode ''", "--mode");
-  expect_refused("simulate --gpus 2 --strategy ''", "--strategy");
+  expect_refused("simulate --gpus 8 --strategy ''", "--strategy");
   expect_refused("train --config " + cfg + " --metrics ''", "--metrics");
 }
 
@@ -96,9 +96,9 @@ TEST_F(CliRulesTest, JsonFollowedByANulByteIsRefusedAsAnyTrailingJunk) {
   const std::string text = slurp(good);
   std::ofstream(path("nul.json"), std::ios::binary) << text << std::string("\0junk", 5);
   std::ofstream(path("space.json"), std::ios::binary) << text << " junk";
-  expect_refused("simulate --gpus 2 --hardware " + path("nul.json"), "a NUL byte at byte " + std::to_string(text.size()));
-  expect_refused("simulate --gpus 2 --hardware " + path("space.json"), "is not valid JSON");
-  const CliRun ok = run("simulate --gpus 2 --hardware " + good, 120);
+  expect_refused("simulate --gpus 8 --hardware " + path("nul.json"), "a NUL byte at byte " + std::to_string(text.size()));
+  expect_refused("simulate --gpus 8 --hardware " + path("space.json"), "is not valid JSON");
+  const CliRun ok = run("simulate --gpus 8 --hardware " + good, 120);
   EXPECT_EQ(ok.code, 0) << ok.err;
 }
 
@@ -135,14 +135,14 @@ TEST_F(CliRulesTest, PipelinedRunsNameTheirOwnSchedule) {
 
 // bench train's refusals name its own flags, never `distca train`'s (--mode, model_overrides).
 TEST_F(CliRulesTest, BenchTrainRefusalsNameItsOwnFlags) {
-  const std::string small = "bench train --ranks 4 --width 64 --tokens-per-rank 256 --short-doc 32 --rounds 1 --steps 2";
+  const std::string small = "bench train --ranks 4 --width 64 --short-doc 32 --rounds 1 --steps 2";
   for (const auto& [extra, says] : std::vector<std::pair<std::string, std::string>>{
-           {" --pp 2 --layers 3", "--pp 2 must divide --layers 3"},
-           {" --pp 4 --layers 2", "--pp 4 must divide --layers 2"},
-           {" --pp 2 --layers 2 --micro-batches 1", "--micro-batches 1 is fewer than --pp 2"},
-           {" --pp 3 --layers 3", "--pp 3 must divide the ranks (4: --ranks)"},
+           {" --tokens-per-rank 256 --pp 2 --layers 3", "--pp 2 must divide --layers 3"},
+           {" --tokens-per-rank 256 --pp 4 --layers 2", "--pp 4 must divide --layers 2"},
+           {" --tokens-per-rank 256 --pp 2 --layers 2 --micro-batches 1", "--micro-batches 1 is fewer than --pp 2"},
+           {" --tokens-per-rank 256 --pp 3 --layers 3", "--pp 3 must divide the ranks (4: --ranks)"},
            {" --vocab 1048576 --tokens-per-rank 4096", "--tokens-per-rank 4096 times the model's widest layer"},
-           {" --width 131072", "--width"},
+           {" --tokens-per-rank 256 --width 131072", "--width"},
        }) {
     const CliRun r = run(small + extra, 120);
     EXPECT_EQ(r.code, 2) << extra << ": " << r.err;

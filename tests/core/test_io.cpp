@@ -392,7 +392,7 @@ TEST_F(IoTest, TemporaryFileNamesSplitBackAndNothingElseDoes) {
   EXPECT_FALSE(host.empty());
   for (const char* other : {"step-important-notes.tmp.999999", "step-1.ckpt.tmp.123", "x.tmp.host.12.distca.bak",
                             "x.tmp.host.012.distca", "x.tmp.host.1x.distca", ".tmp.host.1.distca", "x.tmp..1.distca",
-                            "x.tmp.a.b.1.distca"}) {
+                            "x.tmp.a.b.1.distca", "a.tmp.1.distca"}) {
     EXPECT_FALSE(parse_temp_file_name(other, &target, &host, &pid)) << other;
   }
 }

@@ -133,7 +133,7 @@ TEST_F(TrainHardening, MemoryEstimateRefusesBeforeAllocating) {
     std::string args, flag;
   };
   for (const Case& c : std::vector<Case>{{"--ranks 1024", "--ranks 1024"},
-                                         {"--ranks 8 --tokens-per-rank 4194304", "--tokens-per-rank 4194304"},
+                                         {"--ranks 8 --tokens-per-rank 2097152", "--tokens-per-rank 2097152"},
                                          {"--model llama-8b", "--model llama-8b"}}) {
     const CliRun r = run(c.args);
     EXPECT_EQ(r.code, 2) << c.args << ": " << r.err;
