@@ -59,7 +59,8 @@ std::string parse_strict_number(const std::string& text, T& out);
 // Adds the validators that let the strict conversions name their flag to every option of `app`
 // and of all its subcommands, recursively; an empty value is refused for every option that takes
 // one (CLI11 would read it as 0 for a number; for a word, '' would pass as "not given" and take
-// the default, or slip past a rule that applies only when the flag is set). Call after every option is declared, before parsing.
+// the default, or slip past a rule that applies only when the flag is set). Call after every
+// option is declared, before parsing.
 void make_numbers_strict(CLI::App& app);
 
 // Adds --mpi-timeout SECONDS, with one rule for every command that runs under mpirun: a finite

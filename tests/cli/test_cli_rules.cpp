@@ -152,5 +152,21 @@ TEST_F(CliRulesTest, BenchTrainRefusalsNameItsOwnFlags) {
   }
 }
 
+// bench train's defaults fit the machine class its figures are documented for (2 cores, 24 GiB)
+// at up to 4 ranks: the memory estimate, read from its refusal under a 1 MiB limit, stays well
+// below the machine (--pp 4 at 4 ranks needed about 35 GiB with 8192 tokens per micro-batch).
+TEST_F(CliRulesTest, BenchTrainDefaultsFitA24GiBMachineAtUpToFourRanks) {
+  for (const std::string extra : {"--ranks 2", "--ranks 4", "--ranks 2 --pp 2", "--ranks 4 --pp 2", "--ranks 4 --pp 4"}) {
+    const CliRun r = run("bench train " + extra + " --max-memory 1M", 120);
+    ASSERT_EQ(r.code, 2) << extra << ": " << r.err;
+    const size_t at = r.err.find("needs about ");
+    ASSERT_NE(at, std::string::npos) << extra << ": " << r.err;
+    const std::string figure = r.err.substr(at + 12);
+    const double value = std::stod(figure);
+    const double gib = figure.find(" GiB") != std::string::npos ? value : figure.find(" MiB") != std::string::npos ? value / 1024 : 1e9;
+    EXPECT_LT(gib, 12.0) << extra << ": " << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace distca::testing
