@@ -7,7 +7,9 @@
 // What must hold: parsing either succeeds or throws CLI::ParseError (the CLI prints it as one
 // line, exit 2); nothing else escapes. After a successful parse every integer flag holds
 // exactly the decimal number it was given (the strict rule admits one spelling per value, so
-// printing the value gives the word back), and every float flag is finite.
+// printing the value gives the word back), every float flag is finite, a string option that
+// was given holds a non-empty value (the word '' stands for an empty argument), and
+// --mpi-timeout (add_mpi_timeout) is in (0, 1e6].
 //
 // Build alone (the fuzz/ CMake targets do the same):
 //   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address -I include -I apps/distca \
@@ -40,6 +42,7 @@ struct Values {
   int repeats = 3;
   std::vector<int64_t> dims;
   double secs = 0.5;
+  double timeout = 300;
   int64_t len = 32;
   short small = 1;
   unsigned int count = 1;
@@ -61,6 +64,7 @@ std::vector<Command> commands(Values& v) {
                  app.add_option("--prob", v.prob, "double");
                  app.add_option("--name", v.name, "string");
                  app.add_flag("--flag", v.flag, "bool");
+                 distca::cli::add_mpi_timeout(app, v.timeout);
                  return never_runs();
                }});
   c.push_back({"att", "bench", "CLI11 validators", 2, [&v](CLI::App& app) {
@@ -86,13 +90,18 @@ std::vector<std::string> split(const uint8_t* data, size_t size) {
   for (size_t i = 0; i < size && words.size() < 64; ++i) {
     const char ch = static_cast<char>(data[i]);
     if (ch == '\0' || ch == '\n' || ch == '\t' || ch == ' ') {
-      if (!cur.empty()) words.push_back(cur);
+      if (cur == "''") {
+        words.emplace_back();  // an empty argument, as a shell passes ''
+      } else if (!cur.empty()) {
+        words.push_back(cur);
+      }
       cur.clear();
     } else {
       cur.push_back(ch);
     }
   }
-  if (!cur.empty() && words.size() < 64) words.push_back(cur);
+  if (words.size() < 64 && cur == "''") words.emplace_back();
+  if (words.size() < 64 && !cur.empty() && cur != "''") words.push_back(cur);
   return words;
 }
 
@@ -122,6 +131,8 @@ void check(CLI::App& root, const Values& v) {
     expect_exact(*leaf, "--len", v.len);
     expect_exact(*leaf, "--small", v.small);
     expect_exact(*leaf, "--count", v.count);
+    CLI::Option* name = leaf->get_option_no_throw("--name");
+    if (name != nullptr && name->count() > 0 && v.name.empty()) broken("--name took an empty value");
     CLI::Option* dims = leaf->get_option_no_throw("--dims");
     if (dims != nullptr && dims->count() > 0) {
       const std::vector<std::string>& r = dims->results();
@@ -133,6 +144,7 @@ void check(CLI::App& root, const Values& v) {
   }
   if (!std::isfinite(v.prob) || !std::isfinite(v.secs) || !std::isfinite(v.scale)) broken("a float is not finite");
   if (v.secs < 0) broken("--secs negative");
+  if (!(v.timeout > 0 && v.timeout <= 1e6)) broken("--mpi-timeout outside (0, 1e6]");
   if (v.heads <= 0) broken("--heads not positive");
   if (v.repeats < 1 || v.repeats > 1000) broken("--repeats out of its range");
 }

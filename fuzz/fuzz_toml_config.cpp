@@ -1,5 +1,6 @@
 // TOML configs (train --config FILE): text -> apply_toml_text -> validate -> model_spec.
-// A config that validates must give a valid model and a fingerprint.
+// A config that validates must give a valid model within the documented ranges
+// (check_model_ranges) and a fingerprint.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -18,6 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto spec = config.model_spec();
   if (!config.validate().ok() || !spec.ok()) return 0;
   FUZZ_CHECK(!distca::train::fingerprint(config, *spec).empty());
+  FUZZ_CHECK(distca::train::check_model_ranges(*spec).ok());
   config.text_dir();
   return 0;
 }

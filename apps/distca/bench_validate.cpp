@@ -18,6 +18,7 @@
 
 #include "bench_train.h"
 #include "child_session.h"
+#include "distca/core/io.h"
 #include "distca/cost/hardware_profile.h"
 
 namespace distca::cli::validate {
@@ -84,15 +85,8 @@ namespace {
 
 Status bad(const std::string& what, const std::string& msg) { return Status::invalid_argument(what + ": " + msg); }
 
-Result<nlohmann::json> read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::invalid_argument(path + ": cannot be read");
-  std::stringstream s;
-  s << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(s.str(), nullptr, false);
-  if (j.is_discarded()) return Status::invalid_argument(path + ": not JSON");
-  return j;
-}
+// The shared reader (core/io.h): bounded, regular files only, trailing bytes and NULs refused.
+Result<nlohmann::json> read_json(const std::string& path) { return read_json_file(path); }
 
 // A JSON array of `n` finite numbers, or an error naming `field`.
 Result<std::vector<double>> numbers(const nlohmann::json& j, const char* field, size_t n, const std::string& what) {

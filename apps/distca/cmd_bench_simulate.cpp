@@ -208,6 +208,9 @@ int run_validate(const Flags& f, bool speed_flags_given, const std::function<boo
     Status out = check_output_path(f.json_path).with_context("--json");
     if (!out.ok()) return fail(out);
   }
+  if (Status st = check_distinct_outputs({{"--json", f.json_path, true}, {"--out", f.out_dir}}); !st.ok()) {
+    return fail(st);
+  }
   if (given("--replay")) {
     for (const char* live : {"--out", "--quick", "--ranks", "--mpirun", "--timeout"}) {
       if (given(live)) return fail_input(std::string("--replay: ") + live + " applies to a live run (a replay runs nothing)");

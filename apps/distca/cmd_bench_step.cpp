@@ -329,9 +329,7 @@ Runner setup(CLI::App& app) {
   app.add_option("--mpi-max-poll-us", f->mpi_max_poll_us,
                  "mpi: the longest pause the progress thread backs off to while nothing completes")
       ->check(CLI::Range(0, 1000000));
-  app.add_option("--mpi-timeout", f->mpi_timeout,
-                 "mpi: seconds without progress after which a silent rank ends the job (default 300)")
-      ->check(CLI::Range(1e-3, 1e6));
+  add_mpi_timeout(app, f->mpi_timeout, "mpi");
   app.add_option("--mode", f->mode, "overlap mode to run: pingpong, single-stream, signal or all");
   app.add_option("--json", f->json, "write the figures as JSON to FILE (- for stdout)");
   app.add_option("--trace", f->trace, "write a Chrome trace (Perfetto) of the last cad pingpong step");
@@ -339,6 +337,9 @@ Runner setup(CLI::App& app) {
     if (f->heads % f->kv_heads != 0) return fail_input("--kv-heads must divide --heads");
     if (f->short_doc > f->long_doc) return fail_input("--short-doc must not exceed --long-doc");
     // Outputs are checked before any work (and, under mpirun, on every rank alike).
+    if (Status st = check_distinct_outputs({{"--json", f->json, true}, {"--trace", f->trace}}); !st.ok()) {
+      return fail_input(st.message());
+    }
     if (!f->json.empty() && f->json != "-") {
       if (Status st = check_output_path(f->json); !st.ok()) return fail_input("--json: " + st.message());
     }

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -472,6 +473,49 @@ std::vector<Mode> bench_modes(const TrainBenchFlags& f) {
   return f.pp > 1 ? pipeline_modes() : std::vector<Mode>(kModes.begin(), kModes.end());
 }
 
+// What the trainer's config checks would refuse of the model and the pipeline, said in bench
+// train's flags (the trainer's messages name `--mode cad` and `[model_overrides]`, which bench
+// train does not have).
+Status check_pipeline_flags(const TrainBenchFlags& f, int64_t ranks) {
+  const ModelSpec m = bench_spec(f);
+  // The trainer's model ranges (train::model_ranges), each named by the flag that sets it.
+  const std::pair<const char*, const char*> flag_of[] = {
+      {"n_layers", "--layers"}, {"hidden", "--width"}, {"n_heads", "--width / --head-dim (query heads)"},
+      {"n_kv_heads", "--width / --head-dim (K/V heads)"}, {"head_dim", "--head-dim"},
+      {"ffn", "--width (ffn: about 8/3 of it)"}, {"vocab", "--vocab"}};
+  for (const train::ModelRange& r : train::model_ranges()) {
+    const int64_t v = m.*(r.field);
+    if (v >= r.min && v <= r.max) continue;
+    std::string flag = r.key;
+    for (const auto& [key, name] : flag_of) {
+      if (flag == key) flag = name;
+    }
+    return Status::invalid_argument(flag + " gives " + r.key + " " + std::to_string(v) + ", outside the trainer's " +
+                                    std::to_string(r.min) + ".." + std::to_string(r.max));
+  }
+  const int64_t widest = std::max({m.hidden, m.q_dim(), m.kv_dim(), m.ffn, m.vocab});
+  if (widest > INT32_MAX / f.tokens) {
+    return Status::invalid_argument("--tokens-per-rank " + std::to_string(f.tokens) + " times the model's widest layer (" +
+                                    std::to_string(widest) + ") exceeds the BLAS int range (2^31 - 1)");
+  }
+  if (f.pp == 1) return {};
+  const std::string pp = "--pp " + std::to_string(f.pp);
+  if (ranks % f.pp != 0) {
+    return Status::invalid_argument(pp + " must divide the ranks (" + std::to_string(ranks) +
+                                    (f.backend == "mpi" ? ": mpirun -np)" : ": --ranks)"));
+  }
+  if (f.micro_batches < f.pp) {
+    return Status::invalid_argument("--micro-batches " + std::to_string(f.micro_batches) + " is fewer than " + pp +
+                                    " (1F1B needs at least one micro-batch per stage)");
+  }
+  // Every pipeline run includes the cad modes, whose ticks run the same layers on every stage.
+  if (f.layers % f.pp != 0) {
+    return Status::invalid_argument(pp + " must divide --layers " + std::to_string(f.layers) +
+                                    " (the cad modes run the same layers on every stage per tick)");
+  }
+  return {};
+}
+
 // Flag checks that need no group: every one refuses before any work.
 Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
   auto multiple16 = [](const char* flag, int64_t v) -> Status {
@@ -497,6 +541,7 @@ Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
   if (f.backend == "local" && detect_launcher().size > 1) {
     return Status::invalid_argument("--backend local under mpirun would run one independent benchmark per process; add --backend mpi");
   }
+  DISTCA_RETURN_IF_ERROR(check_distinct_outputs({{"--json", f.json, true}, {"--trace", f.trace}}));
   if (!f.json.empty() && f.json != "-") {
     if (Status st = check_output_path(f.json); !st.ok()) return Status::invalid_argument("--json: " + st.message());
   }
@@ -511,7 +556,16 @@ Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
   if (!f.cost_table.empty() && !std::ifstream(f.cost_table)) {
     return Status::invalid_argument("--cost-table " + f.cost_table + ": cannot be read");
   }
-  for (const Mode& m : bench_modes(f)) DISTCA_RETURN_IF_ERROR(make_config(f, ranks, m).validate());
+  DISTCA_RETURN_IF_ERROR(check_pipeline_flags(f, ranks));
+  // The trainer's own checks (train/config.h) for every mode. The checks above answer every
+  // case they know in bench train's own flags; one that still reaches the trainer says so, since
+  // its message names `distca train`'s flags and keys.
+  for (const Mode& m : bench_modes(f)) {
+    if (Status st = make_config(f, ranks, m).validate(); !st.ok()) {
+      return Status::invalid_argument("the flags make a training run that distca train refuses (mode " +
+                                      std::string(m.name) + "): " + st.message());
+    }
+  }
   return {};
 }
 
@@ -560,11 +614,16 @@ Runner setup(CLI::App& app) {
   app.add_option("--backend", f->backend, "local (rank threads) or mpi (under mpirun)")
       ->check(CLI::IsMember({"local", "mpi"}));
   CLI::Option* ranks = app.add_option("--ranks", f->ranks, "ranks of the local backend (default 2)")->check(CLI::Range(2, 64));
-  app.add_option("--width", f->width, "model width (hidden size; multiple of 16, default 512)");
+  app.add_option("--width", f->width, "model width (hidden size; multiple of 16, default 512)")
+      ->check(CLI::Range(int64_t{16}, int64_t{65536}));
   app.add_option("--layers", f->layers, "transformer layers (default 2)")->check(CLI::Range(int64_t{1}, int64_t{64}));
-  app.add_option("--head-dim", f->head_dim, "head dimension: width / it query heads, half as many K/V heads (default 64)");
+  app.add_option("--head-dim", f->head_dim, "head dimension: width / it query heads, half as many K/V heads (default 64)")
+      ->check(CLI::Range(int64_t{2}, int64_t{1024}));
   app.add_option("--vocab", f->vocab, "vocabulary (default 512)")->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
-  app.add_option("--tokens-per-rank", f->tokens, "tokens per rank per step (multiple of 16, default 8192)")
+  CLI::Option* tokens_opt = app.add_option(
+      "--tokens-per-rank", f->tokens,
+      "tokens per rank per step (multiple of 16; default 8192, with --pp > 1 4096 per micro-batch: the defaults fit "
+      "4 ranks of a 24 GiB machine, about 11 GiB at -np 4; larger runs are refused by the memory estimate)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_option("--long-doc", f->long_doc, "length of rank 0's documents (default: one of --tokens-per-rank)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
@@ -575,8 +634,7 @@ Runner setup(CLI::App& app) {
   app.add_option("--warmup-steps", f->warmup_steps, "first steps of every run not timed (default 1)")
       ->check(CLI::Range(int64_t{0}, int64_t{100000}));
   app.add_option("--tolerance", f->tolerance, "cad scheduler's balance tolerance (default 0.05)")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--mpi-timeout", f->mpi_timeout, "mpi: seconds without progress after which a silent rank ends the job")
-      ->check(CLI::Range(1e-3, 1e6));
+  add_mpi_timeout(app, f->mpi_timeout, "mpi");
   app.add_option("--json", f->json, "write the figures as JSON to FILE (- for stdout)");
   app.add_option("--trace", f->trace, "write a Chrome trace (Perfetto) of the last round's cad pingpong, last step");
   app.add_option("--pp", f->pp, "pipeline stages (ranks = replicas x stages): colocated 1F1B against cad's "
@@ -593,9 +651,11 @@ Runner setup(CLI::App& app) {
                  "the simulator's hardware profile of this machine (`distca profile --hardware-out`: GEMM rates, "
                  "attention, links): its prediction beside every mode's measured step");
   CLI::Option* layers_opt = app.get_option("--layers");
-  return [f, ranks, layers_opt] {
+  return [f, ranks, layers_opt, tokens_opt] {
     TrainBenchFlags g = *f;
     if (g.pp > 1 && g.micro_batches == 0) g.micro_batches = 2 * g.pp;
+    // 2 x --pp micro-batches of 8192 tokens would need 17-21 GiB at 4 ranks (--pp 2, 4).
+    if (g.pp > 1 && tokens_opt->count() == 0) g.tokens = 4096;
     if (g.pp > 1 && layers_opt->count() == 0) g.layers = (g.layers + g.pp - 1) / g.pp * g.pp;
     return run(g, ranks->count() > 0);
   };

@@ -120,7 +120,6 @@ Result<Plan> make_plan(const ProfileFlags& f, const Launcher& launcher) {
   if (p.hardware) {
     if (f.vocab < 2 || f.vocab > (int64_t{1} << 24)) return bad("--vocab must be in 2..16777216");
     if (f.tokens < 1 || f.tokens > (int64_t{1} << 20)) return bad("--tokens must be in 1..1048576");
-    if (!std::isfinite(f.mpi_timeout) || f.mpi_timeout < 0) return bad("--mpi-timeout must be a finite number >= 0");
     if (Status st = s.validate("the model's shapes: "); !st.ok()) return st;
   }
   opt.q_lens = kernels::power_of_two_lengths(f.min_len, max_len);
@@ -317,6 +316,9 @@ int run(const ProfileFlags& f) {
   Result<Plan> plan = make_plan(f, launcher);
   if (!plan.ok()) return early_fail(plan.status().message());
   const bool to_stdout = !plan->hardware && (f.out.empty() || f.out == "-");
+  if (Status st = check_distinct_outputs({{"--out", f.out, true}, {"--hardware-out", f.hardware_out}}); !st.ok()) {
+    return early_fail(st.message());
+  }
   if (!f.out.empty() && f.out != "-") {
     if (Status st = check_output_path(f.out); !st.ok()) return early_fail("--out: " + st.message());
   }
@@ -404,7 +406,7 @@ Runner setup(CLI::App& app) {
       ->check(CLI::Range(1, 1000));
   app.add_option("--link-repeats", f->link_repeats, "--hardware-out under mpirun: exchanges per size (median; default 10)")
       ->check(CLI::Range(1, 1000));
-  app.add_option("--mpi-timeout", f->mpi_timeout, "under mpirun: seconds without progress after which a silent rank ends the job");
+  add_mpi_timeout(app, f->mpi_timeout);
   return [f] { return run(*f); };
 }
 

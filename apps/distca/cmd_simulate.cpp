@@ -132,7 +132,7 @@ Status draw_plot(const std::string& exe, const std::string& script, const std::s
   namespace fs = std::filesystem;
   const fs::path target = svg;
   const std::string dir = target.parent_path().string();
-  const std::string tmp_name = "." + target.filename().string() + ".tmp." + std::to_string(::getpid());
+  const std::string tmp_name = temp_file_path(target.filename().string());
   const fs::path tmp = target.parent_path() / tmp_name;
   TempFileGuard guard(tmp.string());
   std::error_code ec;
@@ -240,6 +240,9 @@ int run(const Options& o) {
   // Every flag is checked before any batch is drawn, the outputs first.
   if (o.gpus <= 0) return fail_input(given(o, "--gpus") ? "--gpus must be positive (got " + std::to_string(o.gpus) + ")"
                                                        : "--gpus N is required (or --sweep NAME)");
+  if (Status st = check_distinct_outputs({{"--json", o.json_path, true}, {"--trace", o.trace_path}}); !st.ok()) {
+    return fail(st);
+  }
   if (!o.trace_path.empty()) {
     Status out = check_output_path(o.trace_path).with_context("--trace");
     if (!out.ok()) return fail(out);

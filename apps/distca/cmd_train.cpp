@@ -115,6 +115,10 @@ struct Prepared {
 Status prepare(const TrainConfig& cfg, const std::string& resume, bool lead, Prepared& p) {
   DISTCA_RETURN_IF_ERROR(cfg.validate());
   DISTCA_ASSIGN_OR_RETURN(p.spec, cfg.model_spec());
+  if (lead) {
+    DISTCA_RETURN_IF_ERROR(check_distinct_outputs(
+        {{"--metrics", cfg.metrics}, {"--trace", cfg.trace}, {"--checkpoint-dir", cfg.checkpoint_dir}}));
+  }
   if (lead && !cfg.metrics.empty()) {
     if (Status st = check_output_path(cfg.metrics); !st.ok()) return Status::invalid_argument("--metrics: " + st.message());
   }
@@ -153,13 +157,15 @@ Status prepare(const TrainConfig& cfg, const std::string& resume, bool lead, Pre
     if (Status st = check_output_dir(cfg.checkpoint_dir, /*create=*/true); !st.ok()) {
       return Status::invalid_argument("--checkpoint-dir: " + st.message());
     }
-    // Temporary files of a run killed with SIGKILL (the signal handler removes the others).
-    remove_stale_temp_files(cfg.checkpoint_dir, "step-");
+    // Temporary files of a run killed with SIGKILL (the signal handler removes the others):
+    // only those of this run's own outputs, checkpoint names.
+    remove_stale_temp_files(cfg.checkpoint_dir, train::is_checkpoint_name);
   }
   if (lead && !cfg.metrics.empty()) {
     const std::filesystem::path m(cfg.metrics);
     const std::string dir = m.parent_path().empty() ? "." : m.parent_path().string();
-    remove_stale_temp_files(dir, m.filename().string() + ".tmp.");
+    const std::string name = m.filename().string();
+    remove_stale_temp_files(dir, [&name](const std::string& target) { return target == name; });
   }
   return {};
 }
@@ -182,11 +188,6 @@ int run(const Options& o) {
       if (Status st = set(cfg); !st.ok()) return early_fail(st.message());
       if (opt->get_name() == "--ranks") ranks_given = true;
     }
-  }
-  if (!(o.mpi_timeout > 0) || !(o.mpi_timeout <= 1e6)) {
-    char got[32];
-    std::snprintf(got, sizeof(got), "%g", o.mpi_timeout);
-    return early_fail("--mpi-timeout must be in (0, 1e6] seconds (got " + std::string(got) + ")");
   }
   const bool backend_mpi = cfg.backend == "mpi";
   if (cfg.backend == "local" && launcher.present && (launcher.size > 1 || launcher.rank > 0)) {
@@ -311,8 +312,9 @@ int run(const Options& o) {
               static_cast<long long>(start_step),
               static_cast<long long>(cfg.steps));
   if (cfg.pp > 1 || cfg.micro_batches > 1) {
-    std::printf("pipeline: %lld stage(s) x %lld data-parallel replica(s), %lld micro-batch(es) per replica and step (1F1B)\n",
-                static_cast<long long>(cfg.pp), static_cast<long long>(cfg.dp()), static_cast<long long>(cfg.micro_batches));
+    std::printf("pipeline: %lld stage(s) x %lld data-parallel replica(s), %lld micro-batch(es) per replica and step (%s)\n",
+                static_cast<long long>(cfg.pp), static_cast<long long>(cfg.dp()), static_cast<long long>(cfg.micro_batches),
+                cfg.schedule_name().c_str());
   }
   const double tot = result.total_s > 0 ? result.total_s : 1;
   std::printf("time (rank 0): %.2f s = linear %.2f s (%.0f%%), attention %.2f s (%.0f%%), "
@@ -367,8 +369,7 @@ Runner setup(CLI::App& sub) {
   sub.add_option("--config", o->config_file, "TOML file of settings (keys as the flags, '_' for '-'); flags override it")
       ->check(CLI::ExistingFile);
   sub.add_option("--resume", o->resume, "Continue from a checkpoint written by a run of the same config");
-  sub.add_option("--mpi-timeout", o->mpi_timeout,
-                 "--backend mpi: seconds without progress after which a silent rank ends the job (default 300)");
+  add_mpi_timeout(sub, o->mpi_timeout, "--backend mpi");
   auto add = [&](const std::string& name, auto& field, const std::string& help,
                  std::function<Status(TrainConfig&)> set) {
     CLI::Option* opt = sub.add_option(name, field, help);

@@ -163,8 +163,10 @@ bool integer_syntax(const std::string& s) {
 // The syntax check by the option's type name, before any other validator: so that a value
 // given to an integer flag with a floating-point validator (PositiveNumber) is still told it
 // should be a decimal integer.
-std::string check_syntax(Kind kind, const std::string& value) {
-  if (kind == Kind::kOther) return {};
+std::string check_syntax(Kind kind, const std::string& value, bool value_optional) {
+  if (kind == Kind::kOther) {
+    return value.empty() && !value_optional ? "expected a value, got an empty one" : std::string();
+  }
   if (value.empty()) return "expected a number, got an empty value";
   if (kind == Kind::kInteger) {
     return integer_syntax(value) ? std::string() : "expected a decimal integer, got '" + shown(value) + "'";
@@ -201,13 +203,16 @@ void strict_options(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
     const std::string name = opt->get_name();
     const Kind kind = kind_of(opt->get_type_name());
+    // A flag (no value) or an option whose value may be left out (--json alone): CLI11 hands
+    // its validators an empty string for the missing value.
+    const bool value_optional = opt->get_expected_min() == 0;
     plain_sign_validators(*opt);
     // transform(): runs before every validator the command added.
     opt->transform(CLI::Validator(
-        [name, kind](std::string& value) -> std::string {
+        [name, kind, value_optional](std::string& value) -> std::string {
           g_flag = name;
           g_phase = Phase::kValidating;
-          return check_syntax(kind, value);
+          return check_syntax(kind, value, value_optional);
         },
         "", ""));
     // check(): runs after them, just before the conversion.
@@ -244,6 +249,20 @@ DISTCA_STRICT_NUMBER(long double)
 #undef DISTCA_STRICT_NUMBER
 
 void make_numbers_strict(CLI::App& app) { strict_options(app); }
+
+CLI::Option* add_mpi_timeout(CLI::App& app, double& seconds, const std::string& when) {
+  return app
+      .add_option("--mpi-timeout", seconds,
+                  when + ": seconds without progress after which a silent rank ends the job, in (0, 1e6] (default 300)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            double d = 0;
+            std::string why;
+            if (parse_float(text, d, &why) != Outcome::kOk) return why;
+            return d > 0 && d <= 1e6 ? std::string() : "must be in (0, 1e6] seconds (got " + shown(text) + ")";
+          },
+          "", ""));
+}
 
 void parse_strict(CLI::App& app, int argc, const char* const* argv) {
   struct Reset {

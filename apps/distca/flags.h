@@ -57,9 +57,17 @@ template <typename T>
 std::string parse_strict_number(const std::string& text, T& out);
 
 // Adds the validators that let the strict conversions name their flag to every option of `app`
-// and of all its subcommands, recursively; an empty value given to a numeric option is refused
-// too (CLI11 would read it as 0). Call after every option is declared, before parsing.
+// and of all its subcommands, recursively; an empty value is refused for every option that takes
+// one (CLI11 would read it as 0 for a number; for a word, '' would pass as "not given" and take
+// the default, or slip past a rule that applies only when the flag is set). Call after every
+// option is declared, before parsing.
 void make_numbers_strict(CLI::App& app);
+
+// Adds --mpi-timeout SECONDS, with one rule for every command that runs under mpirun: a finite
+// number in (0, 1e6] ("--mpi-timeout: must be in (0, 1e6] seconds (got 0)"); 0 would mean no
+// timeout, and every wait is bounded. `help` follows "seconds without progress after which a
+// silent rank ends the job".
+CLI::Option* add_mpi_timeout(CLI::App& app, double& seconds, const std::string& when = "under mpirun");
 
 // Parses with app.parse(argc, argv) and forgets the recorded flag name afterwards, even when
 // parsing throws (later conversions, such as Option::as<T>(), then fail the plain CLI11 way).

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -64,7 +65,21 @@ extern "C" void cleanup_and_reraise(int sig) {
   ::raise(sig);
 }
 
-std::string temp_path_for(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
+// This host's name as it appears in temporary file names: letters, digits and '-' kept, every
+// other byte (a '.', a '/') '_', so the name splits back unambiguously; at most 64 bytes.
+std::string host_tag() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') std::strcpy(buf, "unknown-host");
+  std::string tag;
+  for (const char* c = buf; *c != '\0' && tag.size() < 64; ++c) {
+    const bool keep = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-';
+    tag += keep ? *c : '_';
+  }
+  return tag;
+}
+
+constexpr const char* kTempMarker = ".tmp.";
+constexpr const char* kTempSuffix = ".distca";
 
 Status write_all_fd(int fd, const std::string& content, const std::string& path) {
   size_t done = 0;
@@ -137,7 +152,7 @@ Status classify_output(const std::string& path, std::string* resolved, Target* h
 // *slot until renamed or removed).
 Status write_temp(const std::string& target, const std::string& shown, const std::string& content,
                   std::string* tmp, int* slot) {
-  *tmp = temp_path_for(target);
+  *tmp = temp_file_path(target);
   *slot = register_temp(*tmp);
   const int fd = ::open(tmp->c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) {
@@ -236,6 +251,11 @@ Result<std::string> read_file(const std::string& path, uint64_t max_bytes) {
 }
 
 Result<nlohmann::json> parse_json_text(const std::string& text, const std::string& name) {
+  // nlohmann's lexer takes a NUL byte for the end of the input: "{} \0junk" would parse as {}
+  // while "{} junk" is refused. JSON text never holds a raw NUL (not even inside a string).
+  if (const size_t nul = text.find('\0'); nul != std::string::npos) {
+    return Status::invalid_argument("'" + name + "' is not valid JSON (a NUL byte at byte " + std::to_string(nul) + ")");
+  }
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
@@ -272,6 +292,67 @@ Status check_output_dir(const std::string& dir, bool create) {
   if (!S_ISDIR(st.st_mode)) return Status::invalid_argument("'" + dir + "' is not a directory");
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
     return Status::invalid_argument("directory '" + dir + "' is not writable");
+  }
+  return {};
+}
+
+namespace {
+
+// What an output path writes to: a file's device and inode when it exists, else its absolute
+// path with the links of its existing part resolved.
+struct OutputIdentity {
+  bool inode = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::string name;
+  bool operator==(const OutputIdentity& o) const {
+    return inode == o.inode && (inode ? dev == o.dev && ino == o.ino : name == o.name);
+  }
+};
+
+OutputIdentity output_identity(const NamedOutput& o) {
+  OutputIdentity id;
+  struct stat st {};
+  const bool is_stdout = o.dash_is_stdout && o.path == "-";
+  if (is_stdout ? ::fstat(STDOUT_FILENO, &st) == 0 : ::stat(o.path.c_str(), &st) == 0) {
+    id.inode = true;
+    id.dev = st.st_dev;
+    id.ino = st.st_ino;
+    return id;
+  }
+  if (is_stdout) {
+    id.name = "\n<standard output>";  // closed: not a path any other output can spell
+    return id;
+  }
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(o.path, ec);
+  const std::filesystem::path canon = ec ? abs : std::filesystem::weakly_canonical(abs, ec);
+  id.name = (ec ? std::filesystem::path(o.path) : canon).lexically_normal().string();
+  return id;
+}
+
+std::string shown_output(const NamedOutput& o) {
+  return o.dash_is_stdout && o.path == "-" ? o.flag + " - (standard output)" : o.flag + " '" + o.path + "'";
+}
+
+}  // namespace
+
+Status check_distinct_outputs(const std::vector<NamedOutput>& outputs) {
+  struct stat null_st {};
+  const bool have_null = ::stat("/dev/null", &null_st) == 0;
+  std::vector<std::pair<const NamedOutput*, OutputIdentity>> seen;
+  for (const NamedOutput& o : outputs) {
+    if (o.path.empty()) continue;
+    OutputIdentity id = output_identity(o);
+    const bool is_stdout = o.dash_is_stdout && o.path == "-";  // "-" twice is refused even into /dev/null
+    if (!is_stdout && have_null && id.inode && id.dev == null_st.st_dev && id.ino == null_st.st_ino) continue;
+    for (const auto& [other, other_id] : seen) {
+      if (other_id == id) {
+        return Status::invalid_argument(shown_output(*other) + " and " + shown_output(o) +
+                                        " name the same file: one output would replace the other");
+      }
+    }
+    seen.emplace_back(&o, std::move(id));
   }
   return {};
 }
@@ -371,23 +452,47 @@ void install_temp_file_cleanup() {
 TempFileGuard::TempFileGuard(const std::string& path) : slot_(register_temp(path)) {}
 TempFileGuard::~TempFileGuard() { unregister_temp(slot_); }
 
-int remove_stale_temp_files(const std::string& dir, const std::string& base_prefix) {
+std::string temp_file_path(const std::string& path) {
+  return path + kTempMarker + host_tag() + "." + std::to_string(::getpid()) + kTempSuffix;
+}
+
+bool parse_temp_file_name(const std::string& name, std::string* target, std::string* host, long* pid) {
+  const std::string suffix = kTempSuffix;
+  if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return false;
+  const std::string rest = name.substr(0, name.size() - suffix.size());  // <target>.tmp.<host>.<pid>
+  const size_t dot_pid = rest.rfind('.');
+  if (dot_pid == std::string::npos) return false;
+  const std::string pid_text = rest.substr(dot_pid + 1);
+  if (pid_text.empty() || pid_text.size() > 9 || pid_text.find_first_not_of("0123456789") != std::string::npos ||
+      (pid_text.size() > 1 && pid_text[0] == '0')) {
+    return false;
+  }
+  const size_t marker = rest.rfind(kTempMarker, dot_pid);
+  if (marker == std::string::npos || marker == 0) return false;
+  const size_t host_at = marker + std::strlen(kTempMarker);
+  if (host_at >= dot_pid) return false;  // "<target>.tmp.<pid>": no host
+  const std::string host_text = rest.substr(host_at, dot_pid - host_at);
+  if (host_text.empty() || host_text.find('.') != std::string::npos) return false;
+  *target = rest.substr(0, marker);
+  *host = host_text;
+  *pid = std::atol(pid_text.c_str());
+  return true;
+}
+
+int remove_stale_temp_files(const std::string& dir, const std::function<bool(const std::string&)>& is_own_output) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return 0;
+  const std::string here = host_tag();
   int removed = 0;
   while (dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
-    if (name.compare(0, base_prefix.size(), base_prefix) != 0) continue;
-    const size_t at = name.rfind(".tmp.");
-    if (at == std::string::npos) continue;
-    const std::string pid_text = name.substr(at + 5);
-    if (pid_text.empty() || pid_text.size() > 9 ||
-        pid_text.find_first_not_of("0123456789") != std::string::npos) {
-      continue;
-    }
-    const pid_t pid = static_cast<pid_t>(std::atol(pid_text.c_str()));
+    std::string target, host;
+    long pid = 0;
+    // Only names this program makes, on this host (a pid of another host says nothing here),
+    // for an output the caller writes.
+    if (!parse_temp_file_name(name, &target, &host, &pid) || host != here || !is_own_output(target)) continue;
     if (pid == ::getpid()) continue;
-    if (pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM)) continue;  // still alive
+    if (pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;  // still alive
     const std::string full = dir + "/" + name;
     struct stat st {};
     if (::lstat(full.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::unlink(full.c_str()) == 0) ++removed;

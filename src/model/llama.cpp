@@ -110,9 +110,19 @@ std::vector<TensorInfo> param_layout(const ModelSpec& spec) {
   return out;
 }
 
+namespace {
+// Parameters of one layer in the layout above: attn_norm, wq, wk, wv, wo, ffn_norm, w1, w3, w2.
+// In closed form (as stage_memory's), so that sizing a model never builds its per-layer table.
+int64_t layer_params(const ModelSpec& s) {
+  const int64_t h = s.hidden, qd = s.q_dim(), kvd = s.kv_dim(), f = s.ffn;
+  return h + qd * h + 2 * kvd * h + h * qd + h + 3 * f * h;
+}
+}  // namespace
+
 int64_t param_count(const ModelSpec& spec) {
-  const auto layout = param_layout(spec);
-  return layout.back().offset + layout.back().size();
+  DISTCA_CHECK(spec.validate().ok());
+  // embedding, the layers, final_norm, lm_head
+  return spec.vocab * spec.hidden + spec.n_layers * layer_params(spec) + spec.hidden + spec.vocab * spec.hidden;
 }
 
 StageRange stage_layers(int64_t n_layers, int64_t p, int64_t s) {
@@ -126,12 +136,13 @@ ModelMemory stage_memory(const ModelSpec& spec, StageRange stage, int64_t slots,
                          int64_t bytes_per_element) {
   DISTCA_CHECK(check_stage(spec, stage).ok() && slots >= 1);
   const Widths w(spec);
-  const auto layout = param_layout(spec);
-  const auto [begin, end] = stage_tensors(spec, stage);
   const bool head = stage.has_head(spec.n_layers);
   ModelMemory m;
-  m.param_bytes =
-      (layout[end - 1].offset + layout[end - 1].size() - layout[begin].offset) * bytes_per_element;
+  // The stage's range of the layout, in closed form: the embedding on the first stage, its
+  // layers, final_norm and lm_head on the last.
+  const int64_t params = (stage.has_embedding() ? spec.vocab * spec.hidden : 0) + stage.size() * layer_params(spec) +
+                         (head ? spec.hidden + spec.vocab * spec.hidden : 0);
+  m.param_bytes = params * bytes_per_element;
   // + 1 with the head: the per-token loss.
   m.saved_activation_bytes_per_token =
       (stage.size() * w.layer() + w.final_block(head) + (head ? 1 : 0)) * bytes_per_element;

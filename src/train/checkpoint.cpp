@@ -1,6 +1,7 @@
 #include "distca/train/checkpoint.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -60,6 +61,14 @@ std::map<std::string, std::string> parse_pairs(const std::string& fp) {
     if (eq != std::string::npos) m[tok.substr(0, eq)] = tok.substr(eq + 1);
   }
   return m;
+}
+
+// A key's value in a parsed fingerprint; keys fingerprint() writes only when set have their
+// default when absent.
+std::string fingerprint_value(const std::map<std::string, std::string>& pairs, const std::string& key) {
+  if (auto it = pairs.find(key); it != pairs.end()) return it->second;
+  if (key == "pp" || key == "micro_batches") return "1";
+  return "(absent)";
 }
 
 }  // namespace
@@ -138,6 +147,22 @@ Result<Checkpoint> parse_checkpoint(const std::string& b, const std::string& nam
   return c;
 }
 
+std::string checkpoint_name(int64_t steps) {
+  char name[40];
+  std::snprintf(name, sizeof(name), "step-%08lld.ckpt", static_cast<long long>(steps));
+  return name;
+}
+
+bool is_checkpoint_name(const std::string& name) {
+  const std::string prefix = "step-", suffix = ".ckpt";
+  if (name.size() < prefix.size() + 8 + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return false;
+  }
+  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  return digits.find_first_not_of("0123456789") == std::string::npos;
+}
+
 Status write_checkpoint(const std::string& path, const Checkpoint& c) {
   return write_file_atomic(path, serialize_checkpoint(c));
 }
@@ -149,15 +174,22 @@ Result<Checkpoint> read_checkpoint(const std::string& path, const std::string& e
   DISTCA_ASSIGN_OR_RETURN(Checkpoint c, parse_checkpoint(*bytes, name));
   if (c.fingerprint != expected) {
     const auto have = parse_pairs(c.fingerprint), want = parse_pairs(expected);
+    // Every key of either side: fingerprint() leaves out keys at their defaults, so a key may
+    // be on one side only (a --pp 4 checkpoint resumed with --pp 1).
+    std::map<std::string, std::string> keys = have;
+    keys.insert(want.begin(), want.end());
     std::string was, is;
-    for (const auto& [k, v] : want) {
-      auto it = have.find(k);
-      const std::string hv = it == have.end() ? "(absent)" : it->second;
-      if (hv != v) {
+    for (const auto& [k, unused] : keys) {
+      const std::string hv = fingerprint_value(have, k), wv = fingerprint_value(want, k);
+      if (hv != wv) {
         if (!was.empty()) { was += ", "; is += ", "; }
         was += k + "=" + hv;
-        is += k + "=" + v;
+        is += k + "=" + wv;
       }
+    }
+    if (was.empty()) {  // differs in a way the pairs do not show (spacing, a repeated key)
+      was = "'" + c.fingerprint + "'";
+      is = "'" + expected + "'";
     }
     return Status::invalid_argument(name + ": was written for " + was + "; this run has " + is);
   }

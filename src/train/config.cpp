@@ -1,6 +1,8 @@
 #include "distca/train/config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <sstream>
 
 #include <toml++/toml.h>
@@ -27,6 +29,27 @@ Result<TrainMode> parse_train_mode(const std::string& text, const std::string& f
 }
 
 const char* train_mode_name(TrainMode mode) { return mode == TrainMode::kCad ? "cad" : "colocated"; }
+
+const std::vector<ModelRange>& model_ranges() {
+  static const std::vector<ModelRange> ranges = {
+      {"n_layers", &ModelSpec::n_layers, 1, 1024},      {"hidden", &ModelSpec::hidden, 1, 65536},
+      {"n_heads", &ModelSpec::n_heads, 1, 1024},        {"n_kv_heads", &ModelSpec::n_kv_heads, 1, 1024},
+      {"head_dim", &ModelSpec::head_dim, 2, 1024},      {"ffn", &ModelSpec::ffn, 1, 262144},
+      {"vocab", &ModelSpec::vocab, 2, int64_t{1} << 24},
+  };
+  return ranges;
+}
+
+Status check_model_ranges(const ModelSpec& m) {
+  for (const ModelRange& r : model_ranges()) {
+    const int64_t v = m.*(r.field);
+    if (v < r.min || v > r.max) {
+      return bad(std::string("model_overrides.") + r.key, "must be in " + std::to_string(r.min) + ".." +
+                                                          std::to_string(r.max) + " (got " + std::to_string(v) + ")");
+    }
+  }
+  return {};
+}
 
 Status TrainConfig::validate() const {
   DISTCA_RETURN_IF_ERROR(model_spec().status());
@@ -96,6 +119,15 @@ Status TrainConfig::validate() const {
     // Cheap check of the distribution's syntax; reading a file:PATH happens at the start.
     if (dist.rfind("file:", 0) != 0) DISTCA_RETURN_IF_ERROR(LengthDistribution::create(w).status());
   }
+  if (auto m = model_spec(); m.ok()) {
+    // The model's matrix products take (tokens_per_rank, widest) operands in BLAS's 32-bit
+    // sizes (model/llama.h): refused here, before any rank allocates.
+    const int64_t widest = std::max({m->hidden, m->q_dim(), m->kv_dim(), m->ffn, m->vocab});
+    if (widest > INT32_MAX / tokens_per_rank) {
+      return bad("--tokens-per-rank", std::to_string(tokens_per_rank) + " times the model's widest layer (" +
+                                          std::to_string(widest) + ") exceeds the BLAS int range (2^31 - 1)");
+    }
+  }
   if (copy_vocab < 0 || copy_vocab == 1) return bad("--copy-vocab", "must be 0 (the model's vocabulary) or >= 2");
   if (copy_vocab > 0) {
     auto m = model_spec();
@@ -122,6 +154,7 @@ Result<ModelSpec> TrainConfig::model_spec() const {
   if (o.head_dim) m.head_dim = *o.head_dim;
   if (o.ffn) m.ffn = *o.ffn;
   if (o.vocab) m.vocab = *o.vocab;
+  DISTCA_RETURN_IF_ERROR(check_model_ranges(m));
   Status st = m.validate();
   if (!st.ok()) return bad("model_overrides:", st.message());
   if (m.head_dim % 2 != 0) return bad("model_overrides.head_dim", "must be even (RoPE)");
@@ -129,6 +162,11 @@ Result<ModelSpec> TrainConfig::model_spec() const {
     return bad("--data", "text needs a vocabulary of at least 257 (256 bytes + end of document); the model has " + std::to_string(m.vocab));
   }
   return m;
+}
+
+std::string TrainConfig::schedule_name() const {
+  if (pp > 1) return mode == TrainMode::kCad ? "1F1B ticks, attention pooled over the stages" : "1F1B";
+  return micro_batches > 1 ? "gradient accumulation" : "";
 }
 
 std::string TrainConfig::text_dir() const {
@@ -161,7 +199,13 @@ Status get(const toml::node& node, const std::string& origin, const std::string&
     out = v;
     return {};
   } else if constexpr (std::is_same_v<T, std::string>) {
-    if (auto v = node.value_exact<std::string>()) { out = *v; return {}; }
+    if (auto v = node.value_exact<std::string>()) {
+      // As for flags (apps/distca/flags.h): '' would pass as "not set" and take the default,
+      // or slip past a rule that applies only to a key that is set (overlap with colocated).
+      if (v->empty()) return Status::invalid_argument(origin + ": key '" + key + "' must not be empty");
+      out = *v;
+      return {};
+    }
     return Status::invalid_argument(origin + ": key '" + key + "' must be a string");
   } else if constexpr (std::is_same_v<T, double>) {
     if (auto v = node.value<double>()) { out = *v; return {}; }

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "distca/model/llama.h"
 
@@ -28,6 +29,13 @@ constexpr int64_t kPlanBytesPerToken = 256;
 // One JSONL line of metrics, generously.
 constexpr int64_t kMetricsLineBytes = 512;
 
+// Bytes as an int64, saturated at 2^58 (256 PiB): more than any machine, refused by
+// check_memory, and small enough that the estimate's sums of terms cannot overflow.
+int64_t to_bytes(double b) {
+  constexpr double kMax = static_cast<double>(int64_t{1} << 58);
+  return b >= kMax ? int64_t{1} << 58 : static_cast<int64_t>(std::ceil(b));
+}
+
 }  // namespace
 
 int64_t pipeline_slots(const TrainConfig& c, int64_t stage) {
@@ -49,39 +57,56 @@ DispatchRowLimits dispatch_row_limits(const TrainConfig& c) {
 }
 
 TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec& spec, const MemoryInputs& in) {
+  // Closed form (model_memory builds no per-layer table) and in double, each term saturated
+  // (to_bytes): a config of absurd sizes gets a huge estimate that check_memory refuses, never
+  // a wrapped, negative or small one, and sizing it allocates nothing.
   const model::ModelMemory mem = model::model_memory(spec);
-  const int64_t P = mem.param_bytes;  // fp32 bytes of one copy of the parameters
-  const int64_t T = c.tokens_per_rank;
-  const int64_t R = c.ranks;
+  const double P = static_cast<double>(mem.param_bytes);  // fp32 bytes of one copy of the parameters
+  const double T = static_cast<double>(c.tokens_per_rank);
+  const double R = static_cast<double>(c.ranks);
   TrainMemoryEstimate e;
   e.ranks_in_process = in.ranks_in_process;
-  e.model_state = 4 * P;
-  e.all_reduce = P + P / R + 64;
+  e.model_state = to_bytes(4 * P);
+  e.all_reduce = to_bytes(P + std::floor(P / R) + 64);
   // A pipeline's first stage keeps min(micro-batches, stages) micro-batches in flight (1F1B),
-  // each with its activations and its dispatcher rows.
-  const int64_t in_flight = pipeline_slots(c, 0);
-  e.activations = mem.activation_bytes_per_token() * T * in_flight;
-  // Row floats of the six exchanges (fp32): Q, K/V, O + lse, dO, dQ, dK/dV.
-  const int64_t q = spec.n_heads * spec.head_dim * 4, kv = 2 * spec.n_kv_heads * spec.head_dim * 4;
-  const int64_t olse = q + spec.n_heads * 4, lse = spec.n_heads * 4;
-  const DispatchRowLimits rows = dispatch_row_limits(c);
+  // each with its dispatcher rows. Activations: stage s holds its own layers' in
+  // pipeline_slots(s) slots plus the shared scratch (model::stage_memory, what Llama::create
+  // allocates for it); a rank's bound is the largest stage's.
+  const double in_flight = static_cast<double>(pipeline_slots(c, 0));
+  double activations = static_cast<double>(mem.saved_activation_bytes_per_token) * in_flight +
+                       static_cast<double>(mem.scratch_bytes_per_token);
+  if (c.pp > 1 && c.pp <= spec.n_layers) {
+    activations = 0;
+    for (int64_t s = 0; s < c.pp; ++s) {
+      const model::ModelMemory stage =
+          model::stage_memory(spec, model::stage_layers(spec.n_layers, c.pp, s), pipeline_slots(c, s));
+      activations = std::max(activations, static_cast<double>(stage.activation_bytes_per_token()));
+    }
+  }
+  e.activations = to_bytes(activations * T);
+  // Row bytes of the six exchanges (fp32): Q, K/V, O + lse, dO, dQ, dK/dV.
+  const double q = static_cast<double>(spec.n_heads) * static_cast<double>(spec.head_dim) * 4;
+  const double kv = 2 * static_cast<double>(spec.n_kv_heads) * static_cast<double>(spec.head_dim) * 4;
+  const double lse = static_cast<double>(spec.n_heads) * 4, olse = q + lse;
+  const DispatchRowLimits limits = dispatch_row_limits(c);
+  const double rows_q = static_cast<double>(limits.q), rows_kv = static_cast<double>(limits.kv);
+  const double layers = static_cast<double>(spec.n_layers);
   // Kept until backward, every layer: received Q and K/V. One layer's at a time: Q sent, O+lse
   // sent and received, the fused call's Q, O and lse, dO sent and received, dQ sent and
   // received (query-shaped); K/V sent, the fused context K and V, dK/dV sent and received.
   // cad pipelines run stateless servers (nothing kept from forward to backward: one layer's
   // rows at a time) and keep each in-flight micro-batch's LSE per layer at home instead.
   const bool stateless = c.mode == TrainMode::kCad && c.pp > 1;
-  const int64_t kept = stateless ? in_flight * spec.n_layers * T * lse
-                                 : in_flight * spec.n_layers * (rows.q * q + rows.kv * kv);
-  e.dispatcher = kept + (stateless ? rows.q * (q + olse) + rows.kv * kv : 0) +
-                 rows.q * (q + 2 * olse + 2 * q + lse + 2 * q + 2 * q) + rows.kv * (kv + kv + 2 * kv);
+  const double kept = stateless ? in_flight * layers * T * lse : in_flight * layers * (rows_q * q + rows_kv * kv);
+  e.dispatcher = to_bytes(kept + (stateless ? rows_q * (q + olse) + rows_kv * kv : 0) +
+                          rows_q * (q + 2 * olse + 2 * q + lse + 2 * q + 2 * q) + rows_kv * (kv + kv + 2 * kv));
   // Planning ahead (src/train/planner.h) holds up to one step's units more than the step
   // runs: a unit is one micro-batch's plans, or a cad pipeline tick's two pooled directions
   // (2 (M + P - 1) ticks).
   const int64_t ahead = c.plan_ahead != "on" ? 0
                         : c.mode == TrainMode::kCad && c.pp > 1 ? 4 * (c.micro_batches + c.pp - 1)
                                                       : c.micro_batches;
-  e.plan = (1 + ahead) * (kPlanBytesPerPeer * R * R + kPlanBytesPerToken * R * T);
+  e.plan = to_bytes(static_cast<double>(1 + ahead) * (kPlanBytesPerPeer * R * R + kPlanBytesPerToken * R * T));
   // A rank thread is the master of its own OpenMP team; mpi adds the progress thread.
   const int64_t threads =
       in.threads_per_rank > 0 ? in.threads_per_rank : std::max(1, omp_get_max_threads()) + (in.mpi ? 1 : 0);
@@ -90,15 +115,17 @@ TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec&
   e.baseline = in.mpi ? kMpiBaselineBytes : kBaselineBytes;
   // Tokens are int32 per byte plus the end-of-document token, cut to max_doc_len; one file's
   // bytes while it is read.
-  int64_t tokens = in.text_bytes + in.text_files;
-  if (c.max_doc_len > 0) tokens = std::min(tokens, in.text_files * c.max_doc_len);
-  e.data = 4 * tokens + in.largest_text_file;
+  double tokens = static_cast<double>(in.text_bytes) + static_cast<double>(in.text_files);
+  if (c.max_doc_len > 0) {
+    tokens = std::min(tokens, static_cast<double>(in.text_files) * static_cast<double>(c.max_doc_len));
+  }
+  e.data = to_bytes(4 * tokens + static_cast<double>(in.largest_text_file));
   if (in.lead) {
-    const int64_t ckpt = 3 * P + 256;  // params, m, v
+    const double ckpt = 3 * P + 256;  // params, m, v
     // Writing: the Checkpoint copy, its serialised bytes and write_file_atomic's copy of them
     // (measured: 3.7 copies above a run without checkpoints). Resuming: the one read, held.
-    e.checkpoints = (c.checkpoint_dir.empty() ? 0 : 4 * ckpt) + (in.resume ? ckpt : 0);
-    if (!c.metrics.empty()) e.metrics = 2 * kMetricsLineBytes * c.steps;
+    e.checkpoints = to_bytes((c.checkpoint_dir.empty() ? 0 : 4 * ckpt) + (in.resume ? ckpt : 0));
+    if (!c.metrics.empty()) e.metrics = to_bytes(2.0 * kMetricsLineBytes * static_cast<double>(c.steps));
   }
   return e;
 }

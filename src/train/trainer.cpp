@@ -171,9 +171,7 @@ Result<std::string> write_step_checkpoint(const TrainConfig& config, comm::Commu
   c.step = step + 1;
   c.seed = config.seed;
   c.adam_step = s.opt->step_count();
-  char name[64];
-  std::snprintf(name, sizeof(name), "step-%08lld.ckpt", static_cast<long long>(step + 1));
-  const std::string path = (std::filesystem::path(config.checkpoint_dir) / name).string();
+  const std::string path = (std::filesystem::path(config.checkpoint_dir) / checkpoint_name(step + 1)).string();
   DISTCA_RETURN_IF_ERROR(write_checkpoint(path, c));
   return path;
 }

@@ -247,7 +247,7 @@ TEST_F(CliBenchValidateTest, RefusalsComeBeforeAnyWork) {
   expect_refused("--replay " + foreign.string(), "not a distca bench train JSON");
   const fs::path not_json = copy_data(dir_ / "not_json");
   std::ofstream(not_json / "dp1-skewed.json") << "{ half";
-  expect_refused("--replay " + not_json.string(), "not JSON");
+  expect_refused("--replay " + not_json.string(), "is not valid JSON");
   // bench train's JSON without one of the flags a prediction needs.
   const fs::path no_width = copy_data(dir_ / "no_width");
   nlohmann::json j = load((no_width / "dp2-skewed.json").string());

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -79,7 +80,7 @@ TEST_F(IoTest, DevNullIsWrittenThroughAndStaysADevice) {
   EXPECT_TRUE(check_output_path("/dev/null").ok());
   EXPECT_TRUE(write_file_atomic("/dev/null", "discarded").ok());
   EXPECT_EQ(kind("/dev/null"), S_IFCHR);
-  EXPECT_FALSE(fs::exists("/dev/null.tmp." + std::to_string(::getpid())));
+  EXPECT_FALSE(fs::exists(temp_file_path("/dev/null")));
 }
 
 TEST_F(IoTest, FullDeviceIsAnErrorAndStaysADevice) {
@@ -178,12 +179,12 @@ TEST_F(IoTest, MultiFileWriteIsAllOrNoneWhenATemporaryCannotBeCreated) {
   const std::string a = path("a.json"), b = path("b.json");
   ASSERT_TRUE(write_file_atomic(a, "old a").ok());
   // b's temporary file name is taken by a directory: its creation fails after a's succeeded.
-  fs::create_directories(b + ".tmp." + std::to_string(::getpid()));
+  fs::create_directories(temp_file_path(b));
   const Status s = write_files_atomic({{a, "new a"}, {b, "new b"}});
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(contents(a), "old a");
   EXPECT_FALSE(fs::exists(b));
-  EXPECT_FALSE(fs::exists(a + ".tmp." + std::to_string(::getpid())));
+  EXPECT_FALSE(fs::exists(temp_file_path(a)));
 }
 
 TEST_F(IoTest, MultiFileWriteIsAllOrNoneWhenADeviceFails) {
@@ -275,6 +276,45 @@ TEST_F(IoTest, JsonNumberBeyondDoubleIsOneLineError) {
   EXPECT_FALSE(read_json_file(p).ok());
 }
 
+// nlohmann's lexer ends the input at a NUL byte: JSON followed by NUL and junk must be refused
+// like JSON followed by a space and junk, and a NUL inside a value too.
+TEST_F(IoTest, JsonWithANulByteIsRefusedNamingItsOffset) {
+  for (const std::string& text : {std::string("{}\0junk", 7), std::string("{\"a\": 1}\0", 9),
+                                  std::string("{\"a\": \"x\0y\"}", 13)}) {
+    auto r = parse_json_text(text, "input.json");
+    ASSERT_FALSE(r.ok()) << text.size();
+    EXPECT_EQ(r.status().message(), "'input.json' is not valid JSON (a NUL byte at byte " +
+                                        std::to_string(text.find('\0')) + ")");
+  }
+  EXPECT_FALSE(parse_json_text("{} junk", "input.json").ok());
+  const std::string p = path("nul.json");
+  ASSERT_TRUE(write_file_atomic(p, std::string("[1]\0[2]", 7)).ok());
+  EXPECT_FALSE(read_json_file(p).ok());
+}
+
+TEST_F(IoTest, OutputsNamingOneFileAreRefused) {
+  const std::string a = path("a.json");
+  // Not existing yet: the same absolute path, however it is spelt.
+  const std::string spelt = (dir_ / "sub" / ".." / "a.json").string();
+  fs::create_directories(dir_ / "sub");
+  Status st = check_distinct_outputs({{"--json", a}, {"--trace", spelt}});
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.message(), "--json '" + a + "' and --trace '" + spelt + "' name the same file: one output would replace the other");
+  EXPECT_TRUE(check_distinct_outputs({{"--json", a}, {"--trace", path("b.json")}, {"--metrics", ""}}).ok());
+  // Existing: links (symbolic and hard) to it.
+  ASSERT_TRUE(write_file_atomic(a, "x").ok());
+  fs::create_symlink(a, dir_ / "sym.json");
+  fs::create_hard_link(a, dir_ / "hard.json");
+  EXPECT_FALSE(check_distinct_outputs({{"--json", a}, {"--trace", path("sym.json")}}).ok());
+  EXPECT_FALSE(check_distinct_outputs({{"--json", path("hard.json")}, {"--trace", path("sym.json")}}).ok());
+  // "-" is standard output only where the flag says so; twice is refused.
+  EXPECT_FALSE(check_distinct_outputs({{"--json", "-", true}, {"--out", "-", true}}).ok());
+  EXPECT_TRUE(check_distinct_outputs({{"--json", "-", true}, {"--trace", "-"}}).ok());
+  // A directory output counts like a file; /dev/null takes any number.
+  EXPECT_FALSE(check_distinct_outputs({{"--metrics", dir_.string()}, {"--checkpoint-dir", (dir_ / ".").string()}}).ok());
+  EXPECT_TRUE(check_distinct_outputs({{"--json", "/dev/null"}, {"--trace", "/dev/null"}}).ok());
+}
+
 TEST_F(IoTest, StdoutWriteFailureIsAnError) {
   // A child whose stdout is /dev/full: write_stdout must report it.
   const pid_t pid = ::fork();
@@ -327,24 +367,61 @@ TEST_F(IoTest, SigtermLeavesUnregisteredFiles) {
   EXPECT_TRUE(fs::exists(kept));  // a destroyed guard no longer covers the file
 }
 
-TEST_F(IoTest, StaleTemporaryFilesOfDeadProcessesAreRemoved) {
+pid_t dead_pid() {
   const pid_t dead = ::fork();
   if (dead == 0) ::_exit(0);
-  ASSERT_GT(dead, 0);
   ::waitpid(dead, nullptr, 0);  // reaped: the pid names no process now
-  const std::string live = std::to_string(::getppid());
-  const std::string stale = path("step-1.ckpt.tmp." + std::to_string(dead));
-  const std::string kept_live = path("step-2.ckpt.tmp." + live);
-  const std::string kept_prefix = path("other.tmp." + std::to_string(dead));
-  const std::string kept_name = path("step-3.ckpt.tmp.12x");
-  for (const auto& p : {stale, kept_live, kept_prefix, kept_name}) ASSERT_TRUE(write_file_atomic(p, "x").ok());
-  EXPECT_EQ(remove_stale_temp_files(dir_.string(), "step-"), 1);
+  return dead;
+}
+
+// A temporary file name as write_file_atomic makes it, with another pid or host.
+std::string temp_name_with(const std::string& target, const std::string& host, long pid) {
+  std::string t, h;
+  long p = 0;
+  EXPECT_TRUE(parse_temp_file_name(temp_file_path(target), &t, &h, &p));
+  return target + ".tmp." + (host.empty() ? h : host) + "." + std::to_string(pid) + ".distca";
+}
+
+TEST_F(IoTest, TemporaryFileNamesSplitBackAndNothingElseDoes) {
+  std::string target, host;
+  long pid = 0;
+  ASSERT_TRUE(parse_temp_file_name(fs::path(temp_file_path("step-00000001.ckpt")).filename().string(), &target,
+                                   &host, &pid));
+  EXPECT_EQ(target, "step-00000001.ckpt");
+  EXPECT_EQ(pid, ::getpid());
+  EXPECT_FALSE(host.empty());
+  for (const char* other : {"step-important-notes.tmp.999999", "step-1.ckpt.tmp.123", "x.tmp.host.12.distca.bak",
+                            "x.tmp.host.012.distca", "x.tmp.host.1x.distca", ".tmp.host.1.distca", "x.tmp..1.distca",
+                            "x.tmp.a.b.1.distca", "a.tmp.1.distca"}) {
+    EXPECT_FALSE(parse_temp_file_name(other, &target, &host, &pid)) << other;
+  }
+}
+
+// Only this program's temporary files, of this host, of dead processes, for the caller's own
+// outputs are removed: a user's "step-important-notes.tmp.999999" and a live writer's file
+// on another host that shares the directory stay.
+TEST_F(IoTest, StaleTemporaryFilesOfDeadProcessesAreRemoved) {
+  const pid_t dead = dead_pid();
+  ASSERT_GT(dead, 0);
+  const long live = ::getppid();
+  const std::string stale = path(temp_name_with("step-1.ckpt", "", dead));
+  const std::string kept_live = path(temp_name_with("step-2.ckpt", "", live));
+  const std::string kept_not_ours = path(temp_name_with("other", "", dead));
+  const std::string kept_other_host = path(temp_name_with("step-3.ckpt", "another-host", dead));
+  const std::string kept_user = path("step-important-notes.tmp.999999");
+  const std::string kept_old_shape = path("step-4.ckpt.tmp." + std::to_string(dead));
+  for (const auto& p : {stale, kept_live, kept_not_ours, kept_other_host, kept_user, kept_old_shape}) {
+    std::ofstream(p) << "x";
+  }
+  const auto ours = [](const std::string& target) { return target.rfind("step-", 0) == 0; };
+  EXPECT_EQ(remove_stale_temp_files(dir_.string(), ours), 1);
   EXPECT_FALSE(fs::exists(stale));
-  EXPECT_TRUE(fs::exists(kept_live));
-  EXPECT_TRUE(fs::exists(kept_prefix));
-  EXPECT_TRUE(fs::exists(kept_name));
-  EXPECT_EQ(remove_stale_temp_files(dir_.string(), ""), 1);  // no prefix: other.tmp.<dead> too
-  EXPECT_FALSE(fs::exists(kept_prefix));
+  for (const auto& p : {kept_live, kept_not_ours, kept_other_host, kept_user, kept_old_shape}) {
+    EXPECT_TRUE(fs::exists(p)) << p;
+  }
+  EXPECT_EQ(remove_stale_temp_files(dir_.string(), [](const std::string&) { return true; }), 1);
+  EXPECT_FALSE(fs::exists(kept_not_ours));
+  EXPECT_TRUE(fs::exists(kept_user));
 }
 
 }  // namespace

@@ -369,7 +369,8 @@ TEST_F(ProfileCli, RefusesBadFlagsUpFront) {
   expect_bad(out + " --vocab 1", "--vocab must be in 2..16777216");
   expect_bad(out + " --width 64 --kv-heads 3", "--kv-heads must divide --heads");
   expect_bad(out + " --min-len 64 --max-len 32", "--max-len must be >= --min-len");
-  expect_bad(out + " --mpi-timeout -1", "--mpi-timeout must be a finite number >= 0");
+  expect_bad(out + " --mpi-timeout -1", "--mpi-timeout: must be in (0, 1e6] seconds (got -1)");
+  expect_bad(out + " --mpi-timeout 0", "--mpi-timeout: must be in (0, 1e6] seconds (got 0)");
   expect_bad(out + " --gemm-repeats 0", "--gemm-repeats");
 }
 

@@ -133,7 +133,7 @@ TEST_F(TrainHardening, MemoryEstimateRefusesBeforeAllocating) {
     std::string args, flag;
   };
   for (const Case& c : std::vector<Case>{{"--ranks 1024", "--ranks 1024"},
-                                         {"--ranks 8 --tokens-per-rank 4194304", "--tokens-per-rank 4194304"},
+                                         {"--ranks 8 --tokens-per-rank 2097152", "--tokens-per-rank 2097152"},
                                          {"--model llama-8b", "--model llama-8b"}}) {
     const CliRun r = run(c.args);
     EXPECT_EQ(r.code, 2) << c.args << ": " << r.err;
@@ -263,22 +263,33 @@ TEST_F(TrainHardening, SigtermDuringCheckpointingLeavesNoTemporaryFile) {
   }
 }
 
-// SIGKILL cannot be caught: the next run removes temporary files of dead processes from the
-// checkpoint directory, and keeps those of live ones (another run may be writing them).
+// SIGKILL cannot be caught: the next run removes the temporary files of its own checkpoints
+// left by dead processes of this host, and keeps everything else: a live run's, a user's file
+// that only looks like one, and a file of another host sharing the directory.
 TEST_F(TrainHardening, StaleTemporaryFilesOfDeadProcessesAreRemovedAtStart) {
   const fs::path ck = dir_ / "ck";
   fs::create_directories(ck);
   const pid_t dead = fork();
   if (dead == 0) _exit(0);
   ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
-  const fs::path stale = ck / ("step-00000003.ckpt.tmp." + std::to_string(dead));
-  const fs::path live = ck / ("step-00000003.ckpt.tmp." + std::to_string(getpid()));
+  std::string target, host;
+  long pid = 0;
+  ASSERT_TRUE(distca::parse_temp_file_name(distca::temp_file_path("x"), &target, &host, &pid));
+  const auto temp = [&](const std::string& name, const std::string& on, long p) {
+    return ck / (name + ".tmp." + on + "." + std::to_string(p) + ".distca");
+  };
+  const fs::path stale = temp("step-00000003.ckpt", host, dead);
+  const std::vector<fs::path> kept = {temp("step-00000003.ckpt", host, getpid()),
+                                      temp("step-00000003.ckpt", "other-host", dead),
+                                      temp("notes.txt", host, dead),
+                                      ck / "step-important-notes.tmp.999999",
+                                      ck / ("step-00000003.ckpt.tmp." + std::to_string(dead))};
   std::ofstream(stale) << "partial";
-  std::ofstream(live) << "partial";
+  for (const fs::path& k : kept) std::ofstream(k) << "partial";
   const CliRun r = run("--config " + cfg_ + " --checkpoint-dir " + ck.string());
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_FALSE(fs::exists(stale));
-  EXPECT_TRUE(fs::exists(live));
+  for (const fs::path& k : kept) EXPECT_TRUE(fs::exists(k)) << k;
 }
 
 TEST_F(TrainHardening, MpiBackendOutsideMpirunAndLocalUnderALauncherAreRefused) {

@@ -3,6 +3,13 @@
 // resume == uninterrupted) on the local backend.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <limits>
+
 #include <filesystem>
 #include <fstream>
 #include <cstdio>
@@ -17,6 +24,7 @@
 #include "distca/train/checkpoint.h"
 #include "distca/train/config.h"
 #include "distca/train/data.h"
+#include "distca/train/memory.h"
 #include "distca/train/trainer.h"
 #include "train_test_util.h"
 #include "distca/model/llama.h"
@@ -93,7 +101,8 @@ TEST(Config, BadKeysAndValuesNameTheKey) {
                                          {"[model_overrides]\nlayers = 2\n", "'model_overrides.layers'"},
                                          {"mode = \n", "t.toml:1"},
                                          {"mode = \"fast\"\n", "t.toml: key 'mode' must be cad or colocated (got 'fast')"},
-                                         {"overlap = \"both\"\n", "t.toml: key 'overlap' must be pingpong, single-stream or signal"}}) {
+                                         {"overlap = \"both\"\n", "t.toml: key 'overlap' must be pingpong, single-stream or signal"},
+                                         {"mode = \"colocated\"\noverlap = \"\"\n", "key 'overlap' must not be empty"}}) {
     TrainConfig c;
     Status st = apply_toml_text(k.text, "t.toml", c);
     ASSERT_FALSE(st.ok()) << k.text;
@@ -121,6 +130,74 @@ TEST(Config, BadKeysAndValuesNameTheKey) {
     ASSERT_FALSE(st.ok()) << b.flag;
     EXPECT_NE(st.message().find(b.flag), std::string::npos) << st.message();
   }
+}
+
+// Every model field has a documented range (train::model_ranges), refused naming the key just
+// outside it and accepted at its ends.
+TEST(Config, ModelOverridesOutsideTheirRangesAreRefusedNamingTheKey) {
+  for (const ModelRange& r : model_ranges()) {
+    for (const int64_t v : {r.min - 1, r.max + 1, int64_t{1} << 62, std::numeric_limits<int64_t>::min()}) {
+      TrainConfig c;
+      ModelSpec spec = *c.model_spec();
+      spec.*(r.field) = v;
+      const Status st = check_model_ranges(spec);
+      ASSERT_FALSE(st.ok()) << r.key << " " << v;
+      EXPECT_EQ(st.message(), "model_overrides." + std::string(r.key) + " must be in " + std::to_string(r.min) + ".." +
+                                  std::to_string(r.max) + " (got " + std::to_string(v) + ")");
+    }
+  }
+  TrainConfig c;
+  c.model_overrides.n_layers = 10000000;
+  EXPECT_NE(c.validate().message().find("model_overrides.n_layers must be in 1..1024"), std::string::npos);
+  c = TrainConfig{};
+  c.model_overrides.hidden = int64_t{1} << 62;
+  EXPECT_NE(c.validate().message().find("model_overrides.hidden"), std::string::npos);
+  // At the ends of the ranges: accepted by the ranges (the trainer's cross-field rules aside).
+  c = TrainConfig{};
+  c.model_overrides = {1024, 65536, 1024, 1024, 2, 262144, int64_t{1} << 24};
+  EXPECT_TRUE(check_model_ranges(*c.model_spec()).ok());
+  // The widest layer times tokens_per_rank must fit BLAS's int: vocab 2^24 x 256 tokens does not.
+  c = TrainConfig{};
+  c.model_overrides.vocab = int64_t{1} << 24;
+  EXPECT_NE(c.validate().message().find("--tokens-per-rank 256 times the model's widest layer (16777216) exceeds"),
+            std::string::npos)
+      << c.validate().message();
+}
+
+// The memory estimate is closed-form arithmetic: sizing a model of 10 million layers allocates
+// nothing (it used to build a 9-entries-per-layer table of tensor names first: about 1.8 GB),
+// and a model past int64 in bytes gets a saturated, refusable figure, never a wrapped one.
+TEST(Memory, EstimateOfAHugeModelAllocatesNothing) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "RLIMIT_AS does not mix with ASan's shadow memory";
+#else
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const rlimit limit{512 << 20, 512 << 20};  // 512 MiB of address space for the child
+    if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(3);
+    TrainConfig c;
+    ModelSpec spec = *c.model_spec();
+    spec.n_layers = 10000000;
+    const TrainMemoryEstimate e = estimate_train_memory(c, spec, MemoryInputs{});
+    // 4 fp32 copies of about 10^7 x 0.4 M parameters: far beyond the 512 MiB.
+    _exit(e.process_total() > 1e12 && e.per_rank() > 0 ? 0 : 4);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+#endif
+  TrainConfig c;
+  c.tokens_per_rank = int64_t{1} << 36;
+  c.micro_batches = 4096;
+  ModelSpec wide = *c.model_spec();
+  wide.n_layers = 1024;
+  wide.vocab = int64_t{1} << 24;
+  const TrainMemoryEstimate e = estimate_train_memory(c, wide, MemoryInputs{});
+  for (int64_t term : {e.model_state, e.activations, e.dispatcher, e.plan}) EXPECT_GT(term, 0);
+  // About 74 MB per token x 2^36 tokens: past int64 as a product of int64s, saturated here.
+  EXPECT_EQ(e.activations, int64_t{1} << 58);
+  EXPECT_GE(e.process_total(), std::ldexp(1.0, 58));
 }
 
 // Reassembles every document of a step from the ranks' inputs and checks it against the copy
@@ -318,6 +395,34 @@ TEST(Checkpoint, FingerprintMismatchIsRefusedWithTheKey) {
   auto bad = read_checkpoint(path, "model=tiny ranks=4 seed=1");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(), "--resume " + path + ": was written for ranks=2; this run has ranks=4");
+  std::filesystem::remove(path);
+}
+
+// fingerprint() leaves out pp and micro_batches at 1: a pipeline checkpoint resumed without a
+// pipeline (and the reverse) names them, with their defaults, instead of nothing.
+TEST(Checkpoint, FingerprintMismatchNamesKeysPresentOnOneSideOnly) {
+  const auto path = (std::filesystem::temp_directory_path() / "distca_ckpt_fp_pp_test.ckpt").string();
+  TrainConfig piped;
+  piped.ranks = 4;
+  piped.pp = 4;
+  piped.micro_batches = 4;
+  piped.model_overrides.n_layers = 4;
+  TrainConfig plain = piped;
+  plain.pp = 1;
+  plain.micro_batches = 1;
+  Checkpoint c = sample_checkpoint();
+  c.fingerprint = fingerprint(piped, *piped.model_spec());
+  ASSERT_TRUE(write_checkpoint(path, c).ok());
+  auto bad = read_checkpoint(path, fingerprint(plain, *plain.model_spec()));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "--resume " + path +
+                                        ": was written for micro_batches=4, pp=4; this run has micro_batches=1, pp=1");
+  c.fingerprint = fingerprint(plain, *plain.model_spec());
+  ASSERT_TRUE(write_checkpoint(path, c).ok());
+  bad = read_checkpoint(path, fingerprint(piped, *piped.model_spec()));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "--resume " + path +
+                                        ": was written for micro_batches=1, pp=1; this run has micro_batches=4, pp=4");
   std::filesystem::remove(path);
 }
 

@@ -7,10 +7,10 @@
 //
 // Outputs. What a path names decides how it is written:
 //   * nothing yet, or a regular file: atomically. The content goes to a temporary file
-//     "<path>.tmp.<pid>" in the same directory, is flushed and fsync'ed, then renamed over the
-//     target, so a reader never sees a half-written output and a failed run leaves no partial
-//     file behind. The temporary file is registered for removal on SIGINT/SIGTERM
-//     (install_temp_file_cleanup) while it exists.
+//     (temp_file_path: "<path>.tmp.<host>.<pid>.distca") in the same directory, is flushed
+//     and fsync'ed, then renamed over the target, so a reader never sees a half-written
+//     output and a failed run leaves no partial file behind. The temporary file is
+//     registered for removal on SIGINT/SIGTERM (install_temp_file_cleanup) while it exists.
 //   * a character device (/dev/null, a terminal) or a FIFO: written through, every byte
 //     checked (a full device is an error). The node itself is never replaced.
 //   * a symbolic link: followed; what it points to is written by the rules above (the link
@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,6 +57,20 @@ inline constexpr uint64_t kMaxInputFileBytes = uint64_t{1} << 30;
 // parents included) and is a writable directory.
 [[nodiscard]] Status check_output_dir(const std::string& dir, bool create);
 
+// One output of a command, for check_distinct_outputs.
+struct NamedOutput {
+  std::string flag;             // what messages call it: "--json"
+  std::string path;             // empty: not given (skipped)
+  bool dash_is_stdout = false;  // "-" means standard output (else a file named "-")
+};
+// Refuses, before any work, two outputs of one command that would land in the same file, so
+// that neither silently replaces the other: the same path, two spellings of it ("./x" and "x",
+// "d/../x"), a symbolic or hard link to it, "-" twice, or "-" and the file standard output is
+// redirected to. Files compare by device and inode when they exist, by their absolute path
+// with links resolved when not. /dev/null may take any number of outputs. The message names
+// both flags: "--json 'y.json' and --trace 'y.json' name the same file".
+[[nodiscard]] Status check_distinct_outputs(const std::vector<NamedOutput>& outputs);
+
 // Writes `content` to `path` by the rules above.
 [[nodiscard]] Status write_file_atomic(const std::string& path, const std::string& content);
 // Writes several outputs all or none: every regular target is first written to its temporary
@@ -87,9 +102,20 @@ class TempFileGuard {
   int slot_ = -1;
 };
 
-// Removes "<base>.tmp.<pid>" files in `dir` whose pid is not a live process (left by a run that
-// was killed with SIGKILL). `base_prefix` restricts it to names starting with that prefix (""
-// for all). Returns how many were removed; errors are ignored (best effort).
-int remove_stale_temp_files(const std::string& dir, const std::string& base_prefix);
+// The temporary file write_file_atomic writes `path` through: "<path>.tmp.<host>.<pid>.distca",
+// with this host's name (letters, digits and '-'; any other byte '_') and this process's pid,
+// so that no other program's file, and no file of this program on another host sharing the
+// directory, has a name of the same shape with this host and a pid of this host's.
+std::string temp_file_path(const std::string& path);
+// Splits a file name made by temp_file_path back into the target's name, the host tag and the
+// pid; false for any other name (a user's "notes.tmp.999999" included).
+bool parse_temp_file_name(const std::string& name, std::string* target, std::string* host, long* pid);
+
+// Removes the temporary files of `dir` that a process of this program on this host left when it
+// was killed with SIGKILL: names made by temp_file_path with this host's tag, a pid that names
+// no live process, and a target name for which `is_own_output` is true (the caller's own
+// outputs, e.g. its checkpoint names). Everything else is kept. Returns how many were removed;
+// errors are ignored (best effort).
+int remove_stale_temp_files(const std::string& dir, const std::function<bool(const std::string&)>& is_own_output);
 
 }  // namespace distca

@@ -45,6 +45,11 @@ std::string serialize_checkpoint(const Checkpoint& c);
 // `name` names the file in messages ("--resume FILE").
 Result<Checkpoint> parse_checkpoint(const std::string& bytes, const std::string& name);
 
+// The name of the checkpoint written after `steps` steps: "step-NNNNNNNN.ckpt" (8 digits at
+// least), and whether a file name has that shape.
+std::string checkpoint_name(int64_t steps);
+bool is_checkpoint_name(const std::string& name);
+
 Status write_checkpoint(const std::string& path, const Checkpoint& c);
 // Reads and verifies the file, then compares the fingerprint with `expected`:
 // "--resume FILE: was written for <differing key=value>; this run has <key=value>".

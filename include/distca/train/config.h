@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "distca/core/specs.h"
 #include "distca/core/status.h"
@@ -94,9 +95,28 @@ struct TrainConfig {
   int64_t dp() const { return pp > 0 ? ranks / pp : ranks; }
   // `overlap`, or pingpong when unset (cad mode's default).
   runtime::OverlapMode overlap_or_default() const { return overlap.value_or(runtime::OverlapMode::kPingPong); }
+  // How a step runs its micro-batches, for reports: "1F1B" (colocated, pp > 1), "1F1B ticks,
+  // attention pooled over the stages" (cad, pp > 1), "gradient accumulation" (pp = 1,
+  // micro_batches > 1), "" (neither).
+  std::string schedule_name() const;
   // The directory of data = "text:DIR" (empty for copy).
   std::string text_dir() const;
 };
+
+// The documented range of every model field (docs/training.md, "Model overrides"), checked
+// for the preset with its overrides before anything is sized or allocated: a spec within them
+// keeps every count and byte figure of the model within int64 and every dimension within
+// BLAS's 32-bit sizes. Cross-field rules stay with ModelSpec::validate (n_kv_heads divides
+// n_heads), model_spec() (head_dim even) and TrainConfig::validate (tokens_per_rank times the
+// widest layer within BLAS's range).
+struct ModelRange {
+  const char* key;  // the [model_overrides] key, as ModelSpec's field
+  int64_t ModelSpec::*field;
+  int64_t min, max;
+};
+const std::vector<ModelRange>& model_ranges();
+// invalid_argument "model_overrides.hidden must be in 1..65536 (got 4611686018427387904)".
+Status check_model_ranges(const ModelSpec& spec);
 
 // Applies the keys of a TOML file on top of `config` (does not validate the result).
 // Errors: unreadable file, TOML syntax (file:line), unknown key, wrong type; one line each.

@@ -5,7 +5,8 @@
 // The estimate is an upper bound of the process's peak resident memory (VmHWM), built from:
 //   per rank   parameters, gradients, AdamW m and v (4 fp32 copies), the all-reduce's
 //              receive and slice buffers (1 + 1/ranks copies), the activations kept for
-//              backward plus backward's scratch (model_memory() x tokens per rank), a bound
+//              backward plus backward's scratch (model_memory() x tokens per rank; with
+//              pipelines the largest stage's stage_memory() in its slots), a bound
 //              on the dispatcher's row buffers, the step's plan (every rank builds the whole
 //              plan: its per-peer tables grow with ranks squared), and the threads the rank
 //              runs (its own and its OpenMP team; each touches a stack, an OpenBLAS packing
