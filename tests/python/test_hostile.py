@@ -96,9 +96,9 @@ CASES = [
      "distca.ModelSpec('x', 2, 4096, 32, 8, 2**62, 14336, 128256)",
      "ValueError", r"head_dim must be in 1\.\.2\^24 = 16777216 \(got 4611686018427387904\)"),
     ("plan_with_model_field_set_to_2_62",
-     "m = distca.ModelSpec.preset('llama-8b')\nm.head_dim = 2**62\n"
+     "m = distca.ModelSpec.preset('llama-8b')\nm.n_heads = 2**62\n"
      "distca.plan(distca.workload(ranks=2, tokens_per_rank=4096), model=m)",
-     "ValueError", r"--model: head_dim must be in 1\.\.2\^24 = 16777216 \(got 4611686018427387904\)"),
+     "ValueError", r"--model: n_heads must be in 1\.\.2\^24 = 16777216 \(got 4611686018427387904\)"),
     ("model_row_bytes_overflow",
      "distca.ModelSpec('x', 2, 4096, 4096, 4096, 8192, 14336, 1000)",
      "ValueError", r"n_heads x head_dim must be at most 2\^24 = 16777216 \(got 33554432\)"),
