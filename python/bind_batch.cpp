@@ -9,6 +9,8 @@
 
 #include "bind_common.h"
 #include "distca/core/io.h"
+#include "distca/core/memory.h"
+#include "distca/data/batch_memory.h"
 #include "distca/data/json_field.h"
 #include "distca/data/workload.h"
 
@@ -57,6 +59,11 @@ PyBatch from_lengths(std::vector<int64_t> lengths, int64_t ranks, int64_t tokens
     raise_value_error("max_doc_len must be at least 16, or 0 for no cap (got " + std::to_string(max_doc_len) + ")");
   }
   const Layout l = take(parse_layout(layout));
+  // pack_documents' batch: at most a piece per document plus four per rank (head-tail).
+  const BatchShape shape{1, static_cast<double>(ranks), static_cast<double>(lengths.size()) + 4.0 * static_cast<double>(ranks)};
+  check(check_memory(batches_bytes(shape), "--ranks " + std::to_string(ranks) + " --tokens-per-rank " +
+                                               std::to_string(tokens_per_rank) + " (" + std::to_string(lengths.size()) +
+                                               " lengths)"));
   // The workload's cap: rounded down to the length quantum, longer documents cut to it.
   const int64_t cap = max_doc_len / kLengthQuantum * kLengthQuantum;
   if (cap > 0) {
@@ -85,6 +92,7 @@ std::vector<PyBatch> load_batches(const std::string& path) {
   // The CLI's order: the file's kind first (check_batch_file_memory), then its content.
   check(check_input_file(path).with_context("--batch"));
   const std::string ctx = "--batch " + path;
+  check(check_json_file_memory(path, ctx));
   auto j = read_json_fields(path);
   if (!j.ok()) raise_status(Status(j.status().code(), ctx + ": " + j.status().message()));
   return batches_of(*j, ctx, path);
@@ -106,6 +114,11 @@ PyBatch workload(const std::string& dist, int64_t ranks, int64_t tokens_per_rank
   // The CLI's order: the options, then the layout, then the draw.
   check(o.validate());
   o.layout = take(parse_layout(layout));
+  // `distca workload`'s estimate of the batches drawn (batch + 1 of them: the draw makes
+  // every batch before the one asked for).
+  check(check_memory(batches_bytes(take(estimate_shape(o))),
+                     "--ranks " + std::to_string(ranks) + " --tokens-per-rank " + std::to_string(tokens_per_rank) +
+                         " --batches " + std::to_string(o.batches)));
   std::vector<Batch> drawn;
   Status st;
   {
@@ -211,7 +224,12 @@ applied to the lengths before packing.
             if (r < 0 || r >= b.batch->ranks) throw py::index_error("rank " + std::to_string(r) + " out of range");
             return b.batch->rank_tokens(r);
           }, py::arg("rank"), "Tokens (rows of the token buffer) of rank `rank`.")
-      .def("to_json", [](const PyBatch& b) { return batch_to_json(*b.batch).dump(); },
+      .def("to_json", [](const PyBatch& b) {
+             // The JSON document and its text, as `workload --full` estimates them.
+             check(check_memory(batch_json_bytes(shape_of(*b.batch)), "Batch.to_json of " +
+                                std::to_string(b.batch->ranks) + " ranks"));
+             return batch_to_json(*b.batch).dump();
+           },
            "The batch as the JSON text `--batch` reads.")
       .def_property_readonly("dist", [](const PyBatch& b) -> py::object {
             return b.dist.empty() ? py::object(py::none()) : py::str(b.dist);

@@ -1,8 +1,12 @@
 // Shared pieces of the Python bindings (python/bind_*.cpp, docs/python.md).
 //
 // Errors: a non-OK Status becomes ValueError for the codes the CLI maps to exit 2
-// (invalid_argument, not_found, corrupt) and RuntimeError otherwise; the message is the one
-// the CLI prints after "distca: error: ".
+// (invalid_argument, not_found, corrupt), MemoryError for out_of_memory (a memory estimate
+// over the limit, core/memory.h: checked before anything is allocated) and RuntimeError
+// otherwise; the message is the one the CLI prints after "distca: error: ". No input reaches
+// a DISTCA_CHECK or an abort: every binding checks its arguments with the library's rules
+// (the CLI's) and its memory estimate first; a C++ exception (bad_alloc, ...) becomes a
+// Python exception through pybind11, so nothing may throw inside an OpenMP region.
 // Arrays: read-only NumPy views onto storage owned by a C++ object; the view's base keeps
 // that object alive (a capsule holding a shared_ptr), so a view outlives the Python wrapper.
 // Thread safety: call with the GIL held.

@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "bind_common.h"
+#include "distca/core/memory.h"
 #include "distca/core/specs.h"
 
 namespace distca::python {
@@ -13,6 +14,14 @@ void raise_status(const Status& status) {
     case StatusCode::kNotFound:
     case StatusCode::kCorrupt:
       throw py::value_error(status.message());
+    case StatusCode::kOutOfMemory: {
+      // check_memory's hint names the CLI's flag; the module's is set_max_memory.
+      std::string message = status.message();
+      const std::string flag = "--max-memory";
+      if (const size_t at = message.find(flag); at != std::string::npos) message.replace(at, flag.size(), "distca.set_max_memory");
+      PyErr_SetString(PyExc_MemoryError, message.c_str());
+      throw py::error_already_set();
+    }
     default:
       throw std::runtime_error(status.message());
   }
@@ -31,8 +40,9 @@ void bind_specs(py::module_& m) {
 Shapes of a Llama-style model (what the byte counts and FLOPs of a plan use).
 
 ModelSpec(name, n_layers, hidden, n_heads, n_kv_heads, head_dim, ffn, vocab) or
-ModelSpec.preset("llama-8b"). Every field positive; n_kv_heads divides n_heads (checked
-when the spec is used, with the CLI's message).
+ModelSpec.preset("llama-8b"). Checked when made and again when used (fields may be set
+after): every field in 1..2^24, n_kv_heads divides n_heads, n_heads x head_dim at most
+2^24, at most 2^52 parameters; ValueError naming the field otherwise.
 )doc")
       .def(py::init([](std::string name, int64_t n_layers, int64_t hidden, int64_t n_heads, int64_t n_kv_heads,
                        int64_t head_dim, int64_t ffn, int64_t vocab) {
@@ -59,6 +69,25 @@ when the spec is used, with the CLI's message).
                ", n_kv_heads=" + std::to_string(s.n_kv_heads) + ", head_dim=" + std::to_string(s.head_dim) +
                ", ffn=" + std::to_string(s.ffn) + ", vocab=" + std::to_string(s.vocab) + ")";
       });
+  m.def(
+      "set_max_memory",
+      [](const py::object& size) {
+        if (size.is_none()) return set_memory_limit(0);
+        if (py::isinstance<py::str>(size)) return set_memory_limit(take(parse_byte_size(size.cast<std::string>())));
+        if (py::isinstance<py::int_>(size) && !py::isinstance<py::bool_>(size)) {
+          const auto bytes = size.cast<int64_t>();
+          if (bytes < 0) raise_value_error("set_max_memory: expected a size >= 0 (got " + std::to_string(bytes) + ")");
+          return set_memory_limit(static_cast<uint64_t>(bytes));
+        }
+        throw py::type_error("set_max_memory: expected a size such as \"8G\", a number of bytes, or None");
+      },
+      py::arg("size"), R"doc(
+The memory limit every call checks its estimate against before it allocates (the CLI's
+--max-memory): "512M", "8G", "1.5GiB", a number of bytes, or None / 0 for the machine's
+available memory (the default). A call whose estimate exceeds it raises MemoryError naming
+the arguments that size it. Process-wide.
+)doc");
+  m.def("max_memory", &memory_limit_bytes, "The memory limit in force, in bytes (0: unknown, no limit).");
   m.def("model_presets", &model_preset_names, "Names accepted by model= and ModelSpec.preset.");
   m.def("hardware_presets", &hardware_preset_names, "Names accepted by simulate(hardware=...).");
 }

@@ -17,13 +17,16 @@
 #include <nlohmann/json.hpp>
 
 #include "bind_common.h"
+#include "distca/core/memory.h"
 #include "distca/core/specs.h"
+#include "distca/data/batch_memory.h"
 #include "distca/cost/cost_model.h"
 #include "distca/cost/options.h"
 #include "distca/cost/profiled.h"
 #include "distca/plan/doc_index.h"
 #include "distca/plan/plan.h"
 #include "distca/plan/plan_json.h"
+#include "distca/plan/plan_memory.h"
 #include "distca/plan/validate.h"
 
 namespace distca::python {
@@ -117,10 +120,21 @@ void expand(const PeerVector<std::vector<RowBlock>>& blocks, int64_t rows_total,
   }
 }
 
+// The arrays are materialised only once they fit (a plan's rows are counted, not stored:
+// a batch of 2^40 tokens plans in kilobytes but its row arrays would not).
+void check_cache_memory(double int64s, const std::string& what) {
+  check(check_memory(8 * int64s, what));
+}
+
 RankCache& rank_cache(PlanState& s, int64_t rank) {
   if (s.rank_cache.empty()) s.rank_cache.resize(static_cast<size_t>(s.ranks()));
   auto& slot = s.rank_cache[static_cast<size_t>(rank)];
   if (!slot) {
+    const RankPlan& rp = s.plan.ranks[static_cast<size_t>(rank)];
+    double rows = 0;
+    for (const Exchange& e : rp.exchanges) rows += static_cast<double>(e.send_rows() + e.recv_rows());
+    check_cache_memory(3 * rows + 2 * static_cast<double>(rp.tokens) + 4.0 * kNumExchanges * static_cast<double>(s.ranks()),
+                       "the row arrays of rank " + std::to_string(rank));
     auto c = std::make_unique<RankCache>();
     const DocumentIndex& index = s.doc_index();
     for (int k = 0; k < kNumExchanges; ++k) {
@@ -146,6 +160,11 @@ ServerCache& server_cache(PlanState& s, int64_t rank) {
   if (s.server_cache.empty()) s.server_cache.resize(static_cast<size_t>(s.ranks()));
   auto& slot = s.server_cache[static_cast<size_t>(rank)];
   if (!slot) {
+    const ServerPlan& sp = s.plan.servers[static_cast<size_t>(rank)];
+    const double rows_q = sp.cu_seqlens_q.empty() ? 0 : static_cast<double>(sp.cu_seqlens_q.back());
+    const double rows_kv = sp.cu_seqlens_k.empty() ? 0 : static_cast<double>(sp.cu_seqlens_k.back());
+    check_cache_memory(6 * static_cast<double>(sp.tasks.size()) + rows_q + rows_kv,
+                       "the gather indices of server " + std::to_string(rank));
     auto c = std::make_unique<ServerCache>();
     const int64_t tokens = s.plan.ranks[static_cast<size_t>(rank)].tokens;
     for (const ServerTask& t : s.plan.servers[static_cast<size_t>(rank)].tasks) {
@@ -254,9 +273,21 @@ Prepared prepare(const PyBatch& batch, const py::object& model, const std::strin
     raise_value_error("--scheduler " + p.spec.name() + ": CP degree " + std::to_string(p.spec.cp_degree) +
                       " does not divide --ranks " + std::to_string(batch.batch->ranks));
   }
-  // The options against the batch: make_plan checks them first (run_scheduler), with the
-  // same message, so they are not checked twice here.
+  // Then the options against the batch, before the memory estimate that assumes them.
+  check(p.options.validate(*batch.batch, p.spec));
   return p;
+}
+
+// The arguments a plan's memory grows with, for check_memory's message: the CLI's flags for a
+// drawn batch or a file, else the batch's size.
+std::string plan_what(const PyBatch& batch) {
+  const Batch& b = *batch.batch;
+  if (!batch.dist.empty()) {
+    return "--ranks " + std::to_string(b.ranks) + " --tokens-per-rank " + std::to_string(batch.tokens_per_rank);
+  }
+  if (!batch.batch_file.empty()) return "--batch " + batch.batch_file;
+  return "a batch of " + std::to_string(b.ranks) + " ranks and " +
+         std::to_string(static_cast<int64_t>(shape_of(b).pieces)) + " pieces";
 }
 
 PyPlan make(const PyBatch& batch, const py::object& model, const std::string& scheduler, double tolerance,
@@ -270,14 +301,29 @@ PyPlan make(const PyBatch& batch, const py::object& model, const std::string& sc
   s->layout = batch.layout;
   s->seed = batch.seed;
   s->batch_file = batch.batch_file;
+  // `distca plan`'s steps and memory checks, each before the allocation it covers
+  // (plan/plan_memory.h); plan_seconds leaves out the check between the two phases.
+  const std::string what = plan_what(batch);
+  check(check_memory(plan_schedule_bytes(*batch.batch, p.spec),
+                     what + (p.spec.kind == SchedulerKind::kPerCp ? " --scheduler " + p.spec.name() : "")));
   Status st;
   {
     py::gil_scoped_release release;
     const auto t0 = std::chrono::steady_clock::now();
-    auto r = make_plan(*batch.batch, p.spec, p.options);
-    s->plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r.ok()) s->plan = std::move(r).value();
-    else st = r.status();
+    auto schedule = run_scheduler(p.spec, *batch.batch, p.options);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (schedule.ok()) {
+      st = check_memory(plan_layout_bytes(*batch.batch, plan_size(*schedule)), what + " (the plan's layouts)");
+    } else {
+      st = schedule.status();
+    }
+    if (st.ok()) {
+      const auto t2 = std::chrono::steady_clock::now();
+      auto r = detail::build_plan_from(std::move(*schedule), *batch.batch, p.spec, p.options, nullptr);
+      s->plan_seconds = std::chrono::duration<double>((t1 - t0) + (std::chrono::steady_clock::now() - t2)).count();
+      if (r.ok()) s->plan = std::move(r).value();
+      else st = r.status();
+    }
   }
   check(st);
   return PyPlan{std::move(s)};
@@ -295,7 +341,9 @@ double process_cpu_seconds() {
 std::vector<std::pair<double, double>> time_make_plan(const PyBatch& batch, const py::object& model,
                                                       const std::string& scheduler, double tolerance, int64_t repeats) {
   const PairsCostModel pairs;
+  if (repeats < 1 || repeats > 1000000) raise_value_error("repeats must be in 1..1000000 (got " + std::to_string(repeats) + ")");
   Prepared p = prepare(batch, model, scheduler, tolerance, 1, 1.2, "bf16", "", &pairs);
+  check(check_memory(plan_schedule_bytes(*batch.batch, p.spec), plan_what(batch)));
   std::vector<std::pair<double, double>> out;
   Status st;
   {
@@ -433,7 +481,12 @@ A plan: the CA-tasks of a batch placed on servers, with every exchange layout (t
         }
         if (!st.ok()) throw std::runtime_error("the plan failed validation: " + st.message());
       }, "Checks the plan against its input batch with the independent validator (plan/validate.h).")
-      .def("to_dict", [](const PyPlan& p) { return json_to_python(plan_to_json(p.state->plan).dump()); },
+      .def("to_dict", [](const PyPlan& p) {
+        // The JSON, its text and the Python objects made of it: three times `--full`'s estimate.
+        check(check_memory(3 * plan_json_bytes(static_cast<double>(p.state->ranks())),
+                           "Plan.to_dict of " + std::to_string(p.state->ranks()) + " ranks"));
+        return json_to_python(plan_to_json(p.state->plan).dump());
+      },
            "The whole plan as `distca plan --json --full` prints it under \"plan\" (large: dense per peer).")
       .def("__repr__", [](const PyPlan& p) {
         return "<distca.Plan scheduler=" + p.state->plan.scheduler.name() + " ranks=" + std::to_string(p.state->ranks()) +

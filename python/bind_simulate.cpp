@@ -10,6 +10,7 @@
 
 #include "bind_common.h"
 #include "distca/core/io.h"
+#include "distca/core/memory.h"
 #include "distca/core/specs.h"
 #include "distca/cost/profiled.h"
 #include "distca/sim/request.h"
@@ -51,6 +52,7 @@ py::object simulate(int64_t gpus, const std::string& dist, int64_t tokens_per_ra
   req.memory_gb = memory_gb;
   sim::SimSetup setup = take(sim::make_sim_options(req));
   const sim::SimOptions& so = setup.options;
+  const std::string memory_flags = "--gpus " + std::to_string(gpus) + " --pp " + std::to_string(pp);
   const int64_t ups = so.cluster.units_per_stage();
   std::vector<Batch> mbs;
   std::string batch_file;
@@ -66,6 +68,9 @@ py::object simulate(int64_t gpus, const std::string& dist, int64_t tokens_per_ra
     w.prolong_long_prob = long_prob;
     w.layout = take(parse_layout(layout));
     check(sim::validate_draw(w, so.cluster, count));
+    check(check_memory(sim::estimate_draw_bytes(so.cluster, w.tokens_per_rank, count),
+                       memory_flags + " --tokens-per-rank " + std::to_string(w.tokens_per_rank) + " --microbatches " +
+                           std::to_string(count)));
     Status s;
     {
       py::gil_scoped_release release;
@@ -87,6 +92,12 @@ py::object simulate(int64_t gpus, const std::string& dist, int64_t tokens_per_ra
     }
     batch_file = (*batches)[0].batch_file;
   }
+  // The micro-batches are known now: what simulate() allocates follows from their pieces.
+  check(check_memory(sim::estimate_simulate_bytes(so, mbs),
+                     memory_flags +
+                         (batches ? " --batch " + (batch_file.empty() ? std::string("(batches)") : batch_file)
+                                  : " --tokens-per-rank " + std::to_string(tokens_per_rank)) +
+                         " (" + std::to_string(mbs.size()) + " micro-batches)"));
   Result<sim::SimResult> result = Status::internal("not run");
   {
     py::gil_scoped_release release;

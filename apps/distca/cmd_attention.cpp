@@ -13,6 +13,7 @@
 #include "distca/core/memory.h"
 #include "distca/core/npy.h"
 #include "distca/kernels/attention.h"
+#include "distca/kernels/attention_inputs.h"
 #include "distca/kernels/reference.h"
 
 namespace distca::cli {
@@ -25,17 +26,6 @@ struct AttentionFlags {
   double scale = 0;
   bool scale_given = false;
 };
-
-// The flag a kernels::validate message is about (its messages start with the field's name).
-std::string flag_of(const std::string& message) {
-  if (message.rfind("cu_seqlens_k", 0) == 0 || message.rfind("max_seqlen_k", 0) == 0) return "--cu-seqlens-k";
-  if (message.rfind("softmax_scale", 0) == 0) return "--scale";
-  if (message.rfind("n_kv_heads", 0) == 0 || message.rfind("k and v", 0) == 0) return "--k";
-  if (message.rfind("n_heads", 0) == 0 || message.rfind("head_dim", 0) == 0 || message.rfind("q must", 0) == 0) {
-    return "--q";
-  }
-  return "--cu-seqlens-q";  // cu_seqlens_q, max_seqlen_q, and "task t: q_len > kv_len"
-}
 
 // Loads `path` (given with `flag`) and checks dtype and rank; errors name the flag and file.
 Result<NpyArray> load(const std::string& flag, const std::string& path, NpyDtype dtype, size_t rank) {
@@ -52,21 +42,9 @@ Result<NpyArray> load(const std::string& flag, const std::string& path, NpyDtype
   return a;
 }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "(";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + ")";
-}
-
 int run(const AttentionFlags& f) {
-  // --scale: finite and positive as a float (CLI11's PositiveNumber lets nan through, and a
-  // double beyond float range, or below its smallest value, would become inf or the "default"
-  // 0 in the kernel's float).
-  const float scale = static_cast<float>(f.scale);
-  if (f.scale_given && !(std::isfinite(scale) && scale > 0.0f)) {
-    char got[32];
-    std::snprintf(got, sizeof got, "%g", f.scale);
-    return fail_input(std::string("--scale: must be a finite number > 0 within float32 range (got ") + got + ")");
+  if (f.scale_given) {
+    if (Status st = kernels::check_softmax_scale(f.scale, "--scale"); !st.ok()) return fail(st);
   }
   const bool backward = !f.d_o.empty();
   auto q = load("--q", f.q, NpyDtype::kFloat32, 3);
@@ -85,46 +63,21 @@ int run(const AttentionFlags& f) {
     if (!dO.ok()) return fail(dO.status());
   }
 
+  kernels::AttentionInputs in;
+  in.q = {"--q", q->shape};
+  in.k = {"--k", k->shape};
+  in.v = {"--v", v->shape};
+  in.cu_seqlens_q = {"--cu-seqlens-q", cq->shape};
+  in.cu_seqlens_k = {"--cu-seqlens-k", ck->shape};
+  in.scale_name = "--scale";
+  if (backward) in.d_o = kernels::AttentionArray{"--do", dO->shape};
+  if (Status st = kernels::check_shapes(in); !st.ok()) return fail(st);
+  auto made = kernels::make_params(in, q->f32.data(), k->f32.data(), v->f32.data(), cq->i32.data(), ck->i32.data(),
+                                   !f.no_causal, f.scale_given ? static_cast<float>(f.scale) : 0.0f);
+  if (!made.ok()) return fail(made.status());
+  kernels::AttentionParams p = *made;
   const auto& qs = q->shape;
   const auto& ks = k->shape;
-  if (qs[1] <= 0 || qs[2] <= 0) return fail_input("--q: shape " + shape_str(qs) + " needs n_heads and head_dim > 0");
-  if (ks != v->shape) return fail_input("--v: shape " + shape_str(v->shape) + " differs from --k " + shape_str(ks));
-  if (ks[2] != qs[2]) return fail_input("--k: head_dim " + std::to_string(ks[2]) + " differs from --q's " + std::to_string(qs[2]));
-  if (ks[1] <= 0 || qs[1] % ks[1] != 0) {
-    return fail_input("--k: n_kv_heads " + std::to_string(ks[1]) + " must divide --q's n_heads " + std::to_string(qs[1]));
-  }
-  if (backward && dO->shape != qs) return fail_input("--do: shape " + shape_str(dO->shape) + " differs from --q " + shape_str(qs));
-  if (cq->shape[0] < 1) return fail_input("--cu-seqlens-q: needs at least one entry");
-  if (cq->shape != ck->shape) {
-    return fail_input("--cu-seqlens-k: " + std::to_string(ck->shape[0]) + " entries but --cu-seqlens-q has " +
-                      std::to_string(cq->shape[0]));
-  }
-  const int64_t n_tasks = cq->shape[0] - 1;
-  if (cq->i32.back() != qs[0]) {
-    return fail_input("--cu-seqlens-q: last entry " + std::to_string(cq->i32.back()) + " must equal total_q " +
-                      std::to_string(qs[0]) + " (rows of --q)");
-  }
-  if (ck->i32.back() != ks[0]) {
-    return fail_input("--cu-seqlens-k: last entry " + std::to_string(ck->i32.back()) + " must equal total_kv " +
-                      std::to_string(ks[0]) + " (rows of --k)");
-  }
-  if (qs[0] > INT32_MAX || ks[0] > INT32_MAX || qs[1] > INT32_MAX || qs[2] > INT32_MAX) {
-    return fail_input("--q: dimensions exceed int32");
-  }
-
-  kernels::AttentionParams p;
-  p.q = q->f32.data();
-  p.k = k->f32.data();
-  p.v = v->f32.data();
-  p.cu_seqlens_q = cq->i32.data();
-  p.cu_seqlens_k = ck->i32.data();
-  p.n_tasks = static_cast<int32_t>(n_tasks);
-  p.n_heads = static_cast<int32_t>(qs[1]);
-  p.n_kv_heads = static_cast<int32_t>(ks[1]);
-  p.head_dim = static_cast<int32_t>(qs[2]);
-  p.softmax_scale = f.scale_given ? scale : 0.0f;
-  p.causal = !f.no_causal;
-  if (Status st = kernels::validate(p); !st.ok()) return fail_input(flag_of(st.message()) + ": " + st.message());
 
   // Every output is checked before the work, and written all or none after it.
   const std::string dir = f.out_dir + "/";
@@ -135,12 +88,9 @@ int run(const AttentionFlags& f) {
     if (Status st = check_output_path(dir + n); !st.ok()) return fail_input("--out-dir: " + st.message());
   }
   // Outputs (o, lse; dq, dk, dv) twice (the arrays and their .npy bytes) and the kernels' scratch.
-  const double out_floats = static_cast<double>(qs[0]) * qs[1] * (qs[2] + 1) +
-                            (backward ? static_cast<double>(qs[0]) * qs[1] * qs[2] + 2.0 * ks[0] * ks[1] * ks[2] : 0.0);
-  const double need = 2 * out_floats * sizeof(float) +
+  const double need = 2 * kernels::attention_output_bytes(in) +
                       kernels::attention_scratch_bytes(qs[0], qs[1], ks[1], qs[2], backward, omp_get_max_threads());
-  if (Status st = check_memory(need, "--q " + shape_str(qs) + " --k " + shape_str(ks) + (backward ? " --do" : ""));
-      !st.ok()) {
+  if (Status st = check_memory(need, in.describe()); !st.ok()) {
     return fail_input(st.message());
   }
 

@@ -19,6 +19,7 @@
 #include "distca/cost/profiled.h"
 #include "distca/plan/plan.h"
 #include "distca/plan/plan_json.h"
+#include "distca/plan/plan_memory.h"
 #include "distca/plan/validate.h"
 #include "workload_flags.h"
 
@@ -89,44 +90,22 @@ void print_batches(const nlohmann::json& list) {
   }
 }
 
-// Memory (docs/scheduler.md, "Memory"); the constants are measured costs rounded up (by
-// 1.1-1.7x on the shapes measured). What stays held: the batches and every batch's summary,
-// with --full every batch's JSON plan, whose exchange arrays are dense [ranks] per rank
-// (quadratic in ranks). On top, the plan of one batch and its validation: before any work
-// estimated with a task per piece and no row blocks; for percp, before scheduling, from its
-// exact task count (percp_task_count); and, once the schedule is known and before build_plan
-// allocates, from its tasks and row blocks (plan_size).
-constexpr double kSummaryPerRank = 2048;   // measured 1.6 KB: per_rank object and its text
-constexpr double kFullPerRankPair = 6144;  // measured 3.8 KB: six exchanges' dense entries + text
-constexpr double kPlanPerRank = 4096;      // measured ~3 KB: servers, ranks, six exchanges
-constexpr double kPlanPerPiece = 640;      // the document index, the validator's maps
-constexpr double kPlanPerTask = 256;       // task, q_offset, segments, schedule
-constexpr double kPlanPerQBlock = 256;     // eight copies (q, o_lse, do, dq on both ends)
-constexpr double kPlanPerKvBlock = 640;    // four copies (kv, dkv on both ends), position map
+// Memory (docs/scheduler.md, "Memory"; plan/plan_memory.h for the plan itself); the
+// constants are measured costs rounded up (by 1.1-1.7x on the shapes measured). What stays
+// held: the batches and every batch's summary, with --full every batch's JSON plan, whose
+// exchange arrays are dense [ranks] per rank (quadratic in ranks). On top, the plan of one
+// batch and its validation: before any work estimated with a task per piece and no row
+// blocks; for percp, before scheduling, from its exact task count; and, once the schedule is
+// known and before build_plan allocates, from its tasks and row blocks (plan_size).
+constexpr double kSummaryPerRank = 2048;  // measured 1.6 KB: per_rank object and its text
 
 double plan_held_bytes(const BatchShape& s, bool full) {
-  const double per_batch = kSummaryPerRank * s.ranks + (full ? kFullPerRankPair * s.ranks * s.ranks : 0);
+  const double per_batch = kSummaryPerRank * s.ranks + (full ? plan_json_bytes(s.ranks) : 0);
   return batches_bytes(s) + s.batches * per_batch;
-}
-
-double plan_bytes(double ranks, double pieces, double tasks, double q_blocks, double kv_blocks) {
-  return kPlanPerRank * ranks + kPlanPerPiece * pieces + kPlanPerTask * tasks + kPlanPerQBlock * q_blocks +
-         kPlanPerKvBlock * kv_blocks;
 }
 
 double plan_upfront_bytes(const BatchShape& s, bool full) {
   return plan_held_bytes(s, full) + plan_bytes(s.ranks, s.pieces, s.pieces, 0, 0);
-}
-
-double pieces_of(const Batch& b) {
-  double n = 0;
-  for (const auto& rank : b.per_rank) n += static_cast<double>(rank.size());
-  return n;
-}
-
-double layout_bytes(const Batch& b, const PlanSize& z) {
-  return plan_bytes(static_cast<double>(b.ranks), pieces_of(b), static_cast<double>(z.tasks),
-                    static_cast<double>(z.q_blocks), static_cast<double>(z.kv_blocks));
 }
 
 int run(const Options& o) {
@@ -191,11 +170,7 @@ int run(const Options& o) {
   std::vector<nlohmann::json> summaries;
   for (const Batch& b : *batches) {
     if (spec->kind == SchedulerKind::kPerCp) {
-      // percp cuts every document into 2C chunks: far more tasks than pieces at large C.
-      // Nearly every task is served away from home: a q block each.
-      const double tasks = static_cast<double>(percp_task_count(b, spec->cp_degree));
-      st = check_memory(held + plan_bytes(static_cast<double>(b.ranks), pieces_of(b), tasks, tasks, 0),
-                        what + " --scheduler " + spec->name());
+      st = check_memory(held + plan_schedule_bytes(b, *spec), what + " --scheduler " + spec->name());
       if (!st.ok()) return fail_before_work(st);
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -203,7 +178,7 @@ int run(const Options& o) {
     if (!schedule.ok()) return fail(schedule.status());
     const auto t1 = std::chrono::steady_clock::now();
     // The layouts' size depends on where the tasks went: checked before they are built.
-    st = check_memory(held + layout_bytes(b, plan_size(*schedule)), what + " (the plan's layouts)");
+    st = check_memory(held + plan_layout_bytes(b, plan_size(*schedule)), what + " (the plan's layouts)");
     if (!st.ok()) return fail_before_work(st);
     const auto t2 = std::chrono::steady_clock::now();
     // As make_plan builds it (the schedule's batch handed over, checked once): plan_seconds is

@@ -54,8 +54,8 @@ void print_batches_table(const nlohmann::json& list) {
 // summary (a JSON object per rank, measured 1.6 KB with its text) and, with --full, every
 // piece as JSON (measured 1.06 KB with its text). The constants round the measurements up.
 double workload_bytes(const BatchShape& s, bool full) {
-  constexpr double kSummaryPerRank = 2560, kFullPerPiece = 1600, kFullPerRank = 512;
-  const double per_batch = kSummaryPerRank * s.ranks + (full ? kFullPerPiece * s.pieces + kFullPerRank * s.ranks : 0);
+  constexpr double kSummaryPerRank = 2560;
+  const double per_batch = kSummaryPerRank * s.ranks + (full ? batch_json_bytes(s) : 0);
   return batches_bytes(s) + s.batches * per_batch;
 }
 

@@ -5,10 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <sys/stat.h>
-
 #include "distca/core/io.h"
-#include "distca/core/memory.h"
 #include "distca/cost/analytic.h"
 #include "distca/data/json_field.h"
 
@@ -57,31 +54,7 @@ int fail_before_work(const Status& status) {
 Result<BatchShape> estimate_shape(const WorkloadFlags& f) {
   WorkloadOptions o = f.options;
   DISTCA_ASSIGN_OR_RETURN(o.layout, parse_layout(f.layout));
-  BatchShape s;
-  s.batches = static_cast<double>(o.batches);
-  s.ranks = static_cast<double>(o.ranks);
-  DISTCA_ASSIGN_OR_RETURN(s.pieces, estimate_batch_pieces(o));
-  return s;
-}
-
-BatchShape shape_of(const std::vector<Batch>& batches) {
-  BatchShape s;
-  s.batches = static_cast<double>(batches.size());
-  for (const Batch& b : batches) {
-    double pieces = 0;
-    for (const auto& rank : b.per_rank) pieces += static_cast<double>(rank.size());
-    s.ranks = std::max(s.ranks, static_cast<double>(b.ranks));
-    s.pieces = std::max(s.pieces, pieces);
-  }
-  return s;
-}
-
-double batches_bytes(const BatchShape& s) {
-  // Measured: 42 bytes per piece (the Piece and the drawn length) and 24 per rank list, with
-  // the allocator's overhead; rounded up for margin.
-  // The process itself (binary, libraries, allocator arenas) adds about 10 MB.
-  constexpr double kPerPiece = 64, kPerRank = 64, kProcess = 16 << 20;
-  return kProcess + s.batches * (kPerPiece * s.pieces + kPerRank * s.ranks);
+  return distca::estimate_shape(o);
 }
 
 std::string shape_flags(const WorkloadFlags& f) {
@@ -93,12 +66,7 @@ std::string shape_flags(const WorkloadFlags& f) {
 Status check_batch_file_memory(const WorkloadFlags& f) {
   if (f.batch_file.empty()) return Status::ok_status();
   DISTCA_RETURN_IF_ERROR(check_input_file(f.batch_file).with_context("--batch"));
-  struct stat st {};
-  if (::stat(f.batch_file.c_str(), &st) != 0) return Status::ok_status();  // read_file will say why
-  // A parsed JSON document of small objects takes about 10x its text (each number a 16-byte
-  // value in a map node); 16x leaves a margin.
-  constexpr double kDomPerByte = 16;
-  return check_memory(kDomPerByte * static_cast<double>(st.st_size), "--batch " + f.batch_file);
+  return check_json_file_memory(f.batch_file, "--batch " + f.batch_file);
 }
 
 nlohmann::json batch_summary_json(const Batch& batch, const ModelSpec& m) {

@@ -32,6 +32,7 @@
 #include "distca/core/specs.h"
 #include "distca/core/status.h"
 #include "distca/data/batch.h"
+#include "distca/data/batch_memory.h"
 #include "distca/data/workload.h"
 #include "command.h"
 
@@ -50,21 +51,11 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& flags);
 // Errors are one line naming the flag (--ranks, --dist, --batch ...).
 Result<std::vector<Batch>> resolve_batches(const WorkloadFlags& flags);
 
-// Memory estimates (docs/workloads.md, "Memory"). The shape of the batches a command will
-// hold: how many, and per batch the ranks and an upper bound of the pieces. Generated batches
-// are estimated from the flags alone (estimate_batch_pieces in data/workload.h); batches read
-// from --batch are measured once read (their file was bounded first by check_batch_file_memory).
-struct BatchShape {
-  double batches = 1;
-  double ranks = 0;   // the largest batch's
-  double pieces = 0;  // the largest batch's (an upper bound when estimated)
-};
+// Memory estimates (docs/workloads.md, "Memory"; data/batch_memory.h). Generated batches are
+// estimated from the flags alone; batches read from --batch are measured once read (their
+// file was bounded first by check_batch_file_memory).
 // Precondition: flags.batch_file is empty and flags.options.validate() is OK.
 Result<BatchShape> estimate_shape(const WorkloadFlags& flags);
-BatchShape shape_of(const std::vector<Batch>& batches);
-// Bytes of the Batch values themselves (pieces and per-rank lists, lengths while drawing),
-// plus the process itself (16 MiB).
-double batches_bytes(const BatchShape& shape);
 // The flags that drive the estimate, for check_memory's message:
 // "--ranks 8 --tokens-per-rank 16 --batches 1" or "--batch FILE".
 std::string shape_flags(const WorkloadFlags& flags);

@@ -11,8 +11,9 @@ plan's exchange layouts (docs/python.md):
     srv = plan.server(0)                     # srv.cu_seqlens_q, srv.q_source, ...
     plan.validate()
 
-Errors: ValueError for bad arguments, RuntimeError for failed work; the message is the
-line `distca` prints after "distca: error: ".
+Errors: ValueError for bad arguments, MemoryError for a call whose memory estimate exceeds
+the limit (set_max_memory), RuntimeError for failed work; the message is the line `distca`
+prints after "distca: error: ". No input takes the interpreter down.
 """
 
 from ._distca import (
@@ -25,8 +26,10 @@ from ._distca import (
     attention_forward,
     hardware_presets,
     load_batches,
+    max_memory,
     model_presets,
     plan,
+    set_max_memory,
     simulate,
     workload,
 )
@@ -47,8 +50,10 @@ __all__ = [
     "attention_forward",
     "hardware_presets",
     "load_batches",
+    "max_memory",
     "model_presets",
     "plan",
+    "set_max_memory",
     "simulate",
     "workload",
 ]

@@ -9,8 +9,10 @@ from ._distca import (
     attention_forward as attention_forward,
     hardware_presets as hardware_presets,
     load_batches as load_batches,
+    max_memory as max_memory,
     model_presets as model_presets,
     plan as plan,
+    set_max_memory as set_max_memory,
     simulate as simulate,
     workload as workload,
 )

@@ -1,5 +1,7 @@
 #include "distca/core/specs.h"
 
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 namespace distca {
@@ -65,18 +67,34 @@ Status read_field(const nlohmann::json& j, const char* key, T& out) {
 }  // namespace
 
 Status ModelSpec::validate() const {
-  DISTCA_RETURN_IF_ERROR(positive("n_layers", static_cast<double>(n_layers)));
-  DISTCA_RETURN_IF_ERROR(positive("hidden", static_cast<double>(hidden)));
-  DISTCA_RETURN_IF_ERROR(positive("n_heads", static_cast<double>(n_heads)));
-  DISTCA_RETURN_IF_ERROR(positive("n_kv_heads", static_cast<double>(n_kv_heads)));
-  DISTCA_RETURN_IF_ERROR(positive("head_dim", static_cast<double>(head_dim)));
-  DISTCA_RETURN_IF_ERROR(positive("ffn", static_cast<double>(ffn)));
-  DISTCA_RETURN_IF_ERROR(positive("vocab", static_cast<double>(vocab)));
+  for (auto [field, v] : {std::pair{"n_layers", n_layers}, {"hidden", hidden}, {"n_heads", n_heads},
+                          {"n_kv_heads", n_kv_heads}, {"head_dim", head_dim}, {"ffn", ffn}, {"vocab", vocab}}) {
+    if (v < 1 || v > kMaxModelDim) {
+      return Status::invalid_argument(std::string(field) + " must be in 1..2^24 = 16777216 (got " + std::to_string(v) + ")");
+    }
+  }
   if (n_heads % n_kv_heads != 0) {
     return Status::invalid_argument("n_kv_heads (" + std::to_string(n_kv_heads) +
                                     ") must divide n_heads (" + std::to_string(n_heads) + ")");
   }
+  if (q_dim() > kMaxModelDim) {
+    return Status::invalid_argument("n_heads x head_dim must be at most 2^24 = 16777216 (got " +
+                                    std::to_string(q_dim()) + ")");
+  }
+  if (const double p = parameter_count(); p > kMaxModelParams) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%.3g", p);
+    return Status::invalid_argument(std::string("the model's parameter count (") + got + ") exceeds 2^52");
+  }
   return {};
+}
+
+double ModelSpec::parameter_count() const {
+  const auto h = static_cast<double>(hidden), q = static_cast<double>(q_dim()), kv = static_cast<double>(kv_dim());
+  // Per layer: Q, K, V and O projections, the SwiGLU's three matrices, two norms; then the
+  // embedding, the LM head and the final norm.
+  const double layer = h * (q + 2 * kv) + q * h + 3 * h * static_cast<double>(ffn) + 2 * h;
+  return static_cast<double>(n_layers) * layer + 2 * static_cast<double>(vocab) * h + h;
 }
 
 Status HardwareSpec::validate() const {

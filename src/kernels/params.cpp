@@ -37,7 +37,9 @@ Status validate(const AttentionParams& p) {
                                     std::to_string(p.n_kv_heads) + ")");
   }
   if (p.head_dim <= 0) return Status::invalid_argument("head_dim must be positive");
-  if (!std::isfinite(p.softmax_scale)) return Status::invalid_argument("softmax_scale must be finite");
+  if (!(std::isfinite(p.softmax_scale) && p.softmax_scale >= 0.0f)) {
+    return Status::invalid_argument("softmax_scale must be finite and >= 0 (0: 1/sqrt(head_dim))");
+  }
   DISTCA_RETURN_IF_ERROR(check_cu(p.cu_seqlens_q, p.n_tasks, "cu_seqlens_q"));
   DISTCA_RETURN_IF_ERROR(check_cu(p.cu_seqlens_k, p.n_tasks, "cu_seqlens_k"));
   for (int32_t t = 0; t < p.n_tasks; ++t) {

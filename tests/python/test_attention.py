@@ -79,11 +79,11 @@ def test_argument_checks():
         distca.attention_forward(q.astype(np.float64), q, q, cu, cu)
     with pytest.raises(ValueError, match="cu_seqlens_q: expected dtype int32"):
         distca.attention_forward(q, q, q, cu.astype(np.int64), cu)
-    with pytest.raises(ValueError, match=r"^q: 8 rows, cu_seqlens_q ends at 4$"):
+    with pytest.raises(ValueError, match=r"^cu_seqlens_q: last entry 4 must equal total_q 8 \(rows of q\)$"):
         distca.attention_forward(q, q, q, np.array([0, 4], np.int32), cu)
     with pytest.raises(ValueError):  # causal needs q_len <= kv_len (kernels::validate)
         distca.attention_forward(q, q[:4], q[:4], cu, np.array([0, 4], np.int32))
     with pytest.raises(ValueError, match="n_kv_heads"):
         distca.attention_forward(np.zeros((8, 3, 16), np.float32), q, q, cu, cu)
-    with pytest.raises(ValueError, match=r"^lse: expected shape"):
+    with pytest.raises(ValueError, match=r"^lse: shape \(8, 2\) differs from \(n_heads, total_q\) = \(2, 8\)$"):
         distca.attention_backward(q, q, q, q, np.zeros((8, 2), np.float32), q, cu, cu)

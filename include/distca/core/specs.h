@@ -28,9 +28,20 @@ struct ModelSpec {
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
-  // Every field positive, n_kv_heads divides n_heads. The message names the field.
+  // Every field in 1..2^24 (kMaxModelDim), n_kv_heads divides n_heads, n_heads x head_dim
+  // at most 2^24, parameter_count() at most 2^52 (kMaxModelParams): the ranges within which
+  // every quantity derived from a spec (row bytes, parameter bytes, FLOPs per token) fits
+  // int64 with room for byte and token factors. The message names the field ("hidden must
+  // be in 1..2^24 = 16777216 (got 0)"). Every user of a spec that came from outside (a
+  // preset override, a file, Python) calls it first.
   Status validate() const;
+  // Parameters of the whole model (every layer, the embedding, the LM head, the norms), as a
+  // double so that it cannot overflow for any field values.
+  double parameter_count() const;
 };
+
+inline constexpr int64_t kMaxModelDim = int64_t{1} << 24;
+inline constexpr double kMaxModelParams = 4503599627370496.0;  // 2^52
 
 // One accelerator (or CPU socket) and its links.
 struct HardwareSpec {

@@ -79,9 +79,9 @@ struct AttentionParams {
 };
 
 // Checks shapes and cu_seqlens (the pointers of the inputs, not the outputs): head counts and
-// head_dim positive, n_kv_heads divides n_heads, cu_seqlens start at 0 and never decrease,
-// q_len <= kv_len under causal, max_seqlen_* cover every task (0 means "compute it"). The
-// message names the field. Cheap (O(n_tasks)).
+// head_dim positive, n_kv_heads divides n_heads, softmax_scale finite and >= 0, cu_seqlens
+// start at 0 and never decrease, q_len <= kv_len under causal, max_seqlen_* cover every task
+// (0 means "compute it"). The message names the field. Cheap (O(n_tasks)).
 Status validate(const AttentionParams& p);
 
 // Forward: writes o and lse. Preconditions: validate(p).ok(), o and lse point to buffers of the
