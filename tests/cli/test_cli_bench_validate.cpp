@@ -266,10 +266,10 @@ TEST_F(CliBenchValidateTest, EmptyValuesAndUnusablePathsAreRefusedBeforeAnyWork)
   // Each case also carries a flag that a build without the empty check refuses before it
   // starts anything, so that such a build fails here instead of running the matrix.
   const std::string no_mpirun = " --mpirun " + (dir_ / "no-mpirun").string();
-  expect_refused("--quick --ranks ''" + no_mpirun, "--ranks: empty");
-  expect_refused("--quick --out ''" + no_mpirun, "--out: empty");
-  expect_refused("--quick --mpirun '' --ranks 0", "--mpirun: empty");
-  expect_refused("--replay ''" + no_mpirun, "--replay: empty");
+  expect_refused("--quick --ranks ''" + no_mpirun, "--ranks: expected a value, got an empty one");
+  expect_refused("--quick --out ''" + no_mpirun, "--out: expected a value, got an empty one");
+  expect_refused("--quick --mpirun '' --ranks 0", "--mpirun: expected a value, got an empty one");
+  expect_refused("--replay ''" + no_mpirun, "--replay: expected a value, got an empty one");
   expect_refused("--replay " + kData + " --timeout 5", "--timeout");
   const fs::path out = dir_ / "out";
   expect_refused("--quick --out " + out.string() + " --mpirun " + dir_.string(), "--mpirun");
