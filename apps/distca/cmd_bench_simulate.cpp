@@ -196,14 +196,11 @@ Status check_out_dir(const std::string& dir, bool* exists) {
 }
 
 // Every check before any directory is made or any child started: exit 2 and one line. `given`
-// says whether a flag was on the command line (an empty value is refused, never a default).
+// says whether a flag was on the command line (an empty value never gets here: flags.cpp
+// refuses it for every option).
 int run_validate(const Flags& f, bool speed_flags_given, const std::function<bool(const char*)>& given) {
   if (speed_flags_given) return fail_input("--validate: --gpus, --tokens-k, --pp, --microbatches, --repeats, --model, "
                                            "--dist, --strategies and --seed belong to the speed benchmark");
-  for (const auto& [flag, value] : {std::pair{"--replay", &f.replay}, std::pair{"--out", &f.out_dir},
-                                    std::pair{"--ranks", &f.ranks}, std::pair{"--mpirun", &f.mpirun}}) {
-    if (given(flag) && value->empty()) return fail_input(std::string(flag) + ": empty");
-  }
   if (!f.json_path.empty() && f.json_path != "-") {
     Status out = check_output_path(f.json_path).with_context("--json");
     if (!out.ok()) return fail(out);
