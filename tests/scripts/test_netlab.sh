@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# scripts/netlab.sh (docs/netlab.md), in a lab of its own (a unique --prefix). Exit 77 (CTest's
+# SKIP_RETURN_CODE) where the lab cannot be made here: no network namespaces or no tbf.
+#   test_netlab.sh teardown SOURCE_DIR
+#     nothing is ever created in the root namespace, and nothing is left (namespace, link,
+#     qdisc, state, process) after: a failure and a TERM in the middle of `up` (a stand-in tc
+#     first on PATH), a program that does not exist, a rank failing while the other runs, a
+#     rank leaving a process in a session of its own, a TERM to `run` while its ranks run,
+#     `down`, and `run --up` with a failing program.
+#   test_netlab.sh train SOURCE_DIR DISTCA MPIEXEC
+#     a 2-host `distca train --backend mpi --mode cad` in the lab (over TCP, through the
+#     rate-limited links, which carry its bytes) has the per-step losses, bit for bit, of the
+#     same run over shared memory on one host.
+set -uo pipefail
+mode=${1:?usage: test_netlab.sh teardown|train SOURCE_DIR [DISTCA MPIEXEC]}
+SRC=$(cd "${2:?usage: test_netlab.sh MODE SOURCE_DIR}" && pwd)
+LAB=$SRC/scripts/netlab.sh
+P=nlt$$$mode
+T=$(mktemp -d "/tmp/netlab-test.XXXXXX")
+FAILS=0
+fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+note() { echo "[${SECONDS}s] $*"; }
+cleanup() { "$LAB" down --prefix "$P" >/dev/null 2>&1; rm -rf "$T"; }
+trap cleanup EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+
+root_links() { ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1 | sort; }
+root_qdiscs() { tc qdisc show | sort; }
+# Processes that carry the lab's mark (run exports DISTCA_NETLAB=PREFIX to mpirun and so to
+# every orted and rank), wherever they run.
+marked_processes() {
+  grep -lzx "DISTCA_NETLAB=$P" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3
+}
+lab_processes() {
+  local ns
+  for ns in $(ip netns list | awk '{print $1}' | grep -E "^$P-"); do ip netns pids "$ns"; done
+}
+# CONTEXT: nothing of the lab is left.
+check_gone() {
+  local left
+  left=$(ip netns list | awk '{print $1}' | grep -E "^$P-" | tr '\n' ' ')
+  [ -z "$left" ] || fail "$1: namespaces left: $left"
+  left=$(comm -13 "$T/links.before" <(root_links) | tr '\n' ' ')
+  [ -z "$left" ] || fail "$1: root namespace links left: $left"
+  [ "$(root_qdiscs)" = "$(cat "$T/qdiscs.before")" ] || fail "$1: root namespace qdiscs changed"
+  [ ! -e "/tmp/$P.netlab" ] || fail "$1: state directory /tmp/$P.netlab left"
+  left=$(marked_processes | tr '\n' ' ')
+  [ -z "$left" ] || fail "$1: processes left: $left"
+}
+# up, mapping "not permitted here" to a skip of the whole test.
+up_or_skip() {
+  "$LAB" up --prefix "$P" "$@" 2>"$T/up.err"
+  local rc=$?
+  if [ "$rc" -eq 77 ]; then
+    cat "$T/up.err"
+    exit 77
+  fi
+  [ "$rc" -eq 0 ] || { cat "$T/up.err"; fail "up exited $rc"; exit 1; }
+}
+# Waits up to 30 s for at least N processes in the lab's namespaces.
+wait_for_processes() {
+  local _
+  for _ in $(seq 300); do
+    [ "$(lab_processes | wc -l)" -ge "$1" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+root_links >"$T/links.before"
+root_qdiscs >"$T/qdiscs.before"
+
+if [ "$mode" = train ]; then
+  DISTCA=${3:?usage: test_netlab.sh train SOURCE_DIR DISTCA MPIEXEC}
+  MPIEXEC=${4:?usage: test_netlab.sh train SOURCE_DIR DISTCA MPIEXEC}
+  up_or_skip --hosts 2 --rate 1gbit
+  cat >"$T/cfg.toml" <<'EOF'
+tokens_per_rank = 128
+dist = "uniform:16:384"
+max_doc_len = 0
+steps = 12
+warmup = 3
+[model_overrides]
+n_layers = 2
+hidden = 64
+n_heads = 4
+n_kv_heads = 2
+head_dim = 16
+ffn = 128
+vocab = 64
+EOF
+  lab_bytes() { ip -n "$P-h0" -s -j link show lab0 | sed 's/.*"tx":{"bytes":\([0-9]*\).*/\1/'; }
+  before=$(lab_bytes)
+  args=(train --config "$T/cfg.toml" --backend mpi --mode cad)
+  timeout 120 "$LAB" run --prefix "$P" -- "$DISTCA" "${args[@]}" --metrics "$T/lab.jsonl" >"$T/lab.log" 2>&1 ||
+    { cat "$T/lab.log"; fail "the run in the lab failed"; }
+  sent=$(($(lab_bytes) - before))
+  timeout 120 "$MPIEXEC" --oversubscribe --allow-run-as-root -np 2 --mca btl vader,self \
+    "$DISTCA" "${args[@]}" --metrics "$T/shm.jsonl" >"$T/shm.log" 2>&1 ||
+    { cat "$T/shm.log"; fail "the shared-memory run failed"; }
+  # cad's exchanges and the gradient all-reduce of 12 steps: several MB; mpirun's own traffic
+  # is a few KB.
+  [ "$sent" -gt 1000000 ] || fail "host 0's lab link sent only $sent bytes: the ranks did not talk through the lab"
+  losses() { grep -o '"loss":[^,}]*' "$1" | cut -d: -f2; }
+  [ "$(losses "$T/lab.jsonl" | wc -l)" -eq 12 ] || fail "the lab run wrote $(losses "$T/lab.jsonl" | wc -l) losses, not 12"
+  # JSON prints doubles round-trip exact, so equal text is equal bits.
+  diff <(losses "$T/shm.jsonl") <(losses "$T/lab.jsonl") || fail "losses differ between shared memory and the lab"
+  "$LAB" down --prefix "$P" 2>/dev/null
+  check_gone "train"
+  echo "lab run: host 0 sent $sent bytes over its link; $FAILS failures"
+  [ "$FAILS" -eq 0 ]
+  exit
+fi
+
+[ "$mode" = teardown ] || { echo "unknown mode $mode"; exit 2; }
+
+note "bad usage"
+# Bad usage: exit 2 and nothing made.
+"$LAB" up --prefix "$P" --rate fast 2>/dev/null
+[ $? -eq 2 ] || fail "--rate fast was not refused with exit 2"
+"$LAB" up --prefix "bad/prefix" 2>/dev/null
+[ $? -eq 2 ] || fail "a prefix with / was not refused with exit 2"
+check_gone "bad usage"
+
+note "up with a failing tc"
+# A stand-in tc first on PATH: its 4th call (host 1's lab0 qdisc, the last, made by `up` itself, not in a
+# command substitution, so its parent is `up`) fails, or sends TERM to `up` (FAKE_TC_TERM).
+mkdir -p "$T/bin"
+cat >"$T/bin/tc" <<EOF
+#!/bin/sh
+n=\$(cat "$T/tc-calls" 2>/dev/null || echo 0); n=\$((n + 1)); echo \$n >"$T/tc-calls"
+if [ "\$1" = -n ] && [ \$n -eq 4 ]; then
+  [ -n "\${FAKE_TC_TERM:-}" ] && { kill -TERM \$PPID; exit 0; }
+  exit 1
+fi
+exec $(command -v tc) "\$@"
+EOF
+chmod +x "$T/bin/tc"
+rm -f "$T/tc-calls"
+PATH=$T/bin:$PATH "$LAB" up --prefix "$P" --hosts 2 2>"$T/up.err"
+rc=$?
+if [ "$rc" -eq 77 ]; then cat "$T/up.err"; exit 77; fi
+[ "$rc" -eq 1 ] || fail "up with a failing tc exited $rc, not 1: $(cat "$T/up.err")"
+[ "$(cat "$T/tc-calls")" -eq 4 ] || fail "the failing tc was called $(cat "$T/tc-calls") times, not 4"
+check_gone "up with a failing tc"
+rm -f "$T/tc-calls"
+PATH=$T/bin:$PATH FAKE_TC_TERM=1 "$LAB" up --prefix "$P" --hosts 2 2>"$T/up.err"
+rc=$?
+[ "$rc" -eq 143 ] || fail "up sent TERM exited $rc, not 143: $(cat "$T/up.err")"
+check_gone "up sent TERM"
+
+note "up"
+# A lab that is up has nothing in the root namespace.
+up_or_skip --hosts 2 --rate 500mbit
+[ -z "$(comm -13 "$T/links.before" <(root_links))" ] || fail "up added links to the root namespace"
+[ "$(root_qdiscs)" = "$(cat "$T/qdiscs.before")" ] || fail "up changed the root namespace's qdiscs"
+"$LAB" status --prefix "$P" >"$T/status" || fail "status of an up lab exited non-zero"
+[ "$(grep -c 'tbf.*rate 500Mbit' "$T/status")" -eq 2 ] || fail "status does not show 2 links at 500Mbit: $(cat "$T/status")"
+"$LAB" up --prefix "$P" 2>/dev/null && fail "a second up of the same lab succeeded"
+[ -e "/run/netns/$P-h0" ] || fail "a refused second up removed the lab"
+
+note "run: missing program"
+# A program that does not exist.
+timeout 60 "$LAB" run --prefix "$P" -- /nonexistent/program >"$T/run.log" 2>&1 && fail "run of a missing program succeeded"
+[ -z "$(lab_processes)" ] || fail "processes left in the lab after a missing program: $(lab_processes | tr '\n' ' ')"
+[ -z "$(marked_processes)" ] || fail "processes left after a missing program"
+
+note "run: failing rank"
+# Rank 1 fails while rank 0 sleeps: mpirun ends the job, run stops what is left.
+# shellcheck disable=SC2016
+timeout 60 "$LAB" run --prefix "$P" -- sh -c '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && exit 3; exec sleep 300' \
+  >"$T/run.log" 2>&1 && fail "run with a failing rank succeeded"
+[ $? -eq 124 ] && fail "run with a failing rank did not end within 60 s"
+[ -z "$(lab_processes)" ] || fail "processes left in the lab after a failing rank: $(lab_processes | tr '\n' ' ')"
+[ -z "$(marked_processes)" ] || fail "processes left after a failing rank"
+
+note "run: a rank leaves a process of its own session"
+# shellcheck disable=SC2016
+timeout 60 "$LAB" run --prefix "$P" -- sh -c 'setsid sleep 300 </dev/null >/dev/null 2>&1 & exit 0' \
+  >"$T/run.log" 2>&1 || fail "run of a program that leaves a process behind failed: $(cat "$T/run.log")"
+[ -z "$(lab_processes)" ] || fail "processes left in the lab after a detached process: $(lab_processes | tr '\n' ' ')"
+[ -z "$(marked_processes)" ] || fail "processes left after a detached process"
+
+note "run: TERM"
+# TERM to run while both ranks sleep (mpirun in the bridge namespace, an orted and a rank in
+# each host's: at least 5 processes).
+"$LAB" run --prefix "$P" -- sleep 300 >"$T/run.log" 2>&1 &
+run_pid=$!
+wait_for_processes 5 || fail "the ranks did not start within 30 s: $(cat "$T/run.log")"
+kill -TERM "$run_pid"
+timeout 30 tail --pid="$run_pid" -f /dev/null || fail "run did not end within 30 s of TERM"
+wait "$run_pid"
+rc=$?
+[ "$rc" -eq 143 ] || fail "run sent TERM exited $rc, not 143"
+[ -z "$(lab_processes)" ] || fail "processes left in the lab after TERM to run: $(lab_processes | tr '\n' ' ')"
+[ -z "$(marked_processes)" ] || fail "processes left after TERM to run"
+[ -e "/run/netns/$P-h1" ] || fail "run without --up removed the lab"
+
+note "down"
+"$LAB" down --prefix "$P" 2>/dev/null || fail "down exited non-zero"
+check_gone "down"
+"$LAB" status --prefix "$P" >/dev/null
+[ $? -eq 3 ] || fail "status of a lab that is down did not exit 3"
+
+note "run --up"
+# run --up: the lab exists for the run only, also when the program fails.
+timeout 60 "$LAB" run --up --prefix "$P" --hosts 2 --rate 250mbit -- /nonexistent/program >"$T/run.log" 2>&1 &&
+  fail "run --up of a missing program succeeded"
+check_gone "run --up with a missing program"
+
+echo "$FAILS failures"
+[ "$FAILS" -eq 0 ]
