@@ -7,7 +7,7 @@
 #
 #   netlab.sh up     [--prefix P] [--hosts H] [--rate R]   create the lab, write its hostfile
 #   netlab.sh run    [--prefix P] [--per-host K] [--btl LIST] [--mpirun-args "ARGS"]
-#                    [--up [--hosts H] [--rate R]] -- PROGRAM [ARGS...]
+#                    [--up [--hosts H] [--rate R]] [--] PROGRAM [ARGS...]
 #                    mpirun with K ranks on every host; --up brings a lab up first and down after
 #   netlab.sh measure [--prefix P] [--megabytes N]          TCP throughput host 0 -> host 1
 #   netlab.sh status [--prefix P]                            what the lab holds (exit 3: not up)
@@ -115,6 +115,7 @@ cmd_up() {
   # shellcheck disable=SC2317  # called by the trap
   undo_up() {
     local rc=$?
+    set +e  # a failing command here must not end the cleanup
     trap - EXIT INT TERM ERR
     if [ "$rc" -ne 0 ]; then
       [ -n "$failed_cmd" ] && say "up failed at: $failed_cmd"
@@ -187,6 +188,7 @@ cmd_run() {
   # shellcheck disable=SC2317  # called by the trap
   end_run() {
     local rc=$?
+    set +e  # a failing command here must not end the cleanup
     trap - EXIT INT TERM ERR
     [ -n "$child_pid" ] && kill -TERM "$child_pid" 2>/dev/null
     if [ "$with_up" -eq 1 ]; then
@@ -232,6 +234,7 @@ cmd_measure() {
   # shellcheck disable=SC2317  # called by the trap
   end_measure() {
     local rc=$?
+    set +e  # a failing command here must not end the cleanup
     trap - EXIT INT TERM ERR
     [ -n "$child_pid" ] && kill -TERM "$child_pid" 2>/dev/null
     rm -f "$measure_out"
@@ -316,7 +319,8 @@ main() {
       --up) with_up=1; shift ;;
       --) shift; break ;;
       -h | --help) usage ;;
-      *) bad "unknown option $1" ;;
+      -*) bad "unknown option $1" ;;
+      *) break ;;  # run's program
     esac
   done
   [[ $prefix =~ ^[A-Za-z][A-Za-z0-9_-]{0,30}$ ]] || bad "--prefix $prefix: a letter, then up to 30 letters, digits, - or _"

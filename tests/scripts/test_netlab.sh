@@ -6,13 +6,17 @@
 #     qdisc, state, process) after: a failure and a TERM in the middle of `up` (a stand-in tc
 #     first on PATH), a program that does not exist, a rank failing while the other runs, a
 #     rank leaving a process in a session of its own, a TERM to `run` while its ranks run,
-#     `down`, and `run --up` with a failing program.
+#     `down`, and `run --up` with a failing program; and `measure` stays under the link's rate.
+#   test_netlab.sh bench SOURCE_DIR DISTCA
+#     scripts/netlab-bench.sh --smoke at one rate: results.{json,md} with every mode, the
+#     simulator beside them and the link's measured throughput under its limit; a second call
+#     runs nothing; a TERM in the middle of a run leaves nothing, temporary files included.
 #   test_netlab.sh train SOURCE_DIR DISTCA MPIEXEC
 #     a 2-host `distca train --backend mpi --mode cad` in the lab (over TCP, through the
 #     rate-limited links, which carry its bytes) has the per-step losses, bit for bit, of the
 #     same run over shared memory on one host.
 set -uo pipefail
-mode=${1:?usage: test_netlab.sh teardown|train SOURCE_DIR [DISTCA MPIEXEC]}
+mode=${1:?usage: test_netlab.sh teardown|bench|train SOURCE_DIR [DISTCA [MPIEXEC]]}
 SRC=$(cd "${2:?usage: test_netlab.sh MODE SOURCE_DIR}" && pwd)
 LAB=$SRC/scripts/netlab.sh
 P=nlt$$$mode
@@ -112,6 +116,46 @@ EOF
   exit
 fi
 
+if [ "$mode" = bench ]; then
+  BENCH=$SRC/scripts/netlab-bench.sh
+  args=(--smoke --rates 1gbit --per-host 1 --tolerances 0.05 --out "$T/sweep" --prefix "$P"
+        --distca "${3:?usage: test_netlab.sh bench SOURCE_DIR DISTCA}")
+  note "sweep"
+  timeout 300 "$BENCH" "${args[@]}" >"$T/bench.log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 77 ]; then grep 'netlab:' "$T/bench.log"; exit 77; fi
+  [ "$rc" -eq 0 ] || { cat "$T/bench.log"; fail "the sweep exited $rc"; }
+  python3 - "$T/sweep/results.json" <<'PY' || fail "results.json does not hold the sweep's runs"
+import json, sys
+runs = {r["name"]: r for r in json.load(open(sys.argv[1]))["runs"]}
+assert set(runs) == {"train-1gbit-2x1-t0.05", "step-1gbit-2x1-t0.05"}, runs.keys()
+train, step = runs["train-1gbit-2x1-t0.05"], runs["step-1gbit-2x1-t0.05"]
+assert set(train["step_s"]) == {"colocated", "cad single-stream", "cad pingpong", "cad signal"}, train
+assert set(train["sim_step_s"]) == set(train["step_s"]), train  # bench train ran with the lab's profile
+assert {"colocated pingpong", "cad pingpong", "cad single-stream", "cad signal"} <= set(step["step_s"]), step
+assert 0 < train["link_mbit"] <= 1000, train["link_mbit"]  # TCP payload through a 1gbit tbf
+PY
+  [ "$(grep -c '^| 1gbit | ' "$T/sweep/results.md")" -eq 2 ] || fail "results.md does not have the 2 rows"
+  check_gone "sweep"
+  note "resume"
+  timeout 60 "$BENCH" "${args[@]}" >"$T/bench.log" 2>&1 || fail "the resumed sweep failed"
+  grep -q 'running\|netlab: up' "$T/bench.log" && fail "the resumed sweep ran again: $(cat "$T/bench.log")"
+  note "TERM"
+  rm "$T/sweep/runs/train-1gbit-2x1-t0.05.json"
+  "$BENCH" "${args[@]}" >"$T/bench.log" 2>&1 &
+  bench_pid=$!
+  wait_for_processes 3 || fail "the train run did not start within 30 s: $(cat "$T/bench.log")"
+  kill -TERM "$bench_pid"
+  wait "$bench_pid"
+  rc=$?
+  [ "$rc" -eq 143 ] || fail "the sweep sent TERM exited $rc, not 143"
+  check_gone "the sweep sent TERM"
+  [ -z "$(find "$T/sweep" -name '*.tmp*')" ] || fail "temporary files left: $(find "$T/sweep" -name '*.tmp*')"
+  echo "$FAILS failures"
+  [ "$FAILS" -eq 0 ]
+  exit
+fi
+
 [ "$mode" = teardown ] || { echo "unknown mode $mode"; exit 2; }
 
 note "bad usage"
@@ -156,6 +200,11 @@ up_or_skip --hosts 2 --rate 500mbit
 [ "$(root_qdiscs)" = "$(cat "$T/qdiscs.before")" ] || fail "up changed the root namespace's qdiscs"
 "$LAB" status --prefix "$P" >"$T/status" || fail "status of an up lab exited non-zero"
 [ "$(grep -c 'tbf.*rate 500Mbit' "$T/status")" -eq 2 ] || fail "status does not show 2 links at 500Mbit: $(cat "$T/status")"
+# The link limit holds: TCP payload from host 0 to host 1 stays under the 500 Mbit/s of the
+# frames (an unlimited veth pair carries several Gbit/s).
+mbit=$(timeout 60 "$LAB" measure --prefix "$P" --megabytes 16 | sed -n 's/^measured_mbit_per_s=//p')
+echo "measured at 500mbit: ${mbit:-nothing} Mbit/s"
+awk -v m="${mbit:-0}" 'BEGIN { exit !(m > 0 && m <= 500) }' || fail "measured ${mbit:-nothing} Mbit/s through a 500mbit link"
 "$LAB" up --prefix "$P" 2>/dev/null && fail "a second up of the same lab succeeded"
 [ -e "/run/netns/$P-h0" ] || fail "a refused second up removed the lab"
 
