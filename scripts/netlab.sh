@@ -130,6 +130,7 @@ cmd_up() {
   trap 'failed_cmd=$BASH_COMMAND' ERR
   if ! err=$(ip netns add "$br" 2>&1); then
     failed_cmd=""
+    [[ $err == *"File exists"* ]] && { say "lab $prefix is already up (netlab.sh down --prefix $prefix)"; exit 1; }
     say "skipped: network namespaces are not permitted here (ip netns add: ${err//$'\n'/ })"
     exit "$SKIP_CODE"
   fi
@@ -192,7 +193,7 @@ cmd_run() {
     trap - EXIT INT TERM ERR
     [ -n "$child_pid" ] && kill -TERM "$child_pid" 2>/dev/null
     if [ "$with_up" -eq 1 ]; then
-      "$0" down --prefix "$prefix" 2>/dev/null || true
+      "$BASH" "$SCRIPTS/netlab.sh" down --prefix "$prefix" 2>/dev/null || true
     else
       mapfile -t lab < <(lab_namespaces)
       [ "${#lab[@]}" -gt 0 ] && stop_processes "${lab[@]}"
@@ -203,7 +204,7 @@ cmd_run() {
   trap 'exit 130' INT
   trap 'exit 143' TERM
   # From here the lab is this call's to remove (--up): a signal during `up` lands after it.
-  [ "$with_up" -eq 1 ] && "$0" up --prefix "$prefix" --hosts "$hosts" --rate "$rate"
+  [ "$with_up" -eq 1 ] && "$BASH" "$SCRIPTS/netlab.sh" up --prefix "$prefix" --hosts "$hosts" --rate "$rate"
   load_lab
   dir=$(state_dir)
   br=$(br_ns)

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # scripts/netlab.sh (docs/netlab.md), in a lab of its own (a unique --prefix). Exit 77 (CTest's
 # SKIP_RETURN_CODE) where the lab cannot be made here: no network namespaces or no tbf.
-#   test_netlab.sh teardown SOURCE_DIR
-#     nothing is ever created in the root namespace, and nothing is left (namespace, link,
-#     qdisc, state, process) after: a failure and a TERM in the middle of `up` (a stand-in tc
-#     first on PATH), a program that does not exist, a rank failing while the other runs, a
-#     rank leaving a process in a session of its own, a TERM to `run` while its ranks run,
-#     `down`, and `run --up` with a failing program; and `measure` stays under the link's rate.
+# "Nothing left" is: no namespace, root namespace link or qdisc, state directory or process
+# with the lab's mark.
+#   test_netlab.sh setup SOURCE_DIR
+#     bad usage makes nothing; nothing is left after a failure and a TERM in the middle of `up`
+#     (a stand-in tc first on PATH); an up lab adds nothing to the root namespace, its status
+#     shows the links, `measure` stays under the link's rate, a second `up` is refused and
+#     leaves it; nothing is left after `down`.
+#   test_netlab.sh run SOURCE_DIR
+#     no process is left in the lab after `run` of a program that does not exist, a rank
+#     failing while the other runs, a rank leaving a process in a session of its own, and a
+#     TERM to `run` while its ranks run; nothing is left after `down`, nor after `run --up`
+#     with a failing program.
 #   test_netlab.sh bench SOURCE_DIR DISTCA
 #     scripts/netlab-bench.sh --smoke at one rate: results.{json,md} with every mode, the
 #     simulator beside them and the link's measured throughput under its limit; a second call
@@ -16,7 +22,7 @@
 #     rate-limited links, which carry its bytes) has the per-step losses, bit for bit, of the
 #     same run over shared memory on one host.
 set -uo pipefail
-mode=${1:?usage: test_netlab.sh teardown|bench|train SOURCE_DIR [DISTCA [MPIEXEC]]}
+mode=${1:?usage: test_netlab.sh setup|run|bench|train SOURCE_DIR [DISTCA [MPIEXEC]]}
 SRC=$(cd "${2:?usage: test_netlab.sh MODE SOURCE_DIR}" && pwd)
 LAB=$SRC/scripts/netlab.sh
 P=nlt$$$mode
@@ -156,21 +162,23 @@ PY
   exit
 fi
 
-[ "$mode" = teardown ] || { echo "unknown mode $mode"; exit 2; }
+[ "$mode" = setup ] || [ "$mode" = run ] || { echo "unknown mode $mode"; exit 2; }
 
-note "bad usage"
-# Bad usage: exit 2 and nothing made.
-"$LAB" up --prefix "$P" --rate fast 2>/dev/null
-[ $? -eq 2 ] || fail "--rate fast was not refused with exit 2"
-"$LAB" up --prefix "bad/prefix" 2>/dev/null
-[ $? -eq 2 ] || fail "a prefix with / was not refused with exit 2"
-check_gone "bad usage"
+if [ "$mode" = setup ]; then
+  note "bad usage"
+  # Bad usage: exit 2 and nothing made.
+  "$LAB" up --prefix "$P" --rate fast 2>/dev/null
+  [ $? -eq 2 ] || fail "--rate fast was not refused with exit 2"
+  "$LAB" up --prefix "bad/prefix" 2>/dev/null
+  [ $? -eq 2 ] || fail "a prefix with / was not refused with exit 2"
+  check_gone "bad usage"
 
-note "up with a failing tc"
-# A stand-in tc first on PATH: its 4th call (host 1's lab0 qdisc, the last, made by `up` itself, not in a
-# command substitution, so its parent is `up`) fails, or sends TERM to `up` (FAKE_TC_TERM).
-mkdir -p "$T/bin"
-cat >"$T/bin/tc" <<EOF
+  note "up with a failing tc"
+  # A stand-in tc first on PATH: its 4th call (host 1's lab0 qdisc, the last, made by `up`
+  # itself, not in a command substitution, so its parent is `up`) fails, or sends TERM to `up`
+  # (FAKE_TC_TERM).
+  mkdir -p "$T/bin"
+  cat >"$T/bin/tc" <<EOF
 #!/bin/sh
 n=\$(cat "$T/tc-calls" 2>/dev/null || echo 0); n=\$((n + 1)); echo \$n >"$T/tc-calls"
 if [ "\$1" = -n ] && [ \$n -eq 4 ]; then
@@ -207,7 +215,15 @@ echo "measured at 500mbit: ${mbit:-nothing} Mbit/s"
 awk -v m="${mbit:-0}" 'BEGIN { exit !(m > 0 && m <= 500) }' || fail "measured ${mbit:-nothing} Mbit/s through a 500mbit link"
 "$LAB" up --prefix "$P" 2>/dev/null && fail "a second up of the same lab succeeded"
 [ -e "/run/netns/$P-h0" ] || fail "a refused second up removed the lab"
+note "down"
+"$LAB" down --prefix "$P" 2>/dev/null || fail "down exited non-zero"
+check_gone "down"
+"$LAB" status --prefix "$P" >/dev/null
+[ $? -eq 3 ] || fail "status of a lab that is down did not exit 3"
+fi
 
+if [ "$mode" = run ]; then
+up_or_skip --hosts 2 --rate 500mbit
 note "run: missing program"
 # A program that does not exist.
 timeout 60 "$LAB" run --prefix "$P" -- /nonexistent/program >"$T/run.log" 2>&1 && fail "run of a missing program succeeded"
@@ -245,17 +261,15 @@ rc=$?
 [ -z "$(marked_processes)" ] || fail "processes left after TERM to run"
 [ -e "/run/netns/$P-h1" ] || fail "run without --up removed the lab"
 
-note "down"
 "$LAB" down --prefix "$P" 2>/dev/null || fail "down exited non-zero"
-check_gone "down"
-"$LAB" status --prefix "$P" >/dev/null
-[ $? -eq 3 ] || fail "status of a lab that is down did not exit 3"
+check_gone "down after runs"
 
 note "run --up"
 # run --up: the lab exists for the run only, also when the program fails.
 timeout 60 "$LAB" run --up --prefix "$P" --hosts 2 --rate 250mbit -- /nonexistent/program >"$T/run.log" 2>&1 &&
   fail "run --up of a missing program succeeded"
 check_gone "run --up with a missing program"
+fi
 
 echo "$FAILS failures"
 [ "$FAILS" -eq 0 ]
