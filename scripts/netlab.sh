@@ -238,6 +238,8 @@ cmd_measure() {
     set +e  # a failing command here must not end the cleanup
     trap - EXIT INT TERM ERR
     [ -n "$child_pid" ] && kill -TERM "$child_pid" 2>/dev/null
+    # Interrupted or failed: the sender and the receiver go too.
+    [ "$rc" -ne 0 ] && stop_processes "$(host_ns 0)" "$(host_ns 1)"
     rm -f "$measure_out"
     exit "$rc"
   }
