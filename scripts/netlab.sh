@@ -74,10 +74,18 @@ stop_processes() {
   kill -KILL $pids 2>/dev/null || true
 }
 
+# Removes what Open MPI kept for the given namespaces' hosts: an orted stopped before it
+# cleaned up leaves its session directory, named by the host's hostname (netlab-agent.sh).
+remove_session_dirs() {
+  local ns
+  for ns in "$@"; do rm -rf "${TMPDIR:-/tmp}/ompi.$ns.$(id -u)"; done
+}
+
 # Removes the given namespaces (their veth ends and qdiscs go with them) and their processes.
 remove_namespaces() {
   [ $# -eq 0 ] && return 0
   stop_processes "$@"
+  remove_session_dirs "$@"
   local ns
   for ns in "$@"; do ip netns del "$ns" 2>/dev/null || true; done
 }
@@ -196,7 +204,7 @@ cmd_run() {
       "$BASH" "$SCRIPTS/netlab.sh" down --prefix "$prefix" 2>/dev/null || true
     else
       mapfile -t lab < <(lab_namespaces)
-      [ "${#lab[@]}" -gt 0 ] && stop_processes "${lab[@]}"
+      [ "${#lab[@]}" -gt 0 ] && stop_processes "${lab[@]}" && remove_session_dirs "${lab[@]}"
     fi
     exit "$rc"
   }

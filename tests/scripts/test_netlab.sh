@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/netlab.sh (docs/netlab.md), in a lab of its own (a unique --prefix). Exit 77 (CTest's
 # SKIP_RETURN_CODE) where the lab cannot be made here: no network namespaces or no tbf.
-# "Nothing left" is: no namespace, root namespace link or qdisc, state directory or process
-# with the lab's mark.
+# "Nothing left" is: no namespace, root namespace link or qdisc, state directory, Open MPI
+# session directory of a lab host, or process with the lab's mark.
 #   test_netlab.sh setup SOURCE_DIR
 #     bad usage makes nothing; nothing is left after a failure and a TERM in the middle of `up`
 #     (a stand-in tc first on PATH); an up lab adds nothing to the root namespace, its status
@@ -56,6 +56,8 @@ check_gone() {
   [ ! -e "/tmp/$P.netlab" ] || fail "$1: state directory /tmp/$P.netlab left"
   left=$(marked_processes | tr '\n' ' ')
   [ -z "$left" ] || fail "$1: processes left: $left"
+  left=$(find /tmp -maxdepth 1 -name "ompi.$P-*" | tr '\n' ' ')
+  [ -z "$left" ] || fail "$1: Open MPI session directories left: $left"
 }
 # up, mapping "not permitted here" to a skip of the whole test.
 up_or_skip() {
