@@ -36,6 +36,9 @@ struct Options {
   std::string dtype = "bf16";
   std::string json_path;  // empty: table; "-": stdout
   std::string cost_table;  // empty: causal pairs
+  int64_t ranks_per_host = 0;  // 0 and host_map empty: no topology
+  std::string host_map;
+  int64_t inter_host_price = 0;  // 0: the default price
   bool full = false;
 };
 
@@ -64,6 +67,12 @@ void print_header(const nlohmann::json& s) {
               human_bytes(s["comm_bytes_max_rank"].get<double>()).c_str());
   if (s["allgather_bytes"].get<double>() > 0) {
     std::printf(" (of which K/V all-gather %s)", human_bytes(s["allgather_bytes"].get<double>()).c_str());
+  }
+  if (s.contains("hosts")) {
+    std::printf("\nforward bytes by link (inter-host price %lld): inter-host %s, intra-host %s",
+                static_cast<long long>(s["inter_host_price"].get<int64_t>()),
+                human_bytes(s["inter_host_bytes"].get<double>()).c_str(),
+                human_bytes(s["intra_host_bytes"].get<double>()).c_str());
   }
   std::printf("\nplan time %.3f ms\n\n", 1e3 * s["plan_seconds"].get<double>());
 }
@@ -142,6 +151,8 @@ int run(const Options& o) {
   if (o.workload.batch_file.empty()) {
     st = o.workload.options.validate();
     if (!st.ok()) return fail(st);
+    auto topology = topology_from_flags(o.ranks_per_host, o.host_map, o.inter_host_price, o.workload.options.ranks);
+    if (!topology.ok()) return fail(topology.status());
     if (spec->kind == SchedulerKind::kPerCp && o.workload.options.ranks % spec->cp_degree != 0) {
       return fail_input("--scheduler " + spec->name() + ": CP degree " + std::to_string(spec->cp_degree) +
                         " does not divide --ranks " + std::to_string(o.workload.options.ranks));
@@ -157,6 +168,9 @@ int run(const Options& o) {
   auto batches = resolve_batches(o.workload);
   if (!batches.ok()) return fail(batches.status());
   for (const Batch& b : *batches) {
+    auto topology = topology_from_flags(o.ranks_per_host, o.host_map, o.inter_host_price, b.ranks);
+    if (!topology.ok()) return fail(topology.status());
+    options.topology = std::move(topology).value();
     st = options.validate(b, *spec);
     if (!st.ok()) return fail(st);
   }
@@ -239,6 +253,12 @@ Runner setup(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("--cost-table", o->cost_table,
                  "Balance predicted seconds from a `distca profile` table instead of causal pairs");
+  CLI::Option* rph = sub.add_option("--ranks-per-host", o->ranks_per_host,
+                                    "cad: ranks [h*N, (h+1)*N) share host h; bytes between hosts are priced higher");
+  sub.add_option("--host-map", o->host_map, "cad: the host of every rank, comma-separated (0,0,1,1)")->excludes(rph);
+  sub.add_option("--inter-host-price", o->inter_host_price,
+                 "cad: what a byte between hosts costs in bytes within a host (default " +
+                     std::to_string(kDefaultInterHostPrice) + ")");
   sub.add_option("--dtype", o->dtype, "Activation type of the byte counts: bf16 | fp32")->capture_default_str();
   CLI::Option* json = sub.add_option("--json", o->json_path, "Write the JSON summary to FILE (atomically), or - for stdout");
   sub.add_flag("--full", o->full, "With --json: add every task and every exchange layout")->needs(json);

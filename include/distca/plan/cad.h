@@ -35,6 +35,7 @@ struct CadStats {
   int64_t runs = 1;               // greedy runs tried (cad: one per ladder band <= tolerance)
   int64_t bytes_colocated = 0;    // forward bytes of the colocated start
   int64_t bytes_incremental = 0;  // forward bytes of the result, by the planner's own count
+  int64_t cost_incremental = 0;   // the same bytes priced by ScheduleOptions::topology
   double mean = 0;                // mean load at the end
   double load_max = 0;            // largest / smallest server load at the end
   double load_min = 0;

@@ -24,6 +24,7 @@
 #include "distca/core/status.h"
 #include "distca/cost/cost_model.h"
 #include "distca/data/batch.h"
+#include "distca/plan/topology.h"
 
 namespace distca {
 
@@ -72,6 +73,11 @@ struct ScheduleOptions {
   // Empty (the default) plans exactly as without the hook. The plan's reported loads
   // (PlanMetrics) stay the unweighted cost; other schedulers ignore it.
   std::vector<DocWeight> doc_weights;
+  // cad: which host each rank runs on, and the price of a byte between hosts (topology.h).
+  // cad minimises priced bytes instead of bytes, and also tries the least loaded servers of
+  // a donor's or receiver's own host. Empty, or a single host, plans exactly as without it;
+  // other schedulers ignore it (the plan's metrics split every scheduler's bytes by host).
+  HostTopology topology;
   Status validate(const Batch& batch, const SchedulerSpec& spec) const;
 };
 
