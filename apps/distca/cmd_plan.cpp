@@ -17,6 +17,8 @@
 #include "distca/cost/cost_model.h"
 #include "distca/cost/options.h"
 #include "distca/cost/profiled.h"
+#include "distca/cost/hardware_profile.h"
+#include "distca/plan/auto_tolerance.h"
 #include "distca/plan/plan.h"
 #include "distca/plan/plan_json.h"
 #include "distca/plan/plan_memory.h"
@@ -30,7 +32,8 @@ struct Options {
   WorkloadFlags workload;
   std::string model = "llama-8b";
   std::string scheduler = "cad";
-  double tolerance = 0.05;
+  std::string tolerance = "0.05";  // or "auto"
+  std::string hardware;            // --tolerance auto: the hardware profile
   double wlb_mem_cap = 1.2;
   int64_t align_rows = 1;
   std::string dtype = "bf16";
@@ -55,9 +58,10 @@ std::string human_bytes(double b) {
 }
 
 void print_header(const nlohmann::json& s) {
-  std::printf("scheduler %s, tolerance %g, %s activations, cost in %s\n",
-              s["scheduler"].get<std::string>().c_str(), s["tolerance"].get<double>(),
-              s["dtype"].get<std::string>().c_str(), s["cost_unit"].get<std::string>().c_str());
+  const std::string tol = s["tolerance"].is_string() ? "auto (per batch)" : s["tolerance"].dump();
+  std::printf("scheduler %s, tolerance %s%s, %s activations, cost in %s\n", s["scheduler"].get<std::string>().c_str(),
+              tol.c_str(), s.contains("tolerance_auto") ? " (auto)" : "", s["dtype"].get<std::string>().c_str(),
+              s["cost_unit"].get<std::string>().c_str());
   std::printf("servers %g, tasks %g, load max/mean %.4f (colocated %.4f), tokens max/mean %.4f\n",
               s["servers"].get<double>(), s["tasks"].get<double>(), s["load_max_over_mean"].get<double>(),
               s["load_before_max_over_mean"].get<double>(), s["tokens_max_over_mean"].get<double>());
@@ -128,7 +132,15 @@ int run(const Options& o) {
   ScheduleOptions options;
   options.model = *model;
   options.dtype_bytes = *dtype_bytes;
-  options.tolerance = o.tolerance;
+  auto tolerance = parse_tolerance(o.tolerance);
+  if (!tolerance.ok()) return fail(tolerance.status());
+  const bool auto_tol = !tolerance->has_value();
+  options.tolerance = tolerance->value_or(0.05);
+  if (auto_tol && o.hardware.empty()) return fail_input("--tolerance auto needs --hardware FILE (the link and attention figures)");
+  if (!auto_tol && !o.hardware.empty()) return fail_input("--hardware is used only with --tolerance auto");
+  if (auto_tol && spec->kind != SchedulerKind::kCad && spec->kind != SchedulerKind::kCadSymmetric) {
+    return fail_input("--tolerance auto needs --scheduler cad or cad-symmetric (got " + spec->name() + ")");
+  }
   options.wlb_mem_cap = o.wlb_mem_cap;
   options.align_rows = o.align_rows;
   const PairsCostModel pairs;
@@ -139,6 +151,17 @@ int run(const Options& o) {
     if (!table.ok()) return fail(table.status());
     profiled = std::move(table).value();
     options.cost = profiled.get();
+  }
+  std::unique_ptr<AttentionCostModel> auto_table;
+  AutoToleranceModel auto_model;
+  if (auto_tol) {
+    auto profile = load_hardware_profile(o.hardware);
+    if (!profile.ok()) return fail(Status(profile.status().code(), "--hardware: " + profile.status().message()));
+    HostTopology priced;
+    if (o.inter_host_price != 0) priced.inter_host_price = o.inter_host_price;
+    auto m = auto_tolerance_model(*profile, priced, true, &auto_table);
+    if (!m.ok()) return fail(m.status());
+    auto_model = *m;
   }
   // The batch-independent checks of ScheduleOptions::validate, before any batch is drawn.
   Status st = options.validate(Batch{1, 1, {{{0, 0, 1, 1}}}}, SchedulerSpec{spec->kind, 1});
@@ -188,6 +211,13 @@ int run(const Options& o) {
       if (!st.ok()) return fail_before_work(st);
     }
     const auto t0 = std::chrono::steady_clock::now();
+    nlohmann::json auto_json;
+    if (auto_tol) {
+      auto choice = choose_tolerance(b, *spec, options, auto_model);
+      if (!choice.ok()) return fail(choice.status());
+      options.tolerance = choice->tolerance;
+      auto_json = {{"candidates", kAutoTolerances}, {"predicted_seconds", choice->predicted}};
+    }
     auto schedule = run_scheduler(*spec, b, options);
     if (!schedule.ok()) return fail(schedule.status());
     const auto t1 = std::chrono::steady_clock::now();
@@ -206,9 +236,11 @@ int run(const Options& o) {
     if (!valid.ok()) return fail(Status::internal("the plan failed validation: " + valid.message()));
     nlohmann::json s = plan_summary_json(*plan, seconds);
     if (o.full) s["plan"] = plan_to_json(*plan);
+    if (auto_tol) s["tolerance_auto"] = std::move(auto_json);
     summaries.push_back(std::move(s));
   }
   nlohmann::json out = summaries.size() == 1 ? summaries.front() : summarize_batches(summaries);
+  if (auto_tol && summaries.size() > 1) out["tolerance"] = "auto";  // per_batch holds each choice
   out["model"] = model->name;
   if (o.workload.batch_file.empty()) {
     out["dist"] = o.workload.options.dist;
@@ -244,8 +276,11 @@ Runner setup(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("--scheduler", o->scheduler, "colocated | wlb | percp:C | cad | cad-symmetric")
       ->capture_default_str();
-  sub.add_option("--tolerance", o->tolerance, "cad: every server within tolerance * mean load, in [0, 1]")
+  sub.add_option("--tolerance", o->tolerance,
+                 "cad: every server within tolerance * mean load, in [0, 1]; auto: chosen per batch (needs --hardware)")
       ->capture_default_str();
+  sub.add_option("--hardware", o->hardware,
+                 "--tolerance auto: a `distca profile --hardware-out` file (attention seconds and link rate)");
   sub.add_option("--align-rows", o->align_rows,
                  "cad: cut documents only at multiples of N positions (the kernel's query tile; 1: anywhere)")
       ->capture_default_str();
