@@ -58,9 +58,10 @@ std::string human_bytes(double b) {
 }
 
 void print_header(const nlohmann::json& s) {
-  const std::string tol = s["tolerance"].is_string() ? "auto (per batch)" : s["tolerance"].dump();
+  char tol[32] = "auto (per batch)";
+  if (!s["tolerance"].is_string()) std::snprintf(tol, sizeof tol, "%g", s["tolerance"].get<double>());
   std::printf("scheduler %s, tolerance %s%s, %s activations, cost in %s\n", s["scheduler"].get<std::string>().c_str(),
-              tol.c_str(), s.contains("tolerance_auto") ? " (auto)" : "", s["dtype"].get<std::string>().c_str(),
+              tol, s.contains("tolerance_auto") ? " (auto)" : "", s["dtype"].get<std::string>().c_str(),
               s["cost_unit"].get<std::string>().c_str());
   std::printf("servers %g, tasks %g, load max/mean %.4f (colocated %.4f), tokens max/mean %.4f\n",
               s["servers"].get<double>(), s["tasks"].get<double>(), s["load_max_over_mean"].get<double>(),
