@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -122,6 +123,33 @@ double plan_upfront_bytes(const BatchShape& s, bool full) {
   return plan_held_bytes(s, full) + plan_bytes(s.ranks, s.pieces, s.pieces, 0, 0);
 }
 
+// --tolerance: a number, or auto with its model from --hardware (read here, before any work).
+struct AutoTolerance {
+  bool on = false;
+  std::unique_ptr<AttentionCostModel> table;  // what model.seconds points to
+  AutoToleranceModel model;
+};
+
+Status read_tolerance(const Options& o, const SchedulerSpec& spec, ScheduleOptions& options, AutoTolerance& a) {
+  DISTCA_ASSIGN_OR_RETURN(const std::optional<double> tolerance, parse_tolerance(o.tolerance));
+  a.on = !tolerance.has_value();
+  options.tolerance = tolerance.value_or(0.05);
+  if (!a.on) {
+    if (!o.hardware.empty()) return Status::invalid_argument("--hardware is used only with --tolerance auto");
+    return Status::ok_status();
+  }
+  if (o.hardware.empty()) return Status::invalid_argument("--tolerance auto needs --hardware FILE (the link and attention figures)");
+  if (spec.kind != SchedulerKind::kCad && spec.kind != SchedulerKind::kCadSymmetric) {
+    return Status::invalid_argument("--tolerance auto needs --scheduler cad or cad-symmetric (got " + spec.name() + ")");
+  }
+  auto profile = load_hardware_profile(o.hardware);
+  if (!profile.ok()) return Status(profile.status().code(), "--hardware: " + profile.status().message());
+  HostTopology priced;
+  if (o.inter_host_price != 0) priced.inter_host_price = o.inter_host_price;
+  DISTCA_ASSIGN_OR_RETURN(a.model, auto_tolerance_model(*profile, priced, true, &a.table));
+  return Status::ok_status();
+}
+
 int run(const Options& o) {
   // Every flag is checked before any batch is drawn or planned.
   auto model = model_preset(o.model);
@@ -133,15 +161,9 @@ int run(const Options& o) {
   ScheduleOptions options;
   options.model = *model;
   options.dtype_bytes = *dtype_bytes;
-  auto tolerance = parse_tolerance(o.tolerance);
-  if (!tolerance.ok()) return fail(tolerance.status());
-  const bool auto_tol = !tolerance->has_value();
-  options.tolerance = tolerance->value_or(0.05);
-  if (auto_tol && o.hardware.empty()) return fail_input("--tolerance auto needs --hardware FILE (the link and attention figures)");
-  if (!auto_tol && !o.hardware.empty()) return fail_input("--hardware is used only with --tolerance auto");
-  if (auto_tol && spec->kind != SchedulerKind::kCad && spec->kind != SchedulerKind::kCadSymmetric) {
-    return fail_input("--tolerance auto needs --scheduler cad or cad-symmetric (got " + spec->name() + ")");
-  }
+  AutoTolerance autotol;
+  if (Status t = read_tolerance(o, *spec, options, autotol); !t.ok()) return fail(t);
+  const bool auto_tol = autotol.on;
   options.wlb_mem_cap = o.wlb_mem_cap;
   options.align_rows = o.align_rows;
   const PairsCostModel pairs;
@@ -152,17 +174,6 @@ int run(const Options& o) {
     if (!table.ok()) return fail(table.status());
     profiled = std::move(table).value();
     options.cost = profiled.get();
-  }
-  std::unique_ptr<AttentionCostModel> auto_table;
-  AutoToleranceModel auto_model;
-  if (auto_tol) {
-    auto profile = load_hardware_profile(o.hardware);
-    if (!profile.ok()) return fail(Status(profile.status().code(), "--hardware: " + profile.status().message()));
-    HostTopology priced;
-    if (o.inter_host_price != 0) priced.inter_host_price = o.inter_host_price;
-    auto m = auto_tolerance_model(*profile, priced, true, &auto_table);
-    if (!m.ok()) return fail(m.status());
-    auto_model = *m;
   }
   // The batch-independent checks of ScheduleOptions::validate, before any batch is drawn.
   Status st = options.validate(Batch{1, 1, {{{0, 0, 1, 1}}}}, SchedulerSpec{spec->kind, 1});
@@ -214,7 +225,7 @@ int run(const Options& o) {
     const auto t0 = std::chrono::steady_clock::now();
     nlohmann::json auto_json;
     if (auto_tol) {
-      auto choice = choose_tolerance(b, *spec, options, auto_model);
+      auto choice = choose_tolerance(b, *spec, options, autotol.model);
       if (!choice.ok()) return fail(choice.status());
       options.tolerance = choice->tolerance;
       auto_json = {{"candidates", kAutoTolerances}, {"predicted_seconds", choice->predicted}};

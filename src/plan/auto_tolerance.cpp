@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <string>
 
 #include "distca/cost/profiled.h"
@@ -85,21 +84,6 @@ Result<AutoToleranceModel> auto_tolerance_model(const HardwareProfile& profile, 
   m.overlap = overlap;
   DISTCA_RETURN_IF_ERROR(m.validate());
   return m;
-}
-
-Result<std::optional<double>> parse_tolerance(const std::string& text, const std::string& flag) {
-  if (text == "auto") return std::optional<double>{};
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || !std::isfinite(v) || v < 0 || v > 1) {
-    return Status::invalid_argument(flag + " must be auto or a number in [0, 1] (got '" + text + "')");
-  }
-  return std::optional<double>{v};
 }
 
 Result<AutoToleranceChoice> choose_tolerance(const Batch& batch, const SchedulerSpec& spec,

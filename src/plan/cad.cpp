@@ -23,7 +23,8 @@
 //
 // schedule_cad runs this greedy a few times on one batch (planning bands from a fixed ladder
 // up to the requested tolerance), each stopped at its first state inside the requested band,
-// and keeps the fewest bytes: that makes the bytes never rise with the tolerance (the
+// and keeps the fewest bytes (priced bytes under a multi-host ScheduleOptions::topology: every
+// "bytes" below then means priced bytes): that makes the bytes never rise with the tolerance (the
 // argument is at schedule_cad; docs/scheduler.md, "cad: candidate plans, tolerance
 // monotonicity and bytes").
 #include <algorithm>

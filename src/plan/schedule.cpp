@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <string>
 
 namespace distca {
@@ -54,6 +55,21 @@ Result<SchedulerSpec> parse_scheduler(const std::string& text) {
     return Status::invalid_argument("--scheduler: unknown scheduler '" + text + "' (" + kExpected + ")");
   }
   return spec;
+}
+
+Result<std::optional<double>> parse_tolerance(const std::string& text, const std::string& flag) {
+  if (text == "auto") return std::optional<double>{};
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || !std::isfinite(v) || v < 0 || v > 1) {
+    return Status::invalid_argument(flag + " must be auto or a number in [0, 1] (got '" + text + "')");
+  }
+  return std::optional<double>{v};
 }
 
 Status check_align_rows(int64_t align_rows) {

@@ -9,7 +9,6 @@
 
 #include "distca/core/io.h"
 #include "distca/data/workload.h"
-#include "distca/plan/auto_tolerance.h"
 #include "distca/plan/schedule.h"
 #include "distca/plan/topology.h"
 

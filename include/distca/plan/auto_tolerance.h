@@ -56,10 +56,8 @@ struct AutoToleranceChoice {
   std::vector<double> predicted;        // [kAutoTolerances] every candidate's prediction
 };
 
-// --tolerance TEXT: a number in [0, 1], or "auto" (nullopt). The message names the flag.
-Result<std::optional<double>> parse_tolerance(const std::string& text, const std::string& flag = "--tolerance");
-
-// The choice for one batch. spec: cad or cad-symmetric (others have no band: refused).
+// The choice for one batch (parse_tolerance, schedule.h, reads the flag). spec: cad or
+// cad-symmetric (others have no band: refused).
 // options.tolerance is ignored. Errors: what run_scheduler refuses, an invalid model.
 Result<AutoToleranceChoice> choose_tolerance(const Batch& batch, const SchedulerSpec& spec,
                                              const ScheduleOptions& options, const AutoToleranceModel& model);

@@ -6,7 +6,8 @@
 // algorithms.
 //
 // `schedule_cad` tries a few greedy runs on the batch (planning bands from a fixed ladder up to
-// the requested tolerance, each stopped at the requested band) and keeps the fewest bytes; so
+// the requested tolerance, each stopped at the requested band) and keeps the fewest bytes
+// (priced by ScheduleOptions::topology when it names several hosts); so
 // for the same batch a wider tolerance never moves more bytes than a tighter one whose plan is
 // balanced (docs/scheduler.md, "cad: candidate plans, tolerance monotonicity and bytes").
 //

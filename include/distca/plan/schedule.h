@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,9 @@ struct ScheduleOptions {
 inline constexpr int64_t kMaxAlignRows = int64_t{1} << 20;
 // The doc_weights rule of ScheduleOptions::validate alone (the cad planners check it too).
 Status check_doc_weights(const std::vector<DocWeight>& weights);
+// --tolerance TEXT: a number in [0, 1], or "auto" (nullopt: plan/auto_tolerance.h chooses).
+// The message names `flag`.
+Result<std::optional<double>> parse_tolerance(const std::string& text, const std::string& flag = "--tolerance");
 // The align_rows rule of ScheduleOptions::validate alone (the cad planner checks it too); the
 // message names --align-rows.
 Status check_align_rows(int64_t align_rows);
