@@ -66,9 +66,10 @@ Result<std::optional<double>> parse_tolerance(const std::string& text, const std
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != text.size() || !std::isfinite(v) || v < 0 || v > 1) {
+  if (used == 0 || used != text.size()) {
     return Status::invalid_argument(flag + " must be auto or a number in [0, 1] (got '" + text + "')");
   }
+  if (!std::isfinite(v) || v < 0 || v > 1) return Status::invalid_argument(flag + " must be in [0, 1] (got " + text + ")");
   return std::optional<double>{v};
 }
 

@@ -5,10 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <map>
-#include <set>
 #include <string>
-#include <tuple>
 
 #include "distca/data/workload.h"
 #include "distca/plan/cad.h"
@@ -27,33 +24,12 @@ using test::TestLayout;
 // rank, each counted as crossing hosts or not by the rank that holds it.
 HostBytes brute_force(const Batch& b, const std::vector<TaskPlacement>& tasks, const RowBytes& rb,
                       const std::vector<int64_t>& host) {
-  std::map<std::pair<int64_t, int64_t>, int64_t> holder;  // (doc, row) -> rank
-  for (int64_t r = 0; r < b.ranks; ++r) {
-    for (const Piece& p : b.per_rank[static_cast<size_t>(r)]) {
-      for (int64_t i = p.offset; i < p.offset + p.len; ++i) holder[{p.doc, i}] = r;
-    }
-  }
   HostBytes h;
-  auto msg = [&](int64_t from, int64_t to, int64_t bytes, bool fwd) {
+  test::for_each_row_message(b, tasks, rb, [&](int64_t from, int64_t to, int64_t bytes, bool fwd) {
     if (from == to) return;
     const bool inter = host[static_cast<size_t>(from)] != host[static_cast<size_t>(to)];
     (fwd ? (inter ? h.inter_fwd : h.intra_fwd) : (inter ? h.inter_bwd : h.intra_bwd)) += bytes;
-  };
-  std::set<std::tuple<int64_t, int64_t, int64_t>> kv_rows;  // (doc, row, server)
-  for (const TaskPlacement& t : tasks) {
-    for (int64_t i = t.q_begin; i < t.q_end; ++i) {
-      msg(t.home, t.server, rb.q, true);
-      msg(t.server, t.home, rb.o + rb.lse, true);
-      msg(t.home, t.server, rb.o, false);
-      msg(t.server, t.home, rb.q, false);
-    }
-    for (int64_t k = 0; k < t.q_end; ++k) kv_rows.insert({t.doc, k, t.server});
-  }
-  for (const auto& [doc, row, server] : kv_rows) {
-    const int64_t from = holder.at({doc, row});
-    msg(from, server, rb.kv, true);
-    msg(server, from, rb.kv, false);
-  }
+  });
   return h;
 }
 
