@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -17,6 +18,8 @@
 #include "distca/cost/cost_model.h"
 #include "distca/cost/options.h"
 #include "distca/cost/profiled.h"
+#include "distca/cost/hardware_profile.h"
+#include "distca/plan/auto_tolerance.h"
 #include "distca/plan/plan.h"
 #include "distca/plan/plan_json.h"
 #include "distca/plan/plan_memory.h"
@@ -30,12 +33,16 @@ struct Options {
   WorkloadFlags workload;
   std::string model = "llama-8b";
   std::string scheduler = "cad";
-  double tolerance = 0.05;
+  std::string tolerance = "0.05";  // or "auto"
+  std::string hardware;            // --tolerance auto: the hardware profile
   double wlb_mem_cap = 1.2;
   int64_t align_rows = 1;
   std::string dtype = "bf16";
   std::string json_path;  // empty: table; "-": stdout
   std::string cost_table;  // empty: causal pairs
+  int64_t ranks_per_host = 0;  // 0 and host_map empty: no topology
+  std::string host_map;
+  int64_t inter_host_price = 0;  // 0: the default price
   bool full = false;
 };
 
@@ -52,9 +59,11 @@ std::string human_bytes(double b) {
 }
 
 void print_header(const nlohmann::json& s) {
-  std::printf("scheduler %s, tolerance %g, %s activations, cost in %s\n",
-              s["scheduler"].get<std::string>().c_str(), s["tolerance"].get<double>(),
-              s["dtype"].get<std::string>().c_str(), s["cost_unit"].get<std::string>().c_str());
+  char tol[32] = "auto (per batch)";
+  if (!s["tolerance"].is_string()) std::snprintf(tol, sizeof tol, "%g", s["tolerance"].get<double>());
+  std::printf("scheduler %s, tolerance %s%s, %s activations, cost in %s\n", s["scheduler"].get<std::string>().c_str(),
+              tol, s.contains("tolerance_auto") ? " (auto)" : "", s["dtype"].get<std::string>().c_str(),
+              s["cost_unit"].get<std::string>().c_str());
   std::printf("servers %g, tasks %g, load max/mean %.4f (colocated %.4f), tokens max/mean %.4f\n",
               s["servers"].get<double>(), s["tasks"].get<double>(), s["load_max_over_mean"].get<double>(),
               s["load_before_max_over_mean"].get<double>(), s["tokens_max_over_mean"].get<double>());
@@ -64,6 +73,12 @@ void print_header(const nlohmann::json& s) {
               human_bytes(s["comm_bytes_max_rank"].get<double>()).c_str());
   if (s["allgather_bytes"].get<double>() > 0) {
     std::printf(" (of which K/V all-gather %s)", human_bytes(s["allgather_bytes"].get<double>()).c_str());
+  }
+  if (s.contains("hosts")) {
+    std::printf("\nforward bytes by link (inter-host price %lld): inter-host %s, intra-host %s",
+                static_cast<long long>(s["inter_host_price"].get<int64_t>()),
+                human_bytes(s["inter_host_bytes"].get<double>()).c_str(),
+                human_bytes(s["intra_host_bytes"].get<double>()).c_str());
   }
   std::printf("\nplan time %.3f ms\n\n", 1e3 * s["plan_seconds"].get<double>());
 }
@@ -108,6 +123,33 @@ double plan_upfront_bytes(const BatchShape& s, bool full) {
   return plan_held_bytes(s, full) + plan_bytes(s.ranks, s.pieces, s.pieces, 0, 0);
 }
 
+// --tolerance: a number, or auto with its model from --hardware (read here, before any work).
+struct AutoTolerance {
+  bool on = false;
+  std::unique_ptr<AttentionCostModel> table;  // what model.seconds points to
+  AutoToleranceModel model;
+};
+
+Status read_tolerance(const Options& o, const SchedulerSpec& spec, ScheduleOptions& options, AutoTolerance& a) {
+  DISTCA_ASSIGN_OR_RETURN(const std::optional<double> tolerance, parse_tolerance(o.tolerance));
+  a.on = !tolerance.has_value();
+  options.tolerance = tolerance.value_or(0.05);
+  if (!a.on) {
+    if (!o.hardware.empty()) return Status::invalid_argument("--hardware is used only with --tolerance auto");
+    return Status::ok_status();
+  }
+  if (o.hardware.empty()) return Status::invalid_argument("--tolerance auto needs --hardware FILE (the link and attention figures)");
+  if (spec.kind != SchedulerKind::kCad && spec.kind != SchedulerKind::kCadSymmetric) {
+    return Status::invalid_argument("--tolerance auto needs --scheduler cad or cad-symmetric (got " + spec.name() + ")");
+  }
+  auto profile = load_hardware_profile(o.hardware);
+  if (!profile.ok()) return Status(profile.status().code(), "--hardware: " + profile.status().message());
+  HostTopology priced;
+  if (o.inter_host_price != 0) priced.inter_host_price = o.inter_host_price;
+  DISTCA_ASSIGN_OR_RETURN(a.model, auto_tolerance_model(*profile, priced, true, &a.table));
+  return Status::ok_status();
+}
+
 int run(const Options& o) {
   // Every flag is checked before any batch is drawn or planned.
   auto model = model_preset(o.model);
@@ -119,7 +161,9 @@ int run(const Options& o) {
   ScheduleOptions options;
   options.model = *model;
   options.dtype_bytes = *dtype_bytes;
-  options.tolerance = o.tolerance;
+  AutoTolerance autotol;
+  if (Status t = read_tolerance(o, *spec, options, autotol); !t.ok()) return fail(t);
+  const bool auto_tol = autotol.on;
   options.wlb_mem_cap = o.wlb_mem_cap;
   options.align_rows = o.align_rows;
   const PairsCostModel pairs;
@@ -142,6 +186,8 @@ int run(const Options& o) {
   if (o.workload.batch_file.empty()) {
     st = o.workload.options.validate();
     if (!st.ok()) return fail(st);
+    auto topology = topology_from_flags(o.ranks_per_host, o.host_map, o.inter_host_price, o.workload.options.ranks);
+    if (!topology.ok()) return fail(topology.status());
     if (spec->kind == SchedulerKind::kPerCp && o.workload.options.ranks % spec->cp_degree != 0) {
       return fail_input("--scheduler " + spec->name() + ": CP degree " + std::to_string(spec->cp_degree) +
                         " does not divide --ranks " + std::to_string(o.workload.options.ranks));
@@ -157,6 +203,9 @@ int run(const Options& o) {
   auto batches = resolve_batches(o.workload);
   if (!batches.ok()) return fail(batches.status());
   for (const Batch& b : *batches) {
+    auto topology = topology_from_flags(o.ranks_per_host, o.host_map, o.inter_host_price, b.ranks);
+    if (!topology.ok()) return fail(topology.status());
+    options.topology = std::move(topology).value();
     st = options.validate(b, *spec);
     if (!st.ok()) return fail(st);
   }
@@ -174,6 +223,13 @@ int run(const Options& o) {
       if (!st.ok()) return fail_before_work(st);
     }
     const auto t0 = std::chrono::steady_clock::now();
+    nlohmann::json auto_json;
+    if (auto_tol) {
+      auto choice = choose_tolerance(b, *spec, options, autotol.model);
+      if (!choice.ok()) return fail(choice.status());
+      options.tolerance = choice->tolerance;
+      auto_json = {{"candidates", kAutoTolerances}, {"predicted_seconds", choice->predicted}};
+    }
     auto schedule = run_scheduler(*spec, b, options);
     if (!schedule.ok()) return fail(schedule.status());
     const auto t1 = std::chrono::steady_clock::now();
@@ -192,9 +248,11 @@ int run(const Options& o) {
     if (!valid.ok()) return fail(Status::internal("the plan failed validation: " + valid.message()));
     nlohmann::json s = plan_summary_json(*plan, seconds);
     if (o.full) s["plan"] = plan_to_json(*plan);
+    if (auto_tol) s["tolerance_auto"] = std::move(auto_json);
     summaries.push_back(std::move(s));
   }
   nlohmann::json out = summaries.size() == 1 ? summaries.front() : summarize_batches(summaries);
+  if (auto_tol && summaries.size() > 1) out["tolerance"] = "auto";  // per_batch holds each choice
   out["model"] = model->name;
   if (o.workload.batch_file.empty()) {
     out["dist"] = o.workload.options.dist;
@@ -230,8 +288,11 @@ Runner setup(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("--scheduler", o->scheduler, "colocated | wlb | percp:C | cad | cad-symmetric")
       ->capture_default_str();
-  sub.add_option("--tolerance", o->tolerance, "cad: every server within tolerance * mean load, in [0, 1]")
+  sub.add_option("--tolerance", o->tolerance,
+                 "cad: every server within tolerance * mean load, in [0, 1]; auto: chosen per batch (needs --hardware)")
       ->capture_default_str();
+  sub.add_option("--hardware", o->hardware,
+                 "--tolerance auto: a `distca profile --hardware-out` file (attention seconds and link rate)");
   sub.add_option("--align-rows", o->align_rows,
                  "cad: cut documents only at multiples of N positions (the kernel's query tile; 1: anywhere)")
       ->capture_default_str();
@@ -239,6 +300,12 @@ Runner setup(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("--cost-table", o->cost_table,
                  "Balance predicted seconds from a `distca profile` table instead of causal pairs");
+  CLI::Option* rph = sub.add_option("--ranks-per-host", o->ranks_per_host,
+                                    "cad: ranks [h*N, (h+1)*N) share host h; bytes between hosts are priced higher");
+  sub.add_option("--host-map", o->host_map, "cad: the host of every rank, comma-separated (0,0,1,1)")->excludes(rph);
+  sub.add_option("--inter-host-price", o->inter_host_price,
+                 "cad: what a byte between hosts costs in bytes within a host (default " +
+                     std::to_string(kDefaultInterHostPrice) + ")");
   sub.add_option("--dtype", o->dtype, "Activation type of the byte counts: bf16 | fp32")->capture_default_str();
   CLI::Option* json = sub.add_option("--json", o->json_path, "Write the JSON summary to FILE (atomically), or - for stdout");
   sub.add_flag("--full", o->full, "With --json: add every task and every exchange layout")->needs(json);

@@ -25,6 +25,8 @@
 #include "distca/core/trace.h"
 #include "distca/kernels/blas.h"
 #include "distca/model/llama.h"
+#include "distca/cost/hardware_profile.h"
+#include "distca/plan/auto_tolerance.h"
 #include "distca/train/checkpoint.h"
 #include "distca/train/config.h"
 #include "distca/train/data.h"
@@ -43,6 +45,7 @@ struct Options {
   double mpi_timeout = 300;  // seconds; --backend mpi
   TrainConfig flags;  // values of the flags given (the others are ignored)
   std::string mode, overlap;  // --mode, --overlap as given (parsed by their setters)
+  std::string tolerance;      // --tolerance as given: a number or auto
   // (option, copy the flag's value into the config; a value that does not parse is an error)
   // for every config flag.
   std::vector<std::pair<CLI::Option*, std::function<Status(TrainConfig&)>>> setters;
@@ -115,6 +118,13 @@ struct Prepared {
 Status prepare(const TrainConfig& cfg, const std::string& resume, bool lead, Prepared& p) {
   DISTCA_RETURN_IF_ERROR(cfg.validate());
   DISTCA_ASSIGN_OR_RETURN(p.spec, cfg.model_spec());
+  if (cfg.tolerance_auto) {
+    // Read again by every rank at its start; checked here so a bad file is refused first.
+    auto profile = load_hardware_profile(cfg.hardware);
+    if (!profile.ok()) return Status::invalid_argument("--hardware: " + profile.status().message());
+    std::unique_ptr<AttentionCostModel> table;
+    DISTCA_RETURN_IF_ERROR(auto_tolerance_model(*profile, {}, true, &table).status());
+  }
   if (lead) {
     DISTCA_RETURN_IF_ERROR(check_distinct_outputs(
         {{"--metrics", cfg.metrics}, {"--trace", cfg.trace}, {"--checkpoint-dir", cfg.checkpoint_dir}}));
@@ -408,7 +418,17 @@ Runner setup(CLI::App& sub) {
   DISTCA_FLAG("--dist", dist, "Document lengths: pretrain | prolong | fixed:N | uniform:A:B | file:PATH (default pretrain)");
   DISTCA_FLAG("--max-doc-len", max_doc_len, "Cap on document length, 0 none (default 128)");
   DISTCA_FLAG("--scheduler", scheduler, "cad mode: cad | cad-symmetric | percp:C (default cad)");
-  DISTCA_FLAG("--tolerance", tolerance, "cad scheduler: balance tolerance (default 0.05)");
+  add("--tolerance", o->tolerance, "cad scheduler: balance tolerance in [0, 1] (default 0.05) | auto (needs --hardware)",
+      [op](TrainConfig& c) -> Status {
+        DISTCA_ASSIGN_OR_RETURN(const std::optional<double> t, parse_tolerance(op->tolerance));
+        c.tolerance_auto = !t.has_value();
+        c.tolerance = t.value_or(c.tolerance);
+        return {};
+      });
+  DISTCA_FLAG("--hardware", hardware, "--tolerance auto: a `distca profile --hardware-out` file (link and attention)");
+  DISTCA_FLAG("--ranks-per-host", ranks_per_host, "cad: ranks [h*N, (h+1)*N) share host h (topology-aware placement)");
+  DISTCA_FLAG("--host-map", host_map, "cad: each rank's host, comma-separated (0,0,1,1), or mpi (MPI's shared-memory split)");
+  DISTCA_FLAG("--inter-host-price", inter_host_price, "cad: a byte between hosts costs this many within a host (default 8)");
   DISTCA_FLAG("--checkpoint-dir", checkpoint_dir, "Write checkpoints into DIR (step-NNNNNNNN.ckpt)");
   DISTCA_FLAG("--checkpoint-every", checkpoint_every, "Checkpoint every N steps (0: at the end only)");
   DISTCA_FLAG("--metrics", metrics, "Write per-step metrics as JSONL to FILE");

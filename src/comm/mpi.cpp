@@ -469,6 +469,26 @@ class MpiCommunicatorImpl : public MpiCommunicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
+
+  Result<std::vector<int64_t>> host_ids() override {
+    // The split is blocking (like the duplicates at create); it runs once, at a run's start.
+    MPI_Comm shm = MPI_COMM_NULL;
+    DISTCA_RETURN_IF_ERROR(mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &shm),
+                                     "MPI_Comm_split_type", rank_));
+    MPI_Group shm_group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
+    int first = 0, leader = rank_;
+    Status st = mpi_check(MPI_Comm_group(shm, &shm_group), "MPI_Comm_group", rank_);
+    if (st.ok()) st = mpi_check(MPI_Comm_group(comm_, &world_group), "MPI_Comm_group", rank_);
+    if (st.ok()) {
+      st = mpi_check(MPI_Group_translate_ranks(shm_group, 1, &first, world_group, &leader), "MPI_Group_translate_ranks",
+                     rank_);
+    }
+    if (shm_group != MPI_GROUP_NULL) (void)MPI_Group_free(&shm_group);
+    if (world_group != MPI_GROUP_NULL) (void)MPI_Group_free(&world_group);
+    (void)MPI_Comm_free(&shm);
+    DISTCA_RETURN_IF_ERROR(st);
+    return all_gather_value(static_cast<int64_t>(leader));
+  }
   const MpiInfo& info() const override { return info_; }
   int64_t progress_rounds() const override {
     return engine_ ? engine_->rounds() : 0;

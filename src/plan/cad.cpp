@@ -23,7 +23,8 @@
 //
 // schedule_cad runs this greedy a few times on one batch (planning bands from a fixed ladder
 // up to the requested tolerance), each stopped at its first state inside the requested band,
-// and keeps the fewest bytes: that makes the bytes never rise with the tolerance (the
+// and keeps the fewest bytes (priced bytes under a multi-host ScheduleOptions::topology: every
+// "bytes" below then means priced bytes): that makes the bytes never rise with the tolerance (the
 // argument is at schedule_cad; docs/scheduler.md, "cad: candidate plans, tolerance
 // monotonicity and bytes").
 #include <algorithm>
@@ -83,7 +84,7 @@ double water_level(std::vector<double> loads, double y) {
 struct Candidate {
   int64_t seg = -1, dest = -1, x = 0, y = 0;
   double gain = 0;
-  int64_t dbytes = 0;
+  int64_t dbytes = 0;  // priced (HostTopology): the bytes themselves without a topology
   double ratio() const { return static_cast<double>(dbytes) / gain; }
 };
 
@@ -248,7 +249,7 @@ void Planner::consider(int64_t id, int64_t dest, double want, double cap, Candid
     c.y = xy->second;
     c.gain = st_.dest_gain(g.doc, c.x, c.y);
     if (c.gain <= 0 || (i == bottom && c.gain < want)) continue;
-    c.dbytes = st_.delta_bytes(id, dest, c.x, c.y);
+    c.dbytes = st_.delta_bytes(id, dest, c.x, c.y).cost;
     // No move lowers the bytes, so they never fall along the sequence (schedule_cad's
     // monotonicity argument). Such moves are rare: a short tail of a document going back to
     // the rank that holds the rest.
@@ -294,6 +295,13 @@ void Planner::donor_phase() {
     for (const auto& [l, s] : st_.by_load()) {
       if (least.size() >= kLeastLoaded || l >= lv.hi) break;
       if (!donor_[static_cast<size_t>(s)]) least.push_back(s);
+    }
+    // With a topology, also the least loaded of the donor's own host (cheap bytes).
+    for (const auto& [l, s] : st_.by_load()) {
+      if (!st_.priced() || l >= lv.hi) break;
+      if (donor_[static_cast<size_t>(s)] || !st_.same_host(s, r)) continue;
+      if (std::find(least.begin(), least.end(), s) == least.end()) least.push_back(s);
+      break;
     }
     Candidate best;
     for (int64_t id : segs) {
@@ -353,6 +361,13 @@ void Planner::receiver_phase() {
       if (sources.size() >= kMostLoaded || it->first <= lv.lo) break;
       if (it->second != s) sources.push_back(it->second);
     }
+    // With a topology, also the most loaded of the receiver's own host (cheap bytes).
+    for (auto it = st_.by_load().rbegin(); st_.priced() && it != st_.by_load().rend(); ++it) {
+      if (it->first <= lv.lo) break;
+      if (it->second == s || !st_.same_host(it->second, s)) continue;
+      if (std::find(sources.begin(), sources.end(), it->second) == sources.end()) sources.push_back(it->second);
+      break;
+    }
     for (int64_t src : sources) {
       top_segments(src, &segs);
       for (int64_t id : segs) try_seg(id);
@@ -388,6 +403,7 @@ bool Planner::run(CadStats* stats, std::vector<Candidate>* moves) {
     stats->iterations = iterations_;
     stats->bytes_colocated = st_.bytes_start();
     stats->bytes_incremental = st_.bytes();
+    stats->cost_incremental = st_.cost();
     stats->mean = lv.mean;
     stats->load_max = st_.by_load().rbegin()->first;
     stats->load_min = st_.by_load().begin()->first;
@@ -434,9 +450,9 @@ Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options
     CadStats st;
     const bool in_band = planner.run(&st, &moves);
     // A candidate inside the band beats one outside it whatever their bytes.
-    if (best < 0 || (in_band && !best_in_band) || (in_band == best_in_band && scratch.bytes() <= best_bytes)) {
+    if (best < 0 || (in_band && !best_in_band) || (in_band == best_in_band && scratch.cost() <= best_bytes)) {
       best = i;
-      best_bytes = scratch.bytes();
+      best_bytes = scratch.cost();
       best_in_band = in_band;
       if (stats != nullptr) *stats = st;
       std::swap(moves, best_moves);

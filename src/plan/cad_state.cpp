@@ -61,7 +61,10 @@ void State::reset() {
   doc_chunk_head_.clear();
   for (auto& v : rank_segs_) v.clear();
   for (auto& v : server_docs_) v.clear();
-  bytes_ = bytes_start_ = moves_ = 0;
+  bytes_ = bytes_start_ = Priced{};
+  moves_ = 0;
+  host_.clear();
+  inter_price_ = 1;
 }
 
 Status State::init(const Batch& batch, const ScheduleOptions& options) {
@@ -83,6 +86,11 @@ Status State::init(const Batch& batch, const ScheduleOptions& options) {
                                     " entries but 'ranks' is " + std::to_string(batch.ranks));
   }
   DISTCA_RETURN_IF_ERROR(check_doc_weights(options.doc_weights));
+  DISTCA_RETURN_IF_ERROR(options.topology.validate(batch.ranks));
+  if (options.topology.multi_host()) {
+    for (const int64_t h : options.topology.host) host_.push_back(static_cast<int32_t>(h));
+    inter_price_ = options.topology.inter_host_price;
+  }
   work_ = Work(options.cost);
   model_ = options.cost;
   const auto& weights = options.doc_weights;
@@ -224,7 +232,9 @@ Status State::init(const Batch& batch, const ScheduleOptions& options) {
       for (int32_t j = i; j >= 0; j = seg_next_[static_cast<size_t>(j)]) {
         if (runs_[static_cast<size_t>(j)].rank == r) e = std::max(e, runs_[static_cast<size_t>(j)].end);
       }
-      bytes_ += rows_not_held(static_cast<int64_t>(d), 0, e, r) * s_kv_;
+      const Priced kv = rows_not_held(static_cast<int64_t>(d), 0, e, r);
+      bytes_.bytes += kv.bytes * s_kv_;
+      bytes_.cost += kv.cost * s_kv_;
     }
   }
   bytes_start_ = bytes_;
@@ -307,17 +317,24 @@ Status State::check_tiling() const {
   return Status::ok_status();
 }
 
-int64_t State::rows_not_held(int64_t d, int64_t begin, int64_t end, int64_t rank) const {
-  int64_t held = 0;
+Priced State::rows_not_held(int64_t d, int64_t begin, int64_t end, int64_t rank) const {
+  int64_t held = 0, far = 0;  // far: rows held on another host
   const auto pieces = static_cast<int32_t>(runs_.size());
   for (int32_t i = doc_seg_head_[static_cast<size_t>(d)]; i >= 0; i = seg_next_[static_cast<size_t>(i)]) {
     if (i >= pieces) continue;  // a segment a move created; the pieces follow
     const Run& run = runs_[static_cast<size_t>(i)];
-    if (run.rank != rank) continue;
+    if (run.rank != rank && !priced()) continue;
     const int64_t lo = std::max(begin, run.begin), hi = std::min(end, run.end);
-    if (hi > lo) held += hi - lo;
+    if (hi <= lo) continue;
+    if (run.rank == rank) {
+      held += hi - lo;
+    } else if (!same_host(run.rank, rank)) {
+      far += hi - lo;
+    }
   }
-  return (end - begin) - held;
+  // The pieces tile the document: every row not held by `rank` is held by exactly one other.
+  const int64_t rows = (end - begin) - held;
+  return {rows, rows + (inter_price_ - 1) * far};
 }
 
 bool State::same_piece(int64_t d, int64_t rank, int64_t begin, int64_t end) const {
@@ -378,19 +395,24 @@ int64_t State::need(int64_t d, int64_t s, int64_t skip_seg) const {
   return e;
 }
 
-int64_t State::delta_bytes(int64_t id, int64_t dest, int64_t x, int64_t y) const {
+Priced State::delta_bytes(int64_t id, int64_t dest, int64_t x, int64_t y) const {
   const Seg& g = segs_[static_cast<size_t>(id)];
-  int64_t kv_rows = 0;
+  Priced kv;
   const int64_t nd = need(g.doc, dest);
-  if (y > nd) kv_rows += rows_not_held(g.doc, nd, y, dest);
+  if (y > nd) kv = rows_not_held(g.doc, nd, y, dest);
   if (y == g.b) {
     // The home's context shrinks only when the segment's top leaves.
     const int64_t other = need(g.doc, g.rank, id);
     const int64_t old_end = std::max(other, g.b);
     const int64_t new_end = std::max(other, x > g.a ? x : int64_t{0});
-    if (new_end < old_end) kv_rows -= rows_not_held(g.doc, new_end, old_end, g.rank);
+    if (new_end < old_end) {
+      const Priced saved = rows_not_held(g.doc, new_end, old_end, g.rank);
+      kv.bytes -= saved.bytes;
+      kv.cost -= saved.cost;
+    }
   }
-  return (y - x) * s_q_ + kv_rows * s_kv_;
+  const int64_t q = (y - x) * s_q_;
+  return {q + kv.bytes * s_kv_, q * (same_host(g.rank, dest) ? 1 : inter_price_) + kv.cost * s_kv_};
 }
 
 double State::home_loss(int64_t id, int64_t x, int64_t y) const {
@@ -411,7 +433,9 @@ void State::set_load(int64_t r, double v) {
 void State::move(int64_t id, int64_t dest, int64_t x, int64_t y) {
   Seg g = segs_[static_cast<size_t>(id)];
   DISTCA_CHECK(g.alive() && g.a <= x && x < y && y <= g.b && dest != g.rank);
-  bytes_ += delta_bytes(id, dest, x, y);
+  const Priced d = delta_bytes(id, dest, x, y);
+  bytes_.bytes += d.bytes;
+  bytes_.cost += d.cost;
   const double loss = home_loss(id, x, y);
   const double gain = dest_gain(g.doc, x, y);
   if (need(g.doc, dest) == 0) server_docs_[static_cast<size_t>(dest)].push_back(g.doc);

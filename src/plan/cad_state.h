@@ -62,6 +62,12 @@ struct Run {
   int64_t begin = 0, end = 0, rank = 0;
 };
 
+// A byte figure and its price under the options' HostTopology (equal without one).
+struct Priced {
+  int64_t bytes = 0;
+  int64_t cost = 0;
+};
+
 class State {
  public:
   // Checks the batch (what Batch::validate checks, in the one pass the planner needs anyway)
@@ -90,8 +96,14 @@ class State {
   int64_t doc_len(int64_t d) const { return doc_len_[static_cast<size_t>(d)]; }
   // The batch's id of document slot d.
   int64_t doc_id(int64_t d) const { return doc_id_.empty() ? d : doc_id_[static_cast<size_t>(d)]; }
-  // Rows of [begin, end) of document slot d that `rank` does not hold.
-  int64_t rows_not_held(int64_t d, int64_t begin, int64_t end, int64_t rank) const;
+  // Rows of [begin, end) of document slot d that `rank` does not hold, and their price when
+  // sent to `rank` from their holders.
+  Priced rows_not_held(int64_t d, int64_t begin, int64_t end, int64_t rank) const;
+  // A multi-host topology is set (HostTopology::multi_host): prices differ from 1.
+  bool priced() const { return !host_.empty(); }
+  bool same_host(int64_t a, int64_t b) const {
+    return host_.empty() || host_[static_cast<size_t>(a)] == host_[static_cast<size_t>(b)];
+  }
 
   double load(int64_t r) const { return load_[static_cast<size_t>(r)]; }
   double total() const { return total_; }
@@ -116,8 +128,9 @@ class State {
   // End of the context of document slot d present on server s: the largest q_end of the
   // document's tasks there (0 if none). `skip_seg` is ignored in the maximum.
   int64_t need(int64_t d, int64_t s, int64_t skip_seg = -1) const;
-  // Exact change of forward bytes if rows [x, y) of segment `id` move to server `dest`.
-  int64_t delta_bytes(int64_t id, int64_t dest, int64_t x, int64_t y) const;
+  // Exact change of forward bytes, and of their price, if rows [x, y) of segment `id` move to
+  // server `dest`.
+  Priced delta_bytes(int64_t id, int64_t dest, int64_t x, int64_t y) const;
   // Change of the home's load (<= 0) and of the destination's (>= 0) for that move.
   double home_loss(int64_t id, int64_t x, int64_t y) const;
   double dest_gain(int64_t d, int64_t x, int64_t y) const { return work(d)(x, y); }
@@ -126,8 +139,10 @@ class State {
   // What stays at home keeps the id: [a, x) if x > a, else [y, b) (a second id when both stay).
   void move(int64_t id, int64_t dest, int64_t x, int64_t y);
 
-  int64_t bytes() const { return bytes_; }
-  int64_t bytes_start() const { return bytes_start_; }
+  int64_t bytes() const { return bytes_.bytes; }
+  int64_t bytes_start() const { return bytes_start_.bytes; }
+  // The forward bytes priced by the topology (== bytes() without one).
+  int64_t cost() const { return bytes_.cost; }
   int64_t moves() const { return moves_; }
   // The schedule, server by server: the server's segments at home (creation order), then the
   // chunks it received (in the order they were moved).
@@ -169,7 +184,10 @@ class State {
   std::vector<int32_t> doc_chunk_head_;           // [slot] first chunk (-1: none)
   std::vector<std::vector<int32_t>> rank_segs_;    // [ranks] segment ids (may hold dead ones)
   std::vector<std::vector<int32_t>> server_docs_;  // [ranks] document slots with context
-  int64_t bytes_ = 0, bytes_start_ = 0, moves_ = 0;
+  std::vector<int32_t> host_;                // [ranks] host ids; empty unless multi-host
+  int64_t inter_price_ = 1;
+  Priced bytes_, bytes_start_;
+  int64_t moves_ = 0;
   std::vector<double> load_start_;           // [ranks] loads of the colocated start
   double total_start_ = 0;
   std::vector<int32_t> server_docs_start_;   // [ranks] sizes of server_docs_ at the start

@@ -191,6 +191,7 @@ void Symmetric::run(CadStats* stats) {
     stats->iterations = iterations_;
     stats->bytes_colocated = st_.bytes_start();
     stats->bytes_incremental = st_.bytes();
+    stats->cost_incremental = st_.cost();
     stats->mean = mean();
     stats->load_max = st_.by_load().rbegin()->first;
     stats->load_min = st_.by_load().begin()->first;

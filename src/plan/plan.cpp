@@ -382,6 +382,24 @@ Traffic layout_traffic(const Plan& plan) {
   return t;
 }
 
+}  // namespace
+
+HostBytes host_bytes(const Plan& plan, const std::vector<int64_t>& hosts) {
+  HostBytes h;
+  for (size_t r = 0; r < plan.ranks.size(); ++r) {
+    for (int k = 0; k < kNumExchanges; ++k) {
+      const Exchange& e = plan.ranks[r].exchanges[static_cast<size_t>(k)];
+      for (const auto& [p, rows] : e.send_counts.entries()) {
+        const bool inter = !hosts.empty() && hosts[r] != hosts[p];
+        (k < 3 ? (inter ? h.inter_fwd : h.intra_fwd) : (inter ? h.inter_bwd : h.intra_bwd)) += rows * e.row_bytes;
+      }
+    }
+  }
+  return h;
+}
+
+namespace {
+
 // Step 6: the reported figures (plan.h, PlanMetrics). A server's load was summed over its
 // tasks in schedule order, exactly as server_loads sums them, so it is reused bit for bit.
 PlanMetrics compute_metrics(const DocumentIndex& index, const Batch& input,
@@ -418,6 +436,7 @@ PlanMetrics compute_metrics(const DocumentIndex& index, const Batch& input,
   }
   m.comm_bytes_max_rank = 0;
   for (const auto& r : m.per_rank) m.comm_bytes_max_rank = std::max(m.comm_bytes_max_rank, r.fwd());
+  m.host_bytes = host_bytes(plan, plan.hosts);
   return m;
 }
 
@@ -449,6 +468,11 @@ Result<Plan> build(const Schedule& schedule, Batch* owned, bool batch_checked, c
   plan.dtype_bytes = options.dtype_bytes;
   plan.row_bytes = row_bytes(options.model, options.dtype_bytes);
   plan.cost_unit = options.cost != nullptr ? options.cost->unit() : "pairs";
+  if (!options.topology.empty()) {
+    DISTCA_RETURN_IF_ERROR(options.topology.validate(R));
+    plan.hosts = canonical_hosts(options.topology.host);
+    plan.inter_host_price = options.topology.inter_host_price;
+  }
   plan.servers.assign(n, {});
   plan.ranks.assign(n, {});
   ph.index_s = seconds_since(t);

@@ -72,6 +72,14 @@ json plan_summary_json(const Plan& plan, double plan_seconds) {
   s["comm_bytes_backward"] = m.comm_bytes_backward;
   s["comm_bytes_max_rank"] = m.comm_bytes_max_rank;
   s["allgather_bytes"] = m.allgather.bytes;
+  if (!plan.hosts.empty()) {
+    s["hosts"] = plan.hosts;
+    s["inter_host_price"] = plan.inter_host_price;
+  }
+  s["intra_host_bytes"] = m.host_bytes.intra_fwd;
+  s["inter_host_bytes"] = m.host_bytes.inter_fwd;
+  s["intra_host_bytes_backward"] = m.host_bytes.intra_bwd;
+  s["inter_host_bytes_backward"] = m.host_bytes.inter_bwd;
   s["exchange_bytes"] = {{"q", t.q}, {"kv", t.kv}, {"o_lse", t.o_lse}, {"do", t.d_o}, {"dq", t.dq}, {"dkv", t.dkv}};
   s["plan_seconds"] = plan_seconds;
   json rows = json::array();
@@ -98,6 +106,10 @@ json plan_to_json(const Plan& plan) {
   p["align_rows"] = plan.align_rows;
   p["dtype_bytes"] = plan.dtype_bytes;
   p["cost_unit"] = plan.cost_unit;
+  if (!plan.hosts.empty()) {
+    p["hosts"] = plan.hosts;
+    p["inter_host_price"] = plan.inter_host_price;
+  }
   p["row_bytes"] = {{"q", plan.row_bytes.q}, {"kv", plan.row_bytes.kv}, {"o", plan.row_bytes.o}, {"lse", plan.row_bytes.lse}};
   p["batch"] = batch_to_json(plan.batch);
   json servers = json::array();
@@ -148,10 +160,14 @@ json summarize_batches(const std::vector<json>& summaries) {
   DISTCA_CHECK(!summaries.empty());
   json out;
   const json& first = summaries.front();
-  for (const char* key : {"scheduler", "tolerance", "align_rows", "dtype", "cost_unit", "ranks"}) out[key] = first[key];
+  for (const char* key : {"scheduler", "tolerance", "align_rows", "dtype", "cost_unit", "ranks", "hosts",
+                          "inter_host_price"}) {
+    if (first.contains(key)) out[key] = first[key];
+  }
   for (const char* key : {"servers", "tasks", "documents", "tokens", "load_before_max_over_mean",
                           "tokens_max_over_mean", "comm_bytes_total", "comm_bytes_backward",
-                          "comm_bytes_max_rank", "allgather_bytes", "plan_seconds"}) {
+                          "comm_bytes_max_rank", "allgather_bytes", "intra_host_bytes", "inter_host_bytes",
+                          "intra_host_bytes_backward", "inter_host_bytes_backward", "plan_seconds"}) {
     std::vector<double> v;
     for (const json& s : summaries) v.push_back(s[key].get<double>());
     out[key] = median(std::move(v));

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <string>
 
 namespace distca {
@@ -56,6 +57,22 @@ Result<SchedulerSpec> parse_scheduler(const std::string& text) {
   return spec;
 }
 
+Result<std::optional<double>> parse_tolerance(const std::string& text, const std::string& flag) {
+  if (text == "auto") return std::optional<double>{};
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) {
+    return Status::invalid_argument(flag + " must be auto or a number in [0, 1] (got '" + text + "')");
+  }
+  if (!std::isfinite(v) || v < 0 || v > 1) return Status::invalid_argument(flag + " must be in [0, 1] (got " + text + ")");
+  return std::optional<double>{v};
+}
+
 Status check_align_rows(int64_t align_rows) {
   if (align_rows < 1 || align_rows > kMaxAlignRows) {
     return Status::invalid_argument("--align-rows must be in [1, " + std::to_string(kMaxAlignRows) + "] (got " +
@@ -94,6 +111,7 @@ Status ScheduleOptions::validate(const Batch& batch, const SchedulerSpec& spec) 
   }
   DISTCA_RETURN_IF_ERROR(check_align_rows(align_rows));
   DISTCA_RETURN_IF_ERROR(check_doc_weights(doc_weights));
+  DISTCA_RETURN_IF_ERROR(topology.validate(batch.ranks));
   if (spec.kind == SchedulerKind::kPerCp) {
     if (spec.cp_degree < 1 || batch.ranks % spec.cp_degree != 0) {
       return Status::invalid_argument("--scheduler " + spec.name() + ": CP degree " +

@@ -452,6 +452,12 @@ Status check_reported(const Context& c, const AllGatherTraffic& ag) {
   if (fwd != m.comm_bytes_total) return bad("metrics: comm_bytes_total " + to_string(m.comm_bytes_total) + ", recount " + to_string(fwd));
   if (bwd != m.comm_bytes_backward) return bad("metrics: comm_bytes_backward " + to_string(m.comm_bytes_backward) + ", recount " + to_string(bwd));
   if (mx != m.comm_bytes_max_rank) return bad("metrics: comm_bytes_max_rank " + to_string(m.comm_bytes_max_rank) + ", recount " + to_string(mx));
+  if (!c.plan.hosts.empty() && static_cast<int64_t>(c.plan.hosts.size()) != c.R) return bad("hosts: one per rank expected");
+  const HostBytes hb = host_bytes(c.plan, c.plan.hosts);
+  const TrafficBreakdown& t = m.traffic.bytes;
+  if (!(hb == m.host_bytes) || hb.intra_fwd + hb.inter_fwd != t.forward() || hb.intra_bwd + hb.inter_bwd != t.backward()) {
+    return bad("metrics: bytes by host differ from a recount");
+  }
   return Status::ok_status();
 }
 

@@ -10,6 +10,7 @@
 #include "distca/core/io.h"
 #include "distca/data/workload.h"
 #include "distca/plan/schedule.h"
+#include "distca/plan/topology.h"
 
 namespace distca::train {
 namespace {
@@ -21,6 +22,35 @@ Status bad(const std::string& flag, const std::string& what) {
 bool finite(double x) { return std::isfinite(x); }
 
 }  // namespace
+
+Status TrainConfig::validate_topology_and_auto() const {
+  const bool topology = ranks_per_host != 0 || !host_map.empty() || inter_host_price != 0;
+  if (topology) {
+    if (mode != TrainMode::kCad) return bad("--ranks-per-host / --host-map", "place attention: cad mode only");
+    if (pp != 1) return bad("--ranks-per-host / --host-map", "need --pp 1 (pipeline plans span stages)");
+    if (host_map == "mpi") {
+      if (backend != "mpi") return bad("--host-map mpi", "needs --backend mpi (MPI's shared-memory split)");
+      if (ranks_per_host != 0) return Status::invalid_argument("--ranks-per-host and --host-map exclude each other");
+      HostTopology t;
+      if (inter_host_price != 0) t.inter_host_price = inter_host_price;
+      DISTCA_RETURN_IF_ERROR(t.validate(ranks));
+    } else {
+      DISTCA_RETURN_IF_ERROR(topology_from_flags(ranks_per_host, host_map, inter_host_price, ranks).status());
+    }
+  }
+  if (!tolerance_auto) {
+    if (!hardware.empty()) return bad("--hardware", "is used only with --tolerance auto");
+    return {};
+  }
+  if (mode != TrainMode::kCad) return bad("--tolerance auto", "needs --mode cad (colocated has no balance band)");
+  const auto sched = parse_scheduler(scheduler);
+  if (sched.ok() && sched->kind != SchedulerKind::kCad && sched->kind != SchedulerKind::kCadSymmetric) {
+    return bad("--tolerance auto", "needs --scheduler cad or cad-symmetric (got " + scheduler + ")");
+  }
+  if (pp != 1) return bad("--tolerance auto", "needs --pp 1");
+  if (hardware.empty()) return bad("--tolerance auto", "needs --hardware FILE (the link and attention figures)");
+  return {};
+}
 
 Result<TrainMode> parse_train_mode(const std::string& text, const std::string& flag) {
   if (text == "cad") return TrainMode::kCad;
@@ -99,6 +129,7 @@ Status TrainConfig::validate() const {
     got << tolerance;
     return bad("--tolerance", "must be in [0, 1] (got " + got.str() + ")");
   }
+  DISTCA_RETURN_IF_ERROR(validate_topology_and_auto());
   if (steps < 1 || steps > 100000000) return bad("--steps", "must be in 1..100000000 (got " + std::to_string(steps) + ")");
   if (!finite(lr) || lr <= 0) return bad("--lr", "must be positive and finite");
   if (!finite(min_lr) || min_lr < 0 || min_lr > lr) return bad("--min-lr", "must be in [0, --lr]");
@@ -236,6 +267,14 @@ Status apply_toml_text(const std::string& text, const std::string& origin, Train
   if (tbl.contains("model")) c.model_overrides = {};
   for (auto&& [k, node] : tbl) {
     const std::string key(k.str());
+    if (key == "tolerance" && node.is_string()) {
+      const auto t = parse_tolerance(node.value_or(std::string()), origin + ": key 'tolerance'");
+      if (!t.ok()) return t.status();
+      c.tolerance_auto = !t->has_value();
+      c.tolerance = t->value_or(c.tolerance);
+      continue;
+    }
+    if (key == "tolerance") c.tolerance_auto = false;
 #define DISTCA_KEY(name) \
     if (key == #name) { DISTCA_RETURN_IF_ERROR(get(node, origin, key, c.name)); continue; }
     DISTCA_KEY(model) DISTCA_KEY(ranks) DISTCA_KEY(backend) DISTCA_KEY(mode)
@@ -244,7 +283,8 @@ Status apply_toml_text(const std::string& text, const std::string& origin, Train
     DISTCA_KEY(seed) DISTCA_KEY(data) DISTCA_KEY(copy_vocab) DISTCA_KEY(tokens_per_rank) DISTCA_KEY(dist)
     DISTCA_KEY(max_doc_len) DISTCA_KEY(checkpoint_dir) DISTCA_KEY(checkpoint_every)
     DISTCA_KEY(metrics) DISTCA_KEY(overlap) DISTCA_KEY(trace) DISTCA_KEY(pp) DISTCA_KEY(micro_batches)
-    DISTCA_KEY(plan_ahead)
+    DISTCA_KEY(plan_ahead) DISTCA_KEY(hardware) DISTCA_KEY(ranks_per_host) DISTCA_KEY(host_map)
+    DISTCA_KEY(inter_host_price)
 #undef DISTCA_KEY
     if (key == "model_overrides") {
       const toml::table* sub = node.as_table();

@@ -68,7 +68,15 @@ Result<PlanUnit> plan_unit(const PlanContext& ctx, int64_t step, int64_t index, 
   u.step = step;
   u.index = index;
   if (!ctx.pooled_ticks) {
-    auto planned = plan_nano_batches(batches[static_cast<size_t>(index)], ctx.sspec, ctx.sopt);
+    const Batch& batch = batches[static_cast<size_t>(index)];
+    ScheduleOptions sopt = ctx.sopt;
+    if (ctx.auto_model) {
+      // Every rank plans the same batch: the same choice everywhere, no collective.
+      auto choice = choose_tolerance(batch, ctx.sspec, sopt, *ctx.auto_model);
+      if (!choice.ok()) return choice.status().with_context(at);
+      sopt.tolerance = choice->tolerance;
+    }
+    auto planned = plan_nano_batches(batch, ctx.sspec, sopt);
     if (!planned.ok()) return planned.status().with_context(at);
     u.micro.emplace(std::move(planned).value());
   } else {

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -35,6 +36,7 @@
 
 #include "distca/core/status.h"
 #include "distca/data/batch.h"
+#include "distca/plan/auto_tolerance.h"
 #include "distca/plan/pool.h"
 #include "distca/plan/schedule.h"
 #include "distca/runtime/pingpong.h"
@@ -61,6 +63,10 @@ struct PlanContext {
   ScheduleOptions sopt;
   int64_t pp = 1, dp = 1, micro_batches = 1;
   bool pooled_ticks = false;  // cad with pp > 1
+  // --tolerance auto (pp 1): the model choose_tolerance reads and the cost table it points
+  // to (immutable, shared with the planning thread); null: sopt.tolerance as it is.
+  std::shared_ptr<const AttentionCostModel> auto_table;
+  std::shared_ptr<const AutoToleranceModel> auto_model;
   // Units per step: micro_batches, or the ticks of one_f_one_b_ticks(pp, micro_batches).
   int64_t units_per_step() const;
 };

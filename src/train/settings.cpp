@@ -18,6 +18,8 @@ comm::Settings run_settings(const TrainConfig& c) {
   }
   const bool cad = c.mode == TrainMode::kCad;
   s.add("--mode", train_mode_name(c.mode)).add("--scheduler", c.scheduler).add("--tolerance", c.tolerance);
+  s.add("--tolerance auto", c.tolerance_auto).add("--hardware given", !c.hardware.empty());
+  s.add("--ranks-per-host", c.ranks_per_host).add("--host-map", c.host_map).add("--inter-host-price", c.inter_host_price);
   s.add("--overlap", cad ? runtime::overlap_mode_name(c.overlap_or_default())
                          : c.overlap ? runtime::overlap_mode_name(*c.overlap) : "");
   s.add("--pp", c.pp).add("--micro-batches", c.micro_batches).add("--plan-ahead", c.plan_ahead);

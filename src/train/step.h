@@ -15,6 +15,7 @@
 #include "distca/core/trace.h"
 #include "distca/model/llama.h"
 #include "distca/model/optimizer.h"
+#include "distca/plan/auto_tolerance.h"
 #include "distca/plan/schedule.h"
 #include "distca/runtime/dispatcher.h"
 #include "distca/runtime/pingpong.h"
@@ -41,6 +42,9 @@ struct RankSetup {
   model::LrSchedule sched;
   SchedulerSpec sspec;
   ScheduleOptions sopt;
+  // --tolerance auto: the model and its cost table (PlanContext shares them), else null.
+  std::shared_ptr<const AttentionCostModel> auto_table;
+  std::shared_ptr<const AutoToleranceModel> auto_model;
   runtime::AttentionDims dims;
   runtime::OverlapMode overlap = runtime::OverlapMode::kSingleStream;  // colocated: one exchange per layer
   int64_t start = 0;  // first step to run

@@ -16,7 +16,10 @@
 #include "distca/kernels/blas.h"
 #include "distca/model/llama.h"
 #include "distca/model/optimizer.h"
+#include "distca/cost/hardware_profile.h"
+#include "distca/plan/auto_tolerance.h"
 #include "distca/plan/plan.h"
+#include "distca/plan/topology.h"
 #include "distca/runtime/dispatcher.h"
 #include "distca/runtime/pingpong.h"
 #include "step.h"
@@ -47,12 +50,35 @@ std::unique_ptr<StepPlanner> start_planner(const TrainConfig& config, const Rank
   pctx.dp = s.dp;
   pctx.micro_batches = s.micro_batches;
   pctx.pooled_ticks = config.mode == TrainMode::kCad && s.pp > 1;
+  pctx.auto_table = s.auto_table;
+  pctx.auto_model = s.auto_model;
   const DataSource* data = s.data;
   const int64_t M = s.micro_batches;
   return std::make_unique<StepPlanner>(
       [pctx](int64_t step, int64_t index, const std::vector<Batch>& b) { return plan_unit(pctx, step, index, b); },
       [data, M](int64_t step) { return step_batches(*data, M, step); }, pctx.units_per_step(), first, config.steps,
       config.plan_ahead == "on" ? pctx.units_per_step() : 0, kPlanWaitLimitS);
+}
+
+// The planner's topology (explicit, or MPI's shared-memory split: collective, every rank
+// calls it at the same point) and the --tolerance auto model (its profile read by every rank).
+Status set_up_topology(const TrainConfig& config, comm::Communicator& world, RankSetup& s) {
+  if (config.host_map == "mpi") {
+    DISTCA_ASSIGN_OR_RETURN(s.sopt.topology.host, world.host_ids());
+    if (config.inter_host_price != 0) s.sopt.topology.inter_host_price = config.inter_host_price;
+  } else {
+    DISTCA_ASSIGN_OR_RETURN(s.sopt.topology, topology_from_flags(config.ranks_per_host, config.host_map,
+                                                                 config.inter_host_price, config.ranks));
+  }
+  if (!config.tolerance_auto) return {};
+  DISTCA_ASSIGN_OR_RETURN(HardwareProfile profile, load_hardware_profile(config.hardware));
+  std::unique_ptr<AttentionCostModel> table;
+  DISTCA_ASSIGN_OR_RETURN(AutoToleranceModel m,
+                          auto_tolerance_model(profile, s.sopt.topology,
+                                               config.overlap_or_default() != runtime::OverlapMode::kSingleStream, &table));
+  s.auto_table = std::move(table);
+  s.auto_model = std::make_shared<const AutoToleranceModel>(m);
+  return {};
 }
 
 Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::Communicator& world,
@@ -82,6 +108,7 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::
   s->dims.n_kv_heads = static_cast<int32_t>(s->spec.n_kv_heads);
   s->dims.head_dim = static_cast<int32_t>(s->spec.head_dim);
   s->sopt.align_rows = runtime::query_tile_rows(s->dims);  // cad cuts on tile boundaries: no padding
+  DISTCA_RETURN_IF_ERROR(set_up_topology(config, world, *s));
   // The planner starts before the model is built, so the first step's plans are made while
   // the parameters are initialised. The checkpoint is checked first: the first step planned
   // is its step.

@@ -55,6 +55,17 @@ Status test_identity(Communicator& comm) {
   return comm.barrier();
 }
 
+// The shared-memory split: ranks on this machine (mpirun's own count, OMPI_COMM_WORLD_LOCAL_SIZE)
+// share one host, whose id is their lowest rank. The suite runs on one machine: every id 0.
+Status test_host_ids(Communicator& comm) {
+  DISTCA_ASSIGN_OR_RETURN(const std::vector<int64_t> ids, comm.host_ids());
+  EXPECT_OR_RETURN(ids.size() == static_cast<std::size_t>(comm.size()), "host_ids size");
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const bool one_machine = local != nullptr && std::atoi(local) == comm.size();
+  for (const int64_t id : ids) EXPECT_OR_RETURN(!one_machine || id == 0, "host id " + std::to_string(id) + " on one machine");
+  return Status::ok_status();
+}
+
 // The mpi result equals the serial rank-order sum and the local backend's result, bit for bit.
 template <class T>
 Status check_all_reduce(Communicator& comm, std::size_t len) {
@@ -699,6 +710,8 @@ int main(int argc, char** argv) {
   };
   const std::vector<Case> cases = {
       {"identity", [&] { return test_identity(comm); }},
+      {"host_ids", [&] { return test_host_ids(comm); }},
+      {"host_ids_poll", [&] { return test_host_ids(**poll); }},
       {"all_reduce", [&] { return test_all_reduce(comm); }},
       {"all_to_all_v", [&] { return test_all_to_all_v(comm); }},
       {"non_blocking", [&] { return test_non_blocking(comm); }},

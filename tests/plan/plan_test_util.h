@@ -103,29 +103,17 @@ inline std::vector<TaskPlacement> random_tasks(const Batch& b, uint64_t seed) {
   return tasks;
 }
 
-// Naive byte recount, row by row (forward, backward totals and per-rank sent+received
-// forward), straight from the rules in docs/plan-format.md.
-struct NaiveBytes {
-  int64_t fwd = 0, bwd = 0;
-  std::vector<int64_t> fwd_rank;  // sent + received
-};
-inline NaiveBytes naive_bytes(const Batch& b, const std::vector<TaskPlacement>& tasks, const RowBytes& rb) {
+// Every message of `tasks`, row by row, straight from the rules in docs/plan-format.md:
+// msg(from, to, bytes, forward) for each Q, O+LSE, dO and dQ row of a task away from home and
+// each K/V (dK/dV) row a server needs, from (to) the rank holding it; from == to included.
+template <class Msg>
+void for_each_row_message(const Batch& b, const std::vector<TaskPlacement>& tasks, const RowBytes& rb, Msg msg) {
   std::map<std::pair<int64_t, int64_t>, int64_t> holder;  // (doc, row) -> rank
   for (int64_t r = 0; r < b.ranks; ++r) {
     for (const Piece& p : b.per_rank[static_cast<size_t>(r)]) {
       for (int64_t i = p.offset; i < p.offset + p.len; ++i) holder[{p.doc, i}] = r;
     }
   }
-  NaiveBytes n;
-  n.fwd_rank.assign(static_cast<size_t>(b.ranks), 0);
-  auto msg = [&](int64_t from, int64_t to, int64_t bytes, bool fwd) {
-    if (from == to) return;
-    (fwd ? n.fwd : n.bwd) += bytes;
-    if (fwd) {
-      n.fwd_rank[static_cast<size_t>(from)] += bytes;
-      n.fwd_rank[static_cast<size_t>(to)] += bytes;
-    }
-  };
   std::set<std::tuple<int64_t, int64_t, int64_t>> kv_rows;  // (doc, row, server) needed
   for (const auto& t : tasks) {
     for (int64_t i = t.q_begin; i < t.q_end; ++i) {
@@ -141,6 +129,24 @@ inline NaiveBytes naive_bytes(const Batch& b, const std::vector<TaskPlacement>& 
     msg(h, server, rb.kv, true);
     msg(server, h, rb.kv, false);
   }
+}
+
+// Naive byte recount (forward, backward totals and per-rank sent+received forward).
+struct NaiveBytes {
+  int64_t fwd = 0, bwd = 0;
+  std::vector<int64_t> fwd_rank;  // sent + received
+};
+inline NaiveBytes naive_bytes(const Batch& b, const std::vector<TaskPlacement>& tasks, const RowBytes& rb) {
+  NaiveBytes n;
+  n.fwd_rank.assign(static_cast<size_t>(b.ranks), 0);
+  for_each_row_message(b, tasks, rb, [&](int64_t from, int64_t to, int64_t bytes, bool fwd) {
+    if (from == to) return;
+    (fwd ? n.fwd : n.bwd) += bytes;
+    if (fwd) {
+      n.fwd_rank[static_cast<size_t>(from)] += bytes;
+      n.fwd_rank[static_cast<size_t>(to)] += bytes;
+    }
+  });
   return n;
 }
 

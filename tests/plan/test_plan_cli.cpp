@@ -54,6 +54,40 @@ TEST_F(PlanCli, RefusesBadInput) {
   EXPECT_NE(r.err.find("--full"), std::string::npos) << r.err;
 }
 
+// Topology and --tolerance auto: bad combinations refused before any work.
+TEST_F(PlanCli, RefusesBadTopologyAndAutoTolerance) {
+  const std::string hw = std::string(DISTCA_SOURCE_DIR) + "/configs/hardware/local-2rank.json";
+  expect_refused(kSmall + " --ranks-per-host 3", "--ranks-per-host");
+  expect_refused(kSmall + " --host-map 0,0,1", "--host-map");
+  expect_refused(kSmall + " --host-map 0,x,1,1", "--host-map");
+  expect_refused(kSmall + " --inter-host-price 4", "--inter-host-price");
+  expect_refused(kSmall + " --ranks-per-host 2 --inter-host-price 0.5", "--inter-host-price");
+  expect_refused(kSmall + " --tolerance abc", "--tolerance");
+  expect_refused(kSmall + " --tolerance auto", "--hardware");
+  expect_refused(kSmall + " --hardware " + hw, "--hardware");
+  expect_refused(kSmall + " --tolerance auto --hardware " + hw + " --scheduler colocated", "--scheduler");
+  expect_refused(kSmall + " --tolerance auto --hardware " + (dir_ / "missing.json").string(), "--hardware");
+}
+
+// --tolerance auto picks a ladder tolerance and reports every candidate's prediction; with a
+// topology the JSON splits the bytes by link.
+TEST_F(PlanCli, AutoToleranceAndBytesByLink) {
+  const std::string hw = std::string(DISTCA_SOURCE_DIR) + "/configs/hardware/local-2rank.json";
+  const CliRun r = run(kSmall + " --tolerance auto --hardware " + hw + " --ranks-per-host 2 --json -");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("tolerance_auto")) << r.out;
+  const auto& cands = j["tolerance_auto"]["candidates"];
+  EXPECT_NE(std::find(cands.begin(), cands.end(), j["tolerance"]), cands.end());
+  EXPECT_EQ(j["tolerance_auto"]["predicted_seconds"].size(), cands.size());
+  EXPECT_EQ(j["hosts"], nlohmann::json({0, 0, 1, 1}));
+  EXPECT_EQ(j["inter_host_bytes"].get<int64_t>() + j["intra_host_bytes"].get<int64_t>(),
+            j["comm_bytes_total"].get<int64_t>());
+  const auto again = nlohmann::json::parse(run(kSmall + " --tolerance auto --hardware " + hw + " --ranks-per-host 2 --json -").out);
+  EXPECT_EQ(again["tolerance_auto"], j["tolerance_auto"]);
+  EXPECT_EQ(again["tolerance"], j["tolerance"]);
+}
+
 // Sizes whose plan cannot fit any machine are refused from the flags, before a batch is drawn
 // (no output file): the batches and plan of 2^24 ranks, and --full's dense [ranks] exchange
 // arrays of 65536 ranks (quadratic in ranks: tens of TiB).

@@ -81,6 +81,44 @@ TEST_F(TrainHardening, SettingsFoundLateAreRefusedBeforeStep0) {
   }
 }
 
+// Topology and --tolerance auto: bad combinations refused before any work (exit 2).
+TEST_F(TrainHardening, TopologyAndAutoToleranceCombinationsAreRefused) {
+  const std::string ck = " --checkpoint-dir " + (dir_ / "ck").string();
+  const std::string hw = " --hardware " + std::string(DISTCA_SOURCE_DIR) + "/configs/hardware/local-2rank.json";
+  struct Case {
+    std::string args, needle;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"--tolerance auto" + ck, "--tolerance auto needs --hardware"},
+           {"--tolerance abc" + ck, "--tolerance must be auto or a number"},
+           {"--tolerance auto --mode colocated" + hw + ck, "--tolerance auto needs --mode cad"},
+           {"--tolerance auto --scheduler percp:2" + hw + ck, "--tolerance auto needs --scheduler cad"},
+           {"--tolerance 0.1" + hw + ck, "--hardware is used only with --tolerance auto"},
+           {"--tolerance auto --hardware " + (dir_ / "missing.json").string() + ck, "missing.json"},
+           {"--ranks-per-host 3" + ck, "--ranks-per-host 3 must be >= 1 and divide"},
+           {"--host-map 0,1,1" + ck, "--host-map: 3 hosts given for 2 ranks"},
+           {"--host-map mpi" + ck, "--host-map mpi needs --backend mpi"},
+           {"--inter-host-price 4" + ck, "--inter-host-price needs --ranks-per-host or --host-map"},
+           {"--ranks-per-host 1 --mode colocated" + ck, "cad mode only"},
+       }) {
+    expect_refused_before_work(c.args, c.needle);
+  }
+}
+
+// One host is no topology: the same losses bit for bit. Two hosts and --tolerance auto run.
+TEST_F(TrainHardening, TopologyOneHostSameBitsAndAutoToleranceRuns) {
+  const CliRun plain = run("--config " + cfg_);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  const CliRun one_host = run("--config " + cfg_ + " --host-map 1,1");
+  ASSERT_EQ(one_host.code, 0) << one_host.err;
+  EXPECT_EQ(plain.out.substr(plain.out.find("final loss")), one_host.out.substr(one_host.out.find("final loss")));
+  const std::string hw = " --hardware " + std::string(DISTCA_SOURCE_DIR) + "/configs/hardware/local-2rank.json";
+  const CliRun two = run("--config " + cfg_ + " --ranks-per-host 1 --tolerance auto" + hw);
+  ASSERT_EQ(two.code, 0) << two.err;
+  const CliRun again = run("--config " + cfg_ + " --ranks-per-host 1 --tolerance auto" + hw);
+  EXPECT_EQ(two.out.substr(two.out.find("final loss")), again.out.substr(again.out.find("final loss")));
+}
+
 // Rewrites `src` after `change` with a valid checksum (serialize_checkpoint computes it).
 void write_changed(const fs::path& src, const fs::path& dst, const std::function<void(Checkpoint&)>& change) {
   auto bytes = read_file(src.string());

@@ -187,6 +187,12 @@ class Communicator {
     return out;
   }
 
+  // Collective: a host id per rank ([size()]): ranks with the same id share a machine's memory
+  // (the planner's topology, plan/topology.h). mpi: MPI's shared-memory split
+  // (MPI_Comm_split_type MPI_COMM_TYPE_SHARED), the id being the lowest rank of the split, so
+  // ids lie in [0, size()). This default (local, groups): every rank on host 0.
+  virtual Result<std::vector<int64_t>> host_ids();
+
   // Ends the job because of `cause` (a failure on this rank). mpi: prints
   // "distca: rank R failed: CAUSE" to stderr once and calls MPI_Abort (never returns). local:
   // marks the group failed so every rank blocked in a collective returns an error naming this

@@ -6,7 +6,8 @@
 // algorithms.
 //
 // `schedule_cad` tries a few greedy runs on the batch (planning bands from a fixed ladder up to
-// the requested tolerance, each stopped at the requested band) and keeps the fewest bytes; so
+// the requested tolerance, each stopped at the requested band) and keeps the fewest bytes
+// (priced by ScheduleOptions::topology when it names several hosts); so
 // for the same batch a wider tolerance never moves more bytes than a tighter one whose plan is
 // balanced (docs/scheduler.md, "cad: candidate plans, tolerance monotonicity and bytes").
 //
@@ -35,6 +36,7 @@ struct CadStats {
   int64_t runs = 1;               // greedy runs tried (cad: one per ladder band <= tolerance)
   int64_t bytes_colocated = 0;    // forward bytes of the colocated start
   int64_t bytes_incremental = 0;  // forward bytes of the result, by the planner's own count
+  int64_t cost_incremental = 0;   // the same bytes priced by ScheduleOptions::topology
   double mean = 0;                // mean load at the end
   double load_max = 0;            // largest / smallest server load at the end
   double load_min = 0;

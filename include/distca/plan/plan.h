@@ -201,6 +201,15 @@ struct RankPlan {
   bool operator==(const RankPlan&) const = default;
 };
 
+// The exchanges' bytes (traffic, summed over ranks, each message once) split by the link
+// they cross under ScheduleOptions::topology: between two ranks of one host, or between
+// hosts. Without a topology every byte is intra-host.
+struct HostBytes {
+  int64_t intra_fwd = 0, inter_fwd = 0;
+  int64_t intra_bwd = 0, inter_bwd = 0;
+  bool operator==(const HostBytes&) const = default;
+};
+
 // The figures the summary reports, all derived from the plan (the validator recomputes them).
 struct PlanMetrics {
   std::vector<double> loads;         // [ranks] after (this schedule)
@@ -221,6 +230,7 @@ struct PlanMetrics {
   int64_t comm_bytes_backward = 0;
   int64_t comm_bytes_max_rank = 0;   // forward sent + received of the busiest rank
   std::vector<RankBytes> per_rank;   // [ranks] the reported bytes per rank
+  HostBytes host_bytes;              // traffic by link (percp: its exchanges, not the all-gather)
   bool operator==(const PlanMetrics&) const = default;
 };
 
@@ -231,6 +241,9 @@ struct Plan {
   int64_t dtype_bytes = 2;
   RowBytes row_bytes;
   std::string cost_unit = "pairs";
+  // [ranks] host of every rank (canonical_hosts of ScheduleOptions::topology), or empty.
+  std::vector<int64_t> hosts;
+  int64_t inter_host_price = 1;      // the topology's price (1 without one)
   Batch batch;                       // the batch homes and local rows refer to
   std::vector<ServerPlan> servers;   // [ranks]
   std::vector<RankPlan> ranks;       // [ranks]
@@ -272,6 +285,10 @@ struct PlanSize {
   int64_t kv_blocks = 0;
 };
 PlanSize plan_size(const Schedule& schedule);
+
+// HostBytes of a plan's exchanges (its layouts) under `hosts` ([ranks] host ids, or empty:
+// every byte intra-host).
+HostBytes host_bytes(const Plan& plan, const std::vector<int64_t>& hosts);
 
 // The groups (of CP degree C) serving each document under percp: every group holding any of
 // its rows, ascending (one group unless the document crosses a group boundary).

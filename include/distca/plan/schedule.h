@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "distca/core/status.h"
 #include "distca/cost/cost_model.h"
 #include "distca/data/batch.h"
+#include "distca/plan/topology.h"
 
 namespace distca {
 
@@ -72,12 +74,20 @@ struct ScheduleOptions {
   // Empty (the default) plans exactly as without the hook. The plan's reported loads
   // (PlanMetrics) stay the unweighted cost; other schedulers ignore it.
   std::vector<DocWeight> doc_weights;
+  // cad: which host each rank runs on, and the price of a byte between hosts (topology.h).
+  // cad minimises priced bytes instead of bytes, and also tries the least loaded servers of
+  // a donor's or receiver's own host. Empty, or a single host, plans exactly as without it;
+  // other schedulers ignore it (the plan's metrics split every scheduler's bytes by host).
+  HostTopology topology;
   Status validate(const Batch& batch, const SchedulerSpec& spec) const;
 };
 
 inline constexpr int64_t kMaxAlignRows = int64_t{1} << 20;
 // The doc_weights rule of ScheduleOptions::validate alone (the cad planners check it too).
 Status check_doc_weights(const std::vector<DocWeight>& weights);
+// --tolerance TEXT: a number in [0, 1], or "auto" (nullopt: plan/auto_tolerance.h chooses).
+// The message names `flag`.
+Result<std::optional<double>> parse_tolerance(const std::string& text, const std::string& flag = "--tolerance");
 // The align_rows rule of ScheduleOptions::validate alone (the cad planner checks it too); the
 // message names --align-rows.
 Status check_align_rows(int64_t align_rows);

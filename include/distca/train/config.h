@@ -46,6 +46,17 @@ struct TrainConfig {
   TrainMode mode = TrainMode::kCad;
   std::string scheduler = "cad";  // cad mode only: cad | cad-symmetric | percp:C
   double tolerance = 0.05;        // cad scheduler tolerance
+  // --tolerance auto (TOML tolerance = "auto"): chosen for every micro-batch by
+  // choose_tolerance (plan/auto_tolerance.h) from `hardware`, a `distca profile
+  // --hardware-out` file with link figures. cad mode, cad or cad-symmetric, pp 1 only.
+  bool tolerance_auto = false;
+  std::string hardware;
+  // The planner's topology (plan/topology.h; cad mode, pp 1): ranks_per_host N, or host_map
+  // "0,0,1,1", or host_map "mpi" (MPI's shared-memory split, --backend mpi); none: no
+  // topology. inter_host_price 0: the default price.
+  int64_t ranks_per_host = 0;
+  std::string host_map;
+  int64_t inter_host_price = 0;
   // cad mode only: pingpong | single-stream | signal (runtime/pingpong.h); unset: pingpong.
   // Refused with --mode colocated, which has no exchange to overlap.
   std::optional<runtime::OverlapMode> overlap;
@@ -89,6 +100,8 @@ struct TrainConfig {
 
   // Every field; the message names the flag (--ranks, --lr, ...).
   Status validate() const;
+  // The topology and --tolerance auto rules of validate alone.
+  Status validate_topology_and_auto() const;
   // The preset with the overrides applied, validated (message names --model or the key).
   Result<ModelSpec> model_spec() const;
   // Data-parallel replicas: ranks / pp.

@@ -1,0 +1,65 @@
+// `--tolerance auto`: the balance band chosen batch by batch from the cost model with the
+// measured link (docs/scheduler.md, "Choosing the tolerance"; docs/training.md says why this
+// variant and not a controller fed by measured steps).
+//
+// For every tolerance of kAutoTolerances the batch is planned, and each rank's attention
+// phase predicted: compute c_r = the forward+backward attention seconds of its tasks (the
+// model's cost table), communication m_r = its forward+backward bytes sent and received on
+// each link over that link's rate (between hosts, or inside a host when the topology says
+// so), t_r = max(c_r, m_r) when the exchanges overlap compute (ping-pong) or c_r + m_r when
+// they do not. The prediction is max_r t_r; the lowest wins, ties to the tighter band.
+//
+// Determinism: a pure function of (batch, spec, options, model): every rank that plans the
+// same batch chooses the same tolerance, without a collective. Thread safety: pure, like the
+// schedulers it calls.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "distca/core/status.h"
+#include "distca/cost/cost_model.h"
+#include "distca/cost/hardware_profile.h"
+#include "distca/data/batch.h"
+#include "distca/plan/schedule.h"
+
+namespace distca {
+
+// The candidate tolerances, ascending (bounded: a band beyond 0.25 leaves a quarter of the
+// step's attention idle on the least loaded rank).
+inline constexpr double kAutoTolerances[] = {0.0, 0.02, 0.05, 0.1, 0.15, 0.25};
+
+struct AutoToleranceModel {
+  // Forward+backward seconds of one task (unit "seconds"); not owned, outlives the calls.
+  const AttentionCostModel* seconds = nullptr;
+  double inter_host_bytes_per_second = 0;  // between hosts (every byte without a topology)
+  double intra_host_bytes_per_second = 0;  // inside a host
+  bool overlap = true;                     // exchanges hidden behind compute (ping-pong)
+  Status validate() const;
+};
+
+// The model of a hardware profile (`distca profile --hardware-out`): its attention table, its
+// point-to-point link (all-to-all when it has no p2p fit) as the inter-host rate, and that
+// rate times topology.inter_host_price inside a host (the price says how much faster a host's
+// own links are). `table` receives the cost model `seconds` points to. Refuses a profile
+// without link figures (profiled with one rank), naming `flag`.
+Result<AutoToleranceModel> auto_tolerance_model(const HardwareProfile& profile, const HostTopology& topology,
+                                                bool overlap, std::unique_ptr<AttentionCostModel>* table,
+                                                const std::string& flag = "--hardware");
+
+struct AutoToleranceChoice {
+  double tolerance = 0;
+  double predicted_seconds = 0;         // of the chosen tolerance
+  std::vector<double> predicted;        // [kAutoTolerances] every candidate's prediction
+};
+
+// The choice for one batch (parse_tolerance, schedule.h, reads the flag). spec: cad or
+// cad-symmetric (others have no band: refused).
+// options.tolerance is ignored. Errors: what run_scheduler refuses, an invalid model.
+Result<AutoToleranceChoice> choose_tolerance(const Batch& batch, const SchedulerSpec& spec,
+                                             const ScheduleOptions& options, const AutoToleranceModel& model);
+
+}  // namespace distca

@@ -1,0 +1,112 @@
+// `--tolerance auto` (auto_tolerance.h).
+#include "distca/plan/auto_tolerance.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "distca/cost/profiled.h"
+#include "distca/plan/plan.h"
+
+namespace distca {
+namespace {
+
+bool positive_rate(double r) { return std::isfinite(r) && r >= kMinLinkBandwidth && r <= kMaxLinkBandwidth * kMaxInterHostPrice; }
+
+// Bytes rank r sends and receives (forward + backward) on each link, from the exchanges.
+struct LinkBytes {
+  int64_t inter_sent = 0, inter_recv = 0, intra_sent = 0, intra_recv = 0;
+};
+
+std::vector<LinkBytes> link_bytes(const Plan& plan) {
+  std::vector<LinkBytes> out(plan.ranks.size());
+  for (size_t r = 0; r < plan.ranks.size(); ++r) {
+    for (const Exchange& e : plan.ranks[r].exchanges) {
+      for (const auto& [p, rows] : e.send_counts.entries()) {
+        const bool inter = !plan.hosts.empty() && plan.hosts[r] != plan.hosts[p];
+        (inter ? out[r].inter_sent : out[r].intra_sent) += rows * e.row_bytes;
+      }
+      for (const auto& [p, rows] : e.recv_counts.entries()) {
+        const bool inter = !plan.hosts.empty() && plan.hosts[r] != plan.hosts[p];
+        (inter ? out[r].inter_recv : out[r].intra_recv) += rows * e.row_bytes;
+      }
+    }
+  }
+  return out;
+}
+
+// max over ranks of the attention phase's predicted seconds (auto_tolerance.h).
+double predict(const Plan& plan, const AutoToleranceModel& m) {
+  const std::vector<LinkBytes> bytes = link_bytes(plan);
+  // Without a topology every byte crosses the measured link.
+  const double intra_rate = plan.hosts.empty() ? m.inter_host_bytes_per_second : m.intra_host_bytes_per_second;
+  double worst = 0;
+  for (size_t r = 0; r < plan.servers.size(); ++r) {
+    double compute = 0;
+    for (const ServerTask& t : plan.servers[r].tasks) {
+      compute += m.seconds->task_cost(t.task.q_end - t.task.q_begin, t.task.q_end);
+    }
+    // A link carries both directions at once: the busier direction decides.
+    const LinkBytes& b = bytes[r];
+    const double comm = static_cast<double>(std::max(b.inter_sent, b.inter_recv)) / m.inter_host_bytes_per_second +
+                        static_cast<double>(std::max(b.intra_sent, b.intra_recv)) / intra_rate;
+    worst = std::max(worst, m.overlap ? std::max(compute, comm) : compute + comm);
+  }
+  return worst;
+}
+
+}  // namespace
+
+Status AutoToleranceModel::validate() const {
+  if (seconds == nullptr || seconds->unit() != "seconds") {
+    return Status::invalid_argument("--tolerance auto needs an attention cost model in seconds");
+  }
+  if (!positive_rate(inter_host_bytes_per_second) || !positive_rate(intra_host_bytes_per_second)) {
+    return Status::invalid_argument("--tolerance auto: link rates must be finite and positive");
+  }
+  return Status::ok_status();
+}
+
+Result<AutoToleranceModel> auto_tolerance_model(const HardwareProfile& profile, const HostTopology& topology,
+                                                bool overlap, std::unique_ptr<AttentionCostModel>* table,
+                                                const std::string& flag) {
+  const std::optional<LinkProfile>& link = profile.p2p ? profile.p2p : profile.all_to_all;
+  if (!link) {
+    return Status::invalid_argument(flag + ": --tolerance auto needs a profile with link figures (one measured "
+                                           "under mpirun with 2 or more ranks)");
+  }
+  DISTCA_RETURN_IF_ERROR(topology.validate(static_cast<int64_t>(topology.host.size())));
+  *table = std::make_unique<ProfiledCostModel>(profile.attention_total());
+  AutoToleranceModel m;
+  m.seconds = table->get();
+  m.inter_host_bytes_per_second = link->bytes_per_second;
+  m.intra_host_bytes_per_second = link->bytes_per_second * static_cast<double>(topology.inter_host_price);
+  m.overlap = overlap;
+  DISTCA_RETURN_IF_ERROR(m.validate());
+  return m;
+}
+
+Result<AutoToleranceChoice> choose_tolerance(const Batch& batch, const SchedulerSpec& spec,
+                                             const ScheduleOptions& options, const AutoToleranceModel& model) {
+  if (spec.kind != SchedulerKind::kCad && spec.kind != SchedulerKind::kCadSymmetric) {
+    return Status::invalid_argument("--tolerance auto needs --scheduler cad or cad-symmetric (got " + spec.name() + ")");
+  }
+  DISTCA_RETURN_IF_ERROR(model.validate());
+  AutoToleranceChoice choice;
+  ScheduleOptions o = options;
+  bool first = true;
+  for (const double tol : kAutoTolerances) {
+    o.tolerance = tol;
+    DISTCA_ASSIGN_OR_RETURN(Plan plan, make_plan(batch, spec, o));
+    const double t = predict(plan, model);
+    choice.predicted.push_back(t);
+    if (first || t < choice.predicted_seconds) {
+      choice.tolerance = tol;
+      choice.predicted_seconds = t;
+      first = false;
+    }
+  }
+  return choice;
+}
+
+}  // namespace distca
