@@ -61,6 +61,12 @@ std::vector<Batch> step_batches(const DataSource& data, int64_t micro_batches, i
   return out;
 }
 
+Result<Batch> laid_out_batch(const PlanContext& ctx, const Batch& batch) {
+  if (ctx.relayout == TrainMode::kWlb) return wlb_repack(batch, ctx.chunking);
+  if (ctx.relayout == TrainMode::kPerCp) return percp_repack(batch, ctx.chunking.cp);
+  return batch;
+}
+
 Result<PlanUnit> plan_unit(const PlanContext& ctx, int64_t step, int64_t index, const std::vector<Batch>& batches) {
   const auto t0 = Clock::now();
   const std::string at = "step " + std::to_string(step);
@@ -68,7 +74,9 @@ Result<PlanUnit> plan_unit(const PlanContext& ctx, int64_t step, int64_t index, 
   u.step = step;
   u.index = index;
   if (!ctx.pooled_ticks) {
-    auto planned = plan_nano_batches(batches[static_cast<size_t>(index)], ctx.sspec, ctx.sopt);
+    auto laid = laid_out_batch(ctx, batches[static_cast<size_t>(index)]);
+    if (!laid.ok()) return laid.status().with_context(at);
+    auto planned = plan_nano_batches(*laid, ctx.sspec, ctx.sopt);
     if (!planned.ok()) return planned.status().with_context(at);
     u.micro.emplace(std::move(planned).value());
   } else {
