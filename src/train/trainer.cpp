@@ -278,6 +278,7 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
   // Everyone's buffer estimate, for the summary.
   const int64_t fixed_bytes = state_bytes + mem.activation_bytes_per_token() * s.peak_tokens * s.model->slots();
   DISTCA_ASSIGN_OR_RETURN(auto all, comm.all_gather_value(fixed_bytes + peak_dispatch));
+  DISTCA_ASSIGN_OR_RETURN(auto rows, comm.all_gather_value(s.peak_tokens));
   // Every rank's step metrics (every rank ran the same steps, so the same count).
   static_assert(std::is_trivially_copyable_v<StepMetrics>);
   const size_t n_steps = own_steps.size();
@@ -295,6 +296,7 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
   if (lead && result) {
     local.final_params = std::move(final_params);
     local.buffer_bytes = std::move(all);
+    local.peak_rows = std::move(rows);
     local.outputs_valid = valid_outputs;
     *result = std::move(local);
   }

@@ -103,6 +103,7 @@ struct TrainResult {
   // [ranks] params+grads+adam, the activation workspace for the most rows the rank held in a
   // micro-batch (wlb varies them), peak dispatcher rows: the peak memory per rank reported.
   std::vector<int64_t> buffer_bytes;
+  std::vector<int64_t> peak_rows;  // [ranks] the most rows each rank held in one micro-batch
   int64_t checkpoints_written = 0;
   std::string last_checkpoint;
   bool outputs_valid = true;       // false with --overlap signal (no update, no checkpoint)
