@@ -56,14 +56,7 @@ Result<Schedule> schedule_colocated(const Batch& batch, const ScheduleOptions& o
 }
 
 Result<Schedule> schedule_wlb(const Batch& batch, const ScheduleOptions& options) {
-  ChunkingOptions co;
-  co.cap = options.wlb_mem_cap;
-  co.cp = options.wlb_cp;
-  co.cp_threshold = options.wlb_cp_threshold;
-  co.tile_rows = options.align_rows;
-  co.linear_per_token = options.wlb_linear_per_token;
-  co.cost = options.cost;
-  DISTCA_ASSIGN_OR_RETURN(Batch out, wlb_repack(batch, co));
+  DISTCA_ASSIGN_OR_RETURN(Batch out, wlb_repack(batch, wlb_chunking_options(options)));
   return Schedule{colocated_tasks(out), std::move(out)};
 }
 

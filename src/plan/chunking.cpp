@@ -139,6 +139,17 @@ Status ChunkingOptions::validate(int64_t ranks) const {
   return Status::ok_status();
 }
 
+ChunkingOptions wlb_chunking_options(const ScheduleOptions& options) {
+  ChunkingOptions co;
+  co.cap = options.wlb_mem_cap;
+  co.cp = options.wlb_cp;
+  co.cp_threshold = options.wlb_cp_threshold;
+  co.tile_rows = options.align_rows;
+  co.linear_per_token = options.wlb_linear_per_token;
+  co.cost = options.cost;
+  return co;
+}
+
 int64_t chunking_rank_cap(int64_t total, int64_t ranks, double cap) {
   const int64_t even = (total + ranks - 1) / ranks;
   return std::max(even, static_cast<int64_t>(cap * static_cast<double>(total) / static_cast<double>(ranks)));

@@ -2,11 +2,11 @@
 // schedulers live in baselines.cpp (colocated, wlb, percp) and the communication-aware files.
 #include "distca/plan/schedule.h"
 
-#include "distca/plan/chunking.h"
-
 #include <cmath>
 #include <cstdio>
 #include <string>
+
+#include "distca/plan/chunking.h"
 
 namespace distca {
 namespace {
@@ -96,14 +96,7 @@ Status ScheduleOptions::validate(const Batch& batch, const SchedulerSpec& spec) 
   }
   DISTCA_RETURN_IF_ERROR(check_align_rows(align_rows));
   DISTCA_RETURN_IF_ERROR(check_doc_weights(doc_weights));
-  if (spec.kind == SchedulerKind::kWlb) {
-    ChunkingOptions co;
-    co.cap = wlb_mem_cap;
-    co.cp = wlb_cp;
-    co.cp_threshold = wlb_cp_threshold;
-    co.linear_per_token = wlb_linear_per_token;
-    DISTCA_RETURN_IF_ERROR(co.validate(batch.ranks));
-  }
+  if (spec.kind == SchedulerKind::kWlb) DISTCA_RETURN_IF_ERROR(wlb_chunking_options(*this).validate(batch.ranks));
   if (spec.kind == SchedulerKind::kPerCp) {
     if (spec.cp_degree < 1 || batch.ranks % spec.cp_degree != 0) {
       return Status::invalid_argument("--scheduler " + spec.name() + ": CP degree " +

@@ -101,7 +101,7 @@ Status TrainConfig::validate() const {
   auto sched = parse_scheduler(scheduler);
   if (!sched.ok()) return bad("--scheduler", "is invalid: " + sched.status().message());
   if (sched->kind == SchedulerKind::kWlb) {
-    return bad("--scheduler", "wlb re-packs documents, which training does not support; use cad, cad-symmetric or percp:C");
+    return bad("--scheduler", "wlb re-packs documents before planning: use --mode wlb (cad mode takes cad, cad-symmetric or percp:C)");
   }
   if (sched->kind == SchedulerKind::kPerCp && dp() % sched->cp_degree != 0) {
     return bad("--scheduler", "percp:C needs C to divide the data-parallel ranks (--ranks / --pp)");
@@ -136,8 +136,9 @@ Status TrainConfig::validate() const {
   if (auto m = model_spec(); m.ok()) {
     // The model's matrix products take (tokens_per_rank, widest) operands in BLAS's 32-bit
     // sizes (model/llama.h): refused here, before any rank allocates.
+    // (The largest rank's tokens: wlb's cap lets a rank hold more than tokens_per_rank.)
     const int64_t widest = std::max({m->hidden, m->q_dim(), m->kv_dim(), m->ffn, m->vocab});
-    if (widest > INT32_MAX / tokens_per_rank) {
+    if (widest > INT32_MAX / rank_capacity()) {
       return bad("--tokens-per-rank", std::to_string(tokens_per_rank) + " times the model's widest layer (" +
                                           std::to_string(widest) + ") exceeds the BLAS int range (2^31 - 1)");
     }

@@ -55,6 +55,7 @@
 #include "distca/core/status.h"
 #include "distca/cost/cost_model.h"
 #include "distca/data/batch.h"
+#include "distca/plan/schedule.h"
 
 namespace distca {
 
@@ -71,6 +72,10 @@ struct ChunkingOptions {
   // The message names the train flags (--wlb-cap, --cp, --cp-threshold).
   Status validate(int64_t ranks) const;
 };
+
+// The wlb scheduler's options (ScheduleOptions: wlb_mem_cap, wlb_cp, wlb_cp_threshold,
+// wlb_linear_per_token, align_rows as the tile, cost).
+ChunkingOptions wlb_chunking_options(const ScheduleOptions& options);
 
 // max(ceil(total / ranks), floor(cap x total / ranks)): the most tokens wlb_repack puts on a
 // rank (so the batch always fits). Preconditions: total >= 0, ranks >= 1, cap >= 1.
