@@ -46,6 +46,8 @@ struct Options {
   TrainConfig flags;  // values of the flags given (the others are ignored)
   std::string mode, overlap;  // --mode, --overlap as given (parsed by their setters)
   std::string tolerance;      // --tolerance as given: a number or auto
+  double wlb_cap = 0;          // --wlb-cap as given
+  int64_t cp_threshold = 0;    // --cp-threshold as given
   // (option, copy the flag's value into the config; a value that does not parse is an error)
   // for every config flag.
   std::vector<std::pair<CLI::Option*, std::function<Status(TrainConfig&)>>> setters;
@@ -313,9 +315,7 @@ int run(const Options& o) {
   }
 
   const bool copy = cfg.data == "copy";
-  const std::string mode = cfg.mode == train::TrainMode::kCad
-                               ? std::string("cad ") + runtime::overlap_mode_name(cfg.overlap_or_default())
-                               : std::string("colocated");
+  const std::string mode = train::mode_label(cfg);
   std::printf("distca train: model %s (%lld layers, hidden %lld), %lld ranks (%s backend), mode %s, data %s, steps %lld..%lld\n",
               spec->name.c_str(), static_cast<long long>(spec->n_layers), static_cast<long long>(spec->hidden),
               static_cast<long long>(cfg.ranks), cfg.backend.c_str(), mode.c_str(), cfg.data.c_str(),
@@ -342,6 +342,10 @@ int run(const Options& o) {
               kernels::usable_cores());
   std::printf("peak memory per rank (model, optimizer, activations and dispatcher buffers):");
   for (size_t r = 0; r < result.buffer_bytes.size(); ++r) std::printf(" %s", mib(result.buffer_bytes[r]).c_str());
+  if (!result.buffer_bytes.empty()) {
+    std::printf(" (max %s, max/mean %.3f)", mib(*std::max_element(result.buffer_bytes.begin(), result.buffer_bytes.end())).c_str(),
+                train::max_over_mean(result.buffer_bytes));
+  }
   std::printf("\n");
   std::printf("memory estimate per process: %s (%lld rank%s in it; docs/training.md, \"Memory\")\n",
               format_bytes(prep.memory.process_total()).c_str(), static_cast<long long>(prep.memory.ranks_in_process),
@@ -393,7 +397,9 @@ Runner setup(CLI::App& sub) {
     c.field = op->flags.field;                      \
     return Status{};                                \
   })
-  add("--mode", o->mode, "cad (plan every step) | colocated (default cad)", [op](TrainConfig& c) -> Status {
+  add("--mode", o->mode,
+      "cad (plan every step) | colocated | wlb (WLB-LLM chunking, --cp for per-document CP) | percp (--cp C) "
+      "(default cad)", [op](TrainConfig& c) -> Status {
     DISTCA_ASSIGN_OR_RETURN(c.mode, train::parse_train_mode(op->mode, "--mode"));
     return {};
   });
@@ -438,6 +444,17 @@ Runner setup(CLI::App& sub) {
       [op](TrainConfig& c) -> Status {
         DISTCA_ASSIGN_OR_RETURN(c.overlap, runtime::parse_overlap_mode(op->overlap, "--overlap"));
         return {};
+      });
+  DISTCA_FLAG("--cp", cp, "wlb, percp: context-parallel group size, dividing ranks / pp (default 1)");
+  add("--wlb-cap", o->wlb_cap, "wlb: tokens per rank at most this x the mean, >= 1 (default 1.2)", [op](TrainConfig& c) {
+    c.wlb_cap = op->wlb_cap;
+    return Status{};
+  });
+  add("--cp-threshold", o->cp_threshold,
+      "wlb with --cp > 1: shard documents longer than N tokens over a CP group (default 2 x cp x query tile - 1)",
+      [op](TrainConfig& c) {
+        c.cp_threshold = op->cp_threshold;
+        return Status{};
       });
   DISTCA_FLAG("--trace", trace, "Write a Chrome trace of the last step (every rank) to FILE");
   DISTCA_FLAG("--pp", pp,

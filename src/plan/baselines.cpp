@@ -6,22 +6,11 @@
 //             Its loads are the imbalance CAD removes; its only traffic is the K/V context of
 //             a document's earlier pieces held on other ranks.
 //
-// wlb         WLB-LLM variable-length chunking, modelled as a data loader that re-packs whole
-//             documents before the step (no communication is charged for the re-pack):
-//               cap   = max(ceil(T / R), floor(wlb_mem_cap * T / R)) tokens per rank, with T
-//                       the batch's tokens and R its ranks (so everything always fits);
-//               order = documents by length, longest first (ties: lower id first);
-//               place = each document on the rank with the least attention work (then the
-//                       lowest rank) among those with room >= its length; work of a whole
-//                       document of length L is task_cost(L, L);
-//               split = if no rank has room, the document is cut front to back: the first
-//                       piece [0, k) goes to the rank with the most room (ties: least work,
-//                       then lowest rank), k = that room, and the rest continues the same way;
-//                       pieces keep their positions, so piece [a, b) costs task_cost(b-a, b)
-//                       and needs the K/V of [0, a) from the ranks holding it (counted).
-//             The re-packed batch has tokens_per_rank = max(input's, cap) and each rank's
-//             pieces in placement order; the schedule is colocated on it. Its memory cost is
-//             the token imbalance (tokens_max_over_mean of the plan).
+// wlb         WLB-LLM variable-length chunking, a data loader that re-packs whole documents
+//             (head-tail shards of the long ones with wlb_cp > 1) before the step: the colocated
+//             schedule of wlb_repack's batch (plan/chunking.h gives the rules; no communication
+//             is charged for the re-pack). Its memory cost is the token imbalance
+//             (tokens_max_over_mean of the plan).
 //
 // percp:C     per-document context parallelism: ranks form groups of C consecutive ranks
 //             (group g = ranks gC .. gC+C-1). A document is served by the group holding it;
@@ -39,6 +28,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "distca/plan/chunking.h"
 #include "distca/plan/doc_index.h"
 #include "distca/plan/plan.h"
 #include "distca/plan/schedule.h"
@@ -66,67 +56,8 @@ Result<Schedule> schedule_colocated(const Batch& batch, const ScheduleOptions& o
 }
 
 Result<Schedule> schedule_wlb(const Batch& batch, const ScheduleOptions& options) {
-  DISTCA_RETURN_IF_ERROR(batch.validate());
-  const DocumentIndex index(batch);
-  const int64_t R = batch.ranks;
-  int64_t total = 0;
-  std::vector<std::pair<int64_t, int64_t>> docs;  // (length, id)
-  for (int64_t id : index.doc_ids()) {
-    docs.emplace_back(index.doc_len(id), id);
-    total += index.doc_len(id);
-  }
-  std::sort(docs.begin(), docs.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first > b.first : a.second < b.second;
-  });
-  const int64_t cap = std::max((total + R - 1) / R,
-                               static_cast<int64_t>(options.wlb_mem_cap * static_cast<double>(total) /
-                                                    static_cast<double>(R)));
-  std::vector<int64_t> used(static_cast<size_t>(R), 0);
-  std::vector<double> work(static_cast<size_t>(R), 0.0);
-  Batch out;
-  out.ranks = R;
-  out.tokens_per_rank = std::max(batch.tokens_per_rank, cap);
-  out.per_rank.assign(static_cast<size_t>(R), {});
-  auto place = [&](int64_t r, int64_t id, int64_t begin, int64_t end, int64_t len) {
-    const auto u = static_cast<size_t>(r);
-    out.per_rank[u].push_back({id, begin, end - begin, len});
-    used[u] += end - begin;
-    work[u] += task_cost(options.cost, end - begin, end);
-  };
-  for (const auto& [len, id] : docs) {
-    int64_t best = -1;
-    for (int64_t r = 0; r < R; ++r) {
-      const auto u = static_cast<size_t>(r);
-      if (cap - used[u] < len) continue;
-      if (best < 0 || work[u] < work[static_cast<size_t>(best)]) best = r;
-    }
-    if (best >= 0) {
-      place(best, id, 0, len, len);
-      continue;
-    }
-    int64_t pos = 0;
-    while (pos < len) {
-      int64_t r_best = -1;
-      for (int64_t r = 0; r < R; ++r) {
-        const auto u = static_cast<size_t>(r);
-        const int64_t room = cap - used[u];
-        if (room <= 0) continue;
-        if (r_best < 0) {
-          r_best = r;
-          continue;
-        }
-        const auto b = static_cast<size_t>(r_best);
-        const int64_t best_room = cap - used[b];
-        if (room > best_room || (room == best_room && work[u] < work[b])) r_best = r;
-      }
-      DISTCA_CHECK_MSG(r_best >= 0, "wlb: the token cap leaves no room (cap below the mean)");
-      const int64_t take = std::min(len - pos, cap - used[static_cast<size_t>(r_best)]);
-      place(r_best, id, pos, pos + take, len);
-      pos += take;
-    }
-  }
-  DISTCA_RETURN_IF_ERROR(out.validate().with_context("wlb re-pack"));
-  return Schedule{colocated_tasks(out), out};
+  DISTCA_ASSIGN_OR_RETURN(Batch out, wlb_repack(batch, wlb_chunking_options(options)));
+  return Schedule{colocated_tasks(out), std::move(out)};
 }
 
 int64_t percp_task_count(const Batch& batch, int64_t cp_degree) {

@@ -7,6 +7,8 @@
 #include <exception>
 #include <string>
 
+#include "distca/plan/chunking.h"
+
 namespace distca {
 namespace {
 
@@ -112,6 +114,7 @@ Status ScheduleOptions::validate(const Batch& batch, const SchedulerSpec& spec) 
   DISTCA_RETURN_IF_ERROR(check_align_rows(align_rows));
   DISTCA_RETURN_IF_ERROR(check_doc_weights(doc_weights));
   DISTCA_RETURN_IF_ERROR(topology.validate(batch.ranks));
+  if (spec.kind == SchedulerKind::kWlb) DISTCA_RETURN_IF_ERROR(wlb_chunking_options(*this).validate(batch.ranks));
   if (spec.kind == SchedulerKind::kPerCp) {
     if (spec.cp_degree < 1 || batch.ranks % spec.cp_degree != 0) {
       return Status::invalid_argument("--scheduler " + spec.name() + ": CP degree " +

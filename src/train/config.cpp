@@ -8,7 +8,9 @@
 #include <toml++/toml.h>
 
 #include "distca/core/io.h"
+#include "distca/cost/step_flops.h"
 #include "distca/data/workload.h"
+#include "distca/plan/chunking.h"
 #include "distca/plan/schedule.h"
 #include "distca/plan/topology.h"
 
@@ -55,10 +57,20 @@ Status TrainConfig::validate_topology_and_auto() const {
 Result<TrainMode> parse_train_mode(const std::string& text, const std::string& flag) {
   if (text == "cad") return TrainMode::kCad;
   if (text == "colocated") return TrainMode::kColocated;
-  return bad(flag, "must be cad or colocated (got '" + text + "')");
+  if (text == "wlb") return TrainMode::kWlb;
+  if (text == "percp") return TrainMode::kPerCp;
+  return bad(flag, "must be cad, colocated, wlb or percp (got '" + text + "')");
 }
 
-const char* train_mode_name(TrainMode mode) { return mode == TrainMode::kCad ? "cad" : "colocated"; }
+const char* train_mode_name(TrainMode mode) {
+  switch (mode) {
+    case TrainMode::kCad: return "cad";
+    case TrainMode::kColocated: return "colocated";
+    case TrainMode::kWlb: return "wlb";
+    case TrainMode::kPerCp: return "percp";
+  }
+  return "?";
+}
 
 const std::vector<ModelRange>& model_ranges() {
   static const std::vector<ModelRange> ranges = {
@@ -85,8 +97,9 @@ Status TrainConfig::validate() const {
   DISTCA_RETURN_IF_ERROR(model_spec().status());
   if (ranks < 1 || ranks > 1024) return bad("--ranks", "must be in 1..1024 (got " + std::to_string(ranks) + ")");
   if (backend != "local" && backend != "mpi") return bad("--backend", "must be local or mpi (got '" + backend + "')");
-  if (overlap && mode == TrainMode::kColocated) {
-    return bad("--overlap", "applies to --mode cad only (colocated runs no attention exchange to overlap)");
+  if (overlap && mode != TrainMode::kCad) {
+    return bad("--overlap", std::string("applies to --mode cad only (") + train_mode_name(mode) +
+                                " runs no attention exchange to overlap)");
   }
   if (plan_ahead != "on" && plan_ahead != "off") {
     return bad("--plan-ahead", "must be on or off (got '" + plan_ahead + "')");
@@ -114,10 +127,11 @@ Status TrainConfig::validate() const {
       }
     }
   }
+  DISTCA_RETURN_IF_ERROR(validate_chunking());
   auto sched = parse_scheduler(scheduler);
   if (!sched.ok()) return bad("--scheduler", "is invalid: " + sched.status().message());
   if (sched->kind == SchedulerKind::kWlb) {
-    return bad("--scheduler", "wlb re-packs documents, which training does not support; use cad, cad-symmetric or percp:C");
+    return bad("--scheduler", "wlb re-packs documents before planning: use --mode wlb (cad mode takes cad, cad-symmetric or percp:C)");
   }
   if (sched->kind == SchedulerKind::kPerCp && dp() % sched->cp_degree != 0) {
     return bad("--scheduler", "percp:C needs C to divide the data-parallel ranks (--ranks / --pp)");
@@ -153,8 +167,9 @@ Status TrainConfig::validate() const {
   if (auto m = model_spec(); m.ok()) {
     // The model's matrix products take (tokens_per_rank, widest) operands in BLAS's 32-bit
     // sizes (model/llama.h): refused here, before any rank allocates.
+    // (The largest rank's tokens: wlb's cap lets a rank hold more than tokens_per_rank.)
     const int64_t widest = std::max({m->hidden, m->q_dim(), m->kv_dim(), m->ffn, m->vocab});
-    if (widest > INT32_MAX / tokens_per_rank) {
+    if (widest > INT32_MAX / rank_capacity()) {
       return bad("--tokens-per-rank", std::to_string(tokens_per_rank) + " times the model's widest layer (" +
                                           std::to_string(widest) + ") exceeds the BLAS int range (2^31 - 1)");
     }
@@ -171,6 +186,49 @@ Status TrainConfig::validate() const {
     return bad("--checkpoint-every", "needs --checkpoint-dir");
   }
   return {};
+}
+
+Status TrainConfig::validate_chunking() const {
+  const bool chunked = mode == TrainMode::kWlb || mode == TrainMode::kPerCp;
+  if (cp < 1 || cp > 1024) return bad("--cp", "must be in 1..1024 (got " + std::to_string(cp) + ")");
+  if (cp > 1 && !chunked) {
+    return bad("--cp", std::string("applies to --mode wlb or percp only (got --mode ") + train_mode_name(mode) + ")");
+  }
+  if (mode == TrainMode::kPerCp && cp < 2) return bad("--mode", "percp needs --cp C >= 2 (the CP degree)");
+  if (pp >= 1 && ranks % pp == 0 && dp() % cp != 0) {
+    return bad("--cp", std::to_string(cp) + " does not divide the " + std::to_string(dp()) +
+                           " data-parallel ranks (--ranks / --pp)");
+  }
+  if (wlb_cap) {
+    if (mode != TrainMode::kWlb) return bad("--wlb-cap", "applies to --mode wlb only");
+    if (!finite(*wlb_cap) || *wlb_cap < 1) {
+      std::ostringstream got;
+      got << *wlb_cap;
+      return bad("--wlb-cap", "must be >= 1 (got " + got.str() + ")");
+    }
+    if (*wlb_cap > 64) return bad("--wlb-cap", "must be at most 64 (a rank's buffers grow with it)");
+  }
+  if (cp_threshold) {
+    if (mode != TrainMode::kWlb) return bad("--cp-threshold", "applies to --mode wlb only");
+    if (cp < 2) return bad("--cp-threshold", "needs --cp C >= 2 (it selects the documents sharded over a CP group)");
+    if (*cp_threshold < 1) return bad("--cp-threshold", "must be >= 1 (got " + std::to_string(*cp_threshold) + ")");
+  }
+  return {};
+}
+
+int64_t TrainConfig::rank_capacity() const {
+  if (mode != TrainMode::kWlb) return tokens_per_rank;
+  return chunking_rank_cap(dp() * tokens_per_rank, dp(), wlb_cap_or_default());
+}
+
+ChunkingOptions chunking_options(const TrainConfig& config, const ModelSpec& spec, int64_t tile_rows) {
+  ChunkingOptions o;
+  o.cap = config.wlb_cap_or_default();
+  o.cp = config.cp;
+  o.cp_threshold = config.cp_threshold.value_or(0);
+  o.tile_rows = tile_rows;
+  o.linear_per_token = training_step_flops(spec, 1, 0).linear / training_step_flops(spec, 0, 1).attention;
+  return o;
 }
 
 Result<ModelSpec> TrainConfig::model_spec() const {
@@ -229,6 +287,11 @@ Status get(const toml::node& node, const std::string& origin, const std::string&
     DISTCA_RETURN_IF_ERROR(get_enum(node, origin, key, runtime::parse_overlap_mode, v));
     out = v;
     return {};
+  } else if constexpr (std::is_same_v<T, std::optional<double>> || std::is_same_v<T, std::optional<int64_t>>) {
+    typename T::value_type v{};
+    DISTCA_RETURN_IF_ERROR(get(node, origin, key, v));
+    out = v;
+    return {};
   } else if constexpr (std::is_same_v<T, std::string>) {
     if (auto v = node.value_exact<std::string>()) {
       // As for flags (apps/distca/flags.h): '' would pass as "not set" and take the default,
@@ -285,6 +348,7 @@ Status apply_toml_text(const std::string& text, const std::string& origin, Train
     DISTCA_KEY(metrics) DISTCA_KEY(overlap) DISTCA_KEY(trace) DISTCA_KEY(pp) DISTCA_KEY(micro_batches)
     DISTCA_KEY(plan_ahead) DISTCA_KEY(hardware) DISTCA_KEY(ranks_per_host) DISTCA_KEY(host_map)
     DISTCA_KEY(inter_host_price)
+    DISTCA_KEY(plan_ahead) DISTCA_KEY(cp) DISTCA_KEY(wlb_cap) DISTCA_KEY(cp_threshold)
 #undef DISTCA_KEY
     if (key == "model_overrides") {
       const toml::table* sub = node.as_table();
@@ -331,6 +395,9 @@ std::string default_config_toml() {
     << "# overlap = \"pingpong\"  # cad mode: pingpong (the default) | single-stream | signal\n"
     << "# pp = 1                 # pipeline stages (ranks = replicas x stages; configs/pipeline-4stages.toml)\n"
     << "# micro_batches = 1      # per replica and step (>= pp)\n"
+    << "# cp = 1                 # wlb, percp: context-parallel group size (divides ranks / pp)\n"
+    << "# wlb_cap = 1.2          # wlb: tokens per rank at most this x the mean\n"
+    << "# cp_threshold = 64      # wlb with cp > 1: shard documents longer than this (unset: 2 x cp x query tile - 1)\n"
     << "scheduler = \"" << c.scheduler << "\"\n"
     << "tolerance = " << c.tolerance << "\n"
     << "steps = " << c.steps << "\n"

@@ -52,8 +52,12 @@ DispatchRowLimits dispatch_row_limits(const TrainConfig& c) {
   // A pipeline tick of cad runs a forward and a backward pooled plan at once (each balanced
   // over every rank of the job, so a server's share stays within the same factor).
   const int64_t directions = c.mode == TrainMode::kCad && c.pp > 1 ? 2 : 1;
-  const int64_t t = kDispatchRowFactor * c.tokens_per_rank;
-  return {directions * t, directions * plans * (t + 2 * longest)};
+  // wlb's chunking fills a rank up to its cap; a document sharded over a CP group of C ranks
+  // sends its K/V to each of them (a tail chunk reads nearly the whole document), so a rank
+  // gathers up to C times its own rows of context on top.
+  const int64_t t = kDispatchRowFactor * c.rank_capacity();
+  const int64_t cp_rows = c.cp > 1 ? c.cp * c.rank_capacity() : 0;
+  return {directions * t, directions * plans * (t + cp_rows + 2 * longest)};
 }
 
 TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec& spec, const MemoryInputs& in) {
@@ -62,7 +66,7 @@ TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec&
   // a wrapped, negative or small one, and sizing it allocates nothing.
   const model::ModelMemory mem = model::model_memory(spec);
   const double P = static_cast<double>(mem.param_bytes);  // fp32 bytes of one copy of the parameters
-  const double T = static_cast<double>(c.tokens_per_rank);
+  const double T = static_cast<double>(c.rank_capacity());  // the largest rank's tokens
   const double R = static_cast<double>(c.ranks);
   TrainMemoryEstimate e;
   e.ranks_in_process = in.ranks_in_process;

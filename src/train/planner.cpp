@@ -61,6 +61,12 @@ std::vector<Batch> step_batches(const DataSource& data, int64_t micro_batches, i
   return out;
 }
 
+Result<Batch> laid_out_batch(const PlanContext& ctx, const Batch& batch) {
+  if (ctx.relayout == TrainMode::kWlb) return wlb_repack(batch, ctx.chunking);
+  if (ctx.relayout == TrainMode::kPerCp) return percp_repack(batch, ctx.chunking.cp);
+  return batch;
+}
+
 Result<PlanUnit> plan_unit(const PlanContext& ctx, int64_t step, int64_t index, const std::vector<Batch>& batches) {
   const auto t0 = Clock::now();
   const std::string at = "step " + std::to_string(step);
@@ -68,15 +74,16 @@ Result<PlanUnit> plan_unit(const PlanContext& ctx, int64_t step, int64_t index, 
   u.step = step;
   u.index = index;
   if (!ctx.pooled_ticks) {
-    const Batch& batch = batches[static_cast<size_t>(index)];
+    auto laid = laid_out_batch(ctx, batches[static_cast<size_t>(index)]);
+    if (!laid.ok()) return laid.status().with_context(at);
     ScheduleOptions sopt = ctx.sopt;
     if (ctx.auto_model) {
       // Every rank plans the same batch: the same choice everywhere, no collective.
-      auto choice = choose_tolerance(batch, ctx.sspec, sopt, *ctx.auto_model);
+      auto choice = choose_tolerance(*laid, ctx.sspec, sopt, *ctx.auto_model);
       if (!choice.ok()) return choice.status().with_context(at);
       sopt.tolerance = choice->tolerance;
     }
-    auto planned = plan_nano_batches(batch, ctx.sspec, sopt);
+    auto planned = plan_nano_batches(*laid, ctx.sspec, sopt);
     if (!planned.ok()) return planned.status().with_context(at);
     u.micro.emplace(std::move(planned).value());
   } else {

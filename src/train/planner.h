@@ -37,6 +37,7 @@
 #include "distca/core/status.h"
 #include "distca/data/batch.h"
 #include "distca/plan/auto_tolerance.h"
+#include "distca/plan/chunking.h"
 #include "distca/plan/pool.h"
 #include "distca/plan/schedule.h"
 #include "distca/runtime/pingpong.h"
@@ -67,9 +68,16 @@ struct PlanContext {
   // to (immutable, shared with the planning thread); null: sopt.tolerance as it is.
   std::shared_ptr<const AttentionCostModel> auto_table;
   std::shared_ptr<const AutoToleranceModel> auto_model;
+  // wlb and percp: each micro-batch's batch is re-laid before it is planned (wlb_repack with
+  // `chunking`, or percp_repack over groups of chunking.cp); kColocated/kCad: as loaded.
+  TrainMode relayout = TrainMode::kCad;
+  ChunkingOptions chunking;
   // Units per step: micro_batches, or the ticks of one_f_one_b_ticks(pp, micro_batches).
   int64_t units_per_step() const;
 };
+
+// The micro-batch's layout its plans are made on: `batch` re-laid as ctx.relayout says.
+Result<Batch> laid_out_batch(const PlanContext& ctx, const Batch& batch);
 
 // Unit `index` of step `step` from the step's micro-batch batches ([micro_batches], batch
 // m = DataSource::batch(step * micro_batches + m)). Errors carry "step N".

@@ -388,6 +388,7 @@ class StepRun {
       u.in = s_.data->rank_inputs(step_ * s_.micro_batches + st.op.microbatch, local, s_.replica);
       const auto& t = plans.split.tokens[static_cast<size_t>(rank)];
       u.rows = {model::RowRange{0, t[0]}, model::RowRange{t[0], t[0] + t[1]}};
+      s_.peak_tokens = std::max(s_.peak_tokens, u.tokens());
       // Slots: the lowest free one at a micro-batch's forward, freed by its backward.
       u.slot = std::find(busy_.begin(), busy_.end(), false) - busy_.begin();
       DISTCA_CHECK(u.slot < static_cast<int64_t>(busy_.size()));

@@ -45,9 +45,11 @@ struct RankSetup {
   // --tolerance auto: the model and its cost table (PlanContext shares them), else null.
   std::shared_ptr<const AttentionCostModel> auto_table;
   std::shared_ptr<const AutoToleranceModel> auto_model;
+  ChunkingOptions chunking;  // wlb, percp: the re-pack's options (planner.h, PlanContext)
   runtime::AttentionDims dims;
   runtime::OverlapMode overlap = runtime::OverlapMode::kSingleStream;  // colocated: one exchange per layer
   int64_t start = 0;  // first step to run
+  int64_t peak_tokens = 0;  // the most rows this rank has held in one micro-batch so far
   // Pipeline placement.
   int64_t pp = 1, dp = 1, stage = 0, replica = 0, micro_batches = 1;
   model::StageRange layers;

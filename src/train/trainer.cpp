@@ -52,6 +52,8 @@ std::unique_ptr<StepPlanner> start_planner(const TrainConfig& config, const Rank
   pctx.pooled_ticks = config.mode == TrainMode::kCad && s.pp > 1;
   pctx.auto_table = s.auto_table;
   pctx.auto_model = s.auto_model;
+  pctx.relayout = config.mode;
+  pctx.chunking = s.chunking;
   const DataSource* data = s.data;
   const int64_t M = s.micro_batches;
   return std::make_unique<StepPlanner>(
@@ -100,6 +102,7 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::
     s->own_data.emplace(std::move(d));
     s->data = &*s->own_data;
   }
+  // wlb and percp re-lay the batch (PlanContext::relayout), then serve it colocated.
   DISTCA_ASSIGN_OR_RETURN(s->sspec, parse_scheduler(config.mode == TrainMode::kCad ? config.scheduler : "colocated"));
   s->sopt.model = s->spec;
   s->sopt.dtype_bytes = 4;
@@ -109,6 +112,7 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::
   s->dims.head_dim = static_cast<int32_t>(s->spec.head_dim);
   s->sopt.align_rows = runtime::query_tile_rows(s->dims);  // cad cuts on tile boundaries: no padding
   DISTCA_RETURN_IF_ERROR(set_up_topology(config, world, *s));
+  s->chunking = chunking_options(config, s->spec, s->sopt.align_rows);
   // The planner starts before the model is built, so the first step's plans are made while
   // the parameters are initialised. The checkpoint is checked first: the first step planned
   // is its step.
@@ -118,7 +122,7 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::
   // Both modes run every stage in its 1F1B order (cad as one_f_one_b_ticks), so a stage holds
   // at most min(micro-batches, pp - stage) micro-batches in flight (plan/pipeline_schedule.h).
   const int64_t slots = pipeline_slots(config, s->stage);
-  DISTCA_ASSIGN_OR_RETURN(auto model, model::Llama<float>::create(s->spec, config.tokens_per_rank, config.seed, {},
+  DISTCA_ASSIGN_OR_RETURN(auto model, model::Llama<float>::create(s->spec, config.rank_capacity(), config.seed, {},
                                                                    s->layers, slots));
   s->model.emplace(std::move(model));
   {
@@ -255,9 +259,10 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
   }
   const model::ModelMemory mem = model::model_memory(s.spec);
   // The stage's parameters, gradients and AdamW moments, and an activation workspace per slot
-  // (every layer's width counted: an upper bound for a stage of fewer layers).
-  const int64_t fixed_bytes = 4 * static_cast<int64_t>(sizeof(float) * s.model->params().size()) +
-                              mem.activation_bytes_per_token() * config.tokens_per_rank * s.model->slots();
+  // (every layer's width counted: an upper bound for a stage of fewer layers) for the most
+  // rows the rank held (wlb's chunking varies them from rank to rank; the workspace is
+  // allocated for the cap, the rows held are what a right-sized buffer needs).
+  const int64_t state_bytes = 4 * static_cast<int64_t>(sizeof(float) * s.model->params().size());
   int64_t peak_dispatch = 0;
   StepPlanner& planner = *s.planner;
   TrainResult local;
@@ -298,7 +303,9 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
   }
   DISTCA_ASSIGN_OR_RETURN(std::vector<float> final_params, gather_stages(comm, s, s.model->params(), 3));
   // Everyone's buffer estimate, for the summary.
+  const int64_t fixed_bytes = state_bytes + mem.activation_bytes_per_token() * s.peak_tokens * s.model->slots();
   DISTCA_ASSIGN_OR_RETURN(auto all, comm.all_gather_value(fixed_bytes + peak_dispatch));
+  DISTCA_ASSIGN_OR_RETURN(auto rows, comm.all_gather_value(s.peak_tokens));
   // Every rank's step metrics (every rank ran the same steps, so the same count).
   static_assert(std::is_trivially_copyable_v<StepMetrics>);
   const size_t n_steps = own_steps.size();
@@ -316,6 +323,7 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
   if (lead && result) {
     local.final_params = std::move(final_params);
     local.buffer_bytes = std::move(all);
+    local.peak_rows = std::move(rows);
     local.outputs_valid = valid_outputs;
     *result = std::move(local);
   }
@@ -323,6 +331,26 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
 }
 
 }  // namespace
+
+std::string mode_label(const TrainConfig& config) {
+  switch (config.mode) {
+    case TrainMode::kCad: return std::string("cad ") + runtime::overlap_mode_name(config.overlap_or_default());
+    case TrainMode::kColocated: return "colocated";
+    case TrainMode::kWlb: return config.cp > 1 ? "wlb cp " + std::to_string(config.cp) : "wlb";
+    case TrainMode::kPerCp: return "percp cp " + std::to_string(config.cp);
+  }
+  return "?";
+}
+
+double max_over_mean(const std::vector<int64_t>& values) {
+  if (values.empty()) return 1;
+  double sum = 0, mx = 0;
+  for (int64_t v : values) {
+    sum += static_cast<double>(v);
+    mx = std::max(mx, static_cast<double>(v));
+  }
+  return sum > 0 ? mx * static_cast<double>(values.size()) / sum : 1;
+}
 
 Status run_training(const TrainConfig& config, comm::Communicator& comm, const TrainHooks& hooks,
                     TrainResult* result) {

@@ -134,6 +134,24 @@ TEST_F(CliRulesTest, PipelinedRunsNameTheirOwnSchedule) {
 }
 
 // bench train's refusals name its own flags, never `distca train`'s (--mode, model_overrides).
+// The baselines' flag rules (issue 26): refused with exit 2 before any work (no metrics file),
+// from flags and from the TOML config alike.
+TEST_F(CliRulesTest, BaselineModeCombinationsAreRefusedBeforeWork) {
+  const std::string m = path("m.jsonl"), cfg = small_config();
+  const std::string train = "train --config " + cfg + " --metrics " + m + " ";
+  expect_refused(train + "--ranks 4 --mode wlb --cp 3", "--cp 3 does not divide the 4 data-parallel ranks", {m});
+  expect_refused(train + "--mode cad --cp 2", "--cp applies to --mode wlb or percp only (got --mode cad)", {m});
+  expect_refused(train + "--mode colocated --cp 2", "--cp applies to --mode wlb or percp only", {m});
+  expect_refused(train + "--mode wlb --wlb-cap 0.5", "--wlb-cap must be >= 1 (got 0.5)", {m});
+  expect_refused(train + "--mode percp", "--mode percp needs --cp C >= 2", {m});
+  expect_refused(train + "--mode colocated --wlb-cap 1.5", "--wlb-cap applies to --mode wlb only", {m});
+  expect_refused(train + "--mode wlb --cp-threshold 64", "--cp-threshold needs --cp C >= 2", {m});
+  expect_refused(train + "--mode percp --cp 2 --overlap pingpong", "--overlap applies to --mode cad only", {m});
+  expect_refused(train + "--mode thd", "--mode must be cad, colocated, wlb or percp (got 'thd')", {m});
+  expect_refused("train --metrics " + m + " --config " + small_config("mode = \"wlb\"\ncp = 2\nranks = 3\n"),
+                 "--cp 2 does not divide the 3 data-parallel ranks", {m});
+}
+
 TEST_F(CliRulesTest, BenchTrainRefusalsNameItsOwnFlags) {
   const std::string small = "bench train --ranks 4 --width 64 --short-doc 32 --rounds 1 --steps 2";
   for (const auto& [extra, says] : std::vector<std::pair<std::string, std::string>>{

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "distca/comm/local.h"
+#include "distca/plan/chunking.h"
 #include "distca/plan/doc_index.h"
 #include "distca/plan/validate.h"
 #include "runtime_check.h"
@@ -76,6 +77,38 @@ TEST(RuntimeLocal, HeadTailLayoutAndGqaGroupsOfFour) {
     const Comparison c = check_plan(pr, plan.value());
     expect_close(c, name + std::string(": ") + describe(c));
   }
+}
+
+// Per-document context parallelism (plan/chunking.h): documents sharded head-tail over CP
+// groups, each shard served where it is held with its document's K/V gathered from the
+// group's holders (dK/dV returned to them), against the whole-document kernel: the forward
+// bitwise, the backward within the kernel's own rounding.
+TEST(RuntimeLocal, ContextParallelLayoutsMatchTheWholeDocumentKernel) {
+  const AttentionDims dims = small_dims();
+  const ScheduleOptions opt = schedule_options(dims);
+  int64_t sharded = 0;
+  for (int ranks : {2, 4}) {
+    const Batch batch = random_batch(ranks, 512, 300 + static_cast<uint64_t>(ranks));
+    for (int64_t cp = 2; cp <= ranks; cp *= 2) {
+      ChunkingOptions wlb;
+      wlb.cp = cp;
+      wlb.cp_threshold = 64;
+      auto a = wlb_repack(batch, wlb);
+      auto b = percp_repack(batch, cp);
+      ASSERT_TRUE(a.ok() && b.ok());
+      for (const auto& [name, laid] : {std::pair<std::string, Batch>{"wlb", *a}, {"percp", *b}}) {
+        for (const auto& pieces : laid.per_rank) {
+          for (size_t i = 0; i + 1 < pieces.size(); ++i) sharded += pieces[i].doc == pieces[i + 1].doc ? 1 : 0;
+        }
+        const Problem pr = make_problem(laid, dims, 13, /*with_fp64=*/true);
+        auto plan = make_plan(laid, parse_scheduler("colocated").value(), opt);
+        ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+        const Comparison c = check_plan(pr, plan.value());
+        expect_close(c, std::to_string(ranks) + " ranks, " + name + " cp " + std::to_string(cp) + ": " + describe(c));
+      }
+    }
+  }
+  EXPECT_GT(sharded, 4);  // head and tail shards of one document side by side on a rank
 }
 
 // The nano-batch plans together compute every causal pair exactly once, and each alone only

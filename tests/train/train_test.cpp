@@ -100,7 +100,7 @@ TEST(Config, BadKeysAndValuesNameTheKey) {
                                          {"ranks = \"two\"\n", "'ranks'"},
                                          {"[model_overrides]\nlayers = 2\n", "'model_overrides.layers'"},
                                          {"mode = \n", "t.toml:1"},
-                                         {"mode = \"fast\"\n", "t.toml: key 'mode' must be cad or colocated (got 'fast')"},
+                                         {"mode = \"fast\"\n", "t.toml: key 'mode' must be cad, colocated, wlb or percp (got 'fast')"},
                                          {"overlap = \"both\"\n", "t.toml: key 'overlap' must be pingpong, single-stream or signal"},
                                          {"mode = \"colocated\"\noverlap = \"\"\n", "key 'overlap' must not be empty"}}) {
     TrainConfig c;

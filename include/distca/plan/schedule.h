@@ -63,6 +63,12 @@ struct ScheduleOptions {
   double tolerance = 0.05;                    // cad: every server within tolerance * mean
   const AttentionCostModel* cost = nullptr;   // work measure; nullptr means causal pairs
   double wlb_mem_cap = 1.2;                   // wlb: per-rank token cap over the mean
+  // wlb: per-document context parallelism over groups of wlb_cp ranks for documents longer
+  // than wlb_cp_threshold (0: the default rule), and the work of one token's linear layers in
+  // the cost's units (plan/chunking.h, ChunkingOptions).
+  int64_t wlb_cp = 1;
+  int64_t wlb_cp_threshold = 0;
+  double wlb_linear_per_token = 0;
   // cad: every cut it makes inside a document falls on a multiple of align_rows document
   // positions (a piece's own ends stay where packing put them). Set it to the attention
   // kernel's query tile (runtime::query_tile_rows) and no task pays tile padding; 1 means

@@ -17,6 +17,7 @@
 
 #include "distca/core/specs.h"
 #include "distca/core/status.h"
+#include "distca/plan/chunking.h"
 #include "distca/runtime/overlap_mode.h"
 
 namespace distca::train {
@@ -28,10 +29,20 @@ struct ModelOverrides {
 enum class TrainMode {
   kCad,        // core attention disaggregated: planned every step, run by the runtime's runners
   kColocated,  // every rank serves its own attention (the colocated plan through the same runners)
+  // WLB-LLM: each micro-batch's documents re-packed whole over the data-parallel ranks to
+  // balance their work under a token cap (plan/chunking.h, wlb_repack); with cp > 1 the long
+  // ones sharded head-tail over a CP group. Then served like colocated.
+  kWlb,
+  // Per-document context parallelism of every document over groups of cp ranks (THD style;
+  // plan/chunking.h, percp_repack). Then served like colocated.
+  kPerCp,
 };
-// "cad" | "colocated"; the message names `flag` ("--mode must be cad or colocated (got 'x')").
+// "cad" | "colocated" | "wlb" | "percp"; the message names `flag` ("--mode must be cad,
+// colocated, wlb or percp (got 'x')").
 Result<TrainMode> parse_train_mode(const std::string& text, const std::string& flag = "--mode");
 const char* train_mode_name(TrainMode mode);
+
+inline constexpr double kDefaultWlbCap = 1.2;
 
 struct TrainConfig {
   // Model: a preset (core/specs.h) and overrides of its fields. The default narrows `tiny` to
@@ -60,6 +71,14 @@ struct TrainConfig {
   // cad mode only: pingpong | single-stream | signal (runtime/pingpong.h); unset: pingpong.
   // Refused with --mode colocated, which has no exchange to overlap.
   std::optional<runtime::OverlapMode> overlap;
+  // wlb and percp: context-parallel group size, dividing the data-parallel ranks (dp()); 1
+  // (no CP) otherwise. percp needs cp >= 2.
+  int64_t cp = 1;
+  // wlb only: a rank holds at most wlb_cap x the mean tokens of a micro-batch (>= 1; unset: 1.2).
+  std::optional<double> wlb_cap;
+  // wlb with cp > 1 only: documents longer than this are sharded over a CP group (>= 1; unset:
+  // the default rule, plan/chunking.h cp_shard_threshold).
+  std::optional<int64_t> cp_threshold;
   // Pipeline parallelism: pp stages (ranks = dp x pp), each step micro_batches micro-batches
   // per data-parallel replica, in 1F1B order (plan/pipeline_schedule.h; cad runs its slots
   // as pooled ticks). pp > 1 needs micro_batches >= pp, pp <= the model's layers, and with
@@ -102,10 +121,16 @@ struct TrainConfig {
   Status validate() const;
   // The topology and --tolerance auto rules of validate alone.
   Status validate_topology_and_auto() const;
+  // The rules of cp, wlb_cap and cp_threshold alone (part of validate()).
+  Status validate_chunking() const;
   // The preset with the overrides applied, validated (message names --model or the key).
   Result<ModelSpec> model_spec() const;
   // Data-parallel replicas: ranks / pp.
   int64_t dp() const { return pp > 0 ? ranks / pp : ranks; }
+  double wlb_cap_or_default() const { return wlb_cap.value_or(kDefaultWlbCap); }
+  // The most tokens one rank holds of a micro-batch: tokens_per_rank, or under wlb the cap of
+  // the re-pack (plan/chunking.h, chunking_rank_cap). Buffers and the memory estimate use it.
+  int64_t rank_capacity() const;
   // `overlap`, or pingpong when unset (cad mode's default).
   runtime::OverlapMode overlap_or_default() const { return overlap.value_or(runtime::OverlapMode::kPingPong); }
   // How a step runs its micro-batches, for reports: "1F1B" (colocated, pp > 1), "1F1B ticks,
@@ -136,6 +161,13 @@ Status check_model_ranges(const ModelSpec& spec);
 Status apply_toml_file(const std::string& path, TrainConfig& config);
 // Same, from TOML text; `origin` names it in messages.
 Status apply_toml_text(const std::string& text, const std::string& origin, TrainConfig& config);
+
+// The re-pack options of --mode wlb / percp for `spec`, with the kernel's query tile
+// `tile_rows`: cap, cp and cp_threshold from the config; work in causal pairs (cost nullptr)
+// with each token's linear layers weighing their FLOPs over one causal pair's attention FLOPs
+// (cost/step_flops.h, forward and backward over every layer and the head), so a document of
+// length L weighs linear_per_token x L + L (L + 1) / 2.
+ChunkingOptions chunking_options(const TrainConfig& config, const ModelSpec& spec, int64_t tile_rows);
 
 // The embedded default written as TOML (what configs/default.toml holds).
 std::string default_config_toml();

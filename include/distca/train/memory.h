@@ -17,9 +17,11 @@
 //              JSONL kept in memory.
 // Under the local backend a process holds every rank; under mpi one.
 //
-// The dispatcher bound assumes a rank's received and fused query rows stay within
-// kDispatchRowFactor x its tokens T, and its received K/V and fused context rows within
-// kDispatchRowFactor x T + 2 x the longest document (a task's context is its document's
+// Tokens per rank are the largest rank's (TrainConfig::rank_capacity: wlb's chunking lets
+// ranks hold up to its cap). The dispatcher bound assumes a rank's received and fused query
+// rows stay within kDispatchRowFactor x its tokens T, and its received K/V and fused context
+// rows within kDispatchRowFactor x T + 2 x the longest document (+ cp x T under context
+// parallelism: a sharded document's K/V reaches every rank of its group) (a task's context is its document's
 // prefix, duplicated on every server that holds a piece of it), twice that with ping-pong
 // (two plans live at once, and pong's tasks read ping's rows again), summed over the live
 // plans, and twice that for CAD's pipeline ticks (a forward and a backward pooled plan at

@@ -100,7 +100,10 @@ struct TrainResult {
   std::vector<float> final_params;  // rank 0's parameters at the end
   double linear_s = 0, attention_s = 0, comm_s = 0, wait_s = 0, optimizer_s = 0, total_s = 0;  // rank 0 sums
   double plan_s = 0, plan_wait_s = 0;  // rank 0 sums of StepMetrics' planning times
-  std::vector<int64_t> buffer_bytes;  // [ranks] params+grads+adam+workspace+peak dispatcher rows
+  // [ranks] params+grads+adam, the activation workspace for the most rows the rank held in a
+  // micro-batch (wlb varies them), peak dispatcher rows: the peak memory per rank reported.
+  std::vector<int64_t> buffer_bytes;
+  std::vector<int64_t> peak_rows;  // [ranks] the most rows each rank held in one micro-batch
   int64_t checkpoints_written = 0;
   std::string last_checkpoint;
   bool outputs_valid = true;       // false with --overlap signal (no update, no checkpoint)
@@ -125,6 +128,11 @@ struct TrainHooks {
   // trainer uses its own. Used only when TrainConfig::trace is set.
   TraceRecorder* trace = nullptr;
 };
+
+// The mode as reports name it: "cad pingpong", "colocated", "wlb", "wlb cp 2", "percp cp 2".
+std::string mode_label(const TrainConfig& config);
+// max / mean of per-rank figures (TrainResult::buffer_bytes); 1 when empty or all zero.
+double max_over_mean(const std::vector<int64_t>& values);
 
 // The longest a step waits for a plan made ahead before the run fails (a stuck planner).
 inline constexpr double kPlanWaitLimitS = 300;

@@ -1,0 +1,65 @@
+// `distca train --mode wlb|percp --backend mpi` under mpirun -np 2 and -np 4 (issue 26): the
+// same losses as the local backend (bitwise: the same arithmetic in the same reduction
+// orders), and within float rounding of colocated (train_chunking_test states the bound).
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+std::filesystem::path tmp(const std::string& name) {
+  return std::filesystem::temp_directory_path() / ("distca_train_chunking_mpi_" + name);
+}
+
+int sh(const std::string& cmd) {
+  const int st = std::system((cmd + " > " + tmp("log.txt").string() + " 2>&1").c_str());
+  return WEXITSTATUS(st);
+}
+
+std::vector<double> losses(const std::filesystem::path& path) {
+  std::vector<double> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  return out;
+}
+
+TEST(TrainChunkingMpi, WlbAndPerCpMatchTheLocalBackendAndColocated) {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  setenv("OMP_NUM_THREADS", "1", 1);
+  const auto cfg = tmp("cfg.toml");
+  std::ofstream(cfg) << "tokens_per_rank = 128\ndist = \"uniform:16:256\"\nmax_doc_len = 0\nsteps = 10\nwarmup = 3\n"
+                        "[model_overrides]\nn_layers = 2\nhidden = 64\nn_heads = 4\nn_kv_heads = 2\n"
+                        "head_dim = 16\nffn = 128\nvocab = 64\n";
+  const std::string cli = DISTCA_CLI;
+  for (int np : {2, 4}) {
+    const std::string mpirun =
+        std::string(DISTCA_MPIEXEC) + " --oversubscribe --allow-run-as-root -np " + std::to_string(np) + " ";
+    const std::string base = " train --config " + cfg.string() + " --ranks " + std::to_string(np) + " --metrics ";
+    const auto colo = tmp("colo" + std::to_string(np) + ".jsonl");
+    ASSERT_EQ(sh(cli + base + colo.string() + " --mode colocated"), 0);
+    for (const std::string mode : {"--mode wlb --cp 2 --cp-threshold 48", "--mode percp --cp 2"}) {
+      const auto local = tmp("local.jsonl"), mpi = tmp("mpi.jsonl");
+      ASSERT_EQ(sh(cli + base + local.string() + " " + mode), 0) << mode;
+      ASSERT_EQ(sh(mpirun + cli + base + mpi.string() + " --backend mpi " + mode), 0) << mode << " -np " << np;
+      const auto want = losses(local), got = losses(mpi), base_losses = losses(colo);
+      ASSERT_EQ(want.size(), 10u);
+      EXPECT_EQ(got, want) << mode << " -np " << np;
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_LE(std::abs(got[i] - base_losses[i]), 1e-5 * std::abs(base_losses[i])) << mode << " step " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
