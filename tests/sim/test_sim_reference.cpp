@@ -130,13 +130,7 @@ TEST(Reference, ColocatedPipelineMatchesAnEventByEventEnumeration) {
 // server receives the K/V row (2 kv heads x head_dim x 2 bytes) of every row another rank
 // holds; backward: the recompute's all-gather again and the dK/dV reduce-scatter.
 TEST(Reference, PercpPairsAndBytesMatchARowByRowEnumeration) {
-  WorkloadOptions w;
-  w.dist = "prolong";
-  w.ranks = 8;
-  w.tokens_per_rank = 16384;
-  w.batches = 1;
-  w.seed = 3;
-  const Batch b = make_batches(w).value().front();
+  const Batch b = testing::drawn(8, 16384, 1, 3).front();
   const ModelSpec mspec = model_preset("llama-8b").value();
   const double kv_row = testing::kv_row_bytes(mspec, 2);
   for (int64_t c : {1, 2, 4, 8}) {

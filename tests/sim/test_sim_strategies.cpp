@@ -25,6 +25,7 @@
 namespace distca::sim {
 namespace {
 
+using testing::drawn;
 using testing::options;
 using testing::run;
 
@@ -32,16 +33,6 @@ using testing::run;
 Batch equal_docs(int64_t ranks, int64_t per_rank, int64_t len) {
   std::vector<int64_t> lengths(static_cast<size_t>(ranks * per_rank), len);
   return pack_documents(lengths, ranks, per_rank * len, Layout::kContiguous);
-}
-
-std::vector<Batch> drawn(int64_t ranks, int64_t tokens, int64_t m, uint64_t seed, const std::string& dist = "prolong") {
-  WorkloadOptions w;
-  w.dist = dist;
-  w.ranks = ranks;
-  w.tokens_per_rank = tokens;
-  w.batches = m;
-  w.seed = seed;
-  return make_batches(w).value();
 }
 
 // Causal pairs of every document of b, row by row.
