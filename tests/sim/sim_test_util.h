@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "distca/core/specs.h"
+#include "distca/data/workload.h"
 #include "distca/sim/simulator.h"
 
 namespace distca::sim::testing {
@@ -25,6 +26,18 @@ inline SimOptions options(const std::string& strategy, int64_t units, int64_t pp
   o.cluster.pp = pp;
   o.strategy = parse_strategy(strategy).value();
   return o;
+}
+
+// `m` micro-batches of `ranks` ranks x `tokens` tokens drawn from `dist`.
+inline std::vector<Batch> drawn(int64_t ranks, int64_t tokens, int64_t m, uint64_t seed,
+                                const std::string& dist = "prolong") {
+  WorkloadOptions w;
+  w.dist = dist;
+  w.ranks = ranks;
+  w.tokens_per_rank = tokens;
+  w.batches = m;
+  w.seed = seed;
+  return make_batches(w).value();
 }
 
 // simulate(), with an error reported as a test failure and an empty result.

@@ -107,15 +107,7 @@ TEST(Memory, ColocatedContextFetchFollowsTheSameRule) {
   EXPECT_LT(rel(f.per_unit[1].exposed_comm, 2 * L * xfer), 1e-9);
 }
 
-std::vector<Batch> drawn(int64_t ranks, int64_t tokens, int64_t m, uint64_t seed) {
-  WorkloadOptions w;
-  w.dist = "prolong";
-  w.ranks = ranks;
-  w.tokens_per_rank = tokens;
-  w.batches = m;
-  w.seed = seed;
-  return make_batches(w).value();
-}
+using testing::drawn;
 
 // Over every strategy, with and without pipelines: checkpointing never raises a unit's peak
 // (at least two layers per stage: one layer's checkpoint plus its recompute can exceed it),

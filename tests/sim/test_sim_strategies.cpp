@@ -1,32 +1,31 @@
 // simulate() against independent computations: equal documents (the strategies tie up to
-// their overheads), the 1F1B bubble (p-1)/(m+p-1) for uniform work, one giant document
-// (colocated = its last rank's time, assembled here from the analytic formulas), conservation
-// of attention work, determinism, the ablation order signal <= pingpong <= single-stream, CAD
-// never slower than colocated by more than its communication, the CP accounting against the
-// planner's percp schedule and all-gather count, parameters against Llama-3-8B's published
-// size, the gradient all-reduce formula, and OOM reporting.
+// their overheads), the 1F1B bubble (p-1)/(m+p-1) for uniform work, CAD replaying 1F1B's
+// lockstep ticks (pipeline_reference.h's, not the schedule code the engine runs), one giant
+// document (colocated = its last rank's time, from the model's dimensions), conservation of
+// attention work (pairs counted row by row), determinism, the ablation order signal <=
+// pingpong <= single-stream, CAD never slower than colocated by more than its communication,
+// parameters against Llama-3-8B's published size, the gradient all-reduce formula, and OOM
+// reporting. test_sim_reference.cpp has the closed-form and event-by-event references.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include <nlohmann/json.hpp>
 
 #include "distca/core/specs.h"
-#include "distca/cost/analytic.h"
 #include "distca/cost/profiled.h"
 #include "distca/data/workload.h"
-#include "distca/plan/doc_index.h"
-#include "distca/plan/plan.h"
-#include "distca/plan/schedule.h"
-#include "distca/plan/traffic.h"
 #include "distca/plan/pipeline_schedule.h"
 #include "distca/sim/simulator.h"
+#include "pipeline_reference.h"
 #include "sim_test_util.h"
 
 namespace distca::sim {
 namespace {
 
+using testing::drawn;
 using testing::options;
 using testing::run;
 
@@ -36,20 +35,12 @@ Batch equal_docs(int64_t ranks, int64_t per_rank, int64_t len) {
   return pack_documents(lengths, ranks, per_rank * len, Layout::kContiguous);
 }
 
-std::vector<Batch> drawn(int64_t ranks, int64_t tokens, int64_t m, uint64_t seed, const std::string& dist = "prolong") {
-  WorkloadOptions w;
-  w.dist = dist;
-  w.ranks = ranks;
-  w.tokens_per_rank = tokens;
-  w.batches = m;
-  w.seed = seed;
-  return make_batches(w).value();
-}
-
+// Causal pairs of every document of b, row by row.
 double total_pairs(const Batch& b) {
-  const DocumentIndex index(b);
+  std::map<int64_t, int64_t> doc_len;
+  for (const auto& pieces : b.per_rank) for (const Piece& p : pieces) doc_len[p.doc] = p.doc_len;
   double s = 0;
-  for (int64_t id : index.doc_ids()) s += static_cast<double>(document_pairs(index.doc_len(id)));
+  for (const auto& [doc, len] : doc_len) s += testing::causal_pairs(0, len);
   return s;
 }
 
@@ -74,7 +65,7 @@ TEST(Strategies, EqualDocumentsTieUpToOverheads) {
   // the dK/dV reduce-scatter (backward, checkpointing) of every layer: each unit holds half of
   // each of its group's 8 documents and receives the other half.
   const SimOptions po = options("percp:2", 8);
-  const double bytes = 8.0 * 2048.0 * static_cast<double>(row_bytes(po.model, 2).kv);
+  const double bytes = 8.0 * 2048.0 * testing::kv_row_bytes(po.model, 2);
   const double coll = bytes / (8 * po.cluster.hw.inter_node_bw) + po.cluster.hw.inter_node_latency;
   EXPECT_LT(rel(percp.iteration_seconds - colo.iteration_seconds, 3 * 32 * coll), 1e-9);
   EXPECT_EQ(percp.cp_degree, 2);
@@ -121,9 +112,9 @@ TEST(Strategies, UniformPipelineBubbleIsPMinusOneOverMPlusPMinusOne) {
         ASSERT_GT(t_op[0], 0);
         ASSERT_GT(t_op[1], t_op[0]);
         double bound = 0;
-        for (const auto& tick : one_f_one_b_ticks(p, m)) {
+        for (const auto& tick : testing::reference_ticks(p, m)) {
           bool bwd = false;
-          for (const PipeOp& op : tick) bwd = bwd || op.backward;
+          for (const testing::RefOp& op : tick) bwd = bwd || op.backward;
           bound += t_op[bwd ? 1 : 0];
         }
         SimOptions c = o;
@@ -185,7 +176,7 @@ TEST(Strategies, CommBlockedIsTheRuntimesWaitsInCommunication) {
   }
 }
 
-// The CAD pipeline model runs exactly the runtime's ticks (one_f_one_b_ticks): read back from
+// The CAD pipeline model runs exactly 1F1B's lockstep ticks (the reference's): read back from
 // the trace, every stage's linear work comes op by op in its order there, every op of a tick
 // starts after every op of the previous tick (whose exchanges are collective over all units),
 // and the ops of one tick start together when a PP transfer (a global step) ended the
@@ -198,7 +189,7 @@ TEST(Strategies, CadPipelineReplaysOneFOneBTicks) {
     o.record_events = true;
     o.grad_sync = false;
     const SimResult r = run(o, mbs);
-    const auto ticks = one_f_one_b_ticks(p, m);
+    const auto ticks = testing::reference_ticks(p, m);
     ASSERT_EQ(r.pp_ticks, static_cast<int64_t>(ticks.size()));
     // [unit] (op, start of its first linear work) in trace order.
     std::vector<std::vector<std::pair<PipeOp, double>>> seen(static_cast<size_t>(p));
@@ -214,11 +205,11 @@ TEST(Strategies, CadPipelineReplaysOneFOneBTicks) {
     for (size_t t = 0; t < ticks.size(); ++t) {
       double first = -1, last = -1;
       bool sent = false;
-      for (const PipeOp& op : ticks[t]) {
+      for (const testing::RefOp& op : ticks[t]) {
         auto& v = seen[static_cast<size_t>(op.stage)];
         const size_t i = next[static_cast<size_t>(op.stage)]++;
         ASSERT_LT(i, v.size()) << "p=" << p << " tick " << t;
-        EXPECT_EQ(v[i].first, op) << "p=" << p << " tick " << t << " stage " << op.stage;
+        EXPECT_EQ(v[i].first, (PipeOp{op.stage, op.microbatch, op.backward})) << "p=" << p << " tick " << t << " stage " << op.stage;
         if (first < 0) first = v[i].second;
         if (prev_sent) {
           EXPECT_EQ(v[i].second, first) << "p=" << p << " tick " << t << " stage " << op.stage;
@@ -247,10 +238,10 @@ TEST(Strategies, OneGiantDocumentColocatedIsItsLastRanksTime) {
   // its NIC takes R-1 message latencies and all the bytes (network.h).
   const ModelSpec& m = o.model;
   const double G = 8, peak = o.cluster.hw.peak_flops;
-  const double att_fwd = attention_forward_flops(m, static_cast<double>(task_pairs(T, R * T))) / (G * peak * 0.5);
-  const double lin_fwd = static_cast<double>(T) * linear_forward_flops_per_token(m) / (G * peak * 0.5);
+  const double att_fwd = testing::attention_forward_flops_of(m, testing::causal_pairs((R - 1) * T, R * T)) / (G * peak * 0.5);
+  const double lin_fwd = static_cast<double>(T) * testing::layer_matmul_flops_per_token(m) / (G * peak * 0.5);
   const double xfer = static_cast<double>(R - 1) * o.cluster.hw.inter_node_latency +
-                      static_cast<double>((R - 1) * T * row_bytes(m, 2).kv) / (G * o.cluster.hw.inter_node_bw);
+                      static_cast<double>((R - 1) * T) * testing::kv_row_bytes(m, 2) / (G * o.cluster.hw.inter_node_bw);
   const double fwd = xfer + lin_fwd + att_fwd;
   // Checkpointing: 2x + the recomputed forward, which fetches the K/V again before dK/dV go back.
   const double bwd = 2 * xfer + 3 * lin_fwd + 2.5 * att_fwd;
@@ -349,28 +340,6 @@ TEST(Strategies, StatelessServersTradeBuffersForBytes) {
       EXPECT_LE(sl.per_unit[u].memory.buffers, keep.per_unit[u].memory.buffers) << "unit " << u;
     }
     EXPECT_GT(keep_buffers, 0);
-  }
-}
-
-TEST(Strategies, CpAccountingMatchesThePlannersPercp) {
-  const auto mbs = drawn(8, 16384, 1, 3);
-  const Batch& b = mbs.front();
-  for (int64_t c : {1, 2, 4, 8}) {
-    const SimOptions o = options("percp:" + std::to_string(c), 8);
-    const SimResult r = run(o, mbs);
-    ScheduleOptions so;
-    so.model = o.model;
-    auto s = schedule_percp(b, c, so);
-    ASSERT_TRUE(s.ok());
-    const std::vector<double> pairs = server_loads(8, s->tasks, nullptr);
-    for (int64_t u = 0; u < 8; ++u) {
-      EXPECT_DOUBLE_EQ(r.per_unit[static_cast<size_t>(u)].attention_pairs, 32 * pairs[static_cast<size_t>(u)]) << c;
-    }
-    const DocumentIndex index(b);
-    const AllGatherTraffic ag = compute_allgather(index, c, percp_groups(index, c), row_bytes(o.model, 2));
-    EXPECT_EQ(r.plan.comm_bytes_forward, static_cast<double>(ag.bytes)) << c;
-    // Backward: the recompute's all-gather again (checkpointing) and the reduce-scatter.
-    EXPECT_EQ(r.plan.comm_bytes_backward, 2 * static_cast<double>(ag.bytes)) << c;
   }
 }
 
