@@ -22,7 +22,7 @@
 
 #include "command.h"
 #include "launcher.h"
-#include "stats.h"
+#include "distca/core/stats.h"
 #include "distca/comm/launch.h"
 #include "distca/core/clock.h"
 #include "distca/core/io.h"

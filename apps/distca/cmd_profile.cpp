@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
-#include "stats.h"
+#include "distca/core/stats.h"
 #include "distca/comm/launch.h"
 #include "distca/core/clock.h"
 #include "distca/core/io.h"
