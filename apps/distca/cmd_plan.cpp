@@ -108,6 +108,37 @@ double plan_upfront_bytes(const BatchShape& s, bool full) {
   return plan_held_bytes(s, full) + plan_bytes(s.ranks, s.pieces, s.pieces, 0, 0);
 }
 
+// The plans' summary (one batch: its own; several: medians), as JSON (--json) or a table.
+int report(const Options& o, const std::string& model_name, const std::vector<nlohmann::json>& summaries) {
+  nlohmann::json out = summaries.size() == 1 ? summaries.front() : summarize_batches(summaries);
+  out["model"] = model_name;
+  if (o.workload.batch_file.empty()) {
+    out["dist"] = o.workload.options.dist;
+    out["layout"] = o.workload.layout;
+    out["seed"] = o.workload.options.seed;
+  } else {
+    out["batch_file"] = o.workload.batch_file;
+  }
+
+  if (!o.json_path.empty()) {
+    const std::string text = out.dump(2) + "\n";
+    const Status written = o.json_path == "-" ? write_stdout(text) : write_file_atomic(o.json_path, text);
+    return written.ok() ? kExitOk : fail(written);
+  }
+  std::printf("model %s, %s\n", model_name.c_str(),
+              o.workload.batch_file.empty() ? ("workload " + o.workload.options.dist + ", layout " + o.workload.layout).c_str()
+                                            : ("batch file " + o.workload.batch_file).c_str());
+  if (summaries.size() == 1) {
+    print_header(out);
+    print_ranks(out);
+  } else {
+    std::printf("%zu batches: medians (load max/mean: the worst batch)\n", summaries.size());
+    print_header(out);
+    print_batches(out["per_batch"]);
+  }
+  return kExitOk;
+}
+
 int run(const Options& o) {
   // Every flag is checked before any batch is drawn or planned.
   auto model = model_preset(o.model);
@@ -194,33 +225,7 @@ int run(const Options& o) {
     if (o.full) s["plan"] = plan_to_json(*plan);
     summaries.push_back(std::move(s));
   }
-  nlohmann::json out = summaries.size() == 1 ? summaries.front() : summarize_batches(summaries);
-  out["model"] = model->name;
-  if (o.workload.batch_file.empty()) {
-    out["dist"] = o.workload.options.dist;
-    out["layout"] = o.workload.layout;
-    out["seed"] = o.workload.options.seed;
-  } else {
-    out["batch_file"] = o.workload.batch_file;
-  }
-
-  if (!o.json_path.empty()) {
-    const std::string text = out.dump(2) + "\n";
-    const Status written = o.json_path == "-" ? write_stdout(text) : write_file_atomic(o.json_path, text);
-    return written.ok() ? kExitOk : fail(written);
-  }
-  std::printf("model %s, %s\n", model->name.c_str(),
-              o.workload.batch_file.empty() ? ("workload " + o.workload.options.dist + ", layout " + o.workload.layout).c_str()
-                                            : ("batch file " + o.workload.batch_file).c_str());
-  if (summaries.size() == 1) {
-    print_header(out);
-    print_ranks(out);
-  } else {
-    std::printf("%zu batches: medians (load max/mean: the worst batch)\n", summaries.size());
-    print_header(out);
-    print_batches(out["per_batch"]);
-  }
-  return kExitOk;
+  return report(o, model->name, summaries);
 }
 
 Runner setup(CLI::App& sub) {
