@@ -1,22 +1,13 @@
-// `distca bench train --pp P`: whole training steps of a P-stage pipeline (ranks = DP x P,
-// stage-major), colocated 1F1B against cad's 1F1B ticks with pooled attention (pingpong, and
-// single-stream), round-robin on one communicator like the data-parallel benchmark
-// (cmd_bench_train.cpp), with each stage's idle fraction, the FLOP-ideal and the simulator's
+// `distca bench train --pp P`: the pipeline benchmark (train::run_pipeline_bench, train/bench.h)
+// launched, and its report: each stage's idle fraction, the FLOP-ideal and the simulator's
 // prediction for the same configuration (docs/benchmarks.md, "Pipelines (bench train --pp)").
+// Also the pieces both halves of bench train share (bench_train.h): predict, the JSON of the
+// simulator's figures, the report's writing.
 //
-// Workload: M micro-batches per replica and step; micro-batch m holds one document of
-// --long-doc tokens per replica when m % 4 == 0 and --short-doc documents otherwise, so the
-// attention work of one micro-batch in four is much heavier (--workload uniform: every
-// micro-batch the long document; DataSource::fixed's cycle: the
-// trainer reads batch(step * M + m), M a multiple of 4 or not, always micro-batch m's batch).
-//
-// Also the pieces both halves of bench train share (bench_train.h): predict, the per-rank
-// figures, the JSON of the flags and of the simulator's figures.
-//
-// Idle of a rank in a step: 1 - (linear + attention) / the step's time, from every rank's own
-// StepMetrics (TrainResult::rank_steps); linear holds the layer phases, the embedding and the
-// optimizer, attention the kernels and row packing (served rows included), so idle is the
-// bubble, waiting for neighbours and exchanges, and the barrier behind the slowest rank.
+// Idle of a rank in a step: 1 - (linear + attention) / the step's time; linear holds the layer
+// phases, the embedding and the optimizer, attention the kernels and row packing (served rows
+// included), so idle is the bubble, waiting for neighbours and exchanges, and the barrier
+// behind the slowest rank.
 #include <algorithm>
 #include <cstdio>
 #include <memory>

@@ -7,18 +7,13 @@
 //
 //   mpirun -np 2 distca bench train --backend mpi --json -
 //
-// Every mode is one train::run_training call of --steps steps; its first --warmup-steps are
-// discarded. Step time is the trainer's StepMetrics::seconds on rank 0, which includes the
-// barrier before the gradient all-reduce, i.e. waiting for the slowest rank. Under mpirun every
-// rank runs the same steps and only rank 0 prints. On the local backend the ranks are threads
-// sharing the process's cores and memory, so its figures are a smoke test.
-#include <malloc.h>
-
+// The runs and measurements are train::run_data_parallel_bench's (train/bench.h); this file
+// checks the flags, launches, and prints. Under mpirun every rank runs the same steps and only
+// rank 0 prints. On the local backend the ranks are threads sharing the process's cores and
+// memory, so its figures are a smoke test.
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -34,13 +29,10 @@
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
 #include "distca/core/trace.h"
-#include "distca/cost/analytic.h"
 #include "distca/cost/step_flops.h"
 #include "distca/kernels/blas.h"
-#include "distca/kernels/profiler.h"
 #include "distca/train/config.h"
 #include "distca/train/data.h"
-#include "distca/train/memory.h"
 #include "distca/train/trainer.h"
 
 namespace distca::cli {

@@ -6,7 +6,8 @@
 // Workload. --pp 1: one batch over every rank; skewed: rank 0 holds documents of long_doc
 // tokens, every other rank short_doc ones. --pp P: micro_batches batches over the ranks / P
 // replicas, micro-batch m holds one long document per replica when m % 4 == 0 and short ones
-// otherwise. uniform: every rank and micro-batch the long documents.
+// otherwise. uniform: every rank and micro-batch the long documents. The trainer reads
+// DataSource::fixed's cycle at batch(step * M + m), so micro-batch m is always the same batch.
 //
 // Measurement. Step time is rank 0's StepMetrics::seconds (it ends in the barrier before the
 // gradient all-reduce, so it is the job's step); the first warmup_steps of every run are
