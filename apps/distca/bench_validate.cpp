@@ -128,7 +128,7 @@ Result<std::vector<Row>> replay_one(const nlohmann::json& bench, const std::stri
   const auto hw = std::make_shared<const HardwareProfile>(std::move(hp).value());
   if (!bench.contains("modes") || !bench["modes"].is_array() || bench["modes"].empty()) return bad(what, "\"modes\" missing or empty");
   const std::vector<Batch> batches = bench_train::bench_batches(f, ranks);
-  const double sgemm_mean = bench_train::mean_of(sgemm);
+  const double sgemm_mean = mean_of(sgemm);
   std::vector<Row> rows;
   for (const nlohmann::json& m : bench["modes"]) {
     for (const char* k : {"name", "mode", "overlap"}) {
@@ -144,8 +144,8 @@ Result<std::vector<Row>> replay_one(const nlohmann::json& bench, const std::stri
     r.measured_s = m["median_s"].get<double>();
     DISTCA_ASSIGN_OR_RETURN(std::vector<double> idle, numbers(m, "rank_idle", static_cast<size_t>(ranks), what));
     DISTCA_ASSIGN_OR_RETURN(std::vector<double> exposed, numbers(m, "rank_exposed", static_cast<size_t>(ranks), what));
-    r.idle_measured = bench_train::mean_of(idle);
-    r.exposed_measured = bench_train::mean_of(exposed);
+    r.idle_measured = mean_of(idle);
+    r.exposed_measured = mean_of(exposed);
     if (f.pp > 1) {
       DISTCA_ASSIGN_OR_RETURN(r.stage_idle_measured, numbers(m, "stage_idle", static_cast<size_t>(f.pp), what));
     }
@@ -157,8 +157,8 @@ Result<std::vector<Row>> replay_one(const nlohmann::json& bench, const std::stri
     } else {
       r.predicted_s = sim.step_s;
       r.ratio = r.measured_s > 0 ? sim.step_s / r.measured_s : 0;
-      r.idle_predicted = bench_train::mean_of(sim.rank_idle);
-      r.exposed_predicted = bench_train::mean_of(sim.rank_blocked);
+      r.idle_predicted = mean_of(sim.rank_idle);
+      r.exposed_predicted = mean_of(sim.rank_blocked);
       if (f.pp > 1) r.stage_idle_predicted = sim.stage_idle;
       r.step_ok = r.measured_s > 0 && std::abs(r.ratio - 1.0) <= kStepGoal;
       r.idle_ok = std::abs(r.idle_predicted - r.idle_measured) <= kIdleGoal;

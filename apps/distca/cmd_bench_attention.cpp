@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
-#include "stats.h"
+#include "distca/core/stats.h"
 #include "distca/core/clock.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
@@ -234,14 +234,12 @@ std::vector<std::pair<std::string, std::vector<std::pair<int64_t, int64_t>>>> cu
   return c;
 }
 
-int run_cuda(const BenchFlags& f) {
-  Result<kernels::CudaDeviceInfo> dev = kernels::cuda_device_info();
-  if (!dev.ok()) return fail_input("--device cuda: " + dev.status().message());
-  const kernels::DType dtype = f.dtype == "fp32" ? kernels::DType::kFloat32
-                               : f.dtype == "fp16" ? kernels::DType::kFloat16 : kernels::DType::kBFloat16;
-  const kernels::CudaKernel kernel = f.kernel == "simple" ? kernels::CudaKernel::kSimple
-                                     : f.kernel == "tiled" ? kernels::CudaKernel::kTiled : kernels::CudaKernel::kAuto;
-  // Refuse what does not fit the device, and shapes the kernels refuse, before running anything.
+constexpr int64_t kGemmN = 8192;  // the cuBLAS GEMM baseline's size
+
+// Refuses, before running anything, what does not fit the device and shapes the kernels
+// refuse: kExitOk, or the exit code.
+int check_cuda_cases(const BenchFlags& f, kernels::DType dtype, kernels::CudaKernel kernel,
+                     const kernels::CudaDeviceInfo& dev) {
   double need = 0;
   for (int d : f.head_dims) {
     for (const auto& [kind, tasks] : cuda_cases(f)) {
@@ -263,14 +261,100 @@ int run_cuda(const BenchFlags& f) {
                         plan.status().message());
     }
   }
-  if (need > 0.9 * static_cast<double>(dev->global_memory_bytes)) {
+  if (need > 0.9 * static_cast<double>(dev.global_memory_bytes)) {
     return fail_input("--max-len/--context/--heads: the largest case needs " + std::to_string(need / 1e9) +
-                      " GB of device memory; " + dev->name + " has " +
-                      std::to_string(static_cast<double>(dev->global_memory_bytes) / 1e9));
+                      " GB of device memory; " + dev.name + " has " +
+                      std::to_string(static_cast<double>(dev.global_memory_bytes) / 1e9));
   }
+  return kExitOk;
+}
+
+// Against the H200 goals: the longest single task's forward and backward, and the
+// 128-row shard batch against the single task of the same context (forward + backward).
+nlohmann::json cuda_summary(const BenchFlags& f, const std::vector<CudaCase>& results, double gemm) {
+  nlohmann::json summary = nlohmann::json::object();
+  for (int d : f.head_dims) {
+    const CudaCase *longest = nullptr, *at_context = nullptr, *shard128 = nullptr;
+    for (const auto& r : results) {
+      if (r.head_dim != d) continue;
+      if (r.kind == "single" && (longest == nullptr || r.q_len > longest->q_len)) longest = &r;
+      if (r.kind == "single" && r.q_len == f.context) at_context = &r;
+      if (r.kind == "shard" && r.q_len / r.tasks == 128) shard128 = &r;
+    }
+    nlohmann::json s;
+    if (longest != nullptr) {
+      s["longest_single_len"] = longest->q_len;
+      s["forward_tflops"] = longest->fwd_tflops();
+      s["backward_tflops"] = longest->bwd_tflops();
+      s["forward_goal_250_met"] = longest->fwd_tflops() >= 250;
+      s["backward_goal_180_met"] = longest->bwd_tflops() >= 180;
+      s["forward_over_gemm"] = longest->fwd_tflops() / gemm;
+      s["backward_over_gemm"] = longest->bwd_tflops() / gemm;
+    }
+    if (at_context != nullptr && shard128 != nullptr) {
+      s["shard128_over_single"] = shard128->fb_tflops() / at_context->fb_tflops();
+      s["shard_goal_0_8_met"] = shard128->fb_tflops() / at_context->fb_tflops() >= 0.8;
+    }
+    summary["head_dim_" + std::to_string(d)] = s;
+  }
+  return summary;
+}
+
+int print_cuda(const BenchFlags& f, const kernels::CudaDeviceInfo& dev, const std::vector<CudaCase>& results,
+               double gemm, const nlohmann::json& summary) {
+  if (f.json) {
+    nlohmann::json j;
+    j["device"] = "cuda";
+    j["gpu"] = dev.name;
+    j["sm"] = std::to_string(dev.sm_major) + std::to_string(dev.sm_minor);
+    j["dtype"] = f.dtype;
+    j["kernel"] = f.kernel;
+    j["n_heads"] = f.heads;
+    j["n_kv_heads"] = f.kv_heads;
+    j["causal"] = true;
+    j["cublas_gemm_n"] = kGemmN;
+    j["cublas_gemm_tflops"] = gemm;
+    j["cases"] = nlohmann::json::array();
+    for (const auto& r : results) {
+      j["cases"].push_back({{"kind", r.kind}, {"head_dim", r.head_dim}, {"q_len", r.q_len}, {"kv_len", r.kv_len},
+                            {"tasks", r.tasks}, {"forward_tflops", r.fwd_tflops()}, {"backward_tflops", r.bwd_tflops()},
+                            {"forward_ms", r.t.forward_seconds * 1e3}, {"backward_ms", r.t.backward_seconds * 1e3},
+                            {"forward_over_gemm", r.fwd_tflops() / gemm}, {"backward_over_gemm", r.bwd_tflops() / gemm},
+                            {"forward_kernel", kernels::cuda_kernel_name(r.t.forward_kernel)},
+                            {"backward_kernel", kernels::cuda_kernel_name(r.t.backward_kernel)}});
+    }
+    j["summary"] = summary;
+    if (Status st = write_stdout(j.dump(2) + "\n"); !st.ok()) return fail(st);
+    return kExitOk;
+  }
+  std::string report;
+  appendf(report, "CUDA attention kernels on %s (sm_%d%d), %s, n_heads %d, n_kv_heads %d, causal\n", dev.name.c_str(),
+          dev.sm_major, dev.sm_minor, f.dtype.c_str(), f.heads, f.kv_heads);
+  appendf(report, "cuBLAS GEMM %lld^3 (%s, fp32 accumulate): %.1f TFLOP/s (median)\n\n", static_cast<long long>(kGemmN),
+          f.dtype.c_str(), gemm);
+  appendf(report, "%-7s %4s %8s %8s %5s %9s %9s %9s %9s  %s\n", "case", "d", "q_len", "kv_len", "tasks", "fwd TF/s",
+          "bwd TF/s", "fwd ms", "bwd ms", "kernels");
+  for (const auto& r : results) {
+    appendf(report, "%-7s %4d %8lld %8lld %5lld %9.1f %9.1f %9.3f %9.3f  %s/%s\n", r.kind.c_str(), r.head_dim,
+            static_cast<long long>(r.q_len), static_cast<long long>(r.kv_len), static_cast<long long>(r.tasks),
+            r.fwd_tflops(), r.bwd_tflops(), r.t.forward_seconds * 1e3, r.t.backward_seconds * 1e3,
+            kernels::cuda_kernel_name(r.t.forward_kernel), kernels::cuda_kernel_name(r.t.backward_kernel));
+  }
+  appendf(report, "\nsummary: %s\n", summary.dump().c_str());
+  if (Status st = write_stdout(report); !st.ok()) return fail(st);
+  return kExitOk;
+}
+
+int run_cuda(const BenchFlags& f) {
+  Result<kernels::CudaDeviceInfo> dev = kernels::cuda_device_info();
+  if (!dev.ok()) return fail_input("--device cuda: " + dev.status().message());
+  const kernels::DType dtype = f.dtype == "fp32" ? kernels::DType::kFloat32
+                               : f.dtype == "fp16" ? kernels::DType::kFloat16 : kernels::DType::kBFloat16;
+  const kernels::CudaKernel kernel = f.kernel == "simple" ? kernels::CudaKernel::kSimple
+                                     : f.kernel == "tiled" ? kernels::CudaKernel::kTiled : kernels::CudaKernel::kAuto;
+  if (const int code = check_cuda_cases(f, dtype, kernel, *dev); code != kExitOk) return code;
   const bool progress = stderr_is_terminal() && !f.json;
   // The baseline measured in the same run on the same GPU: cuBLAS GEMM in the same dtype.
-  constexpr int64_t kGemmN = 8192;
   Result<double> gemm = kernels::time_cublas_gemm(kGemmN, dtype, std::max(3, f.repeats));
   if (!gemm.ok()) return fail(gemm.status());
   std::vector<CudaCase> results;
@@ -291,74 +375,8 @@ int run_cuda(const BenchFlags& f) {
     }
   }
   if (progress) std::fprintf(stderr, "\r%60s\r", "");
-  // Summary against the H200 goals: the longest single task's forward and backward, and
-  // the 128-row shard batch against the single task of the same context (forward + backward).
-  nlohmann::json summary = nlohmann::json::object();
-  for (int d : f.head_dims) {
-    const CudaCase *longest = nullptr, *at_context = nullptr, *shard128 = nullptr;
-    for (const auto& r : results) {
-      if (r.head_dim != d) continue;
-      if (r.kind == "single" && (longest == nullptr || r.q_len > longest->q_len)) longest = &r;
-      if (r.kind == "single" && r.q_len == f.context) at_context = &r;
-      if (r.kind == "shard" && r.q_len / r.tasks == 128) shard128 = &r;
-    }
-    nlohmann::json s;
-    if (longest != nullptr) {
-      s["longest_single_len"] = longest->q_len;
-      s["forward_tflops"] = longest->fwd_tflops();
-      s["backward_tflops"] = longest->bwd_tflops();
-      s["forward_goal_250_met"] = longest->fwd_tflops() >= 250;
-      s["backward_goal_180_met"] = longest->bwd_tflops() >= 180;
-      s["forward_over_gemm"] = longest->fwd_tflops() / *gemm;
-      s["backward_over_gemm"] = longest->bwd_tflops() / *gemm;
-    }
-    if (at_context != nullptr && shard128 != nullptr) {
-      s["shard128_over_single"] = shard128->fb_tflops() / at_context->fb_tflops();
-      s["shard_goal_0_8_met"] = shard128->fb_tflops() / at_context->fb_tflops() >= 0.8;
-    }
-    summary["head_dim_" + std::to_string(d)] = s;
-  }
-  if (f.json) {
-    nlohmann::json j;
-    j["device"] = "cuda";
-    j["gpu"] = dev->name;
-    j["sm"] = std::to_string(dev->sm_major) + std::to_string(dev->sm_minor);
-    j["dtype"] = f.dtype;
-    j["kernel"] = f.kernel;
-    j["n_heads"] = f.heads;
-    j["n_kv_heads"] = f.kv_heads;
-    j["causal"] = true;
-    j["cublas_gemm_n"] = kGemmN;
-    j["cublas_gemm_tflops"] = *gemm;
-    j["cases"] = nlohmann::json::array();
-    for (const auto& r : results) {
-      j["cases"].push_back({{"kind", r.kind}, {"head_dim", r.head_dim}, {"q_len", r.q_len}, {"kv_len", r.kv_len},
-                            {"tasks", r.tasks}, {"forward_tflops", r.fwd_tflops()}, {"backward_tflops", r.bwd_tflops()},
-                            {"forward_ms", r.t.forward_seconds * 1e3}, {"backward_ms", r.t.backward_seconds * 1e3},
-                            {"forward_over_gemm", r.fwd_tflops() / *gemm}, {"backward_over_gemm", r.bwd_tflops() / *gemm},
-                            {"forward_kernel", kernels::cuda_kernel_name(r.t.forward_kernel)},
-                            {"backward_kernel", kernels::cuda_kernel_name(r.t.backward_kernel)}});
-    }
-    j["summary"] = summary;
-    if (Status st = write_stdout(j.dump(2) + "\n"); !st.ok()) return fail(st);
-    return kExitOk;
-  }
-  std::string report;
-  appendf(report, "CUDA attention kernels on %s (sm_%d%d), %s, n_heads %d, n_kv_heads %d, causal\n", dev->name.c_str(),
-          dev->sm_major, dev->sm_minor, f.dtype.c_str(), f.heads, f.kv_heads);
-  appendf(report, "cuBLAS GEMM %lld^3 (%s, fp32 accumulate): %.1f TFLOP/s (median)\n\n", static_cast<long long>(kGemmN),
-          f.dtype.c_str(), *gemm);
-  appendf(report, "%-7s %4s %8s %8s %5s %9s %9s %9s %9s  %s\n", "case", "d", "q_len", "kv_len", "tasks", "fwd TF/s",
-          "bwd TF/s", "fwd ms", "bwd ms", "kernels");
-  for (const auto& r : results) {
-    appendf(report, "%-7s %4d %8lld %8lld %5lld %9.1f %9.1f %9.3f %9.3f  %s/%s\n", r.kind.c_str(), r.head_dim,
-            static_cast<long long>(r.q_len), static_cast<long long>(r.kv_len), static_cast<long long>(r.tasks),
-            r.fwd_tflops(), r.bwd_tflops(), r.t.forward_seconds * 1e3, r.t.backward_seconds * 1e3,
-            kernels::cuda_kernel_name(r.t.forward_kernel), kernels::cuda_kernel_name(r.t.backward_kernel));
-  }
-  appendf(report, "\nsummary: %s\n", summary.dump().c_str());
-  if (Status st = write_stdout(report); !st.ok()) return fail(st);
-  return kExitOk;
+  const nlohmann::json summary = cuda_summary(f, results, *gemm);
+  return print_cuda(f, *dev, results, *gemm, summary);
 }
 #else
 int run_cuda(const BenchFlags&) {

@@ -33,7 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
-#include "stats.h"
+#include "distca/core/stats.h"
 #include "distca/core/clock.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"

@@ -23,8 +23,8 @@
 
 #include "bench_validate.h"
 #include "command.h"
-#include "stats.h"
 #include "launcher.h"
+#include "distca/core/stats.h"
 #include "distca/core/clock.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"

@@ -22,7 +22,7 @@
 
 #include "command.h"
 #include "launcher.h"
-#include "stats.h"
+#include "distca/core/stats.h"
 #include "distca/comm/launch.h"
 #include "distca/core/clock.h"
 #include "distca/core/io.h"
@@ -194,27 +194,8 @@ comm::Settings step_settings(const StepFlags& f) {
   return s;
 }
 
-int run(const StepFlags& f) {
-  comm::LaunchOptions lo{f.backend == "mpi" ? comm::Backend::kMpi : comm::Backend::kLocal, f.ranks, {}};
-  lo.mpi.progress = f.mpi_progress == "thread" ? comm::ProgressMode::kThread
-                    : f.mpi_progress == "poll" ? comm::ProgressMode::kPoll
-                                               : comm::ProgressMode::kAuto;
-  lo.mpi.poll_interval_us = f.mpi_poll_us;
-  lo.mpi.max_poll_interval_us = std::max(f.mpi_poll_us, f.mpi_max_poll_us);
-  lo.mpi.timeout_s = f.mpi_timeout;
-  std::vector<std::vector<Measured>> per;  // [slot]: this process's ranks
-  std::vector<TraceEvent> events;
-  auto prepare = [&](const comm::GroupInfo& g) -> Status {
-    if (f.backend == "mpi" && g.size < 2) return Status::invalid_argument("--backend mpi needs at least 2 ranks (mpirun -np 2 ...)");
-    per.resize(static_cast<size_t>(g.here));
-    return Status::ok_status();
-  };
-  const comm::Launched launched = comm::launch(lo, step_settings(f), prepare, [&](comm::Communicator& c, int slot) {
-    return run_rank(c, f, &per[static_cast<size_t>(slot)], slot == 0 ? &events : nullptr);
-  });
-  if (!launched.status.ok()) return launch_failed(launched);
-  if (!launched.speaks) return kExitOk;
-  const std::vector<Measured>& results = per[0];
+// The figures of every configuration (rank 0's), the speedups, --json and --trace.
+int report(const StepFlags& f, int64_t ranks, const std::vector<Measured>& results, const std::vector<TraceEvent>& events) {
 
   auto find = [&](const std::string& s, runtime::OverlapMode m) -> const Measured* {
     for (const auto& x : results) {
@@ -241,7 +222,7 @@ int run(const StepFlags& f) {
 
   nlohmann::json j;
   j["backend"] = f.backend;
-  j["ranks"] = static_cast<int64_t>(results.empty() ? 0 : launched.group.size);
+  j["ranks"] = static_cast<int64_t>(results.empty() ? 0 : ranks);
   j["omp_threads"] = omp_get_max_threads();
   j["long_doc"] = f.long_doc;
   j["short_doc"] = f.short_doc;
@@ -296,6 +277,29 @@ int run(const StepFlags& f) {
   if (Status w = write_files_atomic(files); !w.ok()) return fail(w);
   if (Status w = write_stdout(report); !w.ok()) return fail(w);
   return kExitOk;
+}
+
+int run(const StepFlags& f) {
+  comm::LaunchOptions lo{f.backend == "mpi" ? comm::Backend::kMpi : comm::Backend::kLocal, f.ranks, {}};
+  lo.mpi.progress = f.mpi_progress == "thread" ? comm::ProgressMode::kThread
+                    : f.mpi_progress == "poll" ? comm::ProgressMode::kPoll
+                                               : comm::ProgressMode::kAuto;
+  lo.mpi.poll_interval_us = f.mpi_poll_us;
+  lo.mpi.max_poll_interval_us = std::max(f.mpi_poll_us, f.mpi_max_poll_us);
+  lo.mpi.timeout_s = f.mpi_timeout;
+  std::vector<std::vector<Measured>> per;  // [slot]: this process's ranks
+  std::vector<TraceEvent> events;
+  auto prepare = [&](const comm::GroupInfo& g) -> Status {
+    if (f.backend == "mpi" && g.size < 2) return Status::invalid_argument("--backend mpi needs at least 2 ranks (mpirun -np 2 ...)");
+    per.resize(static_cast<size_t>(g.here));
+    return Status::ok_status();
+  };
+  const comm::Launched launched = comm::launch(lo, step_settings(f), prepare, [&](comm::Communicator& c, int slot) {
+    return run_rank(c, f, &per[static_cast<size_t>(slot)], slot == 0 ? &events : nullptr);
+  });
+  if (!launched.status.ok()) return launch_failed(launched);
+  if (!launched.speaks) return kExitOk;
+  return report(f, launched.group.size, per[0], events);
 }
 
 Runner setup(CLI::App& app) {

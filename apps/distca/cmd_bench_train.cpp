@@ -7,18 +7,13 @@
 //
 //   mpirun -np 2 distca bench train --backend mpi --json -
 //
-// Every mode is one train::run_training call of --steps steps; its first --warmup-steps are
-// discarded. Step time is the trainer's StepMetrics::seconds on rank 0, which includes the
-// barrier before the gradient all-reduce, i.e. waiting for the slowest rank. Under mpirun every
-// rank runs the same steps and only rank 0 prints. On the local backend the ranks are threads
-// sharing the process's cores and memory, so its figures are a smoke test.
-#include <malloc.h>
-
+// The runs and measurements are train::run_data_parallel_bench's (train/bench.h); this file
+// checks the flags, launches, and prints. Under mpirun every rank runs the same steps and only
+// rank 0 prints. On the local backend the ranks are threads sharing the process's cores and
+// memory, so its figures are a smoke test.
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -34,254 +29,21 @@
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
 #include "distca/core/trace.h"
-#include "distca/cost/analytic.h"
 #include "distca/cost/step_flops.h"
 #include "distca/kernels/blas.h"
-#include "distca/kernels/profiler.h"
 #include "distca/train/config.h"
 #include "distca/train/data.h"
-#include "distca/train/memory.h"
 #include "distca/train/trainer.h"
 
 namespace distca::cli {
-namespace bench_train {
-
-constexpr std::array<Mode, 4> kModes{{{"colocated", "colocated", ""},
-                                      {"cad single-stream", "cad", "single-stream"},
-                                      {"cad pingpong", "cad", "pingpong"},
-                                      {"cad signal", "cad", "signal"}}};
-constexpr size_t kColocated = 0, kSingle = 1, kPingPong = 2, kSignal = 3;
-
-int64_t long_doc(const TrainBenchFlags& f) { return f.long_doc > 0 ? f.long_doc : f.tokens; }
-
-// Width-scaled `tiny` heads: head_dim fixed, half as many K/V heads (GQA) when the count is
-// even; SwiGLU ffn about 8/3 of the width, on a multiple of 64.
-ModelSpec bench_spec(const TrainBenchFlags& f) {
-  ModelSpec m;
-  m.name = "bench-train";
-  m.n_layers = f.layers;
-  m.hidden = f.width;
-  m.head_dim = f.head_dim;
-  m.n_heads = f.width / f.head_dim;
-  m.n_kv_heads = m.n_heads % 2 == 0 ? m.n_heads / 2 : m.n_heads;
-  m.ffn = std::max<int64_t>(64, (8 * f.width / 3 + 32) / 64 * 64);
-  m.vocab = f.vocab;
-  return m;
-}
-
-train::TrainConfig make_config(const TrainBenchFlags& f, int64_t ranks, const Mode& mode) {
-  const ModelSpec m = bench_spec(f);
-  train::TrainConfig c;
-  c.model = "tiny";
-  c.model_overrides = {m.n_layers, m.hidden, m.n_heads, m.n_kv_heads, m.head_dim, m.ffn, m.vocab};
-  c.ranks = ranks;
-  c.backend = f.backend;
-  // The modes are this file's constants (or names bench validate read back): they parse.
-  c.mode = train::parse_train_mode(mode.mode).value();
-  if (*mode.overlap != '\0') c.overlap = runtime::parse_overlap_mode(mode.overlap).value();
-  c.tolerance = f.tolerance;
-  c.steps = f.steps;
-  c.tokens_per_rank = f.tokens;
-  // The data come from DataSource::fixed; dist and max_doc_len only describe them to the
-  // validation and to the memory estimate (longest document).
-  c.dist = "fixed:" + std::to_string(long_doc(f));
-  c.max_doc_len = std::max(long_doc(f), f.short_doc);
-  c.copy_vocab = std::min<int64_t>(32, f.vocab);
-  c.pp = f.pp;
-  c.micro_batches = f.micro_batches > 0 ? f.micro_batches : 1;
-  return c;
-}
-
-// Skewed: rank 0 documents of long_doc tokens, ranks 1..n-1 documents of short_doc tokens;
-// uniform: every rank documents of long_doc tokens.
-Batch dp_batch(const TrainBenchFlags& f, int64_t n) {
-  Batch b;
-  b.ranks = n;
-  b.tokens_per_rank = f.tokens;
-  b.per_rank.resize(static_cast<size_t>(n));
-  int64_t id = 0;
-  for (int64_t r = 0; r < n; ++r) {
-    const int64_t len = r == 0 || f.workload == "uniform" ? long_doc(f) : f.short_doc;
-    for (int64_t t = 0; t + len <= f.tokens; t += len) b.per_rank[static_cast<size_t>(r)].push_back({id++, 0, len, len});
-  }
-  return b;
-}
-
-// FLOPs of one step (forward + backward) per rank under colocated: its own documents' attention
-// and its tokens' linear work (projections, SwiGLU, LM head), counted as cost/analytic.h does.
-struct StepFlops {
-  std::vector<double> linear, attention;  // [ranks]
-  double total(size_t r) const { return linear[r] + attention[r]; }
-};
-StepFlops step_flops(const ModelSpec& m, const Batch& b) {
-  StepFlops s;
-  for (const auto& pieces : b.per_rank) {
-    double pairs = 0, tokens = 0;
-    for (const Piece& p : pieces) {
-      pairs += static_cast<double>(document_pairs(p.len));
-      tokens += static_cast<double>(p.len);
-    }
-    const TrainingFlops f = training_step_flops(m, tokens, pairs);
-    s.linear.push_back(f.linear);
-    s.attention.push_back(f.attention);
-  }
-  return s;
-}
-
-// The model's linear shapes for a nano-batch of rows (QKV, O, gate+up, down), the sgemm probe's.
-std::vector<kernels::SgemmShape> linear_shapes(const ModelSpec& m) {
-  return {{m.hidden, m.q_dim() + 2 * m.kv_dim()}, {m.q_dim(), m.hidden}, {m.hidden, 2 * m.ffn}, {m.ffn, m.hidden}};
-}
-int64_t sgemm_rows(const TrainBenchFlags& f) { return std::min<int64_t>(4096, std::max<int64_t>(16, f.tokens / 2)); }
-Status probe_sgemm_round(comm::Communicator& comm, const TrainBenchFlags& f, std::vector<double>& best) {
-  DISTCA_RETURN_IF_ERROR(comm.barrier());
-  const double rate = measure_sgemm(f, comm.rank());
-  DISTCA_ASSIGN_OR_RETURN(std::vector<double> rates, comm.all_gather_value(rate));
-  for (size_t r = 0; r < rates.size() && r < best.size(); ++r) best[r] = std::max(best[r], rates[r]);
-  return {};
-}
-
-double measure_sgemm(const TrainBenchFlags& f, int rank) {
-  return kernels::measure_sgemm_flops(sgemm_rows(f), linear_shapes(bench_spec(f)), static_cast<uint64_t>(rank));
-}
-
-// The memory every mode's run needs in this process, against the limit (--max-memory).
-Status check_bench_memory(const TrainBenchFlags& f, int64_t ranks, bool lead, const std::vector<Mode>& modes) {
-  train::MemoryInputs mi;
-  mi.mpi = f.backend == "mpi";
-  mi.ranks_in_process = mi.mpi ? 1 : ranks;
-  mi.threads_per_rank = mi.mpi ? 2 : 1;  // one compute thread (+ mpi's progress thread)
-  mi.lead = lead;
-  double need = 0;
-  for (const Mode& m : modes) {
-    const train::TrainConfig cfg = make_config(f, ranks, m);
-    DISTCA_ASSIGN_OR_RETURN(ModelSpec spec, cfg.model_spec());
-    need = std::max(need, train::estimate_train_memory(cfg, spec, mi).process_total());
-  }
-  need += static_cast<double>(kernels::sgemm_probe_bytes(sgemm_rows(f), linear_shapes(bench_spec(f))) * mi.ranks_in_process);
-  const int64_t here = mi.mpi ? std::max<int64_t>(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE")) : 1;
-  const std::string what = "bench train --tokens-per-rank " + std::to_string(f.tokens) + " --width " +
-                           std::to_string(f.width) + " --layers " + std::to_string(f.layers) +
-                           (mi.mpi ? (here > 1 ? " x " + std::to_string(here) + " processes on this machine" : "")
-                                   : " --ranks " + std::to_string(ranks));
-  return check_memory(need * static_cast<double>(here), what);
-}
-
-comm::Settings bench_settings(const TrainBenchFlags& f) {
-  comm::Settings s;
-  s.add("command", "bench train").add("--width", f.width).add("--layers", f.layers).add("--head-dim", f.head_dim);
-  s.add("--vocab", f.vocab).add("--tokens-per-rank", f.tokens).add("--long-doc", f.long_doc);
-  s.add("--short-doc", f.short_doc).add("--workload", f.workload).add("--rounds", f.rounds).add("--steps", f.steps);
-  s.add("--warmup-steps", f.warmup_steps).add("--tolerance", f.tolerance).add("--pp", f.pp);
-  s.add("--micro-batches", f.micro_batches).add("--trace given", !f.trace.empty());
-  return s;
-}
-
-}  // namespace bench_train
-
 namespace {
 
 using namespace bench_train;
 
-// Resident high-water mark: reset by writing 5 to clear_refs (VmHWM becomes the current RSS),
-// after returning freed heap to the kernel, so that a mode's peak is its own and not the
-// previous mode's freed buffers.
-bool reset_peak_memory() {
-  malloc_trim(0);
-  std::ofstream f("/proc/self/clear_refs");
-  if (!f) return false;
-  f << "5";
-  f.flush();
-  return static_cast<bool>(f);
-}
-int64_t peak_memory_bytes() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;  // kB
-  }
-  return 0;
-}
-
-struct ModeFigures {
-  std::vector<double> steps;                  // timed steps of every round, seconds
-  std::vector<double> round_median;           // [rounds]
-  std::vector<double> linear, attention, comm, wait, optimizer;  // per timed step
-  std::vector<double> other;  // the step's rest: planning, inputs, runner set-up
-  std::vector<int64_t> peak;                  // [ranks] max over rounds (VmHWM or estimate)
-  std::vector<int64_t> buffers;               // [ranks] the trainer's buffer estimate
-  int64_t bytes_sent = 0;
-  bool outputs_valid = true;
-  RankFigures per_rank;                       // every rank's idle and exposed communication
-};
-
-struct Figures {
-  std::array<ModeFigures, kModes.size()> modes;
-  std::vector<double> sgemm;  // [ranks] FLOP/s
-  bool resident = true;       // peaks are VmHWM (false: clear_refs unwritable, buffer estimates)
-  std::vector<TraceEvent> trace;  // --trace: every rank's events of the traced step
-};
-
-// One rank's whole benchmark; `process_lead`: this thread measures its process's memory
-// (every mpi rank; rank 0's thread of the local backend); `recorder`: the mpi communicator's
-// trace recorder (null: the trainer's own). Figures are filled on rank 0.
-Status run_rank(comm::Communicator& comm, const TrainBenchFlags& f, const train::DataSource& data, bool process_lead,
-                TraceRecorder* recorder, Figures* out) {
-  const int64_t n = comm.size();
-  const bool lead = comm.rank() == 0;
-  const kernels::ScopedComputeThreads one_thread(1);
-  Figures fig;
-  fig.sgemm.assign(static_cast<size_t>(n), 0);
-  for (ModeFigures& m : fig.modes) m.peak.assign(static_cast<size_t>(n), 0);
-  train::TrainHooks hooks;
-  hooks.data = &data;
-  for (int round = 0; round < f.rounds; ++round) {
-    DISTCA_RETURN_IF_ERROR(probe_sgemm_round(comm, f, fig.sgemm));
-    for (size_t mi = 0; mi < kModes.size(); ++mi) {
-      train::TrainConfig cfg = make_config(f, n, kModes[mi]);
-      const bool traced = !f.trace.empty() && round + 1 == f.rounds && mi == kPingPong;
-      if (traced) cfg.trace = f.trace;  // the trainer records the run's last step; we write it
-      hooks.trace = traced ? recorder : nullptr;
-      ModeFigures& m = fig.modes[mi];
-      DISTCA_RETURN_IF_ERROR(comm.barrier());  // nothing allocates while the mark is reset
-      int resident = process_lead ? (reset_peak_memory() ? 1 : 0) : 1;
-      DISTCA_RETURN_IF_ERROR(comm.barrier());
-      train::TrainResult result;
-      DISTCA_RETURN_IF_ERROR(train::run_training(cfg, comm, hooks, lead ? &result : nullptr));
-      DISTCA_RETURN_IF_ERROR(comm.barrier());  // local backend: every rank thread is done
-      const int64_t peak = process_lead ? peak_memory_bytes() : 0;
-      DISTCA_ASSIGN_OR_RETURN(std::vector<int64_t> peaks, comm.all_gather_value(peak));
-      DISTCA_ASSIGN_OR_RETURN(std::vector<int> res, comm.all_gather_value(resident));
-      if (!lead) continue;
-      fig.resident = fig.resident && std::all_of(res.begin(), res.end(), [](int x) { return x == 1; });
-      std::vector<double> mine;
-      for (size_t s = static_cast<size_t>(f.warmup_steps); s < result.steps.size(); ++s) {
-        const train::StepMetrics& st = result.steps[s];
-        mine.push_back(st.seconds);
-        m.linear.push_back(st.linear_s);
-        m.attention.push_back(st.attention_s);
-        m.comm.push_back(st.comm_s);
-        m.wait.push_back(st.wait_s);
-        m.optimizer.push_back(st.optimizer_s);
-        m.other.push_back(st.seconds - st.busy_s() - st.comm_s - st.wait_s);
-        m.bytes_sent = st.bytes_sent;
-      }
-      m.steps.insert(m.steps.end(), mine.begin(), mine.end());
-      m.round_median.push_back(median(mine));
-      m.per_rank.add(result, f.warmup_steps);
-      m.buffers = result.buffer_bytes;
-      if (traced) fig.trace = std::move(result.trace);
-      m.outputs_valid = result.outputs_valid;
-      for (size_t r = 0; r < m.peak.size(); ++r) {
-        // Local backend: one process holds every rank; its peak is rank 0's entry.
-        const int64_t p = f.backend == "mpi" ? peaks[r] : (r == 0 ? peaks[0] : 0);
-        m.peak[r] = std::max(m.peak[r], p);
-      }
-    }
-  }
-  if (lead) *out = std::move(fig);
-  return Status::ok_status();
-}
+const std::vector<Mode> kModes = data_parallel_modes();
+constexpr size_t kColocated = kDpColocated, kSingle = kDpSingle, kPingPong = kDpPingPong, kSignal = kDpSignal;
+using ModeFigures = DpModeFigures;
+using Figures = DpFigures;
 
 std::string mib(int64_t b) {
   char s[32];
@@ -289,31 +51,37 @@ std::string mib(int64_t b) {
   return s;
 }
 
-// Median over rounds of a / b, each round's two modes paired (they ran back to back, so a slow
-// period of a shared host falls on both).
-double paired(const ModeFigures& a, const ModeFigures& b) {
-  std::vector<double> r;
-  for (size_t i = 0; i < std::min(a.round_median.size(), b.round_median.size()); ++i) {
-    if (b.round_median[i] > 0) r.push_back(a.round_median[i] / b.round_median[i]);
-  }
-  return median(r);
-}
+double paired(const ModeFigures& a, const ModeFigures& b) { return paired_ratio(a.round_median, b.round_median); }
 
-int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const std::shared_ptr<const HardwareProfile>& hw) {
-  const ModelSpec spec = bench_spec(f);
-  const Batch batch = dp_batch(f, ranks);
-  const StepFlops fl = step_flops(spec, batch);
-  double fmax = 0, fsum = 0, rate_sum = 0;
-  for (size_t r = 0; r < fl.linear.size(); ++r) fmax = std::max(fmax, fl.total(r)), fsum += fl.total(r);
-  for (double x : fig.sgemm) rate_sum += x;
-  const double ideal = fmax / (fsum / static_cast<double>(ranks));
+// The figures the report derives from the measurements, beside them.
+struct Derived {
+  ModelSpec spec;
+  Batch batch;
+  std::vector<TrainingFlops> flops;  // [rank] colocated
+  double flops_sum = 0, rate_sum = 0, ideal = 0;
+  double exposed = 0, exposed_paired = 0, speedup_pingpong = 0, slowdown = 0;
+};
+
+Derived derive(const TrainBenchFlags& f, int64_t ranks, const Figures& fig) {
+  Derived d;
+  d.spec = bench_spec(f);
+  d.batch = dp_batch(f, ranks);
+  d.flops = rank_step_flops(d.spec, d.batch);
+  double fmax = 0;
+  for (const TrainingFlops& x : d.flops) fmax = std::max(fmax, x.total()), d.flops_sum += x.total();
+  for (double x : fig.sgemm) d.rate_sum += x;
+  d.ideal = fmax / (d.flops_sum / static_cast<double>(ranks));
   const auto& md = fig.modes;
   const double pp = median(md[kPingPong].steps), sig = median(md[kSignal].steps);
-  const double exposed = pp > 0 ? (pp - sig) / pp : 0;
-  const double exposed_paired = 1.0 - 1.0 / paired(md[kPingPong], md[kSignal]);
-  const double sp_pp = paired(md[kColocated], md[kPingPong]);
-  const double slowdown = paired(md[kSingle], md[kPingPong]) - 1.0;
+  d.exposed = pp > 0 ? (pp - sig) / pp : 0;
+  d.exposed_paired = 1.0 - 1.0 / paired(md[kPingPong], md[kSignal]);
+  d.speedup_pingpong = paired(md[kColocated], md[kPingPong]);
+  d.slowdown = paired(md[kSingle], md[kPingPong]) - 1.0;
+  return d;
+}
 
+nlohmann::json header_json(const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const Derived& d) {
+  const ModelSpec& spec = d.spec;
   nlohmann::json j;
   j["format"] = kBenchTrainFormat;
   j["bench_flags"] = bench_flags_json(f);
@@ -330,13 +98,17 @@ int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const st
   j["steps"] = f.steps;
   j["warmup_steps"] = f.warmup_steps;
   j["sgemm_flops"] = fig.sgemm;
-  j["flops_per_rank"] = {{"linear", fl.linear}, {"attention", fl.attention}};
-  j["ideal_speedup"] = ideal;
+  std::vector<double> linear, attention;
+  for (const TrainingFlops& x : d.flops) linear.push_back(x.linear), attention.push_back(x.attention);
+  j["flops_per_rank"] = {{"linear", linear}, {"attention", attention}};
+  j["ideal_speedup"] = d.ideal;
   j["memory_source"] = fig.resident ? "vmhwm" : "buffer_estimate";
   j["modes"] = nlohmann::json::array();
+  return j;
+}
 
-  const char* local_note = f.backend == "local" ? " (whole process: every rank thread)" : "";
-  std::string out;
+void print_header(std::string& out, const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const Derived& d) {
+  const ModelSpec& spec = d.spec;
   appendf(out, "distca bench train: %lld ranks (%s backend), 1 OpenMP thread per rank, OpenBLAS on 1 thread\n",
           static_cast<long long>(ranks), f.backend.c_str());
   appendf(out, "model: width %lld, %lld layers, %lld heads (%lld K/V) x %lld, ffn %lld, vocab %lld\n",
@@ -354,9 +126,9 @@ int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const st
             static_cast<long long>(f.short_doc));
   }
   appendf(out, "FLOPs per step, colocated:");
-  for (size_t r = 0; r < fl.linear.size(); ++r) {
-    appendf(out, " rank %zu %.1f G (linear %.1f, attention %.1f)%s", r, fl.total(r) / 1e9, fl.linear[r] / 1e9,
-            fl.attention[r] / 1e9, r + 1 < fl.linear.size() ? ";" : "\n");
+  for (size_t r = 0; r < d.flops.size(); ++r) {
+    appendf(out, " rank %zu %.1f G (linear %.1f, attention %.1f)%s", r, d.flops[r].total() / 1e9,
+            d.flops[r].linear / 1e9, d.flops[r].attention / 1e9, r + 1 < d.flops.size() ? ";" : "\n");
   }
   appendf(out, "sgemm at the model's linear shapes (%lld rows, 1 thread; best round), GFLOP/s per rank:",
           static_cast<long long>(sgemm_rows(f)));
@@ -365,112 +137,114 @@ int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const st
           static_cast<long long>(f.steps), static_cast<long long>(f.warmup_steps));
   appendf(out, "%-18s %9s %10s %6s %8s %8s %8s %8s %8s %8s %6s %6s %9s  %s\n", "mode", "step s", "tokens/s", "MFU", "linear",
           "attn", "comm", "wait", "optim", "other", "idle", "exp", "sent MiB", fig.resident ? "peak MiB per rank" : "buffers MiB per rank");
-  for (size_t mi = 0; mi < kModes.size(); ++mi) {
-    const ModeFigures& m = md[mi];
-    const double t = median(m.steps);
-    const double tps = t > 0 ? static_cast<double>(ranks * f.tokens) / t : 0;
-    const double mfu = t > 0 && rate_sum > 0 ? fsum / t / rate_sum : 0;
-    const std::vector<int64_t>& mem = fig.resident ? m.peak : m.buffers;
-    std::string mems;
-    for (size_t r = 0; r < mem.size(); ++r) {
-      if (f.backend == "local" && fig.resident && r > 0) break;
-      mems += (r ? " " : "") + mib(mem[r]);
-    }
-    const std::vector<double> idle = m.per_rank.median_idle(), exposed = m.per_rank.median_exposed();
-    appendf(out, "%-18s %9.3f %10.0f %5.1f%% %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %5.1f%% %5.1f%% %9.1f  %s%s%s\n",
-            kModes[mi].name, t, tps, 100 * mfu, median(m.linear), median(m.attention), median(m.comm), median(m.wait),
-            median(m.optimizer), median(m.other), 100 * mean_of(idle), 100 * mean_of(exposed), static_cast<double>(m.bytes_sent) / (1024.0 * 1024.0),
-            mems.c_str(), fig.resident ? local_note : "", m.outputs_valid ? "" : "  (signal: 1-byte exchanges, outputs invalid)");
-    j["modes"].push_back({{"name", kModes[mi].name},
-                          {"mode", kModes[mi].mode},
-                          {"overlap", kModes[mi].overlap},
-                          {"median_s", t},
-                          {"steps_s", m.steps},
-                          {"round_median_s", m.round_median},
-                          {"tokens_per_s", tps},
-                          {"mfu", mfu},
-                          {"linear_s", median(m.linear)},
-                          {"attention_s", median(m.attention)},
-                          {"comm_s", median(m.comm)},
-                          {"wait_s", median(m.wait)},
-                          {"optimizer_s", median(m.optimizer)},
-                          {"other_s", median(m.other)},
-                          {"bytes_sent", m.bytes_sent},
-                          {"peak_bytes", fig.resident ? nlohmann::json(m.peak) : nlohmann::json(nullptr)},
-                          {"buffer_bytes", m.buffers},
-                          {"rank_idle", idle},
-                          {"rank_exposed", exposed},
-                          {"mean_idle", mean_of(idle)},
-                          {"mean_exposed", mean_of(exposed)},
-                          {"outputs_valid", m.outputs_valid}});
-  }
-  if (hw) {
-    // The simulator on the measured profile, beside the measured medians (issue 17's check).
-    appendf(out, "sim (hardware profile %s, %lld ranks at once): step s, of measured, idle, exposed (means over ranks):",
-            f.hardware.c_str(), static_cast<long long>(hw->ranks));
-    for (size_t mi = 0; mi < kModes.size(); ++mi) {
-      const SimFigures sim = predict(f, ranks, kModes[mi], rate_sum / static_cast<double>(ranks), nullptr, hw, {batch});
-      const double t = median(md[mi].steps);
-      if (sim.ok) {
-        appendf(out, " %s %.3f s (%.2f), %.1f%%, %.1f%%%s", kModes[mi].name, sim.step_s, t > 0 ? sim.step_s / t : 0.0,
-                100 * mean_of(sim.rank_idle), 100 * mean_of(sim.rank_exposed), mi + 1 < kModes.size() ? ";" : "\n");
-      } else {
-        appendf(out, " %s: %s%s", kModes[mi].name, sim.error.c_str(), mi + 1 < kModes.size() ? ";" : "\n");
-      }
-      j["modes"][mi]["sim"] = sim_json(sim, t);
-    }
-    j["simulator"] = {{"hardware", "hardware profile " + f.hardware}};
-  }
-  nlohmann::json sp = nlohmann::json::object();
-  for (size_t mi = 1; mi < kModes.size(); ++mi) sp[kModes[mi].overlap] = paired(md[kColocated], md[mi]);
-  j["speedup_paired"] = sp;
-  j["pingpong_over_ideal"] = sp_pp / ideal;
-  j["single_stream_slowdown"] = slowdown;
-  j["exposed"] = exposed;
-  j["exposed_paired"] = exposed_paired;
+}
 
+const char* local_note(const TrainBenchFlags& f) { return f.backend == "local" ? " (whole process: every rank thread)" : ""; }
+
+// One mode's row of the table; its JSON.
+nlohmann::json mode_row(std::string& out, const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const Derived& d,
+                        size_t mi) {
+  const ModeFigures& m = fig.modes[mi];
+  const double t = median(m.steps);
+  const double tps = t > 0 ? static_cast<double>(ranks * f.tokens) / t : 0;
+  const double mfu = t > 0 && d.rate_sum > 0 ? d.flops_sum / t / d.rate_sum : 0;
+  const std::vector<int64_t>& mem = fig.resident ? m.peak : m.buffers;
+  std::string mems;
+  for (size_t r = 0; r < mem.size(); ++r) {
+    if (f.backend == "local" && fig.resident && r > 0) break;
+    mems += (r ? " " : "") + mib(mem[r]);
+  }
+  const std::vector<double> idle = m.per_rank.median_idle(), exposed = m.per_rank.median_exposed();
+  appendf(out, "%-18s %9.3f %10.0f %5.1f%% %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %5.1f%% %5.1f%% %9.1f  %s%s%s\n",
+          kModes[mi].name, t, tps, 100 * mfu, median(m.linear), median(m.attention), median(m.comm), median(m.wait),
+          median(m.optimizer), median(m.other), 100 * mean_of(idle), 100 * mean_of(exposed), static_cast<double>(m.bytes_sent) / (1024.0 * 1024.0),
+          mems.c_str(), fig.resident ? local_note(f) : "", m.outputs_valid ? "" : "  (signal: 1-byte exchanges, outputs invalid)");
+  return {{"name", kModes[mi].name},
+          {"mode", kModes[mi].mode},
+          {"overlap", kModes[mi].overlap},
+          {"median_s", t},
+          {"steps_s", m.steps},
+          {"round_median_s", m.round_median},
+          {"tokens_per_s", tps},
+          {"mfu", mfu},
+          {"linear_s", median(m.linear)},
+          {"attention_s", median(m.attention)},
+          {"comm_s", median(m.comm)},
+          {"wait_s", median(m.wait)},
+          {"optimizer_s", median(m.optimizer)},
+          {"other_s", median(m.other)},
+          {"bytes_sent", m.bytes_sent},
+          {"peak_bytes", fig.resident ? nlohmann::json(m.peak) : nlohmann::json(nullptr)},
+          {"buffer_bytes", m.buffers},
+          {"rank_idle", idle},
+          {"rank_exposed", exposed},
+          {"mean_idle", mean_of(idle)},
+          {"mean_exposed", mean_of(exposed)},
+          {"outputs_valid", m.outputs_valid}};
+}
+
+// The simulator on the measured profile, beside the measured medians (issue 17's check).
+void sim_rows(std::string& out, nlohmann::json& j, const TrainBenchFlags& f, int64_t ranks, const Figures& fig,
+              const Derived& d, const HardwareProfile& hw_profile, const std::shared_ptr<const HardwareProfile>& hw) {
+  appendf(out, "sim (hardware profile %s, %lld ranks at once): step s, of measured, idle, exposed (means over ranks):",
+          f.hardware.c_str(), static_cast<long long>(hw_profile.ranks));
+  for (size_t mi = 0; mi < kModes.size(); ++mi) {
+    const SimFigures sim = predict(f, ranks, kModes[mi], d.rate_sum / static_cast<double>(ranks), nullptr, hw, {d.batch});
+    const double t = median(fig.modes[mi].steps);
+    if (sim.ok) {
+      appendf(out, " %s %.3f s (%.2f), %.1f%%, %.1f%%%s", kModes[mi].name, sim.step_s, t > 0 ? sim.step_s / t : 0.0,
+              100 * mean_of(sim.rank_idle), 100 * mean_of(sim.rank_exposed), mi + 1 < kModes.size() ? ";" : "\n");
+    } else {
+      appendf(out, " %s: %s%s", kModes[mi].name, sim.error.c_str(), mi + 1 < kModes.size() ? ";" : "\n");
+    }
+    j["modes"][mi]["sim"] = sim_json(sim, t);
+  }
+  j["simulator"] = {{"hardware", "hardware profile " + f.hardware}};
+}
+
+void print_summary(std::string& out, nlohmann::json& j, const TrainBenchFlags& f, const Figures& fig, const Derived& d) {
+  nlohmann::json sp = nlohmann::json::object();
+  for (size_t mi = 1; mi < kModes.size(); ++mi) sp[kModes[mi].overlap] = paired(fig.modes[kColocated], fig.modes[mi]);
+  j["speedup_paired"] = sp;
+  j["pingpong_over_ideal"] = d.speedup_pingpong / d.ideal;
+  j["single_stream_slowdown"] = d.slowdown;
+  j["exposed"] = d.exposed;
+  j["exposed_paired"] = d.exposed_paired;
   appendf(out, "time split: rank 0's StepMetrics, medians (comm = exchanges waited for + all-reduces; wait = behind the "
                "slowest rank; other = the step's rest: planning, inputs); idle = 1 - (linear + attn) / step, exp = comm "
                "/ step, each rank's own, mean over ranks; sent = rank 0's attention bytes sent, last layer, forward + "
                "backward\n");
-  appendf(out, "ideal speedup (FLOPs, perfect balance: max / mean over ranks): %.3f\n", ideal);
+  appendf(out, "ideal speedup (FLOPs, perfect balance: max / mean over ranks): %.3f\n", d.ideal);
   appendf(out, "speedup over colocated (paired by round): single-stream %.3f, pingpong %.3f, signal %.3f\n",
           sp["single-stream"].get<double>(), sp["pingpong"].get<double>(), sp["signal"].get<double>());
-  appendf(out, "pingpong / ideal speedup: %.3f\n", sp_pp / ideal);
-  appendf(out, "single-stream slower than pingpong: %+.1f%% (paired)\n", 100 * slowdown);
-  appendf(out, "exposed: %.1f%% ((pingpong - signal) / pingpong, medians; paired %.1f%%)\n", 100 * exposed,
-          100 * exposed_paired);
+  appendf(out, "pingpong / ideal speedup: %.3f\n", d.speedup_pingpong / d.ideal);
+  appendf(out, "single-stream slower than pingpong: %+.1f%% (paired)\n", 100 * d.slowdown);
+  appendf(out, "exposed: %.1f%% ((pingpong - signal) / pingpong, medians; paired %.1f%%)\n", 100 * d.exposed,
+          100 * d.exposed_paired);
   appendf(out, "MFU: model FLOPs per step / step time / (sum of the ranks' sgemm rates)\n");
   if (!fig.resident) {
     appendf(out, "peak memory: /proc/self/clear_refs is not writable here, so the column is the trainer's buffer "
                  "estimate (TrainResult::buffer_bytes), not resident memory\n");
   } else {
-    appendf(out, "peak memory: VmHWM of each rank process%s, reset before every run\n", local_note);
+    appendf(out, "peak memory: VmHWM of each rank process%s, reset before every run\n", local_note(f));
   }
-  if (f.backend == "local") {
-    appendf(out, "note: local backend: the ranks are threads sharing the process's cores; use --backend mpi for figures\n");
-  }
-  std::vector<std::pair<std::string, std::string>> files;
-  if (f.json == "-") {
-    out += j.dump(2) + "\n";
-  } else if (!f.json.empty()) {
-    files.emplace_back(f.json, j.dump(2) + "\n");
-  }
-  if (!f.trace.empty()) {
-    TraceMetadata meta;
-    TraceProcess proc{0, "distca bench train", 0, {}};
-    for (int64_t r = 0; r < ranks; ++r) proc.threads.emplace_back(r, "rank " + std::to_string(r));
-    meta.processes.push_back(std::move(proc));
-    meta.other_data = {{"mode", "cad pingpong"}, {"round", f.rounds}, {"step", f.steps - 1}, {"backend", f.backend}};
-    files.emplace_back(f.trace, chrome_trace_json(fig.trace, meta));
-  }
-  if (Status w = write_files_atomic(files); !w.ok()) return fail(w);
-  if (Status w = write_stdout(out); !w.ok()) return fail(w);
-  return kExitOk;
 }
 
-std::vector<Mode> bench_modes(const TrainBenchFlags& f) {
-  return f.pp > 1 ? pipeline_modes() : std::vector<Mode>(kModes.begin(), kModes.end());
+int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const std::shared_ptr<const HardwareProfile>& hw) {
+  const Derived d = derive(f, ranks, fig);
+  nlohmann::json j = header_json(f, ranks, fig, d);
+  std::string out;
+  print_header(out, f, ranks, fig, d);
+  for (size_t mi = 0; mi < kModes.size(); ++mi) j["modes"].push_back(mode_row(out, f, ranks, fig, d, mi));
+  if (hw) sim_rows(out, j, f, ranks, fig, d, *hw, hw);
+  print_summary(out, j, f, fig, d);
+  std::vector<std::pair<std::string, std::string>> files;
+  if (!f.trace.empty()) {
+    const TraceMetadata meta = rank_trace_metadata(
+        "distca bench train", ranks, {{"mode", "cad pingpong"}, {"round", f.rounds}, {"step", f.steps - 1}, {"backend", f.backend}});
+    files.emplace_back(f.trace, chrome_trace_json(fig.trace, meta));
+  }
+  return write_report(f, std::move(out), j, std::move(files));
 }
 
 // What the trainer's config checks would refuse of the model and the pipeline, said in bench
@@ -595,14 +369,14 @@ int run(const TrainBenchFlags& f, bool ranks_given) {
     if (mpi && g.size < 2 && detect_launcher().size != 1) {
       return Status::invalid_argument("--backend mpi needs at least 2 ranks (mpirun -np 2 ...)");
     }
-    if (Status mem = check_bench_memory(f, g.size, g.rank == 0, bench_modes(f)); !mem.ok()) {
+    if (Status mem = check_bench_memory(f, g.size, g.rank == 0, bench_modes(f), env_int("OMPI_COMM_WORLD_LOCAL_SIZE")); !mem.ok()) {
       return Status::invalid_argument(mem.message());
     }
     DISTCA_ASSIGN_OR_RETURN(data, train::DataSource::fixed(dp_batch(f, g.size), std::min<int64_t>(32, f.vocab), 1));
     return Status::ok_status();
   };
   const comm::Launched launched = comm::launch(lo, bench_settings(f), prepare, [&](comm::Communicator& c, int slot) {
-    return run_rank(c, f, *data, slot == 0, mpi && !f.trace.empty() ? &recorder : nullptr, &fig);
+    return run_data_parallel_bench(c, f, *data, slot == 0, mpi && !f.trace.empty() ? &recorder : nullptr, &fig);
   });
   if (!launched.status.ok()) return launch_failed(launched);
   if (!launched.speaks) return kExitOk;

@@ -150,6 +150,38 @@ Status read_tolerance(const Options& o, const SchedulerSpec& spec, ScheduleOptio
   return Status::ok_status();
 }
 
+// The plans' summary (one batch: its own; several: medians), as JSON (--json) or a table.
+int report(const Options& o, const std::string& model_name, const std::vector<nlohmann::json>& summaries, bool auto_tol) {
+  nlohmann::json out = summaries.size() == 1 ? summaries.front() : summarize_batches(summaries);
+  if (auto_tol && summaries.size() > 1) out["tolerance"] = "auto";  // per_batch holds each choice
+  out["model"] = model_name;
+  if (o.workload.batch_file.empty()) {
+    out["dist"] = o.workload.options.dist;
+    out["layout"] = o.workload.layout;
+    out["seed"] = o.workload.options.seed;
+  } else {
+    out["batch_file"] = o.workload.batch_file;
+  }
+
+  if (!o.json_path.empty()) {
+    const std::string text = out.dump(2) + "\n";
+    const Status written = o.json_path == "-" ? write_stdout(text) : write_file_atomic(o.json_path, text);
+    return written.ok() ? kExitOk : fail(written);
+  }
+  std::printf("model %s, %s\n", model_name.c_str(),
+              o.workload.batch_file.empty() ? ("workload " + o.workload.options.dist + ", layout " + o.workload.layout).c_str()
+                                            : ("batch file " + o.workload.batch_file).c_str());
+  if (summaries.size() == 1) {
+    print_header(out);
+    print_ranks(out);
+  } else {
+    std::printf("%zu batches: medians (load max/mean: the worst batch)\n", summaries.size());
+    print_header(out);
+    print_batches(out["per_batch"]);
+  }
+  return kExitOk;
+}
+
 int run(const Options& o) {
   // Every flag is checked before any batch is drawn or planned.
   auto model = model_preset(o.model);
@@ -251,34 +283,7 @@ int run(const Options& o) {
     if (auto_tol) s["tolerance_auto"] = std::move(auto_json);
     summaries.push_back(std::move(s));
   }
-  nlohmann::json out = summaries.size() == 1 ? summaries.front() : summarize_batches(summaries);
-  if (auto_tol && summaries.size() > 1) out["tolerance"] = "auto";  // per_batch holds each choice
-  out["model"] = model->name;
-  if (o.workload.batch_file.empty()) {
-    out["dist"] = o.workload.options.dist;
-    out["layout"] = o.workload.layout;
-    out["seed"] = o.workload.options.seed;
-  } else {
-    out["batch_file"] = o.workload.batch_file;
-  }
-
-  if (!o.json_path.empty()) {
-    const std::string text = out.dump(2) + "\n";
-    const Status written = o.json_path == "-" ? write_stdout(text) : write_file_atomic(o.json_path, text);
-    return written.ok() ? kExitOk : fail(written);
-  }
-  std::printf("model %s, %s\n", model->name.c_str(),
-              o.workload.batch_file.empty() ? ("workload " + o.workload.options.dist + ", layout " + o.workload.layout).c_str()
-                                            : ("batch file " + o.workload.batch_file).c_str());
-  if (summaries.size() == 1) {
-    print_header(out);
-    print_ranks(out);
-  } else {
-    std::printf("%zu batches: medians (load max/mean: the worst batch)\n", summaries.size());
-    print_header(out);
-    print_batches(out["per_batch"]);
-  }
-  return kExitOk;
+  return report(o, model->name, summaries, auto_tol);
 }
 
 Runner setup(CLI::App& sub) {

@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
-#include "stats.h"
+#include "distca/core/stats.h"
 #include "distca/comm/launch.h"
 #include "distca/core/clock.h"
 #include "distca/core/io.h"
@@ -99,7 +99,7 @@ Result<Plan> make_plan(const ProfileFlags& f, const Launcher& launcher) {
     opt.head_dim = static_cast<int32_t>(m->head_dim);
     s = {m->hidden, m->n_heads, m->n_kv_heads, m->head_dim, m->ffn, m->vocab, f.tokens};
   } else if (p.hardware) {
-    // bench train's model (apps/distca/cmd_bench_train.cpp): head_dim 64, width / head_dim
+    // bench train's model (train::bench_spec, train/bench.h): head_dim 64, width / head_dim
     // query heads, half as many K/V heads when even, unless the flags say otherwise.
     const int64_t hd = given(f, "--head-dim") ? f.head_dim : 64;
     if (f.width < 1 || f.width > (int64_t{1} << 20)) return bad("--width must be in 1..1048576");

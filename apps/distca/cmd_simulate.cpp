@@ -232,25 +232,8 @@ void print_result(const sim::SimResult& r, const Options& o) {
   }
 }
 
-int run(const Options& o) {
-  if (!o.sweep.empty()) return run_sweep_mode(o);
-  for (const char* f : {"--out", "--quick", "--no-plot", "--sweep-batches", "--batch-rule"}) {
-    if (given(o, f)) return fail_input(std::string(f) + " needs --sweep");
-  }
-  // Every flag is checked before any batch is drawn, the outputs first.
-  if (o.gpus <= 0) return fail_input(given(o, "--gpus") ? "--gpus must be positive (got " + std::to_string(o.gpus) + ")"
-                                                       : "--gpus N is required (or --sweep NAME)");
-  if (Status st = check_distinct_outputs({{"--json", o.json_path, true}, {"--trace", o.trace_path}}); !st.ok()) {
-    return fail(st);
-  }
-  if (!o.trace_path.empty()) {
-    Status out = check_output_path(o.trace_path).with_context("--trace");
-    if (!out.ok()) return fail(out);
-  }
-  if (!o.json_path.empty() && o.json_path != "-") {
-    Status out = check_output_path(o.json_path).with_context("--json");
-    if (!out.ok()) return fail(out);
-  }
+// The simulator request of the flags (sim/request.h maps and checks it).
+sim::SimRequest make_request(const Options& o) {
   sim::SimRequest req;
   req.model = o.model;
   req.hardware = o.hardware;
@@ -274,14 +257,14 @@ int run(const Options& o) {
   if (given(o, "--inter-node-latency")) req.inter_node_latency_us = o.inter_node_latency_us;
   if (given(o, "--memory-gb")) req.memory_gb = o.memory_gb;
   req.record_events = !o.trace_path.empty();
-  auto setup = sim::make_sim_options(req);
-  if (!setup.ok()) return fail(setup.status());
-  const sim::SimOptions& so = setup->options;
-  Status st;
-  const std::string memory_flags = "--gpus " + std::to_string(o.gpus) + " --pp " + std::to_string(o.pp) +
-                                   (o.trace_path.empty() ? "" : " --trace");
+  return req;
+}
+
+// The micro-batches: drawn (--dist ...; checked against the cluster and the memory limit
+// first) or read (--batch FILE, one per batch). kExitOk, or the exit code of the refusal.
+int micro_batches(const Options& o, const sim::SimOptions& so, const std::string& memory_flags,
+                  std::vector<Batch>& out) {
   const int64_t ups = so.cluster.units_per_stage();
-  std::vector<Batch> mbs;
   if (o.workload.batch_file.empty()) {
     if (given(o, "--ranks") && o.workload.options.ranks != ups) {
       return fail_input("--ranks " + std::to_string(o.workload.options.ranks) + " does not match the " +
@@ -295,7 +278,7 @@ int run(const Options& o) {
     auto layout = parse_layout(o.workload.layout);
     if (!layout.ok()) return fail(layout.status());
     w.layout = *layout;
-    st = sim::validate_draw(w, so.cluster, m);
+    Status st = sim::validate_draw(w, so.cluster, m);
     if (!st.ok()) return fail(st);
     st = check_memory(sim::estimate_draw_bytes(so.cluster, w.tokens_per_rank, m),
                       memory_flags + " --tokens-per-rank " + std::to_string(w.tokens_per_rank) + " --microbatches " +
@@ -303,35 +286,31 @@ int run(const Options& o) {
     if (!st.ok()) return fail_input(st.message());
     auto drawn = sim::draw_microbatches(w, so.cluster, m);
     if (!drawn.ok()) return fail(drawn.status());
-    mbs = std::move(drawn).value();
+    out = std::move(drawn).value();
   } else {
     if (given(o, "--microbatches")) return fail_input("--microbatches: with --batch every batch of the file is one micro-batch");
     auto read = resolve_batches(o.workload);
     if (!read.ok()) return fail(read.status());
-    mbs = std::move(read).value();
-    for (size_t j = 0; j < mbs.size(); ++j) {
-      if (mbs[j].ranks != ups) {
+    out = std::move(read).value();
+    for (size_t j = 0; j < out.size(); ++j) {
+      if (out[j].ranks != ups) {
         return fail_input("--batch " + o.workload.batch_file + ": batch " + std::to_string(j) + " has " +
-                          std::to_string(mbs[j].ranks) + " ranks; the cluster has " + std::to_string(ups) +
+                          std::to_string(out[j].ranks) + " ranks; the cluster has " + std::to_string(ups) +
                           " nodes per pipeline stage");
       }
     }
   }
-  // The micro-batches are known now: what simulate() allocates follows from their pieces.
-  st = check_memory(sim::estimate_simulate_bytes(so, mbs),
-                    memory_flags + (o.workload.batch_file.empty()
-                                        ? " --tokens-per-rank " + std::to_string(o.workload.options.tokens_per_rank)
-                                        : " --batch " + o.workload.batch_file) +
-                        " (" + std::to_string(mbs.size()) + " micro-batches)");
-  if (!st.ok()) return fail_input(st.message());
-  auto result = sim::simulate(so, mbs);
-  if (!result.ok()) return fail(result.status());
+  return kExitOk;
+}
+
+// --trace and --json, written all or none (--json -: the JSON on stdout instead of the table).
+int write_outputs(const Options& o, const sim::SimResult& r) {
   std::vector<std::pair<std::string, std::string>> files;  // written all or none
   if (!o.trace_path.empty()) {
-    files.emplace_back(o.trace_path, chrome_trace_json(result->events, sim::trace_metadata(*result)));
+    files.emplace_back(o.trace_path, chrome_trace_json(r.events, sim::trace_metadata(r)));
   }
   if (!o.json_path.empty()) {
-    nlohmann::json j = sim::to_json(*result);
+    nlohmann::json j = sim::to_json(r);
     if (o.workload.batch_file.empty()) {
       j["dist"] = o.workload.options.dist;
       j["seed"] = o.workload.options.seed;
@@ -343,15 +322,53 @@ int run(const Options& o) {
     std::string text = j.dump(2) + "\n";
     if (o.json_path != "-") {
       files.emplace_back(o.json_path, std::move(text));
-      st = write_files_atomic(files);
+      Status st = write_files_atomic(files);
       return st.ok() ? kExitOk : fail(st);
     }
-    st = write_files_atomic(files);
+    Status st = write_files_atomic(files);
     if (st.ok()) st = write_stdout(text);
     return st.ok() ? kExitOk : fail(st);
   }
-  st = write_files_atomic(files);
-  if (!st.ok()) return fail(st);
+  if (Status st = write_files_atomic(files); !st.ok()) return fail(st);
+  return kExitOk;
+}
+
+int run(const Options& o) {
+  if (!o.sweep.empty()) return run_sweep_mode(o);
+  for (const char* f : {"--out", "--quick", "--no-plot", "--sweep-batches", "--batch-rule"}) {
+    if (given(o, f)) return fail_input(std::string(f) + " needs --sweep");
+  }
+  // Every flag is checked before any batch is drawn, the outputs first.
+  if (o.gpus <= 0) return fail_input(given(o, "--gpus") ? "--gpus must be positive (got " + std::to_string(o.gpus) + ")"
+                                                       : "--gpus N is required (or --sweep NAME)");
+  if (Status st = check_distinct_outputs({{"--json", o.json_path, true}, {"--trace", o.trace_path}}); !st.ok()) {
+    return fail(st);
+  }
+  if (!o.trace_path.empty()) {
+    Status out = check_output_path(o.trace_path).with_context("--trace");
+    if (!out.ok()) return fail(out);
+  }
+  if (!o.json_path.empty() && o.json_path != "-") {
+    Status out = check_output_path(o.json_path).with_context("--json");
+    if (!out.ok()) return fail(out);
+  }
+  auto setup = sim::make_sim_options(make_request(o));
+  if (!setup.ok()) return fail(setup.status());
+  const sim::SimOptions& so = setup->options;
+  const std::string memory_flags = "--gpus " + std::to_string(o.gpus) + " --pp " + std::to_string(o.pp) +
+                                   (o.trace_path.empty() ? "" : " --trace");
+  std::vector<Batch> mbs;
+  if (const int code = micro_batches(o, so, memory_flags, mbs); code != kExitOk) return code;
+  // The micro-batches are known now: what simulate() allocates follows from their pieces.
+  Status st = check_memory(sim::estimate_simulate_bytes(so, mbs),
+                           memory_flags + (o.workload.batch_file.empty()
+                                               ? " --tokens-per-rank " + std::to_string(o.workload.options.tokens_per_rank)
+                                               : " --batch " + o.workload.batch_file) +
+                               " (" + std::to_string(mbs.size()) + " micro-batches)");
+  if (!st.ok()) return fail_input(st.message());
+  auto result = sim::simulate(so, mbs);
+  if (!result.ok()) return fail(result.status());
+  if (const int code = write_outputs(o, *result); code != kExitOk || !o.json_path.empty()) return code;
   print_result(*result, o);
   if (!o.trace_path.empty()) std::printf("\ntrace written to %s (open in https://ui.perfetto.dev)\n", o.trace_path.c_str());
   return kExitOk;

@@ -31,6 +31,7 @@
 #include "distca/train/config.h"
 #include "distca/train/data.h"
 #include "distca/train/memory.h"
+#include "distca/train/session.h"
 #include "distca/train/settings.h"
 #include "distca/train/trainer.h"
 
@@ -73,24 +74,6 @@ std::string eta(double s) {
   return b;
 }
 
-nlohmann::json step_json(const train::StepMetrics& m) {
-  return {{"step", m.step},           {"loss", m.loss},
-          {"report_loss", m.report_loss}, {"lr", m.lr},
-          {"grad_norm", m.grad_norm}, {"tokens", m.tokens},
-          {"seconds", m.seconds},     {"tokens_per_s", m.tokens_per_s},
-          {"imbalance_before", m.imbalance_before}, {"imbalance_after", m.imbalance_after},
-          {"linear_s", m.linear_s},   {"attention_s", m.attention_s},
-          {"comm_s", m.comm_s},       {"wait_s", m.wait_s}, {"optimizer_s", m.optimizer_s},
-          {"nano_tokens", {m.nano_tokens[0], m.nano_tokens[1]}}, {"bytes_sent", m.bytes_sent},
-          {"plan_s", m.plan_s},       {"plan_wait_s", m.plan_wait_s}};
-}
-
-double max_plan_wait(const train::TrainResult& r) {
-  double w = 0;
-  for (const train::StepMetrics& m : r.steps) w = std::max(w, m.plan_wait_s);
-  return w;
-}
-
 bool is_input_error(const Status& st) {
   switch (st.code()) {
     case StatusCode::kInvalidArgument:
@@ -106,95 +89,16 @@ bool is_input_error(const Status& st) {
 int report(const Status& st) { return is_input_error(st) ? fail_input(st.message()) : fail(st); }
 int exit_code(const Status& st) { return st.ok() ? kExitOk : is_input_error(st) ? kExitBadInput : kExitFailure; }
 
-// Everything checked and read before step 0, in an order that refuses cheaply first: the
-// config, outputs, inputs (without reading), the memory estimate, then the reads and the
-// checkpoint's contents, and last the checkpoint directory (created here).
-struct Prepared {
-  ModelSpec spec;
-  std::optional<train::DataSource> data;
-  train::Checkpoint ckpt;
-  bool resume = false;
-  train::TrainMemoryEstimate memory;
-};
-
-Status prepare(const TrainConfig& cfg, const std::string& resume, bool lead, Prepared& p) {
-  DISTCA_RETURN_IF_ERROR(cfg.validate());
-  DISTCA_ASSIGN_OR_RETURN(p.spec, cfg.model_spec());
-  if (cfg.tolerance_auto) {
-    // Read again by every rank at its start; checked here so a bad file is refused first.
-    auto profile = load_hardware_profile(cfg.hardware);
-    if (!profile.ok()) return Status::invalid_argument("--hardware: " + profile.status().message());
-    std::unique_ptr<AttentionCostModel> table;
-    DISTCA_RETURN_IF_ERROR(auto_tolerance_model(*profile, {}, true, &table).status());
-  }
-  if (lead) {
-    DISTCA_RETURN_IF_ERROR(check_distinct_outputs(
-        {{"--metrics", cfg.metrics}, {"--trace", cfg.trace}, {"--checkpoint-dir", cfg.checkpoint_dir}}));
-  }
-  if (lead && !cfg.metrics.empty()) {
-    if (Status st = check_output_path(cfg.metrics); !st.ok()) return Status::invalid_argument("--metrics: " + st.message());
-  }
-  if (lead && !cfg.trace.empty()) {
-    if (Status st = check_output_path(cfg.trace); !st.ok()) return Status::invalid_argument("--trace: " + st.message());
-  }
-  train::MemoryInputs mi;
-  mi.mpi = cfg.backend == "mpi";
-  mi.ranks_in_process = mi.mpi ? 1 : cfg.ranks;
-  mi.lead = lead;
-  mi.resume = !resume.empty();
-  if (const std::string dir = cfg.text_dir(); !dir.empty()) {
-    DISTCA_ASSIGN_OR_RETURN(train::TextCorpus corpus, train::scan_text_corpus(dir));
-    mi.text_bytes = corpus.bytes;
-    mi.text_files = static_cast<int64_t>(corpus.paths.size());
-    mi.largest_text_file = corpus.largest;
-  }
-  if (!resume.empty()) {
-    if (Status st = check_input_file(resume); !st.ok()) return Status::not_found("--resume " + resume + ": " + st.message());
-  }
-  p.memory = train::estimate_train_memory(cfg, p.spec, mi);
-  // mpi: each process checks its share; the processes mpirun put on this machine share its
-  // memory, so the share is counted that many times.
-  const int64_t here = mi.mpi ? std::max<int64_t>(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE")) : 1;
-  const std::string what = train::memory_flags(cfg) + (here > 1 ? " x " + std::to_string(here) + " processes on this machine" : "");
-  DISTCA_RETURN_IF_ERROR(check_memory(p.memory.process_total() * static_cast<double>(here), what));
-
-  DISTCA_ASSIGN_OR_RETURN(train::DataSource data, train::DataSource::create(cfg, p.spec.vocab));
-  p.data.emplace(std::move(data));
-  if (!resume.empty()) {
-    DISTCA_ASSIGN_OR_RETURN(p.ckpt, train::read_checkpoint(resume, train::fingerprint(cfg, p.spec)));
-    DISTCA_RETURN_IF_ERROR(train::check_resume(p.ckpt, cfg, model::param_count(p.spec), "--resume " + resume));
-    p.resume = true;
-  }
-  if (lead && !cfg.checkpoint_dir.empty()) {
-    if (Status st = check_output_dir(cfg.checkpoint_dir, /*create=*/true); !st.ok()) {
-      return Status::invalid_argument("--checkpoint-dir: " + st.message());
-    }
-    // Temporary files of a run killed with SIGKILL (the signal handler removes the others):
-    // only those of this run's own outputs, checkpoint names.
-    remove_stale_temp_files(cfg.checkpoint_dir, train::is_checkpoint_name);
-  }
-  if (lead && !cfg.metrics.empty()) {
-    const std::filesystem::path m(cfg.metrics);
-    const std::string dir = m.parent_path().empty() ? "." : m.parent_path().string();
-    const std::string name = m.filename().string();
-    remove_stale_temp_files(dir, [&name](const std::string& target) { return target == name; });
-  }
-  return {};
-}
-
-int run(const Options& o) {
-  // main installs it too; idempotent. A signal then removes the temporary file of a
-  // checkpoint or metrics write in progress before the process dies.
-  install_temp_file_cleanup();
-  // Before the MPI group exists only the launcher's rank 0 (or a process without one) speaks.
-  const Launcher launcher = detect_launcher();
+// The config from --config and the flags given, checked against the launcher's environment
+// before any work: kExitOk when it may run, else the exit code (only the launcher's rank 0, or
+// a process without one, speaks).
+int make_config(const Options& o, const Launcher& launcher, TrainConfig& cfg, bool& ranks_given) {
   const auto early_fail = [&](const std::string& msg) { return launcher.rank <= 0 ? fail_input(msg) : kExitBadInput; };
-  TrainConfig cfg;
   if (!o.config_file.empty()) {
     Status st = train::apply_toml_file(o.config_file, cfg);
     if (!st.ok()) return launcher.rank <= 0 ? report(st) : exit_code(st);
   }
-  bool ranks_given = false;
+  ranks_given = false;
   for (const auto& [opt, set] : o.setters) {
     if (opt->count() > 0) {
       if (Status st = set(cfg); !st.ok()) return early_fail(st.message());
@@ -216,110 +120,58 @@ int run(const Options& o) {
     return early_fail("--ranks " + std::to_string(cfg.ranks) + " does not match mpirun -np " +
                       std::to_string(launcher.size));
   }
-  // With --trace on mpi, the communicator records its exchanges' transfers too (start to the
-  // moment the progress thread saw them complete): that is what shows overlap in the trace.
-  TraceRecorder trace_recorder;
-  comm::LaunchOptions lo;
-  lo.backend = backend_mpi ? comm::Backend::kMpi : comm::Backend::kLocal;
-  lo.ranks = static_cast<int>(std::clamp<int64_t>(cfg.ranks, 1, 1 << 20));  // prepare refuses a bad --ranks
-  lo.mpi.timeout_s = o.mpi_timeout;
-  if (backend_mpi && !cfg.trace.empty()) lo.mpi.trace = &trace_recorder;
-  comm::Settings settings = train::run_settings(cfg);
-  settings.add("--resume", o.resume);
+  return kExitOk;
+}
 
-  bool lead = true;
-  bool progress = false;
-  Prepared prep;
-  train::TrainHooks hooks;
-  std::string jsonl;
+// What the run's hooks collect on the lead rank while it trains.
+struct Progress {
+  bool show = false;  // a progress line on stderr (lead, stderr a terminal)
   double first_report = NAN;
-  int64_t done = 0;
-  int64_t start_step = 0;
+  int64_t done = 0, start_step = 0;
   double elapsed = 0;
+  std::string jsonl;
   Status metrics_status;
-  // Every process checks its own share (memory, files it can see); under mpi the lowest rank
-  // that refused speaks, and every rank stops before step 0.
-  auto prepare_process = [&](const comm::GroupInfo& g) -> Status {
-    lead = g.rank == 0;
-    if (backend_mpi) {
-      if (!ranks_given) cfg.ranks = g.size;  // the config file's or default ranks yield to mpirun -np
-      if (cfg.ranks != g.size) {
-        return Status::invalid_argument("--ranks " + std::to_string(cfg.ranks) + " does not match mpirun -np " +
-                                        std::to_string(g.size));
-      }
-    }
-    DISTCA_RETURN_IF_ERROR(prepare(cfg, o.resume, lead, prep));
-    hooks.data = &*prep.data;
-    if (prep.resume) hooks.resume = &prep.ckpt;
-    if (backend_mpi && !cfg.trace.empty()) hooks.trace = &trace_recorder;
-    start_step = hooks.resume ? hooks.resume->step : 0;
-    progress = lead && stderr_is_terminal();
-    return Status::ok_status();
-  };
-  hooks.on_step = [&](const train::StepMetrics& m) {
-    if (std::isnan(first_report)) first_report = m.report_loss;
-    ++done;
-    elapsed += m.seconds;
-    if (!cfg.metrics.empty() && metrics_status.ok()) {
-      jsonl += step_json(m).dump() + "\n";
-      metrics_status = write_file_atomic(cfg.metrics, jsonl);
-    }
-    if (progress) {
-      std::fprintf(stderr,
-                   "\rstep %lld/%lld  loss %.4f  2nd-half %.4f  %.0f tok/s  attn imbalance %.2f -> %.2f  ETA %s   ",
-                   static_cast<long long>(m.step + 1), static_cast<long long>(cfg.steps), m.loss,
-                   m.report_loss, m.tokens_per_s, m.imbalance_before, m.imbalance_after,
-                   eta(elapsed / static_cast<double>(done) * static_cast<double>(cfg.steps - start_step - done)).c_str());
-      std::fflush(stderr);
-    }
-  };
+};
 
-  train::TrainResult result;
-  std::vector<int64_t> rss;  // mpi: every rank process's; local: this process's, after the run
-  auto run_rank = [&](comm::Communicator& c, int slot) -> Status {
-    if (c.rank() == 0 && cfg.mode == train::TrainMode::kCad && cfg.overlap == runtime::OverlapMode::kSignal) {
-      std::fprintf(stderr, "distca train: --overlap signal is a timing ablation: exchanges carry 1 byte, outputs are "
-                           "invalid, parameters are not updated and no checkpoint is written\n");
-    }
-    // An OpenMP team per rank sized by the ranks sharing this machine's cores (mpi: Open MPI's
-    // local size; all ranks when it is not set).
-    const kernels::ScopedComputeThreads team(
-        kernels::compute_threads_per_rank(backend_mpi ? mpi_local_ranks(cfg.ranks) : cfg.ranks));
-    DISTCA_RETURN_IF_ERROR(train::run_training(cfg, c, hooks, slot == 0 ? &result : nullptr));
-    if (backend_mpi) {
-      DISTCA_ASSIGN_OR_RETURN(rss, c.all_gather_value(max_rss_bytes()));
-    }
-    return Status::ok_status();
-  };
-  // Ranks as threads or processes: BLAS on one thread each (kernels/blas.h).
-  const kernels::ScopedBlasThreads one_blas_thread(1);
-  const comm::Launched launched = comm::launch(lo, settings, prepare_process, run_rank);
-  const Status& st = launched.status;
-  const ModelSpec* spec = &prep.spec;
-  if (progress) std::fprintf(stderr, "\n");
-  if (!st.ok()) return launched.speaks ? report(st) : exit_code(st);
-  if (!launched.speaks) return kExitOk;
-  if (!backend_mpi) rss = {max_rss_bytes()};
-  if (!metrics_status.ok()) return fail(metrics_status);
-  if (!cfg.trace.empty()) {
-    TraceMetadata meta;
-    TraceProcess proc{0, "distca train", 0, {}};
-    for (int64_t r = 0; r < cfg.ranks; ++r) proc.threads.emplace_back(r, "rank " + std::to_string(r));
-    meta.processes.push_back(std::move(proc));
-    const bool cad = cfg.mode == train::TrainMode::kCad;
-    meta.other_data = {{"step", cfg.steps - 1}, {"overlap", cad ? runtime::overlap_mode_name(cfg.overlap_or_default()) : "none"},
-                       {"mode", train::train_mode_name(cfg.mode)}, {"backend", cfg.backend}};
-    if (Status ws = write_file_atomic(cfg.trace, chrome_trace_json(result.trace, meta)); !ws.ok()) {
-      return fail(ws.with_context("--trace"));
-    }
+// After every step: --metrics rewritten with the new line, the progress line.
+void on_step(const TrainConfig& cfg, Progress& p, const train::StepMetrics& m) {
+  if (std::isnan(p.first_report)) p.first_report = m.report_loss;
+  ++p.done;
+  p.elapsed += m.seconds;
+  if (!cfg.metrics.empty() && p.metrics_status.ok()) {
+    p.jsonl += train::step_metrics_json(m).dump() + "\n";
+    p.metrics_status = write_file_atomic(cfg.metrics, p.jsonl);
   }
+  if (p.show) {
+    const double left = static_cast<double>(cfg.steps - p.start_step - p.done);
+    std::fprintf(stderr,
+                 "\rstep %lld/%lld  loss %.4f  2nd-half %.4f  %.0f tok/s  attn imbalance %.2f -> %.2f  ETA %s   ",
+                 static_cast<long long>(m.step + 1), static_cast<long long>(cfg.steps), m.loss, m.report_loss,
+                 m.tokens_per_s, m.imbalance_before, m.imbalance_after,
+                 eta(p.elapsed / static_cast<double>(p.done) * left).c_str());
+    std::fflush(stderr);
+  }
+}
 
-  const bool copy = cfg.data == "copy";
+Status write_trace(const TrainConfig& cfg, const train::TrainResult& result) {
+  const bool cad = cfg.mode == train::TrainMode::kCad;
+  const TraceMetadata meta = rank_trace_metadata(
+      "distca train", cfg.ranks,
+      {{"step", cfg.steps - 1}, {"overlap", cad ? runtime::overlap_mode_name(cfg.overlap_or_default()) : "none"},
+       {"mode", train::train_mode_name(cfg.mode)}, {"backend", cfg.backend}});
+  return write_file_atomic(cfg.trace, chrome_trace_json(result.trace, meta)).with_context("--trace");
+}
+
+// The run's summary on stdout.
+void print_summary(const TrainConfig& cfg, const train::TrainResult& result, const train::PreparedTraining& prep,
+                   const std::vector<int64_t>& rss, const Progress& p) {
+  const bool backend_mpi = cfg.backend == "mpi";
+  const ModelSpec* spec = &prep.spec;
   const std::string mode = train::mode_label(cfg);
   std::printf("distca train: model %s (%lld layers, hidden %lld), %lld ranks (%s backend), mode %s, data %s, steps %lld..%lld\n",
               spec->name.c_str(), static_cast<long long>(spec->n_layers), static_cast<long long>(spec->hidden),
               static_cast<long long>(cfg.ranks), cfg.backend.c_str(), mode.c_str(), cfg.data.c_str(),
-              static_cast<long long>(start_step),
+              static_cast<long long>(p.start_step),
               static_cast<long long>(cfg.steps));
   if (cfg.pp > 1 || cfg.micro_batches > 1) {
     std::printf("pipeline: %lld stage(s) x %lld data-parallel replica(s), %lld micro-batch(es) per replica and step (%s)\n",
@@ -335,7 +187,7 @@ int run(const Options& o) {
   // Planning (docs/training.md, "Planning ahead"): on the planning thread or inline.
   std::printf("planning (rank 0): %.4f s making plans (%s), steps waited %.4f s for them (max %.4f s in one step)\n",
               result.plan_s, cfg.plan_ahead == "on" ? "ahead, on a background thread" : "inline",
-              result.plan_wait_s, max_plan_wait(result));
+              result.plan_wait_s, train::max_plan_wait(result));
   // The policy both backends applied (kernels/blas.h); the bits do not depend on it.
   std::printf("threads per rank: %d (OpenMP; BLAS on one thread each; %d usable cores)\n",
               kernels::compute_threads_per_rank(backend_mpi ? mpi_local_ranks(cfg.ranks) : cfg.ranks),
@@ -363,17 +215,89 @@ int run(const Options& o) {
     std::printf("outputs invalid (--overlap signal): losses below are not a model's, parameters were not updated\n");
   }
   if (!result.steps.empty()) {
-    // Batches differ step to step (one long document or many short ones), so a single step's
-    // loss is noisy: the final loss is the mean over the last tenth of the run (>= 1 step).
-    const size_t n = result.steps.size(), tail = std::max<size_t>(1, n / 10);
-    double final_loss = 0;
-    for (size_t i = n - tail; i < n; ++i) final_loss += result.steps[i].report_loss;
-    final_loss /= static_cast<double>(tail);
+    const train::FinalLoss fl = train::final_loss(result);
     std::printf("%s: first step %.4f, last step %.4f, mean of the last %zu steps %.4f\n",
-                copy ? "second-half loss" : "loss", first_report, result.steps.back().report_loss, tail,
-                final_loss);
-    std::printf("final loss: %.6f\n", final_loss);
+                cfg.data == "copy" ? "second-half loss" : "loss", p.first_report, result.steps.back().report_loss,
+                fl.steps, fl.value);
+    std::printf("final loss: %.6f\n", fl.value);
   }
+}
+
+int run(const Options& o) {
+  // main installs it too; idempotent. A signal then removes the temporary file of a
+  // checkpoint or metrics write in progress before the process dies.
+  install_temp_file_cleanup();
+  // Before the MPI group exists only the launcher's rank 0 (or a process without one) speaks.
+  const Launcher launcher = detect_launcher();
+  TrainConfig cfg;
+  bool ranks_given = false;
+  if (const int code = make_config(o, launcher, cfg, ranks_given); code != kExitOk) return code;
+  const bool backend_mpi = cfg.backend == "mpi";
+  // With --trace on mpi, the communicator records its exchanges' transfers too (start to the
+  // moment the progress thread saw them complete): that is what shows overlap in the trace.
+  TraceRecorder trace_recorder;
+  comm::LaunchOptions lo;
+  lo.backend = backend_mpi ? comm::Backend::kMpi : comm::Backend::kLocal;
+  lo.ranks = static_cast<int>(std::clamp<int64_t>(cfg.ranks, 1, 1 << 20));  // prepare refuses a bad --ranks
+  lo.mpi.timeout_s = o.mpi_timeout;
+  if (backend_mpi && !cfg.trace.empty()) lo.mpi.trace = &trace_recorder;
+  comm::Settings settings = train::run_settings(cfg);
+  settings.add("--resume", o.resume);
+
+  train::PreparedTraining prep;
+  train::TrainHooks hooks;
+  Progress progress;
+  // Every process checks its own share (memory, files it can see); under mpi the lowest rank
+  // that refused speaks, and every rank stops before step 0.
+  auto prepare_process = [&](const comm::GroupInfo& g) -> Status {
+    const bool lead = g.rank == 0;
+    if (backend_mpi) {
+      if (!ranks_given) cfg.ranks = g.size;  // the config file's or default ranks yield to mpirun -np
+      if (cfg.ranks != g.size) {
+        return Status::invalid_argument("--ranks " + std::to_string(cfg.ranks) + " does not match mpirun -np " +
+                                        std::to_string(g.size));
+      }
+    }
+    DISTCA_RETURN_IF_ERROR(train::prepare_training(cfg, o.resume, lead, env_int("OMPI_COMM_WORLD_LOCAL_SIZE"), prep));
+    hooks.data = &*prep.data;
+    if (prep.resume) hooks.resume = &prep.ckpt;
+    if (backend_mpi && !cfg.trace.empty()) hooks.trace = &trace_recorder;
+    progress.start_step = hooks.resume ? hooks.resume->step : 0;
+    progress.show = lead && stderr_is_terminal();
+    return Status::ok_status();
+  };
+  hooks.on_step = [&](const train::StepMetrics& m) { on_step(cfg, progress, m); };
+
+  train::TrainResult result;
+  std::vector<int64_t> rss;  // mpi: every rank process's; local: this process's, after the run
+  auto run_rank = [&](comm::Communicator& c, int slot) -> Status {
+    if (c.rank() == 0 && cfg.mode == train::TrainMode::kCad && cfg.overlap == runtime::OverlapMode::kSignal) {
+      std::fprintf(stderr, "distca train: --overlap signal is a timing ablation: exchanges carry 1 byte, outputs are "
+                           "invalid, parameters are not updated and no checkpoint is written\n");
+    }
+    // An OpenMP team per rank sized by the ranks sharing this machine's cores (mpi: Open MPI's
+    // local size; all ranks when it is not set).
+    const kernels::ScopedComputeThreads team(
+        kernels::compute_threads_per_rank(backend_mpi ? mpi_local_ranks(cfg.ranks) : cfg.ranks));
+    DISTCA_RETURN_IF_ERROR(train::run_training(cfg, c, hooks, slot == 0 ? &result : nullptr));
+    if (backend_mpi) {
+      DISTCA_ASSIGN_OR_RETURN(rss, c.all_gather_value(max_rss_bytes()));
+    }
+    return Status::ok_status();
+  };
+  // Ranks as threads or processes: BLAS on one thread each (kernels/blas.h).
+  const kernels::ScopedBlasThreads one_blas_thread(1);
+  const comm::Launched launched = comm::launch(lo, settings, prepare_process, run_rank);
+  const Status& st = launched.status;
+  if (progress.show) std::fprintf(stderr, "\n");
+  if (!st.ok()) return launched.speaks ? report(st) : exit_code(st);
+  if (!launched.speaks) return kExitOk;
+  if (!backend_mpi) rss = {max_rss_bytes()};
+  if (!progress.metrics_status.ok()) return fail(progress.metrics_status);
+  if (!cfg.trace.empty()) {
+    if (Status ws = write_trace(cfg, result); !ws.ok()) return fail(ws);
+  }
+  print_summary(cfg, result, prep, rss, progress);
   return kExitOk;
 }
 

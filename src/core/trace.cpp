@@ -48,6 +48,13 @@ nlohmann::json span_event(const TraceEvent& e) {
 // The document is what nlohmann's dump() of the whole object would print (its objects are
 // key-ordered: displayTimeUnit < otherData < traceEvents), assembled event by event so that a
 // trace of millions of events never exists as a JSON tree.
+TraceMetadata rank_trace_metadata(const std::string& name, int64_t ranks,
+                                  std::vector<std::pair<std::string, TraceValue>> other_data) {
+  TraceProcess proc{0, name, 0, {}};
+  for (int64_t r = 0; r < ranks; ++r) proc.threads.emplace_back(r, "rank " + std::to_string(r));
+  return {{std::move(proc)}, std::move(other_data)};
+}
+
 std::string chrome_trace_json(std::span<const TraceEvent> events, const TraceMetadata& metadata) {
   std::string out = "{\"displayTimeUnit\":\"ms\",";
   if (!metadata.other_data.empty()) {

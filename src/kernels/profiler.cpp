@@ -1,4 +1,5 @@
 #include "distca/kernels/profiler.h"
+#include "distca/core/stats.h"
 
 #include <omp.h>
 
@@ -21,14 +22,6 @@ double problem_memory_bytes(int64_t total_q, int64_t total_kv, int32_t n_heads, 
   return floats * sizeof(float) +
          attention_scratch_bytes(total_q, n_heads, n_kv_heads, head_dim, true, omp_get_max_threads());
 }
-
-namespace {
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-}  // namespace
 
 KernelTiming time_kernels(AttentionProblem& prob, int repeats, double min_seconds) {
   const AttentionParams p = params_for(prob);
@@ -186,7 +179,7 @@ Result<double> time_profile_gemm(const GemmRecord& g, int repeats, const std::fu
     call();
     t.push_back(monotonic_seconds() - t0);
   }
-  return std::max(median(t), kMinTaskSeconds);
+  return std::max(median(std::move(t)), kMinTaskSeconds);
 }
 
 }  // namespace distca::kernels

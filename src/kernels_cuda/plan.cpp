@@ -72,6 +72,39 @@ std::vector<CudaTile> make_tiles(int32_t n_tasks, int32_t rows, Len len, Weight 
   return tiles;
 }
 
+// The tile shapes, threads and shared memory of the plan's kernels.
+void set_kernel_shapes(CudaLaunchPlan& plan, int64_t head_dim, bool backward) {
+  if (plan.forward == CudaKernel::kTiled) {
+    plan.fwd_rows = cuda_shapes::kTiledRows;
+    plan.fwd_keys = cuda_shapes::kTiledKeys;
+    plan.fwd_threads = cuda_shapes::kTiledThreads;
+    plan.fwd_smem_bytes = cuda_shapes::tiled_forward_smem_bytes(head_dim);
+  } else {
+    plan.fwd_rows = cuda_shapes::kSimpleRows;
+    plan.fwd_keys = cuda_shapes::kSimpleChunk;
+    plan.fwd_threads = cuda_shapes::kSimpleThreads;
+    plan.fwd_smem_bytes = cuda_shapes::simple_forward_smem_bytes(head_dim);
+  }
+  if (!backward) return;
+  if (plan.backward == CudaKernel::kTiled) {
+    plan.dq_rows = cuda_shapes::kTiledRows;
+    plan.dq_keys = cuda_shapes::kTiledKeys;
+    plan.dkv_rows = cuda_shapes::kTiledKeys;
+    plan.dkv_chunk = cuda_shapes::kTiledDkvChunk;
+    plan.bwd_threads = cuda_shapes::kTiledThreads;
+    plan.dq_smem_bytes = cuda_shapes::tiled_dq_smem_bytes(head_dim);
+    plan.dkv_smem_bytes = cuda_shapes::tiled_dkv_smem_bytes(head_dim);
+  } else {
+    plan.dq_rows = cuda_shapes::kSimpleRows;
+    plan.dq_keys = cuda_shapes::kSimpleChunk;
+    plan.dkv_rows = cuda_shapes::kSimpleRows;
+    plan.dkv_chunk = cuda_shapes::kSimpleChunk;
+    plan.bwd_threads = cuda_shapes::kSimpleThreads;
+    plan.dq_smem_bytes = cuda_shapes::simple_forward_smem_bytes(head_dim);
+    plan.dkv_smem_bytes = cuda_shapes::simple_dkv_smem_bytes(head_dim);
+  }
+}
+
 }  // namespace
 
 Result<CudaLaunchPlan> plan_cuda_attention(const AttentionParams& p, const int32_t* host_cu_q,
@@ -122,18 +155,7 @@ Result<CudaLaunchPlan> plan_cuda_attention(const AttentionParams& p, const int32
     DISTCA_ASSIGN_OR_RETURN(plan.backward, resolve(options.backward, p, true, "backward kernel"));
   }
 
-  if (plan.forward == CudaKernel::kTiled) {
-    plan.fwd_rows = cuda_shapes::kTiledRows;
-    plan.fwd_keys = cuda_shapes::kTiledKeys;
-    plan.fwd_threads = cuda_shapes::kTiledThreads;
-    plan.fwd_smem_bytes = cuda_shapes::tiled_forward_smem_bytes(p.head_dim);
-  } else {
-    plan.fwd_rows = cuda_shapes::kSimpleRows;
-    plan.fwd_keys = cuda_shapes::kSimpleChunk;
-    plan.fwd_threads = cuda_shapes::kSimpleThreads;
-    plan.fwd_smem_bytes = cuda_shapes::simple_forward_smem_bytes(p.head_dim);
-  }
-
+  set_kernel_shapes(plan, p.head_dim, backward);
   auto ql = [&](int32_t t) -> int64_t { return host_cu_q[t + 1] - host_cu_q[t]; };
   auto kl = [&](int32_t t) -> int64_t { return host_cu_k[t + 1] - host_cu_k[t]; };
   // Keys the query rows [0, r_end) of task t see together: the last row's horizon.
@@ -146,23 +168,6 @@ Result<CudaLaunchPlan> plan_cuda_attention(const AttentionParams& p, const int32
   plan.fwd_tiles = q_tiles(plan.fwd_rows, plan.fwd_keys);
 
   if (backward) {
-    if (plan.backward == CudaKernel::kTiled) {
-      plan.dq_rows = cuda_shapes::kTiledRows;
-      plan.dq_keys = cuda_shapes::kTiledKeys;
-      plan.dkv_rows = cuda_shapes::kTiledKeys;
-      plan.dkv_chunk = cuda_shapes::kTiledDkvChunk;
-      plan.bwd_threads = cuda_shapes::kTiledThreads;
-      plan.dq_smem_bytes = cuda_shapes::tiled_dq_smem_bytes(p.head_dim);
-      plan.dkv_smem_bytes = cuda_shapes::tiled_dkv_smem_bytes(p.head_dim);
-    } else {
-      plan.dq_rows = cuda_shapes::kSimpleRows;
-      plan.dq_keys = cuda_shapes::kSimpleChunk;
-      plan.dkv_rows = cuda_shapes::kSimpleRows;
-      plan.dkv_chunk = cuda_shapes::kSimpleChunk;
-      plan.bwd_threads = cuda_shapes::kSimpleThreads;
-      plan.dq_smem_bytes = cuda_shapes::simple_forward_smem_bytes(p.head_dim);
-      plan.dkv_smem_bytes = cuda_shapes::simple_dkv_smem_bytes(p.head_dim);
-    }
     plan.dq_tiles = q_tiles(plan.dq_rows, plan.dq_keys);
     // Key rows [j0, j1) are seen by query rows r >= j0 - (kv_len - q_len) (causal), all otherwise.
     plan.dkv_tiles = make_tiles(p.n_tasks, plan.dkv_rows, kl, [&](int32_t t, int64_t b) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "distca/core/stats.h"
 #include "distca/core/cuda_check.h"
 #include "distca/kernels_cuda/device.h"
 #include "distca/kernels_cuda/probe.h"
@@ -103,11 +104,6 @@ class Arena {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 }  // namespace
 

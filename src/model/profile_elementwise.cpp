@@ -1,6 +1,7 @@
 // The element-wise timing of the hardware profile (profile_elementwise.h): the trainer's
 // phases of src/model/llama.cpp without their GEMMs, on buffers of the same shapes.
 #include "distca/model/profile_elementwise.h"
+#include "distca/core/stats.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,12 +15,6 @@
 
 namespace distca::model {
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // One untimed run (first touch of the buffers, as the trainer's first step pays), then
 // `repeats` timed runs, each after `sync`: the median seconds.

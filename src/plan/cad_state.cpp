@@ -67,8 +67,9 @@ void State::reset() {
   inter_price_ = 1;
 }
 
-Status State::init(const Batch& batch, const ScheduleOptions& options) {
-  reset();
+namespace {
+
+Status check_inputs(const Batch& batch, const ScheduleOptions& options) {
   DISTCA_RETURN_IF_ERROR(options.model.validate().with_context("--model"));
   if (options.dtype_bytes != 2 && options.dtype_bytes != 4) {
     return Status::invalid_argument("--dtype: activation bytes must be 2 (bf16) or 4 (fp32), got " +
@@ -87,6 +88,106 @@ Status State::init(const Batch& batch, const ScheduleOptions& options) {
   }
   DISTCA_RETURN_IF_ERROR(check_doc_weights(options.doc_weights));
   DISTCA_RETURN_IF_ERROR(options.topology.validate(batch.ranks));
+  return {};
+}
+
+Status check_piece(const Piece& p, int64_t r, size_t i) {
+  if (p.doc < 0) return Status::invalid_argument(piece_where(r, i) + ": 'doc' must be >= 0");
+  if (p.len <= 0) return Status::invalid_argument(piece_where(r, i) + ": 'len' must be positive");
+  if (p.offset < 0) return Status::invalid_argument(piece_where(r, i) + ": 'offset' must be >= 0");
+  if (p.doc_len <= 0) return Status::invalid_argument(piece_where(r, i) + ": 'doc_len' must be positive");
+  if (p.offset > p.doc_len - p.len) {
+    return Status::invalid_argument(piece_where(r, i) + ": piece lies outside document " +
+                                    std::to_string(p.doc) + " of length " + std::to_string(p.doc_len));
+  }
+  return {};
+}
+
+// Document id -> slot while the pieces are read. The packer numbers documents 0, 1, ... in
+// order of first appearance, so the slot is the id until a piece says otherwise; then ids are
+// mapped through a dense table when they are small, else through a sorted list.
+struct SlotIndex {
+  bool identity = true, use_dense = false;
+  std::vector<int32_t> dense;
+  std::vector<std::pair<int64_t, int32_t>> sparse;  // (id, slot), sorted by id
+
+  // The slot of document `doc`, -1 when it has none yet (`slots` so far).
+  int32_t find(int64_t doc, size_t slots) const {
+    if (identity) return doc < static_cast<int64_t>(slots) ? static_cast<int32_t>(doc) : -1;
+    if (use_dense) return dense[static_cast<size_t>(doc)];
+    auto it = std::lower_bound(sparse.begin(), sparse.end(), std::make_pair(doc, int32_t{-1}));
+    return it != sparse.end() && it->first == doc ? it->second : -1;
+  }
+  // Leaves the identity: slots 0..slots-1 are their own ids.
+  void leave_identity(const Batch& batch, size_t pieces, size_t slots) {
+    identity = false;
+    int64_t max_id = 0;
+    for (const auto& qs : batch.per_rank) {
+      for (const Piece& q : qs) max_id = std::max(max_id, q.doc);
+    }
+    use_dense = max_id < 4 * static_cast<int64_t>(pieces) + 1024;
+    if (use_dense) {
+      dense.assign(static_cast<size_t>(max_id + 1), -1);
+      for (size_t j = 0; j < slots; ++j) dense[j] = static_cast<int32_t>(j);
+    } else {
+      for (size_t j = 0; j < slots; ++j) sparse.emplace_back(static_cast<int64_t>(j), static_cast<int32_t>(j));
+    }
+  }
+  void add(int64_t doc, int32_t slot) {
+    if (use_dense) {
+      dense[static_cast<size_t>(doc)] = slot;
+    } else {
+      sparse.insert(std::lower_bound(sparse.begin(), sparse.end(), std::make_pair(doc, slot)), std::make_pair(doc, slot));
+    }
+  }
+};
+
+}  // namespace
+
+// Colocated bytes: each rank holding a document needs its context [0, E), E = the end of its
+// last piece there; a document in one piece needs nothing from anyone.
+Priced State::colocated_bytes() const {
+  Priced bytes;
+  const size_t D = doc_len_.size();
+  for (size_t d = 0; d < D; ++d) {
+    const int32_t head = doc_seg_head_[d];
+    if (seg_next_[static_cast<size_t>(head)] < 0) continue;
+    for (int32_t i = head; i >= 0; i = seg_next_[static_cast<size_t>(i)]) {
+      const int64_t r = runs_[static_cast<size_t>(i)].rank;
+      bool listed = false;  // counted at the rank's first piece in the list
+      for (int32_t j = head; j != i && !listed; j = seg_next_[static_cast<size_t>(j)]) {
+        listed = runs_[static_cast<size_t>(j)].rank == r;
+      }
+      if (listed) continue;
+      int64_t e = 0;
+      for (int32_t j = i; j >= 0; j = seg_next_[static_cast<size_t>(j)]) {
+        if (runs_[static_cast<size_t>(j)].rank == r) e = std::max(e, runs_[static_cast<size_t>(j)].end);
+      }
+      const Priced kv = rows_not_held(static_cast<int64_t>(d), 0, e, r);
+      bytes.bytes += kv.bytes * s_kv_;
+      bytes.cost += kv.cost * s_kv_;
+    }
+  }
+  return bytes;
+}
+
+void State::record_start() {
+  for (int64_t r = 0; r < ranks_; ++r) {
+    total_ += load_[static_cast<size_t>(r)];
+    by_load_.emplace(load_[static_cast<size_t>(r)], r);
+  }
+  bytes_ = colocated_bytes();
+  bytes_start_ = bytes_;
+  // What restart() needs to undo the moves.
+  load_start_ = load_;
+  total_start_ = total_;
+  server_docs_start_.resize(server_docs_.size());
+  for (size_t r = 0; r < server_docs_.size(); ++r) server_docs_start_[r] = static_cast<int32_t>(server_docs_[r].size());
+}
+
+Status State::init(const Batch& batch, const ScheduleOptions& options) {
+  reset();
+  DISTCA_RETURN_IF_ERROR(check_inputs(batch, options));
   if (options.topology.multi_host()) {
     for (const int64_t h : options.topology.host) host_.push_back(static_cast<int32_t>(h));
     inter_price_ = options.topology.inter_host_price;
@@ -109,10 +210,8 @@ Status State::init(const Batch& batch, const ScheduleOptions& options) {
 
   // One pass over the pieces: checks, document slots, the colocated start (one segment per
   // piece, ids in batch order), loads, each rank's documents. Slots are in order of first
-  // appearance. The packer numbers documents 0, 1, ... in that order, so the slot is the id
-  // until a piece says otherwise; then ids are mapped through a dense table when they are
-  // small, else through a sorted list. Errors are reported in the order of separate passes:
-  // piece and rank errors first, then an inconsistent doc_len, then tiling.
+  // appearance (SlotIndex). Errors are reported in the order of separate passes: piece and
+  // rank errors first, then an inconsistent doc_len, then tiling.
   load_.assign(R, 0.0);
   rank_version_.assign(R, 0);
   rank_segs_.resize(R);  // inner vectors empty (reset), capacity kept
@@ -121,9 +220,7 @@ Status State::init(const Batch& batch, const ScheduleOptions& options) {
   segs_.reserve(pieces + 4 * R + 1024);
   seg_next_.reserve(pieces + 4 * R + 1024);
   runs_.reserve(pieces);
-  std::vector<int32_t> dense;
-  std::vector<std::pair<int64_t, int32_t>> sparse;  // (id, slot), sorted by id
-  bool identity = true, use_dense = false;
+  SlotIndex slots;
   std::string doc_error;  // the first inconsistent doc_len
   for (int64_t r = 0; r < ranks_; ++r) {
     int64_t used = 0;
@@ -134,42 +231,16 @@ Status State::init(const Batch& batch, const ScheduleOptions& options) {
     double load = 0;
     for (size_t i = 0; i < ps.size(); ++i) {
       const Piece& p = ps[i];
-      if (p.doc < 0) return Status::invalid_argument(piece_where(r, i) + ": 'doc' must be >= 0");
-      if (p.len <= 0) return Status::invalid_argument(piece_where(r, i) + ": 'len' must be positive");
-      if (p.offset < 0) return Status::invalid_argument(piece_where(r, i) + ": 'offset' must be >= 0");
-      if (p.doc_len <= 0) return Status::invalid_argument(piece_where(r, i) + ": 'doc_len' must be positive");
-      if (p.offset > p.doc_len - p.len) {
-        return Status::invalid_argument(piece_where(r, i) + ": piece lies outside document " +
-                                        std::to_string(p.doc) + " of length " + std::to_string(p.doc_len));
-      }
+      DISTCA_RETURN_IF_ERROR(check_piece(p, r, i));
       used += p.len;
-      int32_t slot = -1;
-      if (identity) {
-        if (p.doc < static_cast<int64_t>(doc_len_.size())) slot = static_cast<int32_t>(p.doc);
-      } else if (use_dense) {
-        slot = dense[static_cast<size_t>(p.doc)];
-      } else {
-        auto it = std::lower_bound(sparse.begin(), sparse.end(), std::make_pair(p.doc, int32_t{-1}));
-        if (it != sparse.end() && it->first == p.doc) slot = it->second;
-      }
+      int32_t slot = slots.find(p.doc, doc_len_.size());
       if (slot < 0) {
         slot = static_cast<int32_t>(doc_len_.size());
-        if (identity && p.doc != slot) {
+        if (slots.identity && p.doc != slot) {
           // Leave the identity: every slot so far is its own id.
-          identity = false;
-          int64_t max_id = 0;
-          for (const auto& qs : batch.per_rank) {
-            for (const Piece& q : qs) max_id = std::max(max_id, q.doc);
-          }
-          use_dense = max_id < 4 * static_cast<int64_t>(pieces) + 1024;
           doc_id_.resize(doc_len_.size());
           for (size_t j = 0; j < doc_id_.size(); ++j) doc_id_[j] = static_cast<int64_t>(j);
-          if (use_dense) {
-            dense.assign(static_cast<size_t>(max_id + 1), -1);
-            for (size_t j = 0; j < doc_id_.size(); ++j) dense[j] = static_cast<int32_t>(j);
-          } else {
-            for (size_t j = 0; j < doc_id_.size(); ++j) sparse.emplace_back(static_cast<int64_t>(j), static_cast<int32_t>(j));
-          }
+          slots.leave_identity(batch, pieces, doc_id_.size());
         }
         doc_len_.push_back(p.doc_len);
         if (!weights.empty()) {
@@ -179,14 +250,9 @@ Status State::init(const Batch& batch, const ScheduleOptions& options) {
         }
         doc_seg_head_.push_back(-1);
         doc_chunk_head_.push_back(-1);
-        if (!identity) {
+        if (!slots.identity) {
           doc_id_.push_back(p.doc);
-          if (use_dense) {
-            dense[static_cast<size_t>(p.doc)] = slot;
-          } else {
-            sparse.insert(std::lower_bound(sparse.begin(), sparse.end(), std::make_pair(p.doc, slot)),
-                          std::make_pair(p.doc, slot));
-          }
+          slots.add(p.doc, slot);
         }
       } else if (doc_len_[static_cast<size_t>(slot)] != p.doc_len && doc_error.empty()) {
         doc_error = "batch: document " + std::to_string(p.doc) + " has inconsistent 'doc_len' (" +
@@ -211,38 +277,7 @@ Status State::init(const Batch& batch, const ScheduleOptions& options) {
   std::fill(doc_chunk_head_.begin(), doc_chunk_head_.end(), -1);
   DISTCA_RETURN_IF_ERROR(check_tiling());
 
-  for (int64_t r = 0; r < ranks_; ++r) {
-    total_ += load_[static_cast<size_t>(r)];
-    by_load_.emplace(load_[static_cast<size_t>(r)], r);
-  }
-  // Colocated bytes: each rank holding a document needs its context [0, E), E = the end of
-  // its last piece there; a document in one piece needs nothing from anyone.
-  const size_t D = doc_len_.size();
-  for (size_t d = 0; d < D; ++d) {
-    const int32_t head = doc_seg_head_[d];
-    if (seg_next_[static_cast<size_t>(head)] < 0) continue;
-    for (int32_t i = head; i >= 0; i = seg_next_[static_cast<size_t>(i)]) {
-      const int64_t r = runs_[static_cast<size_t>(i)].rank;
-      bool listed = false;  // counted at the rank's first piece in the list
-      for (int32_t j = head; j != i && !listed; j = seg_next_[static_cast<size_t>(j)]) {
-        listed = runs_[static_cast<size_t>(j)].rank == r;
-      }
-      if (listed) continue;
-      int64_t e = 0;
-      for (int32_t j = i; j >= 0; j = seg_next_[static_cast<size_t>(j)]) {
-        if (runs_[static_cast<size_t>(j)].rank == r) e = std::max(e, runs_[static_cast<size_t>(j)].end);
-      }
-      const Priced kv = rows_not_held(static_cast<int64_t>(d), 0, e, r);
-      bytes_.bytes += kv.bytes * s_kv_;
-      bytes_.cost += kv.cost * s_kv_;
-    }
-  }
-  bytes_start_ = bytes_;
-  // What restart() needs to undo the moves.
-  load_start_ = load_;
-  total_start_ = total_;
-  server_docs_start_.resize(R);
-  for (size_t r = 0; r < R; ++r) server_docs_start_[r] = static_cast<int32_t>(server_docs_[r].size());
+  record_start();
   return Status::ok_status();
 }
 

@@ -156,6 +156,11 @@ class State {
   bool same_piece(int64_t d, int64_t rank, int64_t begin, int64_t end) const;
   // Checks that the pieces of every document tile it; the message names the document.
   Status check_tiling() const;
+  // The bytes of the colocated start (init, after the pieces are read).
+  Priced colocated_bytes() const;
+  // After init has read the pieces: the totals, the load order, the colocated bytes, and the
+  // start restart() returns to.
+  void record_start();
 
   Work work_{nullptr};                           // unweighted
   const AttentionCostModel* model_ = nullptr;

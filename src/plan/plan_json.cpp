@@ -1,5 +1,6 @@
 // JSON forms of a plan (plan_json.h; keys documented in docs/plan-format.md).
 #include "distca/plan/plan_json.h"
+#include "distca/core/stats.h"
 
 #include <algorithm>
 #include <string>
@@ -39,12 +40,6 @@ json displs_json(const PeerVector<int64_t>& counts) {
     at += counts[p];
   }
   return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 }  // namespace

@@ -38,6 +38,8 @@ struct UnitWork {
   // backward returns dK/dV over the same pairs reversed.
   int64_t fwd_sends = 0, fwd_receives = 0;
 };
+// work[j][i]: micro-batch j, unit i of a stage.
+using Work = std::vector<std::vector<UnitWork>>;
 
 ScheduleOptions schedule_options(const Rates& R) {
   ScheduleOptions so;
@@ -209,161 +211,152 @@ double transfer_seconds(const Rates& R, const UnitWork& w, bool bwd) {
   return all_to_all_unit_seconds(R.exchange, w.fwd_sent, w.fwd_recv, w.fwd_sends, w.fwd_receives);
 }
 
-}  // namespace
-
-Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, SimResult& r) {
-  const auto m = static_cast<int64_t>(mbs.size());
-  const int64_t p = R.pp, ups = R.units_per_stage, groups = ups / c;
-  // work[j][i]: micro-batch j, unit i of a stage (every stage sees the same micro-batch).
-  std::vector<std::vector<UnitWork>> work(static_cast<size_t>(m));
-  for (int64_t j = 0; j < m; ++j) {
-    DISTCA_RETURN_IF_ERROR(layout_microbatch(R, mbs[static_cast<size_t>(j)], c, work[static_cast<size_t>(j)], r.plan));
-  }
-  Recorder rec(R.units, R.o.record_events, R.sharing);
+// One op (micro-batch j, forward or backward) of CP group g on stage s, starting at t: the
+// stage's layers, a group barrier per layer when c > 1. Returns the end time.
+double run_group_op(const Rates& R, const Work& work, Recorder& rec, int64_t c, int64_t s, int64_t g, int64_t j,
+                    bool bwd, double t) {
+  const int64_t p = R.pp, ups = R.units_per_stage;
   const double share = R.attn_fwd_share;
-  const auto ops = one_f_one_b(p, m);
-  std::vector<double> stage_finish(static_cast<size_t>(p), 0.0);
-  std::vector<double> unit_end(static_cast<size_t>(R.units), 0.0);
-
-  // One op of one group: n layers, group barrier per layer when c > 1. Returns the end time.
-  auto run_op = [&](int64_t s, int64_t g, int64_t j, bool bwd, double t) {
-    const auto& W = work[static_cast<size_t>(j)];
-    const int64_t base = s * ups + g * c;
-    const int64_t layers = R.stage_layers[static_cast<size_t>(s)];
-    const bool last = s == p - 1;
-    const char* lin_name = bwd ? "bwd linear" : "fwd linear";
-    const char* att_name = bwd ? "bwd attention" : "fwd attention";
-    const char* comm_name = c > 1 ? (bwd ? "dK/dV reduce-scatter" : "K/V all-gather")
-                                  : (bwd ? "dK/dV return" : "K/V fetch");
-    auto lm = [&]() {
-      double end = t;
-      for (int64_t i = 0; i < c; ++i) {
-        const UnitWork& w = W[static_cast<size_t>(g * c + i)];
-        const double d = rec.linear(base + i, t, (bwd ? R.lm_head_bwd_per_token : R.lm_head_fwd_per_token) * w.tokens,
-                                    bwd ? "bwd lm head" : "fwd lm head", j);
-        end = std::max(end, t + d);
-      }
-      t = end;
-    };
-    if (last && bwd) lm();
-    // The group's all-gather (grads: its reduce-scatter of dK/dV), a barrier of the group.
-    auto group_collective = [&](bool grads) {
-      double coll = 0;
-      for (int64_t i = 0; i < c; ++i) {  // the ring lasts as long as its busiest unit's part
-        const UnitWork& w = W[static_cast<size_t>(g * c + i)];
-        coll = std::max(coll, grads ? ring_seconds(R.exchange, c, w.bwd_sent, w.bwd_recv)
-                                    : ring_seconds(R.exchange, c, w.fwd_sent, w.fwd_recv));
-      }
-      return coll;
-    };
-    // With checkpointing nothing gathered is kept: the backward's recompute of a layer gathers
-    // (fetches) its K/V again, at the forward's cost, before the attention backward.
-    const bool regather = bwd && R.o.activation_checkpointing;
-    const char* regather_name = c > 1 ? "K/V re-gather (recompute)" : "K/V re-fetch (recompute)";
-    for (int64_t k = 0; k < layers; ++k) {
-      const double coll = c > 1 ? group_collective(bwd) : 0.0;
-      const double coll_again = c > 1 && regather ? group_collective(false) : 0.0;
-      double end = t;
-      for (int64_t i = 0; i < c; ++i) {
-        const UnitWork& w = W[static_cast<size_t>(g * c + i)];
-        const int64_t u = base + i;
-        const double sent = bwd ? w.bwd_sent : w.fwd_sent, recv = bwd ? w.bwd_recv : w.fwd_recv;
-        const double x0 = !regather ? 0.0 : (c > 1 ? coll_again : transfer_seconds(R, w, false));
-        const double xr = c > 1 ? coll : transfer_seconds(R, w, bwd);
-        // Forward: the K/V fetch (all-gather), then the layer. Backward: the linear backward
-        // (with the recompute), the K/V re-gather, the attention backward, then the dK/dV it
-        // produced goes back (reduce-scatter): exposed either way.
-        const double pre = bwd ? 0.0 : xr;
-        if (!bwd) {
-          rec.comm(u, t, xr, sent, recv, comm_name, j);
-          rec.wait(u, t, t + xr, t);
-        }
-        // Durations as the recorder charged them (wall seconds under processor sharing).
-        const double lin = rec.linear(u, t + pre, (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * w.tokens,
-                                      lin_name, j);
-        const double t_att = t + pre + lin + x0;
-        if (regather) {
-          rec.comm(u, t_att - x0, x0, w.fwd_sent, w.fwd_recv, regather_name, j);
-          rec.wait(u, t_att - x0, t_att, t_att - x0);
-        }
-        const double att =
-            rec.attention(u, t_att, w.attention_seconds * (bwd ? 1.0 - share : share), att_name, j);
-        if (!bwd) rec.stats()[static_cast<size_t>(u)].attention_pairs += w.pairs;
-        if (bwd) {
-          rec.comm(u, t_att + att, xr, sent, recv, comm_name, j);
-          rec.wait(u, t_att + att, t_att + att + xr, t_att + att);
-        }
-        end = std::max(end, t_att + att + (bwd ? xr : 0.0));
-      }
-      t = end;
+  const auto& W = work[static_cast<size_t>(j)];
+  const int64_t base = s * ups + g * c;
+  const int64_t layers = R.stage_layers[static_cast<size_t>(s)];
+  const bool last = s == p - 1;
+  const char* lin_name = bwd ? "bwd linear" : "fwd linear";
+  const char* att_name = bwd ? "bwd attention" : "fwd attention";
+  const char* comm_name = c > 1 ? (bwd ? "dK/dV reduce-scatter" : "K/V all-gather")
+                                : (bwd ? "dK/dV return" : "K/V fetch");
+  auto lm = [&]() {
+    double end = t;
+    for (int64_t i = 0; i < c; ++i) {
+      const UnitWork& w = W[static_cast<size_t>(g * c + i)];
+      const double d = rec.linear(base + i, t, (bwd ? R.lm_head_bwd_per_token : R.lm_head_fwd_per_token) * w.tokens,
+                                  bwd ? "bwd lm head" : "fwd lm head", j);
+      end = std::max(end, t + d);
     }
-    if (last && !bwd) lm();
-    return t;
+    t = end;
   };
+  if (last && bwd) lm();
+  // The group's all-gather (grads: its reduce-scatter of dK/dV), a barrier of the group.
+  auto group_collective = [&](bool grads) {
+    double coll = 0;
+    for (int64_t i = 0; i < c; ++i) {  // the ring lasts as long as its busiest unit's part
+      const UnitWork& w = W[static_cast<size_t>(g * c + i)];
+      coll = std::max(coll, grads ? ring_seconds(R.exchange, c, w.bwd_sent, w.bwd_recv)
+                                  : ring_seconds(R.exchange, c, w.fwd_sent, w.fwd_recv));
+    }
+    return coll;
+  };
+  // With checkpointing nothing gathered is kept: the backward's recompute of a layer gathers
+  // (fetches) its K/V again, at the forward's cost, before the attention backward.
+  const bool regather = bwd && R.o.activation_checkpointing;
+  const char* regather_name = c > 1 ? "K/V re-gather (recompute)" : "K/V re-fetch (recompute)";
+  for (int64_t k = 0; k < layers; ++k) {
+    const double coll = c > 1 ? group_collective(bwd) : 0.0;
+    const double coll_again = c > 1 && regather ? group_collective(false) : 0.0;
+    double end = t;
+    for (int64_t i = 0; i < c; ++i) {
+      const UnitWork& w = W[static_cast<size_t>(g * c + i)];
+      const int64_t u = base + i;
+      const double sent = bwd ? w.bwd_sent : w.fwd_sent, recv = bwd ? w.bwd_recv : w.fwd_recv;
+      const double x0 = !regather ? 0.0 : (c > 1 ? coll_again : transfer_seconds(R, w, false));
+      const double xr = c > 1 ? coll : transfer_seconds(R, w, bwd);
+      // Forward: the K/V fetch (all-gather), then the layer. Backward: the linear backward
+      // (with the recompute), the K/V re-gather, the attention backward, then the dK/dV it
+      // produced goes back (reduce-scatter): exposed either way.
+      const double pre = bwd ? 0.0 : xr;
+      if (!bwd) {
+        rec.comm(u, t, xr, sent, recv, comm_name, j);
+        rec.wait(u, t, t + xr, t);
+      }
+      // Durations as the recorder charged them (wall seconds under processor sharing).
+      const double lin = rec.linear(u, t + pre, (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * w.tokens,
+                                    lin_name, j);
+      const double t_att = t + pre + lin + x0;
+      if (regather) {
+        rec.comm(u, t_att - x0, x0, w.fwd_sent, w.fwd_recv, regather_name, j);
+        rec.wait(u, t_att - x0, t_att, t_att - x0);
+      }
+      const double att =
+          rec.attention(u, t_att, w.attention_seconds * (bwd ? 1.0 - share : share), att_name, j);
+      if (!bwd) rec.stats()[static_cast<size_t>(u)].attention_pairs += w.pairs;
+      if (bwd) {
+        rec.comm(u, t_att + att, xr, sent, recv, comm_name, j);
+        rec.wait(u, t_att + att, t_att + att + xr, t_att + att);
+      }
+      end = std::max(end, t_att + att + (bwd ? xr : 0.0));
+    }
+    t = end;
+  }
+  if (last && !bwd) lm();
+  return t;
+}
 
-  for (int64_t g = 0; g < groups; ++g) {
-    const auto P = static_cast<size_t>(p), M = static_cast<size_t>(m);
-    std::vector<std::vector<double>> f_end(P, std::vector<double>(M, -1.0)), b_end = f_end;
-    std::vector<size_t> next(P, 0);
-    std::vector<double> free_at(P, 0.0);
-    bool progress = true;
-    while (progress) {
-      progress = false;
-      for (int64_t s = 0; s < p; ++s) {
-        const auto& list = ops[static_cast<size_t>(s)];
-        while (next[static_cast<size_t>(s)] < list.size()) {
-          const PipeOp op = list[next[static_cast<size_t>(s)]];
-          const auto J = static_cast<size_t>(op.microbatch);
-          double dep = 0;
-          bool remote = false;  // the input comes from another stage (a p2p transfer)
-          if (!op.backward) {
-            if (s > 0) {
-              dep = f_end[static_cast<size_t>(s - 1)][J];
-              remote = true;
-            }
-          } else if (s == p - 1) {
-            dep = f_end[static_cast<size_t>(s)][J];
-          } else {
-            dep = b_end[static_cast<size_t>(s + 1)][J];
+// CP group g's 1F1B over the stages, each op as soon as its input and its stage are free
+// (a p2p transfer between stages); folds the stages' finish times into stage_finish and
+// unit_end.
+void run_group(const Rates& R, const Work& work, const std::vector<std::vector<PipeOp>>& ops, Recorder& rec,
+               int64_t c, int64_t g, std::vector<double>& stage_finish, std::vector<double>& unit_end) {
+  const int64_t p = R.pp, m = static_cast<int64_t>(work.size()), ups = R.units_per_stage;
+  const auto P = static_cast<size_t>(p), M = static_cast<size_t>(m);
+  std::vector<std::vector<double>> f_end(P, std::vector<double>(M, -1.0)), b_end = f_end;
+  std::vector<size_t> next(P, 0);
+  std::vector<double> free_at(P, 0.0);
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int64_t s = 0; s < p; ++s) {
+      const auto& list = ops[static_cast<size_t>(s)];
+      while (next[static_cast<size_t>(s)] < list.size()) {
+        const PipeOp op = list[next[static_cast<size_t>(s)]];
+        const auto J = static_cast<size_t>(op.microbatch);
+        double dep = 0;
+        bool remote = false;  // the input comes from another stage (a p2p transfer)
+        if (!op.backward) {
+          if (s > 0) {
+            dep = f_end[static_cast<size_t>(s - 1)][J];
             remote = true;
           }
-          if (dep < 0) break;
-          const double ready = free_at[static_cast<size_t>(s)];
-          double start = std::max(ready, dep);
-          if (remote) {
-            const auto& W = work[J];
-            double x = 0;
-            const int64_t from = op.backward ? s + 1 : s - 1;
-            for (int64_t i = 0; i < c; ++i) {
-              const double bytes = R.boundary_bytes(W[static_cast<size_t>(g * c + i)].tokens);
-              const double d = R.p2p(bytes);
-              x = std::max(x, d);
-              rec.comm(from * ups + g * c + i, dep, d, bytes, 0, op.backward ? "send grad" : "send act", op.microbatch);
-              rec.comm(s * ups + g * c + i, dep, d, 0, bytes, op.backward ? "recv grad" : "recv act", op.microbatch);
-            }
-            start = std::max(ready, dep + x);
-            for (int64_t i = 0; i < c; ++i) rec.wait(s * ups + g * c + i, ready, start, dep);
-          }
-          const double end = run_op(s, g, op.microbatch, op.backward, start);
-          (op.backward ? b_end : f_end)[static_cast<size_t>(s)][J] = end;
-          free_at[static_cast<size_t>(s)] = end;
-          ++next[static_cast<size_t>(s)];
-          progress = true;
+        } else if (s == p - 1) {
+          dep = f_end[static_cast<size_t>(s)][J];
+        } else {
+          dep = b_end[static_cast<size_t>(s + 1)][J];
+          remote = true;
         }
+        if (dep < 0) break;
+        const double ready = free_at[static_cast<size_t>(s)];
+        double start = std::max(ready, dep);
+        if (remote) {
+          const auto& W = work[J];
+          double x = 0;
+          const int64_t from = op.backward ? s + 1 : s - 1;
+          for (int64_t i = 0; i < c; ++i) {
+            const double bytes = R.boundary_bytes(W[static_cast<size_t>(g * c + i)].tokens);
+            const double d = R.p2p(bytes);
+            x = std::max(x, d);
+            rec.comm(from * ups + g * c + i, dep, d, bytes, 0, op.backward ? "send grad" : "send act", op.microbatch);
+            rec.comm(s * ups + g * c + i, dep, d, 0, bytes, op.backward ? "recv grad" : "recv act", op.microbatch);
+          }
+          start = std::max(ready, dep + x);
+          for (int64_t i = 0; i < c; ++i) rec.wait(s * ups + g * c + i, ready, start, dep);
+        }
+        const double end = run_group_op(R, work, rec, c, s, g, op.microbatch, op.backward, start);
+        (op.backward ? b_end : f_end)[static_cast<size_t>(s)][J] = end;
+        free_at[static_cast<size_t>(s)] = end;
+        ++next[static_cast<size_t>(s)];
+        progress = true;
       }
     }
-    for (int64_t s = 0; s < p; ++s) {
-      DISTCA_CHECK(next[static_cast<size_t>(s)] == ops[static_cast<size_t>(s)].size());
-      stage_finish[static_cast<size_t>(s)] = std::max(stage_finish[static_cast<size_t>(s)], free_at[static_cast<size_t>(s)]);
-      for (int64_t i = 0; i < c; ++i) unit_end[static_cast<size_t>(s * ups + g * c + i)] = free_at[static_cast<size_t>(s)];
-    }
   }
+  for (int64_t s = 0; s < p; ++s) {
+    DISTCA_CHECK(next[static_cast<size_t>(s)] == ops[static_cast<size_t>(s)].size());
+    stage_finish[static_cast<size_t>(s)] = std::max(stage_finish[static_cast<size_t>(s)], free_at[static_cast<size_t>(s)]);
+    for (int64_t i = 0; i < c; ++i) unit_end[static_cast<size_t>(s * ups + g * c + i)] = free_at[static_cast<size_t>(s)];
+  }
+}
 
-  // DP gradient all-reduce per stage once every replica of the stage is done.
-  r.pipeline_seconds = *std::max_element(stage_finish.begin(), stage_finish.end());
-  run_grad_sync(R, rec, stage_finish, unit_end, r);
-
-  // Memory: the peak over each stage's op order of the micro-batches held.
+// Memory: the peak over each stage's op order of the micro-batches held, per unit.
+std::vector<MemoryInput> baseline_memory(const Rates& R, const Work& work, const std::vector<std::vector<PipeOp>>& ops) {
+  const int64_t p = R.pp, ups = R.units_per_stage;
   std::vector<MemoryInput> mem(static_cast<size_t>(R.units));
   for (int64_t s = 0; s < p; ++s) {
     for (int64_t i = 0; i < ups; ++i) {
@@ -388,6 +381,30 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
       mi.transient_kv_bytes = mi.transient_bytes;
     }
   }
+  return mem;
+}
+
+}  // namespace
+
+Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, SimResult& r) {
+  const auto m = static_cast<int64_t>(mbs.size());
+  const int64_t p = R.pp, ups = R.units_per_stage, groups = ups / c;
+  // work[j][i]: micro-batch j, unit i of a stage (every stage sees the same micro-batch).
+  Work work(static_cast<size_t>(m));
+  for (int64_t j = 0; j < m; ++j) {
+    DISTCA_RETURN_IF_ERROR(layout_microbatch(R, mbs[static_cast<size_t>(j)], c, work[static_cast<size_t>(j)], r.plan));
+  }
+  Recorder rec(R.units, R.o.record_events, R.sharing);
+  const auto ops = one_f_one_b(p, m);
+  std::vector<double> stage_finish(static_cast<size_t>(p), 0.0);
+  std::vector<double> unit_end(static_cast<size_t>(R.units), 0.0);
+  for (int64_t g = 0; g < groups; ++g) run_group(R, work, ops, rec, c, g, stage_finish, unit_end);
+
+  // DP gradient all-reduce per stage once every replica of the stage is done.
+  r.pipeline_seconds = *std::max_element(stage_finish.begin(), stage_finish.end());
+  run_grad_sync(R, rec, stage_finish, unit_end, r);
+
+  const std::vector<MemoryInput> mem = baseline_memory(R, work, ops);
   r.per_unit = std::move(rec.stats());
   r.events = std::move(rec.events());
   for (int64_t u = 0; u < R.units; ++u) {

@@ -154,28 +154,87 @@ std::vector<double> per_iteration_throughput(const RunStats& s) {
   return out;
 }
 
+// The CSV columns of Figure 9 (3D) or 10 (4D, fourd).
+std::vector<std::string> compare_columns(bool fourd) {
+  std::vector<std::string> cols;
+  cols = {"model", "dataset", "max_doc_len", "gpus", "units", "batches", "batch_rule", "attention"};
+  if (fourd) {
+    cols.insert(cols.end(), {"wlb_pp", "wlb_microbatches", "wlb_sequences", "wlb_tokens_per_unit"});
+  } else {
+    cols.insert(cols.end(), {"sequences", "tokens_per_unit"});
+  }
+  cols.insert(cols.end(), {"wlb_cp", "wlb_dp", "wlb_seconds", "wlb_seconds_p10", "wlb_seconds_p50",
+                                     "wlb_seconds_p90", "wlb_tokens_per_second", "wlb_oom", "wlb_idle_fraction",
+                                     "wlb_peak_memory_gb"});
+  if (fourd)
+    cols.insert(cols.end(), {"cad_pp", "cad_microbatches", "cad_sequences", "cad_tokens_per_unit"});
+  cols.insert(cols.end(), {"cad_tolerance", "cad_servers", "cad_seconds", "cad_seconds_p10",
+                                     "cad_seconds_p50", "cad_seconds_p90", "cad_tokens_per_second", "cad_oom",
+                                     "cad_exposed_comm_fraction", "cad_load_max_over_mean", "cad_peak_memory_gb",
+                                     "speedup", "speedup_p10", "speedup_p50", "speedup_p90"});
+  if (fourd) cols.push_back("speedup_same_batches");
+  cols.insert(cols.end(), {"paper_speedup_lo", "paper_speedup_hi"});
+  return cols;
+}
+
+// One configuration's CSV row (compare_columns' order).
+std::vector<std::string> compare_row(const CompareConfig& c, const SweepOptions& options, bool fourd, bool table,
+                                     int64_t units, const std::string& label, const Side& wlb, const Side& cad,
+                                     double speedup, const std::vector<double>& per_iter) {
+  const auto sp = spread(per_iter);
+  const auto ws = spread(wlb.s.iteration_seconds), cs = spread(cad.s.iteration_seconds);
+  const auto [lo, hi] = paper_range(fourd, c.model, c.dataset);
+  std::vector<std::string> row = {c.model,        c.dataset, fmt_int(c.max_doc_len), fmt_int(c.gpus),
+                                  fmt_int(units), fmt_int(options.batches), label, table ? "table" : "analytic"};
+  if (fourd) {
+    row.insert(row.end(), {fmt_int(wlb.pp), fmt_int(wlb.m), fmt_int(wlb.seqs), fmt_int(wlb.tpu)});
+  } else {
+    row.insert(row.end(), {fmt_int(wlb.seqs), fmt_int(wlb.tpu)});
+  }
+  row.insert(row.end(), {fmt_int(wlb.s.cp), fmt_int(wlb.s.dp), fmt(wlb.s.seconds, 4), fmt(ws[0], 4), fmt(ws[1], 4),
+                         fmt(ws[2], 4), fmt(wlb.s.tokens_per_second, 0), fmt_int(wlb.s.oom),
+                         fmt(wlb.s.idle_fraction, 4), fmt(wlb.s.peak_memory / 1e9, 1)});
+  if (fourd) row.insert(row.end(), {fmt_int(cad.pp), fmt_int(cad.m), fmt_int(cad.seqs), fmt_int(cad.tpu)});
+  row.insert(row.end(), {fmt(cad.tolerance, 2), cad.stateless ? "stateless" : "keep", fmt(cad.s.seconds, 4),
+                         fmt(cs[0], 4), fmt(cs[1], 4), fmt(cs[2], 4), fmt(cad.s.tokens_per_second, 0),
+                         fmt_int(cad.s.oom), fmt(cad.s.exposed_comm_fraction, 4), fmt(cad.s.load_max_over_mean, 4),
+                         fmt(cad.s.peak_memory / 1e9, 1), fmt(speedup, 4), fmt(sp[0], 4), fmt(sp[1], 4),
+                         fmt(sp[2], 4)});
+  if (fourd) row.push_back(fmt_int(wlb.pp == cad.pp));
+  row.insert(row.end(), {fmt(lo, 2), fmt(hi, 2)});
+  return row;
+}
+
+// The gnuplot script of the figure, over the CSV `name`.csv of table t.
+std::string compare_plot(bool fourd, const std::string& name, const CsvTable& t) {
+  const std::string title = fourd ? "Figure 10 (4D): CAD over WLB-ideal, best PP x DP x CP of each"
+                                  : "Figure 9 (3D, no PP): CAD (ping-pong) over WLB-ideal (best CP degree)";
+  const std::string f = name + ".csv";
+  std::string body = "set multiplot layout 2,2 title \"" + title + " (bars: p10-p90 over iterations)\"\n";
+  // Fixed ranges: a panel with no rows (--quick) must still draw.
+  body += std::string("set logscale x 2\nset xrange [") + (fourd ? "48:700" : "48:350") +
+          "]\nset xlabel \"GPUs\"\nset ylabel \"speedup (throughput ratio)\"\n";
+  body += "set key bottom right font ',9' samplen 2\nset yrange [0.6:1.6]\n";
+  body += "do for [m in \"llama-8b llama-34b\"] {\n  do for [d in \"pretrain prolong\"] {\n";
+  body += "    set title sprintf(\"%s, %s\", m, d)\n";
+  body += "    plot for [L in \"" + std::string(fourd ? "131072 262144 393216 524288" : "131072 262144 524288") +
+          "\"] '" + f + "' skip 1 using ((strcol(1) eq m && strcol(2) eq d && strcol(3) eq L) ? $" +
+          col(t, "gpus") + " : NaN):" + col(t, "speedup") + ":" + col(t, "speedup_p10") + ":" +
+          col(t, "speedup_p90") + " with yerrorlines lw 2 title sprintf(\"ours, max doc %dK\", int(L)/1024), \\\n";
+  body += "         '' skip 1 using ((strcol(1) eq m && strcol(2) eq d) ? $" + col(t, "gpus") + " : NaN):" +
+          col(t, "paper_speedup_hi") + " smooth unique with lines dt 2 lc rgb 'black' title \"paper, top of range\", \\\n";
+  body += "         '' skip 1 using ((strcol(1) eq m && strcol(2) eq d) ? $" + col(t, "gpus") + " : NaN):" +
+          col(t, "paper_speedup_lo") + " smooth unique with lines dt 3 lc rgb 'black' title \"paper, bottom of range\"\n";
+  body += "  }\n}\nunset multiplot\n";
+  return body;
+}
+
 Result<SweepSummary> run_compare(const SweepOptions& options, const SweepProgressFn& progress,
                                  const ProfiledCostModel* table, bool fourd) {
   const auto configs = compare_configs(fourd, options.quick);
   const std::string rule = options.batch_rule.empty() ? "memory-limit" : options.batch_rule;
   CsvTable t;
-  t.columns = {"model", "dataset", "max_doc_len", "gpus", "units", "batches", "batch_rule", "attention"};
-  if (fourd) {
-    t.columns.insert(t.columns.end(), {"wlb_pp", "wlb_microbatches", "wlb_sequences", "wlb_tokens_per_unit"});
-  } else {
-    t.columns.insert(t.columns.end(), {"sequences", "tokens_per_unit"});
-  }
-  t.columns.insert(t.columns.end(), {"wlb_cp", "wlb_dp", "wlb_seconds", "wlb_seconds_p10", "wlb_seconds_p50",
-                                     "wlb_seconds_p90", "wlb_tokens_per_second", "wlb_oom", "wlb_idle_fraction",
-                                     "wlb_peak_memory_gb"});
-  if (fourd)
-    t.columns.insert(t.columns.end(), {"cad_pp", "cad_microbatches", "cad_sequences", "cad_tokens_per_unit"});
-  t.columns.insert(t.columns.end(), {"cad_tolerance", "cad_servers", "cad_seconds", "cad_seconds_p10",
-                                     "cad_seconds_p50", "cad_seconds_p90", "cad_tokens_per_second", "cad_oom",
-                                     "cad_exposed_comm_fraction", "cad_load_max_over_mean", "cad_peak_memory_gb",
-                                     "speedup", "speedup_p10", "speedup_p50", "speedup_p90"});
-  if (fourd) t.columns.push_back("speedup_same_batches");
-  t.columns.insert(t.columns.end(), {"paper_speedup_lo", "paper_speedup_hi"});
+  t.columns = compare_columns(fourd);
   SweepSummary s;
   s.name = options.name;
   std::map<std::string, std::pair<double, double>> ranges;  // dataset -> (min, max) speedup
@@ -223,28 +282,7 @@ Result<SweepSummary> run_compare(const SweepOptions& options, const SweepProgres
       const auto a = per_iteration_throughput(cad.s), b = per_iteration_throughput(wlb.s);
       for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) per_iter.push_back(ratio(a[i], b[i]));
     }
-    const auto sp = spread(per_iter);
-    const auto ws = spread(wlb.s.iteration_seconds), cs = spread(cad.s.iteration_seconds);
-    const auto [lo, hi] = paper_range(fourd, c.model, c.dataset);
-    std::vector<std::string> row = {c.model,        c.dataset, fmt_int(c.max_doc_len), fmt_int(c.gpus),
-                                    fmt_int(units), fmt_int(options.batches), label, table ? "table" : "analytic"};
-    if (fourd) {
-      row.insert(row.end(), {fmt_int(wlb.pp), fmt_int(wlb.m), fmt_int(wlb.seqs), fmt_int(wlb.tpu)});
-    } else {
-      row.insert(row.end(), {fmt_int(wlb.seqs), fmt_int(wlb.tpu)});
-    }
-    row.insert(row.end(), {fmt_int(wlb.s.cp), fmt_int(wlb.s.dp), fmt(wlb.s.seconds, 4), fmt(ws[0], 4), fmt(ws[1], 4),
-                           fmt(ws[2], 4), fmt(wlb.s.tokens_per_second, 0), fmt_int(wlb.s.oom),
-                           fmt(wlb.s.idle_fraction, 4), fmt(wlb.s.peak_memory / 1e9, 1)});
-    if (fourd) row.insert(row.end(), {fmt_int(cad.pp), fmt_int(cad.m), fmt_int(cad.seqs), fmt_int(cad.tpu)});
-    row.insert(row.end(), {fmt(cad.tolerance, 2), cad.stateless ? "stateless" : "keep", fmt(cad.s.seconds, 4),
-                           fmt(cs[0], 4), fmt(cs[1], 4), fmt(cs[2], 4), fmt(cad.s.tokens_per_second, 0),
-                           fmt_int(cad.s.oom), fmt(cad.s.exposed_comm_fraction, 4), fmt(cad.s.load_max_over_mean, 4),
-                           fmt(cad.s.peak_memory / 1e9, 1), fmt(speedup, 4), fmt(sp[0], 4), fmt(sp[1], 4),
-                           fmt(sp[2], 4)});
-    if (fourd) row.push_back(fmt_int(wlb.pp == cad.pp));
-    row.insert(row.end(), {fmt(lo, 2), fmt(hi, 2)});
-    t.rows.push_back(std::move(row));
+    t.rows.push_back(compare_row(c, options, fourd, table != nullptr, units, label, wlb, cad, speedup, per_iter));
     if (!std::isnan(speedup)) {
       const std::string key = short_model(c.model) + " " + c.dataset;
       auto [it, fresh] = ranges.try_emplace(key, speedup, speedup);
@@ -258,25 +296,7 @@ Result<SweepSummary> run_compare(const SweepOptions& options, const SweepProgres
     s.headline.emplace_back("speedup max " + key, r.second);
   }
 
-  const std::string title = fourd ? "Figure 10 (4D): CAD over WLB-ideal, best PP x DP x CP of each"
-                                  : "Figure 9 (3D, no PP): CAD (ping-pong) over WLB-ideal (best CP degree)";
-  const std::string f = options.name + ".csv";
-  std::string body = "set multiplot layout 2,2 title \"" + title + " (bars: p10-p90 over iterations)\"\n";
-  // Fixed ranges: a panel with no rows (--quick) must still draw.
-  body += std::string("set logscale x 2\nset xrange [") + (fourd ? "48:700" : "48:350") +
-          "]\nset xlabel \"GPUs\"\nset ylabel \"speedup (throughput ratio)\"\n";
-  body += "set key bottom right font ',9' samplen 2\nset yrange [0.6:1.6]\n";
-  body += "do for [m in \"llama-8b llama-34b\"] {\n  do for [d in \"pretrain prolong\"] {\n";
-  body += "    set title sprintf(\"%s, %s\", m, d)\n";
-  body += "    plot for [L in \"" + std::string(fourd ? "131072 262144 393216 524288" : "131072 262144 524288") +
-          "\"] '" + f + "' skip 1 using ((strcol(1) eq m && strcol(2) eq d && strcol(3) eq L) ? $" +
-          col(t, "gpus") + " : NaN):" + col(t, "speedup") + ":" + col(t, "speedup_p10") + ":" +
-          col(t, "speedup_p90") + " with yerrorlines lw 2 title sprintf(\"ours, max doc %dK\", int(L)/1024), \\\n";
-  body += "         '' skip 1 using ((strcol(1) eq m && strcol(2) eq d) ? $" + col(t, "gpus") + " : NaN):" +
-          col(t, "paper_speedup_hi") + " smooth unique with lines dt 2 lc rgb 'black' title \"paper, top of range\", \\\n";
-  body += "         '' skip 1 using ((strcol(1) eq m && strcol(2) eq d) ? $" + col(t, "gpus") + " : NaN):" +
-          col(t, "paper_speedup_lo") + " smooth unique with lines dt 3 lc rgb 'black' title \"paper, bottom of range\"\n";
-  body += "  }\n}\nunset multiplot\n";
+  const std::string body = compare_plot(fourd, options.name, t);
   DISTCA_RETURN_IF_ERROR(write_sweep_outputs(options, t, body, s));
   return s;
 }

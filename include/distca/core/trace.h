@@ -63,6 +63,10 @@ struct TraceMetadata {
 // "tid","ts"} with dur = end_us - start_us. Built one event at a time, so the memory beyond the
 // result is that of one event.
 std::string chrome_trace_json(std::span<const TraceEvent> events, const TraceMetadata& metadata = {});
+// The metadata of one process `name` (pid 0) whose threads are ranks 0..ranks-1, each named
+// "rank R": the trainer's and the training benchmark's traces.
+TraceMetadata rank_trace_metadata(const std::string& name, int64_t ranks,
+                                  std::vector<std::pair<std::string, TraceValue>> other_data);
 
 class TraceRecorder {
  public:

@@ -1,10 +1,10 @@
-// Summary statistics the benchmark commands print: medians of timed repeats, means over ranks.
+// Summary statistics of timed repeats: medians of repeats, means over ranks. Pure functions.
 #pragma once
 
 #include <algorithm>
 #include <vector>
 
-namespace distca::cli {
+namespace distca {
 
 // The median (the mean of the two middle values for an even count); 0 when empty.
 inline double median(std::vector<double> v) {
@@ -21,4 +21,4 @@ inline double mean_of(const std::vector<double>& v) {
   return v.empty() ? 0 : s / static_cast<double>(v.size());
 }
 
-}  // namespace distca::cli
+}  // namespace distca
