@@ -125,11 +125,17 @@ int64_t param_count(const ModelSpec& spec) {
   return spec.vocab * spec.hidden + spec.n_layers * layer_params(spec) + spec.hidden + spec.vocab * spec.hidden;
 }
 
+RowRange even_split(int64_t total, int64_t parts, int64_t index) {
+  DISTCA_CHECK(0 <= index && index < parts && total >= 0);
+  const int64_t base = total / parts, extra = total % parts;
+  const int64_t first = index * base + std::min(index, extra);
+  return {first, first + base + (index < extra ? 1 : 0)};
+}
+
 StageRange stage_layers(int64_t n_layers, int64_t p, int64_t s) {
-  DISTCA_CHECK(0 <= s && s < p && p <= n_layers);
-  const int64_t base = n_layers / p, extra = n_layers % p;
-  const int64_t first = s * base + std::min(s, extra);
-  return {first, first + base + (s < extra ? 1 : 0)};
+  DISTCA_CHECK(p <= n_layers);
+  const RowRange r = even_split(n_layers, p, s);
+  return {r.begin, r.end};
 }
 
 ModelMemory stage_memory(const ModelSpec& spec, StageRange stage, int64_t slots,

@@ -250,6 +250,11 @@ struct RowRange {
 
 // One layer's core-attention buffers over ALL n local rows of the step (phased step). Pointers
 // into the model's workspace, fixed for the model's lifetime (row t at t * width).
+// Part `index` of `parts` of [0, total): as even as possible, the first total % parts parts one
+// longer (precondition 0 <= index < parts, total >= 0; DISTCA_CHECK). E.g. 10 over 4:
+// [0, 3) [3, 6) [6, 8) [8, 10). stage_layers and tensor parallelism's splits use it.
+RowRange even_split(int64_t total, int64_t parts, int64_t index);
+
 template <class T>
 struct LayerAttentionIo {
   T* q = nullptr;    // (n, n_heads, head_dim)    written by forward_pre (after RoPE)
