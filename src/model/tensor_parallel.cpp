@@ -25,48 +25,27 @@ void copy_block(const T* src, int64_t src_cols, int64_t r0, int64_t c0, T* dst, 
   }
 }
 
-// One layer's tensors in the full layout (llama.h), as offsets into its contiguous block.
-struct FullOffsets {
-  int64_t attn_norm, wq, wk, wv, wo, ffn_norm, w1, w3, w2;
-  explicit FullOffsets(const ModelSpec& s) {
-    const int64_t h = s.hidden, qd = s.q_dim(), kvd = s.kv_dim(), f = s.ffn;
-    attn_norm = 0;
-    wq = h;
-    wk = wq + qd * h;
-    wv = wk + kvd * h;
-    wo = wv + kvd * h;
-    ffn_norm = wo + h * qd;
-    w1 = ffn_norm + h;
-    w3 = w1 + f * h;
-    w2 = w3 + f * h;
-  }
-};
-
-// Moves rank d.rank's share between a full layer block and its shard; to_shard picks the way.
+// Moves rank d.rank's share of the tensors [first, end) of the full layout between `full` and
+// `shard`, each pointing at the first of those tensors in its layout; to_shard picks the way.
 template <class T>
-void move_layer(const ModelSpec& spec, const TpDims& d, T* full, T* shard, bool to_shard) {
-  const FullOffsets o(spec);
-  const TpLayerTensors<T> s = tp_layer_tensors(d, shard);
-  const int64_t h = d.h, hd = d.hd, qd = spec.q_dim(), f = spec.ffn;
-  // (src, src_cols, r0, c0) of the full tensor, (dst, dst_cols) of the shard; rows, cols.
-  auto move = [&](int64_t off, int64_t full_cols, int64_t r0, int64_t c0, T* sh, int64_t sh_cols,
-                  int64_t rows, int64_t cols) {
+void move_tensors(const ModelSpec& spec, const TpDims& d, T* full, T* shard, bool to_shard,
+                  size_t first, size_t end) {
+  const std::vector<TensorInfo> fl = param_layout(spec);
+  const std::vector<TensorInfo> sl = tp_param_layout(spec, d.tp, d.rank);
+  for (size_t i = first; i < end; ++i) {
+    const TensorSlice c = tp_tensor_slice(fl[i], d);
+    T* f = full + (fl[i].offset - fl[first].offset);
+    T* s = shard + (sl[i].offset - sl[first].offset);
     if (to_shard) {
-      copy_block<T>(full + off, full_cols, r0, c0, sh, sh_cols, 0, 0, rows, cols);
+      copy_block<T>(f, fl[i].cols, c.row0, c.col0, s, c.cols, 0, 0, c.rows, c.cols);
     } else {
-      copy_block<T>(sh, sh_cols, 0, 0, full + off, full_cols, r0, c0, rows, cols);
+      copy_block<T>(s, c.cols, 0, 0, f, fl[i].cols, c.row0, c.col0, c.rows, c.cols);
     }
-  };
-  move(o.attn_norm, h, 0, 0, s.attn_norm, h, 1, h);
-  move(o.wq, h, d.head0 * hd, 0, s.wq, h, d.qd(), h);
-  move(o.wk, h, d.kv_head0 * hd, 0, s.wk, h, d.kvd(), h);
-  move(o.wv, h, d.kv_head0 * hd, 0, s.wv, h, d.kvd(), h);
-  move(o.wo, qd, 0, d.head0 * hd, s.wo, d.qd(), h, d.qd());
-  move(o.ffn_norm, h, 0, 0, s.ffn_norm, h, 1, h);
-  move(o.w1, h, d.ffn.begin, 0, s.w1, h, d.f(), h);
-  move(o.w3, h, d.ffn.begin, 0, s.w3, h, d.f(), h);
-  move(o.w2, f, 0, d.ffn.begin, s.w2, d.f(), h, d.f());
+  }
 }
+
+// Layer 0's tensors are entries [1, 10) of the layout; every layer has the same shapes.
+constexpr size_t kLayerFirst = 1, kLayerEnd = 10;
 
 // Byte counts and displacements of an exchange of row blocks: block p is rows tp_rows(n, T, p).
 struct RowBlocks {
@@ -107,6 +86,49 @@ TpDims tp_dims(const ModelSpec& spec, int64_t tp, int64_t rank) {
   return d;
 }
 
+TensorSlice tp_tensor_slice(const TensorInfo& full, const TpDims& d) {
+  const std::string& n = full.name;
+  TensorSlice s{0, full.rows, 0, full.cols};
+  if (n.ends_with(".wq")) {
+    s.row0 = d.head0 * d.hd;
+    s.rows = d.qd();
+  } else if (n.ends_with(".wk") || n.ends_with(".wv")) {
+    s.row0 = d.kv_head0 * d.hd;
+    s.rows = d.kvd();
+  } else if (n.ends_with(".wo")) {
+    s.col0 = d.head0 * d.hd;
+    s.cols = d.qd();
+  } else if (n.ends_with(".w1") || n.ends_with(".w3")) {
+    s.row0 = d.ffn.begin;
+    s.rows = d.f();
+  } else if (n.ends_with(".w2")) {
+    s.col0 = d.ffn.begin;
+    s.cols = d.f();
+  }
+  return s;
+}
+
+bool tp_sharded(const TensorInfo& t) {
+  for (const char* suffix : {".wq", ".wk", ".wv", ".wo", ".w1", ".w3", ".w2"}) {
+    if (t.name.ends_with(suffix)) return true;
+  }
+  return false;
+}
+
+std::vector<TensorInfo> tp_param_layout(const ModelSpec& spec, int64_t tp, int64_t rank) {
+  const TpDims d = tp_dims(spec, tp, rank);
+  std::vector<TensorInfo> out = param_layout(spec);
+  int64_t offset = 0;
+  for (TensorInfo& t : out) {
+    const TensorSlice s = tp_tensor_slice(t, d);
+    t.rows = s.rows;
+    t.cols = s.cols;
+    t.offset = offset;
+    offset += t.size();
+  }
+  return out;
+}
+
 template <class T>
 TpLayerTensors<T> tp_layer_tensors(const TpDims& d, T* shard) {
   T* p = shard;
@@ -130,12 +152,22 @@ TpLayerTensors<T> tp_layer_tensors(const TpDims& d, T* shard) {
 
 template <class T>
 void tp_shard_layer(const ModelSpec& spec, const TpDims& d, const T* full, T* shard) {
-  move_layer<T>(spec, d, const_cast<T*>(full), shard, true);
+  move_tensors<T>(spec, d, const_cast<T*>(full), shard, true, kLayerFirst, kLayerEnd);
 }
 
 template <class T>
 void tp_unshard_layer(const ModelSpec& spec, const TpDims& d, const T* shard, T* full) {
-  move_layer<T>(spec, d, full, const_cast<T*>(shard), false);
+  move_tensors<T>(spec, d, full, const_cast<T*>(shard), false, kLayerFirst, kLayerEnd);
+}
+
+template <class T>
+void tp_shard_params(const ModelSpec& spec, const TpDims& d, const T* full, T* shard) {
+  move_tensors<T>(spec, d, const_cast<T*>(full), shard, true, 0, param_layout(spec).size());
+}
+
+template <class T>
+void tp_unshard_params(const ModelSpec& spec, const TpDims& d, const T* shard, T* full) {
+  move_tensors<T>(spec, d, full, const_cast<T*>(shard), false, 0, param_layout(spec).size());
 }
 
 template <class T>
@@ -319,6 +351,8 @@ Status tp_attention_in_backward(comm::Communicator& tp, const TpDims& d, const T
   template TpLayerTensors<const T> tp_layer_tensors<const T>(const TpDims&, const T*);        \
   template void tp_shard_layer<T>(const ModelSpec&, const TpDims&, const T*, T*);             \
   template void tp_unshard_layer<T>(const ModelSpec&, const TpDims&, const T*, T*);           \
+  template void tp_shard_params<T>(const ModelSpec&, const TpDims&, const T*, T*);            \
+  template void tp_unshard_params<T>(const ModelSpec&, const TpDims&, const T*, T*);          \
   template Status tp_all_gather_rows<T>(comm::Communicator&, T*, int64_t, int64_t);           \
   template Status tp_reduce_scatter_rows<T>(comm::Communicator&, const T*, T*, int64_t,       \
                                             int64_t);                                         \

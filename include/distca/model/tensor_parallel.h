@@ -50,6 +50,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "distca/comm/communicator.h"
 #include "distca/core/specs.h"
@@ -65,6 +66,11 @@ inline RowRange tp_rows(int64_t n, int tp, int rank) { return even_split(n, tp, 
 // spec.n_kv_heads and tp <= spec.ffn.
 Status check_tp(const ModelSpec& spec, int64_t tp);
 
+// param_layout(spec) with every tensor in TP rank `rank`'s shape (tp_tensor_slice), offsets
+// packed in the same order (precondition: check_tp(spec, tp).ok(), 0 <= rank < tp). tp = 1 is
+// param_layout(spec).
+std::vector<TensorInfo> tp_param_layout(const ModelSpec& spec, int64_t tp, int64_t rank);
+
 // One TP rank's share of a layer (precondition: check_tp(spec, tp).ok(), 0 <= rank < tp).
 struct TpDims {
   int64_t tp = 1, rank = 0;
@@ -79,6 +85,15 @@ struct TpDims {
   int64_t layer_params() const { return 2 * h + (qd() + 2 * kvd()) * h + h * qd() + 3 * f() * h; }
 };
 TpDims tp_dims(const ModelSpec& spec, int64_t tp, int64_t rank);
+
+// The block of a full tensor (an entry of param_layout) that rank d.rank holds: rows
+// [row0, row0 + rows) x columns [col0, col0 + cols); the whole tensor for a replicated one.
+struct TensorSlice {
+  int64_t row0 = 0, rows = 0, col0 = 0, cols = 0;
+};
+TensorSlice tp_tensor_slice(const TensorInfo& full, const TpDims& d);
+// Whether a tensor is split over the TP group (wq, wk, wv, wo, w1, w3, w2) or replicated.
+bool tp_sharded(const TensorInfo& t);
 
 // A layer's tensors, in the order of the full layout (llama.h): attn_norm (h), wq, wk, wv, wo,
 // ffn_norm (h), w1, w3, w2. Full: the shapes of llama.h. Shard (TpDims d): wq (d.qd, h),
@@ -108,6 +123,13 @@ template <class T>
 void tp_shard_layer(const ModelSpec& spec, const TpDims& d, const T* full, T* shard);
 template <class T>
 void tp_unshard_layer(const ModelSpec& spec, const TpDims& d, const T* shard, T* full);
+// The same for the whole model: full in param_layout(spec), shard in
+// tp_param_layout(spec, d.tp, d.rank). A checkpoint keeps the full layout whatever T: a TP run
+// unshards every rank's parameters into it on save and shards them on load.
+template <class T>
+void tp_shard_params(const ModelSpec& spec, const TpDims& d, const T* full, T* shard);
+template <class T>
+void tp_unshard_params(const ModelSpec& spec, const TpDims& d, const T* shard, T* full);
 
 // The sequence-parallel collectives over the rows of tp_rows(n, T, r).
 // all: (n, width); on entry the rank's own rows hold its values; on return all rows do.
