@@ -126,26 +126,32 @@ StageRange stage_layers(int64_t n_layers, int64_t p, int64_t s) {
 }
 
 ModelMemory stage_memory(const ModelSpec& spec, StageRange stage, int64_t slots,
-                         int64_t bytes_per_element) {
+                         int64_t bytes_per_element, int64_t tp) {
   DISTCA_CHECK(check_stage(spec, stage).ok() && slots >= 1);
-  const Widths w(spec);
+  const TpDims d = tp_dims(spec, tp, 0);  // rank 0 has the largest ffn share
+  const Widths w(spec, d);
   const bool head = stage.has_head(spec.n_layers);
   ModelMemory m;
   // The stage's range of the layout, in closed form: the embedding on the first stage, its
   // layers, final_norm and lm_head on the last.
-  const int64_t params = (stage.has_embedding() ? spec.vocab * spec.hidden : 0) + stage.size() * layer_params(spec) +
+  const int64_t per_layer = tp == 1 ? layer_params(spec) : d.layer_params();
+  const int64_t params = (stage.has_embedding() ? spec.vocab * spec.hidden : 0) + stage.size() * per_layer +
                          (head ? spec.hidden + spec.vocab * spec.hidden : 0);
   m.param_bytes = params * bytes_per_element;
   // + 1 with the head: the per-token loss.
   m.saved_activation_bytes_per_token =
       (stage.size() * w.layer() + w.final_block(head) + (head ? 1 : 0)) * bytes_per_element;
-  m.scratch_bytes_per_token = w.scratch() * bytes_per_element;
+  // TP: the layer functions' temporaries (tensor_parallel.cpp) at their largest, in the
+  // feed-forward backward: the gathered d(out) and the partial d(xn) (n, h), the reduce-scatter's
+  // receive buffer (about (n, h)), da, dg, du (n, f_r); plus the reduce-scatter's output (n_r, h).
+  const int64_t tp_temps = tp == 1 ? 0 : 4 * w.h + 3 * w.f;
+  m.scratch_bytes_per_token = (w.scratch() + tp_temps) * bytes_per_element;
   m.slots = slots;
   return m;
 }
 
-ModelMemory model_memory(const ModelSpec& spec, int64_t bytes_per_element) {
-  return stage_memory(spec, {0, spec.n_layers}, 1, bytes_per_element);
+ModelMemory model_memory(const ModelSpec& spec, int64_t bytes_per_element, int64_t tp) {
+  return stage_memory(spec, {0, spec.n_layers}, 1, bytes_per_element, tp);
 }
 
 template <class T>

@@ -9,6 +9,7 @@
 
 #include "distca/core/io.h"
 #include "distca/data/workload.h"
+#include "distca/model/tensor_parallel.h"
 #include "distca/plan/schedule.h"
 
 namespace distca::train {
@@ -64,6 +65,18 @@ Status TrainConfig::validate() const {
   if (pp < 1 || pp > 64) return bad("--pp", "must be in 1..64 (got " + std::to_string(pp) + ")");
   if (ranks % pp != 0) {
     return bad("--pp", std::to_string(pp) + " does not divide --ranks " + std::to_string(ranks));
+  }
+  if (tp < 1 || tp > 64) return bad("--tp", "must be in 1..64 (got " + std::to_string(tp) + ")");
+  if (ranks % (pp * tp) != 0) {
+    return bad("--tp", std::to_string(tp) + " x --pp " + std::to_string(pp) + " does not divide --ranks " +
+                           std::to_string(ranks));
+  }
+  if (tp > 1) {
+    if (pp > 1) return bad("--tp", "with --pp > 1 is not supported yet");
+    if (auto m = model_spec(); m.ok() && !model::check_tp(*m, tp).ok()) {
+      return bad("--tp", std::to_string(tp) + " must divide the model's heads (" + std::to_string(m->n_heads) +
+                             ") and KV heads (" + std::to_string(m->n_kv_heads) + ")");
+    }
   }
   if (micro_batches < 1 || micro_batches > 4096) {
     return bad("--micro-batches", "must be in 1..4096 (got " + std::to_string(micro_batches) + ")");
@@ -243,7 +256,7 @@ Status apply_toml_text(const std::string& text, const std::string& origin, Train
     DISTCA_KEY(min_lr) DISTCA_KEY(warmup) DISTCA_KEY(weight_decay) DISTCA_KEY(clip)
     DISTCA_KEY(seed) DISTCA_KEY(data) DISTCA_KEY(copy_vocab) DISTCA_KEY(tokens_per_rank) DISTCA_KEY(dist)
     DISTCA_KEY(max_doc_len) DISTCA_KEY(checkpoint_dir) DISTCA_KEY(checkpoint_every)
-    DISTCA_KEY(metrics) DISTCA_KEY(overlap) DISTCA_KEY(trace) DISTCA_KEY(pp) DISTCA_KEY(micro_batches)
+    DISTCA_KEY(metrics) DISTCA_KEY(overlap) DISTCA_KEY(trace) DISTCA_KEY(pp) DISTCA_KEY(tp) DISTCA_KEY(micro_batches)
     DISTCA_KEY(plan_ahead)
 #undef DISTCA_KEY
     if (key == "model_overrides") {
@@ -291,6 +304,7 @@ std::string default_config_toml() {
     << "# overlap = \"pingpong\"  # cad mode: pingpong (the default) | single-stream | signal\n"
     << "# pp = 1                 # pipeline stages (ranks = replicas x stages; configs/pipeline-4stages.toml)\n"
     << "# micro_batches = 1      # per replica and step (>= pp)\n"
+    << "# tp = 1                 # tensor-parallel ranks per layer (ranks = tp x pp x replicas)\n"
     << "scheduler = \"" << c.scheduler << "\"\n"
     << "tolerance = " << c.tolerance << "\n"
     << "steps = " << c.steps << "\n"

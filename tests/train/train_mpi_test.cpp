@@ -55,6 +55,26 @@ TEST(TrainMpi, MpiBackendMatchesLocalAndCadMatchesColocated) {
   EXPECT_EQ(losses(tmp("mpi_colo.jsonl")), local);
 }
 
+// Tensor parallelism under mpirun: --tp 2 on two processes (one TP group) gives the bits of
+// the same run on the local backend (the TP collectives are the communicator's rank-order
+// sums on either backend).
+TEST(TrainMpi, TensorParallelUnderMpirunMatchesLocal) {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  const auto cfg = tmp("tp_cfg.toml");
+  std::ofstream(cfg) << "tokens_per_rank = 128\ndist = \"uniform:16:384\"\nmax_doc_len = 0\nsteps = 5\nwarmup = 2\n"
+                        "[model_overrides]\nn_layers = 2\nhidden = 64\nn_heads = 4\nn_kv_heads = 2\n"
+                        "head_dim = 16\nffn = 128\nvocab = 64\n";
+  const std::string cli = DISTCA_CLI;
+  const std::string mpirun = std::string(DISTCA_MPIEXEC) + " --oversubscribe --allow-run-as-root -np 2 ";
+  const std::string base = " train --config " + cfg.string() + " --tp 2 --mode colocated --metrics ";
+  ASSERT_EQ(sh(cli + base + tmp("tp_local.jsonl").string()), 0);
+  ASSERT_EQ(sh(mpirun + cli + base + tmp("tp_mpi.jsonl").string() + " --backend mpi"), 0);
+  const auto local = losses(tmp("tp_local.jsonl"));
+  ASSERT_EQ(local.size(), 5u);
+  EXPECT_EQ(losses(tmp("tp_mpi.jsonl")), local);
+}
+
 std::string bytes_of(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});

@@ -237,13 +237,16 @@ struct ModelMemory {
   }
 };
 // The whole model with one slot (= stage_memory(spec, {0, n_layers}, 1, bytes_per_element)).
-ModelMemory model_memory(const ModelSpec& spec, int64_t bytes_per_element = 4);
+ModelMemory model_memory(const ModelSpec& spec, int64_t bytes_per_element = 4, int64_t tp = 1);
 // A pipeline stage's part (preconditions: spec valid, 0 <= first < last <= n_layers,
 // slots >= 1): its parameters, and per token of max_tokens its per-slot saved activations
 // (its layers; on the last stage the final block, logits and loss; elsewhere the stage's
 // output rows; RoPE tables everywhere) and the shared backward scratch.
+// tp: a TP rank's share (precondition check_tp(spec, tp).ok(); "Tensor parallelism" below):
+// its layers' shards (the embedding and head whole), its heads' and ffn columns' activations
+// (the residual stream and the gathered norm outputs stay (n, h)), and the TP temporaries.
 ModelMemory stage_memory(const ModelSpec& spec, StageRange stage, int64_t slots,
-                         int64_t bytes_per_element = 4);
+                         int64_t bytes_per_element = 4, int64_t tp = 1);
 
 // One rank's local tokens for one step; all spans have n elements (report_weights: n or 0).
 struct StepInputs {

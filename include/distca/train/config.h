@@ -56,6 +56,11 @@ struct TrainConfig {
   // (either mode).
   int64_t pp = 1;
   int64_t micro_batches = 1;
+  // Tensor parallelism (model/tensor_parallel.h, docs/training.md): tp ranks share each layer,
+  // Megatron-style with sequence parallelism; ranks = tp x pp x dp, TP innermost: world rank
+  // = (stage * dp + replica) * tp + t. tp must divide the model's heads and KV heads; tp > 1
+  // needs pp = 1 (not yet composed with pipelines).
+  int64_t tp = 1;
   // "on": each rank makes its plans on a background thread, up to one step ahead of the step
   // that runs them; "off": inline, when the step needs them. The same plans either way, so
   // the same bits (docs/training.md, "Planning ahead").
@@ -91,8 +96,8 @@ struct TrainConfig {
   Status validate() const;
   // The preset with the overrides applied, validated (message names --model or the key).
   Result<ModelSpec> model_spec() const;
-  // Data-parallel replicas: ranks / pp.
-  int64_t dp() const { return pp > 0 ? ranks / pp : ranks; }
+  // Data-parallel replicas: ranks / (pp x tp).
+  int64_t dp() const { return pp > 0 && tp > 0 ? ranks / (pp * tp) : ranks; }
   // `overlap`, or pingpong when unset (cad mode's default).
   runtime::OverlapMode overlap_or_default() const { return overlap.value_or(runtime::OverlapMode::kPingPong); }
   // How a step runs its micro-batches, for reports: "1F1B" (colocated, pp > 1), "1F1B ticks,
