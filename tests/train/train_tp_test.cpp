@@ -19,24 +19,14 @@ namespace distca::train {
 namespace {
 
 TrainConfig tp_config(int64_t dp, int64_t tp, TrainMode mode) {
-  TrainConfig c = testing::small_model_config(2);
+  TrainConfig c = testing::small_run_config();
   c.mode = mode;
   c.ranks = dp * tp;
   c.tp = tp;
-  c.tokens_per_rank = 128;
-  c.dist = "uniform:16:256";
-  c.max_doc_len = 0;
-  c.steps = 20;
-  c.warmup = 5;
   return c;
 }
 
-TrainResult train(const TrainConfig& c, const TrainHooks& hooks = {}) {
-  TrainResult r;
-  const Status st = run_training_local(c, hooks, &r);
-  EXPECT_TRUE(st.ok()) << "tp " << c.tp << " dp " << c.dp() << ": " << st.message();
-  return r;
-}
+TrainResult train(const TrainConfig& c, const TrainHooks& hooks = {}) { return testing::train_local(c, hooks); }
 
 // The largest relative difference of the step losses, and of the final parameters (relative
 // to the largest parameter).
@@ -99,28 +89,13 @@ TEST(TensorParallelTraining, CadExchangeMovesTheRanksHeadSlice) {
 // the uninterrupted run. Another tp changes the fingerprint (its replicas and batches): refused.
 TEST(TensorParallelTraining, CheckpointsHoldTheWholeModelAndResumeBitwise) {
   const auto dir = std::filesystem::temp_directory_path() / "distca_tp_resume";
-  std::filesystem::remove_all(dir);
   TrainConfig c = tp_config(1, 2, TrainMode::kColocated);
   c.steps = 6;
-  const TrainResult whole = train(c);
-  c.checkpoint_dir = dir.string();
-  c.checkpoint_every = 3;
-  const TrainResult first = train(c);
-  ASSERT_EQ(first.checkpoints_written, 2);
+  const TrainResult whole = testing::expect_resume_is_bitwise(c, dir);
   const std::string fp = fingerprint(c, *c.model_spec());
   auto last = read_checkpoint((dir / "step-00000006.ckpt").string(), fp);
   ASSERT_TRUE(last.ok()) << last.status().message();
   EXPECT_TRUE(last->params == whole.final_params);
-  auto ckpt = read_checkpoint((dir / "step-00000003.ckpt").string(), fp);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  TrainHooks hooks;
-  hooks.resume = &*ckpt;
-  c.checkpoint_dir.clear();
-  c.checkpoint_every = 0;
-  const TrainResult resumed = train(c, hooks);
-  ASSERT_EQ(resumed.steps.size(), 3u);
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(resumed.steps[i].loss, whole.steps[3 + i].loss) << i;
-  EXPECT_TRUE(resumed.final_params == whole.final_params);
   TrainConfig other = c;
   other.tp = 1;
   other.ranks = 2;
