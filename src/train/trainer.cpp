@@ -252,9 +252,10 @@ void add_times(const StepMetrics& m, TrainResult& r) {
 }
 
 // The body of run_training; any error it returns ends the group (fail_group).
-// comm: the world, or with TP the ranks of this rank's TP index (run_training).
-Status train_rank(const TrainConfig& config, comm::Communicator& comm, comm::Communicator* tp, const TrainHooks& hooks,
-                  TrainResult* result) {
+// comm: the world, or with TP the ranks of this rank's TP index (run_training); world: every
+// rank, for the per-rank figures gathered at the end.
+Status train_rank(const TrainConfig& config, comm::Communicator& comm, comm::Communicator& world, comm::Communicator* tp,
+                  const TrainHooks& hooks, TrainResult* result) {
   DISTCA_ASSIGN_OR_RETURN(auto setup, set_up_rank(config, comm, tp, hooks));
   RankSetup& s = *setup;
   const bool lead = s.lead;
@@ -310,17 +311,17 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, comm::Com
   }
   DISTCA_ASSIGN_OR_RETURN(std::vector<float> final_params, gather_stages(comm, s, s.model->params(), 3));
   // Everyone's buffer estimate, for the summary.
-  DISTCA_ASSIGN_OR_RETURN(auto all, comm.all_gather_value(fixed_bytes + peak_dispatch));
+  DISTCA_ASSIGN_OR_RETURN(auto all, world.all_gather_value(fixed_bytes + peak_dispatch));
   // Every rank's step metrics (every rank ran the same steps, so the same count).
   static_assert(std::is_trivially_copyable_v<StepMetrics>);
   const size_t n_steps = own_steps.size();
-  std::vector<StepMetrics> gathered(n_steps * static_cast<size_t>(comm.size()));
+  std::vector<StepMetrics> gathered(n_steps * static_cast<size_t>(world.size()));
   if (n_steps > 0) {
-    DISTCA_RETURN_IF_ERROR(comm.all_gather(std::as_bytes(std::span<const StepMetrics>(own_steps)),
+    DISTCA_RETURN_IF_ERROR(world.all_gather(std::as_bytes(std::span<const StepMetrics>(own_steps)),
                                            std::as_writable_bytes(std::span<StepMetrics>(gathered))));
   }
   if (lead) {
-    for (int r = 0; r < comm.size(); ++r) {
+    for (int r = 0; r < world.size(); ++r) {
       const auto first = gathered.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(r) * n_steps);
       local.rank_steps.emplace_back(first, first + static_cast<std::ptrdiff_t>(n_steps));
     }
@@ -345,7 +346,7 @@ Status run_training(const TrainConfig& config, comm::Communicator& comm, const T
   }
   Status st;
   if (config.tp == 1) {
-    st = train_rank(config, comm, nullptr, hooks, result);
+    st = train_rank(config, comm, comm, nullptr, hooks, result);
   } else {
     // TP innermost: the TP group is tp consecutive ranks; the trainer's data-parallel,
     // planning and attention traffic runs among the ranks of the same TP index, which are
@@ -357,7 +358,7 @@ Status run_training(const TrainConfig& config, comm::Communicator& comm, const T
     auto tpc = comm::GroupCommunicator::create(comm, std::move(group), kTpTag);
     auto slc = tpc.ok() ? comm::GroupCommunicator::create(comm, std::move(slice), kTpSliceTag)
                         : Result<std::unique_ptr<comm::GroupCommunicator>>(tpc.status());
-    st = slc.ok() ? train_rank(config, **slc, tpc->get(), hooks, result) : slc.status();
+    st = slc.ok() ? train_rank(config, **slc, comm, tpc->get(), hooks, result) : slc.status();
   }
   if (!st.ok()) return fail_group(comm, st);
   return {};
