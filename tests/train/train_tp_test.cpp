@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,13 +53,21 @@ Diff diff(const TrainResult& a, const TrainResult& b) {
 // TP 2 x DP 2 against TP 1 x DP 2 over 20 steps: the same model, data and plans, the sums
 // associated differently (docs/model.md, "Tensor parallelism"), so within float rounding.
 TEST(TensorParallelTraining, TpTwoMatchesTpOneAtRounding) {
-  for (TrainMode mode : {TrainMode::kColocated, TrainMode::kCad}) {
-    const TrainResult one = train(tp_config(2, 1, mode));
-    const TrainResult two = train(tp_config(2, 2, mode));
+  struct Case {
+    TrainMode mode;
+    std::optional<runtime::OverlapMode> overlap;
+    const char* name;
+  };
+  for (const Case& k : {Case{TrainMode::kColocated, std::nullopt, "colocated"},
+                        Case{TrainMode::kCad, runtime::OverlapMode::kPingPong, "cad pingpong"},
+                        Case{TrainMode::kCad, runtime::OverlapMode::kSingleStream, "cad single-stream"}}) {
+    TrainConfig c1 = tp_config(2, 1, k.mode), c2 = tp_config(2, 2, k.mode);
+    c1.overlap = c2.overlap = k.overlap;
+    const TrainResult one = train(c1);
+    const TrainResult two = train(c2);
     ASSERT_EQ(two.steps.size(), 20u);
     const Diff d = diff(two, one);
-    std::cout << (mode == TrainMode::kCad ? "cad" : "colocated")
-              << ": TP 2 x DP 2 vs TP 1 x DP 2 over 20 steps: loss " << d.loss << ", parameters "
+    std::cout << k.name << ": TP 2 x DP 2 vs TP 1 x DP 2 over 20 steps: loss " << d.loss << ", parameters "
               << d.params << "\n";
     EXPECT_LT(d.loss, 1e-6);
     EXPECT_LT(d.params, 1e-5);
