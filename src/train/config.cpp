@@ -9,7 +9,6 @@
 
 #include "distca/core/io.h"
 #include "distca/data/workload.h"
-#include "distca/model/tensor_parallel.h"
 #include "distca/plan/schedule.h"
 
 namespace distca::train {
@@ -73,9 +72,13 @@ Status TrainConfig::validate() const {
   }
   if (tp > 1) {
     if (pp > 1) return bad("--tp", "with --pp > 1 is not supported yet");
-    if (auto m = model_spec(); m.ok() && !model::check_tp(*m, tp).ok()) {
+    // model::check_tp's rule, spelled out: the fuzzers build this file without the model layer.
+    if (auto m = model_spec(); m.ok() && (m->n_heads % tp != 0 || m->n_kv_heads % tp != 0)) {
       return bad("--tp", std::to_string(tp) + " must divide the model's heads (" + std::to_string(m->n_heads) +
                              ") and KV heads (" + std::to_string(m->n_kv_heads) + ")");
+    }
+    if (auto m = model_spec(); m.ok() && m->ffn < tp) {
+      return bad("--tp", std::to_string(tp) + " exceeds the model's feed-forward width (" + std::to_string(m->ffn) + ")");
     }
   }
   if (micro_batches < 1 || micro_batches > 4096) {
