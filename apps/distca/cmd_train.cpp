@@ -178,6 +178,10 @@ void print_summary(const TrainConfig& cfg, const train::TrainResult& result, con
                 static_cast<long long>(cfg.pp), static_cast<long long>(cfg.dp()), static_cast<long long>(cfg.micro_batches),
                 cfg.schedule_name().c_str());
   }
+  if (cfg.tp > 1) {
+    std::printf("tensor parallel: %lld ranks per layer x %lld data-parallel replica(s), TP innermost\n",
+                static_cast<long long>(cfg.tp), static_cast<long long>(cfg.dp()));
+  }
   const double tot = result.total_s > 0 ? result.total_s : 1;
   std::printf("time (rank 0): %.2f s = linear %.2f s (%.0f%%), attention %.2f s (%.0f%%), "
               "communication waited for %.2f s (%.0f%%), waiting %.2f s (%.0f%%), optimizer %.2f s (%.0f%%)\n",
@@ -383,6 +387,8 @@ Runner setup(CLI::App& sub) {
   DISTCA_FLAG("--trace", trace, "Write a Chrome trace of the last step (every rank) to FILE");
   DISTCA_FLAG("--pp", pp,
               "Pipeline stages (default 1): ranks = data-parallel replicas x stages; colocated 1F1B, cad pooled ticks");
+  DISTCA_FLAG("--tp", tp,
+              "Tensor-parallel ranks per layer (default 1): ranks = tp x pp x replicas, TP innermost");
   DISTCA_FLAG("--micro-batches", micro_batches,
               "Micro-batches per replica per step (default 1; >= --pp; with --pp 1: gradient accumulation)");
   DISTCA_FLAG("--plan-ahead", plan_ahead,

@@ -10,23 +10,10 @@
 
 #include "distca/core/rng.h"
 #include "distca/model/layers.h"
+#include "llama_internal.h"
 
 namespace distca::model {
 namespace {
-
-// Per-token widths of the saved activations and of the backward scratch (docs/model.md).
-struct Widths {
-  int64_t h, qd, kvd, f, v, hd;
-  explicit Widths(const ModelSpec& s)
-      : h(s.hidden), qd(s.q_dim()), kvd(s.kv_dim()), f(s.ffn), v(s.vocab), hd(s.head_dim) {}
-  // x, rstd1, xn1, q, k, v, o, x_mid, rstd2, xn2, g, u, a
-  int64_t layer() const { return 4 * h + 2 + 2 * qd + 2 * kvd + 3 * f; }
-  // With the head: x_final, rstd_final, xn_final, logits, rope cos (hd/2), rope sin (hd/2);
-  // without: the stage's output x, rope cos, rope sin.
-  int64_t final_block(bool head) const { return head ? 2 * h + 1 + v + hd : h + hd; }
-  // dx, dxn, dq, dk, dv, d_o, dg, du, da, then the odd layers' dk, dv (phased step)
-  int64_t scratch() const { return 2 * h + 2 * qd + 4 * kvd + 3 * f; }
-};
 
 constexpr size_t kTensorsPerLayer = 9;
 
@@ -125,67 +112,47 @@ int64_t param_count(const ModelSpec& spec) {
   return spec.vocab * spec.hidden + spec.n_layers * layer_params(spec) + spec.hidden + spec.vocab * spec.hidden;
 }
 
+RowRange even_split(int64_t total, int64_t parts, int64_t index) {
+  DISTCA_CHECK(0 <= index && index < parts && total >= 0);
+  const int64_t base = total / parts, extra = total % parts;
+  const int64_t first = index * base + std::min(index, extra);
+  return {first, first + base + (index < extra ? 1 : 0)};
+}
+
 StageRange stage_layers(int64_t n_layers, int64_t p, int64_t s) {
-  DISTCA_CHECK(0 <= s && s < p && p <= n_layers);
-  const int64_t base = n_layers / p, extra = n_layers % p;
-  const int64_t first = s * base + std::min(s, extra);
-  return {first, first + base + (s < extra ? 1 : 0)};
+  DISTCA_CHECK(p <= n_layers);
+  const RowRange r = even_split(n_layers, p, s);
+  return {r.begin, r.end};
 }
 
 ModelMemory stage_memory(const ModelSpec& spec, StageRange stage, int64_t slots,
-                         int64_t bytes_per_element) {
+                         int64_t bytes_per_element, int64_t tp) {
   DISTCA_CHECK(check_stage(spec, stage).ok() && slots >= 1);
-  const Widths w(spec);
+  const TpDims d = tp_dims(spec, tp, 0);  // rank 0 has the largest ffn share
+  const Widths w(spec, d);
   const bool head = stage.has_head(spec.n_layers);
   ModelMemory m;
   // The stage's range of the layout, in closed form: the embedding on the first stage, its
   // layers, final_norm and lm_head on the last.
-  const int64_t params = (stage.has_embedding() ? spec.vocab * spec.hidden : 0) + stage.size() * layer_params(spec) +
+  const int64_t per_layer = tp == 1 ? layer_params(spec) : d.layer_params();
+  const int64_t params = (stage.has_embedding() ? spec.vocab * spec.hidden : 0) + stage.size() * per_layer +
                          (head ? spec.hidden + spec.vocab * spec.hidden : 0);
   m.param_bytes = params * bytes_per_element;
   // + 1 with the head: the per-token loss.
   m.saved_activation_bytes_per_token =
       (stage.size() * w.layer() + w.final_block(head) + (head ? 1 : 0)) * bytes_per_element;
-  m.scratch_bytes_per_token = w.scratch() * bytes_per_element;
+  // TP: the layer functions' temporaries (tensor_parallel.cpp) at their largest, in the
+  // feed-forward backward: the gathered d(out) and the partial d(xn) (n, h), the reduce-scatter's
+  // receive buffer (about (n, h)), da, dg, du (n, f_r); plus the reduce-scatter's output (n_r, h).
+  const int64_t tp_temps = tp == 1 ? 0 : 4 * w.h + 3 * w.f;
+  m.scratch_bytes_per_token = (w.scratch() + tp_temps) * bytes_per_element;
   m.slots = slots;
   return m;
 }
 
-ModelMemory model_memory(const ModelSpec& spec, int64_t bytes_per_element) {
-  return stage_memory(spec, {0, spec.n_layers}, 1, bytes_per_element);
+ModelMemory model_memory(const ModelSpec& spec, int64_t bytes_per_element, int64_t tp) {
+  return stage_memory(spec, {0, spec.n_layers}, 1, bytes_per_element, tp);
 }
-
-// Pointers into params_ or grads_ for one layer; shapes as in llama.h.
-template <class T>
-struct Llama<T>::LayerPtrs {
-  T* attn_norm;  // (h)
-  T* wq;         // (qd, h)
-  T* wk;         // (kvd, h)
-  T* wv;         // (kvd, h)
-  T* wo;         // (h, qd)
-  T* ffn_norm;   // (h)
-  T* w1;         // (f, h)
-  T* w3;         // (f, h)
-  T* w2;         // (h, f)
-};
-
-// One layer's saved activations (first n rows of each region are used).
-template <class T>
-struct Llama<T>::LayerActs {
-  T* x;      // (n, h) residual stream entering the layer
-  T* rstd1;  // (n)
-  T* xn1;    // (n, h) attn_norm(x)
-  T* q;      // (n, n_heads, head_dim) after RoPE
-  T* k;      // (n, n_kv_heads, head_dim) after RoPE
-  T* v;      // (n, n_kv_heads, head_dim)
-  T* o;      // (n, n_heads, head_dim) core attention output
-  T* x_mid;  // (n, h) x + o @ wo^T
-  T* rstd2;  // (n)
-  T* xn2;    // (n, h) ffn_norm(x_mid)
-  T* g;      // (n, f) xn2 @ w1^T (gate, before SiLU)
-  T* u;      // (n, f) xn2 @ w3^T (up)
-  T* a;      // (n, f) silu(g) * u
-};
 
 template <class T>
 typename Llama<T>::LayerPtrs Llama<T>::layer_ptrs(T* base, int64_t layer) const {
@@ -198,7 +165,7 @@ typename Llama<T>::LayerPtrs Llama<T>::layer_ptrs(T* base, int64_t layer) const 
 
 template <class T>
 typename Llama<T>::LayerActs Llama<T>::layer_acts(int64_t layer) {
-  const Widths w(spec_);
+  const Widths w = widths_of(*this);
   T* p = acts_.data() + slot_ * slot_elems_ + (layer - stage_.first) * w.layer() * max_tokens_;
   auto take = [&](int64_t width) {
     T* r = p;
@@ -222,34 +189,9 @@ typename Llama<T>::LayerActs Llama<T>::layer_acts(int64_t layer) {
   return a;
 }
 
-// The final block and the RoPE tables (first n rows of each region are used).
-template <class T>
-struct Llama<T>::FinalActs {
-  T* x;         // (n, h) residual stream after the stage's last layer (stage_output)
-  T* rstd;      // (n)            only with the head (else null)
-  T* xn;        // (n, h) final_norm(x)                    idem
-  T* logits;    // (n, vocab); dlogits after backward_head idem
-  T* rope_cos;  // (n, head_dim / 2)
-  T* rope_sin;  // (n, head_dim / 2)
-};
-
-// Backward's temporaries (first n rows of each region are used).
-template <class T>
-struct Llama<T>::Scratch {
-  T* dx;     // (n, h) gradient of the residual stream
-  T* dxn;    // (n, h) gradient of a norm's output
-  T* dq;     // (n, n_heads, head_dim)
-  T* dk[2];  // (n, n_kv_heads, head_dim) by layer parity
-  T* dv[2];  // (n, n_kv_heads, head_dim) by layer parity
-  T* d_o;    // (n, n_heads, head_dim)
-  T* dg;     // (n, f)
-  T* du;     // (n, f)
-  T* da;     // (n, f)
-};
-
 template <class T>
 typename Llama<T>::FinalActs Llama<T>::final_acts() {
-  const Widths w(spec_);
+  const Widths w = widths_of(*this);
   FinalActs f;
   f.x = acts_.data() + slot_ * slot_elems_ + stage_.size() * w.layer() * max_tokens_;
   if (has_head()) {
@@ -267,7 +209,7 @@ typename Llama<T>::FinalActs Llama<T>::final_acts() {
 
 template <class T>
 typename Llama<T>::Scratch Llama<T>::scratch() {
-  const Widths w(spec_);
+  const Widths w = widths_of(*this);
   T* p = scratch_.data();
   auto take = [&](int64_t width) {
     T* r = p;
@@ -293,8 +235,9 @@ typename Llama<T>::Scratch Llama<T>::scratch() {
 template <class T>
 Result<Llama<T>> Llama<T>::create(const ModelSpec& spec, int64_t max_tokens, uint64_t seed,
                                   const LlamaOptions& options, std::optional<StageRange> stage,
-                                  int64_t slots) {
+                                  int64_t slots, comm::Communicator* tp) {
   DISTCA_RETURN_IF_ERROR(spec.validate());
+  if (tp != nullptr) DISTCA_RETURN_IF_ERROR(check_tp(spec, tp->size()));
   if (spec.head_dim % 2 != 0) {
     return Status::invalid_argument("head_dim must be even for rotary embedding (got " +
                                     std::to_string(spec.head_dim) + ")");
@@ -320,7 +263,9 @@ Result<Llama<T>> Llama<T>::create(const ModelSpec& spec, int64_t max_tokens, uin
   m.options_ = options;
   m.max_tokens_ = max_tokens;
   m.stage_ = st;
-  const std::vector<TensorInfo> full = param_layout(spec);
+  m.tp_ = tp;
+  const std::vector<TensorInfo> full =
+      tp == nullptr ? param_layout(spec) : tp_param_layout(spec, tp->size(), tp->rank());
   const auto [first_tensor, end_tensor] = stage_tensors(spec, st);
   m.param_offset_ = full[first_tensor].offset;
   for (size_t i = first_tensor; i < end_tensor; ++i) {
@@ -328,7 +273,7 @@ Result<Llama<T>> Llama<T>::create(const ModelSpec& spec, int64_t max_tokens, uin
     m.layout_.back().offset -= m.param_offset_;
   }
   const int64_t count = m.layout_.back().offset + m.layout_.back().size();
-  const Widths w(spec);
+  const Widths w = widths_of(m);
   const bool head = st.has_head(spec.n_layers);
   m.params_.assign(static_cast<size_t>(count), T(0));
   m.grads_.assign(static_cast<size_t>(count), T(0));
@@ -338,20 +283,7 @@ Result<Llama<T>> Llama<T>::create(const ModelSpec& spec, int64_t max_tokens, uin
   if (head) m.loss_.assign(static_cast<size_t>(slots * max_tokens), T(0));
   m.slot_state_.assign(static_cast<size_t>(slots), SlotState{});
 
-  const double residual_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(spec.n_layers));
-  for (size_t j = 0; j < m.layout_.size(); ++j) {
-    const size_t i = first_tensor + j;  // the index in the full layout seeds the tensor
-    const TensorInfo& t = m.layout_[j];
-    T* p = m.params_.data() + t.offset;
-    if (!t.decay) {  // norm gains
-      std::fill(p, p + t.size(), T(1));
-      continue;
-    }
-    const bool residual_out = t.name.ends_with(".wo") || t.name.ends_with(".w2");
-    const double std_dev = options.init_std * (residual_out ? residual_scale : 1.0);
-    Rng rng(seed, i);
-    for (int64_t e = 0; e < t.size(); ++e) p[e] = static_cast<T>(std_dev * rng.normal());
-  }
+  m.init_params(seed, first_tensor);
   return m;
 }
 
@@ -410,11 +342,11 @@ Status Llama<T>::check_inputs(const StepInputs& in, std::span<T> per_token_loss)
 template <class T>
 Status Llama<T>::check_executor(const BasicAttentionExecutor<T>& executor, int64_t n) const {
   const AttentionShape s = executor.shape();
-  if (s.n_heads != spec_.n_heads || s.n_kv_heads != spec_.n_kv_heads ||
+  if (s.n_heads != spec_.n_heads / tp_size() || s.n_kv_heads != spec_.n_kv_heads / tp_size() ||
       s.head_dim != spec_.head_dim) {
     return Status::invalid_argument("attention executor heads (" + std::to_string(s.n_heads) +
                                     ", " + std::to_string(s.n_kv_heads) + ", " +
-                                    std::to_string(s.head_dim) + ") differ from the model's");
+                                    std::to_string(s.head_dim) + ") differ from the model's (the TP rank's)");
   }
   if (s.n_tokens != n) {
     return Status::invalid_argument("attention executor is set up for " +
@@ -447,7 +379,7 @@ Status Llama<T>::start_step(const StepInputs& in, std::span<T> per_token_loss,
   st.n = n;
   st.loss = StepLoss{};
 
-  const Widths w(spec_);
+  const Widths w = widths_of(*this);
   const FinalActs f = final_acts();
   rope_tables<T>(f.rope_cos, f.rope_sin, in.positions.data(), n, w.hd, options_.rope_theta);
   if (has_embedding()) {
@@ -528,7 +460,8 @@ void Llama<T>::check_phase(int layer, RowRange rows) const {
 template <class T>
 void Llama<T>::forward_pre(int layer, RowRange rows) {
   check_phase(layer, rows);
-  const Widths w(spec_);
+  if (tp_ != nullptr) return tp_forward_pre(layer, rows);
+  const Widths w = widths_of(*this);
   const int64_t b = rows.begin, m = rows.size();
   const LayerPtrs p = layer_ptrs(params_.data(), layer);
   const LayerActs a = layer_acts(layer);
@@ -549,7 +482,8 @@ void Llama<T>::forward_pre(int layer, RowRange rows) {
 template <class T>
 void Llama<T>::forward_post(int layer, RowRange rows) {
   check_phase(layer, rows);
-  const Widths w(spec_);
+  if (tp_ != nullptr) return tp_forward_post(layer, rows);
+  const Widths w = widths_of(*this);
   const int64_t b = rows.begin, m = rows.size();
   const LayerPtrs p = layer_ptrs(params_.data(), layer);
   const LayerActs a = layer_acts(layer);
@@ -570,10 +504,12 @@ void Llama<T>::forward_post(int layer, RowRange rows) {
 }
 
 template <class T>
-void Llama<T>::forward_head(RowRange rows) {
-  check_rows(rows);
+void Llama<T>::forward_head(RowRange all_rows) {
+  check_rows(all_rows);
+  if (!tp_status_.ok()) return;
+  const RowRange rows = own_rows(all_rows);  // TP: the rank's rows only
   DISTCA_CHECK_MSG(has_head(), "forward_head on a stage without the head");
-  const Widths w(spec_);
+  const Widths w = widths_of(*this);
   const int64_t b = rows.begin, m = rows.size();
   const FinalActs f = final_acts();
   const TensorInfo& final_norm = layout_[layout_.size() - 2];
@@ -608,11 +544,13 @@ void Llama<T>::forward_head(RowRange rows) {
 }
 
 template <class T>
-void Llama<T>::backward_head(RowRange rows, double grad_scale) {
-  check_rows(rows);
+void Llama<T>::backward_head(RowRange all_rows, double grad_scale) {
+  check_rows(all_rows);
+  if (!tp_status_.ok()) return;
+  const RowRange rows = own_rows(all_rows);  // TP: the rank's rows only
   DISTCA_CHECK_MSG(has_head(), "backward_head on a stage without the head");
   DISTCA_CHECK(std::isfinite(grad_scale));
-  const Widths w(spec_);
+  const Widths w = widths_of(*this);
   const int64_t b = rows.begin, m = rows.size();
   const FinalActs f = final_acts();
   const Scratch s = scratch();
@@ -633,7 +571,8 @@ void Llama<T>::backward_head(RowRange rows, double grad_scale) {
 template <class T>
 void Llama<T>::backward_post(int layer, RowRange rows) {
   check_phase(layer, rows);
-  const Widths w(spec_);
+  if (tp_ != nullptr) return tp_backward_post(layer, rows);
+  const Widths w = widths_of(*this);
   const int64_t b = rows.begin, m = rows.size();
   const LayerPtrs p = layer_ptrs(params_.data(), layer);
   const LayerPtrs gp = layer_ptrs(grads_.data(), layer);
@@ -658,7 +597,8 @@ void Llama<T>::backward_post(int layer, RowRange rows) {
 template <class T>
 void Llama<T>::backward_pre(int layer, RowRange rows) {
   check_phase(layer, rows);
-  const Widths w(spec_);
+  if (tp_ != nullptr) return tp_backward_pre(layer, rows);
+  const Widths w = widths_of(*this);
   const int64_t b = rows.begin, m = rows.size();
   const LayerPtrs p = layer_ptrs(params_.data(), layer);
   const LayerPtrs gp = layer_ptrs(grads_.data(), layer);
@@ -679,12 +619,18 @@ void Llama<T>::backward_pre(int layer, RowRange rows) {
   linear_backward<T>(dxn, gp.wk, dk, xn1, p.wk, m, w.h, w.kvd, true);
   linear_backward<T>(dxn, gp.wv, io.dv + b * w.kvd, xn1, p.wv, m, w.h, w.kvd, true);
   rmsnorm_backward<T>(dx, gp.attn_norm, dxn, a.x + b * w.h, a.rstd1 + b, p.attn_norm, m, w.h);
-  // dx now holds d(layer input).
-  if (layer != 0) return;  // layer 0 is only on the stage with the embedding
-  // Embedding rows: in row order, so repeated tokens add up in a fixed order.
+  // dx now holds d(layer input); layer 0 is only on the stage with the embedding.
+  if (layer == 0) add_embedding_grads(rows);
+}
+
+template <class T>
+void Llama<T>::add_embedding_grads(RowRange rows) {
+  // In row order, so repeated tokens add up in a fixed order.
+  const Widths w = widths_of(*this);
+  const T* dx = scratch().dx;
   T* demb = grads_.data() + layout_[0].offset;  // (vocab, h)
-  for (int64_t t = b; t < rows.end; ++t) {
-    add_inplace<T>(demb + cur().in.tokens[static_cast<size_t>(t)] * w.h, s.dx + t * w.h, w.h);
+  for (int64_t t = rows.begin; t < rows.end; ++t) {
+    add_inplace<T>(demb + cur().in.tokens[static_cast<size_t>(t)] * w.h, dx + t * w.h, w.h);
   }
 }
 
@@ -709,7 +655,7 @@ Status Llama<T>::run_forward(BasicAttentionExecutor<T>& executor) {
     forward_post(l, all);
   }
   forward_head(all);
-  return Status::ok_status();
+  return tp_status_;
 }
 
 template <class T>
@@ -723,7 +669,7 @@ Status Llama<T>::run_backward(BasicAttentionExecutor<T>& executor, double grad_s
     if (!st.ok()) return st.with_context("attention backward, layer " + std::to_string(l));
     backward_pre(l, all);
   }
-  return Status::ok_status();
+  return tp_status_;
 }
 
 template <class T>

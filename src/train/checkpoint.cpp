@@ -67,7 +67,7 @@ std::map<std::string, std::string> parse_pairs(const std::string& fp) {
 // default when absent.
 std::string fingerprint_value(const std::map<std::string, std::string>& pairs, const std::string& key) {
   if (auto it = pairs.find(key); it != pairs.end()) return it->second;
-  if (key == "pp" || key == "micro_batches") return "1";
+  if (key == "pp" || key == "micro_batches" || key == "tp") return "1";
   return "(absent)";
 }
 
@@ -86,6 +86,10 @@ std::string fingerprint(const TrainConfig& c, const ModelSpec& m) {
   // Written only when set, so checkpoints of runs without pipelines keep their fingerprint.
   if (c.pp != 1) o << " pp=" << c.pp;
   if (c.micro_batches != 1) o << " micro_batches=" << c.micro_batches;
+  // The parameters are the whole model whatever tp, but tp changes the data-parallel replicas
+  // (ranks / tp), hence the batches: a resume with another tp is refused like one with other
+  // ranks.
+  if (c.tp != 1) o << " tp=" << c.tp;
   return o.str();
 }
 

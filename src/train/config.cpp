@@ -30,6 +30,7 @@ Status TrainConfig::validate_topology_and_auto() const {
   if (topology) {
     if (mode != TrainMode::kCad) return bad("--ranks-per-host / --host-map", "place attention: cad mode only");
     if (pp != 1) return bad("--ranks-per-host / --host-map", "need --pp 1 (pipeline plans span stages)");
+    if (tp != 1) return bad("--ranks-per-host / --host-map", "need --tp 1 (not yet composed with tensor parallelism)");
     if (host_map == "mpi") {
       if (backend != "mpi") return bad("--host-map mpi", "needs --backend mpi (MPI's shared-memory split)");
       if (ranks_per_host != 0) return Status::invalid_argument("--ranks-per-host and --host-map exclude each other");
@@ -107,6 +108,22 @@ Status TrainConfig::validate() const {
   if (pp < 1 || pp > 64) return bad("--pp", "must be in 1..64 (got " + std::to_string(pp) + ")");
   if (ranks % pp != 0) {
     return bad("--pp", std::to_string(pp) + " does not divide --ranks " + std::to_string(ranks));
+  }
+  if (tp < 1 || tp > 64) return bad("--tp", "must be in 1..64 (got " + std::to_string(tp) + ")");
+  if (ranks % (pp * tp) != 0) {
+    return bad("--tp", std::to_string(tp) + " x --pp " + std::to_string(pp) + " does not divide --ranks " +
+                           std::to_string(ranks));
+  }
+  if (tp > 1) {
+    if (pp > 1) return bad("--tp", "with --pp > 1 is not supported yet");
+    // model::check_tp's rule, spelled out: the fuzzers build this file without the model layer.
+    if (auto m = model_spec(); m.ok() && (m->n_heads % tp != 0 || m->n_kv_heads % tp != 0)) {
+      return bad("--tp", std::to_string(tp) + " must divide the model's heads (" + std::to_string(m->n_heads) +
+                             ") and KV heads (" + std::to_string(m->n_kv_heads) + ")");
+    }
+    if (auto m = model_spec(); m.ok() && m->ffn < tp) {
+      return bad("--tp", std::to_string(tp) + " exceeds the model's feed-forward width (" + std::to_string(m->ffn) + ")");
+    }
   }
   if (micro_batches < 1 || micro_batches > 4096) {
     return bad("--micro-batches", "must be in 1..4096 (got " + std::to_string(micro_batches) + ")");
@@ -195,6 +212,7 @@ Status TrainConfig::validate_chunking() const {
     return bad("--cp", std::string("applies to --mode wlb or percp only (got --mode ") + train_mode_name(mode) + ")");
   }
   if (mode == TrainMode::kPerCp && cp < 2) return bad("--mode", "percp needs --cp C >= 2 (the CP degree)");
+  if (chunked && tp > 1) return bad("--tp", "is not yet composed with --mode wlb or percp (use --tp 1)");
   if (pp >= 1 && ranks % pp == 0 && dp() % cp != 0) {
     return bad("--cp", std::to_string(cp) + " does not divide the " + std::to_string(dp()) +
                            " data-parallel ranks (--ranks / --pp)");
@@ -345,10 +363,9 @@ Status apply_toml_text(const std::string& text, const std::string& origin, Train
     DISTCA_KEY(min_lr) DISTCA_KEY(warmup) DISTCA_KEY(weight_decay) DISTCA_KEY(clip)
     DISTCA_KEY(seed) DISTCA_KEY(data) DISTCA_KEY(copy_vocab) DISTCA_KEY(tokens_per_rank) DISTCA_KEY(dist)
     DISTCA_KEY(max_doc_len) DISTCA_KEY(checkpoint_dir) DISTCA_KEY(checkpoint_every)
-    DISTCA_KEY(metrics) DISTCA_KEY(overlap) DISTCA_KEY(trace) DISTCA_KEY(pp) DISTCA_KEY(micro_batches)
+    DISTCA_KEY(metrics) DISTCA_KEY(overlap) DISTCA_KEY(trace) DISTCA_KEY(pp) DISTCA_KEY(tp) DISTCA_KEY(micro_batches)
     DISTCA_KEY(plan_ahead) DISTCA_KEY(hardware) DISTCA_KEY(ranks_per_host) DISTCA_KEY(host_map)
-    DISTCA_KEY(inter_host_price)
-    DISTCA_KEY(plan_ahead) DISTCA_KEY(cp) DISTCA_KEY(wlb_cap) DISTCA_KEY(cp_threshold)
+    DISTCA_KEY(inter_host_price) DISTCA_KEY(cp) DISTCA_KEY(wlb_cap) DISTCA_KEY(cp_threshold)
 #undef DISTCA_KEY
     if (key == "model_overrides") {
       const toml::table* sub = node.as_table();
@@ -398,6 +415,7 @@ std::string default_config_toml() {
     << "# cp = 1                 # wlb, percp: context-parallel group size (divides ranks / pp)\n"
     << "# wlb_cap = 1.2          # wlb: tokens per rank at most this x the mean\n"
     << "# cp_threshold = 64      # wlb with cp > 1: shard documents longer than this (unset: 2 x cp x query tile - 1)\n"
+    << "# tp = 1                 # tensor-parallel ranks per layer (ranks = tp x pp x replicas)\n"
     << "scheduler = \"" << c.scheduler << "\"\n"
     << "tolerance = " << c.tolerance << "\n"
     << "steps = " << c.steps << "\n"

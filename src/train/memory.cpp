@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "distca/model/llama.h"
+#include "distca/model/tensor_parallel.h"
 
 namespace distca::train {
 namespace {
@@ -64,7 +65,10 @@ TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec&
   // Closed form (model_memory builds no per-layer table) and in double, each term saturated
   // (to_bytes): a config of absurd sizes gets a huge estimate that check_memory refuses, never
   // a wrapped, negative or small one, and sizing it allocates nothing.
-  const model::ModelMemory mem = model::model_memory(spec);
+  // TP: a rank holds its share of the layers and moves its heads' rows (config.validate
+  // checked that tp divides the heads).
+  const int64_t tp = c.tp >= 1 && model::check_tp(spec, c.tp).ok() ? c.tp : 1;
+  const model::ModelMemory mem = model::model_memory(spec, 4, tp);
   const double P = static_cast<double>(mem.param_bytes);  // fp32 bytes of one copy of the parameters
   const double T = static_cast<double>(c.rank_capacity());  // the largest rank's tokens
   const double R = static_cast<double>(c.ranks);
@@ -89,9 +93,10 @@ TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec&
   }
   e.activations = to_bytes(activations * T);
   // Row bytes of the six exchanges (fp32): Q, K/V, O + lse, dO, dQ, dK/dV.
-  const double q = static_cast<double>(spec.n_heads) * static_cast<double>(spec.head_dim) * 4;
-  const double kv = 2 * static_cast<double>(spec.n_kv_heads) * static_cast<double>(spec.head_dim) * 4;
-  const double lse = static_cast<double>(spec.n_heads) * 4, olse = q + lse;
+  const double heads = static_cast<double>(spec.n_heads / tp), kv_heads = static_cast<double>(spec.n_kv_heads / tp);
+  const double q = heads * static_cast<double>(spec.head_dim) * 4;
+  const double kv = 2 * kv_heads * static_cast<double>(spec.head_dim) * 4;
+  const double lse = heads * 4, olse = q + lse;
   const DispatchRowLimits limits = dispatch_row_limits(c);
   const double rows_q = static_cast<double>(limits.q), rows_kv = static_cast<double>(limits.kv);
   const double layers = static_cast<double>(spec.n_layers);

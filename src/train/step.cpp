@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "distca/model/tensor_parallel.h"
 #include "distca/plan/plan.h"
 #include "distca/plan/pool.h"
 #include "distca/plan/pipeline_schedule.h"
@@ -168,21 +169,29 @@ Status finish_step(const TrainConfig& config, comm::Communicator& world, RankSet
   DISTCA_RETURN_IF_ERROR(world.barrier());
   wait_s += since(t0);
   t0 = Clock::now();
+  // TP: the replicated tensors' gradients are partial over the TP rank's rows until summed.
+  DISTCA_RETURN_IF_ERROR(model.sync_replicated_grads());
   DISTCA_RETURN_IF_ERROR(dpc.all_reduce_sum(model.grads()));
-  // Only the last stage holds losses; the other ranks add zeros, which is exact.
+  // Only the last stage holds losses; the other ranks add zeros, which is exact. TP: each TP
+  // rank's sums cover its rows, so the TP group adds them up.
   double sums[3] = {loss.loss_sum, loss.report_sum, loss.report_weight};
   DISTCA_RETURN_IF_ERROR(world.all_reduce_sum(std::span<double>(sums, 3)));
-  // The global norm over every stage: each tensor's squared norm from replica 0 of its stage.
+  if (s.tp != nullptr) DISTCA_RETURN_IF_ERROR(s.tp->all_reduce_sum(std::span<double>(sums, 3)));
+  // The global norm over every stage: each tensor's squared norm from replica 0 of its stage;
+  // TP: a sharded tensor's from every TP rank (summed over the TP group), a replicated one's
+  // from TP rank 0.
   const std::vector<model::TensorInfo>& mine = model.layout();
   std::vector<double> squares(static_cast<size_t>(9 * s.spec.n_layers + 3), 0.0);
   if (s.replica == 0) {
     for (size_t i = 0; i < mine.size(); ++i) {
       const model::TensorInfo& ti = mine[i];
+      if (s.tp != nullptr && s.tp->rank() != 0 && !model::tp_sharded(ti)) continue;
       squares[static_cast<size_t>(s.full_tensor_index[i])] =
           model::squared_norm(std::span<const float>(model.grads().data() + ti.offset, static_cast<size_t>(ti.size())));
     }
   }
   DISTCA_RETURN_IF_ERROR(world.all_reduce_sum(std::span<double>(squares)));
+  if (s.tp != nullptr) DISTCA_RETURN_IF_ERROR(s.tp->all_reduce_sum(std::span<double>(squares)));
   comm_s += since(t0);
 
   t0 = Clock::now();

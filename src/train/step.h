@@ -31,6 +31,9 @@ namespace distca::train {
 // a stage's vectors to rank 0 kGatherTag + k.
 inline constexpr int kGroupTag = 1 << 19;
 inline constexpr int kGatherTag = (1 << 19) + 16;
+// The TP groups and the groups of one TP index (tensor parallelism; trainer.cpp).
+inline constexpr int kTpTag = (1 << 19) + 64;
+inline constexpr int kTpSliceTag = (1 << 19) + 65;
 
 // Everything a rank builds before its first step.
 struct RankSetup {
@@ -56,6 +59,11 @@ struct RankSetup {
   std::vector<int64_t> full_tensor_index;  // [model.layout() entry] its index in param_layout(spec)
   std::vector<std::vector<float>> lse;  // cad pipelines: [slot] the forward's LSE, (layers, tokens, heads)
   std::unique_ptr<comm::GroupCommunicator> dp_comm;  // this stage's data-parallel ranks
+  // Tensor parallelism (config.tp > 1): the rank's TP group, whose ranks hold the same
+  // replica's shards; null without TP. The trainer's other communicators then span the ranks
+  // of the same TP index (trainer.cpp, run_training).
+  comm::Communicator* tp = nullptr;
+  bool lead = false;  // world rank 0: reports, writes checkpoints
   // The plans of steps [start, steps) (planner.h). Declared last, so it is destroyed (its
   // thread joined) first, before the data source it reads.
   std::unique_ptr<StepPlanner> planner;

@@ -12,12 +12,14 @@
 #include <span>
 #include <type_traits>
 
+#include "distca/comm/group.h"
 #include "distca/comm/local.h"
 #include "distca/kernels/blas.h"
 #include "distca/model/llama.h"
 #include "distca/model/optimizer.h"
 #include "distca/cost/hardware_profile.h"
 #include "distca/plan/auto_tolerance.h"
+#include "distca/model/tensor_parallel.h"
 #include "distca/plan/plan.h"
 #include "distca/plan/topology.h"
 #include "distca/runtime/dispatcher.h"
@@ -84,8 +86,10 @@ Status set_up_topology(const TrainConfig& config, comm::Communicator& world, Ran
 }
 
 Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::Communicator& world,
-                                               const TrainHooks& hooks) {
+                                               comm::Communicator* tp, const TrainHooks& hooks) {
   auto s = std::make_unique<RankSetup>();
+  s->tp = tp;
+  s->lead = world.rank() == 0 && (tp == nullptr || tp->rank() == 0);
   s->pp = config.pp;
   s->dp = config.dp();
   s->micro_batches = config.micro_batches;
@@ -104,11 +108,16 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::
   }
   // wlb and percp re-lay the batch (PlanContext::relayout), then serve it colocated.
   DISTCA_ASSIGN_OR_RETURN(s->sspec, parse_scheduler(config.mode == TrainMode::kCad ? config.scheduler : "colocated"));
-  s->sopt.model = s->spec;
+  // TP: the plans and the dispatcher move the TP rank's heads only; every TP rank of a group
+  // makes the same plans from the same batch.
+  ModelSpec rank_heads = s->spec;
+  rank_heads.n_heads /= config.tp;
+  rank_heads.n_kv_heads /= config.tp;
+  s->sopt.model = rank_heads;
   s->sopt.dtype_bytes = 4;
   s->sopt.tolerance = config.tolerance;
-  s->dims.n_heads = static_cast<int32_t>(s->spec.n_heads);
-  s->dims.n_kv_heads = static_cast<int32_t>(s->spec.n_kv_heads);
+  s->dims.n_heads = static_cast<int32_t>(rank_heads.n_heads);
+  s->dims.n_kv_heads = static_cast<int32_t>(rank_heads.n_kv_heads);
   s->dims.head_dim = static_cast<int32_t>(s->spec.head_dim);
   s->sopt.align_rows = runtime::query_tile_rows(s->dims);  // cad cuts on tile boundaries: no padding
   DISTCA_RETURN_IF_ERROR(set_up_topology(config, world, *s));
@@ -123,7 +132,7 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::
   // at most min(micro-batches, pp - stage) micro-batches in flight (plan/pipeline_schedule.h).
   const int64_t slots = pipeline_slots(config, s->stage);
   DISTCA_ASSIGN_OR_RETURN(auto model, model::Llama<float>::create(s->spec, config.rank_capacity(), config.seed, {},
-                                                                   s->layers, slots));
+                                                                   s->layers, slots, tp));
   s->model.emplace(std::move(model));
   {
     const std::vector<model::TensorInfo> full = model::param_layout(s->spec);
@@ -151,11 +160,18 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::
 // stage's range of the whole model's vectors.
 Status restore(const TrainConfig& config, const Checkpoint& c, RankSetup& s) {
   DISTCA_RETURN_IF_ERROR(check_resume(c, config, model::param_count(s.spec), "--resume"));
-  const ParamRange r = stage_param_range(s.spec, s.pp, s.stage);
-  DISTCA_CHECK(r.size() == static_cast<int64_t>(s.model->params().size()));
-  std::copy_n(c.params.begin() + r.first, r.size(), s.model->params().begin());
-  std::copy_n(c.adam_m.begin() + r.first, r.size(), s.opt->m().begin());
-  std::copy_n(c.adam_v.begin() + r.first, r.size(), s.opt->v().begin());
+  if (s.tp != nullptr) {  // the whole model's vectors, sharded (pp = 1: the whole model)
+    const model::TpDims d = model::tp_dims(s.spec, s.tp->size(), s.tp->rank());
+    model::tp_shard_params<float>(s.spec, d, c.params.data(), s.model->params().data());
+    model::tp_shard_params<float>(s.spec, d, c.adam_m.data(), s.opt->m().data());
+    model::tp_shard_params<float>(s.spec, d, c.adam_v.data(), s.opt->v().data());
+  } else {
+    const ParamRange r = stage_param_range(s.spec, s.pp, s.stage);
+    DISTCA_CHECK(r.size() == static_cast<int64_t>(s.model->params().size()));
+    std::copy_n(c.params.begin() + r.first, r.size(), s.model->params().begin());
+    std::copy_n(c.adam_m.begin() + r.first, r.size(), s.opt->m().begin());
+    std::copy_n(c.adam_v.begin() + r.first, r.size(), s.opt->v().begin());
+  }
   s.opt->set_step_count(c.adam_step);
   s.start = c.step;
   return {};
@@ -169,10 +185,31 @@ bool checkpoint_due(const TrainConfig& config, int64_t step) {
 // The whole model's vector on rank 0 from the stages' ranges (replica 0 of each stage sends
 // its range point to point; collective over the pipeline of replica 0, a no-op copy without
 // pipelines). Other ranks get an empty vector.
+// TP (pp = 1): the whole model's vector from the TP group's shards on every TP rank: each
+// rank writes its slices into zeros (a replicated tensor from TP rank 0 only), and the sum
+// over the group, x + 0 = x, is exact.
+Result<std::vector<float>> gather_tp(const RankSetup& s, std::span<const float> mine) {
+  std::vector<float> all(static_cast<size_t>(model::param_count(s.spec)), 0.0f);
+  model::tp_unshard_params<float>(s.spec, model::tp_dims(s.spec, s.tp->size(), s.tp->rank()), mine.data(),
+                                  all.data());
+  if (s.tp->rank() != 0) {
+    for (const model::TensorInfo& t : model::param_layout(s.spec)) {
+      if (!model::tp_sharded(t)) std::fill_n(all.begin() + t.offset, t.size(), 0.0f);
+    }
+  }
+  DISTCA_RETURN_IF_ERROR(s.tp->all_reduce_sum(std::span<float>(all)));
+  return all;
+}
+
 Result<std::vector<float>> gather_stages(comm::Communicator& world, const RankSetup& s, std::span<const float> mine,
                                          int which) {
   const int tag = kGatherTag + which;
   if (s.replica != 0) return std::vector<float>{};
+  if (s.tp != nullptr) {
+    DISTCA_ASSIGN_OR_RETURN(std::vector<float> all, gather_tp(s, mine));
+    if (!s.lead) return std::vector<float>{};
+    return all;
+  }
   if (s.stage != 0) {
     DISTCA_ASSIGN_OR_RETURN(auto ex, world.start_send(std::as_bytes(mine), 0, tag));
     DISTCA_RETURN_IF_ERROR(ex->wait());
@@ -197,7 +234,7 @@ Result<std::string> write_step_checkpoint(const TrainConfig& config, comm::Commu
   DISTCA_ASSIGN_OR_RETURN(c.params, gather_stages(world, s, s.model->params(), 0));
   DISTCA_ASSIGN_OR_RETURN(c.adam_m, gather_stages(world, s, s.opt->m(), 1));
   DISTCA_ASSIGN_OR_RETURN(c.adam_v, gather_stages(world, s, s.opt->v(), 2));
-  if (world.rank() != 0) return std::string();
+  if (!s.lead) return std::string();
   c.fingerprint = fingerprint(config, s.spec);
   c.step = step + 1;
   c.seed = config.seed;
@@ -246,10 +283,13 @@ void add_times(const StepMetrics& m, TrainResult& r) {
 }
 
 // The body of run_training; any error it returns ends the group (fail_group).
-Status train_rank(const TrainConfig& config, comm::Communicator& comm, const TrainHooks& hooks, TrainResult* result) {
-  const bool lead = comm.rank() == 0;
-  DISTCA_ASSIGN_OR_RETURN(auto setup, set_up_rank(config, comm, hooks));
+// comm: the world, or with TP the ranks of this rank's TP index (run_training); world: every
+// rank, for the per-rank figures gathered at the end.
+Status train_rank(const TrainConfig& config, comm::Communicator& comm, comm::Communicator& world, comm::Communicator* tp,
+                  const TrainHooks& hooks, TrainResult* result) {
+  DISTCA_ASSIGN_OR_RETURN(auto setup, set_up_rank(config, comm, tp, hooks));
   RankSetup& s = *setup;
+  const bool lead = s.lead;
   if (hooks.resume) DISTCA_RETURN_IF_ERROR(restore(config, *hooks.resume, s));
   const bool valid_outputs = s.overlap != runtime::OverlapMode::kSignal;
   if (lead && valid_outputs && !config.checkpoint_dir.empty()) {
@@ -257,7 +297,7 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
     std::filesystem::create_directories(config.checkpoint_dir, ec);
     if (ec) return Status::io_error("--checkpoint-dir " + config.checkpoint_dir + ": " + ec.message());
   }
-  const model::ModelMemory mem = model::model_memory(s.spec);
+  const model::ModelMemory mem = model::model_memory(s.spec, 4, config.tp);
   // The stage's parameters, gradients and AdamW moments, and an activation workspace per slot
   // (every layer's width counted: an upper bound for a stage of fewer layers) for the most
   // rows the rank held (wlb's chunking varies them from rank to rank; the workspace is
@@ -304,18 +344,18 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, const Tra
   DISTCA_ASSIGN_OR_RETURN(std::vector<float> final_params, gather_stages(comm, s, s.model->params(), 3));
   // Everyone's buffer estimate, for the summary.
   const int64_t fixed_bytes = state_bytes + mem.activation_bytes_per_token() * s.peak_tokens * s.model->slots();
-  DISTCA_ASSIGN_OR_RETURN(auto all, comm.all_gather_value(fixed_bytes + peak_dispatch));
-  DISTCA_ASSIGN_OR_RETURN(auto rows, comm.all_gather_value(s.peak_tokens));
+  DISTCA_ASSIGN_OR_RETURN(auto all, world.all_gather_value(fixed_bytes + peak_dispatch));
+  DISTCA_ASSIGN_OR_RETURN(auto rows, world.all_gather_value(s.peak_tokens));
   // Every rank's step metrics (every rank ran the same steps, so the same count).
   static_assert(std::is_trivially_copyable_v<StepMetrics>);
   const size_t n_steps = own_steps.size();
-  std::vector<StepMetrics> gathered(n_steps * static_cast<size_t>(comm.size()));
+  std::vector<StepMetrics> gathered(n_steps * static_cast<size_t>(world.size()));
   if (n_steps > 0) {
-    DISTCA_RETURN_IF_ERROR(comm.all_gather(std::as_bytes(std::span<const StepMetrics>(own_steps)),
+    DISTCA_RETURN_IF_ERROR(world.all_gather(std::as_bytes(std::span<const StepMetrics>(own_steps)),
                                            std::as_writable_bytes(std::span<StepMetrics>(gathered))));
   }
   if (lead) {
-    for (int r = 0; r < comm.size(); ++r) {
+    for (int r = 0; r < world.size(); ++r) {
       const auto first = gathered.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(r) * n_steps);
       local.rank_steps.emplace_back(first, first + static_cast<std::ptrdiff_t>(n_steps));
     }
@@ -359,7 +399,22 @@ Status run_training(const TrainConfig& config, comm::Communicator& comm, const T
     return Status::invalid_argument("--ranks " + std::to_string(config.ranks) + " does not match the " +
                                     comm.backend() + " group of " + std::to_string(comm.size()) + " ranks");
   }
-  Status st = train_rank(config, comm, hooks, result);
+  Status st;
+  if (config.tp == 1) {
+    st = train_rank(config, comm, comm, nullptr, hooks, result);
+  } else {
+    // TP innermost: the TP group is tp consecutive ranks; the trainer's data-parallel,
+    // planning and attention traffic runs among the ranks of the same TP index, which are
+    // exactly a tp = 1 run's ranks, each holding its heads.
+    const int tp = static_cast<int>(config.tp), t = comm.rank() % tp;
+    std::vector<int> group, slice;
+    for (int i = 0; i < tp; ++i) group.push_back(comm.rank() - t + i);
+    for (int r = t; r < comm.size(); r += tp) slice.push_back(r);
+    auto tpc = comm::GroupCommunicator::create(comm, std::move(group), kTpTag);
+    auto slc = tpc.ok() ? comm::GroupCommunicator::create(comm, std::move(slice), kTpSliceTag)
+                        : Result<std::unique_ptr<comm::GroupCommunicator>>(tpc.status());
+    st = slc.ok() ? train_rank(config, **slc, comm, tpc->get(), hooks, result) : slc.status();
+  }
   if (!st.ok()) return fail_group(comm, st);
   return {};
 }

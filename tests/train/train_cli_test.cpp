@@ -67,6 +67,10 @@ TEST(TrainCli, BadInputIsOneLineNamingTheFlagAndExit2) {
                                          {"--pp 2 --mode colocated", "--micro-batches 1 is fewer than the 2"},
                                          {"--ranks 3 --pp 3 --micro-batches 3", "--pp 3 stages exceed the model's 2 layers"},
                                          {"--micro-batches 0", "--micro-batches must be in 1..4096"},
+                                         {"--tp 3", "--tp 3 x --pp 1 does not divide --ranks 2"},
+                                         {"--tp 4 --ranks 4", "--tp 4 must divide the model's heads (4) and KV heads (2)"},
+                                         {"--tp 2 --pp 2 --ranks 4 --micro-batches 2 --mode colocated",
+                                          "--tp with --pp > 1 is not supported yet"},
                                          // Past the int range: the range is stated, not "positive".
                                          {"--steps 2147483648", "--steps must be in 1..100000000 (got 2147483648)"}}) {
     const CliRun r = run(c.args);

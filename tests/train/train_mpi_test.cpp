@@ -36,15 +36,24 @@ std::vector<double> losses(const std::filesystem::path& path) {
   return out;
 }
 
-TEST(TrainMpi, MpiBackendMatchesLocalAndCadMatchesColocated) {
+// Allows mpirun as root and writes the small model's config (`steps`, `warmup`) to tmp(name).
+std::filesystem::path small_config(const std::string& name, int steps, int warmup) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  const auto cfg = tmp("cfg.toml");
-  std::ofstream(cfg) << "tokens_per_rank = 128\ndist = \"uniform:16:384\"\nmax_doc_len = 0\nsteps = 20\nwarmup = 5\n"
-                        "[model_overrides]\nn_layers = 2\nhidden = 64\nn_heads = 4\nn_kv_heads = 2\n"
+  const auto cfg = tmp(name);
+  std::ofstream(cfg) << "tokens_per_rank = 128\ndist = \"uniform:16:384\"\nmax_doc_len = 0\nsteps = " << steps
+                     << "\nwarmup = " << warmup << "\n"
+                     << "[model_overrides]\nn_layers = 2\nhidden = 64\nn_heads = 4\nn_kv_heads = 2\n"
                         "head_dim = 16\nffn = 128\nvocab = 64\n";
+  return cfg;
+}
+
+const std::string kMpirunNp2 = std::string(DISTCA_MPIEXEC) + " --oversubscribe --allow-run-as-root -np 2 ";
+
+TEST(TrainMpi, MpiBackendMatchesLocalAndCadMatchesColocated) {
+  const auto cfg = small_config("cfg.toml", 20, 5);
   const std::string cli = DISTCA_CLI;
-  const std::string mpirun = std::string(DISTCA_MPIEXEC) + " --oversubscribe --allow-run-as-root -np 2 ";
+  const std::string& mpirun = kMpirunNp2;
   const std::string base = " train --config " + cfg.string() + " --metrics ";
   ASSERT_EQ(sh(cli + base + tmp("local.jsonl").string()), 0);
   ASSERT_EQ(sh(mpirun + cli + base + tmp("mpi_cad.jsonl").string() + " --backend mpi --mode cad"), 0);
@@ -53,6 +62,21 @@ TEST(TrainMpi, MpiBackendMatchesLocalAndCadMatchesColocated) {
   ASSERT_EQ(local.size(), 20u);
   EXPECT_EQ(losses(tmp("mpi_cad.jsonl")), local);
   EXPECT_EQ(losses(tmp("mpi_colo.jsonl")), local);
+}
+
+// Tensor parallelism under mpirun: --tp 2 on two processes (one TP group) gives the bits of
+// the same run on the local backend (the TP collectives are the communicator's rank-order
+// sums on either backend).
+TEST(TrainMpi, TensorParallelUnderMpirunMatchesLocal) {
+  const auto cfg = small_config("tp_cfg.toml", 5, 2);
+  const std::string cli = DISTCA_CLI;
+  const std::string& mpirun = kMpirunNp2;
+  const std::string base = " train --config " + cfg.string() + " --tp 2 --mode colocated --metrics ";
+  ASSERT_EQ(sh(cli + base + tmp("tp_local.jsonl").string()), 0);
+  ASSERT_EQ(sh(mpirun + cli + base + tmp("tp_mpi.jsonl").string() + " --backend mpi"), 0);
+  const auto local = losses(tmp("tp_local.jsonl"));
+  ASSERT_EQ(local.size(), 5u);
+  EXPECT_EQ(losses(tmp("tp_mpi.jsonl")), local);
 }
 
 std::string bytes_of(const std::filesystem::path& path) {

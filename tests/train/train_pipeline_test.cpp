@@ -32,12 +32,7 @@ TrainConfig pipeline_config(int64_t dp, int64_t pp, int64_t micro_batches) {
   return c;
 }
 
-TrainResult train(const TrainConfig& c, const TrainHooks& hooks = {}) {
-  TrainResult r;
-  const Status st = run_training_local(c, hooks, &r);
-  EXPECT_TRUE(st.ok()) << "pp " << c.pp << " dp " << c.dp() << ": " << st.message();
-  return r;
-}
+TrainResult train(const TrainConfig& c, const TrainHooks& hooks = {}) { return testing::train_local(c, hooks); }
 
 std::vector<double> losses(const TrainResult& r) {
   std::vector<double> out;
@@ -80,23 +75,7 @@ TEST(Pipeline, ManyMicroBatchesAndUnevenStages) {
 // again) continues bitwise as the uninterrupted run.
 TEST(Pipeline, ResumeOfAPipelinedRunIsBitwise) {
   const auto dir = std::filesystem::temp_directory_path() / "distca_pipeline_resume";
-  std::filesystem::remove_all(dir);
-  TrainConfig c = pipeline_config(1, 2, 2);
-  const TrainResult whole = train(c);
-  c.checkpoint_dir = dir.string();
-  c.checkpoint_every = 3;
-  const TrainResult first = train(c);
-  ASSERT_EQ(first.checkpoints_written, 2);
-  auto ckpt = read_checkpoint((dir / "step-00000003.ckpt").string(), fingerprint(c, *c.model_spec()));
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-  TrainHooks hooks;
-  hooks.resume = &*ckpt;
-  c.checkpoint_dir.clear();
-  c.checkpoint_every = 0;
-  const TrainResult resumed = train(c, hooks);
-  ASSERT_EQ(resumed.steps.size(), 3u);
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(resumed.steps[i].loss, whole.steps[3 + i].loss) << i;
-  EXPECT_TRUE(resumed.final_params == whole.final_params);
+  testing::expect_resume_is_bitwise(pipeline_config(1, 2, 2), dir);
   std::filesystem::remove_all(dir);
 }
 

@@ -35,15 +35,7 @@ namespace distca::train {
 namespace {
 
 // A model small enough for many steps in a test.
-TrainConfig small_config() {
-  TrainConfig c = testing::small_model_config(2);
-  c.tokens_per_rank = 128;
-  c.dist = "uniform:16:256";
-  c.max_doc_len = 0;
-  c.steps = 20;
-  c.warmup = 5;
-  return c;
-}
+TrainConfig small_config() { return testing::small_run_config(); }
 
 TEST(Config, DefaultIsValidAndRoundTripsThroughToml) {
   const TrainConfig d;

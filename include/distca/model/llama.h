@@ -144,6 +144,24 @@
 //   - The blocking forward / forward_backward run the whole model only (slot 0); on a stage
 //     they return InvalidArgument.
 //
+// Tensor parallelism (docs/model.md, "Tensor parallelism"). create() with a TP communicator of
+// T ranks builds TP rank r's share of the model (tensor_parallel.h): params() / grads() /
+// layout() in tp_param_layout(spec, T, r) (its heads' rows of wq, wk, wv and columns of wo,
+// its ffn rows of w1, w3 and columns of w2; the embedding, norm gains and LM head whole),
+// param_offset() in that layout; initialisation slices the unsharded model's values, so every
+// T starts from the same model. Every TP rank of a group takes the SAME StepInputs (all n
+// rows); the phases are collective over the group (same calls, same order, same ranges).
+// attention_io's q, k, v, o, d_o, dq, dk, dv hold the rank's heads for all n rows; an
+// executor is set up for those heads (n_heads / T, n_kv_heads / T). The residual stream,
+// norms, embedding, head and loss are sequence-parallel: a phase on rows r computes them for
+// the rank's share of r, even_split(r.size(), T, rank) from r.begin (own_rows); the other rows
+// of x, stage_output, dx and per_token_loss are not written. So step_loss() is the sum over
+// the rank's rows (the group's sums add up to the step's), and the replicated tensors'
+// gradients are partial until sync_replicated_grads(). A failed TP collective is kept in
+// tp_status() (the blocking calls return it) and turns the later phases into no-ops. Pipeline
+// stages take a TP communicator too (each TP rank of a stage talks to the same TP index of
+// its neighbours, which read only their own rows); only the whole model is tested with TP.
+//
 // Thread safety: one thread at a time per object; a step uses the calling thread's OpenMP team.
 // Distinct objects may run in distinct threads (ranks as threads); they share OpenBLAS's
 // process-wide thread count, which such a process sets to one around them (the trainer does).
@@ -157,6 +175,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "distca/comm/communicator.h"
 #include "distca/core/specs.h"
 #include "distca/core/status.h"
 #include "distca/model/attention_executor.h"
@@ -218,13 +237,16 @@ struct ModelMemory {
   }
 };
 // The whole model with one slot (= stage_memory(spec, {0, n_layers}, 1, bytes_per_element)).
-ModelMemory model_memory(const ModelSpec& spec, int64_t bytes_per_element = 4);
+ModelMemory model_memory(const ModelSpec& spec, int64_t bytes_per_element = 4, int64_t tp = 1);
 // A pipeline stage's part (preconditions: spec valid, 0 <= first < last <= n_layers,
 // slots >= 1): its parameters, and per token of max_tokens its per-slot saved activations
 // (its layers; on the last stage the final block, logits and loss; elsewhere the stage's
 // output rows; RoPE tables everywhere) and the shared backward scratch.
+// tp: a TP rank's share (precondition check_tp(spec, tp).ok(); "Tensor parallelism" below):
+// its layers' shards (the embedding and head whole), its heads' and ffn columns' activations
+// (the residual stream and the gathered norm outputs stay (n, h)), and the TP temporaries.
 ModelMemory stage_memory(const ModelSpec& spec, StageRange stage, int64_t slots,
-                         int64_t bytes_per_element = 4);
+                         int64_t bytes_per_element = 4, int64_t tp = 1);
 
 // One rank's local tokens for one step; all spans have n elements (report_weights: n or 0).
 struct StepInputs {
@@ -250,6 +272,11 @@ struct RowRange {
 
 // One layer's core-attention buffers over ALL n local rows of the step (phased step). Pointers
 // into the model's workspace, fixed for the model's lifetime (row t at t * width).
+// Part `index` of `parts` of [0, total): as even as possible, the first total % parts parts one
+// longer (precondition 0 <= index < parts, total >= 0; DISTCA_CHECK). E.g. 10 over 4:
+// [0, 3) [3, 6) [6, 8) [8, 10). stage_layers and tensor parallelism's splits use it.
+RowRange even_split(int64_t total, int64_t parts, int64_t index);
+
 template <class T>
 struct LayerAttentionIo {
   T* q = nullptr;    // (n, n_heads, head_dim)    written by forward_pre (after RoPE)
@@ -265,14 +292,22 @@ struct LayerAttentionIo {
 };
 
 template <class T>
+struct TpLayerActs;  // tensor_parallel.h
+template <class T>
+struct TpStep;
+
+template <class T>
 class Llama {
  public:
   // Validates the spec (and head_dim even, for RoPE), max_tokens > 0, the options, the stage
   // (0 <= first < last <= n_layers; default: the whole model) and slots >= 1; the message
   // names the field. Allocates params, grads (zeroed) and `slots` workspaces.
+  // tp: null, or the TP group's communicator (size T > 1 checked with check_tp; "Tensor
+  // parallelism" above); the model keeps the pointer, which must outlive it.
   static Result<Llama> create(const ModelSpec& spec, int64_t max_tokens, uint64_t seed,
                               const LlamaOptions& options = {},
-                              std::optional<StageRange> stage = std::nullopt, int64_t slots = 1);
+                              std::optional<StageRange> stage = std::nullopt, int64_t slots = 1,
+                              comm::Communicator* tp = nullptr);
 
   const ModelSpec& spec() const { return spec_; }
   const LlamaOptions& options() const { return options_; }
@@ -288,6 +323,14 @@ class Llama {
   int64_t param_offset() const { return param_offset_; }
   int64_t slots() const { return static_cast<int64_t>(slot_state_.size()); }
   int slot() const { return slot_; }  // the selected slot
+  int64_t tp_size() const { return tp_ == nullptr ? 1 : tp_->size(); }
+  int64_t tp_rank() const { return tp_ == nullptr ? 0 : tp_->rank(); }
+  // The first failure of a TP collective in a phase (OK without TP); after one, phases do
+  // nothing. The caller fails the group with it (comm/communicator.h).
+  const Status& tp_status() const { return tp_status_; }
+  // TP: sums the replicated tensors' gradients (embedding, norm gains, final norm, LM head)
+  // over the TP group, in rank order. Collective; OK at once without TP.
+  Status sync_replicated_grads();
 
   std::span<T> params() { return params_; }
   std::span<const T> params() const { return params_; }
@@ -363,6 +406,18 @@ class Llama {
   void check_phase(int layer, RowRange rows) const;
   Status run_forward(BasicAttentionExecutor<T>& executor);
   Status run_backward(BasicAttentionExecutor<T>& executor, double grad_scale);
+  // TP (llama_tp.cpp): the rows of `rows` this TP rank owns in the sequence-parallel regions
+  // (rows itself without TP), the layer phases, and create's sharded initialisation.
+  RowRange own_rows(RowRange rows) const;
+  void tp_forward_pre(int layer, RowRange rows);
+  void tp_forward_post(int layer, RowRange rows);
+  void tp_backward_post(int layer, RowRange rows);
+  void tp_backward_pre(int layer, RowRange rows);
+  TpLayerActs<T> tp_layer_acts(int layer, RowRange rows);
+  TpStep<T> tp_step(RowRange rows);
+  void init_params(uint64_t seed, size_t first_tensor);
+  // Layer 0's backward: the embedding gradient of the rows' tokens from dx, in row order.
+  void add_embedding_grads(RowRange rows);
 
   // One slot's phased step (begin_step).
   struct SlotState {
@@ -390,6 +445,8 @@ class Llama {
   std::vector<T> loss_;     // (slots, max_tokens) per-token loss; empty without the head
   std::vector<SlotState> slot_state_;  // (slots)
   int slot_ = 0;                       // the selected slot
+  comm::Communicator* tp_ = nullptr;   // the TP group (null: no TP)
+  Status tp_status_;
 };
 
 extern template class Llama<float>;

@@ -86,6 +86,11 @@ struct TrainConfig {
   // (either mode).
   int64_t pp = 1;
   int64_t micro_batches = 1;
+  // Tensor parallelism (model/tensor_parallel.h, docs/training.md): tp ranks share each layer,
+  // Megatron-style with sequence parallelism; ranks = tp x pp x dp, TP innermost: world rank
+  // = (stage * dp + replica) * tp + t. tp must divide the model's heads and KV heads; tp > 1
+  // needs pp = 1 (not yet composed with pipelines).
+  int64_t tp = 1;
   // "on": each rank makes its plans on a background thread, up to one step ahead of the step
   // that runs them; "off": inline, when the step needs them. The same plans either way, so
   // the same bits (docs/training.md, "Planning ahead").
@@ -125,8 +130,8 @@ struct TrainConfig {
   Status validate_chunking() const;
   // The preset with the overrides applied, validated (message names --model or the key).
   Result<ModelSpec> model_spec() const;
-  // Data-parallel replicas: ranks / pp.
-  int64_t dp() const { return pp > 0 ? ranks / pp : ranks; }
+  // Data-parallel replicas: ranks / (pp x tp).
+  int64_t dp() const { return pp > 0 && tp > 0 ? ranks / (pp * tp) : ranks; }
   double wlb_cap_or_default() const { return wlb_cap.value_or(kDefaultWlbCap); }
   // The most tokens one rank holds of a micro-batch: tokens_per_rank, or under wlb the cap of
   // the re-pack (plan/chunking.h, chunking_rank_cap). Buffers and the memory estimate use it.

@@ -1,0 +1,377 @@
+#include "distca/model/tensor_parallel.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "distca/core/check.h"
+#include "distca/model/layers.h"
+
+namespace distca::model {
+namespace {
+
+template <class T>
+void add_inplace(T* y, const T* x, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) y[i] += x[i];
+}
+
+// Copies the block rows [r0, r0 + rows) x columns [c0, c0 + cols) of a row-major matrix of
+// src_cols columns to rows [d_r0, ..) x columns [d_c0, ..) of one of dst_cols columns.
+template <class T>
+void copy_block(const T* src, int64_t src_cols, int64_t r0, int64_t c0, T* dst, int64_t dst_cols,
+                int64_t d_r0, int64_t d_c0, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    std::copy_n(src + (r0 + i) * src_cols + c0, cols, dst + (d_r0 + i) * dst_cols + d_c0);
+  }
+}
+
+// Moves rank d.rank's share of the tensors [first, end) of the full layout between `full` and
+// `shard`, each pointing at the first of those tensors in its layout; to_shard picks the way.
+template <class T>
+void move_tensors(const ModelSpec& spec, const TpDims& d, T* full, T* shard, bool to_shard,
+                  size_t first, size_t end) {
+  const std::vector<TensorInfo> fl = param_layout(spec);
+  const std::vector<TensorInfo> sl = tp_param_layout(spec, d.tp, d.rank);
+  for (size_t i = first; i < end; ++i) {
+    const TensorSlice c = tp_tensor_slice(fl[i], d);
+    T* f = full + (fl[i].offset - fl[first].offset);
+    T* s = shard + (sl[i].offset - sl[first].offset);
+    if (to_shard) {
+      copy_block<T>(f, fl[i].cols, c.row0, c.col0, s, c.cols, 0, 0, c.rows, c.cols);
+    } else {
+      copy_block<T>(s, c.cols, 0, 0, f, fl[i].cols, c.row0, c.col0, c.rows, c.cols);
+    }
+  }
+}
+
+// Layer 0's tensors are entries [1, 10) of the layout; every layer has the same shapes.
+constexpr size_t kLayerFirst = 1, kLayerEnd = 10;
+
+// Byte counts and displacements of an exchange of row blocks: block p is rows tp_rows(n, T, p).
+struct RowBlocks {
+  std::vector<size_t> counts, displs;
+  RowBlocks(int64_t n, int tp, int64_t width, size_t elem) {
+    for (int p = 0; p < tp; ++p) {
+      const RowRange r = tp_rows(n, tp, p);
+      counts.push_back(static_cast<size_t>(r.size() * width) * elem);
+      displs.push_back(static_cast<size_t>(r.begin * width) * elem);
+    }
+  }
+};
+
+}  // namespace
+
+Status check_tp(const ModelSpec& spec, int64_t tp) {
+  if (tp < 1 || spec.n_heads % tp != 0 || spec.n_kv_heads % tp != 0 || tp > spec.ffn) {
+    return Status::invalid_argument(
+        "tensor parallel size " + std::to_string(tp) + " must be >= 1 and divide n_heads (" +
+        std::to_string(spec.n_heads) + ") and n_kv_heads (" + std::to_string(spec.n_kv_heads) +
+        ")");
+  }
+  return Status::ok_status();
+}
+
+TpDims tp_dims(const ModelSpec& spec, int64_t tp, int64_t rank) {
+  DISTCA_CHECK(check_tp(spec, tp).ok() && 0 <= rank && rank < tp);
+  TpDims d;
+  d.tp = tp;
+  d.rank = rank;
+  d.h = spec.hidden;
+  d.hd = spec.head_dim;
+  d.heads = spec.n_heads / tp;
+  d.kv_heads = spec.n_kv_heads / tp;
+  d.head0 = rank * d.heads;
+  d.kv_head0 = rank * d.kv_heads;
+  d.ffn = even_split(spec.ffn, tp, rank);
+  return d;
+}
+
+TensorSlice tp_tensor_slice(const TensorInfo& full, const TpDims& d) {
+  const std::string& n = full.name;
+  TensorSlice s{0, full.rows, 0, full.cols};
+  if (n.ends_with(".wq")) {
+    s.row0 = d.head0 * d.hd;
+    s.rows = d.qd();
+  } else if (n.ends_with(".wk") || n.ends_with(".wv")) {
+    s.row0 = d.kv_head0 * d.hd;
+    s.rows = d.kvd();
+  } else if (n.ends_with(".wo")) {
+    s.col0 = d.head0 * d.hd;
+    s.cols = d.qd();
+  } else if (n.ends_with(".w1") || n.ends_with(".w3")) {
+    s.row0 = d.ffn.begin;
+    s.rows = d.f();
+  } else if (n.ends_with(".w2")) {
+    s.col0 = d.ffn.begin;
+    s.cols = d.f();
+  }
+  return s;
+}
+
+bool tp_sharded(const TensorInfo& t) {
+  for (const char* suffix : {".wq", ".wk", ".wv", ".wo", ".w1", ".w3", ".w2"}) {
+    if (t.name.ends_with(suffix)) return true;
+  }
+  return false;
+}
+
+std::vector<TensorInfo> tp_param_layout(const ModelSpec& spec, int64_t tp, int64_t rank) {
+  const TpDims d = tp_dims(spec, tp, rank);
+  std::vector<TensorInfo> out = param_layout(spec);
+  int64_t offset = 0;
+  for (TensorInfo& t : out) {
+    const TensorSlice s = tp_tensor_slice(t, d);
+    t.rows = s.rows;
+    t.cols = s.cols;
+    t.offset = offset;
+    offset += t.size();
+  }
+  return out;
+}
+
+template <class T>
+TpLayerTensors<T> tp_layer_tensors(const TpDims& d, T* shard) {
+  T* p = shard;
+  auto take = [&](int64_t count) {
+    T* r = p;
+    p += count;
+    return r;
+  };
+  TpLayerTensors<T> t;
+  t.attn_norm = take(d.h);
+  t.wq = take(d.qd() * d.h);
+  t.wk = take(d.kvd() * d.h);
+  t.wv = take(d.kvd() * d.h);
+  t.wo = take(d.h * d.qd());
+  t.ffn_norm = take(d.h);
+  t.w1 = take(d.f() * d.h);
+  t.w3 = take(d.f() * d.h);
+  t.w2 = take(d.h * d.f());
+  return t;
+}
+
+template <class T>
+void tp_shard_layer(const ModelSpec& spec, const TpDims& d, const T* full, T* shard) {
+  move_tensors<T>(spec, d, const_cast<T*>(full), shard, true, kLayerFirst, kLayerEnd);
+}
+
+template <class T>
+void tp_unshard_layer(const ModelSpec& spec, const TpDims& d, const T* shard, T* full) {
+  move_tensors<T>(spec, d, full, const_cast<T*>(shard), false, kLayerFirst, kLayerEnd);
+}
+
+template <class T>
+void tp_shard_params(const ModelSpec& spec, const TpDims& d, const T* full, T* shard) {
+  move_tensors<T>(spec, d, const_cast<T*>(full), shard, true, 0, param_layout(spec).size());
+}
+
+template <class T>
+void tp_unshard_params(const ModelSpec& spec, const TpDims& d, const T* shard, T* full) {
+  move_tensors<T>(spec, d, full, const_cast<T*>(shard), false, 0, param_layout(spec).size());
+}
+
+template <class T>
+Status tp_all_gather_rows(comm::Communicator& tp, T* all, int64_t n, int64_t width) {
+  const int size = tp.size(), rank = tp.rank();
+  const RowBlocks blocks(n, size, width, sizeof(T));
+  // The own block is sent to every other rank (send blocks may overlap) and received from no
+  // one, so no receive block overlaps it.
+  std::vector<size_t> send_counts(static_cast<size_t>(size)), send_displs(send_counts.size());
+  std::vector<size_t> recv_counts = blocks.counts;
+  const auto self = static_cast<size_t>(rank);
+  for (size_t p = 0; p < send_counts.size(); ++p) {
+    send_counts[p] = p == self ? 0 : blocks.counts[self];
+    send_displs[p] = blocks.displs[self];
+  }
+  recv_counts[self] = 0;
+  comm::AllToAllV a;
+  a.send = reinterpret_cast<const std::byte*>(all);
+  a.send_counts = send_counts;
+  a.send_displs = send_displs;
+  a.recv = reinterpret_cast<std::byte*>(all);
+  a.recv_counts = recv_counts;
+  a.recv_displs = blocks.displs;
+  a.label = "tp all_gather";
+  return tp.all_to_all_v(a);
+}
+
+template <class T>
+Status tp_reduce_scatter_rows(comm::Communicator& tp, const T* partial, T* out, int64_t n,
+                              int64_t width) {
+  const int size = tp.size(), rank = tp.rank();
+  const RowBlocks blocks(n, size, width, sizeof(T));
+  const auto self = static_cast<size_t>(rank);
+  const RowRange mine = tp_rows(n, size, rank);
+  const int64_t count = mine.size() * width;
+  // Every peer's addend for this rank's rows lands in its own slot of `recv`, then the slots
+  // are summed in rank order (the own addend read in place).
+  std::vector<T> recv(static_cast<size_t>(count * size));
+  std::vector<size_t> recv_counts(blocks.counts.size()), recv_displs(blocks.counts.size());
+  for (size_t p = 0; p < recv_counts.size(); ++p) {
+    recv_counts[p] = p == self ? 0 : blocks.counts[self];
+    recv_displs[p] = p * static_cast<size_t>(count) * sizeof(T);
+  }
+  std::vector<size_t> send_counts = blocks.counts;
+  send_counts[self] = 0;
+  comm::AllToAllV a;
+  a.send = reinterpret_cast<const std::byte*>(partial);
+  a.send_counts = send_counts;
+  a.send_displs = blocks.displs;
+  a.recv = reinterpret_cast<std::byte*>(recv.data());
+  a.recv_counts = recv_counts;
+  a.recv_displs = recv_displs;
+  a.label = "tp reduce_scatter";
+  DISTCA_RETURN_IF_ERROR(tp.all_to_all_v(a));
+  const T* own = partial + mine.begin * width;
+  for (int p = 0; p < size; ++p) {
+    const T* addend = p == rank ? own : recv.data() + static_cast<int64_t>(p) * count;
+    if (p == 0) {
+      std::copy_n(addend, count, out);
+    } else {
+      add_inplace<T>(out, addend, count);
+    }
+  }
+  return Status::ok_status();
+}
+
+Status tp_all_reduce_replicated(comm::Communicator& tp, std::span<float> grads) {
+  return tp.all_reduce_sum(grads);
+}
+
+Status tp_all_reduce_replicated(comm::Communicator& tp, std::span<double> grads) {
+  return tp.all_reduce_sum(grads);
+}
+
+// RMSNorm of the rank's rows into its rows of the gathered buffer, then the all-gather.
+template <class T>
+Status norm_and_gather(comm::Communicator& tp, const TpStep<T>& s, const T* x, const T* gain,
+                       T* rstd, T* xn_all, int64_t h) {
+  const RowRange mine = tp_rows(s.n, tp.size(), tp.rank());
+  rmsnorm_forward<T>(xn_all + mine.begin * h, rstd, x, gain, mine.size(), h, s.rms_eps);
+  return tp_all_gather_rows<T>(tp, xn_all, s.n, h);
+}
+
+// out (n_r, h) = residual + reduce_scatter(act (n, in) @ w (h, in)^T).
+template <class T>
+Status row_parallel_residual(comm::Communicator& tp, const TpStep<T>& s, const T* act,
+                             const T* w, int64_t in, int64_t h, const T* residual, T* out) {
+  std::vector<T> partial(static_cast<size_t>(s.n * h));
+  linear_forward<T>(partial.data(), act, w, s.n, in, h);
+  DISTCA_RETURN_IF_ERROR(tp_reduce_scatter_rows<T>(tp, partial.data(), out, s.n, h));
+  const RowRange mine = tp_rows(s.n, tp.size(), tp.rank());
+  add_inplace<T>(out, residual, mine.size() * h);
+  return Status::ok_status();
+}
+
+template <class T>
+Status tp_attention_in_forward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
+                               const TpLayerTensors<const T>& w, const TpLayerActs<T>& a) {
+  DISTCA_RETURN_IF_ERROR(norm_and_gather<T>(tp, s, a.x, w.attn_norm, a.rstd1, a.xn1, d.h));
+  linear_forward<T>(a.q, a.xn1, w.wq, s.n, d.h, d.qd());
+  linear_forward<T>(a.k, a.xn1, w.wk, s.n, d.h, d.kvd());
+  linear_forward<T>(a.v, a.xn1, w.wv, s.n, d.h, d.kvd());
+  rope_apply<T>(a.q, s.rope_cos, s.rope_sin, s.n, d.heads, d.hd, +1);
+  rope_apply<T>(a.k, s.rope_cos, s.rope_sin, s.n, d.kv_heads, d.hd, +1);
+  return Status::ok_status();
+}
+
+template <class T>
+Status tp_attention_out_mlp_forward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
+                                    const TpLayerTensors<const T>& w, const TpLayerActs<T>& a) {
+  DISTCA_RETURN_IF_ERROR(row_parallel_residual<T>(tp, s, a.o, w.wo, d.qd(), d.h, a.x, a.x_mid));
+  DISTCA_RETURN_IF_ERROR(norm_and_gather<T>(tp, s, a.x_mid, w.ffn_norm, a.rstd2, a.xn2, d.h));
+  linear_forward<T>(a.g, a.xn2, w.w1, s.n, d.h, d.f());
+  linear_forward<T>(a.u, a.xn2, w.w3, s.n, d.h, d.f());
+  swiglu_forward<T>(a.a, a.g, a.u, s.n, d.f());
+  return row_parallel_residual<T>(tp, s, a.a, w.w2, d.f(), d.h, a.x_mid, a.out);
+}
+
+// dy (n_r, h) gathered into (n, h): the gradient every rank's column slice needs.
+template <class T>
+Status gather_grad(comm::Communicator& tp, const TpStep<T>& s, const T* dy, int64_t h,
+                   std::vector<T>& all) {
+  all.assign(static_cast<size_t>(s.n * h), T(0));
+  const RowRange mine = tp_rows(s.n, tp.size(), tp.rank());
+  std::copy_n(dy, mine.size() * h, all.data() + mine.begin * h);
+  return tp_all_gather_rows<T>(tp, all.data(), s.n, h);
+}
+
+// dxn_all (n, h): this rank's partial d(normed input) for every row; reduce-scatters it and
+// runs the norm's backward on the rank's rows, accumulating into dx (n_r, h) and dgain.
+template <class T>
+Status scatter_norm_backward(comm::Communicator& tp, const TpStep<T>& s, const T* dxn_all,
+                             const T* x, const T* rstd, const T* gain, T* dgain, T* dx,
+                             int64_t h) {
+  const RowRange mine = tp_rows(s.n, tp.size(), tp.rank());
+  std::vector<T> dxn(static_cast<size_t>(mine.size() * h));
+  DISTCA_RETURN_IF_ERROR(tp_reduce_scatter_rows<T>(tp, dxn_all, dxn.data(), s.n, h));
+  rmsnorm_backward<T>(dx, dgain, dxn.data(), x, rstd, gain, mine.size(), h);
+  return Status::ok_status();
+}
+
+template <class T>
+Status tp_attention_out_mlp_backward(comm::Communicator& tp, const TpDims& d,
+                                     const TpStep<T>& s, const TpLayerTensors<const T>& w,
+                                     const TpLayerTensors<T>& g, const TpLayerActs<T>& a,
+                                     T* dx, T* d_o) {
+  const int64_t n = s.n, h = d.h, f = d.f();
+  std::vector<T> dy_all, da(static_cast<size_t>(n * f)), dg(da.size()), du(da.size());
+  std::vector<T> dxn_all(static_cast<size_t>(n * h));
+  // Feed-forward block: dx holds d(out); the residual passes it to x_mid unchanged.
+  DISTCA_RETURN_IF_ERROR(gather_grad<T>(tp, s, dx, h, dy_all));
+  linear_backward<T>(da.data(), g.w2, dy_all.data(), a.a, w.w2, n, f, h, false);
+  swiglu_backward<T>(dg.data(), du.data(), da.data(), a.g, a.u, n, f);
+  linear_backward<T>(dxn_all.data(), g.w1, dg.data(), a.xn2, w.w1, n, h, f, false);
+  linear_backward<T>(dxn_all.data(), g.w3, du.data(), a.xn2, w.w3, n, h, f, true);
+  DISTCA_RETURN_IF_ERROR(scatter_norm_backward<T>(tp, s, dxn_all.data(), a.x_mid, a.rstd2,
+                                                  w.ffn_norm, g.ffn_norm, dx, h));
+  // Attention output projection: dx now holds d(x_mid).
+  DISTCA_RETURN_IF_ERROR(gather_grad<T>(tp, s, dx, h, dy_all));
+  linear_backward<T>(d_o, g.wo, dy_all.data(), a.o, w.wo, n, d.qd(), h, false);
+  return Status::ok_status();
+}
+
+template <class T>
+Status tp_attention_in_backward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
+                                const TpLayerTensors<const T>& w, const TpLayerTensors<T>& g,
+                                const TpLayerActs<T>& a, T* dq, T* dk, const T* dv, T* dx) {
+  const int64_t n = s.n, h = d.h;
+  std::vector<T> dxn_all(static_cast<size_t>(n * h));
+  rope_apply<T>(dq, s.rope_cos, s.rope_sin, n, d.heads, d.hd, -1);
+  rope_apply<T>(dk, s.rope_cos, s.rope_sin, n, d.kv_heads, d.hd, -1);
+  linear_backward<T>(dxn_all.data(), g.wq, dq, a.xn1, w.wq, n, h, d.qd(), false);
+  linear_backward<T>(dxn_all.data(), g.wk, dk, a.xn1, w.wk, n, h, d.kvd(), true);
+  linear_backward<T>(dxn_all.data(), g.wv, dv, a.xn1, w.wv, n, h, d.kvd(), true);
+  return scatter_norm_backward<T>(tp, s, dxn_all.data(), a.x, a.rstd1, w.attn_norm,
+                                  g.attn_norm, dx, h);
+}
+
+#define DISTCA_MODEL_INSTANTIATE_TP(T)                                                         \
+  template TpLayerTensors<T> tp_layer_tensors<T>(const TpDims&, T*);                          \
+  template TpLayerTensors<const T> tp_layer_tensors<const T>(const TpDims&, const T*);        \
+  template void tp_shard_layer<T>(const ModelSpec&, const TpDims&, const T*, T*);             \
+  template void tp_unshard_layer<T>(const ModelSpec&, const TpDims&, const T*, T*);           \
+  template void tp_shard_params<T>(const ModelSpec&, const TpDims&, const T*, T*);            \
+  template void tp_unshard_params<T>(const ModelSpec&, const TpDims&, const T*, T*);          \
+  template Status tp_all_gather_rows<T>(comm::Communicator&, T*, int64_t, int64_t);           \
+  template Status tp_reduce_scatter_rows<T>(comm::Communicator&, const T*, T*, int64_t,       \
+                                            int64_t);                                         \
+  template Status tp_attention_in_forward<T>(comm::Communicator&, const TpDims&,              \
+                                             const TpStep<T>&, const TpLayerTensors<const T>&, \
+                                             const TpLayerActs<T>&);                          \
+  template Status tp_attention_out_mlp_forward<T>(comm::Communicator&, const TpDims&,         \
+                                                  const TpStep<T>&,                           \
+                                                  const TpLayerTensors<const T>&,             \
+                                                  const TpLayerActs<T>&);                     \
+  template Status tp_attention_out_mlp_backward<T>(                                           \
+      comm::Communicator&, const TpDims&, const TpStep<T>&, const TpLayerTensors<const T>&,   \
+      const TpLayerTensors<T>&, const TpLayerActs<T>&, T*, T*);                               \
+  template Status tp_attention_in_backward<T>(                                                \
+      comm::Communicator&, const TpDims&, const TpStep<T>&, const TpLayerTensors<const T>&,   \
+      const TpLayerTensors<T>&, const TpLayerActs<T>&, T*, T*, const T*, T*);
+
+DISTCA_MODEL_INSTANTIATE_TP(float)
+DISTCA_MODEL_INSTANTIATE_TP(double)
+#undef DISTCA_MODEL_INSTANTIATE_TP
+
+}  // namespace distca::model
