@@ -48,6 +48,11 @@ struct TrainBenchFlags {
   // skewed: rank 0 (--pp: micro-batches 0, 4, ...) --long-doc documents, the rest --short-doc
   // ones; uniform: every rank and micro-batch --long-doc documents (nothing to balance).
   std::string workload = "skewed";
+  // --compare: every mode of train::compare_modes on drawn documents (--workload pretrain or
+  // prolong, --seed; bench_train_compare.cpp).
+  bool compare = false;
+  int64_t seed = 1;
+  bool doc_flags_given = false;  // --long-doc or --short-doc given (refused with --compare)
 };
 
 // The flags that decide what was run and what the simulator is given (model, workload,
@@ -84,6 +89,15 @@ double measure_sgemm(const TrainBenchFlags& f, int rank);
 Status probe_sgemm_round(comm::Communicator& comm, const TrainBenchFlags& f, std::vector<double>& best);
 // The memory every mode's run needs in this process, against the limit (--max-memory).
 Status check_bench_memory(const TrainBenchFlags& f, int64_t ranks, bool lead, const std::vector<Mode>& modes);
+// The same for the given runs' configs; `extra` bytes per rank besides them (a probe's).
+Status check_configs_memory(const TrainBenchFlags& f, int64_t ranks, bool lead, const std::vector<train::TrainConfig>& configs,
+                            double extra_per_rank);
+// Flag checks that need no group, every one before any work (cmd_bench_train.cpp).
+Status check_flags(const TrainBenchFlags& f, bool ranks_given);
+// The ranks a run will have: --ranks (local) or the launcher's (mpi).
+int64_t run_ranks(const TrainBenchFlags& f);
+// --compare, flags as given: checks them, runs the comparison and prints it; the exit code.
+int run_compare_bench(const TrainBenchFlags& f, bool ranks_given);
 
 // The simulator's prediction of one mode (sim::predict_training, sim/request.h: one unit per
 // rank, f.pp stages, the batches as micro-batches): hw a measured hardware profile

@@ -3,7 +3,8 @@
 // rank the long ones), timed in four modes on one communicator, round-robin: colocated, cad
 // single-stream, cad pingpong and cad signal
 // (docs/benchmarks.md, "Training step"). With --pp > 1 the pipeline benchmark instead
-// (bench_train_pipeline.cpp).
+// (bench_train_pipeline.cpp); with --compare every mode on drawn documents
+// (bench_train_compare.cpp).
 //
 //   mpirun -np 2 distca bench train --backend mpi --json -
 //
@@ -12,8 +13,6 @@
 // barrier before the gradient all-reduce, i.e. waiting for the slowest rank. Under mpirun every
 // rank runs the same steps and only rank 0 prints. On the local backend the ranks are threads
 // sharing the process's cores and memory, so its figures are a smoke test.
-#include <malloc.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -147,18 +146,25 @@ double measure_sgemm(const TrainBenchFlags& f, int rank) {
 
 // The memory every mode's run needs in this process, against the limit (--max-memory).
 Status check_bench_memory(const TrainBenchFlags& f, int64_t ranks, bool lead, const std::vector<Mode>& modes) {
+  std::vector<train::TrainConfig> configs;
+  for (const Mode& m : modes) configs.push_back(make_config(f, ranks, m));
+  return check_configs_memory(f, ranks, lead, configs,
+                              static_cast<double>(kernels::sgemm_probe_bytes(sgemm_rows(f), linear_shapes(bench_spec(f)))));
+}
+
+Status check_configs_memory(const TrainBenchFlags& f, int64_t ranks, bool lead, const std::vector<train::TrainConfig>& configs,
+                            double extra_per_rank) {
   train::MemoryInputs mi;
   mi.mpi = f.backend == "mpi";
   mi.ranks_in_process = mi.mpi ? 1 : ranks;
   mi.threads_per_rank = mi.mpi ? 2 : 1;  // one compute thread (+ mpi's progress thread)
   mi.lead = lead;
   double need = 0;
-  for (const Mode& m : modes) {
-    const train::TrainConfig cfg = make_config(f, ranks, m);
+  for (const train::TrainConfig& cfg : configs) {
     DISTCA_ASSIGN_OR_RETURN(ModelSpec spec, cfg.model_spec());
     need = std::max(need, train::estimate_train_memory(cfg, spec, mi).process_total());
   }
-  need += static_cast<double>(kernels::sgemm_probe_bytes(sgemm_rows(f), linear_shapes(bench_spec(f))) * mi.ranks_in_process);
+  need += extra_per_rank * static_cast<double>(mi.ranks_in_process);
   const int64_t here = mi.mpi ? std::max<int64_t>(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE")) : 1;
   const std::string what = "bench train --tokens-per-rank " + std::to_string(f.tokens) + " --width " +
                            std::to_string(f.width) + " --layers " + std::to_string(f.layers) +
@@ -174,6 +180,7 @@ comm::Settings bench_settings(const TrainBenchFlags& f) {
   s.add("--short-doc", f.short_doc).add("--workload", f.workload).add("--rounds", f.rounds).add("--steps", f.steps);
   s.add("--warmup-steps", f.warmup_steps).add("--tolerance", f.tolerance).add("--pp", f.pp);
   s.add("--micro-batches", f.micro_batches).add("--trace given", !f.trace.empty());
+  s.add("--compare", f.compare).add("--seed", f.seed);
   return s;
 }
 
@@ -182,26 +189,6 @@ comm::Settings bench_settings(const TrainBenchFlags& f) {
 namespace {
 
 using namespace bench_train;
-
-// Resident high-water mark: reset by writing 5 to clear_refs (VmHWM becomes the current RSS),
-// after returning freed heap to the kernel, so that a mode's peak is its own and not the
-// previous mode's freed buffers.
-bool reset_peak_memory() {
-  malloc_trim(0);
-  std::ofstream f("/proc/self/clear_refs");
-  if (!f) return false;
-  f << "5";
-  f.flush();
-  return static_cast<bool>(f);
-}
-int64_t peak_memory_bytes() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;  // kB
-  }
-  return 0;
-}
 
 struct ModeFigures {
   std::vector<double> steps;                  // timed steps of every round, seconds
@@ -244,12 +231,12 @@ Status run_rank(comm::Communicator& comm, const TrainBenchFlags& f, const train:
       hooks.trace = traced ? recorder : nullptr;
       ModeFigures& m = fig.modes[mi];
       DISTCA_RETURN_IF_ERROR(comm.barrier());  // nothing allocates while the mark is reset
-      int resident = process_lead ? (reset_peak_memory() ? 1 : 0) : 1;
+      int resident = process_lead ? (reset_peak_resident() ? 1 : 0) : 1;
       DISTCA_RETURN_IF_ERROR(comm.barrier());
       train::TrainResult result;
       DISTCA_RETURN_IF_ERROR(train::run_training(cfg, comm, hooks, lead ? &result : nullptr));
       DISTCA_RETURN_IF_ERROR(comm.barrier());  // local backend: every rank thread is done
-      const int64_t peak = process_lead ? peak_memory_bytes() : 0;
+      const int64_t peak = process_lead ? peak_resident_bytes() : 0;
       DISTCA_ASSIGN_OR_RETURN(std::vector<int64_t> peaks, comm.all_gather_value(peak));
       DISTCA_ASSIGN_OR_RETURN(std::vector<int> res, comm.all_gather_value(resident));
       if (!lead) continue;
@@ -516,8 +503,13 @@ Status check_pipeline_flags(const TrainBenchFlags& f, int64_t ranks) {
   return {};
 }
 
-// Flag checks that need no group: every one refuses before any work.
-Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
+}  // namespace
+
+int64_t bench_train::run_ranks(const TrainBenchFlags& f) {
+  return f.backend == "mpi" ? std::max<int64_t>(detect_launcher().size == 1 ? 1 : 2, detect_launcher().size) : f.ranks;
+}
+
+Status bench_train::check_flags(const TrainBenchFlags& f, bool ranks_given) {
   auto multiple16 = [](const char* flag, int64_t v) -> Status {
     if (v <= 0 || v % 16 != 0) {
       return Status::invalid_argument(std::string(flag) + " must be a positive multiple of 16 (got " + std::to_string(v) + ")");
@@ -526,10 +518,12 @@ Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
   };
   DISTCA_RETURN_IF_ERROR(multiple16("--width", f.width));
   DISTCA_RETURN_IF_ERROR(multiple16("--tokens-per-rank", f.tokens));
-  DISTCA_RETURN_IF_ERROR(multiple16("--short-doc", f.short_doc));
-  if (f.long_doc != 0) DISTCA_RETURN_IF_ERROR(multiple16("--long-doc", f.long_doc));
-  if (f.tokens % long_doc(f) != 0) return Status::invalid_argument("--long-doc must divide --tokens-per-rank");
-  if (f.tokens % f.short_doc != 0) return Status::invalid_argument("--short-doc must divide --tokens-per-rank");
+  if (!f.compare) {  // --compare draws its documents
+    DISTCA_RETURN_IF_ERROR(multiple16("--short-doc", f.short_doc));
+    if (f.long_doc != 0) DISTCA_RETURN_IF_ERROR(multiple16("--long-doc", f.long_doc));
+    if (f.tokens % long_doc(f) != 0) return Status::invalid_argument("--long-doc must divide --tokens-per-rank");
+    if (f.tokens % f.short_doc != 0) return Status::invalid_argument("--short-doc must divide --tokens-per-rank");
+  }
   if (f.head_dim <= 0 || f.head_dim % 2 != 0 || f.width % f.head_dim != 0) {
     return Status::invalid_argument("--head-dim must be even and divide --width (got " + std::to_string(f.head_dim) + ")");
   }
@@ -549,7 +543,7 @@ Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
     if (Status st = check_output_path(f.trace); !st.ok()) return Status::invalid_argument("--trace: " + st.message());
   }
   // The trainer's own checks (model, workload) for every mode.
-  const int64_t ranks = f.backend == "mpi" ? std::max<int64_t>(detect_launcher().size == 1 ? 1 : 2, detect_launcher().size) : f.ranks;
+  const int64_t ranks = run_ranks(f);
   if (f.pp > 1 && !f.trace.empty()) return Status::invalid_argument("--trace is not recorded with --pp (yet)");
   if (f.pp == 1 && !f.cost_table.empty()) return Status::invalid_argument("--cost-table applies to --pp > 1 (the simulator's prediction)");
   if (f.pp == 1 && f.micro_batches > 1) return Status::invalid_argument("--micro-batches applies to --pp > 1");
@@ -557,6 +551,7 @@ Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
     return Status::invalid_argument("--cost-table " + f.cost_table + ": cannot be read");
   }
   DISTCA_RETURN_IF_ERROR(check_pipeline_flags(f, ranks));
+  if (f.compare) return {};  // its mode entries are checked with its options (CompareOptions::validate)
   // The trainer's own checks (train/config.h) for every mode. The checks above answer every
   // case they know in bench train's own flags; one that still reaches the trainer says so, since
   // its message names `distca train`'s flags and keys.
@@ -569,7 +564,10 @@ Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
   return {};
 }
 
+namespace {
+
 int run(const TrainBenchFlags& f, bool ranks_given) {
+  if (f.compare) return run_compare_bench(f, ranks_given);
   const bool first = detect_launcher().rank <= 0;  // before the group exists only rank 0 speaks
   if (Status st = check_flags(f, ranks_given); !st.ok()) return first ? fail_input(st.message()) : kExitBadInput;
   if (f.pp > 1) return run_pipeline(f);
@@ -645,17 +643,43 @@ Runner setup(CLI::App& app) {
   app.add_option("--cost-table", f->cost_table, "--pp: the simulator's attention seconds from a `distca profile` table");
   app.add_option("--workload", f->workload,
                  "skewed (rank 0, with --pp micro-batches 0, 4, ...: --long-doc documents, the rest --short-doc) or "
-                 "uniform (every rank and micro-batch --long-doc documents; default skewed)")
-      ->check(CLI::IsMember({"skewed", "uniform"}));
+                 "uniform (every rank and micro-batch --long-doc documents; default skewed); with --compare pretrain "
+                 "or prolong (drawn documents up to a rank's tokens; default pretrain)")
+      ->check(CLI::IsMember({"skewed", "uniform", "pretrain", "prolong"}));
+  app.add_flag("--compare", f->compare,
+               "every mode on one configuration, paired round by round on the same drawn steps: colocated, cad "
+               "single-stream, cad pingpong (step time, idle, exposed communication, bytes, peak memory per rank)");
+  app.add_option("--seed", f->seed, "--compare: the seed of the drawn documents (default 1)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 62));
   app.add_option("--hardware", f->hardware,
                  "the simulator's hardware profile of this machine (`distca profile --hardware-out`: GEMM rates, "
                  "attention, links): its prediction beside every mode's measured step");
   CLI::Option* layers_opt = app.get_option("--layers");
-  return [f, ranks, layers_opt, tokens_opt] {
+  CLI::Option* workload_opt = app.get_option("--workload");
+  CLI::Option* long_opt = app.get_option("--long-doc");
+  CLI::Option* short_opt = app.get_option("--short-doc");
+  CLI::Option* seed_opt = app.get_option("--seed");
+  return [f, ranks, layers_opt, tokens_opt, workload_opt, long_opt, short_opt, seed_opt] {
     TrainBenchFlags g = *f;
+    const bool drawn = g.workload == "pretrain" || g.workload == "prolong";
+    const bool first = detect_launcher().rank <= 0;  // before the group exists only rank 0 speaks
+    if (!g.compare && (drawn || seed_opt->count() > 0)) {
+      return first ? fail_input(std::string(drawn ? "--workload " + g.workload : "--seed") + " applies to --compare")
+                   : kExitBadInput;
+    }
+    if (g.compare) {
+      if (workload_opt->count() > 0 && !drawn) {
+        return first ? fail_input("--compare draws its documents: --workload pretrain or prolong (got " + g.workload + ")")
+                     : kExitBadInput;
+      }
+      if (workload_opt->count() == 0) g.workload = "pretrain";
+      g.doc_flags_given = long_opt->count() > 0 || short_opt->count() > 0;
+      // 16K tokens per rank (8K per micro-batch with --pp): attention a real share of the step.
+      if (tokens_opt->count() == 0) g.tokens = 16384;
+    }
     if (g.pp > 1 && g.micro_batches == 0) g.micro_batches = 2 * g.pp;
     // 2 x --pp micro-batches of 8192 tokens would need 17-21 GiB at 4 ranks (--pp 2, 4).
-    if (g.pp > 1 && tokens_opt->count() == 0) g.tokens = 4096;
+    if (g.pp > 1 && tokens_opt->count() == 0) g.tokens = g.compare ? 8192 : 4096;
     if (g.pp > 1 && layers_opt->count() == 0) g.layers = (g.layers + g.pp - 1) / g.pp * g.pp;
     return run(g, ranks->count() > 0);
   };
