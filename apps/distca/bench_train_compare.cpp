@@ -137,7 +137,7 @@ int report(const TrainBenchFlags& f, int64_t ranks, const train::CompareResult& 
           f.rounds, static_cast<long long>(f.steps), static_cast<long long>(f.warmup_steps));
   appendf(out, "%-18s %8s %8s %8s %9s %10s %10s %8s %11s %6s%s %8s%s\n", "mode", "step s", "p10", "p90", "tokens/s",
           "idle max/mean", "exp max/mean", "MiB/step", "peak MiB", "max/mu", res.resident ? "  resid MiB max/mu" : "",
-          "pp speedup", hw ? "   sim s  sim/meas" : "");
+          "pingpong x", hw ? "   sim s  sim/meas" : "");
   bool same = true;
   for (size_t e = 0; e < rows.size(); ++e) {
     const train::CompareRow& r = rows[e];
@@ -175,7 +175,7 @@ int report(const TrainBenchFlags& f, int64_t ranks, const train::CompareResult& 
                "AdamW moments, saved activations of the tokens it held, backward scratch, dispatcher rows), max over "
                "ranks, and max/mean across ranks%s\n",
           res.resident ? "; resid: VmHWM of each rank process, reset before every run" : "");
-  appendf(out, "pp speedup: cad pingpong's over each mode, the median over rounds of the round medians' ratio\n");
+  appendf(out, "pingpong x: cad pingpong's speedup over each mode, the median over rounds of the round medians' ratio\n");
   appendf(out, "documents: every mode's step checksums %s the data's own\n", same ? "equal" : "DIFFER FROM");
   if (hw) {
     appendf(out, "sim: distca's simulator on each timed step's batches (hardware profile %s), median predicted step\n",
