@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -127,6 +128,14 @@ SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, do
 // What the ranks of one bench train job agree on before they run (comm/launch.h): every flag
 // that shapes a message or a loop count.
 comm::Settings bench_settings(const TrainBenchFlags& f);
+
+// --hardware's profile, or null without the flag; errors name --hardware.
+Result<std::shared_ptr<const HardwareProfile>> load_hardware_flag(const TrainBenchFlags& f);
+
+// The end of every bench train report: the local backend's note, the JSON (stdout or --json
+// FILE) beside `files`, every file written atomically before the text; the exit code.
+int finish_report(const TrainBenchFlags& f, std::string out, const nlohmann::json& j,
+                  std::vector<std::pair<std::string, std::string>> files = {});
 
 // --pp > 1: the modes timed (colocated 1F1B, cad pingpong and single-stream).
 std::vector<Mode> pipeline_modes();

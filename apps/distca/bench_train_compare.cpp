@@ -181,17 +181,7 @@ int report(const TrainBenchFlags& f, int64_t ranks, const train::CompareResult& 
     appendf(out, "sim: distca's simulator on each timed step's batches (hardware profile %s), median predicted step\n",
             f.hardware.c_str());
   }
-  if (f.backend == "local") {
-    appendf(out, "note: local backend: the ranks are threads sharing the process's cores; use --backend mpi for figures\n");
-  }
-  std::vector<std::pair<std::string, std::string>> files;
-  if (f.json == "-") {
-    out += j.dump(2) + "\n";
-  } else if (!f.json.empty()) {
-    files.emplace_back(f.json, j.dump(2) + "\n");
-  }
-  if (Status w = write_files_atomic(files); !w.ok()) return fail(w);
-  if (Status w = write_stdout(out); !w.ok()) return fail(w);
+  if (const int rc = finish_report(f, std::move(out), j); rc != kExitOk) return rc;
   if (!same) return fail(Status::internal("a mode trained on other documents than the data's (see the step checksums)"));
   return kExitOk;
 }
@@ -201,12 +191,9 @@ int report(const TrainBenchFlags& f, int64_t ranks, const train::CompareResult& 
 int run_compare_bench(const TrainBenchFlags& f, bool ranks_given) {
   const bool first = detect_launcher().rank <= 0;  // before the group exists only rank 0 speaks
   if (Status st = check_compare(f, ranks_given); !st.ok()) return first ? fail_input(st.message()) : kExitBadInput;
-  std::shared_ptr<const HardwareProfile> hw;
-  if (!f.hardware.empty()) {
-    auto hp = load_hardware_profile(f.hardware);
-    if (!hp.ok()) return first ? fail_input("--hardware: " + hp.status().message()) : kExitBadInput;
-    hw = std::make_shared<const HardwareProfile>(std::move(hp).value());
-  }
+  auto loaded = load_hardware_flag(f);
+  if (!loaded.ok()) return first ? fail_input(loaded.status().message()) : kExitBadInput;
+  const std::shared_ptr<const HardwareProfile> hw = *loaded;
   const kernels::ScopedBlasThreads one_blas_thread(1);
   const bool mpi = f.backend == "mpi";
   comm::LaunchOptions lo{mpi ? comm::Backend::kMpi : comm::Backend::kLocal, f.ranks, {}};

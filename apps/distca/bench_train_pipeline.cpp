@@ -282,10 +282,23 @@ int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, cons
             preset.ok() ? preset->inter_node_bw / 1e9 : 0.0, preset.ok() ? preset->inter_node_latency * 1e6 : 0.0,
             table != nullptr ? ("from " + f.cost_table).c_str() : "analytic at efficiency 0.5 (no --cost-table)");
   }
+  return finish_report(f, std::move(out), j);
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const HardwareProfile>> load_hardware_flag(const TrainBenchFlags& f) {
+  if (f.hardware.empty()) return std::shared_ptr<const HardwareProfile>();
+  auto hp = load_hardware_profile(f.hardware);
+  if (!hp.ok()) return Status::invalid_argument("--hardware: " + hp.status().message());
+  return std::make_shared<const HardwareProfile>(std::move(hp).value());
+}
+
+int finish_report(const TrainBenchFlags& f, std::string out, const nlohmann::json& j,
+                  std::vector<std::pair<std::string, std::string>> files) {
   if (f.backend == "local") {
     appendf(out, "note: local backend: the ranks are threads sharing the process's cores; use --backend mpi for figures\n");
   }
-  std::vector<std::pair<std::string, std::string>> files;
   if (f.json == "-") {
     out += j.dump(2) + "\n";
   } else if (!f.json.empty()) {
@@ -295,8 +308,6 @@ int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, cons
   if (Status w = write_stdout(out); !w.ok()) return fail(w);
   return kExitOk;
 }
-
-}  // namespace
 
 SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, double sgemm_mean,
                    const ProfiledCostModel* table, const std::shared_ptr<const HardwareProfile>& hw_profile,
@@ -417,12 +428,9 @@ int run_pipeline(const TrainBenchFlags& f) {
     table_model = std::move(t).value();
   }
   const ProfiledCostModel* table = table_model.get();
-  std::shared_ptr<const HardwareProfile> hw_profile;
-  if (!f.hardware.empty()) {
-    auto hp = load_hardware_profile(f.hardware);
-    if (!hp.ok()) return first ? fail_input("--hardware: " + hp.status().message()) : kExitBadInput;
-    hw_profile = std::make_shared<const HardwareProfile>(std::move(hp).value());
-  }
+  auto hw = load_hardware_flag(f);
+  if (!hw.ok()) return first ? fail_input(hw.status().message()) : kExitBadInput;
+  const std::shared_ptr<const HardwareProfile> hw_profile = *hw;
   const kernels::ScopedBlasThreads one_blas_thread(1);
   PipeFigures fig;
   const bool mpi = f.backend == "mpi";

@@ -434,15 +434,7 @@ int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const st
   } else {
     appendf(out, "peak memory: VmHWM of each rank process%s, reset before every run\n", local_note);
   }
-  if (f.backend == "local") {
-    appendf(out, "note: local backend: the ranks are threads sharing the process's cores; use --backend mpi for figures\n");
-  }
   std::vector<std::pair<std::string, std::string>> files;
-  if (f.json == "-") {
-    out += j.dump(2) + "\n";
-  } else if (!f.json.empty()) {
-    files.emplace_back(f.json, j.dump(2) + "\n");
-  }
   if (!f.trace.empty()) {
     TraceMetadata meta;
     TraceProcess proc{0, "distca bench train", 0, {}};
@@ -451,9 +443,7 @@ int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const st
     meta.other_data = {{"mode", "cad pingpong"}, {"round", f.rounds}, {"step", f.steps - 1}, {"backend", f.backend}};
     files.emplace_back(f.trace, chrome_trace_json(fig.trace, meta));
   }
-  if (Status w = write_files_atomic(files); !w.ok()) return fail(w);
-  if (Status w = write_stdout(out); !w.ok()) return fail(w);
-  return kExitOk;
+  return finish_report(f, std::move(out), j, std::move(files));
 }
 
 std::vector<Mode> bench_modes(const TrainBenchFlags& f) {
@@ -571,12 +561,9 @@ int run(const TrainBenchFlags& f, bool ranks_given) {
   const bool first = detect_launcher().rank <= 0;  // before the group exists only rank 0 speaks
   if (Status st = check_flags(f, ranks_given); !st.ok()) return first ? fail_input(st.message()) : kExitBadInput;
   if (f.pp > 1) return run_pipeline(f);
-  std::shared_ptr<const HardwareProfile> hw;
-  if (!f.hardware.empty()) {
-    auto hp = load_hardware_profile(f.hardware);
-    if (!hp.ok()) return first ? fail_input("--hardware: " + hp.status().message()) : kExitBadInput;
-    hw = std::make_shared<const HardwareProfile>(std::move(hp).value());
-  }
+  auto loaded = load_hardware_flag(f);
+  if (!loaded.ok()) return first ? fail_input(loaded.status().message()) : kExitBadInput;
+  const std::shared_ptr<const HardwareProfile> hw = *loaded;
   const kernels::ScopedBlasThreads one_blas_thread(1);
   Figures fig;
   // With --trace on mpi the communicator records its exchanges' transfers too (declared before

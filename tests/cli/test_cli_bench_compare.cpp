@@ -23,16 +23,11 @@ class CliBenchCompareTest : public CliFixture {
 // (seed 1: attention max/mean 1.04, 1.77, 1.63 over the steps);
 // 2 rounds of 3 steps, the first discarded. `over` replaces or adds flags ("": dropped).
 std::string tiny_with(const std::map<std::string, std::string>& over) {
-  std::map<std::string, std::string> flags{{"--compare", " "},        {"--backend", "local"}, {"--ranks", "2"},
-                                           {"--tokens-per-rank", "256"}, {"--width", "64"},     {"--layers", "1"},
-                                           {"--rounds", "2"},          {"--steps", "3"},       {"--workload", "pretrain"},
-                                           {"--seed", "1"}};
-  for (const auto& [k, v] : over) flags[k] = v;
-  std::string out;
-  for (const auto& [k, v] : flags) {
-    if (!v.empty()) out += " " + k + (v == " " ? "" : " " + v);
-  }
-  return out;
+  return flag_line({{"--compare", " "},        {"--backend", "local"}, {"--ranks", "2"},
+                    {"--tokens-per-rank", "256"}, {"--width", "64"},     {"--layers", "1"},
+                    {"--rounds", "2"},          {"--steps", "3"},       {"--workload", "pretrain"},
+                    {"--seed", "1"}},
+                   over);
 }
 
 TEST_F(CliBenchCompareTest, EveryModeOnTheSameStepsWithEveryFigure) {
