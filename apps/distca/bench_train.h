@@ -53,4 +53,14 @@ int write_report(const TrainBenchFlags& f, std::string out, const nlohmann::json
 // --pp > 1, flags already checked: runs the pipeline benchmark and prints it; the exit code.
 int run_pipeline(const TrainBenchFlags& f);
 
+// Flag checks that need no group, every one before any work (cmd_bench_train.cpp).
+Status check_flags(const TrainBenchFlags& f, bool ranks_given);
+// The ranks a run will have: --ranks (local) or the launcher's (mpi).
+int64_t run_ranks(const TrainBenchFlags& f);
+// --hardware's profile, or null without the flag; errors name --hardware.
+Result<std::shared_ptr<const HardwareProfile>> load_hardware_flag(const TrainBenchFlags& f);
+// --compare, flags as given: checks them, runs the comparison and prints it; the exit code
+// (bench_train_compare.cpp).
+int run_compare_bench(const TrainBenchFlags& f, bool ranks_given);
+
 }  // namespace distca::cli::bench_train

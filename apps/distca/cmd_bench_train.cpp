@@ -290,8 +290,21 @@ Status check_pipeline_flags(const TrainBenchFlags& f, int64_t ranks) {
   return {};
 }
 
+}  // namespace
+
+int64_t bench_train::run_ranks(const TrainBenchFlags& f) {
+  return f.backend == "mpi" ? std::max<int64_t>(detect_launcher().size == 1 ? 1 : 2, detect_launcher().size) : f.ranks;
+}
+
+Result<std::shared_ptr<const HardwareProfile>> bench_train::load_hardware_flag(const TrainBenchFlags& f) {
+  if (f.hardware.empty()) return std::shared_ptr<const HardwareProfile>();
+  auto hp = load_hardware_profile(f.hardware);
+  if (!hp.ok()) return Status::invalid_argument("--hardware: " + hp.status().message());
+  return std::make_shared<const HardwareProfile>(std::move(hp).value());
+}
+
 // Flag checks that need no group: every one refuses before any work.
-Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
+Status bench_train::check_flags(const TrainBenchFlags& f, bool ranks_given) {
   auto multiple16 = [](const char* flag, int64_t v) -> Status {
     if (v <= 0 || v % 16 != 0) {
       return Status::invalid_argument(std::string(flag) + " must be a positive multiple of 16 (got " + std::to_string(v) + ")");
@@ -300,10 +313,12 @@ Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
   };
   DISTCA_RETURN_IF_ERROR(multiple16("--width", f.width));
   DISTCA_RETURN_IF_ERROR(multiple16("--tokens-per-rank", f.tokens));
-  DISTCA_RETURN_IF_ERROR(multiple16("--short-doc", f.short_doc));
-  if (f.long_doc != 0) DISTCA_RETURN_IF_ERROR(multiple16("--long-doc", f.long_doc));
-  if (f.tokens % long_doc(f) != 0) return Status::invalid_argument("--long-doc must divide --tokens-per-rank");
-  if (f.tokens % f.short_doc != 0) return Status::invalid_argument("--short-doc must divide --tokens-per-rank");
+  if (!f.compare) {  // --compare draws its documents
+    DISTCA_RETURN_IF_ERROR(multiple16("--short-doc", f.short_doc));
+    if (f.long_doc != 0) DISTCA_RETURN_IF_ERROR(multiple16("--long-doc", f.long_doc));
+    if (f.tokens % long_doc(f) != 0) return Status::invalid_argument("--long-doc must divide --tokens-per-rank");
+    if (f.tokens % f.short_doc != 0) return Status::invalid_argument("--short-doc must divide --tokens-per-rank");
+  }
   if (f.head_dim <= 0 || f.head_dim % 2 != 0 || f.width % f.head_dim != 0) {
     return Status::invalid_argument("--head-dim must be even and divide --width (got " + std::to_string(f.head_dim) + ")");
   }
@@ -323,7 +338,7 @@ Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
     if (Status st = check_output_path(f.trace); !st.ok()) return Status::invalid_argument("--trace: " + st.message());
   }
   // The trainer's own checks (model, workload) for every mode.
-  const int64_t ranks = f.backend == "mpi" ? std::max<int64_t>(detect_launcher().size == 1 ? 1 : 2, detect_launcher().size) : f.ranks;
+  const int64_t ranks = run_ranks(f);
   if (f.pp > 1 && !f.trace.empty()) return Status::invalid_argument("--trace is not recorded with --pp (yet)");
   if (f.pp == 1 && !f.cost_table.empty()) return Status::invalid_argument("--cost-table applies to --pp > 1 (the simulator's prediction)");
   if (f.pp == 1 && f.micro_batches > 1) return Status::invalid_argument("--micro-batches applies to --pp > 1");
@@ -331,6 +346,7 @@ Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
     return Status::invalid_argument("--cost-table " + f.cost_table + ": cannot be read");
   }
   DISTCA_RETURN_IF_ERROR(check_pipeline_flags(f, ranks));
+  if (f.compare) return {};  // its mode entries are checked with its options (CompareOptions::validate)
   // The trainer's own checks (train/config.h) for every mode. The checks above answer every
   // case they know in bench train's own flags; one that still reaches the trainer says so, since
   // its message names `distca train`'s flags and keys.
@@ -343,16 +359,16 @@ Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
   return {};
 }
 
+namespace {
+
 int run(const TrainBenchFlags& f, bool ranks_given) {
+  if (f.compare) return run_compare_bench(f, ranks_given);
   const bool first = detect_launcher().rank <= 0;  // before the group exists only rank 0 speaks
   if (Status st = check_flags(f, ranks_given); !st.ok()) return first ? fail_input(st.message()) : kExitBadInput;
   if (f.pp > 1) return run_pipeline(f);
-  std::shared_ptr<const HardwareProfile> hw;
-  if (!f.hardware.empty()) {
-    auto hp = load_hardware_profile(f.hardware);
-    if (!hp.ok()) return first ? fail_input("--hardware: " + hp.status().message()) : kExitBadInput;
-    hw = std::make_shared<const HardwareProfile>(std::move(hp).value());
-  }
+  auto loaded = load_hardware_flag(f);
+  if (!loaded.ok()) return first ? fail_input(loaded.status().message()) : kExitBadInput;
+  const std::shared_ptr<const HardwareProfile> hw = *loaded;
   const kernels::ScopedBlasThreads one_blas_thread(1);
   Figures fig;
   // With --trace on mpi the communicator records its exchanges' transfers too (declared before
@@ -419,17 +435,43 @@ Runner setup(CLI::App& app) {
   app.add_option("--cost-table", f->cost_table, "--pp: the simulator's attention seconds from a `distca profile` table");
   app.add_option("--workload", f->workload,
                  "skewed (rank 0, with --pp micro-batches 0, 4, ...: --long-doc documents, the rest --short-doc) or "
-                 "uniform (every rank and micro-batch --long-doc documents; default skewed)")
-      ->check(CLI::IsMember({"skewed", "uniform"}));
+                 "uniform (every rank and micro-batch --long-doc documents; default skewed); with --compare pretrain "
+                 "or prolong (drawn documents up to a rank's tokens; default pretrain)")
+      ->check(CLI::IsMember({"skewed", "uniform", "pretrain", "prolong"}));
+  app.add_flag("--compare", f->compare,
+               "every mode on one configuration, paired round by round on the same drawn steps: colocated, cad "
+               "single-stream, cad pingpong (step time, idle, exposed communication, bytes, peak memory per rank)");
+  app.add_option("--seed", f->seed, "--compare: the seed of the drawn documents (default 1)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 62));
   app.add_option("--hardware", f->hardware,
                  "the simulator's hardware profile of this machine (`distca profile --hardware-out`: GEMM rates, "
                  "attention, links): its prediction beside every mode's measured step");
   CLI::Option* layers_opt = app.get_option("--layers");
-  return [f, ranks, layers_opt, tokens_opt] {
+  CLI::Option* workload_opt = app.get_option("--workload");
+  CLI::Option* long_opt = app.get_option("--long-doc");
+  CLI::Option* short_opt = app.get_option("--short-doc");
+  CLI::Option* seed_opt = app.get_option("--seed");
+  return [f, ranks, layers_opt, tokens_opt, workload_opt, long_opt, short_opt, seed_opt] {
     TrainBenchFlags g = *f;
+    const bool drawn = g.workload == "pretrain" || g.workload == "prolong";
+    const bool first = detect_launcher().rank <= 0;  // before the group exists only rank 0 speaks
+    if (!g.compare && (drawn || seed_opt->count() > 0)) {
+      return first ? fail_input(std::string(drawn ? "--workload " + g.workload : "--seed") + " applies to --compare")
+                   : kExitBadInput;
+    }
+    if (g.compare) {
+      if (workload_opt->count() > 0 && !drawn) {
+        return first ? fail_input("--compare draws its documents: --workload pretrain or prolong (got " + g.workload + ")")
+                     : kExitBadInput;
+      }
+      if (workload_opt->count() == 0) g.workload = "pretrain";
+      g.doc_flags_given = long_opt->count() > 0 || short_opt->count() > 0;
+      // 16K tokens per rank (8K per micro-batch with --pp): attention a real share of the step.
+      if (tokens_opt->count() == 0) g.tokens = 16384;
+    }
     if (g.pp > 1 && g.micro_batches == 0) g.micro_batches = 2 * g.pp;
     // 2 x --pp micro-batches of 8192 tokens would need 17-21 GiB at 4 ranks (--pp 2, 4).
-    if (g.pp > 1 && tokens_opt->count() == 0) g.tokens = 4096;
+    if (g.pp > 1 && tokens_opt->count() == 0) g.tokens = g.compare ? 8192 : 4096;
     if (g.pp > 1 && layers_opt->count() == 0) g.layers = (g.layers + g.pp - 1) / g.pp * g.pp;
     return run(g, ranks->count() > 0);
   };

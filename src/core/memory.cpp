@@ -1,16 +1,38 @@
 #include "distca/core/memory.h"
 
+#include <malloc.h>
+
 #include <atomic>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 namespace distca {
 namespace {
 std::atomic<uint64_t> g_limit_override{0};
 }  // namespace
+
+bool reset_peak_resident() {
+  malloc_trim(0);
+  std::ofstream f("/proc/self/clear_refs");
+  if (!f) return false;
+  f << "5";
+  f.flush();
+  return static_cast<bool>(f);
+}
+
+int64_t peak_resident_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;  // kB
+  }
+  return 0;
+}
 
 uint64_t available_memory_bytes() {
   std::FILE* f = std::fopen("/proc/meminfo", "re");

@@ -94,7 +94,13 @@ SimRequest training_request(const TrainingRun& run) {
   r.shard_optimizer = false;
   r.activation_checkpointing = false;
   r.cad_servers = run.pp > 1 ? "stateless" : "keep";  // pipelines plan every backward apart
-  r.strategy = run.mode == "cad" ? "cad:" + run.overlap : "colocated";
+  // Every other mode is the simulator strategy of its name (wlb:C, percp:C with a CP degree),
+  // so a mode the simulator lacks is refused by make_sim_options, never simulated as another.
+  if (run.mode == "cad") {
+    r.strategy = "cad:" + run.overlap;
+  } else {
+    r.strategy = run.cp > 0 ? run.mode + ":" + std::to_string(run.cp) : run.mode;
+  }
   return r;
 }
 

@@ -163,18 +163,26 @@ Status probe_sgemm_round(comm::Communicator& comm, const BenchOptions& f, std::v
 
 Status check_bench_memory(const BenchOptions& f, int64_t ranks, bool lead, const std::vector<BenchMode>& modes,
                           int64_t processes_here) {
+  std::vector<TrainConfig> configs;
+  for (const BenchMode& m : modes) configs.push_back(make_config(f, ranks, m));
+  return check_configs_memory(f, ranks, lead, configs,
+                              static_cast<double>(kernels::sgemm_probe_bytes(sgemm_rows(f), linear_shapes(bench_spec(f)))),
+                              processes_here);
+}
+
+Status check_configs_memory(const BenchOptions& f, int64_t ranks, bool lead, const std::vector<TrainConfig>& configs,
+                            double extra_per_rank, int64_t processes_here) {
   MemoryInputs mi;
   mi.mpi = f.backend == "mpi";
   mi.ranks_in_process = mi.mpi ? 1 : ranks;
   mi.threads_per_rank = mi.mpi ? 2 : 1;  // one compute thread (+ mpi's progress thread)
   mi.lead = lead;
   double need = 0;
-  for (const BenchMode& m : modes) {
-    const TrainConfig cfg = make_config(f, ranks, m);
+  for (const TrainConfig& cfg : configs) {
     DISTCA_ASSIGN_OR_RETURN(ModelSpec spec, cfg.model_spec());
     need = std::max(need, estimate_train_memory(cfg, spec, mi).process_total());
   }
-  need += static_cast<double>(kernels::sgemm_probe_bytes(sgemm_rows(f), linear_shapes(bench_spec(f))) * mi.ranks_in_process);
+  need += extra_per_rank * static_cast<double>(mi.ranks_in_process);
   const int64_t here = mi.mpi ? std::max<int64_t>(1, processes_here) : 1;
   const std::string what = "bench train --tokens-per-rank " + std::to_string(f.tokens) + " --width " +
                            std::to_string(f.width) + " --layers " + std::to_string(f.layers) +
@@ -189,6 +197,7 @@ comm::Settings bench_settings(const BenchOptions& f) {
   s.add("--vocab", f.vocab).add("--tokens-per-rank", f.tokens).add("--long-doc", f.long_doc);
   s.add("--short-doc", f.short_doc).add("--workload", f.workload).add("--rounds", f.rounds).add("--steps", f.steps);
   s.add("--warmup-steps", f.warmup_steps).add("--tolerance", f.tolerance).add("--pp", f.pp);
+  s.add("--compare", f.compare).add("--seed", f.seed);
   s.add("--micro-batches", f.micro_batches).add("--trace given", !f.trace.empty());
   return s;
 }

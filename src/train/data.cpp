@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "distca/core/check.h"
 #include "distca/core/io.h"
 #include "distca/core/rng.h"
 
@@ -125,6 +126,22 @@ void text_draw(const std::vector<std::vector<int32_t>>& text, uint64_t seed, int
 }
 
 }  // namespace
+
+uint64_t inputs_checksum(std::span<const int32_t> tokens, std::span<const int32_t> positions) {
+  DISTCA_CHECK(tokens.size() == positions.size());
+  uint64_t sum = 0;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    // splitmix64's finaliser of (token, position): a changed token or position changes the
+    // term unpredictably, so a different multiset of (token, position) pairs shows in the sum.
+    uint64_t z = (static_cast<uint64_t>(static_cast<uint32_t>(tokens[i])) << 32) ^
+                 static_cast<uint64_t>(static_cast<uint32_t>(positions[i]));
+    z += 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    sum += z ^ (z >> 31);
+  }
+  return sum;
+}
 
 Batch DataSource::batch(int64_t step) const {
   if (!fixed_.empty()) return fixed_[static_cast<size_t>(step) % fixed_.size()];

@@ -395,9 +395,13 @@ class StepRun {
       Batch local = batches_[static_cast<size_t>(st.op.microbatch)];
       local.per_rank[static_cast<size_t>(s_.replica)] = u.layout;
       u.in = s_.data->rank_inputs(step_ * s_.micro_batches + st.op.microbatch, local, s_.replica);
+      m_.input_checksum += inputs_checksum(u.in.tokens, u.in.positions);
       const auto& t = plans.split.tokens[static_cast<size_t>(rank)];
       u.rows = {model::RowRange{0, t[0]}, model::RowRange{t[0], t[0] + t[1]}};
       s_.peak_tokens = std::max(s_.peak_tokens, u.tokens());
+      live_tokens_ += u.tokens();
+      m_.live_tokens_peak = std::max(m_.live_tokens_peak, live_tokens_);
+      m_.micro_tokens_peak = std::max(m_.micro_tokens_peak, u.tokens());
       // Slots: the lowest free one at a micro-batch's forward, freed by its backward.
       u.slot = std::find(busy_.begin(), busy_.end(), false) - busy_.begin();
       DISTCA_CHECK(u.slot < static_cast<int64_t>(busy_.size()));
@@ -483,6 +487,7 @@ class StepRun {
       DISTCA_ASSIGN_OR_RETURN(u.send_bwd, world_.start_send(src, rank_of_stage(st.send->to), static_cast<int>(st.send->tag)));
     }
     busy_[static_cast<size_t>(u.slot)] = false;
+    live_tokens_ -= u.tokens();
     if (st.op.microbatch + 1 == s_.micro_batches) m_.nano_tokens = {u.rows[0].size(), u.rows[1].size()};
     return {};
   }
@@ -502,6 +507,7 @@ class StepRun {
   std::vector<Micro> mbs_;
   double count_ = 0;   // the global target count (load_micro_batches)
   std::vector<bool> busy_;  // [slot]
+  int64_t live_tokens_ = 0;  // tokens of the micro-batches between their forward and backward
   model::StepLoss loss_;
   StepPhases ph_;
   std::vector<float> idle_ = std::vector<float>(1, 0.0f);  // the buffers of a rank without rows (never read)

@@ -282,6 +282,20 @@ void add_times(const StepMetrics& m, TrainResult& r) {
   r.plan_wait_s += m.plan_wait_s;
 }
 
+// TrainResult::accounted_peak_bytes of this rank but its dispatcher rows: parameters, gradients
+// and AdamW moments, then per token the stage's saved activations for the most tokens its slots
+// held at once and backward's scratch for its largest micro-batch.
+int64_t accounted_peak(const RankSetup& s, const std::vector<StepMetrics>& steps) {
+  int64_t live = 0, micro = 0;
+  for (const StepMetrics& m : steps) {
+    live = std::max(live, m.live_tokens_peak);
+    micro = std::max(micro, m.micro_tokens_peak);
+  }
+  const model::ModelMemory mem = model::stage_memory(s.spec, s.layers, 1);
+  return 4 * static_cast<int64_t>(sizeof(float) * s.model->params().size()) + mem.saved_activation_bytes_per_token * live +
+         mem.scratch_bytes_per_token * micro;
+}
+
 // The body of run_training; any error it returns ends the group (fail_group).
 // comm: the world, or with TP the ranks of this rank's TP index (run_training); world: every
 // rank, for the per-rank figures gathered at the end.
@@ -342,10 +356,11 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, comm::Com
     }
   }
   DISTCA_ASSIGN_OR_RETURN(std::vector<float> final_params, gather_stages(comm, s, s.model->params(), 3));
-  // Everyone's buffer estimate, for the summary.
+  // Everyone's buffer estimate, for the summary, and their accounting at the high-water mark.
   const int64_t fixed_bytes = state_bytes + mem.activation_bytes_per_token() * s.peak_tokens * s.model->slots();
   DISTCA_ASSIGN_OR_RETURN(auto all, world.all_gather_value(fixed_bytes + peak_dispatch));
   DISTCA_ASSIGN_OR_RETURN(auto rows, world.all_gather_value(s.peak_tokens));
+  DISTCA_ASSIGN_OR_RETURN(auto accounted, world.all_gather_value(accounted_peak(s, own_steps) + peak_dispatch));
   // Every rank's step metrics (every rank ran the same steps, so the same count).
   static_assert(std::is_trivially_copyable_v<StepMetrics>);
   const size_t n_steps = own_steps.size();
@@ -364,6 +379,7 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, comm::Com
     local.final_params = std::move(final_params);
     local.buffer_bytes = std::move(all);
     local.peak_rows = std::move(rows);
+    local.accounted_peak_bytes = std::move(accounted);
     local.outputs_valid = valid_outputs;
     *result = std::move(local);
   }

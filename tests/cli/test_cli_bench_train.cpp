@@ -26,15 +26,9 @@ class CliBenchTrainTest : public CliFixture {
 // rank 0 one document of 256, rank 1 eight of 32; 1 round of 2 steps, the first discarded.
 // The tiny run's flags with `over` replacing or adding some ("" value: the flag is dropped).
 std::string tiny_with(const std::map<std::string, std::string>& over) {
-  std::map<std::string, std::string> flags{{"--backend", "local"},  {"--ranks", "2"},     {"--tokens-per-rank", "256"},
-                                           {"--width", "64"},       {"--layers", "1"},    {"--short-doc", "32"},
-                                           {"--rounds", "1"},       {"--steps", "2"}};
-  for (const auto& [k, v] : over) flags[k] = v;
-  std::string out;
-  for (const auto& [k, v] : flags) {
-    if (!v.empty()) out += " " + k + " " + v;
-  }
-  return out;
+  return flag_line({{"--backend", "local"}, {"--ranks", "2"}, {"--tokens-per-rank", "256"}, {"--width", "64"},
+                    {"--layers", "1"}, {"--short-doc", "32"}, {"--rounds", "1"}, {"--steps", "2"}},
+                   over);
 }
 
 TEST_F(CliBenchTrainTest, RunsEveryModeAndWritesEveryFigure) {

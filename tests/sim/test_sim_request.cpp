@@ -89,6 +89,23 @@ TEST(SimRequest, TrainingRunIsTheDocumentedMapping) {
   expect_same_iteration(profiled, Strategy{StrategyKind::kCad, 0, CadMode::kSingleStream});
 }
 
+// A baseline mode is the simulator strategy of its name with its CP degree; a mode the
+// simulator lacks is refused, never simulated as colocated.
+TEST(SimRequest, BaselineModesMapToTheirStrategies) {
+  TrainingRun wlb = two_rank_run("wlb", "");
+  wlb.cp = 2;
+  EXPECT_EQ(training_request(wlb).strategy, "wlb:2");
+  expect_same_iteration(wlb, Strategy{StrategyKind::kWlb, 2, CadMode::kPingPong});
+  TrainingRun percp = two_rank_run("percp", "");
+  percp.cp = 2;
+  EXPECT_EQ(training_request(percp).strategy, "percp:2");
+  expect_same_iteration(percp, Strategy{StrategyKind::kPerCp, 2, CadMode::kPingPong});
+  EXPECT_EQ(training_request(two_rank_run("wlb", "")).strategy, "wlb");
+  auto unknown = predict_training(two_rank_run("frob", ""), skewed_batch());
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("unknown strategy 'frob'"), std::string::npos) << unknown.status().message();
+}
+
 // A request without overrides is the simulator's defaults on the preset.
 TEST(SimRequest, DefaultsAreTheSimulatorsOnThePreset) {
   SimRequest r;

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -54,6 +55,17 @@ struct TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 };
+
+// A command line of `base` with `over` replacing or adding flags: " FLAG VALUE" each, in flag
+// order; a VALUE of "" drops the flag, " " gives it alone (a switch).
+inline std::string flag_line(std::map<std::string, std::string> base, const std::map<std::string, std::string>& over) {
+  for (const auto& [k, v] : over) base[k] = v;
+  std::string out;
+  for (const auto& [k, v] : base) {
+    if (!v.empty()) out += " " + k + (v == " " ? "" : " " + v);
+  }
+  return out;
+}
 
 class CliFixture : public ::testing::Test {
  protected:

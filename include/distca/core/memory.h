@@ -30,6 +30,16 @@ uint64_t memory_limit_bytes();
 // `what` names the flags that drive the estimate ("--ranks 8192 --tokens-per-rank 16").
 [[nodiscard]] Status check_memory(double need_bytes, const std::string& what);
 
+// The process's resident high-water mark (VmHWM), for peak-memory reports: reset_peak_resident
+// returns freed heap to the kernel (malloc_trim) and writes 5 to /proc/self/clear_refs, which
+// makes VmHWM the current resident size, so that a later peak is the work's since then and
+// not earlier freed buffers'; false when clear_refs cannot be written (the mark then keeps the
+// process's whole history). peak_resident_bytes: VmHWM in bytes, 0 when unreadable. One mark
+// per process: with ranks as threads it is every rank's together. Call from one thread while
+// nothing else allocates.
+bool reset_peak_resident();
+int64_t peak_resident_bytes();
+
 // "512M", "8G", "1.5GiB", "1048576" -> bytes (binary units; K/M/G/T, optional "iB"/"B").
 [[nodiscard]] Result<uint64_t> parse_byte_size(const std::string& text);
 // 12345678 -> "11.8 MiB".

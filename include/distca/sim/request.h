@@ -78,8 +78,9 @@ struct TrainingRun {
   ModelSpec model;
   int64_t ranks = 1;
   int64_t pp = 1;
-  std::string mode = "colocated";  // TrainConfig::mode: colocated | cad
+  std::string mode = "colocated";  // train_mode_name: colocated | cad | a baseline the simulator knows (wlb, percp)
   std::string overlap;             // TrainConfig::overlap with cad: pingpong | single-stream | signal
+  int64_t cp = 0;                  // a baseline's context-parallel degree (0: none given)
   double tolerance = 0.1;          // the cad scheduler's
   // The linear layers' rate without a hardware profile: the local-cpu preset's links and this
   // peak (a measured sgemm FLOP/s) at mfu 1, attention analytic at efficiency 0.5.

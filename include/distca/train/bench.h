@@ -59,7 +59,12 @@ struct BenchOptions {
   int64_t micro_batches = 0;     // per replica and step (0: 2 x pp with --pp > 1, else 1)
   std::string cost_table;        // --pp: the simulator's attention seconds (distca profile)
   std::string hardware;          // the simulator's hardware profile (distca profile --hardware-out)
-  std::string workload = "skewed";  // skewed | uniform
+  std::string workload = "skewed";  // skewed | uniform; with --compare pretrain | prolong
+  // --compare: every mode of train::compare_modes (train/compare.h) on drawn documents
+  // (--workload pretrain or prolong, --seed).
+  bool compare = false;
+  int64_t seed = 1;
+  bool doc_flags_given = false;  // --long-doc or --short-doc given (refused with --compare)
 };
 
 // The options that decide what was run and what the simulator is given (model, workload,
@@ -114,6 +119,9 @@ Status check_bench_memory(const BenchOptions& f, int64_t ranks, bool lead, const
 // What the ranks of one benchmark job agree on before they run (comm/launch.h): every option
 // that shapes a message or a loop count.
 comm::Settings bench_settings(const BenchOptions& f);
+// check_bench_memory for the given runs' configs; `extra_per_rank` bytes per rank besides them.
+Status check_configs_memory(const BenchOptions& f, int64_t ranks, bool lead, const std::vector<TrainConfig>& configs,
+                            double extra_per_rank, int64_t processes_here);
 
 // Median over rounds of a[i] / b[i] (two modes' round medians, paired: they ran back to back,
 // so a slow period of a shared host falls on both); rounds with b[i] <= 0 are skipped.

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,12 @@ struct RankInputs {
   std::vector<float> report_weights;  // 1: counts in the reported loss
   model::StepInputs view() const { return {tokens, positions, targets, report_weights}; }
 };
+
+// An order-free checksum of tokens at their document positions (equal spans): the wrapping sum
+// over i of a 64-bit mix of (tokens[i], positions[i]). A step's documents give the same sum
+// however they are packed, cut or sharded over ranks, so runs that pack one step differently
+// can show they trained on the same documents.
+uint64_t inputs_checksum(std::span<const int32_t> tokens, std::span<const int32_t> positions);
 
 // The files of a text corpus (non-empty regular files, sorted) and their sizes, found without
 // reading them: the CLI's early check and memory estimate. Errors name --data.

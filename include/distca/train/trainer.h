@@ -100,6 +100,13 @@ struct StepMetrics {
   // --plan-ahead off every plan is made inline, so plan_wait_s = plan_s; on, only a plan not
   // finished when the step needed it counts (0 when every plan was ready).
   double plan_s = 0, plan_wait_s = 0;
+  // What this rank trained on and held (each rank's own; rank 0's in `steps`): the order-free
+  // checksum of its inputs' tokens at their document positions over the step's micro-batches
+  // (inputs_checksum, data.h; every stage loads its replica's inputs, so a step's documents
+  // are the sum over the first stage's ranks), the most tokens its activation slots held at
+  // once, and its largest micro-batch in tokens.
+  uint64_t input_checksum = 0;
+  int64_t live_tokens_peak = 0, micro_tokens_peak = 0;
 };
 
 struct TrainResult {
@@ -111,6 +118,12 @@ struct TrainResult {
   // micro-batch (wlb varies them), peak dispatcher rows: the peak memory per rank reported.
   std::vector<int64_t> buffer_bytes;
   std::vector<int64_t> peak_rows;  // [ranks] the most rows each rank held in one micro-batch
+  // [ranks] the trainer's accounting of each rank's buffers at their high-water mark over the
+  // run: parameters, gradients and AdamW moments, the saved activations of the most tokens its
+  // slots held at once, backward scratch for its largest micro-batch, and its dispatcher's rows
+  // at their peak (as buffer_bytes counts them). Unlike buffer_bytes it follows the tokens a
+  // rank was given, not the workspace it was sized for; it is an accounting, not resident memory.
+  std::vector<int64_t> accounted_peak_bytes;
   int64_t checkpoints_written = 0;
   std::string last_checkpoint;
   bool outputs_valid = true;       // false with --overlap signal (no update, no checkpoint)
