@@ -45,7 +45,7 @@ train::TrainConfig compare_base(const TrainBenchFlags& f, int64_t ranks) {
 train::CompareOptions compare_options(const TrainBenchFlags& f, int64_t ranks) {
   train::CompareOptions o;
   o.base = compare_base(f, ranks);
-  o.modes = train::compare_modes(ranks);
+  o.modes = train::compare_modes(ranks / std::max<int64_t>(1, f.pp));
   o.rounds = f.rounds;
   o.warmup_steps = f.warmup_steps;
   o.resident = f.backend == "mpi";  // ranks are processes: each has its own VmHWM

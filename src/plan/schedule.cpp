@@ -71,7 +71,7 @@ Result<std::optional<double>> parse_tolerance(const std::string& text, const std
   if (used == 0 || used != text.size()) {
     return Status::invalid_argument(flag + " must be auto or a number in [0, 1] (got '" + text + "')");
   }
-  if (!std::isfinite(v) || v < 0 || v > 1) return Status::invalid_argument(flag + " must be in [0, 1] (got " + text + ")");
+  if (!std::isfinite(v) || v < 0 || v > 1) return Status::invalid_argument(flag + " must be in [0, 1] (got " + fmt(v) + ")");
   return std::optional<double>{v};
 }
 

@@ -73,21 +73,29 @@ void fold_run(const TrainConfig& cfg, const ModelSpec& spec, const TrainResult& 
 
 }  // namespace
 
-std::vector<CompareMode> compare_modes(int64_t /*ranks*/) {
+std::vector<CompareMode> compare_modes(int64_t dp) {
   std::vector<CompareMode> out;
   out.push_back({"colocated", "colocated", TrainMode::kColocated, std::nullopt, 1, false});
+  for (int64_t c = 1; c <= dp; ++c) {
+    if (dp % c == 0) out.push_back({"wlb cp " + std::to_string(c), "wlb", TrainMode::kWlb, std::nullopt, c, false});
+  }
+  for (int64_t c = 2; c <= dp; ++c) {
+    if (dp % c == 0) out.push_back({"percp cp " + std::to_string(c), "percp", TrainMode::kPerCp, std::nullopt, c, false});
+  }
   out.push_back({"cad single-stream", "cad single-stream", TrainMode::kCad, runtime::OverlapMode::kSingleStream, 1, false});
   out.push_back({"cad pingpong", "cad pingpong", TrainMode::kCad, runtime::OverlapMode::kPingPong, 1, true});
   return out;
 }
 
 Result<TrainConfig> compare_config(const TrainConfig& base, const CompareMode& m) {
-  if (m.cp != 1) {
+  const bool chunked = m.mode == TrainMode::kWlb || m.mode == TrainMode::kPerCp;
+  if (m.cp != 1 && !chunked) {
     return Status::invalid_argument("mode entry '" + m.label + "': CP degree " + std::to_string(m.cp) +
-                                    ", but no training mode here takes one");
+                                    " applies to wlb and percp only");
   }
   TrainConfig c = base;
   c.mode = m.mode;
+  c.cp = m.cp;
   c.overlap = m.mode == TrainMode::kCad ? m.overlap : std::nullopt;
   c.trace.clear();
   c.metrics.clear();

@@ -2,7 +2,7 @@
 // checksums against the data's own documents, its memory accounting against the buffer
 // estimate where the two must agree, the order-free checksum's invariants, quantiles, and the
 // summary rows (paired speedups, groups, max/mean) of a hand-made result.
-#include "distca/train/bench.h"
+#include "distca/train/compare.h"
 
 #include <algorithm>
 #include <numeric>

@@ -44,10 +44,11 @@ struct CompareMode {
   bool reference = false;  // the entry the speedups are of (exactly one)
 };
 
-// The entries of a comparison over `ranks` ranks: colocated (plain packing), cad
-// single-stream, cad pingpong (the reference). A baseline mode joins by appending its
-// entries here (one per CP degree that fits, under one group).
-std::vector<CompareMode> compare_modes(int64_t ranks);
+// The entries of a comparison whose replicas number `dp` (ranks / pp): colocated (plain
+// packing); wlb (WLB-LLM's chunking) at every CP degree C dividing dp, under one group whose
+// fastest is reported; percp at every C >= 2 dividing dp, under another; cad single-stream;
+// cad pingpong (the reference).
+std::vector<CompareMode> compare_modes(int64_t dp);
 
 // `base` run as `m`: its mode and overlap (none unless cad). Errors: a CP degree other than 1,
 // which no mode of this trainer takes.
