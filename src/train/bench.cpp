@@ -1,11 +1,9 @@
 // The training benchmark's runs and measurements (train/bench.h).
 #include "distca/train/bench.h"
 
-#include <malloc.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -273,26 +271,6 @@ std::vector<double> RankFigures::median_exposed() const {
 
 namespace {
 
-// Resident high-water mark: reset by writing 5 to clear_refs (VmHWM becomes the current RSS),
-// after returning freed heap to the kernel, so that a mode's peak is its own and not the
-// previous mode's freed buffers.
-bool reset_peak_memory() {
-  malloc_trim(0);
-  std::ofstream f("/proc/self/clear_refs");
-  if (!f) return false;
-  f << "5";
-  f.flush();
-  return static_cast<bool>(f);
-}
-int64_t peak_memory_bytes() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;  // kB
-  }
-  return 0;
-}
-
 // Rank 0's timed steps of one --pp 1 run folded into m.
 void add_dp_run(const BenchOptions& f, TrainResult& result, const std::vector<int64_t>& peaks, DpModeFigures& m) {
   std::vector<double> mine;
@@ -341,12 +319,12 @@ Status run_data_parallel_bench(comm::Communicator& comm, const BenchOptions& f, 
       if (traced) cfg.trace = f.trace;  // the trainer records the run's last step; the caller writes it
       hooks.trace = traced ? recorder : nullptr;
       DISTCA_RETURN_IF_ERROR(comm.barrier());  // nothing allocates while the mark is reset
-      int resident = process_lead ? (reset_peak_memory() ? 1 : 0) : 1;
+      int resident = process_lead ? (reset_peak_resident() ? 1 : 0) : 1;
       DISTCA_RETURN_IF_ERROR(comm.barrier());
       TrainResult result;
       DISTCA_RETURN_IF_ERROR(run_training(cfg, comm, hooks, lead ? &result : nullptr));
       DISTCA_RETURN_IF_ERROR(comm.barrier());  // local backend: every rank thread is done
-      const int64_t peak = process_lead ? peak_memory_bytes() : 0;
+      const int64_t peak = process_lead ? peak_resident_bytes() : 0;
       DISTCA_ASSIGN_OR_RETURN(std::vector<int64_t> peaks, comm.all_gather_value(peak));
       DISTCA_ASSIGN_OR_RETURN(std::vector<int> res, comm.all_gather_value(resident));
       if (!lead) continue;
