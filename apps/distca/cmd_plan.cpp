@@ -182,6 +182,30 @@ int report(const Options& o, const std::string& model_name, const std::vector<nl
   return kExitOk;
 }
 
+// The workload's checks before any batch is drawn or read: its flags, the topology, percp's
+// degree, and the memory the plans will hold (drawn: estimated from the flags; a batch file:
+// from its size). kExitOk, or the exit code after the one line.
+int check_workload_before_work(const Options& o, const SchedulerSpec& spec, const std::string& what) {
+  if (o.workload.batch_file.empty()) {
+    Status st = o.workload.options.validate();
+    if (!st.ok()) return fail(st);
+    auto topology = topology_from_flags(o.ranks_per_host, o.host_map, o.inter_host_price, o.workload.options.ranks);
+    if (!topology.ok()) return fail(topology.status());
+    if (spec.kind == SchedulerKind::kPerCp && o.workload.options.ranks % spec.cp_degree != 0) {
+      return fail_input("--scheduler " + spec.name() + ": CP degree " + std::to_string(spec.cp_degree) +
+                        " does not divide --ranks " + std::to_string(o.workload.options.ranks));
+    }
+    auto shape = estimate_shape(o.workload);
+    if (!shape.ok()) return fail(shape.status());
+    st = check_memory(plan_upfront_bytes(*shape, o.full), what);
+    if (!st.ok()) return fail_before_work(st);
+  } else {
+    Status st = check_batch_file_memory(o.workload);
+    if (!st.ok()) return fail_before_work(st);
+  }
+  return kExitOk;
+}
+
 int run(const Options& o) {
   // Every flag is checked before any batch is drawn or planned.
   auto model = model_preset(o.model);
@@ -215,23 +239,7 @@ int run(const Options& o) {
     if (!st.ok()) return fail_input("--json: " + st.message());
   }
   const std::string what = shape_flags(o.workload) + (o.full ? " --full" : "");
-  if (o.workload.batch_file.empty()) {
-    st = o.workload.options.validate();
-    if (!st.ok()) return fail(st);
-    auto topology = topology_from_flags(o.ranks_per_host, o.host_map, o.inter_host_price, o.workload.options.ranks);
-    if (!topology.ok()) return fail(topology.status());
-    if (spec->kind == SchedulerKind::kPerCp && o.workload.options.ranks % spec->cp_degree != 0) {
-      return fail_input("--scheduler " + spec->name() + ": CP degree " + std::to_string(spec->cp_degree) +
-                        " does not divide --ranks " + std::to_string(o.workload.options.ranks));
-    }
-    auto shape = estimate_shape(o.workload);
-    if (!shape.ok()) return fail(shape.status());
-    st = check_memory(plan_upfront_bytes(*shape, o.full), what);
-    if (!st.ok()) return fail_before_work(st);
-  } else {
-    st = check_batch_file_memory(o.workload);
-    if (!st.ok()) return fail_before_work(st);
-  }
+  if (const int rc = check_workload_before_work(o, *spec, what); rc != kExitOk) return rc;
   auto batches = resolve_batches(o.workload);
   if (!batches.ok()) return fail(batches.status());
   for (const Batch& b : *batches) {

@@ -94,17 +94,12 @@ Status check_model_ranges(const ModelSpec& m) {
   return {};
 }
 
-Status TrainConfig::validate() const {
-  DISTCA_RETURN_IF_ERROR(model_spec().status());
-  if (ranks < 1 || ranks > 1024) return bad("--ranks", "must be in 1..1024 (got " + std::to_string(ranks) + ")");
-  if (backend != "local" && backend != "mpi") return bad("--backend", "must be local or mpi (got '" + backend + "')");
-  if (overlap && mode != TrainMode::kCad) {
-    return bad("--overlap", std::string("applies to --mode cad only (") + train_mode_name(mode) +
-                                " runs no attention exchange to overlap)");
-  }
-  if (plan_ahead != "on" && plan_ahead != "off") {
-    return bad("--plan-ahead", "must be on or off (got '" + plan_ahead + "')");
-  }
+namespace {
+
+// The --pp, --tp and --micro-batches rules of TrainConfig::validate, against the model `m`.
+Status check_parallelism(const TrainConfig& c, const ModelSpec& m) {
+  const int64_t ranks = c.ranks, pp = c.pp, tp = c.tp, micro_batches = c.micro_batches;
+  const TrainMode mode = c.mode;
   if (pp < 1 || pp > 64) return bad("--pp", "must be in 1..64 (got " + std::to_string(pp) + ")");
   if (ranks % pp != 0) {
     return bad("--pp", std::to_string(pp) + " does not divide --ranks " + std::to_string(ranks));
@@ -117,12 +112,12 @@ Status TrainConfig::validate() const {
   if (tp > 1) {
     if (pp > 1) return bad("--tp", "with --pp > 1 is not supported yet");
     // model::check_tp's rule, spelled out: the fuzzers build this file without the model layer.
-    if (auto m = model_spec(); m.ok() && (m->n_heads % tp != 0 || m->n_kv_heads % tp != 0)) {
-      return bad("--tp", std::to_string(tp) + " must divide the model's heads (" + std::to_string(m->n_heads) +
-                             ") and KV heads (" + std::to_string(m->n_kv_heads) + ")");
+    if (m.n_heads % tp != 0 || m.n_kv_heads % tp != 0) {
+      return bad("--tp", std::to_string(tp) + " must divide the model's heads (" + std::to_string(m.n_heads) +
+                             ") and KV heads (" + std::to_string(m.n_kv_heads) + ")");
     }
-    if (auto m = model_spec(); m.ok() && m->ffn < tp) {
-      return bad("--tp", std::to_string(tp) + " exceeds the model's feed-forward width (" + std::to_string(m->ffn) + ")");
+    if (m.ffn < tp) {
+      return bad("--tp", std::to_string(tp) + " exceeds the model's feed-forward width (" + std::to_string(m.ffn) + ")");
     }
   }
   if (micro_batches < 1 || micro_batches > 4096) {
@@ -133,17 +128,32 @@ Status TrainConfig::validate() const {
       return bad("--micro-batches", std::to_string(micro_batches) + " is fewer than the " + std::to_string(pp) +
                                         " pipeline stages (1F1B needs at least one micro-batch per stage)");
     }
-    if (auto m = model_spec(); m.ok()) {
-      if (pp > m->n_layers) {
-        return bad("--pp", std::to_string(pp) + " stages exceed the model's " + std::to_string(m->n_layers) + " layers");
-      }
-      // Every tick's pooled exchanges are collective over all stages, layer by layer.
-      if (mode == TrainMode::kCad && m->n_layers % pp != 0) {
-        return bad("--pp", std::to_string(pp) + " with --mode cad must divide the model's " +
-                               std::to_string(m->n_layers) + " layers (every stage runs the same layers per tick)");
-      }
+    if (pp > m.n_layers) {
+      return bad("--pp", std::to_string(pp) + " stages exceed the model's " + std::to_string(m.n_layers) + " layers");
+    }
+    // Every tick's pooled exchanges are collective over all stages, layer by layer.
+    if (mode == TrainMode::kCad && m.n_layers % pp != 0) {
+      return bad("--pp", std::to_string(pp) + " with --mode cad must divide the model's " +
+                             std::to_string(m.n_layers) + " layers (every stage runs the same layers per tick)");
     }
   }
+  return {};
+}
+
+}  // namespace
+
+Status TrainConfig::validate() const {
+  DISTCA_ASSIGN_OR_RETURN(const ModelSpec spec, model_spec());
+  if (ranks < 1 || ranks > 1024) return bad("--ranks", "must be in 1..1024 (got " + std::to_string(ranks) + ")");
+  if (backend != "local" && backend != "mpi") return bad("--backend", "must be local or mpi (got '" + backend + "')");
+  if (overlap && mode != TrainMode::kCad) {
+    return bad("--overlap", std::string("applies to --mode cad only (") + train_mode_name(mode) +
+                                " runs no attention exchange to overlap)");
+  }
+  if (plan_ahead != "on" && plan_ahead != "off") {
+    return bad("--plan-ahead", "must be on or off (got '" + plan_ahead + "')");
+  }
+  DISTCA_RETURN_IF_ERROR(check_parallelism(*this, spec));
   DISTCA_RETURN_IF_ERROR(validate_chunking());
   auto sched = parse_scheduler(scheduler);
   if (!sched.ok()) return bad("--scheduler", "is invalid: " + sched.status().message());
@@ -181,22 +191,17 @@ Status TrainConfig::validate() const {
     // Cheap check of the distribution's syntax; reading a file:PATH happens at the start.
     if (dist.rfind("file:", 0) != 0) DISTCA_RETURN_IF_ERROR(LengthDistribution::create(w).status());
   }
-  if (auto m = model_spec(); m.ok()) {
-    // The model's matrix products take (tokens_per_rank, widest) operands in BLAS's 32-bit
-    // sizes (model/llama.h): refused here, before any rank allocates.
-    // (The largest rank's tokens: wlb's cap lets a rank hold more than tokens_per_rank.)
-    const int64_t widest = std::max({m->hidden, m->q_dim(), m->kv_dim(), m->ffn, m->vocab});
-    if (widest > INT32_MAX / rank_capacity()) {
-      return bad("--tokens-per-rank", std::to_string(tokens_per_rank) + " times the model's widest layer (" +
-                                          std::to_string(widest) + ") exceeds the BLAS int range (2^31 - 1)");
-    }
+  // The model's matrix products take (tokens_per_rank, widest) operands in BLAS's 32-bit
+  // sizes (model/llama.h): refused here, before any rank allocates.
+  // (The largest rank's tokens: wlb's cap lets a rank hold more than tokens_per_rank.)
+  const int64_t widest = std::max({spec.hidden, spec.q_dim(), spec.kv_dim(), spec.ffn, spec.vocab});
+  if (widest > INT32_MAX / rank_capacity()) {
+    return bad("--tokens-per-rank", std::to_string(tokens_per_rank) + " times the model's widest layer (" +
+                                        std::to_string(widest) + ") exceeds the BLAS int range (2^31 - 1)");
   }
   if (copy_vocab < 0 || copy_vocab == 1) return bad("--copy-vocab", "must be 0 (the model's vocabulary) or >= 2");
-  if (copy_vocab > 0) {
-    auto m = model_spec();
-    if (m.ok() && copy_vocab > m->vocab) {
-      return bad("--copy-vocab", "must not exceed the model's vocabulary (" + std::to_string(m->vocab) + ")");
-    }
+  if (copy_vocab > 0 && copy_vocab > spec.vocab) {
+    return bad("--copy-vocab", "must not exceed the model's vocabulary (" + std::to_string(spec.vocab) + ")");
   }
   if (checkpoint_every < 0) return bad("--checkpoint-every", "must be >= 0");
   if (checkpoint_every > 0 && checkpoint_dir.empty()) {

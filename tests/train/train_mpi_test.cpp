@@ -17,24 +17,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mpi_run_util.h"
+
 namespace {
 
-std::filesystem::path tmp(const std::string& name) {
-  return std::filesystem::temp_directory_path() / ("distca_train_mpi_" + name);
-}
+std::filesystem::path tmp(const std::string& name) { return distca::train::testing::scratch("distca_train_mpi_", name); }
 
-int sh(const std::string& cmd) {
-  const int st = std::system((cmd + " > " + tmp("log.txt").string() + " 2>&1").c_str());
-  return WEXITSTATUS(st);
-}
+int sh(const std::string& cmd) { return distca::train::testing::run_logged(cmd, tmp("log.txt")); }
 
-std::vector<double> losses(const std::filesystem::path& path) {
-  std::vector<double> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-  return out;
-}
+std::vector<double> losses(const std::filesystem::path& path) { return distca::train::testing::metric_losses(path); }
 
 // Allows mpirun as root and writes the small model's config (`steps`, `warmup`) to tmp(name).
 std::filesystem::path small_config(const std::string& name, int steps, int warmup) {
