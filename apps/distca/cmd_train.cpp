@@ -359,7 +359,7 @@ Runner setup(CLI::App& sub) {
         c.tolerance = t.value_or(c.tolerance);
         return {};
       });
-  DISTCA_FLAG("--hardware", hardware, "--tolerance auto: a `distca profile --hardware-out` file (link and attention)");
+  DISTCA_FLAG("--hardware", hardware, "--tolerance auto: a `distca profile --hardware-out` file (link and attention); --mode wlb: the chunking's work from its GEMM rates and attention table");
   DISTCA_FLAG("--ranks-per-host", ranks_per_host, "cad: ranks [h*N, (h+1)*N) share host h (topology-aware placement)");
   DISTCA_FLAG("--host-map", host_map, "cad: each rank's host, comma-separated (0,0,1,1), or mpi (MPI's shared-memory split)");
   DISTCA_FLAG("--inter-host-price", inter_host_price, "cad: a byte between hosts costs this many within a host (default 8)");

@@ -1,5 +1,6 @@
 #include "distca/comm/communicator.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -96,6 +97,91 @@ Status Communicator::all_gather(std::span<const std::byte> send, std::span<std::
   a.recv_counts = counts;
   a.recv_displs = recv_displs;
   return all_to_all_v(a);
+}
+
+std::vector<std::size_t> all_gather_displs(std::span<const std::size_t> counts) {
+  std::vector<std::size_t> displs(counts.size(), 0);
+  for (std::size_t p = 1; p < counts.size(); ++p) displs[p] = displs[p - 1] + counts[p - 1];
+  return displs;
+}
+
+namespace {
+
+// The checks all_gather_v and reduce_scatter_sum share: counts per rank, the sizes of the
+// calling rank's two buffers (in elements).
+Status check_variable_blocks(const char* call, std::span<const std::size_t> counts, int n, int rank,
+                             std::size_t whole, const char* whole_name, std::size_t mine,
+                             const char* mine_name) {
+  const std::string at = std::string(call) + " (rank " + std::to_string(rank) + "): ";
+  if (counts.size() != static_cast<std::size_t>(n)) {
+    return Status::invalid_argument(at + "counts has " + std::to_string(counts.size()) +
+                                    " entries, expected one per rank (" + std::to_string(n) + ")");
+  }
+  std::size_t total = 0;
+  for (std::size_t c : counts) total += c;
+  if (whole != total) {
+    return Status::invalid_argument(at + whole_name + " has " + std::to_string(whole) +
+                                    ", expected the sum of counts (" + std::to_string(total) + ")");
+  }
+  const std::size_t own = counts[static_cast<std::size_t>(rank)];
+  if (mine != own) {
+    return Status::invalid_argument(at + mine_name + " has " + std::to_string(mine) +
+                                    ", expected counts[rank] (" + std::to_string(own) + ")");
+  }
+  return Status::ok_status();
+}
+
+}  // namespace
+
+Status Communicator::all_gather_v(std::span<const std::byte> send, std::span<const std::size_t> counts,
+                                  std::span<std::byte> recv) {
+  const int n = size();
+  DISTCA_RETURN_IF_ERROR(check_variable_blocks("all_gather_v", counts, n, rank(), recv.size(),
+                                               "recv", send.size(), "send"));
+  const auto un = static_cast<std::size_t>(n);
+  const std::vector<std::size_t> recv_displs = all_gather_displs(counts);
+  std::vector<std::size_t> send_counts(un, send.size()), zeros(un, 0);
+  AllToAllV a;
+  a.send = send.data();
+  a.send_counts = send_counts;
+  a.send_displs = zeros;
+  a.recv = recv.data();
+  a.recv_counts = counts;
+  a.recv_displs = recv_displs;
+  return all_to_all_v(a).with_context("all_gather_v");
+}
+
+Status Communicator::reduce_scatter_sum(std::span<const float> data, std::span<const std::size_t> counts,
+                                        std::span<float> out) {
+  const int n = size();
+  const auto me = static_cast<std::size_t>(rank());
+  DISTCA_RETURN_IF_ERROR(check_variable_blocks("reduce_scatter_sum", counts, n, rank(), data.size(),
+                                               "data", out.size(), "out"));
+  const auto un = static_cast<std::size_t>(n);
+  const std::size_t m = counts[me];
+  const std::vector<std::size_t> displs = all_gather_displs(counts);
+  // gathered: (n, m): row p is rank p's block `me`.
+  std::vector<float> gathered(un * m);
+  std::vector<std::size_t> send_counts(un), send_displs(un), recv_counts(un, m * sizeof(float)), recv_displs(un);
+  for (std::size_t p = 0; p < un; ++p) {
+    send_counts[p] = counts[p] * sizeof(float);
+    send_displs[p] = displs[p] * sizeof(float);
+    recv_displs[p] = p * m * sizeof(float);
+  }
+  AllToAllV a;
+  a.send = reinterpret_cast<const std::byte*>(data.data());
+  a.send_counts = send_counts;
+  a.send_displs = send_displs;
+  a.recv = reinterpret_cast<std::byte*>(gathered.data());
+  a.recv_counts = recv_counts;
+  a.recv_displs = recv_displs;
+  DISTCA_RETURN_IF_ERROR(all_to_all_v(a).with_context("reduce_scatter_sum"));
+  std::copy(gathered.begin(), gathered.begin() + static_cast<std::ptrdiff_t>(m), out.begin());
+  for (std::size_t p = 1; p < un; ++p) {
+    const float* row = gathered.data() + p * m;
+    for (std::size_t i = 0; i < m; ++i) out[i] += row[i];
+  }
+  return Status::ok_status();
 }
 
 namespace {

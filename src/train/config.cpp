@@ -42,7 +42,7 @@ Status TrainConfig::validate_topology_and_auto() const {
     }
   }
   if (!tolerance_auto) {
-    if (!hardware.empty()) return bad("--hardware", "is used only with --tolerance auto");
+    if (!hardware.empty() && mode != TrainMode::kWlb) return bad("--hardware", "is used only with --tolerance auto or --mode wlb");
     return {};
   }
   if (mode != TrainMode::kCad) return bad("--tolerance auto", "needs --mode cad (colocated has no balance band)");

@@ -61,7 +61,16 @@ std::vector<Batch> step_batches(const DataSource& data, int64_t micro_batches, i
   return out;
 }
 
-Result<Batch> laid_out_batch(const PlanContext& ctx, const Batch& batch) {
+bool repacks_across_micro_batches(TrainMode mode, int64_t pp, int64_t micro_batches) {
+  return mode == TrainMode::kWlb && pp > 1 && micro_batches > 1;
+}
+
+Result<Batch> laid_out_batch(const PlanContext& ctx, const std::vector<Batch>& batches, int64_t index) {
+  const Batch& batch = batches[static_cast<size_t>(index)];
+  if (repacks_across_micro_batches(ctx.relayout, ctx.pp, ctx.micro_batches)) {
+    DISTCA_ASSIGN_OR_RETURN(std::vector<Batch> all, wlb_repack_micro_batches(batches, ctx.chunking));
+    return std::move(all[static_cast<size_t>(index)]);
+  }
   if (ctx.relayout == TrainMode::kWlb) return wlb_repack(batch, ctx.chunking);
   if (ctx.relayout == TrainMode::kPerCp) return percp_repack(batch, ctx.chunking.cp);
   return batch;
@@ -74,7 +83,7 @@ Result<PlanUnit> plan_unit(const PlanContext& ctx, int64_t step, int64_t index, 
   u.step = step;
   u.index = index;
   if (!ctx.pooled_ticks) {
-    auto laid = laid_out_batch(ctx, batches[static_cast<size_t>(index)]);
+    auto laid = laid_out_batch(ctx, batches, index);
     if (!laid.ok()) return laid.status().with_context(at);
     ScheduleOptions sopt = ctx.sopt;
     if (ctx.auto_model) {

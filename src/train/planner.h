@@ -69,15 +69,22 @@ struct PlanContext {
   std::shared_ptr<const AttentionCostModel> auto_table;
   std::shared_ptr<const AutoToleranceModel> auto_model;
   // wlb and percp: each micro-batch's batch is re-laid before it is planned (wlb_repack with
-  // `chunking`, or percp_repack over groups of chunking.cp); kColocated/kCad: as loaded.
+  // `chunking`, or percp_repack over groups of chunking.cp); kColocated/kCad: as loaded. wlb
+  // under --pp re-packs the step's micro-batches together (repacks_across_micro_batches).
   TrainMode relayout = TrainMode::kCad;
   ChunkingOptions chunking;
+  std::shared_ptr<const AttentionCostModel> chunking_table;  // what chunking.cost points to, or null
   // Units per step: micro_batches, or the ticks of one_f_one_b_ticks(pp, micro_batches).
   int64_t units_per_step() const;
 };
 
-// The micro-batch's layout its plans are made on: `batch` re-laid as ctx.relayout says.
-Result<Batch> laid_out_batch(const PlanContext& ctx, const Batch& batch);
+// wlb with pp > 1 and several micro-batches: documents move between the step's micro-batches
+// (plan/chunking.h, wlb_repack_micro_batches), whose layouts then carry micro_doc_id ids.
+bool repacks_across_micro_batches(TrainMode mode, int64_t pp, int64_t micro_batches);
+
+// Micro-batch `index`'s layout its plans are made on: its batch re-laid as ctx.relayout says
+// (across the step's micro-batches `batches` when repacks_across_micro_batches).
+Result<Batch> laid_out_batch(const PlanContext& ctx, const std::vector<Batch>& batches, int64_t index);
 
 // Unit `index` of step `step` from the step's micro-batch batches ([micro_batches], batch
 // m = DataSource::batch(step * micro_batches + m)). Errors carry "step N".

@@ -9,6 +9,7 @@
 #include "distca/core/memory.h"
 #include "distca/model/llama.h"
 #include "distca/plan/auto_tolerance.h"
+#include "distca/train/wlb_profile.h"
 
 namespace distca::train {
 
@@ -57,6 +58,10 @@ Status prepare_training(const TrainConfig& cfg, const std::string& resume, bool 
     if (!profile.ok()) return Status::invalid_argument("--hardware: " + profile.status().message());
     std::unique_ptr<AttentionCostModel> table;
     DISTCA_RETURN_IF_ERROR(auto_tolerance_model(*profile, {}, true, &table).status());
+  }
+  if (cfg.mode == TrainMode::kWlb && !cfg.hardware.empty()) {
+    std::shared_ptr<const AttentionCostModel> table;
+    DISTCA_RETURN_IF_ERROR(load_profiled_chunking(cfg.hardware, p.spec, ChunkingOptions{}, &table).status());
   }
   if (lead) DISTCA_RETURN_IF_ERROR(check_outputs(cfg));
   MemoryInputs mi;

@@ -17,6 +17,7 @@
 #include "distca/plan/pool.h"
 #include "distca/plan/pipeline_schedule.h"
 #include "distca/runtime/tick_runner.h"
+#include "distca/train/cp_attention.h"
 #include "distca/train/memory.h"
 
 namespace distca::train {
@@ -111,6 +112,7 @@ struct Micro {
   int64_t slot = 0;
   std::optional<NanoPlans> plans;      // a micro-batch's own runner: its plans
   std::unique_ptr<runtime::TickRunner> runner;  // and the runner, from its forward to its backward
+  std::unique_ptr<CpRunner> cp_runner;          // wlb, percp: the runner (CP through collectives)
   std::vector<float> grad_out;                  // (n, hidden): the input gradient sent back
   std::unique_ptr<comm::Exchange> send_fwd, send_bwd;
   int64_t tokens() const { return rows[1].end; }
@@ -139,6 +141,15 @@ double load_micro_batches(const RankSetup& s, int64_t step, std::vector<Batch>& 
   }
   return count;
 }
+
+// The runner of a micro-batch or a tick: the dispatcher's, or in wlb and percp the CP runner.
+struct RunnerRef {
+  runtime::TickRunner* tick = nullptr;
+  CpRunner* cp = nullptr;
+  Status run(const runtime::TickIo& io) const { return cp != nullptr ? cp->run(io) : tick->run(io); }
+  runtime::RunnerTimes times() const { return cp != nullptr ? cp->times() : tick->times(); }
+  int64_t last_bytes_sent() const { return cp != nullptr ? cp->last_bytes_sent() : tick->last_bytes_sent(); }
+};
 
 // Blocks on `ex`, adding the time to `waited`.
 Status wait_for(comm::Exchange& ex, double& waited) {
@@ -275,7 +286,9 @@ class StepRun {
   StepRun(const TrainConfig& config, comm::Communicator& world, RankSetup& s, StepPlanner& planner, int64_t step,
           StepMetrics& m, int64_t& peak_dispatch, TraceRecorder* trace)
       : config_(config), world_(world), s_(s), planner_(planner), step_(step), m_(m), peak_dispatch_(peak_dispatch),
-        trace_(trace), pooled_(config.mode == TrainMode::kCad && s.pp > 1), at_("step " + std::to_string(step)),
+        trace_(trace), pooled_(config.mode == TrainMode::kCad && s.pp > 1),
+        collective_cp_(config.mode == TrainMode::kWlb || config.mode == TrainMode::kPerCp),
+        at_("step " + std::to_string(step)),
         layers_(static_cast<int>(s.layers.last - s.layers.first)) {
     count_ = load_micro_batches(s, step, batches_, mbs_);
     busy_.assign(static_cast<size_t>(s.model->slots()), false);
@@ -292,22 +305,27 @@ class StepRun {
     const auto t_pipe = Clock::now();
     for (size_t t = 0; t < ticks.size(); ++t) {
       const StageStep* mine = ticks[t] >= 0 ? &program[static_cast<size_t>(ticks[t])] : nullptr;
-      DISTCA_ASSIGN_OR_RETURN(runtime::TickRunner * runner, runner_of(static_cast<int64_t>(t), mine));
+      DISTCA_ASSIGN_OR_RETURN(const RunnerRef runner, runner_of(static_cast<int64_t>(t), mine));
       if (mine != nullptr) DISTCA_RETURN_IF_ERROR(begin_op(*mine));
-      Status st = runner->run(tick_io(mine));
+      Status st = runner.run(tick_io(mine));
       if (!st.ok()) return st.with_context(at_ + (mine == nullptr ? ", tick" : mine->op.backward ? ", backward" : ", forward"));
       if (mine != nullptr) DISTCA_RETURN_IF_ERROR(end_op(*mine));
       if (pooled_ || mine->op.backward) {  // the runner is done: fold its times, drop it
-        const runtime::RunnerTimes rt = runner->times();
+        const runtime::RunnerTimes rt = runner.times();
         ph_.linear += rt.linear;
         ph_.waited += rt.waited;
         ph_.attention += rt.attention;
-        ph_.bytes += runner->last_bytes_sent();
+        ph_.bytes += runner.last_bytes_sent();
         if (pooled_) {
           tick_runner_.reset();
         } else {
           Micro& u = mbs_[static_cast<size_t>(mine->op.microbatch)];
+          if (u.cp_runner) {
+            peak_dispatch_ = std::max(peak_dispatch_, u.cp_runner->peak_buffer_bytes() *
+                                                          std::min<int64_t>(s_.micro_batches, s_.pp - s_.stage));
+          }
           u.runner.reset();
+          u.cp_runner.reset();
           u.plans.reset();
         }
       }
@@ -333,6 +351,7 @@ class StepRun {
       for (const Plan* r : running_plans(*p, s_.overlap)) running.push_back(r);
     }
     DISTCA_RETURN_IF_ERROR(check_plan_rows(running, rank, dispatch_row_limits(config_), step_));
+    if (collective_cp_) return {};  // the CP runner's own buffers count instead (run())
     int64_t kept = 0;
     if (pooled_) {  // stateless servers: one layer's rows at a time (the LSE buffers with the slots)
       for (const Plan* p : running) kept += dispatcher_bytes(*p, rank, 1);
@@ -347,15 +366,22 @@ class StepRun {
   // The runner of tick t: a micro-batch's own (made at its forward, its plans being the
   // planner's unit of that micro-batch: 1F1B runs the forwards in micro-batch order on every
   // stage), or the tick's (its unit the tick's pooled directions).
-  Result<runtime::TickRunner*> runner_of(int64_t t, const StageStep* mine) {
+  // wlb and percp: the CP runner over the plan's layout (the colocated plan sizes and checks
+  // the rows; the dispatcher does not run).
+  Result<RunnerRef> runner_of(int64_t t, const StageStep* mine) {
     if (!pooled_) {
       Micro& u = mbs_[static_cast<size_t>(mine->op.microbatch)];
-      if (mine->op.backward) return u.runner.get();
+      if (mine->op.backward) return RunnerRef{u.runner.get(), u.cp_runner.get()};
       DISTCA_ASSIGN_OR_RETURN(PlanUnit unit, take_plan(planner_, step_, mine->op.microbatch, batches_, m_));
       u.plans.emplace(std::move(*unit.micro));
       DISTCA_RETURN_IF_ERROR(account({&*u.plans}, s_.replica));
+      if (collective_cp_) {
+        DISTCA_ASSIGN_OR_RETURN(CpAttention att, CpAttention::create(u.plans->split.batch, s_.replica, config_.cp, s_.dims, layers_));
+        u.cp_runner = std::make_unique<CpRunner>(std::move(att), *s_.cp_comm, *s_.dp_comm);
+        return RunnerRef{nullptr, u.cp_runner.get()};
+      }
       DISTCA_ASSIGN_OR_RETURN(u.runner, runtime::TickRunner::create(*s_.dp_comm, *u.plans, s_.dims, s_.overlap, trace_));
-      return u.runner.get();
+      return RunnerRef{u.runner.get(), nullptr};
     }
     DISTCA_ASSIGN_OR_RETURN(unit_, take_plan(planner_, step_, t, batches_, m_));
     const NanoPlans* f = unit_.forward.plans ? &*unit_.forward.plans : nullptr;
@@ -366,7 +392,7 @@ class StepRun {
     }
     DISTCA_RETURN_IF_ERROR(account(planned, world_.rank()));
     DISTCA_ASSIGN_OR_RETURN(tick_runner_, runtime::TickRunner::create_tick(world_, f, b, s_.dims, s_.overlap, trace_));
-    return tick_runner_.get();
+    return RunnerRef{tick_runner_.get(), nullptr};
   }
 
   // The plans this rank's op runs on, their pool (pooled ticks) and this rank's index in them.
@@ -392,9 +418,7 @@ class StepRun {
     std::vector<Piece> layout = own_pieces(pool, plans.split.batch, rank);
     if (!st.op.backward) {
       u.layout = std::move(layout);
-      Batch local = batches_[static_cast<size_t>(st.op.microbatch)];
-      local.per_rank[static_cast<size_t>(s_.replica)] = u.layout;
-      u.in = s_.data->rank_inputs(step_ * s_.micro_batches + st.op.microbatch, local, s_.replica);
+      u.in = layout_inputs(st.op.microbatch, u.layout);
       m_.input_checksum += inputs_checksum(u.in.tokens, u.in.positions);
       const auto& t = plans.split.tokens[static_cast<size_t>(rank)];
       u.rows = {model::RowRange{0, t[0]}, model::RowRange{t[0], t[0] + t[1]}};
@@ -428,6 +452,31 @@ class StepRun {
     // slot is reused, and it is done once the next stage has sent the gradient back.
     if (msg.gradient) DISTCA_RETURN_IF_ERROR(wait_for(*u.send_fwd, ph_.waited).with_context(at_));
     return {};
+  }
+
+  // The inputs of micro-batch `mb`'s rows laid as `layout`: each piece's tokens from the
+  // micro-batch the loader drew its document in (another one when wlb re-packs across
+  // micro-batches: its id says which, plan/chunking.h micro_doc_id).
+  RankInputs layout_inputs(int64_t mb, const std::vector<Piece>& layout) const {
+    const int64_t M = s_.micro_batches;
+    const auto r = static_cast<size_t>(s_.replica);
+    if (!repacks_across_micro_batches(config_.mode, s_.pp, M)) {
+      Batch local = batches_[static_cast<size_t>(mb)];
+      local.per_rank[r] = layout;
+      return s_.data->rank_inputs(step_ * M + mb, local, s_.replica);
+    }
+    RankInputs in;
+    for (const Piece& p : layout) {
+      const int64_t origin = p.doc % M;
+      Batch local = batches_[static_cast<size_t>(origin)];
+      local.per_rank[r] = {Piece{p.doc / M, p.offset, p.len, p.doc_len}};
+      RankInputs part = s_.data->rank_inputs(step_ * M + origin, local, s_.replica);
+      in.tokens.insert(in.tokens.end(), part.tokens.begin(), part.tokens.end());
+      in.positions.insert(in.positions.end(), part.positions.begin(), part.positions.end());
+      in.targets.insert(in.targets.end(), part.targets.begin(), part.targets.end());
+      in.report_weights.insert(in.report_weights.end(), part.report_weights.begin(), part.report_weights.end());
+    }
+    return in;
   }
 
   // The runner's buffers: the op's direction from the model, every other direction the runner
@@ -501,6 +550,7 @@ class StepRun {
   int64_t& peak_dispatch_;
   TraceRecorder* trace_;
   const bool pooled_;  // cad with pp > 1
+  const bool collective_cp_;  // wlb, percp: attention through the CP runner
   const std::string at_;
   const int layers_;   // this stage's
   std::vector<Batch> batches_;

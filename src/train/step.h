@@ -34,6 +34,8 @@ inline constexpr int kGatherTag = (1 << 19) + 16;
 // The TP groups and the groups of one TP index (tensor parallelism; trainer.cpp).
 inline constexpr int kTpTag = (1 << 19) + 64;
 inline constexpr int kTpSliceTag = (1 << 19) + 65;
+// wlb and percp: the stage's CP group (cp consecutive data-parallel ranks).
+inline constexpr int kCpTag = (1 << 19) + 32;
 
 // Everything a rank builds before its first step.
 struct RankSetup {
@@ -49,6 +51,7 @@ struct RankSetup {
   std::shared_ptr<const AttentionCostModel> auto_table;
   std::shared_ptr<const AutoToleranceModel> auto_model;
   ChunkingOptions chunking;  // wlb, percp: the re-pack's options (planner.h, PlanContext)
+  std::shared_ptr<const AttentionCostModel> chunking_table;  // wlb --hardware: what chunking.cost points to
   runtime::AttentionDims dims;
   runtime::OverlapMode overlap = runtime::OverlapMode::kSingleStream;  // colocated: one exchange per layer
   int64_t start = 0;  // first step to run
@@ -59,6 +62,7 @@ struct RankSetup {
   std::vector<int64_t> full_tensor_index;  // [model.layout() entry] its index in param_layout(spec)
   std::vector<std::vector<float>> lse;  // cad pipelines: [slot] the forward's LSE, (layers, tokens, heads)
   std::unique_ptr<comm::GroupCommunicator> dp_comm;  // this stage's data-parallel ranks
+  std::unique_ptr<comm::GroupCommunicator> cp_comm;  // wlb, percp: this rank's CP group of dp_comm's ranks
   // Tensor parallelism (config.tp > 1): the rank's TP group, whose ranks hold the same
   // replica's shards; null without TP. The trainer's other communicators then span the ranks
   // of the same TP index (trainer.cpp, run_training).

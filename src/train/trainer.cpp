@@ -18,6 +18,7 @@
 #include "distca/model/llama.h"
 #include "distca/model/optimizer.h"
 #include "distca/cost/hardware_profile.h"
+#include "distca/train/wlb_profile.h"
 #include "distca/plan/auto_tolerance.h"
 #include "distca/model/tensor_parallel.h"
 #include "distca/plan/plan.h"
@@ -56,6 +57,7 @@ std::unique_ptr<StepPlanner> start_planner(const TrainConfig& config, const Rank
   pctx.auto_model = s.auto_model;
   pctx.relayout = config.mode;
   pctx.chunking = s.chunking;
+  pctx.chunking_table = s.chunking_table;
   const DataSource* data = s.data;
   const int64_t M = s.micro_batches;
   return std::make_unique<StepPlanner>(
@@ -97,6 +99,12 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::
   s->replica = world.rank() % s->dp;
   std::vector<int> members;
   for (int64_t d = 0; d < s->dp; ++d) members.push_back(static_cast<int>(s->stage * s->dp + d));
+  if (config.mode == TrainMode::kWlb || config.mode == TrainMode::kPerCp) {
+    const int64_t g0 = s->replica / config.cp * config.cp;
+    std::vector<int> cp_members;
+    for (int64_t i = 0; i < config.cp; ++i) cp_members.push_back(static_cast<int>(s->stage * s->dp + g0 + i));
+    DISTCA_ASSIGN_OR_RETURN(s->cp_comm, comm::GroupCommunicator::create(world, std::move(cp_members), kCpTag));
+  }
   DISTCA_ASSIGN_OR_RETURN(s->dp_comm, comm::GroupCommunicator::create(world, std::move(members), kGroupTag));
   DISTCA_ASSIGN_OR_RETURN(s->spec, config.model_spec());
   if (hooks.data != nullptr) {
@@ -106,7 +114,8 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::
     s->own_data.emplace(std::move(d));
     s->data = &*s->own_data;
   }
-  // wlb and percp re-lay the batch (PlanContext::relayout), then serve it colocated.
+  // wlb and percp re-lay the batch (PlanContext::relayout); their attention runs through the
+  // CP group's collectives (train/cp_attention.h), the colocated plan sizing and checking it.
   DISTCA_ASSIGN_OR_RETURN(s->sspec, parse_scheduler(config.mode == TrainMode::kCad ? config.scheduler : "colocated"));
   // TP: the plans and the dispatcher move the TP rank's heads only; every TP rank of a group
   // makes the same plans from the same batch.
@@ -122,6 +131,9 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::
   s->sopt.align_rows = runtime::query_tile_rows(s->dims);  // cad cuts on tile boundaries: no padding
   DISTCA_RETURN_IF_ERROR(set_up_topology(config, world, *s));
   s->chunking = chunking_options(config, s->spec, s->sopt.align_rows);
+  if (config.mode == TrainMode::kWlb && !config.hardware.empty()) {
+    DISTCA_ASSIGN_OR_RETURN(s->chunking, load_profiled_chunking(config.hardware, s->spec, s->chunking, &s->chunking_table));
+  }
   // The planner starts before the model is built, so the first step's plans are made while
   // the parameters are initialised. The checkpoint is checked first: the first step planned
   // is its step.

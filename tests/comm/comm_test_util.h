@@ -115,4 +115,49 @@ inline std::vector<std::byte> p2p_message(int src, int dst, int tag, int k, std:
   return v;
 }
 
+// all_gather_v and reduce_scatter_sum on `comm` against references built here from the inputs
+// alone: the gather is the rank-major concatenation of every rank's block (its own bytes,
+// payload(p, 0, i)); the reduce-scatter's block is serial_rank_order_sum over the ranks' copies
+// of that block (rank_input values, whose sum changes with the order). Counts from `seed`,
+// zeros included; a wrong-size call is refused on the calling rank.
+inline Status check_variable_collectives(Communicator& comm, uint64_t seed) {
+  const int n = comm.size();
+  const auto me = static_cast<std::size_t>(comm.rank());
+  const auto fail = [&](const std::string& what) {
+    return Status::internal("seed " + std::to_string(seed) + " rank " + std::to_string(me) + ": " + what);
+  };
+  Rng rng(seed);
+  std::vector<std::size_t> counts(static_cast<std::size_t>(n));
+  for (auto& c : counts) c = rng.bernoulli(0.25) ? 0 : rng.uniform_int(400);
+  std::size_t total = 0;
+  for (std::size_t c : counts) total += c;
+  // Gather: rank p sends counts[p] bytes payload(p, 0, i).
+  std::vector<std::byte> send(counts[me]), recv(total, kUntouched), want;
+  for (std::size_t i = 0; i < send.size(); ++i) send[i] = payload(static_cast<int>(me), 0, i);
+  for (int p = 0; p < n; ++p) {
+    for (std::size_t i = 0; i < counts[static_cast<std::size_t>(p)]; ++i) want.push_back(payload(p, 0, i));
+  }
+  DISTCA_RETURN_IF_ERROR(comm.all_gather_v(send, counts, recv));
+  if (recv != want) return fail("all_gather_v differs from the concatenation");
+  // Reduce-scatter: rank p's data is rank_input(seed, p, total).
+  const std::vector<float> data = rank_input<float>(seed, static_cast<int>(me), total);
+  std::vector<float> out(counts[me], -1.0f);
+  DISTCA_RETURN_IF_ERROR(comm.reduce_scatter_sum(data, counts, out));
+  std::size_t begin = 0;
+  for (std::size_t p = 0; p < me; ++p) begin += counts[p];
+  std::vector<std::vector<float>> blocks;
+  for (int p = 0; p < n; ++p) {
+    const std::vector<float> x = rank_input<float>(seed, p, total);
+    blocks.emplace_back(x.begin() + static_cast<std::ptrdiff_t>(begin),
+                        x.begin() + static_cast<std::ptrdiff_t>(begin + counts[me]));
+  }
+  if (!same_bits(out, serial_rank_order_sum(blocks))) return fail("reduce_scatter_sum differs from the rank-order sum");
+  // A wrong size is refused before anything moves (so no other rank is waiting for it).
+  std::vector<float> wrong(counts[me] + 1);
+  if (comm.reduce_scatter_sum(data, counts, wrong).ok()) return fail("reduce_scatter_sum took a wrong out size");
+  std::vector<std::byte> longer(total + 1);
+  if (comm.all_gather_v(send, counts, longer).ok()) return fail("all_gather_v took a wrong recv size");
+  return comm.barrier();
+}
+
 }  // namespace distca::comm::testing

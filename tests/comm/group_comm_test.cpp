@@ -13,6 +13,7 @@
 #include "distca/comm/group.h"
 #include "distca/comm/local.h"
 #include "distca/core/rng.h"
+#include "comm_test_util.h"
 
 namespace distca::comm {
 namespace {
@@ -56,6 +57,19 @@ TEST(GroupComm, DisjointGroupsAllReduceTheirMembersBitwise) {
     const std::vector<float> want = serial_rank_order_sum(contributions);
     for (int r : g) EXPECT_TRUE(got[static_cast<size_t>(r)] == want) << "rank " << r;
   }
+}
+
+// The variable collectives on groups of a parent of 5 ranks ({0, 2, 4} and {1, 3}): the
+// references of comm_test_util.h hold on each group.
+TEST(GroupComm, VariableGatherAndReduceScatterOnGroups) {
+  const Status st = run_local(5, [&](Communicator& c) -> Status {
+    std::vector<int> mine;
+    for (int r = c.rank() % 2; r < 5; r += 2) mine.push_back(r);
+    DISTCA_ASSIGN_OR_RETURN(auto group, GroupCommunicator::create(c, mine, 1 << 19));
+    for (uint64_t seed : {1u, 2u, 3u}) DISTCA_RETURN_IF_ERROR(testing::check_variable_collectives(*group, seed));
+    return c.barrier();
+  });
+  EXPECT_TRUE(st.ok()) << st.message();
 }
 
 // A group's exchanges and the parent's collectives interleave (a stage's dispatcher while the

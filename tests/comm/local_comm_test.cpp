@@ -68,6 +68,23 @@ TEST(LocalComm, SummationOrderMattersForTheTestInputs) {
   EXPECT_FALSE(same_bits(a, b));
 }
 
+TEST(LocalComm, VariableGatherAndReduceScatterMatchTheirReferences) {
+  for (int n = 1; n <= 8; ++n) {
+    for (uint64_t seed : {5u, 6u, 7u}) {
+      const Status st = run_local(n, [&](Communicator& comm) { return check_variable_collectives(comm, seed * 10 + static_cast<uint64_t>(n)); });
+      EXPECT_TRUE(st.ok()) << "n=" << n << ": " << st.to_string();
+    }
+  }
+}
+
+// Guards the reduce-scatter's bitwise check: these inputs sum to other bits in reverse order.
+TEST(LocalComm, ReduceScatterInputsAreOrderSensitive) {
+  std::vector<std::vector<float>> inputs, reversed;
+  for (int r = 0; r < 4; ++r) inputs.push_back(rank_input<float>(57, r, 400));
+  reversed.assign(inputs.rbegin(), inputs.rend());
+  EXPECT_FALSE(same_bits(serial_rank_order_sum(inputs), serial_rank_order_sum(reversed)));
+}
+
 TEST(LocalComm, AllToAllVMatchesReferenceShuffle) {
   for (int n = 1; n <= 8; ++n) {
     for (uint64_t seed : {1u, 2u, 3u}) {

@@ -714,6 +714,8 @@ int main(int argc, char** argv) {
       {"host_ids_poll", [&] { return test_host_ids(**poll); }},
       {"all_reduce", [&] { return test_all_reduce(comm); }},
       {"all_to_all_v", [&] { return test_all_to_all_v(comm); }},
+      {"variable_collectives", [&] { return check_variable_collectives(comm, 99); }},
+      {"variable_collectives_poll", [&] { return check_variable_collectives(**poll, 98); }},
       {"non_blocking", [&] { return test_non_blocking(comm); }},
       {"non_blocking_poll", [&] { return test_non_blocking(**poll); }},
       {"broadcast", [&] { return test_broadcast(comm); }},

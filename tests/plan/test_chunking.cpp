@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 #include "distca/plan/chunking.h"
 #include "distca/plan/schedule.h"
@@ -103,6 +104,96 @@ TEST(Chunking, WlbInvariantsOnRandomBatches) {
   }
   EXPECT_GT(moved, 100);   // the re-pack did move documents, not only keep the input
   EXPECT_GT(sharded, 10);  // and sharded some head-tail
+}
+
+// The step's micro-batches re-packed together (wlb under --pp): every document of every input
+// micro-batch exactly once, whole in one output micro-batch, under micro_doc_id; the cap over
+// all micro-batches' ranks held; the largest work of any rank of any micro-batch no worse than
+// the loader's packing; documents do move between micro-batches. When a document needing a cut
+// finds no micro-batch with room, the result is each micro-batch re-packed alone.
+TEST(Chunking, WlbAcrossMicroBatchesInvariants) {
+  int64_t across = 0, alone = 0, cases = 0;
+  for (uint64_t seed = 0; seed < 300; ++seed) {
+    const Batch first = test::random_batch(seed + 5000, seed % 2 ? TestLayout::kScattered : TestLayout::kContiguous);
+    std::vector<Batch> in{first};
+    const int64_t M = 2 + static_cast<int64_t>(seed % 3);
+    for (uint64_t k = 1; static_cast<int64_t>(in.size()) < M; ++k) {
+      Batch b = test::random_batch(seed * 131 + k, TestLayout::kContiguous);
+      if (b.ranks == first.ranks) in.push_back(std::move(b));
+    }
+    const int64_t R = first.ranks;
+    for (double cap : {1.0, 1.3}) {
+      ChunkingOptions o;
+      o.cap = cap;
+      o.cp = R % 2 == 0 ? 2 : 1;
+      o.cp_threshold = 6;
+      o.linear_per_token = seed % 2 ? 0.0 : 4.0;
+      auto out = wlb_repack_micro_batches(in, o);
+      ASSERT_TRUE(out.ok()) << out.status().to_string();
+      ASSERT_EQ(static_cast<int64_t>(out->size()), M);
+      ++cases;
+      // Flatten both sides with the result's ids: micro-batch m's rank r as rank m R + r.
+      Batch flat_in, flat_out;
+      flat_in.ranks = flat_out.ranks = M * R;
+      int64_t total = 0;
+      std::map<int64_t, int64_t> origin;  // id -> input micro-batch
+      for (int64_t m = 0; m < M; ++m) {
+        ASSERT_TRUE((*out)[static_cast<size_t>(m)].validate().ok());
+        ASSERT_EQ((*out)[static_cast<size_t>(m)].ranks, R);
+        for (int64_t r = 0; r < R; ++r) {
+          auto pieces = in[static_cast<size_t>(m)].per_rank[static_cast<size_t>(r)];
+          for (Piece& p : pieces) {
+            p.doc = p.doc * M + m;
+            origin[p.doc] = m;
+            total += p.len;
+          }
+          flat_in.per_rank.push_back(pieces);
+          flat_out.per_rank.push_back((*out)[static_cast<size_t>(m)].per_rank[static_cast<size_t>(r)]);
+        }
+      }
+      expect_same_documents(flat_in, flat_out);
+      std::map<int64_t, std::set<int64_t>> lands;  // id -> output micro-batches
+      for (int64_t r = 0; r < M * R; ++r) {
+        for (const Piece& p : flat_out.per_rank[static_cast<size_t>(r)]) lands[p.doc].insert(r / R);
+      }
+      bool moved = false;
+      for (const auto& [id, ms] : lands) {
+        ASSERT_EQ(ms.size(), 1u) << "seed " << seed << ": document " << id << " spans micro-batches";
+        moved = moved || *ms.begin() != origin[id];
+      }
+      const int64_t limit = std::max((total + M * R - 1) / (M * R),
+                                     static_cast<int64_t>(cap * static_cast<double>(total) / static_cast<double>(M * R)));
+      bool holds = true;
+      for (int64_t r = 0; r < M * R; ++r) holds = holds && flat_out.rank_tokens(r) <= limit;
+      if (!holds) {  // the fallback: each micro-batch alone
+        for (int64_t m = 0; m < M; ++m) {
+          Batch want = *wlb_repack(in[static_cast<size_t>(m)], o);
+          for (auto& pieces : want.per_rank) for (Piece& p : pieces) p.doc = p.doc * M + m;
+          ASSERT_EQ((*out)[static_cast<size_t>(m)].per_rank, want.per_rank) << "seed " << seed;
+        }
+        ++alone;
+        continue;
+      }
+      bool input_fits = true;
+      for (int64_t r = 0; r < M * R; ++r) input_fits = input_fits && flat_in.rank_tokens(r) <= limit;
+      if (input_fits) {
+        ASSERT_LE(objective(flat_out, o.linear_per_token), objective(flat_in, o.linear_per_token) * (1 + 1e-12))
+            << "seed " << seed;
+      }
+      across += moved ? 1 : 0;
+    }
+  }
+  EXPECT_GT(across, cases / 4);  // documents did change micro-batch
+  EXPECT_LT(alone, cases / 10);  // and the fallback is the exception
+}
+
+TEST(Chunking, WlbAcrossMicroBatchesRefusesMismatchedRanks) {
+  Batch a = test::random_batch(3, TestLayout::kContiguous);
+  Batch b = a;
+  b.ranks += 1;
+  b.per_rank.push_back({});
+  EXPECT_FALSE(wlb_repack_micro_batches({a, b}, ChunkingOptions{}).ok());
+  EXPECT_TRUE(wlb_repack_micro_batches({}, ChunkingOptions{})->empty());
 }
 
 TEST(Chunking, WlbShardsALongDocumentHeadTailOverItsGroup) {

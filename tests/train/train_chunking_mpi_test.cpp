@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -37,17 +38,21 @@ TEST(TrainChunkingMpi, WlbAndPerCpMatchTheLocalBackendAndColocated) {
     const std::string mpirun =
         std::string(DISTCA_MPIEXEC) + " --oversubscribe --allow-run-as-root -np " + std::to_string(np) + " ";
     const std::string base = " train --config " + cfg.string() + " --ranks " + std::to_string(np) + " --metrics ";
-    const auto colo = tmp("colo" + std::to_string(np) + ".jsonl");
-    ASSERT_EQ(sh(cli + base + colo.string() + " --mode colocated"), 0);
-    for (const std::string mode : {"--mode wlb --cp 2 --cp-threshold 48", "--mode percp --cp 2"}) {
-      const auto local = tmp("local.jsonl"), mpi = tmp("mpi.jsonl");
-      ASSERT_EQ(sh(cli + base + local.string() + " " + mode), 0) << mode;
-      ASSERT_EQ(sh(mpirun + cli + base + mpi.string() + " --backend mpi " + mode), 0) << mode << " -np " << np;
+    // (mode, the layout flags colocated shares with it)
+    std::vector<std::pair<std::string, std::string>> modes = {{"--mode wlb --cp 2 --cp-threshold 48", ""},
+                                                              {"--mode percp --cp 2", ""}};
+    // 4 ranks: wlb under pipelines, its documents re-packed across the micro-batches too.
+    if (np == 4) modes.push_back({"--mode wlb --cp 2 --cp-threshold 48", " --pp 2 --micro-batches 2"});
+    for (const auto& [mode, layout] : modes) {
+      const auto colo = tmp("colo.jsonl"), local = tmp("local.jsonl"), mpi = tmp("mpi.jsonl");
+      ASSERT_EQ(sh(cli + base + colo.string() + " --mode colocated" + layout), 0) << layout;
+      ASSERT_EQ(sh(cli + base + local.string() + " " + mode + layout), 0) << mode << layout;
+      ASSERT_EQ(sh(mpirun + cli + base + mpi.string() + " --backend mpi " + mode + layout), 0) << mode << layout << " -np " << np;
       const auto want = losses(local), got = losses(mpi), base_losses = losses(colo);
       ASSERT_EQ(want.size(), 10u);
-      EXPECT_EQ(got, want) << mode << " -np " << np;
+      EXPECT_EQ(got, want) << mode << layout << " -np " << np;
       for (size_t i = 0; i < want.size(); ++i) {
-        EXPECT_LE(std::abs(got[i] - base_losses[i]), 1e-5 * std::abs(base_losses[i])) << mode << " step " << i;
+        EXPECT_LE(std::abs(got[i] - base_losses[i]), 1e-5 * std::abs(base_losses[i])) << mode << layout << " step " << i;
       }
     }
   }

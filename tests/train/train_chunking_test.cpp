@@ -16,6 +16,9 @@
 #include "distca/train/data.h"
 #include "distca/train/memory.h"
 #include "distca/train/trainer.h"
+#include "distca/train/wlb_profile.h"
+#include "distca/cost/step_flops.h"
+#include "support/hardware_profile_fixture.h"
 #include "train_test_util.h"
 
 namespace distca::train {
@@ -149,6 +152,7 @@ void expect_agrees_with_colocated(TrainConfig c, const std::string& what) {
   plain.cp = 1;
   plain.wlb_cap.reset();
   plain.cp_threshold.reset();
+  plain.hardware.clear();
   ASSERT_TRUE(run_training_local(plain, {}, &colo).ok());
   const Status st = run_training_local(c, {}, &mine);
   ASSERT_TRUE(st.ok()) << st.to_string();
@@ -201,7 +205,11 @@ TEST(ChunkingTrain, WlbUnderPipelinesAndAccumulationAgrees) {
   c.mode = TrainMode::kWlb;
   c.pp = 2;
   c.micro_batches = 2;
-  expect_agrees_with_colocated(c, "wlb dp 2 x pp 2");
+  expect_agrees_with_colocated(c, "wlb dp 2 x pp 2 (re-packed across micro-batches)");
+  c.cp = 2;
+  c.cp_threshold = 48;
+  c.micro_batches = 3;
+  expect_agrees_with_colocated(c, "wlb cp 2, dp 2 x pp 2, 3 micro-batches");
   c = small_config(2);
   c.mode = TrainMode::kWlb;
   c.cp = 2;
@@ -243,6 +251,33 @@ TEST(ChunkingTrain, PeakMemoryPerRankFollowsTheRowsHeld) {
   const int64_t per_row = model::model_memory(spec).activation_bytes_per_token();
   for (size_t r = 0; r < 4; ++r) EXPECT_GE(wlb.buffer_bytes[r], per_row * want[r]);
   EXPECT_GT(max_over_mean(wlb.buffer_bytes), 1.0);
+}
+
+// --hardware with wlb: the chunking's work from the profile. The fixture's GEMMs all run at
+// kProfileConcurrentFlops with every rank at once, so the linear seconds per token per layer are
+// the model's linear FLOPs per token per layer over that rate, divided by the model's query width
+// over the profile's; attention is the profile's table (forward + backward seconds).
+TEST(ChunkingTrain, HardwareProfileSetsTheChunkingWork) {
+  const HardwareProfile profile = distca::testing::test_hardware_profile(2);
+  TrainConfig c = small_config(2);
+  c.mode = TrainMode::kWlb;
+  const ModelSpec spec = *c.model_spec();
+  std::shared_ptr<const AttentionCostModel> table;
+  const ChunkingOptions o = profiled_chunking(profile, spec, chunking_options(c, spec, 128), &table);
+  ASSERT_TRUE(table != nullptr);
+  EXPECT_EQ(o.cost, table.get());
+  const double width = static_cast<double>(spec.n_heads * spec.head_dim) / (4.0 * 16.0);
+  const double want = training_step_flops(spec, 1, 0).linear / static_cast<double>(spec.n_layers) /
+                      distca::testing::kProfileConcurrentFlops / width;
+  EXPECT_NEAR(o.linear_per_token, want, 1e-12 * want);
+  EXPECT_NEAR(o.cost->task_cost(16, 16), 1e-5 * 3.5, 1e-12);  // forward + 2.5 x forward
+  EXPECT_NEAR(o.cost->task_cost(32, 32), 4e-5 * 3.5, 1e-12);
+  // A run with a profile file trains on the same documents, within the bound of colocated.
+  c.hardware = std::string(DISTCA_SOURCE_DIR) + "/configs/hardware/local-2rank.json";
+  c.cp = 2;
+  c.cp_threshold = 32;
+  ASSERT_TRUE(c.validate().ok()) << c.validate().to_string();
+  expect_agrees_with_colocated(c, "wlb cp 2 --hardware, 2 ranks");
 }
 
 TEST(ChunkingTrain, ModeLabels) {

@@ -163,6 +163,23 @@ class Communicator {
   // rank p's contribution lands in recv[p*k .. (p+1)*k).
   virtual Status all_gather(std::span<const std::byte> send, std::span<std::byte> recv);
 
+  // Variable all-gather. counts: (size()) bytes of every rank's block, the same array on every
+  // rank; send: (counts[rank()] bytes); recv: (sum of counts bytes), rank-major: rank p's block
+  // lands in recv[displ(p) .. + counts[p]) with displ(p) = counts[0] + ... + counts[p-1]
+  // (all_gather_displs). A copy: no arithmetic. Errors: a counts array of the wrong length, a
+  // send or recv of the wrong size (checked on the calling rank before anything moves).
+  Status all_gather_v(std::span<const std::byte> send, std::span<const std::size_t> counts,
+                      std::span<std::byte> recv);
+
+  // Deterministic reduce-scatter, the inverse layout of all_gather_v. counts: (size()) elements
+  // of every rank's block, the same on every rank; data: (sum of counts) floats on every rank,
+  // block p at all_gather_displs(counts)[p]; out: (counts[rank()]). On return out[i] =
+  // ((d_0 + d_1) + d_2) + ... + d_{n-1}, d_p being element i of block rank() of rank p's data,
+  // added in rank order in float, so the bits do not depend on the backend or on timing. Each
+  // rank sends sum(counts) - counts[rank()] elements. Errors as for all_gather_v.
+  Status reduce_scatter_sum(std::span<const float> data, std::span<const std::size_t> counts,
+                            std::span<float> out);
+
   // Deterministic in-place sum over ranks: data: (len), the same len on every rank. On return
   // every element equals ((x_0 + x_1) + x_2) + ... + x_{n-1}, added in rank order in the
   // element's own type, so every rank - and either backend - gets identical bits.
@@ -199,6 +216,10 @@ class Communicator {
   // rank; the caller then returns the error from its rank function.
   virtual void fail(const Status& cause) = 0;
 };
+
+// The block offsets of all_gather_v and reduce_scatter_sum: (counts.size()) exclusive prefix
+// sums of counts.
+std::vector<std::size_t> all_gather_displs(std::span<const std::size_t> counts);
 
 // The reference the deterministic all-reduce must match bit for bit: contributions[p] is
 // rank p's (len) input; returns the element-wise sum in rank order 0..n-1.

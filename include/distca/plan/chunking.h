@@ -50,6 +50,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "distca/core/status.h"
@@ -93,6 +94,20 @@ std::vector<double> chunking_rank_work(const Batch& batch, const ChunkingOptions
 // Errors: an invalid batch, invalid options.
 Result<Batch> wlb_repack(const Batch& batch, const ChunkingOptions& options);
 Result<Batch> percp_repack(const Batch& batch, int64_t cp);
+
+// WLB-LLM's chunking across the M micro-batches of a step as well as across the ranks (the
+// trainer's --mode wlb under --pp): wlb_repack of the micro-batches laid side by side as M x R
+// ranks (micro-batch m's rank r is rank m R + r; CP groups never straddle two micro-batches, as
+// cp divides R), its cap the same (every micro-batch holds the same tokens), with one rule
+// more: a document cut for want of room is cut within one micro-batch, the one with the most
+// room; when none has room for it the micro-batches are re-packed each alone. Result: M
+// batches of R ranks, tokens_per_rank the re-pack's; a document of input micro-batch m with id
+// i has id micro_doc_id(i, m, M) (so ids stay unique wherever it lands). The objective, the
+// largest work of any rank of any micro-batch, is no worse than the input's when the input
+// holds the cap (the keep rule over all micro-batches together). Errors: an invalid batch,
+// micro-batches with different ranks, a negative document id, invalid options.
+Result<std::vector<Batch>> wlb_repack_micro_batches(const std::vector<Batch>& batches, const ChunkingOptions& options);
+constexpr int64_t micro_doc_id(int64_t id, int64_t m, int64_t micro_batches) { return id * micro_batches + m; }
 
 // Appends the head-tail shards of rows [begin, end) of document `doc` (length doc_len) to the
 // ranks first_rank + i of `out` (shares[i] rows each; their sum is end - begin).

@@ -61,6 +61,7 @@ struct TrainConfig {
   // choose_tolerance (plan/auto_tolerance.h) from `hardware`, a `distca profile
   // --hardware-out` file with link figures. cad mode, cad or cad-symmetric, pp 1 only.
   bool tolerance_auto = false;
+  // Also --mode wlb: the chunking's work from this profile (train/wlb_profile.h).
   std::string hardware;
   // The planner's topology (plan/topology.h; cad mode, pp 1): ranks_per_host N, or host_map
   // "0,0,1,1", or host_map "mpi" (MPI's shared-memory split, --backend mpi); none: no
