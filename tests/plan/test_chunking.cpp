@@ -119,7 +119,8 @@ TEST(Chunking, WlbAcrossMicroBatchesInvariants) {
     const int64_t M = 2 + static_cast<int64_t>(seed % 3);
     for (uint64_t k = 1; static_cast<int64_t>(in.size()) < M; ++k) {
       Batch b = test::random_batch(seed * 131 + k, TestLayout::kContiguous);
-      if (b.ranks == first.ranks) in.push_back(std::move(b));
+      // The loader's micro-batches: the same ranks and tokens per rank.
+      if (b.ranks == first.ranks && b.tokens_per_rank == first.tokens_per_rank) in.push_back(std::move(b));
     }
     const int64_t R = first.ranks;
     for (double cap : {1.0, 1.3}) {

@@ -93,7 +93,7 @@ void check_case(const Case& c, const AttentionDims& dims, int64_t& group_docs, i
                                         out.dq.data(), out.dk.data(), out.dv.data()));
     out.lse = att.lse_rows(1);
     fwd[static_cast<size_t>(r)] = att.last_forward_bytes();
-    bwd[static_cast<size_t>(r)] = att.last_forward_bytes() + att.last_backward_bytes();
+    bwd[static_cast<size_t>(r)] = att.last_backward_bytes();
     return {};
   });
   ASSERT_TRUE(st.ok()) << c.name << ": " << st.to_string();
