@@ -49,6 +49,17 @@ Status validate_p2p(const char* call, const void* data, std::size_t bytes, int p
   return Status::ok_status();
 }
 
+namespace {
+
+// An AllToAllV over the given buffers and per-peer byte counts and offsets.
+AllToAllV exchange_of(const std::byte* send, std::span<const std::size_t> send_counts,
+                      std::span<const std::size_t> send_displs, std::byte* recv,
+                      std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs) {
+  return AllToAllV{send, send_counts, send_displs, recv, recv_counts, recv_displs, nullptr};
+}
+
+}  // namespace
+
 // Root sends its bytes to every other rank; a copy, so no determinism concern.
 Status Communicator::broadcast(std::span<std::byte> data, int root) {
   const int n = size();
@@ -65,13 +76,7 @@ Status Communicator::broadcast(std::span<std::byte> data, int root) {
   } else {
     recv_counts[static_cast<std::size_t>(root)] = data.size();
   }
-  AllToAllV a;
-  a.send = data.data();
-  a.send_counts = send_counts;
-  a.send_displs = zeros;
-  a.recv = data.data();
-  a.recv_counts = recv_counts;
-  a.recv_displs = zeros;
+  const AllToAllV a = exchange_of(data.data(), send_counts, zeros, data.data(), recv_counts, zeros);
   return all_to_all_v(a);
 }
 
@@ -89,13 +94,7 @@ Status Communicator::all_gather(std::span<const std::byte> send, std::span<std::
   }
   std::vector<std::size_t> counts(un, k), send_displs(un, 0), recv_displs(un);
   for (std::size_t p = 0; p < un; ++p) recv_displs[p] = p * k;
-  AllToAllV a;
-  a.send = send.data();
-  a.send_counts = counts;
-  a.send_displs = send_displs;
-  a.recv = recv.data();
-  a.recv_counts = counts;
-  a.recv_displs = recv_displs;
+  const AllToAllV a = exchange_of(send.data(), counts, send_displs, recv.data(), counts, recv_displs);
   return all_to_all_v(a);
 }
 
@@ -141,50 +140,38 @@ Status Communicator::all_gather_v(std::span<const std::byte> send, std::span<con
   const auto un = static_cast<std::size_t>(n);
   const std::vector<std::size_t> recv_displs = all_gather_displs(counts);
   std::vector<std::size_t> send_counts(un, send.size()), zeros(un, 0);
-  AllToAllV a;
-  a.send = send.data();
-  a.send_counts = send_counts;
-  a.send_displs = zeros;
-  a.recv = recv.data();
-  a.recv_counts = counts;
-  a.recv_displs = recv_displs;
+  const AllToAllV a = exchange_of(send.data(), send_counts, zeros, recv.data(), counts, recv_displs);
   return all_to_all_v(a).with_context("all_gather_v");
 }
 
-Status Communicator::reduce_scatter_sum(std::span<const float> data, std::span<const std::size_t> counts,
-                                        std::span<float> out) {
-  const int n = size();
-  const auto me = static_cast<std::size_t>(rank());
-  DISTCA_RETURN_IF_ERROR(check_variable_blocks("reduce_scatter_sum", counts, n, rank(), data.size(),
-                                               "data", out.size(), "out"));
-  const auto un = static_cast<std::size_t>(n);
-  const std::size_t m = counts[me];
-  const std::vector<std::size_t> displs = all_gather_displs(counts);
-  // gathered: (n, m): row p is rank p's block `me`.
-  std::vector<float> gathered(un * m);
-  std::vector<std::size_t> send_counts(un), send_displs(un), recv_counts(un, m * sizeof(float)), recv_displs(un);
-  for (std::size_t p = 0; p < un; ++p) {
-    send_counts[p] = counts[p] * sizeof(float);
-    send_displs[p] = displs[p] * sizeof(float);
-    recv_displs[p] = p * m * sizeof(float);
+namespace {
+
+// Block p of every rank's data (elements [begin[p], begin[p] + count[p])) goes to rank p, which
+// sums the n blocks it receives in rank order into out (count[rank] elements), exactly as
+// serial_rank_order_sum does: the reduce-scatter of reduce_scatter_sum and all_reduce_sum.
+template <class T>
+Status rank_order_reduce_scatter(Communicator& comm, const T* data, const std::vector<std::size_t>& begin,
+                                 const std::vector<std::size_t>& count, T* out, const char* what) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  const std::size_t m = count[static_cast<std::size_t>(comm.rank())];
+  // gathered: (n, m) - row p is rank p's block for me.
+  std::vector<T> gathered(n * m);
+  std::vector<std::size_t> send_counts(n), send_displs(n), recv_counts(n, m * sizeof(T)), recv_displs(n);
+  for (std::size_t p = 0; p < n; ++p) {
+    send_counts[p] = count[p] * sizeof(T);
+    send_displs[p] = begin[p] * sizeof(T);
+    recv_displs[p] = p * m * sizeof(T);
   }
-  AllToAllV a;
-  a.send = reinterpret_cast<const std::byte*>(data.data());
-  a.send_counts = send_counts;
-  a.send_displs = send_displs;
-  a.recv = reinterpret_cast<std::byte*>(gathered.data());
-  a.recv_counts = recv_counts;
-  a.recv_displs = recv_displs;
-  DISTCA_RETURN_IF_ERROR(all_to_all_v(a).with_context("reduce_scatter_sum"));
-  std::copy(gathered.begin(), gathered.begin() + static_cast<std::ptrdiff_t>(m), out.begin());
-  for (std::size_t p = 1; p < un; ++p) {
-    const float* row = gathered.data() + p * m;
+  const AllToAllV a = exchange_of(reinterpret_cast<const std::byte*>(data), send_counts, send_displs,
+                                  reinterpret_cast<std::byte*>(gathered.data()), recv_counts, recv_displs);
+  DISTCA_RETURN_IF_ERROR(comm.all_to_all_v(a).with_context(what));
+  std::copy(gathered.begin(), gathered.begin() + static_cast<std::ptrdiff_t>(m), out);
+  for (std::size_t p = 1; p < n; ++p) {
+    const T* row = gathered.data() + p * m;
     for (std::size_t i = 0; i < m; ++i) out[i] += row[i];
   }
   return Status::ok_status();
 }
-
-namespace {
 
 // Slice p of an array of len elements split over n owners: [begin(p), begin(p+1)).
 std::size_t slice_begin(std::size_t len, std::size_t n, std::size_t p) { return len * p / n; }
@@ -194,48 +181,37 @@ Status all_reduce_sum_impl(Communicator& comm, std::span<T> data) {
   const auto n = static_cast<std::size_t>(comm.size());
   const auto me = static_cast<std::size_t>(comm.rank());
   const std::size_t len = data.size();
-  const std::size_t my_begin = slice_begin(len, n, me);
-  const std::size_t m = slice_begin(len, n, me + 1) - my_begin;  // my slice's length
-
-  // Reduce-scatter: every rank sends slice p of its data to rank p.
-  // gathered: (n, m) - row p is rank p's contribution to my slice.
-  std::vector<T> gathered(n * m);
-  std::vector<std::size_t> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
+  std::vector<std::size_t> begin(n), count(n);
   for (std::size_t p = 0; p < n; ++p) {
-    send_displs[p] = slice_begin(len, n, p) * sizeof(T);
-    send_counts[p] = (slice_begin(len, n, p + 1) - slice_begin(len, n, p)) * sizeof(T);
-    recv_counts[p] = m * sizeof(T);
-    recv_displs[p] = p * m * sizeof(T);
+    begin[p] = slice_begin(len, n, p);
+    count[p] = slice_begin(len, n, p + 1) - begin[p];
   }
-  AllToAllV a;
-  a.send = reinterpret_cast<const std::byte*>(data.data());
-  a.send_counts = send_counts;
-  a.send_displs = send_displs;
-  a.recv = reinterpret_cast<std::byte*>(gathered.data());
-  a.recv_counts = recv_counts;
-  a.recv_displs = recv_displs;
-  DISTCA_RETURN_IF_ERROR(comm.all_to_all_v(a).with_context("all_reduce_sum"));
-
-  // The rank-order sum, exactly as serial_rank_order_sum does it. acc: (m)
-  std::vector<T> acc(gathered.begin(), gathered.begin() + static_cast<std::ptrdiff_t>(m));
-  for (std::size_t p = 1; p < n; ++p) {
-    const T* row = gathered.data() + p * m;
-    for (std::size_t i = 0; i < m; ++i) acc[i] += row[i];
-  }
+  // Reduce-scatter: my slice, summed in rank order. acc: (my slice's length)
+  std::vector<T> acc(count[me]);
+  DISTCA_RETURN_IF_ERROR(rank_order_reduce_scatter(comm, data.data(), begin, count, acc.data(), "all_reduce_sum"));
 
   // All-gather of the summed slices back into data (a copy: no arithmetic).
-  std::vector<std::size_t> zeros(n, 0);
-  AllToAllV b;
-  b.send = reinterpret_cast<const std::byte*>(acc.data());
-  b.send_counts = recv_counts;  // m elements to every rank
-  b.send_displs = zeros;
-  b.recv = reinterpret_cast<std::byte*>(data.data());
-  b.recv_counts = send_counts;  // slice p's length from rank p
-  b.recv_displs = send_displs;  // into slice p
+  std::vector<std::size_t> zeros(n, 0), send_counts(n, count[me] * sizeof(T)), recv_counts(n), recv_displs(n);
+  for (std::size_t p = 0; p < n; ++p) {
+    recv_counts[p] = count[p] * sizeof(T);
+    recv_displs[p] = begin[p] * sizeof(T);
+  }
+  // My slice to every rank; slice p's length from rank p, into slice p.
+  const AllToAllV b = exchange_of(reinterpret_cast<const std::byte*>(acc.data()), send_counts, zeros,
+                                  reinterpret_cast<std::byte*>(data.data()), recv_counts, recv_displs);
   return comm.all_to_all_v(b).with_context("all_reduce_sum");
 }
 
 }  // namespace
+
+Status Communicator::reduce_scatter_sum(std::span<const float> data, std::span<const std::size_t> counts,
+                                        std::span<float> out) {
+  DISTCA_RETURN_IF_ERROR(check_variable_blocks("reduce_scatter_sum", counts, size(), rank(), data.size(),
+                                               "data", out.size(), "out"));
+  const std::vector<std::size_t> count(counts.begin(), counts.end());
+  return rank_order_reduce_scatter(*this, data.data(), all_gather_displs(counts), count, out.data(),
+                                   "reduce_scatter_sum");
+}
 
 Status Communicator::all_reduce_sum(std::span<float> data) {
   return all_reduce_sum_impl(*this, data);
