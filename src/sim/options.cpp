@@ -263,15 +263,22 @@ double estimate_simulate_bytes(const SimOptions& options, const std::vector<Batc
   const auto m = static_cast<double>(microbatches.size());
   double bytes = pieces * kBytesPerPiece + units * (kBytesPerUnit + m * kBytesPerUnitMicrobatch);
   // The re-packing baselines lay one micro-batch out at a time: a piece becomes at most 2C
-  // head-tail shards (and never more than its rows); wlb's search goes up to C = every unit.
+  // head-tail shards (and never more than its rows); wlb's search goes up to C = every unit,
+  // and by its default threshold wlb shards a document of length L only when 2C < (L + 1) /
+  // tile, which bounds its shards at any C. Cuts at the cap add at most one piece per unit.
   const Strategy& st = options.strategy;
   if (st.kind == StrategyKind::kWlb || st.kind == StrategyKind::kPerCp) {
     const int64_t c = st.cp_degree > 0 ? st.cp_degree : options.cluster.units_per_stage();
+    const bool by_tile = st.kind == StrategyKind::kWlb && options.wlb_cp_threshold == 0;
     double most = 0;
     for (const Batch& b : microbatches) {
-      double shards = 0;
+      double shards = static_cast<double>(b.ranks);
       for (const auto& rank : b.per_rank) {
-        for (const Piece& p : rank) shards += static_cast<double>(std::min(p.len, 2 * c));
+        for (const Piece& p : rank) {
+          int64_t n = std::min(p.len, 2 * c);
+          if (by_tile) n = std::min(n, std::max<int64_t>(1, (p.doc_len + 1) / options.attention_tile));
+          shards += static_cast<double>(n);
+        }
       }
       most = std::max(most, shards);
     }
