@@ -487,6 +487,7 @@ class CadEngine {
     for (size_t u = 0; u < U_; ++u) {
       mem[u].transient_bytes = transient_[u];
       mem[u].transient_kv_bytes = transient_kv_[u];
+      mem[u].exchange_peers = static_cast<int64_t>(U_) - 1;  // the exchanges span every unit
     }
     r.per_unit = std::move(rec_.stats());
     r.events = std::move(rec_.events());

@@ -70,7 +70,7 @@ struct Rates {
   // message; with a hardware profile, its all-to-all and p2p fits (B = G x the fit's
   // bandwidth; lat = the p2p fit's intercept (one message), the all-to-all fit's intercept /
   // (profile ranks - 1): its exchange sent ranks - 1 messages per rank).
-  Link exchange;  // all-to-all, all-gather / reduce-scatter, context fetch, gradient all-reduce
+  Link exchange;  // all-to-all, context fetch, gradient all-reduce
   Link p2p_link;  // stage-to-stage transfers (= exchange without a profile)
   RowBytes row_bytes;
   UnitAttentionCost cost;
@@ -133,13 +133,16 @@ struct MemoryInput {
   double tokens_in_flight = 0;   // peak sum of tokens of the micro-batches held at once
   double tokens_max = 0;         // most tokens of one micro-batch (recompute / logits transients)
   // Peak bytes kept from forward to backward for every layer of the micro-batches in flight:
-  // gathered / fetched K/V without checkpointing, keeping CAD servers' inputs and outputs.
+  // fetched K/V without checkpointing, keeping CAD servers' inputs and outputs.
   double kept_bytes = 0;
   double kept_kv_bytes = 0;
-  // Peak bytes of the one layer in flight: gathered / fetched K/V with checkpointing (and the
+  // Peak bytes of the one layer in flight: fetched K/V with checkpointing (and the
   // dK/dV before it goes back), stateless CAD servers' inputs, dO and gradients.
   double transient_bytes = 0;
   double transient_kv_bytes = 0;
+  // Units this unit's strategy exchanges with point to point (the framework's communication
+  // buffers: one connection each).
+  int64_t exchange_peers = 0;
 };
 // Fills `stats.memory` of every unit and the OOM fields of `r`.
 void apply_memory(const Rates& rates, const std::vector<MemoryInput>& in, SimResult& r);

@@ -215,6 +215,24 @@ std::string gb(double b) {
   return buf;
 }
 
+// SimOptions::framework's bytes per GPU of a unit of `stage` (docs/simulation-model.md,
+// "Framework memory"); per_step_bytes: its activations and buffers per GPU.
+double framework_bytes(const Rates& rates, int64_t stage, int64_t exchange_peers, double per_step_bytes) {
+  const FrameworkMemory& f = rates.o.framework;
+  // Ring communicators: tensor parallelism inside the unit, the stage's gradient all-reduce
+  // (each GPU connects to its two ring neighbours per channel).
+  auto neighbours = [](int64_t ring) -> int64_t { return ring > 2 ? 2 : ring - 1; };
+  const int64_t ring_peers =
+      neighbours(rates.gpus_per_unit) + (rates.o.grad_sync ? neighbours(rates.units_per_stage) : 0);
+  // Point to point: the strategy's exchange peers and the neighbouring pipeline stages.
+  int64_t p2p_peers = exchange_peers;
+  if (stage > 0) ++p2p_peers;
+  if (stage < rates.pp - 1) ++p2p_peers;
+  const double connections = static_cast<double>(f.ring_channels * ring_peers + f.p2p_channels * p2p_peers);
+  return f.context_bytes + f.comm_buffer_bytes * connections +
+         per_step_bytes * f.fragmentation / (1.0 - f.fragmentation);
+}
+
 }  // namespace
 
 void apply_memory(const Rates& rates, const std::vector<MemoryInput>& in, SimResult& r) {
@@ -254,6 +272,7 @@ void apply_memory(const Rates& rates, const std::vector<MemoryInput>& in, SimRes
     // (an upper bound: the kept peak and the in-flight layer's peak may fall apart).
     ms.buffers = (mi.kept_bytes + mi.transient_bytes) / G + transient;
     ms.kv_buffers = (mi.kept_kv_bytes + mi.transient_kv_bytes) / G;
+    ms.framework = framework_bytes(rates, s, mi.exchange_peers, ms.activations + ms.buffers);
     const double total = ms.total();
     r.peak_memory = std::max(r.peak_memory, total);
     if (total > capacity && !r.oom) {
@@ -261,7 +280,8 @@ void apply_memory(const Rates& rates, const std::vector<MemoryInput>& in, SimRes
       r.oom_unit = u;
       r.oom_reason = "unit " + std::to_string(u) + ": " + gb(total) + " per GPU needed > " + gb(capacity) +
                      " (params " + gb(ms.params) + ", grads " + gb(ms.grads) + ", optimizer " + gb(ms.optimizer) +
-                     ", activations " + gb(ms.activations) + ", buffers " + gb(ms.buffers) + ")";
+                     ", activations " + gb(ms.activations) + ", buffers " + gb(ms.buffers) + ", framework " +
+                     gb(ms.framework) + ")";
     }
   }
 }

@@ -105,12 +105,6 @@ double all_to_all_unit_seconds(const Link& link, double sent, double recv, int64
   return std::max(out, in);
 }
 
-double ring_seconds(const Link& link, int64_t ring, double sent, double recv) {
-  const double b = std::max(sent, recv);
-  if (ring <= 1 || !(b > 0)) return 0.0;
-  return static_cast<double>(ring - 1) * link.latency + b / link.bytes_per_second;
-}
-
 double ring_all_reduce_seconds(const Link& link, int64_t n, double data, double* moved) {
   const auto nn = static_cast<double>(n);
   const double m = n > 1 && data > 0 ? 2.0 * (nn - 1.0) / nn * data : 0.0;

@@ -110,12 +110,6 @@ inline bool messages_cover_bytes(double sent, double recv, int64_t sends, int64_
   return (sends > 0 || !(sent > 0)) && (receives > 0 || !(recv > 0));
 }
 
-// A ring all-gather or reduce-scatter over `ring` units (NCCL's ring: ring - 1 steps, one
-// message per step and GPU, each unit's bytes pass its NIC once): (ring - 1) lat + max(sent,
-// recv) / B, where sent / recv are the unit's bytes over the whole collective (the group's
-// duration is the max over its units). 0 when ring <= 1 or no bytes move.
-double ring_seconds(const Link& link, int64_t ring, double sent, double recv);
-
 // A ring all-reduce of `data` bytes per unit over n units (reduce-scatter then all-gather:
 // 2 (n - 1) steps): 2 (n - 1) lat + moved / B with moved = 2 (n - 1) / n data, the bytes each
 // unit sends (= receives); *moved gets them (if not null). 0 when n <= 1 or data <= 0.

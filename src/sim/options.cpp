@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "distca/cost/step_flops.h"
 #include "distca/sim/simulator.h"
 
 namespace distca::sim {
@@ -112,6 +113,28 @@ Result<ClusterSpec> make_cluster(const std::string& preset, int64_t gpus) {
   return c;
 }
 
+FrameworkMemory FrameworkMemory::gpu() {
+  // Sources and reasons: docs/simulation-model.md, "Framework memory".
+  FrameworkMemory f;
+  f.context_bytes = 768.0 * 1024 * 1024;     // the CUDA context with the libraries loaded
+  f.comm_buffer_bytes = 4.0 * 1024 * 1024;   // NCCL_BUFFSIZE's default
+  f.ring_channels = 16;
+  f.p2p_channels = 2;
+  f.fragmentation = 0.15;
+  return f;
+}
+
+ChunkingOptions wlb_chunking(const SimOptions& options, int64_t cp) {
+  ChunkingOptions c;
+  c.cap = options.wlb_mem_cap;
+  c.cp = cp;
+  c.cp_threshold = options.wlb_cp_threshold;
+  c.tile_rows = options.attention_tile;
+  c.linear_per_token =
+      training_step_flops(options.model, 1, 0).linear / training_step_flops(options.model, 0, 1).attention;
+  return c;
+}
+
 Status SimOptions::validate() const {
   DISTCA_RETURN_IF_ERROR(model.validate().with_context("--model"));
   DISTCA_RETURN_IF_ERROR(cluster.validate());
@@ -131,6 +154,15 @@ Status SimOptions::validate() const {
   }
   if (!(wlb_mem_cap >= 1 && std::isfinite(wlb_mem_cap))) {
     return Status::invalid_argument("--wlb-mem-cap must be >= 1 (got " + num(wlb_mem_cap) + ")");
+  }
+  if (wlb_cp_threshold < 0) {
+    return Status::invalid_argument("--cp-threshold must be >= 0 (got " + std::to_string(wlb_cp_threshold) + ")");
+  }
+  const FrameworkMemory& f = framework;
+  if (!(f.context_bytes >= 0 && std::isfinite(f.context_bytes) && f.comm_buffer_bytes >= 0 &&
+        std::isfinite(f.comm_buffer_bytes) && f.ring_channels >= 0 && f.p2p_channels >= 0 &&
+        f.fragmentation >= 0 && f.fragmentation < 1)) {
+    return Status::invalid_argument("framework memory: every figure must be finite and >= 0, fragmentation < 1");
   }
   if (dtype_bytes != 2 && dtype_bytes != 4) {
     return Status::invalid_argument("--dtype: activation bytes must be 2 or 4 (got " + std::to_string(dtype_bytes) + ")");
@@ -230,6 +262,28 @@ double estimate_simulate_bytes(const SimOptions& options, const std::vector<Batc
   const auto units = static_cast<double>(options.cluster.units());
   const auto m = static_cast<double>(microbatches.size());
   double bytes = pieces * kBytesPerPiece + units * (kBytesPerUnit + m * kBytesPerUnitMicrobatch);
+  // The re-packing baselines lay one micro-batch out at a time: a piece becomes at most 2C
+  // head-tail shards (and never more than its rows); wlb's search goes up to C = every unit,
+  // and by its default threshold wlb shards a document of length L only when 2C < (L + 1) /
+  // tile, which bounds its shards at any C. Cuts at the cap add at most one piece per unit.
+  const Strategy& st = options.strategy;
+  if (st.kind == StrategyKind::kWlb || st.kind == StrategyKind::kPerCp) {
+    const int64_t c = st.cp_degree > 0 ? st.cp_degree : options.cluster.units_per_stage();
+    const bool by_tile = st.kind == StrategyKind::kWlb && options.wlb_cp_threshold == 0;
+    double most = 0;
+    for (const Batch& b : microbatches) {
+      double shards = static_cast<double>(b.ranks);
+      for (const auto& rank : b.per_rank) {
+        for (const Piece& p : rank) {
+          int64_t n = std::min(p.len, 2 * c);
+          if (by_tile) n = std::min(n, std::max<int64_t>(1, (p.doc_len + 1) / options.attention_tile));
+          shards += static_cast<double>(n);
+        }
+      }
+      most = std::max(most, shards);
+    }
+    bytes += most * kBytesPerPiece;
+  }
   const auto events = static_cast<double>(max_trace_events(options, static_cast<int64_t>(microbatches.size())));
   if (options.record_events) bytes += events * kBytesPerEvent;
   if (options.hardware_profile != nullptr) bytes += events * kBytesPerSharedInterval;  // may share

@@ -2,6 +2,7 @@
 // (request.h): the one mapping every entry point calls.
 #include "distca/sim/request.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -61,6 +62,10 @@ Result<SimSetup> make_sim_options(const SimRequest& r) {
   so.attention_tile = r.attention_tile;
   so.tolerance = r.tolerance;
   so.wlb_mem_cap = r.wlb_mem_cap;
+  so.wlb_cp_threshold = r.wlb_cp_threshold;
+  // Framework memory is a GPU runtime's: none on the local CPU (its preset, or a profile
+  // measured there by distca profile).
+  if (so.hardware_profile != nullptr || so.cluster.hw.name == "local-cpu") so.framework = FrameworkMemory{};
   so.shard_optimizer = r.shard_optimizer;
   so.activation_checkpointing = r.activation_checkpointing;
   so.lm_head = r.lm_head;
@@ -94,10 +99,16 @@ SimRequest training_request(const TrainingRun& run) {
   r.shard_optimizer = false;
   r.activation_checkpointing = false;
   r.cad_servers = run.pp > 1 ? "stateless" : "keep";  // pipelines plan every backward apart
-  // Every other mode is the simulator strategy of its name (wlb:C, percp:C with a CP degree),
-  // so a mode the simulator lacks is refused by make_sim_options, never simulated as another.
+  r.wlb_mem_cap = run.wlb_cap;
+  r.wlb_cp_threshold = run.cp_threshold;
+  r.attention_tile = run.tile_rows;
+  // Every other mode is the simulator strategy of its name, the re-packing baselines at the
+  // run's CP degree (a bare "wlb" would be WLB-ideal's search over degrees, not the run), so
+  // a mode the simulator lacks is refused by make_sim_options, never simulated as another.
   if (run.mode == "cad") {
     r.strategy = "cad:" + run.overlap;
+  } else if (run.mode == "wlb" || run.mode == "percp") {
+    r.strategy = run.mode + ":" + std::to_string(std::max<int64_t>(run.cp, 1));
   } else {
     r.strategy = run.cp > 0 ? run.mode + ":" + std::to_string(run.cp) : run.mode;
   }

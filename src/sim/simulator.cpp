@@ -206,6 +206,7 @@ nlohmann::json to_json(const SimResult& r) {
                        {"activations", u.memory.activations},
                        {"buffers", u.memory.buffers},
                        {"kv_buffers", u.memory.kv_buffers},
+                       {"framework", u.memory.framework},
                        {"total", u.memory.total()}}}});
   }
   j["per_unit"] = std::move(units);

@@ -1,9 +1,9 @@
 // The memory model with activation checkpointing (docs/simulation-model.md, "Memory"): a
-// hand-built per-document CP case whose gathered K/V bytes, the recompute's second
-// all-gather (bytes and seconds) and the memory terms are computed here from the model's
-// shapes, and invariants over every strategy: checkpointing never raises a unit's peak, the
-// K/V part is inside the buffers, bytes sent equal bytes received, and the recompute's
-// re-gather adds exactly the forward's K/V bytes once more.
+// hand-built per-document CP case whose fetched K/V bytes, the recompute's second fetch
+// (bytes and seconds) and the memory terms are computed here from the model's shapes, and
+// invariants over every strategy: checkpointing never raises a unit's peak, the K/V part is
+// inside the buffers, bytes sent equal bytes received, and the recompute's re-fetch adds
+// exactly the forward's K/V bytes once more.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,9 +24,11 @@ using testing::run;
 
 double rel(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1e-300); }
 
-// Two units, percp:2, one document of 2T tokens: head-tail gives each unit two chunks of T/2
-// rows (unit 0 chunks 0 and 3, unit 1 chunks 1 and 2), so each holds T rows and gathers the
-// other T rows' K and V every layer: T * 2 kv_dim * 2 bytes per unit (whole node of 8 GPUs).
+// Two units, percp:2, one document of 2T tokens: percp_repack's head-tail shards give unit 0
+// rows [0, T/2) and [3T/2, 2T), unit 1 rows [T/2, 3T/2), T rows each. Unit 0's attention reads
+// the whole document, so it fetches unit 1's T rows of K and V every layer; unit 1's reads up
+// to 3T/2, so it fetches unit 0's first T/2 rows: rows * 2 kv_dim * 2 bytes (whole node of 8
+// GPUs).
 TEST(Memory, PerCpTwoUnitsOneDocumentByHand) {
   const int64_t T = 8192;
   const Batch b = pack_documents({2 * T}, 2, T, Layout::kContiguous);
@@ -41,44 +43,47 @@ TEST(Memory, PerCpTwoUnitsOneDocumentByHand) {
   const double G = 8, L = 32;
   const double kv_row = 2.0 * 1024 * 2;  // K and V of one token: 8 KV heads x 128, bf16
   ASSERT_EQ(m.kv_dim(), 1024);
-  const double gathered = static_cast<double>(T) * kv_row;  // per unit and layer
+  const double fetched[2] = {static_cast<double>(T) * kv_row, static_cast<double>(T / 2) * kv_row};  // per layer
   const double h = 4096, q = 4096, kvd = 1024, ffn = 14336, lse = 4.0 * 32;
   const double stored = 2 * (h + q) + lse;                              // layer input, O, LSE
   const double all = 2 * (4 * h + 2 * q + 2 * kvd + 3 * ffn) + lse;     // every activation
   for (size_t u = 0; u < 2; ++u) {
     const MemoryStats& ma = a.per_unit[u].memory;
     const MemoryStats& mf = f.per_unit[u].memory;
-    // Checkpointing: one layer's gathered K/V and its dK/dV; the layer being recomputed.
-    EXPECT_LT(rel(ma.kv_buffers, 2 * gathered / G), 1e-12) << u;
-    EXPECT_LT(rel(ma.buffers, 2 * gathered / G + all * T / G), 1e-12) << u;
+    const double other = fetched[1 - u];  // what the other unit fetches from this one
+    // Checkpointing: one layer's fetched K/V and its dK/dV; the layer being recomputed.
+    EXPECT_LT(rel(ma.kv_buffers, 2 * fetched[u] / G), 1e-12) << u;
+    EXPECT_LT(rel(ma.buffers, 2 * fetched[u] / G + all * T / G), 1e-12) << u;
     EXPECT_LT(rel(ma.activations, stored * L * T / G), 1e-12) << u;
-    // Without: every layer's gathered K/V kept for backward, plus the dK/dV of the layer in
+    // Without: every layer's fetched K/V kept for backward, plus the dK/dV of the layer in
     // backward; every activation stored, nothing recomputed.
-    EXPECT_LT(rel(mf.kv_buffers, (L + 1) * gathered / G), 1e-12) << u;
+    EXPECT_LT(rel(mf.kv_buffers, (L + 1) * fetched[u] / G), 1e-12) << u;
     EXPECT_LT(rel(mf.buffers, mf.kv_buffers), 1e-12) << u;
     EXPECT_LT(rel(mf.activations, all * L * T / G), 1e-12) << u;
     EXPECT_LT(ma.total(), mf.total()) << u;
-    // Bytes: forward all-gather, backward reduce-scatter, and with checkpointing the
-    // recompute's all-gather again: 3 (2 without) x the gathered bytes per layer.
-    EXPECT_LT(rel(a.per_unit[u].bytes_sent, 3 * L * gathered), 1e-12) << u;
-    EXPECT_LT(rel(a.per_unit[u].bytes_received, 3 * L * gathered), 1e-12) << u;
-    EXPECT_LT(rel(f.per_unit[u].bytes_sent, 2 * L * gathered), 1e-12) << u;
+    // Bytes per layer: the forward fetch, with checkpointing the recompute's fetch again, and
+    // the dK/dV of the rows the other unit fetched coming back.
+    EXPECT_LT(rel(a.per_unit[u].bytes_received, L * (2 * fetched[u] + other)), 1e-12) << u;
+    EXPECT_LT(rel(a.per_unit[u].bytes_sent, L * (2 * other + fetched[u])), 1e-12) << u;
+    EXPECT_LT(rel(f.per_unit[u].bytes_sent, L * (other + fetched[u])), 1e-12) << u;
   }
-  EXPECT_LT(rel(a.plan.comm_bytes_backward, 2 * 2 * gathered), 1e-12);
-  EXPECT_LT(rel(f.plan.comm_bytes_backward, 2 * gathered), 1e-12);
-  // Time: the re-gather costs what the forward's all-gather costs (ring: one latency for
-  // C - 1 = 1 step), and the recomputed forward adds one forward of linear work per layer.
-  const double coll = gathered / (G * ck.cluster.hw.inter_node_bw) + ck.cluster.hw.inter_node_latency;
+  const double fwd = fetched[0] + fetched[1];
+  EXPECT_LT(rel(a.plan.comm_bytes_backward, 2 * fwd), 1e-12);
+  EXPECT_LT(rel(f.plan.comm_bytes_backward, fwd), 1e-12);
+  // Time: each unit's part of the fetch is one message each way, the larger side T rows; the
+  // re-fetch costs what the forward's costs, and the recomputed forward adds one forward of
+  // linear work per layer.
+  const double xfer = fetched[0] / (G * ck.cluster.hw.inter_node_bw) + ck.cluster.hw.inter_node_latency;
   const double lin_fwd = static_cast<double>(T) * linear_forward_flops_per_token(m) / (G * ck.cluster.hw.peak_flops * 0.5);
-  EXPECT_LT(rel(a.iteration_seconds - f.iteration_seconds, L * (coll + lin_fwd)), 1e-9);
-  EXPECT_LT(rel(a.per_unit[0].exposed_comm, 3 * L * coll), 1e-9);
-  int regathers = 0;
+  EXPECT_LT(rel(a.iteration_seconds - f.iteration_seconds, L * (xfer + lin_fwd)), 1e-9);
+  EXPECT_LT(rel(a.per_unit[0].exposed_comm, 3 * L * xfer), 1e-9);
+  int refetches = 0;
   for (const TraceEvent& e : a.events) {
-    if (e.name != "K/V re-gather (recompute)") continue;
-    ++regathers;
-    EXPECT_LT(rel((e.end_us - e.start_us) * 1e-6, coll), 1e-9);
+    if (e.name != "K/V re-fetch (recompute)") continue;
+    ++refetches;
+    EXPECT_LT(rel((e.end_us - e.start_us) * 1e-6, xfer), 1e-9);
   }
-  EXPECT_EQ(regathers, 2 * 32);
+  EXPECT_EQ(refetches, 2 * 32);
   // The JSON carries the K/V part.
   const nlohmann::json j = to_json(a);
   EXPECT_EQ(j["per_unit"][0]["memory"]["kv_buffers"].get<double>(), a.per_unit[0].memory.kv_buffers);
@@ -105,6 +110,37 @@ TEST(Memory, ColocatedContextFetchFollowsTheSameRule) {
   const double xfer = ck.cluster.hw.inter_node_latency + fetched / (G * ck.cluster.hw.inter_node_bw);
   EXPECT_LT(rel(a.per_unit[1].exposed_comm, 3 * L * xfer), 1e-9);
   EXPECT_LT(rel(f.per_unit[1].exposed_comm, 2 * L * xfer), 1e-9);
+}
+
+// The framework's memory per GPU (docs/simulation-model.md, "Framework memory"), by hand on two
+// h200 units (G = 8) with one document cut across them: the 768 MiB context; 4 MiB NCCL
+// buffers on 16 channels to each ring neighbour (tensor parallelism over 8 GPUs: 2; the
+// gradient all-reduce over 2 units: 1) and on 2 channels to each point-to-point peer (the
+// other unit, which the fetch connects in one direction or the other; CAD: every other unit);
+// the allocator's 15% of the activations and buffers. FrameworkMemory{} adds nothing.
+TEST(Memory, FrameworkMemoryIsContextBuffersAndFragmentationByHand) {
+  const int64_t T = 8192;
+  const Batch b = pack_documents({2 * T}, 2, T, Layout::kContiguous);
+  for (const char* s : {"colocated", "cad"}) {
+    SimOptions o = options(s, 2);
+    const SimResult r = run(o, {b});
+    o.framework = FrameworkMemory{};
+    const SimResult bare = run(o, {b});
+    const double mib = 1024.0 * 1024.0;
+    for (size_t u = 0; u < 2; ++u) {
+      const MemoryStats& m = r.per_unit[u].memory;
+      const double dynamic = m.activations + m.buffers;
+      const double want = 768 * mib + 4 * mib * (16 * (2 + 1) + 2 * 1) + dynamic * 0.15 / 0.85;
+      EXPECT_LT(rel(m.framework, want), 1e-12) << s << " unit " << u;
+      EXPECT_LT(rel(m.total(), m.params + m.grads + m.optimizer + dynamic + want), 1e-12) << s;
+      const MemoryStats& z = bare.per_unit[u].memory;
+      EXPECT_EQ(z.framework, 0) << s;
+      EXPECT_EQ(z.total(), z.params + z.grads + z.optimizer + z.activations + z.buffers) << s;
+      EXPECT_EQ(z.activations, m.activations) << s;
+    }
+    EXPECT_EQ(bare.iteration_seconds, r.iteration_seconds) << s;  // memory only
+    EXPECT_GT(r.peak_memory, bare.peak_memory) << s;
+  }
 }
 
 using testing::drawn;

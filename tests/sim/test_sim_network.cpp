@@ -160,12 +160,8 @@ TEST(NetworkAllToAll, NoBytesNoCostAndMoreIsNeverFaster) {
   }
 }
 
-TEST(NetworkRings, AllGatherAndAllReduceClosedForms) {
+TEST(NetworkRings, AllReduceClosedForm) {
   const double lat = kLink.latency, B = kLink.bytes_per_second;
-  EXPECT_EQ(ring_seconds(kLink, 1, 5e6, 5e6), 0.0);
-  EXPECT_EQ(ring_seconds(kLink, 4, 0, 0), 0.0);
-  EXPECT_LT(rel(ring_seconds(kLink, 4, 3e6, 9e6), 3 * lat + 9e6 / B), 1e-15);
-  EXPECT_GE(ring_seconds(kLink, 4, 3e6, 9.5e6), ring_seconds(kLink, 4, 3e6, 9e6));
   double moved = -1;
   EXPECT_EQ(ring_all_reduce_seconds(kLink, 1, 1e9, &moved), 0.0);
   EXPECT_EQ(moved, 0.0);
@@ -407,22 +403,28 @@ std::vector<double> span_seconds(const SimResult& r, const std::string& name, in
   return out;
 }
 
-// percp:4 over 4 units, one document of 4T tokens: head-tail chunks of T/2 rows, two per unit,
-// so each unit holds T rows and gathers the other 3T; the ring pays C - 1 = 3 latencies.
-TEST(NetworkEngine, RingOfFourUnitsPaysThreeLatencies) {
+// percp:4 over 4 units, one document of 4T tokens: percp_repack gives unit i the head
+// [iT/2, (i+1)T/2) and the tail [(7-i)T/2, (8-i)T/2). Each unit fetches the rows before its
+// tail's end held elsewhere (3T, 5T/2, 2T, 3T/2 rows) from the 3 others and sends its own to
+// every unit reading past them (3T/2, 2T, 5T/2, 3T rows): 3 messages each way, so its part is
+// 3 lat + max(sent, received) / B.
+TEST(NetworkEngine, PerCpFetchOfFourUnitsByHand) {
   const int64_t T = 8192;
   SimOptions o = testing::options("percp:4", 4);
   o.grad_sync = false;
   o.lm_head = false;
   o.record_events = true;
   const SimResult r = testing::run(o, {pack_documents({4 * T}, 4, T, Layout::kContiguous)});
-  const double kv = static_cast<double>(row_bytes(o.model, 2).kv);
-  const double want = 3 * kLat + 3.0 * static_cast<double>(T) * kv / kB;
+  const double kv = static_cast<double>(row_bytes(o.model, 2).kv) * static_cast<double>(T) / 2;  // T/2 rows
+  const double recv[4] = {6, 5, 4, 3}, sent[4] = {3, 4, 5, 6};  // in T/2 rows
   for (int64_t u = 0; u < 4; ++u) {
-    const std::vector<double> spans = span_seconds(r, "K/V all-gather", u);
+    const auto U = static_cast<size_t>(u);
+    const double want = 3 * kLat + std::max(recv[U], sent[U]) * kv / kB;
+    const std::vector<double> spans = span_seconds(r, "K/V fetch", u);
     EXPECT_EQ(spans.size(), 32u) << u;  // one per layer, forward
     for (const double s : spans) EXPECT_LT(rel(s, want), 1e-9) << u;
-    EXPECT_LT(rel(r.per_unit[static_cast<size_t>(u)].bytes_received, 3 * 32 * 3.0 * T * kv), 1e-12) << u;
+    // Forward fetch, the recompute's fetch, the dK/dV of what the others fetched.
+    EXPECT_LT(rel(r.per_unit[U].bytes_received, 32 * (2 * recv[U] + sent[U]) * kv), 1e-12) << u;
   }
 }
 
@@ -486,18 +488,17 @@ TEST(NetworkEngine, ThreeUnitCadPaysItsPeersLatencies) {
 }
 
 
-// A backward layer of a CP group reads in the trace as it runs: the linear backward (with the
-// recompute), the K/V re-gather, the attention backward, then the reduce-scatter of the dK/dV
-// it produced; back to back, so the layer takes their sum.
-TEST(NetworkEngine, BackwardSpansRunRecomputeRegatherAttentionReduceScatter) {
+// A backward layer of per-document CP reads in the trace as it runs: the linear backward (with
+// the recompute), the K/V re-fetch, the attention backward, then the return of the dK/dV it
+// produced; back to back, so the layer takes their sum.
+TEST(NetworkEngine, BackwardSpansRunRecomputeRefetchAttentionReturn) {
   const int64_t T = 8192;
   SimOptions o = testing::options("percp:2", 2);
   o.grad_sync = false;
   o.lm_head = false;
   o.record_events = true;
   const SimResult r = testing::run(o, {pack_documents({2 * T}, 2, T, Layout::kContiguous)});
-  const std::vector<std::string> order = {"bwd linear", "K/V re-gather (recompute)", "bwd attention",
-                                          "dK/dV reduce-scatter"};
+  const std::vector<std::string> order = {"bwd linear", "K/V re-fetch (recompute)", "bwd attention", "dK/dV return"};
   for (int64_t u = 0; u < 2; ++u) {
     std::vector<const TraceEvent*> bwd;
     for (const TraceEvent& e : r.events) {

@@ -3,16 +3,18 @@
 // closed form (layer FLOPs from the model's dimensions, causal pairs row by row, the LM head,
 // the ring all-reduce of the parameters' fp32 gradients), a colocated 1F1B pipeline timed event
 // by event over stages x micro-batches of different lengths with its stage-to-stage transfers,
-// and percp's attention pairs and K/V all-gather bytes enumerated row by row.
+// and the re-packing baselines' tokens, attention and K/V fetch bytes enumerated row by row
+// from the chunking's output (plan::wlb_repack, plan::percp_repack).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
-#include <set>
 
 #include "distca/core/specs.h"
 #include "distca/data/workload.h"
+#include "distca/plan/chunking.h"
 #include "distca/sim/simulator.h"
 #include "pipeline_reference.h"
 #include "sim_test_util.h"
@@ -124,47 +126,71 @@ TEST(Reference, ColocatedPipelineMatchesAnEventByEventEnumeration) {
   }
 }
 
-// percp:c row by row: a document is served by every rank of the CP groups holding its rows
-// (C ranks, ascending), cut into 2C equal chunks (integer bounds k L / 2C), chunk k and chunk
-// 2C - 1 - k on the k-th of them; a row x costs x + 1 pairs on its server. Forward bytes: every
-// server receives the K/V row (2 kv heads x head_dim x 2 bytes) of every row another rank
-// holds; backward: the recompute's all-gather again and the dK/dV reduce-scatter.
-TEST(Reference, PercpPairsAndBytesMatchARowByRowEnumeration) {
+// The re-packing baselines (wlb:c, percp:c) against the chunking's output, enumerated here row
+// by row: the batch the runtime trains on is plan::wlb_repack (options written out below from
+// the trainer's documented rule) or plan::percp_repack; a unit holds and serves the rows it is
+// given (a row x costs x + 1 pairs); a piece [a, a + n) costs the analytic padded pairs
+// q (2 kv - q + 1) / 2 with q = max(n, 128), kv = max(a + n, q); every unit receives the K/V
+// row of every row of its documents before the end of its last row there that another unit
+// holds (forward), and in backward the recompute fetches them again and dK/dV go back.
+TEST(Reference, RepackedBaselinesMatchARowByRowEnumeration) {
   const Batch b = testing::drawn(8, 16384, 1, 3).front();
   const ModelSpec mspec = model_preset("llama-8b").value();
   const double kv_row = testing::kv_row_bytes(mspec, 2);
-  for (int64_t c : {1, 2, 4, 8}) {
-    // holder[doc][row]: the rank holding that row.
-    std::map<int64_t, std::vector<int64_t>> holder;
-    for (int64_t r = 0; r < b.ranks; ++r) {
-      for (const Piece& piece : b.per_rank[static_cast<size_t>(r)]) {
-        auto& rows = holder[piece.doc];
-        rows.resize(static_cast<size_t>(piece.doc_len), -1);
-        for (int64_t x = piece.offset; x < piece.offset + piece.len; ++x) rows[static_cast<size_t>(x)] = r;
+  const double L = static_cast<double>(mspec.n_layers);
+  // Linear training FLOPs per token (forward + 2x backward, the LM head once) over attention
+  // training FLOPs per pair (forward + 2.5x backward).
+  const double lm = 2.0 * static_cast<double>(mspec.hidden * mspec.vocab);
+  const double linear_per_token =
+      3.0 * (L * testing::layer_matmul_flops_per_token(mspec) + lm) / (L * 3.5 * testing::attention_forward_flops_of(mspec, 1.0));
+  for (const char* kind : {"wlb", "percp"}) {
+    for (int64_t c : {1, 2, 4, 8}) {
+      const std::string name = std::string(kind) + ":" + std::to_string(c);
+      const SimOptions o = options(name, 8);
+      ChunkingOptions co;
+      co.cap = 1.2;
+      co.cp = c;
+      co.tile_rows = 128;
+      co.linear_per_token = linear_per_token;
+      const ChunkingOptions sim_co = wlb_chunking(o, c);
+      EXPECT_LT(rel(sim_co.linear_per_token, linear_per_token), 1e-12) << name;
+      auto laid = std::string(kind) == "wlb" ? wlb_repack(b, co) : percp_repack(b, c);
+      ASSERT_TRUE(laid.ok()) << laid.status().message();
+      // holder[doc][row]: the unit holding that row.
+      std::map<int64_t, std::vector<int64_t>> holder;
+      std::vector<double> tokens(8, 0.0), pairs(8, 0.0), padded(8, 0.0);
+      for (int64_t r = 0; r < 8; ++r) {
+        for (const Piece& piece : laid->per_rank[static_cast<size_t>(r)]) {
+          auto& rows = holder[piece.doc];
+          rows.resize(static_cast<size_t>(piece.doc_len), -1);
+          for (int64_t x = piece.offset; x < piece.offset + piece.len; ++x) rows[static_cast<size_t>(x)] = r;
+          tokens[static_cast<size_t>(r)] += static_cast<double>(piece.len);
+          pairs[static_cast<size_t>(r)] += testing::causal_pairs(piece.offset, piece.offset + piece.len);
+          const double q = static_cast<double>(std::max<int64_t>(piece.len, 128));
+          const double kv = std::max(static_cast<double>(piece.offset + piece.len), q);
+          padded[static_cast<size_t>(r)] += q * (2 * kv - q + 1) / 2;
+        }
       }
-    }
-    std::vector<double> pairs(static_cast<size_t>(b.ranks), 0.0);
-    double bytes = 0;
-    for (const auto& [doc, rows] : holder) {
-      std::set<int64_t> groups;
-      for (int64_t r : rows) groups.insert(r / c);
-      std::vector<int64_t> servers;
-      for (int64_t g : groups) for (int64_t r = g * c; r < (g + 1) * c; ++r) servers.push_back(r);
-      const auto C = static_cast<int64_t>(servers.size()), L = static_cast<int64_t>(rows.size());
-      for (int64_t k = 0; k < 2 * C; ++k) {
-        const int64_t server = servers[static_cast<size_t>(k < C ? k : 2 * C - 1 - k)];
-        pairs[static_cast<size_t>(server)] += testing::causal_pairs(k * L / (2 * C), (k + 1) * L / (2 * C));
+      double bytes = 0;
+      for (const auto& [doc, rows] : holder) {
+        for (int64_t r = 0; r < 8; ++r) {
+          int64_t end = 0;  // one past the last row r holds
+          for (size_t x = 0; x < rows.size(); ++x) end = rows[x] == r ? static_cast<int64_t>(x) + 1 : end;
+          for (int64_t x = 0; x < end; ++x) bytes += rows[static_cast<size_t>(x)] != r ? kv_row : 0.0;
+        }
       }
-      for (int64_t x = 0; x < L; ++x) {
-        for (int64_t r : servers) bytes += r != rows[static_cast<size_t>(x)] ? kv_row : 0.0;
+      const SimResult res = run(o, {b});
+      ASSERT_EQ(res.per_unit.size(), 8u);
+      const double per_padded_pair = res.per_unit[0].attention / padded[0];
+      for (size_t u = 0; u < 8; ++u) {
+        EXPECT_EQ(static_cast<double>(res.per_unit[u].tokens), tokens[u]) << name << " unit " << u;
+        EXPECT_DOUBLE_EQ(res.per_unit[u].attention_pairs, L * pairs[u]) << name << " unit " << u;
+        EXPECT_LT(rel(res.per_unit[u].attention, per_padded_pair * padded[u]), 1e-9) << name << " unit " << u;
       }
+      EXPECT_EQ(res.plan.comm_bytes_forward, bytes) << name;
+      EXPECT_EQ(res.plan.comm_bytes_backward, 2 * bytes) << name;
+      EXPECT_EQ(res.cp_degree, c);
     }
-    const SimResult r = run(options("percp:" + std::to_string(c), 8), {b});
-    for (size_t u = 0; u < 8; ++u) {
-      EXPECT_DOUBLE_EQ(r.per_unit[u].attention_pairs, 32 * pairs[u]) << "c=" << c << " unit " << u;
-    }
-    EXPECT_EQ(r.plan.comm_bytes_forward, bytes) << c;
-    EXPECT_EQ(r.plan.comm_bytes_backward, 2 * bytes) << c;
   }
 }
 

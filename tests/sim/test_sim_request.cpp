@@ -1,7 +1,8 @@
 // sim/request.h: the one mapping from a request (the CLI's flags, Python's keywords) or a
 // measured training run to SimOptions. The training mapping against options written out here
-// by hand from its documented rules (the same iteration, bit for bit), and the request's
-// refusals with the CLI's messages.
+// by hand from its documented rules (the same iteration, bit for bit) and, for the re-packing
+// baselines, against the trainer's own chunking options; the request's refusals with the
+// CLI's messages.
 #include <functional>
 #include <memory>
 #include <string>
@@ -10,8 +11,12 @@
 
 #include <gtest/gtest.h>
 
+#include "distca/kernels/attention_traits.h"
+#include "distca/plan/chunking.h"
 #include "distca/sim/request.h"
 #include "distca/sim/simulator.h"
+#include "distca/train/compare.h"
+#include "distca/train/config.h"
 #include "support/hardware_profile_fixture.h"
 
 namespace distca::sim {
@@ -56,6 +61,7 @@ SimOptions by_hand(const TrainingRun& run, const Strategy& strategy) {
   so.activation_checkpointing = false;
   so.cad_stateless = run.pp > 1;
   so.hardware_profile = run.hardware_profile;
+  so.framework = FrameworkMemory{};  // a CPU run
   so.strategy = strategy;
   return so;
 }
@@ -100,10 +106,72 @@ TEST(SimRequest, BaselineModesMapToTheirStrategies) {
   percp.cp = 2;
   EXPECT_EQ(training_request(percp).strategy, "percp:2");
   expect_same_iteration(percp, Strategy{StrategyKind::kPerCp, 2, CadMode::kPingPong});
-  EXPECT_EQ(training_request(two_rank_run("wlb", "")).strategy, "wlb");
+  // Without a CP degree the run is wlb at CP 1, not WLB-ideal's search over degrees.
+  EXPECT_EQ(training_request(two_rank_run("wlb", "")).strategy, "wlb:1");
+  expect_same_iteration(two_rank_run("wlb", ""), Strategy{StrategyKind::kWlb, 1, CadMode::kPingPong});
   auto unknown = predict_training(two_rank_run("frob", ""), skewed_batch());
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("unknown strategy 'frob'"), std::string::npos) << unknown.status().message();
+}
+
+// The wlb and percp rows of `bench train --compare` are predicted through the chunking the
+// trainer runs: for every entry of a comparison at DP 2 and 4 (and with the chunking flags
+// set), the simulator's re-pack options (the strategy's CP degree, wlb_chunking) equal
+// train::chunking_options of that entry's config with the kernel's query tile, field by field.
+TEST(SimRequest, CompareRowsUseTheTrainersChunking) {
+  ModelSpec spec = testing::profile_test_model(2);
+  spec.n_heads = 8;  // bench train's GQA group of 2 (TrainingRun::tile_rows' default)
+  spec.n_kv_heads = 4;
+  const int64_t tile = kernels::AttentionTraits::query_tile_rows(spec.n_heads / spec.n_kv_heads);
+  for (const int64_t dp : {2, 4}) {
+    for (const bool flags : {false, true}) {
+      train::TrainConfig base;
+      base.ranks = dp;
+      for (const train::CompareMode& m : train::compare_modes(dp)) {
+        if (m.mode != train::TrainMode::kWlb && m.mode != train::TrainMode::kPerCp) continue;
+        auto config = train::compare_config(base, m);
+        ASSERT_TRUE(config.ok()) << config.status().message();
+        TrainingRun run = two_rank_run(train::train_mode_name(m.mode), "");
+        run.model = spec;
+        run.ranks = dp;
+        run.cp = m.cp > 1 ? m.cp : 0;  // as bench train's compare fills it
+        if (flags && m.mode == train::TrainMode::kWlb) {
+          config->wlb_cap = run.wlb_cap = 1.5;
+          if (m.cp > 1) config->cp_threshold = run.cp_threshold = 300;
+        }
+        const ChunkingOptions want = train::chunking_options(*config, spec, tile);
+        auto setup = make_sim_options(training_request(run));
+        ASSERT_TRUE(setup.ok()) << setup.status().message();
+        const SimOptions& so = setup->options;
+        EXPECT_EQ(so.strategy.cp_degree, m.cp) << m.label;
+        const ChunkingOptions got = wlb_chunking(so, so.strategy.cp_degree);
+        EXPECT_EQ(got.cp, want.cp) << m.label;
+        EXPECT_EQ(got.tile_rows, want.tile_rows) << m.label;
+        EXPECT_EQ(got.linear_per_token, want.linear_per_token) << m.label;
+        EXPECT_EQ(got.cost, want.cost) << m.label;
+        if (m.mode == train::TrainMode::kWlb) {  // percp's re-pack takes the CP degree alone
+          EXPECT_EQ(got.cap, want.cap) << m.label;
+          EXPECT_EQ(got.cp_threshold, want.cp_threshold) << m.label;
+        }
+      }
+    }
+  }
+}
+
+// A CPU run (the local-cpu preset, a hardware profile) has no CUDA context, NCCL buffers or
+// caching allocator: no framework memory; a GPU preset has the GPU figures.
+TEST(SimRequest, FrameworkMemoryOnlyOnGpus) {
+  auto cpu = make_sim_options(training_request(two_rank_run("colocated", "")));
+  ASSERT_TRUE(cpu.ok()) << cpu.status().message();
+  EXPECT_EQ(cpu->options.framework.context_bytes, 0);
+  EXPECT_EQ(cpu->options.framework.comm_buffer_bytes, 0);
+  EXPECT_EQ(cpu->options.framework.fragmentation, 0);
+  SimRequest gpu;
+  gpu.gpus = 64;
+  auto h200 = make_sim_options(gpu);
+  ASSERT_TRUE(h200.ok()) << h200.status().message();
+  EXPECT_EQ(h200->options.framework.context_bytes, FrameworkMemory::gpu().context_bytes);
+  EXPECT_EQ(h200->options.framework.fragmentation, FrameworkMemory::gpu().fragmentation);
 }
 
 // A request without overrides is the simulator's defaults on the preset.

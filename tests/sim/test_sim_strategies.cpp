@@ -61,9 +61,11 @@ TEST(Strategies, EqualDocumentsTieUpToOverheads) {
   EXPECT_GE(cad.iteration_seconds, colo.iteration_seconds * (1 - 1e-12));
   const double lat = colo.iteration_seconds > 0 ? options("cad", 8).cluster.hw.inter_node_latency : 0;
   EXPECT_LE(cad.iteration_seconds - colo.iteration_seconds, 2 * 33 * 4 * lat * (1 + 1e-9));
-  // percp:2 = colocated + the K/V all-gather (forward), the recompute's all-gather again and
-  // the dK/dV reduce-scatter (backward, checkpointing) of every layer: each unit holds half of
-  // each of its group's 8 documents and receives the other half.
+  // percp:2 = colocated + the K/V fetch (forward), the recompute's fetch again and the dK/dV
+  // return (backward, checkpointing) of every layer: each unit holds half of each of its
+  // group's 8 documents (head-tail: the same pairs), and the unit holding the tails fetches
+  // the other half, the other unit the first quarter (one message each way, the larger side
+  // half of the 8 documents).
   const SimOptions po = options("percp:2", 8);
   const double bytes = 8.0 * 2048.0 * testing::kv_row_bytes(po.model, 2);
   const double coll = bytes / (8 * po.cluster.hw.inter_node_bw) + po.cluster.hw.inter_node_latency;

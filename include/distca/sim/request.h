@@ -44,6 +44,7 @@ struct SimRequest {
   const ProfiledCostModel* attention_table = nullptr;
   double tolerance = 0.1;              // --tolerance
   double wlb_mem_cap = 1.2;            // --wlb-mem-cap
+  int64_t wlb_cp_threshold = 0;        // SimOptions::wlb_cp_threshold (the trainer's --cp-threshold)
   std::string dtype = "bf16";          // --dtype: bf16 | fp32
   bool shard_optimizer = true;         // --no-shard-optimizer: false
   bool activation_checkpointing = true;  // --no-checkpointing: false
@@ -73,14 +74,22 @@ Result<SimSetup> make_sim_options(const SimRequest& r);
 
 // A training run as `distca bench train` runs it: one rank per unit (gpus_per_node 1), `pp`
 // stages over `ranks`, fp32, no activation checkpointing, no optimizer sharding, cad servers
-// stateless with pipelines (the trainer's) and keeping their inputs without.
+// stateless with pipelines (the trainer's) and keeping their inputs without; wlb and percp at
+// the run's CP degree (wlb:C, percp:C; C = 1 without one) with the run's chunking options.
 struct TrainingRun {
   ModelSpec model;
   int64_t ranks = 1;
   int64_t pp = 1;
   std::string mode = "colocated";  // train_mode_name: colocated | cad | a baseline the simulator knows (wlb, percp)
   std::string overlap;             // TrainConfig::overlap with cad: pingpong | single-stream | signal
-  int64_t cp = 0;                  // a baseline's context-parallel degree (0: none given)
+  int64_t cp = 0;                  // a baseline's context-parallel degree (0 or 1: none)
+  // wlb's chunking as the trainer runs it (train::chunking_options): --wlb-cap, --cp-threshold
+  // (0: the default rule) and the attention kernel's query tile (runtime::query_tile_rows;
+  // 128 for bench train's model, 8 heads over 4 K/V heads), also the simulator's
+  // attention_tile.
+  double wlb_cap = 1.2;
+  int64_t cp_threshold = 0;
+  int64_t tile_rows = 128;
   double tolerance = 0.1;          // the cad scheduler's
   // The linear layers' rate without a hardware profile: the local-cpu preset's links and this
   // peak (a measured sgemm FLOP/s) at mfu 1, attention analytic at efficiency 0.5.

@@ -25,10 +25,14 @@
 // collective ends for everyone when its slowest unit is done (docs/simulation-model.md,
 // "Communication").
 // Memory (per GPU, at each unit's peak): parameters, fp32 gradients, optimizer, the activations
-// of the micro-batches in flight, and buffers: remote rows kept from forward to backward for
-// every layer (gathered / fetched K/V without checkpointing; keeping CAD servers' Q, K/V,
-// O + LSE) plus the layer in flight (with checkpointing the recompute re-gathers the K/V:
-// one more all-gather per layer in backward, at the forward's cost).
+// of the micro-batches in flight, buffers: remote rows kept from forward to backward for
+// every layer (fetched K/V without checkpointing; keeping CAD servers' Q, K/V, O + LSE) plus
+// the layer in flight (with checkpointing the recompute re-fetches the K/V: one more fetch
+// per layer in backward, at the forward's cost), and the framework's memory (FrameworkMemory).
+// Baselines: wlb:C and percp:C lay each micro-batch out with the plan layer's re-packs
+// (plan/chunking.h, wlb_repack with wlb_chunking(options, C), percp_repack), the trainer's
+// `--mode wlb|percp` calls, then serve it colocated (each piece where it is held, the K/V of
+// its document's earlier rows fetched from their holders).
 //
 // Determinism: simulate() is a pure function of (options, micro-batches): the same inputs
 // give the same result bits (including every event) on every platform.
@@ -53,6 +57,7 @@
 #include "distca/cost/profiled.h"
 #include "distca/data/batch.h"
 #include "distca/data/workload.h"
+#include "distca/plan/chunking.h"
 
 namespace distca::sim {
 
@@ -98,6 +103,23 @@ Result<ClusterSpec> make_cluster(const std::string& preset, int64_t gpus);
 // ---------------------------------------------------------------------------------------------
 // Options
 
+// Memory per GPU that is not the model's tensors (docs/simulation-model.md, "Framework
+// memory", gives the sources): the CUDA context with the libraries' workspaces; NCCL's
+// staging buffers, comm_buffer_bytes per channel per connected peer of every communicator
+// (ring_channels channels for a ring: tensor-parallel, gradient all-reduce; p2p_channels per
+// peer for point-to-point traffic: the strategy's exchange, pipeline transfers); and the
+// caching allocator's fragmentation, reserved = allocated / (1 - fragmentation) for the
+// memory allocated and freed every step (activations, buffers). All >= 0, fragmentation < 1.
+struct FrameworkMemory {
+  double context_bytes = 0;
+  double comm_buffer_bytes = 0;
+  int64_t ring_channels = 0;
+  int64_t p2p_channels = 0;
+  double fragmentation = 0;
+  // The figures of a GPU run (the sources' defaults).
+  static FrameworkMemory gpu();
+};
+
 struct SimOptions {
   ModelSpec model;
   ClusterSpec cluster;
@@ -121,10 +143,13 @@ struct SimOptions {
   std::shared_ptr<const HardwareProfile> hardware_profile;
   double tolerance = 0.1;     // cad scheduler tolerance, [0, 1]
   double wlb_mem_cap = 1.2;   // wlb re-pack token cap over the mean, >= 1
+  // wlb:C, C > 1: documents longer than this many tokens are sharded over a CP group; 0: the
+  // chunking's default rule (plan/chunking.h cp_shard_threshold, on attention_tile). >= 0.
+  int64_t wlb_cp_threshold = 0;
   int64_t dtype_bytes = 2;    // activations and parameters on the wire and in memory: 2 or 4
   bool shard_optimizer = true;           // optimizer state (and fp32 master) sharded over DP
   // Keep layer inputs (and O, LSE) only; the backward recomputes each layer's forward, its
-  // K/V all-gather / context fetch included (gathered K/V are not kept across layers).
+  // K/V context fetch included (fetched K/V are not kept across layers).
   bool activation_checkpointing = true;
   bool lm_head = true;     // charge the LM head (and its memory) to the last stage
   bool grad_sync = true;   // charge the DP gradient all-reduce at the end of the iteration
@@ -142,6 +167,9 @@ struct SimOptions {
   // profile units are devices and never share: setting either is refused. 0..65536.
   int64_t host_ranks = 0;
   int64_t host_cores = 0;
+  // Memory the framework holds beside the model's tensors (docs/simulation-model.md,
+  // "Framework memory"); FrameworkMemory{} (all zero) for a CPU run.
+  FrameworkMemory framework = FrameworkMemory::gpu();
 
   // Every field and the cluster; also n_layers >= cluster.pp. Messages name the flag (--mfu,
   // --tolerance, --pp, ...). Batch-dependent checks happen in simulate().
@@ -167,6 +195,12 @@ Result<std::vector<Batch>> draw_microbatches(WorkloadOptions options, const Clus
 // --gpus (and --tokens-per-rank), not the workload's --ranks.
 Status validate_draw(const WorkloadOptions& options, const ClusterSpec& cluster, int64_t microbatches);
 
+// The re-pack options of wlb:cp (the runtime's `--mode wlb`, train::chunking_options' rule):
+// cap wlb_mem_cap, CP groups of cp units, threshold wlb_cp_threshold, tile attention_tile,
+// work in causal pairs (cost nullptr) plus linear_per_token = the model's linear training
+// FLOPs per token over its attention training FLOPs per causal pair (cost/step_flops.h).
+ChunkingOptions wlb_chunking(const SimOptions& options, int64_t cp);
+
 // ---------------------------------------------------------------------------------------------
 // Result
 
@@ -176,12 +210,15 @@ struct MemoryStats {
   double grads = 0;        // fp32 gradients of the stage / G
   double optimizer = 0;    // fp32 master + Adam m, v (12 B/param) / G, / DP when sharded
   double activations = 0;  // stored activations of the micro-batches in flight
-  double buffers = 0;      // CP gathered K/V, CAD server inputs kept for backward, transients
-  // The K/V part of buffers: K/V rows received from other units (CP's gathered K/V, colocated's
-  // fetched context, CAD servers' K/V contexts) kept for backward or held for the layer in
+  double buffers = 0;      // fetched K/V, CAD server inputs kept for backward, transients
+  // The K/V part of buffers: K/V rows received from other units (the fetched context, CAD
+  // servers' K/V contexts) kept for backward or held for the layer in
   // flight, with their dK/dV before it is sent back. Included in buffers (and in total).
   double kv_buffers = 0;
-  double total() const { return params + grads + optimizer + activations + buffers; }
+  // SimOptions::framework: context + communication buffers + the allocator's fragmentation
+  // of the activations and buffers.
+  double framework = 0;
+  double total() const { return params + grads + optimizer + activations + buffers + framework; }
 };
 
 // Whole-iteration figures of one unit (seconds, bytes per unit = node; per GPU: / G).
