@@ -49,6 +49,7 @@ constexpr size_t kSegCandidates = 2;   // home segments considered per source
 constexpr size_t kLeastLoaded = 1;     // least loaded destinations considered per donor
 constexpr size_t kMostLoaded = 4;      // most loaded sources considered per receiver
 constexpr size_t kReusePerDoc = 8;     // context-holding servers considered per document
+constexpr double kHostInset = 0.25;    // hosts_first's levels: this share of the way to the mean
 
 struct Levels {
   double mean = 0, hi = 0, lo = 0;
@@ -105,8 +106,13 @@ class Planner {
   // `state` is the caller's scratch (reused between calls, see schedule_cad).
   // Plans with the band of `tolerance` and stops at the first state inside the band of
   // `stop` (>= tolerance).
-  Planner(double tolerance, double stop, int64_t align, State* state)
-      : st_(*state), tol_(tolerance), stop_(stop), align_(align) {}
+  // `hosts_first` (with a topology): a donor whose host holds more than its servers may sends
+  // that excess to other hosts before it moves work inside its host, filling servers of other
+  // hosts only up to lo while they are below it: the fewest rows, those with the most work per
+  // row, cross hosts, and a host's servers share the K/V that crosses once (docs/scheduler.md,
+  // "cad: topology-aware placement").
+  Planner(double tolerance, double stop, int64_t align, bool hosts_first, State* state)
+      : st_(*state), tol_(tolerance), stop_(stop), hosts_first_(hosts_first), align_(align) {}
 
   // Plans; true when it ended inside the band of `stop`. `moves` (may be null) receives the
   // moves in order (replaying them on the restarted state rebuilds the plan).
@@ -117,10 +123,13 @@ class Planner {
   void receiver_phase();
   // Adds the best chunk of segment `id` (home = its rank) going to `dest` to `best`: wants
   // `want` work, accepts at most `cap` (both > 0).
-  void consider(int64_t id, int64_t dest, double want, double cap, Candidate* best);
+  // `top_only`: the chunk ending at the segment's top alone (the most work per row).
+  void consider(int64_t id, int64_t dest, double want, double cap, Candidate* best, bool top_only = false);
   std::optional<std::pair<int64_t, int64_t>> fit(int64_t id, int64_t y, double want, double cap) const;
   // Every load inside the band of `stop_`.
   bool stopped() const;
+  // The load of r's host above `hi` per server (negative: below).
+  double host_excess(int64_t r, double hi) const;
   void apply(const Candidate& c);
   // Up to kSegCandidates alive segments of rank r with the highest tops (cached per rank until
   // a move takes rows from it).
@@ -133,6 +142,7 @@ class Planner {
   State& st_;
   double tol_;
   double stop_;
+  bool hosts_first_;
   bool done_ = false;  // inside the band of stop_: no further move
   std::vector<Candidate>* moves_ = nullptr;
   int64_t align_ = 1;
@@ -147,6 +157,14 @@ class Planner {
 bool Planner::stopped() const {
   const Levels lv = levels(st_, stop_);
   return st_.by_load().rbegin()->first <= lv.hi && st_.by_load().begin()->first >= lv.lo;
+}
+
+double Planner::host_excess(int64_t r, double hi) const {
+  double e = 0;
+  for (int64_t s = 0; s < st_.ranks(); ++s) {
+    if (st_.same_host(s, r)) e += st_.load(s) - hi;
+  }
+  return e;
 }
 
 void Planner::apply(const Candidate& c) {
@@ -205,11 +223,11 @@ std::optional<std::pair<int64_t, int64_t>> Planner::fit(int64_t id, int64_t y, d
   return std::make_pair(x, y);
 }
 
-void Planner::consider(int64_t id, int64_t dest, double want, double cap, Candidate* best) {
+void Planner::consider(int64_t id, int64_t dest, double want, double cap, Candidate* best, bool top_only) {
   const auto& g = st_.seg(id);
   if (dest == g.rank) return;
   const int64_t nd = st_.need(g.doc, dest);
-  int64_t tops[6];
+  int64_t tops[7];
   int n = 0;
   tops[n++] = g.b;
   // The lowest chunk: the fewest pairs per row, for when a small want must fit a small cap.
@@ -239,6 +257,13 @@ void Planner::consider(int64_t id, int64_t dest, double want, double cap, Candid
     }
   }
   if (nd > g.a && nd < g.b && g.b - nd >= kMin) tops[n++] = down(nd);
+  // With a topology, the end of the context the destination's host has: the rows below it
+  // cross no host boundary again (topology_relay.h).
+  if (st_.priced()) {
+    const int64_t eh = st_.host_need(g.doc, st_.host_of(dest));
+    if (eh > nd && eh > g.a && eh < g.b && g.b - eh >= kMin) tops[n++] = down(eh);
+  }
+  if (top_only) n = 1;
   for (int i = 0; i < n; ++i) {
     const auto xy = fit(id, tops[i], want, cap);
     if (!xy) continue;
@@ -296,31 +321,48 @@ void Planner::donor_phase() {
       if (least.size() >= kLeastLoaded || l >= lv.hi) break;
       if (!donor_[static_cast<size_t>(s)]) least.push_back(s);
     }
-    // With a topology, also the least loaded of the donor's own host (cheap bytes).
-    for (const auto& [l, s] : st_.by_load()) {
-      if (!st_.priced() || l >= lv.hi) break;
-      if (donor_[static_cast<size_t>(s)] || !st_.same_host(s, r)) continue;
-      if (std::find(least.begin(), least.end(), s) == least.end()) least.push_back(s);
-      break;
-    }
-    Candidate best;
-    for (int64_t id : segs) {
-      // ... plus the servers already holding context of this segment's document.
-      st_.context_servers(st_.seg(id).doc, &servers_);
-      scratch_ = least;
-      size_t reuse = 0;
-      for (int64_t s : servers_) {
-        if (reuse >= kReusePerDoc) break;
-        if (donor_[static_cast<size_t>(s)] || st_.load(s) >= lv.hi) continue;
-        if (std::find(least.begin(), least.end(), s) == least.end()) scratch_.push_back(s);
-        ++reuse;
+    // With a topology, also the least loaded of the donor's own host (cheap bytes), and with
+    // hosts_first the least loaded of another host.
+    for (const bool own : {true, false}) {
+      for (const auto& [l, s] : st_.by_load()) {
+        if (!st_.priced() || l >= lv.hi || (!own && !hosts_first_)) break;
+        if (donor_[static_cast<size_t>(s)] || st_.same_host(s, r) != own) continue;
+        if (std::find(least.begin(), least.end(), s) == least.end()) least.push_back(s);
+        break;
       }
-      for (int64_t d : scratch_) {
-        const double room = lv.hi - st_.load(d);
-        const double cap = std::min(room, st_.load(r) - lv.lo);
-        const double want = std::min(excess_r, room);
-        if (want <= 0 || cap <= 0) continue;
-        consider(id, d, want, cap, &best);
+    }
+    // hosts_first: while the donor's host holds more than its servers may (hi each), that
+    // excess goes to other hosts first, in the chunks that carry the most work per row.
+    // Its levels sit a quarter of the way from the band's edges to the mean, so that rounding
+    // (chunks carry at least what they are asked) leaves no server just outside the band,
+    // which would pull a last small chunk across hosts.
+    const double hi_host = lv.hi - kHostInset * (lv.hi - lv.mean);
+    const double lo_host = lv.lo + kHostInset * (lv.mean - lv.lo);
+    const double cross = hosts_first_ ? host_excess(r, hi_host) : 0;
+    Candidate best;
+    for (int pass = cross > 0 ? 0 : 1; pass < 2 && best.seg < 0; ++pass) {
+      for (int64_t id : segs) {
+        // ... plus the servers already holding context of this segment's document.
+        st_.context_servers(st_.seg(id).doc, &servers_);
+        scratch_ = least;
+        size_t reuse = 0;
+        for (int64_t s : servers_) {
+          if (reuse >= kReusePerDoc) break;
+          if (donor_[static_cast<size_t>(s)] || st_.load(s) >= lv.hi) continue;
+          if (std::find(least.begin(), least.end(), s) == least.end()) scratch_.push_back(s);
+          ++reuse;
+        }
+        for (int64_t d : scratch_) {
+          const bool remote = !st_.same_host(d, r);
+          const double room = lv.hi - st_.load(d);
+          const double cap = std::min(room, st_.load(r) - lv.lo);
+          const double to_lo = lo_host - st_.load(d);
+          if (pass == 0 && (!remote || to_lo <= 0)) continue;
+          double want = std::min(excess_r, hosts_first_ && remote && to_lo > 0 ? to_lo : room);
+          if (pass == 0) want = std::min(want, cross);
+          if (want <= 0 || cap <= 0) continue;
+          consider(id, d, want, cap, &best, pass == 0);
+        }
       }
     }
     if (best.seg < 0) continue;  // nothing fits: this donor stays as it is
@@ -435,9 +477,16 @@ Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options
   // (band t1 lies inside band t2). So every candidate of t1 has a counterpart at t2 with at
   // most its bytes. The widest is tried last (most often the cheapest): the last candidate is
   // kept as it is, an earlier one is rebuilt by replaying its moves.
-  std::vector<double> ladder;
+  // With a topology every band runs twice: as without one, and with hosts_first (Planner).
+  struct Run {
+    double band;
+    bool hosts_first;
+  };
+  std::vector<Run> ladder;
   for (const double g : kLadder) {
-    if (g <= tol) ladder.push_back(g);
+    if (g > tol) continue;
+    if (scratch.priced()) ladder.push_back({g, true});
+    ladder.push_back({g, false});
   }
   thread_local std::vector<Candidate> moves, best_moves;
   int best = -1;
@@ -446,7 +495,8 @@ Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options
   const int count = static_cast<int>(ladder.size());
   for (int i = 0; i < count; ++i) {
     if (i > 0) scratch.restart();
-    Planner planner(ladder[static_cast<size_t>(i)], tol, options.align_rows, &scratch);
+    const Run& run = ladder[static_cast<size_t>(i)];
+    Planner planner(run.band, tol, options.align_rows, run.hosts_first, &scratch);
     CadStats st;
     const bool in_band = planner.run(&st, &moves);
     // A candidate inside the band beats one outside it whatever their bytes.
