@@ -50,6 +50,7 @@ constexpr size_t kLeastLoaded = 1;     // least loaded destinations considered p
 constexpr size_t kMostLoaded = 4;      // most loaded sources considered per receiver
 constexpr size_t kReusePerDoc = 8;     // context-holding servers considered per document
 constexpr double kHostInset = 0.25;    // hosts_first's levels: this share of the way to the mean
+constexpr double kHostMinShare = 0.05;  // hosts_first's chunks across hosts: at least this of the mean
 
 struct Levels {
   double mean = 0, hi = 0, lo = 0;
@@ -128,8 +129,27 @@ class Planner {
   std::optional<std::pair<int64_t, int64_t>> fit(int64_t id, int64_t y, double want, double cap) const;
   // Every load inside the band of `stop_`.
   bool stopped() const;
+  // Server s may receive in the donor phase: it never was a donor, or (hosts_first) it was
+  // but gave to another host below lo, and its host mates refill it.
+  bool destination(int64_t s, const Levels& lv) const {
+    return !donor_[static_cast<size_t>(s)] || (hosts_first_ && st_.load(s) < lv.lo);
+  }
   // The load of r's host above `hi` per server (negative: below).
   double host_excess(int64_t r, double hi) const;
+  // hosts_first: while the donor's host holds more than its servers may (`hi` each), that
+  // excess (`cross`) goes to other hosts first, in the chunks that carry the most work per
+  // row, filling their servers to `lo`. The levels sit a quarter of the way from the band's
+  // edges to the mean, so that rounding (chunks carry at least what they are asked) leaves no
+  // server just outside the band, which would pull a last small chunk across hosts.
+  struct HostLevels {
+    double hi = 0, lo = 0, cross = 0;
+  };
+  HostLevels host_levels(int64_t r, const Levels& lv) const;
+  // The donor phase's candidates for segment `id`: to `least` and to the servers holding
+  // context of its document, wanting at most `excess`; `cross_only`: to other hosts' servers
+  // below hl.lo, up to it, the segment's top chunk only.
+  void donor_candidates(int64_t id, const std::vector<int64_t>& least, const Levels& lv, const HostLevels& hl,
+                        double excess, bool cross_only, Candidate* best);
   void apply(const Candidate& c);
   // Up to kSegCandidates alive segments of rank r with the highest tops (cached per rank until
   // a move takes rows from it).
@@ -151,7 +171,7 @@ class Planner {
   std::vector<char> donor_;  // [ranks] took part as a donor: never a destination
   std::vector<int64_t> top_version_;  // [ranks] rank_version of the cached top (-1: none)
   std::vector<int64_t> top_;          // [ranks * kSegCandidates] cached top segments (-1: none)
-  std::vector<int64_t> scratch_, servers_;
+  std::vector<int64_t> scratch_, servers_, homes_;
 };
 
 bool Planner::stopped() const {
@@ -283,6 +303,44 @@ void Planner::consider(int64_t id, int64_t dest, double want, double cap, Candid
   }
 }
 
+Planner::HostLevels Planner::host_levels(int64_t r, const Levels& lv) const {
+  HostLevels hl;
+  hl.hi = lv.hi - kHostInset * (lv.hi - lv.mean);
+  hl.lo = lv.lo + kHostInset * (lv.mean - lv.lo);
+  // Only while the host holds more than hi per server does anything have to leave it; then
+  // it sheds down to hl.hi.
+  hl.cross = hosts_first_ && host_excess(r, lv.hi) > 0 ? host_excess(r, hl.hi) : 0;
+  return hl;
+}
+
+void Planner::donor_candidates(int64_t id, const std::vector<int64_t>& least, const Levels& lv, const HostLevels& hl,
+                               double excess, bool cross_only, Candidate* best) {
+  const int64_t home = st_.seg(id).rank;
+  // ... plus the servers already holding context of this segment's document.
+  st_.context_servers(st_.seg(id).doc, &servers_);
+  scratch_ = least;
+  size_t reuse = 0;
+  for (int64_t s : servers_) {
+    if (reuse >= kReusePerDoc) break;
+    if (!destination(s, lv) || st_.load(s) >= lv.hi) continue;
+    if (std::find(least.begin(), least.end(), s) == least.end()) scratch_.push_back(s);
+    ++reuse;
+  }
+  for (int64_t d : scratch_) {
+    const bool remote = !st_.same_host(d, home);
+    const double room = lv.hi - st_.load(d);
+    const double to_lo = hl.lo - st_.load(d);
+    if (cross_only && (!remote || to_lo <= 0)) continue;
+    // Across hosts the home may fall below lo: its host holds enough to fill it up again.
+    const double cap = cross_only ? std::min(room, excess) : std::min(room, st_.load(home) - lv.lo);
+    const double want = std::min(excess, hosts_first_ && remote && to_lo > 0 ? to_lo : room);
+    // A small remainder is left to the usual candidates (every top, either host): a segment's
+    // top chunk for little work would drag its whole context across.
+    if (want <= 0 || cap <= 0 || (cross_only && want < kHostMinShare * lv.mean)) continue;
+    consider(id, d, want, cap, best, cross_only);
+  }
+}
+
 void Planner::donor_phase() {
   Levels lv = levels(st_, tol_);
   double excess = 0, deficit = 0;
@@ -314,55 +372,35 @@ void Planner::donor_phase() {
     const double excess_r = st_.load(r) - tgt;
     if (excess_r <= 0) continue;
     ++iterations_;
-    top_segments(r, &segs);
     // Destinations: the least loaded non-donors with room ...
     std::vector<int64_t> least;
     for (const auto& [l, s] : st_.by_load()) {
       if (least.size() >= kLeastLoaded || l >= lv.hi) break;
-      if (!donor_[static_cast<size_t>(s)]) least.push_back(s);
+      if (destination(s, lv)) least.push_back(s);
     }
     // With a topology, also the least loaded of the donor's own host (cheap bytes), and with
     // hosts_first the least loaded of another host.
     for (const bool own : {true, false}) {
       for (const auto& [l, s] : st_.by_load()) {
         if (!st_.priced() || l >= lv.hi || (!own && !hosts_first_)) break;
-        if (donor_[static_cast<size_t>(s)] || st_.same_host(s, r) != own) continue;
+        if (!destination(s, lv) || st_.same_host(s, r) != own) continue;
         if (std::find(least.begin(), least.end(), s) == least.end()) least.push_back(s);
         break;
       }
     }
-    // hosts_first: while the donor's host holds more than its servers may (hi each), that
-    // excess goes to other hosts first, in the chunks that carry the most work per row.
-    // Its levels sit a quarter of the way from the band's edges to the mean, so that rounding
-    // (chunks carry at least what they are asked) leaves no server just outside the band,
-    // which would pull a last small chunk across hosts.
-    const double hi_host = lv.hi - kHostInset * (lv.hi - lv.mean);
-    const double lo_host = lv.lo + kHostInset * (lv.mean - lv.lo);
-    const double cross = hosts_first_ ? host_excess(r, hi_host) : 0;
+    const HostLevels hl = host_levels(r, lv);
     Candidate best;
-    for (int pass = cross > 0 ? 0 : 1; pass < 2 && best.seg < 0; ++pass) {
-      for (int64_t id : segs) {
-        // ... plus the servers already holding context of this segment's document.
-        st_.context_servers(st_.seg(id).doc, &servers_);
-        scratch_ = least;
-        size_t reuse = 0;
-        for (int64_t s : servers_) {
-          if (reuse >= kReusePerDoc) break;
-          if (donor_[static_cast<size_t>(s)] || st_.load(s) >= lv.hi) continue;
-          if (std::find(least.begin(), least.end(), s) == least.end()) scratch_.push_back(s);
-          ++reuse;
+    for (int pass = hl.cross > 0 ? 0 : 1; pass < 2 && best.seg < 0; ++pass) {
+      // Pass 0 (hosts_first, the host holding too much): chunks of any server of r's host.
+      homes_.assign(1, r);
+      if (pass == 0) {
+        for (int64_t s = 0; s < st_.ranks(); ++s) {
+          if (s != r && st_.same_host(s, r)) homes_.push_back(s);
         }
-        for (int64_t d : scratch_) {
-          const bool remote = !st_.same_host(d, r);
-          const double room = lv.hi - st_.load(d);
-          const double cap = std::min(room, st_.load(r) - lv.lo);
-          const double to_lo = lo_host - st_.load(d);
-          if (pass == 0 && (!remote || to_lo <= 0)) continue;
-          double want = std::min(excess_r, hosts_first_ && remote && to_lo > 0 ? to_lo : room);
-          if (pass == 0) want = std::min(want, cross);
-          if (want <= 0 || cap <= 0) continue;
-          consider(id, d, want, cap, &best, pass == 0);
-        }
+      }
+      for (const int64_t home : homes_) {
+        top_segments(home, &segs);
+        for (int64_t id : segs) donor_candidates(id, least, lv, hl, pass == 0 ? hl.cross : excess_r, pass == 0, &best);
       }
     }
     if (best.seg < 0) continue;  // nothing fits: this donor stays as it is
