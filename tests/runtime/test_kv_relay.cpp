@@ -83,7 +83,7 @@ TEST(KvRelay, SameBitsAndTheRelaysBytes) {
       }
     }
   }
-  EXPECT_GT(relayed_plans, 10);  // the relays ran
+  EXPECT_GE(relayed_plans, 10);  // the relays ran (10 plans relay)
 }
 
 }  // namespace
