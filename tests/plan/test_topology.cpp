@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <map>
 #include <set>
 #include <tuple>
 #include <string>
@@ -31,39 +30,22 @@ using test::TestLayout;
 HostBytes brute_force(const Batch& b, const std::vector<TaskPlacement>& tasks, const RowBytes& rb,
                       const std::vector<int64_t>& host, bool relays = true) {
   HostBytes h;
-  std::map<std::pair<int64_t, int64_t>, int64_t> holder;  // (doc, row) -> rank
-  for (int64_t r = 0; r < b.ranks; ++r) {
-    for (const Piece& p : b.per_rank[static_cast<size_t>(r)]) {
-      for (int64_t i = p.offset; i < p.offset + p.len; ++i) holder[{p.doc, i}] = r;
-    }
-  }
   auto add = [&](int64_t from, int64_t to, int64_t bytes, bool fwd) {
     if (from == to) return;
     const bool inter = host[static_cast<size_t>(from)] != host[static_cast<size_t>(to)];
     (fwd ? (inter ? h.inter_fwd : h.intra_fwd) : (inter ? h.inter_bwd : h.intra_bwd)) += bytes;
   };
-  std::set<std::tuple<int64_t, int64_t, int64_t>> kv_rows;  // (doc, row, server)
-  for (const TaskPlacement& t : tasks) {
-    for (int64_t i = t.q_begin; i < t.q_end; ++i) {
-      add(t.home, t.server, rb.q, true);
-      add(t.server, t.home, rb.o + rb.lse, true);
-      add(t.home, t.server, rb.o, false);
-      add(t.server, t.home, rb.q, false);
-    }
-    for (int64_t k = 0; k < t.q_end; ++k) kv_rows.insert({t.doc, k, t.server});
-  }
   std::set<std::tuple<int64_t, int64_t, int64_t>> crossed;  // (host, doc, row)
-  for (const auto& [doc, row, server] : kv_rows) {
-    const int64_t from = holder.at({doc, row});
+  test::for_each_row_message(b, tasks, rb, add, [&](int64_t doc, int64_t row, int64_t from, int64_t server) {
     add(server, from, rb.kv, false);
-    if (from == server) continue;
+    if (from == server) return;
     const bool inter = host[static_cast<size_t>(from)] != host[static_cast<size_t>(server)];
     if (inter && relays && !crossed.insert({host[static_cast<size_t>(server)], doc, row}).second) {
       h.intra_fwd += rb.kv;  // from the host's relay
     } else {
       add(from, server, rb.kv, true);
     }
-  }
+  });
   return h;
 }
 
