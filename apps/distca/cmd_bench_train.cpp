@@ -31,6 +31,7 @@
 #include "distca/core/trace.h"
 #include "distca/cost/step_flops.h"
 #include "distca/kernels/blas.h"
+#include "distca/plan/auto_tolerance.h"
 #include "distca/train/config.h"
 #include "distca/train/data.h"
 #include "distca/train/trainer.h"
@@ -300,6 +301,10 @@ Result<std::shared_ptr<const HardwareProfile>> bench_train::load_hardware_flag(c
   if (f.hardware.empty()) return std::shared_ptr<const HardwareProfile>();
   auto hp = load_hardware_profile(f.hardware);
   if (!hp.ok()) return Status::invalid_argument("--hardware: " + hp.status().message());
+  if (f.tolerance_auto) {  // the profile must hold what choose_tolerance reads (link figures)
+    std::unique_ptr<AttentionCostModel> table;
+    DISTCA_RETURN_IF_ERROR(auto_tolerance_model(*hp, {}, true, &table).status());
+  }
   return std::make_shared<const HardwareProfile>(std::move(hp).value());
 }
 
@@ -423,7 +428,9 @@ Runner setup(CLI::App& app) {
   app.add_option("--steps", f->steps, "steps per run (default 3)")->check(CLI::Range(int64_t{1}, int64_t{100000}));
   app.add_option("--warmup-steps", f->warmup_steps, "first steps of every run not timed (default 1)")
       ->check(CLI::Range(int64_t{0}, int64_t{100000}));
-  app.add_option("--tolerance", f->tolerance, "cad scheduler's balance tolerance (default 0.05)")->check(CLI::Range(0.0, 1.0));
+  auto tolerance = std::make_shared<std::string>("0.05");
+  app.add_option("--tolerance", *tolerance,
+                 "cad scheduler's balance tolerance in [0, 1] (default 0.05) | auto (chosen per batch from --hardware)");
   add_mpi_timeout(app, f->mpi_timeout, "mpi");
   app.add_option("--json", f->json, "write the figures as JSON to FILE (- for stdout)");
   app.add_option("--trace", f->trace, "write a Chrome trace (Perfetto) of the last round's cad pingpong, last step");
@@ -451,10 +458,20 @@ Runner setup(CLI::App& app) {
   CLI::Option* long_opt = app.get_option("--long-doc");
   CLI::Option* short_opt = app.get_option("--short-doc");
   CLI::Option* seed_opt = app.get_option("--seed");
-  return [f, ranks, layers_opt, tokens_opt, workload_opt, long_opt, short_opt, seed_opt] {
+  return [f, tolerance, ranks, layers_opt, tokens_opt, workload_opt, long_opt, short_opt, seed_opt] {
     TrainBenchFlags g = *f;
     const bool drawn = g.workload == "pretrain" || g.workload == "prolong";
     const bool first = detect_launcher().rank <= 0;  // before the group exists only rank 0 speaks
+    const auto tol = parse_tolerance(*tolerance);
+    if (!tol.ok()) return first ? fail_input(tol.status().message()) : kExitBadInput;
+    g.tolerance_auto = !tol->has_value();
+    g.tolerance = tol->value_or(g.tolerance);
+    if (g.tolerance_auto && g.hardware.empty()) {
+      return first ? fail_input("--tolerance auto needs --hardware FILE (the link and attention figures)") : kExitBadInput;
+    }
+    if (g.tolerance_auto && (g.pp > 1 || g.compare)) {
+      return first ? fail_input("--tolerance auto applies to --pp 1 without --compare") : kExitBadInput;
+    }
     if (!g.compare && (drawn || seed_opt->count() > 0)) {
       return first ? fail_input(std::string(drawn ? "--workload " + g.workload : "--seed") + " applies to --compare")
                    : kExitBadInput;

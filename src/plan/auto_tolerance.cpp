@@ -7,6 +7,7 @@
 
 #include "distca/cost/profiled.h"
 #include "distca/plan/plan.h"
+#include "distca/plan/topology_relay.h"
 
 namespace distca {
 namespace {
@@ -31,6 +32,14 @@ std::vector<LinkBytes> link_bytes(const Plan& plan) {
         (inter ? out[r].inter_recv : out[r].intra_recv) += rows * e.row_bytes;
       }
     }
+  }
+  // Relayed K/V rows cross to the relay's host once and reach the server from the relay.
+  for (const RelayedBlock& b : kv_relay(plan, plan.hosts)) {
+    const int64_t bytes = b.rows * plan.ranks[static_cast<size_t>(b.server)].exchange(ExchangeKind::kKv).row_bytes;
+    out[static_cast<size_t>(b.holder)].inter_sent -= bytes;
+    out[static_cast<size_t>(b.server)].inter_recv -= bytes;
+    out[static_cast<size_t>(b.relay)].intra_sent += bytes;
+    out[static_cast<size_t>(b.server)].intra_recv += bytes;
   }
   return out;
 }

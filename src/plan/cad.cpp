@@ -49,6 +49,8 @@ constexpr size_t kSegCandidates = 2;   // home segments considered per source
 constexpr size_t kLeastLoaded = 1;     // least loaded destinations considered per donor
 constexpr size_t kMostLoaded = 4;      // most loaded sources considered per receiver
 constexpr size_t kReusePerDoc = 8;     // context-holding servers considered per document
+constexpr double kHostInset = 0.25;    // hosts_first's levels: this share of the way to the mean
+constexpr double kHostMinShare = 0.05;  // hosts_first's chunks across hosts: at least this of the mean
 
 struct Levels {
   double mean = 0, hi = 0, lo = 0;
@@ -105,8 +107,13 @@ class Planner {
   // `state` is the caller's scratch (reused between calls, see schedule_cad).
   // Plans with the band of `tolerance` and stops at the first state inside the band of
   // `stop` (>= tolerance).
-  Planner(double tolerance, double stop, int64_t align, State* state)
-      : st_(*state), tol_(tolerance), stop_(stop), align_(align) {}
+  // `hosts_first` (with a topology): a donor whose host holds more than its servers may sends
+  // that excess to other hosts before it moves work inside its host, filling servers of other
+  // hosts only up to lo while they are below it: the fewest rows, those with the most work per
+  // row, cross hosts, and a host's servers share the K/V that crosses once (docs/scheduler.md,
+  // "cad: topology-aware placement").
+  Planner(double tolerance, double stop, int64_t align, bool hosts_first, State* state)
+      : st_(*state), tol_(tolerance), stop_(stop), hosts_first_(hosts_first), align_(align) {}
 
   // Plans; true when it ended inside the band of `stop`. `moves` (may be null) receives the
   // moves in order (replaying them on the restarted state rebuilds the plan).
@@ -117,10 +124,32 @@ class Planner {
   void receiver_phase();
   // Adds the best chunk of segment `id` (home = its rank) going to `dest` to `best`: wants
   // `want` work, accepts at most `cap` (both > 0).
-  void consider(int64_t id, int64_t dest, double want, double cap, Candidate* best);
+  // `top_only`: the chunk ending at the segment's top alone (the most work per row).
+  void consider(int64_t id, int64_t dest, double want, double cap, Candidate* best, bool top_only = false);
   std::optional<std::pair<int64_t, int64_t>> fit(int64_t id, int64_t y, double want, double cap) const;
   // Every load inside the band of `stop_`.
   bool stopped() const;
+  // Server s may receive in the donor phase: it never was a donor, or (hosts_first) it was
+  // but gave to another host below lo, and its host mates refill it.
+  bool destination(int64_t s, const Levels& lv) const {
+    return !donor_[static_cast<size_t>(s)] || (hosts_first_ && st_.load(s) < lv.lo);
+  }
+  // The load of r's host above `hi` per server (negative: below).
+  double host_excess(int64_t r, double hi) const;
+  // hosts_first: while the donor's host holds more than its servers may (`hi` each), that
+  // excess (`cross`) goes to other hosts first, in the chunks that carry the most work per
+  // row, filling their servers to `lo`. The levels sit a quarter of the way from the band's
+  // edges to the mean, so that rounding (chunks carry at least what they are asked) leaves no
+  // server just outside the band, which would pull a last small chunk across hosts.
+  struct HostLevels {
+    double hi = 0, lo = 0, cross = 0;
+  };
+  HostLevels host_levels(int64_t r, const Levels& lv) const;
+  // The donor phase's candidates for segment `id`: to `least` and to the servers holding
+  // context of its document, wanting at most `excess`; `cross_only`: to other hosts' servers
+  // below hl.lo, up to it, the segment's top chunk only.
+  void donor_candidates(int64_t id, const std::vector<int64_t>& least, const Levels& lv, const HostLevels& hl,
+                        double excess, bool cross_only, Candidate* best);
   void apply(const Candidate& c);
   // Up to kSegCandidates alive segments of rank r with the highest tops (cached per rank until
   // a move takes rows from it).
@@ -133,6 +162,7 @@ class Planner {
   State& st_;
   double tol_;
   double stop_;
+  bool hosts_first_;
   bool done_ = false;  // inside the band of stop_: no further move
   std::vector<Candidate>* moves_ = nullptr;
   int64_t align_ = 1;
@@ -141,12 +171,20 @@ class Planner {
   std::vector<char> donor_;  // [ranks] took part as a donor: never a destination
   std::vector<int64_t> top_version_;  // [ranks] rank_version of the cached top (-1: none)
   std::vector<int64_t> top_;          // [ranks * kSegCandidates] cached top segments (-1: none)
-  std::vector<int64_t> scratch_, servers_;
+  std::vector<int64_t> scratch_, servers_, homes_;
 };
 
 bool Planner::stopped() const {
   const Levels lv = levels(st_, stop_);
   return st_.by_load().rbegin()->first <= lv.hi && st_.by_load().begin()->first >= lv.lo;
+}
+
+double Planner::host_excess(int64_t r, double hi) const {
+  double e = 0;
+  for (int64_t s = 0; s < st_.ranks(); ++s) {
+    if (st_.same_host(s, r)) e += st_.load(s) - hi;
+  }
+  return e;
 }
 
 void Planner::apply(const Candidate& c) {
@@ -205,11 +243,11 @@ std::optional<std::pair<int64_t, int64_t>> Planner::fit(int64_t id, int64_t y, d
   return std::make_pair(x, y);
 }
 
-void Planner::consider(int64_t id, int64_t dest, double want, double cap, Candidate* best) {
+void Planner::consider(int64_t id, int64_t dest, double want, double cap, Candidate* best, bool top_only) {
   const auto& g = st_.seg(id);
   if (dest == g.rank) return;
   const int64_t nd = st_.need(g.doc, dest);
-  int64_t tops[6];
+  int64_t tops[7];
   int n = 0;
   tops[n++] = g.b;
   // The lowest chunk: the fewest pairs per row, for when a small want must fit a small cap.
@@ -239,6 +277,13 @@ void Planner::consider(int64_t id, int64_t dest, double want, double cap, Candid
     }
   }
   if (nd > g.a && nd < g.b && g.b - nd >= kMin) tops[n++] = down(nd);
+  // With a topology, the end of the context the destination's host has: the rows below it
+  // cross no host boundary again (topology_relay.h).
+  if (st_.priced()) {
+    const int64_t eh = st_.host_need(g.doc, st_.host_of(dest));
+    if (eh > nd && eh > g.a && eh < g.b && g.b - eh >= kMin) tops[n++] = down(eh);
+  }
+  if (top_only) n = 1;
   for (int i = 0; i < n; ++i) {
     const auto xy = fit(id, tops[i], want, cap);
     if (!xy) continue;
@@ -255,6 +300,44 @@ void Planner::consider(int64_t id, int64_t dest, double want, double cap, Candid
     // the rank that holds the rest.
     if (c.dbytes < 0) continue;
     if (better(c, *best)) *best = c;
+  }
+}
+
+Planner::HostLevels Planner::host_levels(int64_t r, const Levels& lv) const {
+  HostLevels hl;
+  hl.hi = lv.hi - kHostInset * (lv.hi - lv.mean);
+  hl.lo = lv.lo + kHostInset * (lv.mean - lv.lo);
+  // Only while the host holds more than hi per server does anything have to leave it; then
+  // it sheds down to hl.hi.
+  hl.cross = hosts_first_ && host_excess(r, lv.hi) > 0 ? host_excess(r, hl.hi) : 0;
+  return hl;
+}
+
+void Planner::donor_candidates(int64_t id, const std::vector<int64_t>& least, const Levels& lv, const HostLevels& hl,
+                               double excess, bool cross_only, Candidate* best) {
+  const int64_t home = st_.seg(id).rank;
+  // ... plus the servers already holding context of this segment's document.
+  st_.context_servers(st_.seg(id).doc, &servers_);
+  scratch_ = least;
+  size_t reuse = 0;
+  for (int64_t s : servers_) {
+    if (reuse >= kReusePerDoc) break;
+    if (!destination(s, lv) || st_.load(s) >= lv.hi) continue;
+    if (std::find(least.begin(), least.end(), s) == least.end()) scratch_.push_back(s);
+    ++reuse;
+  }
+  for (int64_t d : scratch_) {
+    const bool remote = !st_.same_host(d, home);
+    const double room = lv.hi - st_.load(d);
+    const double to_lo = hl.lo - st_.load(d);
+    if (cross_only && (!remote || to_lo <= 0)) continue;
+    // Across hosts the home may fall below lo: its host holds enough to fill it up again.
+    const double cap = cross_only ? std::min(room, excess) : std::min(room, st_.load(home) - lv.lo);
+    const double want = std::min(excess, hosts_first_ && remote && to_lo > 0 ? to_lo : room);
+    // A small remainder is left to the usual candidates (every top, either host): a segment's
+    // top chunk for little work would drag its whole context across.
+    if (want <= 0 || cap <= 0 || (cross_only && want < kHostMinShare * lv.mean)) continue;
+    consider(id, d, want, cap, best, cross_only);
   }
 }
 
@@ -289,38 +372,35 @@ void Planner::donor_phase() {
     const double excess_r = st_.load(r) - tgt;
     if (excess_r <= 0) continue;
     ++iterations_;
-    top_segments(r, &segs);
     // Destinations: the least loaded non-donors with room ...
     std::vector<int64_t> least;
     for (const auto& [l, s] : st_.by_load()) {
       if (least.size() >= kLeastLoaded || l >= lv.hi) break;
-      if (!donor_[static_cast<size_t>(s)]) least.push_back(s);
+      if (destination(s, lv)) least.push_back(s);
     }
-    // With a topology, also the least loaded of the donor's own host (cheap bytes).
-    for (const auto& [l, s] : st_.by_load()) {
-      if (!st_.priced() || l >= lv.hi) break;
-      if (donor_[static_cast<size_t>(s)] || !st_.same_host(s, r)) continue;
-      if (std::find(least.begin(), least.end(), s) == least.end()) least.push_back(s);
-      break;
-    }
-    Candidate best;
-    for (int64_t id : segs) {
-      // ... plus the servers already holding context of this segment's document.
-      st_.context_servers(st_.seg(id).doc, &servers_);
-      scratch_ = least;
-      size_t reuse = 0;
-      for (int64_t s : servers_) {
-        if (reuse >= kReusePerDoc) break;
-        if (donor_[static_cast<size_t>(s)] || st_.load(s) >= lv.hi) continue;
-        if (std::find(least.begin(), least.end(), s) == least.end()) scratch_.push_back(s);
-        ++reuse;
+    // With a topology, also the least loaded of the donor's own host (cheap bytes), and with
+    // hosts_first the least loaded of another host.
+    for (const bool own : {true, false}) {
+      for (const auto& [l, s] : st_.by_load()) {
+        if (!st_.priced() || l >= lv.hi || (!own && !hosts_first_)) break;
+        if (!destination(s, lv) || st_.same_host(s, r) != own) continue;
+        if (std::find(least.begin(), least.end(), s) == least.end()) least.push_back(s);
+        break;
       }
-      for (int64_t d : scratch_) {
-        const double room = lv.hi - st_.load(d);
-        const double cap = std::min(room, st_.load(r) - lv.lo);
-        const double want = std::min(excess_r, room);
-        if (want <= 0 || cap <= 0) continue;
-        consider(id, d, want, cap, &best);
+    }
+    const HostLevels hl = host_levels(r, lv);
+    Candidate best;
+    for (int pass = hl.cross > 0 ? 0 : 1; pass < 2 && best.seg < 0; ++pass) {
+      // Pass 0 (hosts_first, the host holding too much): chunks of any server of r's host.
+      homes_.assign(1, r);
+      if (pass == 0) {
+        for (int64_t s = 0; s < st_.ranks(); ++s) {
+          if (s != r && st_.same_host(s, r)) homes_.push_back(s);
+        }
+      }
+      for (const int64_t home : homes_) {
+        top_segments(home, &segs);
+        for (int64_t id : segs) donor_candidates(id, least, lv, hl, pass == 0 ? hl.cross : excess_r, pass == 0, &best);
       }
     }
     if (best.seg < 0) continue;  // nothing fits: this donor stays as it is
@@ -435,9 +515,16 @@ Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options
   // (band t1 lies inside band t2). So every candidate of t1 has a counterpart at t2 with at
   // most its bytes. The widest is tried last (most often the cheapest): the last candidate is
   // kept as it is, an earlier one is rebuilt by replaying its moves.
-  std::vector<double> ladder;
+  // With a topology every band runs twice: as without one, and with hosts_first (Planner).
+  struct Run {
+    double band;
+    bool hosts_first;
+  };
+  std::vector<Run> ladder;
   for (const double g : kLadder) {
-    if (g <= tol) ladder.push_back(g);
+    if (g > tol) continue;
+    if (scratch.priced()) ladder.push_back({g, true});
+    ladder.push_back({g, false});
   }
   thread_local std::vector<Candidate> moves, best_moves;
   int best = -1;
@@ -446,7 +533,8 @@ Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options
   const int count = static_cast<int>(ladder.size());
   for (int i = 0; i < count; ++i) {
     if (i > 0) scratch.restart();
-    Planner planner(ladder[static_cast<size_t>(i)], tol, options.align_rows, &scratch);
+    const Run& run = ladder[static_cast<size_t>(i)];
+    Planner planner(run.band, tol, options.align_rows, run.hosts_first, &scratch);
     CadStats st;
     const bool in_band = planner.run(&st, &moves);
     // A candidate inside the band beats one outside it whatever their bytes.

@@ -163,9 +163,19 @@ Priced State::colocated_bytes() const {
       for (int32_t j = i; j >= 0; j = seg_next_[static_cast<size_t>(j)]) {
         if (runs_[static_cast<size_t>(j)].rank == r) e = std::max(e, runs_[static_cast<size_t>(j)].end);
       }
-      const Priced kv = rows_not_held(static_cast<int64_t>(d), 0, e, r);
-      bytes.bytes += kv.bytes * s_kv_;
-      bytes.cost += kv.cost * s_kv_;
+      const int64_t kv = rows_not_held(static_cast<int64_t>(d), 0, e, r);
+      bytes.bytes += kv * s_kv_;
+      bytes.cost += kv * s_kv_;
+      // Each K/V row crossing to a host once (delta_bytes): counted at the host's first
+      // piece in the list, up to the end of the host's context.
+      if (!priced()) continue;
+      bool host_listed = false;
+      for (int32_t j = head; j != i && !host_listed; j = seg_next_[static_cast<size_t>(j)]) {
+        host_listed = host_of(runs_[static_cast<size_t>(j)].rank) == host_of(r);
+      }
+      if (host_listed) continue;
+      const int64_t eh = host_need(static_cast<int64_t>(d), host_of(r));
+      bytes.cost += (inter_price_ - 1) * s_kv_ * rows_off_host(static_cast<int64_t>(d), 0, eh, host_of(r));
     }
   }
   return bytes;
@@ -352,24 +362,57 @@ Status State::check_tiling() const {
   return Status::ok_status();
 }
 
-Priced State::rows_not_held(int64_t d, int64_t begin, int64_t end, int64_t rank) const {
-  int64_t held = 0, far = 0;  // far: rows held on another host
+int64_t State::rows_not_held(int64_t d, int64_t begin, int64_t end, int64_t rank) const {
+  int64_t held = 0;
   const auto pieces = static_cast<int32_t>(runs_.size());
   for (int32_t i = doc_seg_head_[static_cast<size_t>(d)]; i >= 0; i = seg_next_[static_cast<size_t>(i)]) {
     if (i >= pieces) continue;  // a segment a move created; the pieces follow
     const Run& run = runs_[static_cast<size_t>(i)];
-    if (run.rank != rank && !priced()) continue;
-    const int64_t lo = std::max(begin, run.begin), hi = std::min(end, run.end);
-    if (hi <= lo) continue;
-    if (run.rank == rank) {
-      held += hi - lo;
-    } else if (!same_host(run.rank, rank)) {
-      far += hi - lo;
-    }
+    if (run.rank == rank) held += std::max<int64_t>(0, std::min(end, run.end) - std::max(begin, run.begin));
   }
   // The pieces tile the document: every row not held by `rank` is held by exactly one other.
-  const int64_t rows = (end - begin) - held;
-  return {rows, rows + (inter_price_ - 1) * far};
+  return (end - begin) - held;
+}
+
+int64_t State::rows_off_host(int64_t d, int64_t begin, int64_t end, int64_t h) const {
+  int64_t on = 0;
+  const auto pieces = static_cast<int32_t>(runs_.size());
+  for (int32_t i = doc_seg_head_[static_cast<size_t>(d)]; i >= 0; i = seg_next_[static_cast<size_t>(i)]) {
+    if (i >= pieces) continue;
+    const Run& run = runs_[static_cast<size_t>(i)];
+    if (host_of(run.rank) == h) on += std::max<int64_t>(0, std::min(end, run.end) - std::max(begin, run.begin));
+  }
+  return (end - begin) - on;
+}
+
+int64_t State::host_need(int64_t d, int64_t h, int64_t skip_seg) const {
+  int64_t e = 0;
+  for (int64_t id = doc_seg_head_[static_cast<size_t>(d)]; id >= 0; id = seg_next_[static_cast<size_t>(id)]) {
+    const Seg& g = segs_[static_cast<size_t>(id)];
+    if (g.alive() && id != skip_seg && host_of(g.rank) == h) e = std::max(e, g.b);
+  }
+  for (int64_t c = doc_chunk_head_[static_cast<size_t>(d)]; c >= 0; c = chunk_next_[static_cast<size_t>(c)]) {
+    const Chunk& k = chunks_[static_cast<size_t>(c)];
+    if (host_of(k.server) == h) e = std::max(e, k.y);
+  }
+  return e;
+}
+
+int64_t State::crossing_change(int64_t id, int64_t dest, int64_t x, int64_t y) const {
+  const Seg& g = segs_[static_cast<size_t>(id)];
+  const int64_t hd = host_of(dest), hh = host_of(g.rank);
+  // What stays of the segment at home: its top while it stays, else [a, x).
+  const int64_t stays = y < g.b ? g.b : (x > g.a ? x : 0);
+  auto on = [&](int64_t h) -> int64_t {
+    const int64_t before = host_need(g.doc, h, -1);
+    int64_t after = host_need(g.doc, h, id);
+    if (h == hh) after = std::max(after, stays);
+    if (h == hd) after = std::max(after, y);
+    if (after > before) return rows_off_host(g.doc, before, after, h);
+    if (after < before) return -rows_off_host(g.doc, after, before, h);
+    return 0;
+  };
+  return hd == hh ? on(hd) : on(hd) + on(hh);
 }
 
 bool State::same_piece(int64_t d, int64_t rank, int64_t begin, int64_t end) const {
@@ -432,22 +475,20 @@ int64_t State::need(int64_t d, int64_t s, int64_t skip_seg) const {
 
 Priced State::delta_bytes(int64_t id, int64_t dest, int64_t x, int64_t y) const {
   const Seg& g = segs_[static_cast<size_t>(id)];
-  Priced kv;
   const int64_t nd = need(g.doc, dest);
-  if (y > nd) kv = rows_not_held(g.doc, nd, y, dest);
+  int64_t kv = y > nd ? rows_not_held(g.doc, nd, y, dest) : 0;
   if (y == g.b) {
     // The home's context shrinks only when the segment's top leaves.
     const int64_t other = need(g.doc, g.rank, id);
     const int64_t old_end = std::max(other, g.b);
     const int64_t new_end = std::max(other, x > g.a ? x : int64_t{0});
-    if (new_end < old_end) {
-      const Priced saved = rows_not_held(g.doc, new_end, old_end, g.rank);
-      kv.bytes -= saved.bytes;
-      kv.cost -= saved.cost;
-    }
+    if (new_end < old_end) kv -= rows_not_held(g.doc, new_end, old_end, g.rank);
   }
   const int64_t q = (y - x) * s_q_;
-  return {q + kv.bytes * s_kv_, q * (same_host(g.rank, dest) ? 1 : inter_price_) + kv.cost * s_kv_};
+  Priced out{q + kv * s_kv_, q * (same_host(g.rank, dest) ? 1 : inter_price_) + kv * s_kv_};
+  // Every K/V row at 1, and inter_host_price - 1 more for each row crossing to a host.
+  if (priced()) out.cost += (inter_price_ - 1) * s_kv_ * crossing_change(id, dest, x, y);
+  return out;
 }
 
 double State::home_loss(int64_t id, int64_t x, int64_t y) const {

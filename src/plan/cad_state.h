@@ -96,11 +96,17 @@ class State {
   int64_t doc_len(int64_t d) const { return doc_len_[static_cast<size_t>(d)]; }
   // The batch's id of document slot d.
   int64_t doc_id(int64_t d) const { return doc_id_.empty() ? d : doc_id_[static_cast<size_t>(d)]; }
-  // Rows of [begin, end) of document slot d that `rank` does not hold, and their price when
-  // sent to `rank` from their holders.
-  Priced rows_not_held(int64_t d, int64_t begin, int64_t end, int64_t rank) const;
+  // Rows of [begin, end) of document slot d that `rank` does not hold.
+  int64_t rows_not_held(int64_t d, int64_t begin, int64_t end, int64_t rank) const;
+  // Rows of [begin, end) of document slot d held by ranks off host h.
+  int64_t rows_off_host(int64_t d, int64_t begin, int64_t end, int64_t h) const;
+  // End of the context of document slot d on the servers of host h: the largest q_end of the
+  // document's tasks there (0 if none), segment `skip_seg` left out.
+  int64_t host_need(int64_t d, int64_t h, int64_t skip_seg = -1) const;
   // A multi-host topology is set (HostTopology::multi_host): prices differ from 1.
   bool priced() const { return !host_.empty(); }
+  // Host of rank r. Precondition: priced().
+  int64_t host_of(int64_t r) const { return host_[static_cast<size_t>(r)]; }
   bool same_host(int64_t a, int64_t b) const {
     return host_.empty() || host_[static_cast<size_t>(a)] == host_[static_cast<size_t>(b)];
   }
@@ -129,7 +135,9 @@ class State {
   // document's tasks there (0 if none). `skip_seg` is ignored in the maximum.
   int64_t need(int64_t d, int64_t s, int64_t skip_seg = -1) const;
   // Exact change of forward bytes, and of their price, if rows [x, y) of segment `id` move to
-  // server `dest`.
+  // server `dest`. Priced as the runtime sends with a topology (plan/topology_relay.h): every
+  // message at 1 inside a host and inter_host_price between hosts, a K/V row crossing to a
+  // host once (a relay there forwards it to the host's other servers that need it).
   Priced delta_bytes(int64_t id, int64_t dest, int64_t x, int64_t y) const;
   // Change of the home's load (<= 0) and of the destination's (>= 0) for that move.
   double home_loss(int64_t id, int64_t x, int64_t y) const;
@@ -158,6 +166,9 @@ class State {
   Status check_tiling() const;
   // The bytes of the colocated start (init, after the pieces are read).
   Priced colocated_bytes() const;
+  // Change of the K/V rows crossing into the hosts of the home and of `dest` (each row once
+  // per host) if rows [x, y) of segment `id` move to `dest`. Precondition: priced().
+  int64_t crossing_change(int64_t id, int64_t dest, int64_t x, int64_t y) const;
   // After init has read the pieces: the totals, the load order, the colocated bytes, and the
   // start restart() returns to.
   void record_start();

@@ -1,5 +1,6 @@
 // Builds a Plan from a Schedule (the layouts and their canonical order are defined in plan.h).
 #include "distca/plan/plan.h"
+#include "distca/plan/topology_relay.h"
 
 #include <algorithm>
 #include <chrono>
@@ -394,6 +395,13 @@ HostBytes host_bytes(const Plan& plan, const std::vector<int64_t>& hosts) {
         (k < 3 ? (inter ? h.inter_fwd : h.intra_fwd) : (inter ? h.inter_bwd : h.intra_bwd)) += rows * e.row_bytes;
       }
     }
+  }
+  // A relayed K/V block comes from a server of the receiver's own host (topology_relay.h).
+  if (plan.ranks.empty()) return h;
+  const int64_t kv_row = plan.ranks.front().exchange(ExchangeKind::kKv).row_bytes;
+  for (const RelayedBlock& b : kv_relay(plan, hosts)) {
+    h.inter_fwd -= b.rows * kv_row;
+    h.intra_fwd += b.rows * kv_row;
   }
   return h;
 }

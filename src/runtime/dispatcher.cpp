@@ -11,6 +11,7 @@
 #include "distca/core/check.h"
 #include "distca/kernels/attention.h"
 #include "distca/kernels/attention_traits.h"
+#include "dispatcher_relay.h"
 
 namespace distca::runtime {
 
@@ -161,6 +162,9 @@ struct CaDispatcher::LayerState {
   // sends back with Q and O in backward.
   std::vector<float> home_lse;
   InFlight ex_q, ex_kv, ex_olse, ex_do, ex_dq, ex_dkv;
+  // K/V relays (dispatcher_relay.h): the two exchanges' buffers, while they run.
+  std::vector<float> kv1_send, kv1_recv, kv2_send, kv2_recv;
+  InFlight ex_kv2;
 };
 
 CaDispatcher::CaDispatcher(comm::Communicator& comm, const Plan& plan, const AttentionDims& dims,
@@ -204,6 +208,7 @@ Result<std::unique_ptr<CaDispatcher>> CaDispatcher::create(comm::Communicator& c
   }
   std::unique_ptr<CaDispatcher> d(new CaDispatcher(comm, plan, dims, options));
   DISTCA_RETURN_IF_ERROR(d->align_tasks());
+  d->relay_ = std::make_unique<detail::KvRelayLayout>(detail::make_kv_relay_layout(plan, comm.rank()));
   return d;
 }
 
@@ -318,8 +323,41 @@ Status CaDispatcher::start_forward(int layer, const float* q, const float* k, co
   trace("pack q/kv", "compute", t0);
   const double ts = options_.trace ? options_.trace->now_us() : 0;
   DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xq, s.q_send.data(), s.q_recv.data(), qf, options_.signal, ts, label_ + "q", s.ex_q));
-  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xkv, s.kv_send.data(), s.kv_recv.data(), 2 * kvf, options_.signal, ts, label_ + "kv", s.ex_kv));
+  DISTCA_RETURN_IF_ERROR(start_kv(s, ts));
   fwd_bytes_ = s.ex_q.bytes_sent + s.ex_kv.bytes_sent;
+  return Status::ok_status();
+}
+
+Status CaDispatcher::start_kv(LayerState& s, double start_us) {
+  const int64_t f = 2 * dims_.kv_floats();
+  if (!relay_->on) {
+    const Exchange& xkv = plan_.ranks[sz(rank_)].exchange(ExchangeKind::kKv);
+    return start_exchange(comm_, xkv, s.kv_send.data(), s.kv_recv.data(), f, options_.signal, start_us, label_ + "kv", s.ex_kv);
+  }
+  s.kv1_send.assign(sz(relay_->first.send_rows() * f), 0.0f);
+  s.kv1_recv.assign(sz(relay_->first.recv_rows() * f), 0.0f);
+  detail::copy_rows(relay_->pack_first, s.kv_send.data(), s.kv1_send.data(), f);
+  return start_exchange(comm_, relay_->first, s.kv1_send.data(), s.kv1_recv.data(), f, options_.signal, start_us,
+                        label_ + "kv", s.ex_kv);
+}
+
+Status CaDispatcher::finish_kv(LayerState& s, int64_t* bytes) {
+  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_kv, options_.trace, rank_, label_ + "kv", &waited_s_));
+  if (!relay_->on) return Status::ok_status();
+  // The relays forward what their host's other servers need; every row lands where the
+  // plan's kKv layout puts it, so what follows is as without relays.
+  const int64_t f = 2 * dims_.kv_floats();
+  detail::copy_rows(relay_->unpack_first, s.kv1_recv.data(), s.kv_recv.data(), f);
+  s.kv2_send.assign(sz(relay_->second.send_rows() * f), 0.0f);
+  s.kv2_recv.assign(sz(relay_->second.recv_rows() * f), 0.0f);
+  detail::copy_rows(relay_->pack_second, s.kv_recv.data(), s.kv2_send.data(), f);
+  const double ts = options_.trace ? options_.trace->now_us() : 0;
+  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, relay_->second, s.kv2_send.data(), s.kv2_recv.data(), f,
+                                        options_.signal, ts, label_ + "kv relay", s.ex_kv2));
+  *bytes += s.ex_kv2.bytes_sent;
+  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_kv2, options_.trace, rank_, label_ + "kv relay", &waited_s_));
+  detail::copy_rows(relay_->unpack_second, s.kv2_recv.data(), s.kv_recv.data(), f);
+  s.kv1_send = {}, s.kv1_recv = {}, s.kv2_send = {}, s.kv2_recv = {};
   return Status::ok_status();
 }
 
@@ -350,7 +388,7 @@ Status CaDispatcher::serve_forward(int layer) {
   LayerState& s = state_in(layer, Phase::kForwardStarted, "serve_forward");
   const std::string lbl = options_.label.empty() ? "" : options_.label + " ";
   DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_q, options_.trace, rank_, lbl + "q", &waited_s_));
-  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_kv, options_.trace, rank_, lbl + "kv", &waited_s_));
+  DISTCA_RETURN_IF_ERROR(finish_kv(s, &fwd_bytes_));
   double t0 = options_.trace ? options_.trace->now_us() : 0;
   const ServerPlan& sp = plan_.servers[sz(rank_)];
   const int64_t qf = dims_.q_floats(), H = dims_.n_heads;
@@ -486,8 +524,7 @@ Status CaDispatcher::start_backward(int layer, const float* d_o, float* dq, floa
   DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xd, s.do_send.data(), s.do_recv.data(), wf, options_.signal, ts, label_ + "do", s.ex_do));
   bwd_bytes_ = s.ex_do.bytes_sent;
   if (options_.stateless) {
-    const Exchange& xkv = plan_.ranks[sz(rank_)].exchange(ExchangeKind::kKv);
-    DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xkv, s.kv_send.data(), s.kv_recv.data(), 2 * kvf, options_.signal, ts, label_ + "kv", s.ex_kv));
+    DISTCA_RETURN_IF_ERROR(start_kv(s, ts));
     bwd_bytes_ += s.ex_kv.bytes_sent;
   }
   s.phase = Phase::kBackwardStarted;
@@ -498,7 +535,7 @@ Status CaDispatcher::serve_backward(int layer) {
   LayerState& s = state_in(layer, Phase::kBackwardStarted, "serve_backward");
   const std::string lbl = options_.label.empty() ? "" : options_.label + " ";
   DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_do, options_.trace, rank_, lbl + "do", &waited_s_));
-  if (options_.stateless) DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_kv, options_.trace, rank_, lbl + "kv", &waited_s_));
+  if (options_.stateless) DISTCA_RETURN_IF_ERROR(finish_kv(s, &bwd_bytes_));
   double t0 = options_.trace ? options_.trace->now_us() : 0;
   const ServerPlan& sp = plan_.servers[sz(rank_)];
   const RankPlan& rp = plan_.ranks[sz(rank_)];

@@ -56,6 +56,11 @@ TrainConfig make_config(const BenchOptions& f, int64_t ranks, const BenchMode& m
   c.mode = parse_train_mode(mode.mode).value();
   if (*mode.overlap != '\0') c.overlap = runtime::parse_overlap_mode(mode.overlap).value();
   c.tolerance = f.tolerance;
+  // Only the cad modes have a band (colocated refuses --tolerance auto).
+  if (f.tolerance_auto && c.mode == TrainMode::kCad) {
+    c.tolerance_auto = true;
+    c.hardware = f.hardware;
+  }
   c.steps = f.steps;
   c.tokens_per_rank = f.tokens;
   // The data come from DataSource::fixed; dist and max_doc_len only describe them to the
@@ -195,6 +200,7 @@ comm::Settings bench_settings(const BenchOptions& f) {
   s.add("--vocab", f.vocab).add("--tokens-per-rank", f.tokens).add("--long-doc", f.long_doc);
   s.add("--short-doc", f.short_doc).add("--workload", f.workload).add("--rounds", f.rounds).add("--steps", f.steps);
   s.add("--warmup-steps", f.warmup_steps).add("--tolerance", f.tolerance).add("--pp", f.pp);
+  s.add("--tolerance auto", f.tolerance_auto);
   s.add("--compare", f.compare).add("--seed", f.seed);
   s.add("--micro-batches", f.micro_batches).add("--trace given", !f.trace.empty());
   return s;
@@ -204,7 +210,7 @@ nlohmann::json bench_flags_json(const BenchOptions& f) {
   return {{"width", f.width},         {"layers", f.layers},       {"head_dim", f.head_dim},
           {"vocab", f.vocab},         {"tokens_per_rank", f.tokens}, {"long_doc", long_doc(f)},
           {"short_doc", f.short_doc}, {"tolerance", f.tolerance},  {"pp", f.pp},
-          {"micro_batches", f.micro_batches}, {"workload", f.workload}};
+          {"micro_batches", f.micro_batches}, {"workload", f.workload}, {"tolerance_auto", f.tolerance_auto}};
 }
 
 Result<BenchOptions> bench_flags_from_json(const nlohmann::json& j) {
@@ -228,6 +234,10 @@ Result<BenchOptions> bench_flags_from_json(const nlohmann::json& j) {
   if (!j.contains("tolerance") || !j["tolerance"].is_number()) return Status::invalid_argument("bench_flags.tolerance: missing or not a number");
   f.tolerance = j["tolerance"].get<double>();
   if (!(f.tolerance >= 0 && f.tolerance <= 1)) return Status::invalid_argument("bench_flags.tolerance: out of range");
+  if (j.contains("tolerance_auto")) {  // absent in files written before the flag existed
+    if (!j["tolerance_auto"].is_boolean()) return Status::invalid_argument("bench_flags.tolerance_auto: not a boolean");
+    f.tolerance_auto = j["tolerance_auto"].get<bool>();
+  }
   if (!j.contains("workload") || !j["workload"].is_string()) return Status::invalid_argument("bench_flags.workload: missing or not a string");
   f.workload = j["workload"].get<std::string>();
   if (f.workload != "skewed" && f.workload != "uniform") return Status::invalid_argument("bench_flags.workload: not skewed or uniform");

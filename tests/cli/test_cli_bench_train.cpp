@@ -215,6 +215,34 @@ TEST_F(CliBenchTrainTest, DataParallelPredictsFromAHardwareProfile) {
   }
 }
 
+// --tolerance auto: the cad modes choose their band from --hardware's figures (the JSON says
+// so); every bad combination is refused with one line and exit 2 before any work.
+TEST_F(CliBenchTrainTest, ToleranceAutoRunsAndBadCombinationsAreRefused) {
+  const std::string profile = std::string(DISTCA_SOURCE_DIR) + "/tests/sim/data/hardware-profile-2rank.json";
+  // The same profile as one rank would measure it: no link figures.
+  nlohmann::json one = nlohmann::json::parse(slurp(profile));
+  one["machine"]["ranks"] = 1;
+  one.erase("links");
+  const std::string no_links = (dir_ / "one-rank.json").string();
+  std::ofstream(no_links) << one.dump();
+  const auto refused = [&](const std::map<std::string, std::string>& over, const std::string& says) {
+    expect_refused(tiny_with(over), says);
+  };
+  refused({{"--tolerance", "auto"}}, "--tolerance auto needs --hardware");
+  refused({{"--tolerance", "often"}}, "--tolerance must be auto or a number");
+  refused({{"--tolerance", "auto"}, {"--hardware", no_links}}, "needs a profile with link figures");
+  refused({{"--tolerance", "auto"}, {"--hardware", profile}, {"--ranks", "4"}, {"--pp", "2"}, {"--layers", "2"}},
+          "--tolerance auto applies to --pp 1 without --compare");
+  refused({{"--tolerance", "auto"}, {"--hardware", profile}, {"--compare", " "}},
+          "--tolerance auto applies to --pp 1 without --compare");
+  const std::string json = (dir_ / "auto.json").string();
+  const CliRun r = run(tiny_with({{"--tolerance", "auto"}, {"--hardware", profile}, {"--json", json}}), 600);
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  EXPECT_TRUE(j.at("bench_flags").at("tolerance_auto").get<bool>()) << j["bench_flags"].dump();
+  ASSERT_EQ(j.at("modes").size(), 4u);
+}
+
 // --workload uniform: every rank one document of 256, so the FLOP-ideal speedup is 1; the
 // simulator's per-rank idle and exposed communication beside the measured ones, with the idle
 // 1 - busy / step from its own busy seconds.

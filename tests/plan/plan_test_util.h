@@ -104,10 +104,11 @@ inline std::vector<TaskPlacement> random_tasks(const Batch& b, uint64_t seed) {
 }
 
 // Every message of `tasks`, row by row, straight from the rules in docs/plan-format.md:
-// msg(from, to, bytes, forward) for each Q, O+LSE, dO and dQ row of a task away from home and
-// each K/V (dK/dV) row a server needs, from (to) the rank holding it; from == to included.
-template <class Msg>
-void for_each_row_message(const Batch& b, const std::vector<TaskPlacement>& tasks, const RowBytes& rb, Msg msg) {
+// msg(from, to, bytes, forward) for each Q, O+LSE, dO and dQ row of a task away from home, and
+// kv(doc, row, holder, server) for each K/V row a server needs (holder == server included),
+// in (doc, row, server) order.
+template <class Msg, class Kv>
+void for_each_row_message(const Batch& b, const std::vector<TaskPlacement>& tasks, const RowBytes& rb, Msg msg, Kv kv) {
   std::map<std::pair<int64_t, int64_t>, int64_t> holder;  // (doc, row) -> rank
   for (int64_t r = 0; r < b.ranks; ++r) {
     for (const Piece& p : b.per_rank[static_cast<size_t>(r)]) {
@@ -124,11 +125,16 @@ void for_each_row_message(const Batch& b, const std::vector<TaskPlacement>& task
     }
     for (int64_t k = 0; k < t.q_end; ++k) kv_rows.insert({t.doc, k, t.server});
   }
-  for (const auto& [doc, row, server] : kv_rows) {
-    const int64_t h = holder.at({doc, row});
+  for (const auto& [doc, row, server] : kv_rows) kv(doc, row, holder.at({doc, row}), server);
+}
+
+// The same with the K/V (dK/dV) rows as messages too: from (to) the rank holding the row.
+template <class Msg>
+void for_each_row_message(const Batch& b, const std::vector<TaskPlacement>& tasks, const RowBytes& rb, Msg msg) {
+  for_each_row_message(b, tasks, rb, msg, [&](int64_t, int64_t, int64_t h, int64_t server) {
     msg(h, server, rb.kv, true);
     msg(server, h, rb.kv, false);
-  }
+  });
 }
 
 // Naive byte recount (forward, backward totals and per-rank sent+received forward).

@@ -11,6 +11,12 @@
 //           several tasks); one attention_forward; O|LSE rows of remote homes go into the kOLse
 //           send buffer, local homes' rows straight into the caller's o; start kOLse.
 //   finish  wait for kOLse; scatter received O (and LSE) rows to their local rows.
+// K/V relays: with a multi-host plan (Plan::hosts), a K|V row that servers of one host need
+// from another host crosses once (plan/topology_relay.h): the K|V exchange runs as two, the
+// plan's rows less the relayed ones, then (in serve, once the first arrived) the relays
+// forward theirs inside their hosts. The kKv receive buffer ends as the plan lays it out, so
+// every number is the one without relays. Stateless backward sends K|V again the same way;
+// dK|dV partials go straight to the holders as the plan says.
 // Backward: by default servers KEEP their fused forward inputs and outputs (in-place servers,
 // the byte rules of plan/traffic.h), so only dO travels out; dQ and dK|dV partials come back.
 // Stateless servers (DispatcherOptions::stateless, the paper's design) drop them after
@@ -65,6 +71,10 @@
 #include "distca/plan/plan.h"
 
 namespace distca::runtime {
+
+namespace detail {
+struct KvRelayLayout;  // src/runtime/dispatcher_relay.h
+}  // namespace detail
 
 struct AttentionDims {
   int32_t n_heads = 0;
@@ -174,6 +184,12 @@ class CaDispatcher {
   // expected and the actual phase; a layer without state is in Phase::kIdle).
   LayerState& state_in(int layer, Phase expected, const char* call);
   Status align_tasks();
+  // Starts the K|V exchange of s.kv_send into s.kv_recv (plan layouts): the plan's kKv, or
+  // with K/V relays (plan/topology_relay.h) its first stage.
+  Status start_kv(LayerState& s, double start_us);
+  // Waits for it; with relays runs the second stage (inside hosts, its bytes added to *bytes),
+  // leaving s.kv_recv as the plan lays it out.
+  Status finish_kv(LayerState& s, int64_t* bytes);
   // Fills s.fk / s.fv (the fused call's contexts) from local rows and s.kv_recv.
   void assemble_kv(LayerState& s) const;
   // Floats per row of the kDO exchange: dO, or dO|Q|O|LSE for stateless servers.
@@ -190,6 +206,7 @@ class CaDispatcher {
   int rank_ = 0;
   DocumentIndex index_;
   std::map<int, std::unique_ptr<LayerState>> layers_;
+  std::unique_ptr<detail::KvRelayLayout> relay_;  // this rank's K/V relays (`on` false: none)
   // The fused call as run: tasks padded to the kernel's query tiles (see query_tile_rows).
   std::vector<int32_t> cu_q_, cu_k_;  // [tasks + 1]
   std::vector<int64_t> q_row_;        // [tasks] fused row of the task's first query row

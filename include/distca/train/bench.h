@@ -52,6 +52,9 @@ struct BenchOptions {
   int64_t steps = 3;             // per mode and round
   int64_t warmup_steps = 1;      // discarded of each run
   double tolerance = 0.05;       // cad scheduler
+  // --tolerance auto: the cad modes choose the band per batch (plan/auto_tolerance.h) from
+  // `hardware` (then also their link and attention figures); pp 1, not --compare.
+  bool tolerance_auto = false;
   double mpi_timeout = 300;
   std::string json;              // FILE or "-"
   std::string trace;             // Chrome trace of the last round's cad pingpong, last step

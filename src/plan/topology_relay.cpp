@@ -1,0 +1,58 @@
+// K/V relays (plan/topology_relay.h).
+#include "distca/plan/topology_relay.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "distca/core/check.h"
+
+namespace distca {
+
+std::vector<RelayedBlock> kv_relay(const Plan& plan, const std::vector<int64_t>& hosts) {
+  std::vector<RelayedBlock> out;
+  if (hosts.empty() || std::all_of(hosts.begin(), hosts.end(), [&](int64_t h) { return h == hosts.front(); })) {
+    return out;
+  }
+  const auto host = [&](int64_t r) { return hosts[static_cast<size_t>(r)]; };
+  // (document, host) -> (largest context end, lowest rank with it): the relay.
+  std::map<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>> relay;
+  for (size_t r = 0; r < plan.servers.size(); ++r) {
+    for (const ServerTask& st : plan.servers[r].tasks) {
+      const auto key = std::make_pair(st.task.doc, host(static_cast<int64_t>(r)));
+      auto [it, fresh] = relay.emplace(key, std::make_pair(st.task.q_end, static_cast<int64_t>(r)));
+      if (!fresh && st.task.q_end > it->second.first) it->second = {st.task.q_end, static_cast<int64_t>(r)};
+    }
+  }
+  // Where each off-host block starts in its server's kKv receive buffer: (server, holder,
+  // document, first row) -> row. A server's block of a holder's piece starts where the relay's
+  // block of that piece does (both are the piece clipped to a context [0, E)).
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::pair<int64_t, int64_t>> at;
+  for (size_t s = 0; s < plan.ranks.size(); ++s) {
+    const Exchange& kv = plan.ranks[s].exchange(ExchangeKind::kKv);
+    for (const auto& [h, blocks] : kv.recv_blocks.entries()) {
+      if (host(static_cast<int64_t>(h)) == host(static_cast<int64_t>(s))) continue;
+      int64_t w = kv.recv_displs[h];
+      for (const RowBlock& b : blocks) {
+        at.emplace(std::make_tuple(static_cast<int64_t>(s), static_cast<int64_t>(h), b.doc, b.begin),
+                   std::make_pair(w, b.end));
+        w += b.rows();
+      }
+    }
+  }
+  for (const auto& [key, where] : at) {
+    const auto [s, h, doc, begin] = key;
+    const int64_t r = relay.at({doc, host(s)}).second;
+    if (r == s) continue;
+    const auto& from = at.find({r, h, doc, begin});
+    DISTCA_CHECK_MSG(from != at.end() && from->second.second >= where.second, "kv_relay: the relay lacks a block");
+    out.push_back({h, s, r, where.first, from->second.first, where.second - begin});
+  }
+  std::sort(out.begin(), out.end(), [](const RelayedBlock& a, const RelayedBlock& b) {
+    return std::tie(a.relay, a.server, a.server_row) < std::tie(b.relay, b.server, b.server_row);
+  });
+  return out;
+}
+
+}  // namespace distca
