@@ -92,7 +92,7 @@ int run(const AttentionFlags& f) {
   if (Status st = check_memory(need, in.describe()); !st.ok()) {
     return fail_input(st.message());
   }
-  const kernels::AttentionOutputs out = kernels::run_attention(p, f.reference);
+  const kernels::AttentionOutputs out = kernels::run_attention(p, backward, f.reference);
   const int64_t H = qs[1], Hkv = ks[1], d = qs[2];
   std::vector<std::pair<std::string, std::string>> files;
   files.emplace_back(dir + "o.npy", npy_bytes(out.o.data(), {qs[0], H, d}));

@@ -137,7 +137,7 @@ Result<AttentionParams> make_params(const AttentionInputs& in, const float* q, c
   return p;
 }
 
-AttentionOutputs run_attention(AttentionParams p, bool reference) {
+AttentionOutputs run_attention(AttentionParams p, bool backward, bool reference) {
   const auto q_size = static_cast<size_t>(p.total_q() * p.n_heads * p.head_dim);
   const auto kv_size = static_cast<size_t>(p.total_kv() * p.n_kv_heads * p.head_dim);
   AttentionOutputs out;
@@ -145,7 +145,6 @@ AttentionOutputs run_attention(AttentionParams p, bool reference) {
   out.lse.resize(static_cast<size_t>(p.n_heads * p.total_q()));
   p.o = out.o.data();
   p.lse = out.lse.data();
-  const bool backward = p.d_o != nullptr;
   if (backward) {
     out.dq.resize(q_size);
     out.dk.resize(kv_size);

@@ -70,10 +70,10 @@ Result<AttentionParams> make_params(const AttentionInputs& in, const float* q, c
 struct AttentionOutputs {
   std::vector<float> o, lse, dq, dk, dv;
 };
-// Runs the forward, and the backward when p.d_o is set, into outputs it allocates (p's output
-// pointers are replaced); `reference`: the fp32 reference (reference.h) instead of the fast
-// path. Preconditions: make_params returned p; the caller holds kernel_mutex() when other
+// Runs the forward, and with `backward` the backward on p.d_o, into outputs it allocates (p's
+// output pointers are replaced); `reference`: the fp32 reference (reference.h) instead of the
+// fast path. Preconditions: make_params returned p; the caller holds kernel_mutex() when other
 // threads may run kernels.
-AttentionOutputs run_attention(AttentionParams p, bool reference);
+AttentionOutputs run_attention(AttentionParams p, bool backward, bool reference);
 
 }  // namespace distca::kernels
