@@ -35,10 +35,7 @@ using namespace train;  // bench_spec, make_config, pipeline_modes, RankFigures,
 // rank, f.pp stages, the batches as micro-batches): hw a measured hardware profile
 // (--hardware) or null (then the local-cpu preset's links and the linear layers at
 // sgemm_mean); table (--cost-table) or null. `ok` false: the simulator's refusal in `error`.
-struct SimFigures : sim::TrainingPrediction {
-  bool ok = false;
-  std::string error;
-};
+using SimFigures = sim::TrainingOutcome;
 nlohmann::json sim_json(const SimFigures& sim, double measured_s);
 
 SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, double sgemm_mean,

@@ -225,41 +225,11 @@ int write_report(const TrainBenchFlags& f, std::string out, const nlohmann::json
 SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, double sgemm_mean,
                    const ProfiledCostModel* table, const std::shared_ptr<const HardwareProfile>& hw_profile,
                    const std::vector<Batch>& batches) {
-  sim::TrainingRun run;
-  run.model = bench_spec(f);
-  run.ranks = ranks;
-  run.pp = f.pp;
-  run.mode = mode.mode;
-  run.overlap = mode.overlap;
-  run.tolerance = f.tolerance;
-  run.sgemm_flops = sgemm_mean;
-  run.hardware_profile = hw_profile;
-  run.attention_table = table;
-  SimFigures out;
-  auto p = sim::predict_training(run, batches);
-  if (!p.ok()) {
-    out.error = p.status().message();
-    return out;
-  }
-  static_cast<sim::TrainingPrediction&>(out) = std::move(p).value();
-  out.ok = true;
-  return out;
+  sim::TrainingRun run{bench_spec(f), ranks, f.pp, mode.mode, mode.overlap, 0, f.tolerance, sgemm_mean, hw_profile, table};
+  return sim::predict_outcome(run, batches);
 }
 
-nlohmann::json sim_json(const SimFigures& sim, double measured_s) {
-  return {{"ok", sim.ok},
-          {"error", sim.error},
-          {"step_s", sim.step_s},
-          {"over_measured", measured_s > 0 ? sim.step_s / measured_s : 0},
-          {"stage_idle", sim.stage_idle},
-          {"rank_idle", sim.rank_idle},
-          {"rank_exposed", sim.rank_exposed},
-          {"rank_busy_s", sim.rank_busy_s},
-          {"mean_idle", mean_of(sim.rank_idle)},
-          {"mean_exposed", mean_of(sim.rank_exposed)},
-          {"rank_blocked", sim.rank_blocked},
-          {"mean_blocked", mean_of(sim.rank_blocked)}};
-}
+nlohmann::json sim_json(const SimFigures& sim, double measured_s) { return sim::to_json(sim, measured_s); }
 
 int run_pipeline(const TrainBenchFlags& f) {
   // The cost table is read before any work (a bad one refuses at once, on every rank).
@@ -271,12 +241,8 @@ int run_pipeline(const TrainBenchFlags& f) {
     table_model = std::move(t).value();
   }
   const ProfiledCostModel* table = table_model.get();
-  std::shared_ptr<const HardwareProfile> hw_profile;
-  if (!f.hardware.empty()) {
-    auto hp = load_hardware_profile(f.hardware);
-    if (!hp.ok()) return first ? fail_input("--hardware: " + hp.status().message()) : kExitBadInput;
-    hw_profile = std::make_shared<const HardwareProfile>(std::move(hp).value());
-  }
+  auto hw_profile = load_hardware_flag(f);
+  if (!hw_profile.ok()) return first ? fail_input(hw_profile.status().message()) : kExitBadInput;
   const kernels::ScopedBlasThreads one_blas_thread(1);
   PipeFigures fig;
   const bool mpi = f.backend == "mpi";
@@ -296,7 +262,7 @@ int run_pipeline(const TrainBenchFlags& f) {
   });
   if (!launched.status.ok()) return launch_failed(launched);
   if (!launched.speaks) return kExitOk;
-  return report(f, launched.group.size, fig, table, hw_profile);
+  return report(f, launched.group.size, fig, table, *hw_profile);
 }
 
 }  // namespace distca::cli::bench_train

@@ -11,11 +11,12 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "distca/core/clock.h"
 
 extern char** environ;
 
@@ -238,8 +239,8 @@ Result<ChildEnd> run_in_session(const std::vector<std::string>& argv, const std:
     return Status::internal("cannot start " + argv[0] + ": " + std::strerror(err));
   }
   ChildEnd c;
-  const auto start = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  const double start = monotonic_seconds();
+  auto elapsed = [&] { return monotonic_seconds() - start; };
   bool ended = false;
   int wait_errno = 0;
   for (;;) {

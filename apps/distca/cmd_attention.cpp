@@ -12,9 +12,7 @@
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
 #include "distca/core/npy.h"
-#include "distca/kernels/attention.h"
 #include "distca/kernels/attention_inputs.h"
-#include "distca/kernels/reference.h"
 
 namespace distca::cli {
 namespace {
@@ -76,6 +74,7 @@ int run(const AttentionFlags& f) {
                                    !f.no_causal, f.scale_given ? static_cast<float>(f.scale) : 0.0f);
   if (!made.ok()) return fail(made.status());
   kernels::AttentionParams p = *made;
+  if (backward) p.d_o = dO->f32.data();
   const auto& qs = q->shape;
   const auto& ks = k->shape;
 
@@ -93,36 +92,15 @@ int run(const AttentionFlags& f) {
   if (Status st = check_memory(need, in.describe()); !st.ok()) {
     return fail_input(st.message());
   }
-
+  const kernels::AttentionOutputs out = kernels::run_attention(p, backward, f.reference);
   const int64_t H = qs[1], Hkv = ks[1], d = qs[2];
-  std::vector<float> o(static_cast<size_t>(qs[0] * H * d)), lse(static_cast<size_t>(H * qs[0]));
-  std::vector<float> dq, dk, dv;
-  p.o = o.data();
-  p.lse = lse.data();
-  if (backward) {
-    dq.resize(o.size());
-    dk.resize(k->f32.size());
-    dv.resize(k->f32.size());
-    p.d_o = dO->f32.data();
-    p.dq = dq.data();
-    p.dk = dk.data();
-    p.dv = dv.data();
-  }
-  if (f.reference) {
-    kernels::reference_forward<float>(p, p.q, p.k, p.v, o.data(), lse.data());
-    if (backward) kernels::reference_backward<float>(p, p.q, p.k, p.v, p.d_o, dq.data(), dk.data(), dv.data());
-  } else {
-    kernels::attention_forward(p);
-    if (backward) kernels::attention_backward(p);
-  }
-
   std::vector<std::pair<std::string, std::string>> files;
-  files.emplace_back(dir + "o.npy", npy_bytes(o.data(), {qs[0], H, d}));
-  files.emplace_back(dir + "lse.npy", npy_bytes(lse.data(), {H, qs[0]}));
+  files.emplace_back(dir + "o.npy", npy_bytes(out.o.data(), {qs[0], H, d}));
+  files.emplace_back(dir + "lse.npy", npy_bytes(out.lse.data(), {H, qs[0]}));
   if (backward) {
-    files.emplace_back(dir + "dq.npy", npy_bytes(dq.data(), {qs[0], H, d}));
-    files.emplace_back(dir + "dk.npy", npy_bytes(dk.data(), {ks[0], Hkv, d}));
-    files.emplace_back(dir + "dv.npy", npy_bytes(dv.data(), {ks[0], Hkv, d}));
+    files.emplace_back(dir + "dq.npy", npy_bytes(out.dq.data(), {qs[0], H, d}));
+    files.emplace_back(dir + "dk.npy", npy_bytes(out.dk.data(), {ks[0], Hkv, d}));
+    files.emplace_back(dir + "dv.npy", npy_bytes(out.dv.data(), {ks[0], Hkv, d}));
   }
   if (Status st = write_files_atomic(files); !st.ok()) return fail(st);
   return kExitOk;

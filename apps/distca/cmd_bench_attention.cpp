@@ -5,7 +5,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdarg>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -14,12 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
-#include "distca/core/stats.h"
-#include "distca/core/clock.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
-#include "distca/core/rng.h"
 #include "distca/kernels/attention.h"
+#include "distca/kernels/attention_bench.h"
 #include "distca/kernels/blas.h"
 #include "distca/kernels/profiler.h"
 #if DISTCA_HAS_CUDA
@@ -30,147 +27,27 @@
 namespace distca::cli {
 namespace {
 
-struct BenchFlags {
+struct BenchFlags : kernels::AttentionBenchOptions {  // the CPU cases' flags (attention_bench.h)
   bool json = false;
-  int heads = 4;
-  int kv_heads = 1;
-  int64_t max_len = 16384;
-  int64_t context = 8192;
-  int repeats = 3;
   int64_t sgemm_n = 2048;
-  std::vector<int> head_dims = {64, 128};
   std::string device = "cpu";
   std::string dtype = "bf16";    // --device cuda only
   std::string kernel = "auto";   // --device cuda only
 };
 
-// sgemm on n x n x n by the kernels' own OpenMP team: OpenBLAS on one thread per 128 x 128
-// tile of C, the tiles shared by the team (kernels::gemm_tiled). Not OpenBLAS's own thread
-// pool: its workers spin-wait for new work for a while after every call (OpenBLAS's thread
-// timeout) and would share the cores with the attention call timed right after, whose OpenMP
-// team then waits for a core: a 0.1 ms call (one 128 x 128 task) can be timed at a scheduler
-// time slice.
-class SgemmBaseline {
- public:
-  explicit SgemmBaseline(int64_t n) : n_(static_cast<int>(n)), a_(static_cast<size_t>(n * n)), b_(a_.size()), c_(a_.size()) {
-    Rng rng(7);
-    for (auto& x : a_) x = static_cast<float>(rng.uniform(-1, 1));
-    for (auto& x : b_) x = static_cast<float>(rng.uniform(-1, 1));
-    run();  // warm-up
-  }
-  // GFLOP/s of one call.
-  double run() {
-    const double t0 = monotonic_seconds();
-    kernels::gemm_tiled<float>(false, false, n_, n_, n_, 1.0f, a_.data(), n_, b_.data(), n_, 0.0f, c_.data(), n_);
-    const double t = monotonic_seconds() - t0;
-    const double gf = 2.0 * n_ * static_cast<double>(n_) * n_ / t / 1e9;
-    all_.push_back(gf);
-    return gf;
-  }
-  double median_gflops() const { return median(all_); }
-
- private:
-  int n_;
-  std::vector<float> a_, b_, c_;
-  std::vector<double> all_;
-};
-
-struct CaseResult {
-  std::string kind;
-  int head_dim = 0;
-  int64_t q_len = 0, kv_len = 0, tasks = 0;
-  double fwd_gflops = 0, bwd_gflops = 0;  // medians over repetitions
-  double fwd_ratio = 0, bwd_ratio = 0;    // medians of per-repetition ratios to the sgemm run beside it
-};
-
-// The machine is shared and its load changes by the second, so every repetition of a case is
-// paired with an sgemm run right before it and the ratio is taken per pair (then the median).
-CaseResult run_case(const std::string& kind, const std::vector<std::pair<int64_t, int64_t>>& tasks,
-                    const BenchFlags& f, int head_dim, SgemmBaseline& gemm) {
-  kernels::AttentionProblem prob = kernels::make_problem(tasks, f.heads, f.kv_heads, head_dim, 11);
-  std::vector<double> fg, bg, fr, br;
-  kernels::time_kernels(prob, 1, 0.0);  // warm-up
-  const double start = monotonic_seconds();
-  for (int r = 0; r < f.repeats; ++r) {
-    const double base = gemm.run();
-    const kernels::KernelTiming t = kernels::time_kernels(prob, 1, 0.0);
-    fg.push_back(t.forward_flops / t.forward_seconds / 1e9);
-    bg.push_back(t.backward_flops / t.backward_seconds / 1e9);
-    fr.push_back(fg.back() / base);
-    br.push_back(bg.back() / base);
-    if (r >= 2 && monotonic_seconds() - start > 20.0) break;  // long cases: three pairs are enough
-  }
-  CaseResult r;
-  r.kind = kind;
-  r.head_dim = head_dim;
-  r.tasks = static_cast<int64_t>(tasks.size());
-  for (const auto& [q, k] : tasks) {
-    r.q_len += q;
-    r.kv_len += k;
-  }
-  r.fwd_gflops = median(fg);
-  r.bwd_gflops = median(bg);
-  r.fwd_ratio = median(fr);
-  r.bwd_ratio = median(br);
-  return r;
-}
-
-// A fused batch of mixed shards, as an attention server receives it: documents of random
-// length cut into head/tail-like shards of 128 .. 2048 rows at random context positions.
-std::vector<std::pair<int64_t, int64_t>> mixed_batch(int64_t context) {
-  Rng rng(3);
-  std::vector<std::pair<int64_t, int64_t>> t;
-  int64_t rows = 0;
-  while (rows < context) {
-    const int64_t kv = 128 + static_cast<int64_t>(rng.uniform_int(static_cast<uint64_t>(context - 127)));
-    const int64_t q = std::min<int64_t>(kv, 128 << rng.uniform_int(5));
-    t.push_back({q, kv});
-    rows += q;
-  }
-  return t;
-}
-
 int run(const BenchFlags& f) {
   const int threads = omp_get_max_threads();
   const bool progress = stderr_is_terminal() && !f.json;
-  SgemmBaseline gemm(f.sgemm_n);
-  std::vector<CaseResult> results;
-  auto note = [&](const CaseResult& r) {
-    results.push_back(r);
-    if (progress) std::fprintf(stderr, "\r%-8s d=%d q=%lld kv=%lld    ", r.kind.c_str(), r.head_dim,
-                               static_cast<long long>(r.q_len), static_cast<long long>(r.kv_len));
-  };
-  for (int d : f.head_dims) {
-    for (int64_t len = 32; len <= f.max_len; len *= 2) note(run_case("single", {{len, len}}, f, d, gemm));
-    for (int64_t q = 128; q <= f.context; q *= 2) note(run_case("shard", {{q, f.context}}, f, d, gemm));
-    note(run_case("mixed", mixed_batch(f.context), f, d, gemm));
-  }
+  kernels::SgemmBaseline gemm(f.sgemm_n);
+  const std::vector<kernels::AttentionCase> results =
+      kernels::run_attention_bench(f, gemm, [&](const kernels::AttentionCase& r) {
+        if (progress) std::fprintf(stderr, "\r%-8s d=%d q=%lld kv=%lld    ", r.kind.c_str(), r.head_dim,
+                                   static_cast<long long>(r.q_len), static_cast<long long>(r.kv_len));
+      });
   if (progress) std::fprintf(stderr, "\r%60s\r", "");
   const double sgemm = gemm.median_gflops();
-
   // Summary figures: the worst ratio for single tasks of >= 1K, and shard 128 vs shard 4K.
-  nlohmann::json summary = nlohmann::json::object();
-  for (int d : f.head_dims) {
-    double fmin = 1e300, bmin = 1e300, s128 = 0, s4k = 0;
-    for (const auto& r : results) {
-      if (r.head_dim != d) continue;
-      if (r.kind == "single" && r.q_len >= 1024) {
-        fmin = std::min(fmin, r.fwd_ratio);
-        bmin = std::min(bmin, r.bwd_ratio);
-      }
-      // forward+backward throughput relative to sgemm (so load changes between cases cancel)
-      const double fb = (r.fwd_ratio > 0 && r.bwd_ratio > 0) ? 3.5 / (1.0 / r.fwd_ratio + 2.5 / r.bwd_ratio) : 0;
-      if (r.kind == "shard" && r.q_len == 128) s128 = fb;
-      if (r.kind == "shard" && r.q_len == 4096) s4k = fb;
-    }
-    nlohmann::json s;
-    if (fmin < 1e300) {
-      s["min_forward_over_sgemm_1k_plus"] = fmin;
-      s["min_backward_over_sgemm_1k_plus"] = bmin;
-    }
-    if (s128 > 0 && s4k > 0) s["shard128_over_shard4k"] = s128 / s4k;
-    summary["head_dim_" + std::to_string(d)] = s;
-  }
+  const nlohmann::json summary = kernels::attention_bench_summary(f, results);
 
   if (f.json) {
     nlohmann::json j;
@@ -420,17 +297,8 @@ Runner setup(CLI::App& app) {
     if (f->heads % f->kv_heads != 0) return fail_input("--kv-heads must divide --heads");
     if (f->head_dims.empty()) return fail_input("--head-dims: needs at least one value");
     // The largest case's problem (one at a time) and the sgemm baseline's three matrices.
-    int64_t mixed_q = 0, mixed_kv = 0;
-    for (const auto& [q, k] : mixed_batch(f->context)) mixed_q += q, mixed_kv += k;
-    double need = 0;
-    for (int d : f->head_dims) {
-      const std::vector<std::pair<int64_t, int64_t>> largest = {
-          {f->max_len, f->max_len}, {f->context, f->context}, {mixed_q, mixed_kv}};
-      for (const auto& [q, k] : largest) {
-        need = std::max(need, kernels::problem_memory_bytes(q, k, f->heads, f->kv_heads, d));
-      }
-    }
-    need += 3.0 * static_cast<double>(f->sgemm_n) * static_cast<double>(f->sgemm_n) * sizeof(float);
+    const double need = kernels::attention_bench_bytes(*f) +
+                        3.0 * static_cast<double>(f->sgemm_n) * static_cast<double>(f->sgemm_n) * sizeof(float);
     const int max_d = *std::max_element(f->head_dims.begin(), f->head_dims.end());
     if (Status st = check_memory(need, "--heads " + std::to_string(f->heads) + " --head-dims " + std::to_string(max_d) +
                                            " --max-len " + std::to_string(f->max_len) + " --context " +

@@ -51,37 +51,70 @@ struct Flags {
   double timeout_s = 600;
 };
 
-int run(const Flags& f) {
-  if (!f.json_path.empty() && f.json_path != "-") {
-    Status out = check_output_path(f.json_path).with_context("--json");
-    if (!out.ok()) return fail(out);
+// Each strategy simulated --repeats times on the same micro-batches: the table's rows (printed
+// unless the JSON goes to stdout) and their JSON; the exit code through `code`.
+nlohmann::json time_strategies(const Flags& f, sim::SimOptions o, const std::vector<sim::Strategy>& strategies,
+                               const std::vector<Batch>& mbs, double draw_seconds, bool to_stdout, int& code) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& s : strategies) {
+    o.strategy = s;
+    std::vector<double> times;
+    sim::SimResult last;
+    for (int64_t rep = 0; rep < f.repeats; ++rep) {
+      const double a = monotonic_seconds();
+      auto r = sim::simulate(o, mbs);
+      times.push_back(monotonic_seconds() - a);
+      if (!r.ok()) {
+        code = fail(r.status());
+        return rows;
+      }
+      last = std::move(r).value();
+    }
+    const double med = median(times);
+    if (!to_stdout) {
+      std::printf("%-20s %12.3f %12.2f %14.3f %10lld%s\n", s.name().c_str(), med, draw_seconds > 0 ? med / draw_seconds : 0.0,
+                  last.iteration_seconds, static_cast<long long>(last.cp_degree), last.oom ? " (OOM)" : "");
+      std::fflush(stdout);
+    }
+    rows.push_back({{"strategy", s.name()},
+                    {"wall_seconds_median", med},
+                    {"wall_seconds", times},
+                    {"iteration_seconds", last.iteration_seconds},
+                    {"cp_degree", last.cp_degree},
+                    {"oom", last.oom}});
   }
-  if (f.repeats < 1 || f.repeats > 100) return fail_input("--repeats must be in 1 .. 100");
-  if (f.tokens_k < 1) return fail_input("--tokens-k must be positive");
-  std::vector<sim::Strategy> strategies;
-  size_t pos = 0;
-  while (pos <= f.strategies.size()) {
-    const size_t comma = f.strategies.find(',', pos);
-    const std::string one = f.strategies.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+  code = kExitOk;
+  return rows;
+}
+
+// The flags' simulator options, every strategy checked against them.
+Result<sim::SimOptions> speed_options(const Flags& f, std::vector<sim::Strategy>& strategies) {
+  if (f.repeats < 1 || f.repeats > 100) return Status::invalid_argument("--repeats must be in 1 .. 100");
+  if (f.tokens_k < 1) return Status::invalid_argument("--tokens-k must be positive");
+  for (const std::string& one : split_list(f.strategies)) {
     auto s = sim::parse_strategy(one);
-    if (!s.ok()) return fail(Status(s.status().code(), "--strategies: " + s.status().message()));
+    if (!s.ok()) return Status(s.status().code(), "--strategies: " + s.status().message());
     strategies.push_back(*s);
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
   }
-  auto model = model_preset(f.model);
-  if (!model.ok()) return fail(Status(model.status().code(), "--model: " + model.status().message()));
   sim::SimOptions o;
-  o.model = *model;
+  DISTCA_ASSIGN_OR_RETURN(o.model, model_flag(f.model));
   o.cluster.hw = hardware_preset("h200").value();
   o.cluster.gpus = f.gpus;
   o.cluster.gpus_per_node = o.cluster.hw.gpus_per_node;
   o.cluster.pp = f.pp;
   for (const auto& s : strategies) {
     o.strategy = s;
-    Status st = o.validate();
-    if (!st.ok()) return fail(st);
+    DISTCA_RETURN_IF_ERROR(o.validate());
   }
+  return o;
+}
+
+int run(const Flags& f) {
+  if (Status out = check_output_flag("--json", f.json_path); !out.ok()) return fail(out);
+  std::vector<sim::Strategy> strategies;
+  auto options = speed_options(f, strategies);
+  if (!options.ok()) return fail(options.status());
+  const sim::SimOptions& o = *options;
   WorkloadOptions w;
   w.dist = f.dist;
   w.tokens_per_rank = f.tokens_k * 1024;
@@ -110,43 +143,15 @@ int run(const Flags& f) {
     std::printf("drawing the batch (baseline, same run): %.3f s\n\n", draw_seconds);
     std::printf("%-20s %12s %12s %14s %10s\n", "strategy", "wall s", "x draw", "iteration s", "CP");
   }
-  nlohmann::json rows = nlohmann::json::array();
-  for (const auto& s : strategies) {
-    o.strategy = s;
-    std::vector<double> times;
-    sim::SimResult last;
-    for (int64_t rep = 0; rep < f.repeats; ++rep) {
-      const double a = monotonic_seconds();
-      auto r = sim::simulate(o, *mbs);
-      times.push_back(monotonic_seconds() - a);
-      if (!r.ok()) return fail(r.status());
-      last = std::move(r).value();
-    }
-    const double med = median(times);
-    if (!to_stdout) {
-      std::printf("%-20s %12.3f %12.2f %14.3f %10lld%s\n", s.name().c_str(), med, draw_seconds > 0 ? med / draw_seconds : 0.0,
-                  last.iteration_seconds, static_cast<long long>(last.cp_degree), last.oom ? " (OOM)" : "");
-      std::fflush(stdout);
-    }
-    rows.push_back({{"strategy", s.name()},
-                    {"wall_seconds_median", med},
-                    {"wall_seconds", times},
-                    {"iteration_seconds", last.iteration_seconds},
-                    {"cp_degree", last.cp_degree},
-                    {"oom", last.oom}});
-  }
+  int code = kExitOk;
+  nlohmann::json rows = time_strategies(f, o, strategies, *mbs, draw_seconds, to_stdout, code);
+  if (code != kExitOk) return code;
   nlohmann::json out = {{"bench", "simulate"},  {"model", o.model.name}, {"gpus", f.gpus},
                         {"pp", f.pp},            {"microbatches", m},    {"tokens_per_unit", w.tokens_per_rank},
                         {"dist", f.dist},        {"seed", f.seed},       {"repeats", f.repeats},
                         {"draw_seconds", draw_seconds}, {"strategies", rows}};
-  if (to_stdout) {
-    st = write_stdout(out.dump(2) + "\n");
-    if (!st.ok()) return fail(st);
-  } else if (!f.json_path.empty()) {
-    st = write_file_atomic(f.json_path, out.dump(2) + "\n");
-    if (!st.ok()) return fail(st);
-  }
-  return kExitOk;
+  st = write_output_flag(f.json_path, out.dump(2) + "\n");
+  return st.ok() ? kExitOk : fail(st);
 }
 
 namespace fs = std::filesystem;
@@ -154,31 +159,20 @@ namespace fs = std::filesystem;
 // --ranks LIST: comma-separated process counts, each 1 .. 64.
 Result<std::vector<int64_t>> parse_ranks(const std::string& list) {
   std::vector<int64_t> out;
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    const size_t comma = list.find(',', pos);
-    const std::string one = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+  for (const std::string& one : split_list(list)) {
     char* end = nullptr;
     const long long v = one.empty() ? 0 : std::strtoll(one.c_str(), &end, 10);
     if (one.empty() || *end != '\0' || v < 1 || v > 64) {
       return Status::invalid_argument("--ranks: \"" + one + "\" is not a process count in 1 .. 64 (a list such as 1,2,4)");
     }
     out.push_back(v);
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
   }
   return out;
 }
 
 int emit(const std::string& json_path, const std::vector<validate::Row>& rows, const std::string& header) {
-  const std::string json = validate::rows_json(rows).dump(2) + "\n";
-  if (json_path == "-") {
-    if (Status st = write_stdout(json); !st.ok()) return fail(st);
-    return kExitOk;
-  }
-  if (!json_path.empty()) {
-    if (Status st = write_file_atomic(json_path, json); !st.ok()) return fail(st);
-  }
+  if (Status st = write_output_flag(json_path, validate::rows_json(rows).dump(2) + "\n"); !st.ok()) return fail(st);
+  if (json_path == "-") return kExitOk;
   if (Status st = write_stdout(header + validate::format_table(rows)); !st.ok()) return fail(st);
   return kExitOk;
 }
@@ -201,10 +195,7 @@ Status check_out_dir(const std::string& dir, bool* exists) {
 int run_validate(const Flags& f, bool speed_flags_given, const std::function<bool(const char*)>& given) {
   if (speed_flags_given) return fail_input("--validate: --gpus, --tokens-k, --pp, --microbatches, --repeats, --model, "
                                            "--dist, --strategies and --seed belong to the speed benchmark");
-  if (!f.json_path.empty() && f.json_path != "-") {
-    Status out = check_output_path(f.json_path).with_context("--json");
-    if (!out.ok()) return fail(out);
-  }
+  if (Status out = check_output_flag("--json", f.json_path); !out.ok()) return fail(out);
   if (Status st = check_distinct_outputs({{"--json", f.json_path, true}, {"--out", f.out_dir}}); !st.ok()) {
     return fail(st);
   }

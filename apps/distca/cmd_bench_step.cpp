@@ -344,9 +344,7 @@ Runner setup(CLI::App& app) {
     if (Status st = check_distinct_outputs({{"--json", f->json, true}, {"--trace", f->trace}}); !st.ok()) {
       return fail_input(st.message());
     }
-    if (!f->json.empty() && f->json != "-") {
-      if (Status st = check_output_path(f->json); !st.ok()) return fail_input("--json: " + st.message());
-    }
+    if (Status st = check_output_flag("--json", f->json); !st.ok()) return fail_input(st.message());
     if (!f->trace.empty()) {
       if (Status st = check_output_path(f->trace); !st.ok()) return fail_input("--trace: " + st.message());
     }

@@ -1,7 +1,6 @@
 // `distca plan`: shard a batch's core attention into CA-tasks, place them on servers, print
 // the balance and the traffic (docs/plan-format.md for the JSON, docs/scheduler.md for the
 // algorithms).
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -12,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "distca/core/clock.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
 #include "distca/core/specs.h"
@@ -164,8 +164,7 @@ int report(const Options& o, const std::string& model_name, const std::vector<nl
   }
 
   if (!o.json_path.empty()) {
-    const std::string text = out.dump(2) + "\n";
-    const Status written = o.json_path == "-" ? write_stdout(text) : write_file_atomic(o.json_path, text);
+    const Status written = write_output_flag(o.json_path, out.dump(2) + "\n");
     return written.ok() ? kExitOk : fail(written);
   }
   std::printf("model %s, %s\n", model_name.c_str(),
@@ -206,92 +205,103 @@ int check_workload_before_work(const Options& o, const SchedulerSpec& spec, cons
   return kExitOk;
 }
 
-int run(const Options& o) {
-  // Every flag is checked before any batch is drawn or planned.
-  auto model = model_preset(o.model);
-  if (!model.ok()) return fail(Status(model.status().code(), "--model: " + model.status().message()));
-  auto spec = parse_scheduler(o.scheduler);
-  if (!spec.ok()) return fail(spec.status());
-  auto dtype_bytes = dtype_bytes_of(o.dtype);
-  if (!dtype_bytes.ok()) return fail(dtype_bytes.status());
+// What the flags say about planning, every flag checked before any batch is drawn; filled in
+// place (options.cost points into it).
+struct Setup {
+  ModelSpec model;
+  SchedulerSpec spec;
   ScheduleOptions options;
-  options.model = *model;
-  options.dtype_bytes = *dtype_bytes;
   AutoTolerance autotol;
-  if (Status t = read_tolerance(o, *spec, options, autotol); !t.ok()) return fail(t);
-  const bool auto_tol = autotol.on;
+  PairsCostModel pairs;
+  std::unique_ptr<ProfiledCostModel> profiled;
+};
+
+Status make_setup(const Options& o, Setup& s) {
+  DISTCA_ASSIGN_OR_RETURN(s.model, model_flag(o.model));
+  DISTCA_ASSIGN_OR_RETURN(s.spec, parse_scheduler(o.scheduler));
+  DISTCA_ASSIGN_OR_RETURN(const int64_t dtype_bytes, dtype_bytes_of(o.dtype));
+  ScheduleOptions& options = s.options;
+  options.model = s.model;
+  options.dtype_bytes = dtype_bytes;
+  DISTCA_RETURN_IF_ERROR(read_tolerance(o, s.spec, options, s.autotol));
   options.wlb_mem_cap = o.wlb_mem_cap;
   options.align_rows = o.align_rows;
-  const PairsCostModel pairs;
-  std::unique_ptr<ProfiledCostModel> profiled;
-  options.cost = &pairs;
+  options.cost = &s.pairs;
   if (!o.cost_table.empty()) {
-    auto table = load_cost_table_option(o.cost_table);
-    if (!table.ok()) return fail(table.status());
-    profiled = std::move(table).value();
-    options.cost = profiled.get();
+    DISTCA_ASSIGN_OR_RETURN(s.profiled, load_cost_table_option(o.cost_table));
+    options.cost = s.profiled.get();
   }
   // The batch-independent checks of ScheduleOptions::validate, before any batch is drawn.
-  Status st = options.validate(Batch{1, 1, {{{0, 0, 1, 1}}}}, SchedulerSpec{spec->kind, 1});
-  if (!st.ok()) return fail(st);
-  if (!o.json_path.empty() && o.json_path != "-") {
-    st = check_output_path(o.json_path);
-    if (!st.ok()) return fail_input("--json: " + st.message());
+  DISTCA_RETURN_IF_ERROR(options.validate(Batch{1, 1, {{{0, 0, 1, 1}}}}, SchedulerSpec{s.spec.kind, 1}));
+  if (Status st = check_output_flag("--json", o.json_path); !st.ok()) return Status::invalid_argument(st.message());
+  return Status::ok_status();
+}
+
+// One batch planned, validated and summarized into `summaries` (`held`: what the earlier
+// batches hold); kExitOk, or the exit code after the one line.
+int plan_batch(const Options& o, Setup& s, const Batch& b, double held, const std::string& what,
+               std::vector<nlohmann::json>& summaries) {
+  const SchedulerSpec& spec = s.spec;
+  ScheduleOptions& options = s.options;
+  if (spec.kind == SchedulerKind::kPerCp) {
+    Status st = check_memory(held + plan_schedule_bytes(b, spec), what + " --scheduler " + spec.name());
+    if (!st.ok()) return fail_before_work(st);
   }
+  const double t0 = monotonic_seconds();
+  nlohmann::json auto_json;
+  if (s.autotol.on) {
+    auto choice = choose_tolerance(b, spec, options, s.autotol.model);
+    if (!choice.ok()) return fail(choice.status());
+    options.tolerance = choice->tolerance;
+    auto_json = {{"candidates", kAutoTolerances}, {"predicted_seconds", choice->predicted}};
+  }
+  auto schedule = run_scheduler(spec, b, options);
+  if (!schedule.ok()) return fail(schedule.status());
+  const double t1 = monotonic_seconds();
+  // The layouts' size depends on where the tasks went: checked before they are built.
+  Status st = check_memory(held + plan_layout_bytes(b, plan_size(*schedule)), what + " (the plan's layouts)");
+  if (!st.ok()) return fail_before_work(st);
+  const double t2 = monotonic_seconds();
+  // As make_plan builds it (the schedule's batch handed over, checked once): plan_seconds is
+  // what a training step pays for this plan, less the memory check above.
+  auto plan = detail::build_plan_from(std::move(*schedule), b, spec, options, nullptr);
+  const double t3 = monotonic_seconds();
+  const double seconds = (t1 - t0) + (t3 - t2);
+  if (!plan.ok()) return fail(plan.status());
+  // Every plan is checked before it is reported; a failure here is a planner bug.
+  Status valid = validate_plan(*plan, b, options.cost);
+  if (!valid.ok()) return fail(Status::internal("the plan failed validation: " + valid.message()));
+  nlohmann::json summary = plan_summary_json(*plan, seconds);
+  if (o.full) summary["plan"] = plan_to_json(*plan);
+  if (s.autotol.on) summary["tolerance_auto"] = std::move(auto_json);
+  summaries.push_back(std::move(summary));
+  return kExitOk;
+}
+
+int run(const Options& o) {
+  // Every flag is checked before any batch is drawn or planned.
+  Setup s;
+  if (Status st = make_setup(o, s); !st.ok()) return fail(st);
   const std::string what = shape_flags(o.workload) + (o.full ? " --full" : "");
-  if (const int rc = check_workload_before_work(o, *spec, what); rc != kExitOk) return rc;
+  if (const int rc = check_workload_before_work(o, s.spec, what); rc != kExitOk) return rc;
   auto batches = resolve_batches(o.workload);
   if (!batches.ok()) return fail(batches.status());
   for (const Batch& b : *batches) {
     auto topology = topology_from_flags(o.ranks_per_host, o.host_map, o.inter_host_price, b.ranks);
     if (!topology.ok()) return fail(topology.status());
-    options.topology = std::move(topology).value();
-    st = options.validate(b, *spec);
-    if (!st.ok()) return fail(st);
+    s.options.topology = std::move(topology).value();
+    if (Status st = s.options.validate(b, s.spec); !st.ok()) return fail(st);
   }
   const BatchShape shape = shape_of(*batches);
   if (!o.workload.batch_file.empty()) {
-    st = check_memory(plan_upfront_bytes(shape, o.full), what);
-    if (!st.ok()) return fail_before_work(st);
+    if (Status st = check_memory(plan_upfront_bytes(shape, o.full), what); !st.ok()) return fail_before_work(st);
   }
   const double held = plan_held_bytes(shape, o.full);
-
   std::vector<nlohmann::json> summaries;
   for (const Batch& b : *batches) {
-    if (spec->kind == SchedulerKind::kPerCp) {
-      st = check_memory(held + plan_schedule_bytes(b, *spec), what + " --scheduler " + spec->name());
-      if (!st.ok()) return fail_before_work(st);
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    nlohmann::json auto_json;
-    if (auto_tol) {
-      auto choice = choose_tolerance(b, *spec, options, autotol.model);
-      if (!choice.ok()) return fail(choice.status());
-      options.tolerance = choice->tolerance;
-      auto_json = {{"candidates", kAutoTolerances}, {"predicted_seconds", choice->predicted}};
-    }
-    auto schedule = run_scheduler(*spec, b, options);
-    if (!schedule.ok()) return fail(schedule.status());
-    const auto t1 = std::chrono::steady_clock::now();
-    // The layouts' size depends on where the tasks went: checked before they are built.
-    st = check_memory(held + plan_layout_bytes(b, plan_size(*schedule)), what + " (the plan's layouts)");
-    if (!st.ok()) return fail_before_work(st);
-    const auto t2 = std::chrono::steady_clock::now();
-    // As make_plan builds it (the schedule's batch handed over, checked once): plan_seconds is
-    // what a training step pays for this plan, less the memory check above.
-    auto plan = detail::build_plan_from(std::move(*schedule), b, *spec, options, nullptr);
-    const auto t3 = std::chrono::steady_clock::now();
-    const double seconds = std::chrono::duration<double>((t1 - t0) + (t3 - t2)).count();
-    if (!plan.ok()) return fail(plan.status());
-    // Every plan is checked before it is reported; a failure here is a planner bug.
-    Status valid = validate_plan(*plan, b, options.cost);
-    if (!valid.ok()) return fail(Status::internal("the plan failed validation: " + valid.message()));
-    nlohmann::json s = plan_summary_json(*plan, seconds);
-    if (o.full) s["plan"] = plan_to_json(*plan);
-    if (auto_tol) s["tolerance_auto"] = std::move(auto_json);
-    summaries.push_back(std::move(s));
+    if (const int rc = plan_batch(o, s, b, held, what, summaries); rc != kExitOk) return rc;
   }
-  return report(o, model->name, summaries, auto_tol);
+  return report(o, s.model.name, summaries, s.autotol.on);
 }
 
 Runner setup(CLI::App& sub) {

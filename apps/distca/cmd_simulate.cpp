@@ -348,10 +348,7 @@ int run(const Options& o) {
     Status out = check_output_path(o.trace_path).with_context("--trace");
     if (!out.ok()) return fail(out);
   }
-  if (!o.json_path.empty() && o.json_path != "-") {
-    Status out = check_output_path(o.json_path).with_context("--json");
-    if (!out.ok()) return fail(out);
-  }
+  if (Status out = check_output_flag("--json", o.json_path); !out.ok()) return fail(out);
   auto setup = sim::make_sim_options(make_request(o));
   if (!setup.ok()) return fail(setup.status());
   const sim::SimOptions& so = setup->options;

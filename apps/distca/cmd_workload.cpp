@@ -8,6 +8,7 @@
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
 #include "distca/core/specs.h"
+#include "distca/plan/batch_summary.h"
 #include "workload_flags.h"
 
 namespace distca::cli {
@@ -61,8 +62,8 @@ double workload_bytes(const BatchShape& s, bool full) {
 
 int run(const Options& o) {
   // Everything the user typed is checked before any batch is drawn.
-  auto model = model_preset(o.model);
-  if (!model.ok()) return fail(Status(model.status().code(), "--model: " + model.status().message()));
+  auto model = model_flag(o.model);
+  if (!model.ok()) return fail(model.status());
   const std::string what = shape_flags(o.workload) + (o.full ? " --full" : "");
   if (o.workload.batch_file.empty()) {
     Status st = o.workload.options.validate();
@@ -100,31 +101,7 @@ int run(const Options& o) {
     if (o.full) s["batch"] = batch_to_json(b);
     summaries.push_back(std::move(s));
   }
-  if (summaries.size() == 1) {
-    out.update(summaries.front());
-  } else {
-    // Aggregates over batches: documents (total), attn_load_max_over_mean (mean of the
-    // batches' ratios) and attn_load_max_over_mean_max (their maximum).
-    int64_t docs = 0;
-    double ratio_sum = 0, ratio_max = 0;
-    bool same_shape = true;
-    for (const auto& s : summaries) {
-      docs += s["documents"].get<int64_t>();
-      const double r = s["attn_load_max_over_mean"].get<double>();
-      ratio_sum += r;
-      ratio_max = std::max(ratio_max, r);
-      same_shape = same_shape && s["ranks"] == summaries.front()["ranks"] &&
-                   s["tokens_per_rank"] == summaries.front()["tokens_per_rank"];
-    }
-    if (same_shape) {
-      out["ranks"] = summaries.front()["ranks"];
-      out["tokens_per_rank"] = summaries.front()["tokens_per_rank"];
-    }
-    out["documents"] = docs;
-    out["attn_load_max_over_mean"] = ratio_sum / static_cast<double>(summaries.size());
-    out["attn_load_max_over_mean_max"] = ratio_max;
-    out["batches"] = std::move(summaries);
-  }
+  out.update(batches_summary_json(std::move(summaries)));
 
   if (o.json) {
     const Status written = write_stdout(out.dump(2) + "\n");

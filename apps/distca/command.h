@@ -22,6 +22,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "distca/core/specs.h"
 #include "distca/core/status.h"
 
 namespace distca::cli {
@@ -69,6 +70,14 @@ inline constexpr int kExitBadInput = 2;
 int fail(const Status& status);
 // Same, for a plain message about bad input (exit 2).
 int fail_input(const std::string& message);
+
+// An output flag that takes FILE or - (stdout): OK when `path` is empty or "-", else
+// check_output_path's refusal prefixed with the flag ("--json: ...").
+Status check_output_flag(const std::string& flag, const std::string& path);
+// Writes `text` to stdout when `path` is "-", else to the file atomically; nothing when empty.
+Status write_output_flag(const std::string& path, const std::string& text);
+// --model NAME: the preset; a refusal starts "--model: ".
+Result<ModelSpec> model_flag(const std::string& name);
 
 // printf into `out`: a command builds its report in a string and writes it at the end with
 // write_stdout (core/io.h), which fails on a full or closed stdout.

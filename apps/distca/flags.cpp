@@ -264,6 +264,16 @@ CLI::Option* add_mpi_timeout(CLI::App& app, double& seconds, const std::string& 
           "", ""));
 }
 
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> out;
+  for (size_t pos = 0;;) {
+    const size_t comma = list.find(',', pos);
+    out.push_back(list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+    if (comma == std::string::npos) return out;
+    pos = comma + 1;
+  }
+}
+
 void parse_strict(CLI::App& app, int argc, const char* const* argv) {
   struct Reset {
     ~Reset() {

@@ -31,6 +31,7 @@
 #endif
 
 #include <string>
+#include <vector>
 
 namespace CLI::detail {
 bool lexical_cast(const std::string& input, short& output);
@@ -68,6 +69,10 @@ void make_numbers_strict(CLI::App& app);
 // timeout, and every wait is bounded. `help` follows "seconds without progress after which a
 // silent rank ends the job".
 CLI::Option* add_mpi_timeout(CLI::App& app, double& seconds, const std::string& when = "under mpirun");
+
+// The items of a comma-separated flag value, empty ones kept ("" is one empty item), for the
+// caller to check each by its own rule.
+std::vector<std::string> split_list(const std::string& list);
 
 // Parses with app.parse(argc, argv) and forgets the recorded flag name afterwards, even when
 // parsing throws (later conversions, such as Option::as<T>(), then fail the plain CLI11 way).

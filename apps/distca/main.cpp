@@ -67,6 +67,22 @@ int fail_input(const std::string& message) {
   return kExitBadInput;
 }
 
+Status check_output_flag(const std::string& flag, const std::string& path) {
+  if (path.empty() || path == "-") return Status::ok_status();
+  return check_output_path(path).with_context(flag);
+}
+
+Status write_output_flag(const std::string& path, const std::string& text) {
+  if (path == "-") return write_stdout(text);
+  return path.empty() ? Status::ok_status() : write_file_atomic(path, text);
+}
+
+Result<ModelSpec> model_flag(const std::string& name) {
+  auto m = model_preset(name);
+  if (!m.ok()) return m.status().with_context("--model");
+  return m;
+}
+
 void appendf(std::string& out, const char* fmt, ...) {
   va_list ap, ap2;
   va_start(ap, fmt);

@@ -67,10 +67,4 @@ Status check_batch_file_memory(const WorkloadFlags& flags);
 // message names the flags), anything else goes through cli::fail.
 int fail_before_work(const Status& status);
 
-// Per-batch summary as `distca workload --json` prints it (docs/workloads.md lists the keys):
-// ranks, tokens_per_rank, documents, tokens, attn_pairs, attn_load_max_over_mean and
-// per_rank[{tokens, documents, attn_pairs, attn_flops, linear_flops}] for model `m`
-// (forward FLOPs per layer; attention co-located: every piece attends to its own prefix).
-nlohmann::json batch_summary_json(const Batch& batch, const ModelSpec& m);
-
 }  // namespace distca::cli

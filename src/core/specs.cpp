@@ -52,18 +52,6 @@ Status positive(const char* field, double v) {
   return {};
 }
 
-template <class T>
-Status read_field(const nlohmann::json& j, const char* key, T& out) {
-  if (!j.contains(key)) return {};
-  const auto& v = j.at(key);
-  if (!v.is_number()) return Status::invalid_argument(std::string("field '") + key + "' must be a number");
-  if constexpr (std::is_integral_v<T>) {
-    if (!v.is_number_integer()) return Status::invalid_argument(std::string("field '") + key + "' must be an integer");
-  }
-  out = v.get<T>();
-  return {};
-}
-
 }  // namespace
 
 Status ModelSpec::validate() const {
@@ -136,63 +124,6 @@ nlohmann::json to_json(const ModelSpec& m) {
   return {{"name", m.name},         {"n_layers", m.n_layers}, {"hidden", m.hidden},
           {"n_heads", m.n_heads},   {"n_kv_heads", m.n_kv_heads}, {"head_dim", m.head_dim},
           {"ffn", m.ffn},           {"vocab", m.vocab}};
-}
-
-nlohmann::json to_json(const HardwareSpec& h) {
-  return {{"name", h.name},
-          {"peak_flops", h.peak_flops},
-          {"memory_bytes", h.memory_bytes},
-          {"intra_node_bw", h.intra_node_bw},
-          {"inter_node_bw", h.inter_node_bw},
-          {"intra_node_latency", h.intra_node_latency},
-          {"inter_node_latency", h.inter_node_latency},
-          {"gpus_per_node", h.gpus_per_node}};
-}
-
-Result<ModelSpec> model_from_json(const nlohmann::json& j) {
-  if (!j.is_object()) return Status::invalid_argument("model must be a JSON object");
-  ModelSpec m;
-  if (j.contains("preset")) {
-    if (!j["preset"].is_string()) return Status::invalid_argument("field 'preset' must be a string");
-    DISTCA_ASSIGN_OR_RETURN(m, model_preset(j["preset"].get<std::string>()));
-  }
-  if (j.contains("name")) {
-    if (!j["name"].is_string()) return Status::invalid_argument("field 'name' must be a string");
-    m.name = j["name"].get<std::string>();
-  }
-  DISTCA_RETURN_IF_ERROR(read_field(j, "n_layers", m.n_layers));
-  DISTCA_RETURN_IF_ERROR(read_field(j, "hidden", m.hidden));
-  DISTCA_RETURN_IF_ERROR(read_field(j, "n_heads", m.n_heads));
-  DISTCA_RETURN_IF_ERROR(read_field(j, "n_kv_heads", m.n_kv_heads));
-  DISTCA_RETURN_IF_ERROR(read_field(j, "head_dim", m.head_dim));
-  DISTCA_RETURN_IF_ERROR(read_field(j, "ffn", m.ffn));
-  DISTCA_RETURN_IF_ERROR(read_field(j, "vocab", m.vocab));
-  if (m.name.empty()) m.name = "custom";
-  DISTCA_RETURN_IF_ERROR(m.validate());
-  return m;
-}
-
-Result<HardwareSpec> hardware_from_json(const nlohmann::json& j) {
-  if (!j.is_object()) return Status::invalid_argument("hardware must be a JSON object");
-  HardwareSpec h;
-  if (j.contains("preset")) {
-    if (!j["preset"].is_string()) return Status::invalid_argument("field 'preset' must be a string");
-    DISTCA_ASSIGN_OR_RETURN(h, hardware_preset(j["preset"].get<std::string>()));
-  }
-  if (j.contains("name")) {
-    if (!j["name"].is_string()) return Status::invalid_argument("field 'name' must be a string");
-    h.name = j["name"].get<std::string>();
-  }
-  DISTCA_RETURN_IF_ERROR(read_field(j, "peak_flops", h.peak_flops));
-  DISTCA_RETURN_IF_ERROR(read_field(j, "memory_bytes", h.memory_bytes));
-  DISTCA_RETURN_IF_ERROR(read_field(j, "intra_node_bw", h.intra_node_bw));
-  DISTCA_RETURN_IF_ERROR(read_field(j, "inter_node_bw", h.inter_node_bw));
-  DISTCA_RETURN_IF_ERROR(read_field(j, "intra_node_latency", h.intra_node_latency));
-  DISTCA_RETURN_IF_ERROR(read_field(j, "inter_node_latency", h.inter_node_latency));
-  DISTCA_RETURN_IF_ERROR(read_field(j, "gpus_per_node", h.gpus_per_node));
-  if (h.name.empty()) h.name = "custom";
-  DISTCA_RETURN_IF_ERROR(h.validate());
-  return h;
 }
 
 }  // namespace distca

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <limits>
 
+#include "distca/kernels/reference.h"
+
 namespace distca::kernels {
 namespace {
 
@@ -133,6 +135,32 @@ Result<AttentionParams> make_params(const AttentionInputs& in, const float* q, c
   p.causal = causal;
   if (Status st = validate(p); !st.ok()) return Status::invalid_argument(subject(in, st.message()) + ": " + st.message());
   return p;
+}
+
+AttentionOutputs run_attention(AttentionParams p, bool backward, bool reference) {
+  const auto q_size = static_cast<size_t>(p.total_q() * p.n_heads * p.head_dim);
+  const auto kv_size = static_cast<size_t>(p.total_kv() * p.n_kv_heads * p.head_dim);
+  AttentionOutputs out;
+  out.o.resize(q_size);
+  out.lse.resize(static_cast<size_t>(p.n_heads * p.total_q()));
+  p.o = out.o.data();
+  p.lse = out.lse.data();
+  if (backward) {
+    out.dq.resize(q_size);
+    out.dk.resize(kv_size);
+    out.dv.resize(kv_size);
+    p.dq = out.dq.data();
+    p.dk = out.dk.data();
+    p.dv = out.dv.data();
+  }
+  if (reference) {
+    reference_forward<float>(p, p.q, p.k, p.v, p.o, p.lse);
+    if (backward) reference_backward<float>(p, p.q, p.k, p.v, p.d_o, p.dq, p.dk, p.dv);
+  } else {
+    attention_forward(p);
+    if (backward) attention_backward(p);
+  }
+  return out;
 }
 
 }  // namespace distca::kernels

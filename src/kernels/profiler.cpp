@@ -139,17 +139,6 @@ Result<AttentionGrids> profile_attention_split(const ProfileOptions& opt,
   return g;
 }
 
-Result<CostTable> profile_attention(const ProfileOptions& opt,
-                                    const std::function<void(const std::string&)>& progress) {
-  DISTCA_ASSIGN_OR_RETURN(AttentionGrids g, profile_attention_split(opt, progress));
-  CostTable table = g.forward;
-  for (size_t i = 0; i < table.q_lens.size(); ++i) {
-    for (size_t j = 0; j < table.kv_lens.size(); ++j) table.seconds[i][j] += g.backward.seconds[i][j];
-  }
-  DISTCA_RETURN_IF_ERROR(table.validate("profile"));
-  return table;
-}
-
 double profile_gemm_bytes(const GemmRecord& g) {
   return 4.0 * (static_cast<double>(g.m) * static_cast<double>(g.k) + static_cast<double>(g.k) * static_cast<double>(g.n) +
                 static_cast<double>(g.m) * static_cast<double>(g.n));

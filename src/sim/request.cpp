@@ -6,6 +6,9 @@
 #include <string>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
+#include "distca/core/stats.h"
 #include "distca/cost/options.h"
 
 namespace distca::sim {
@@ -132,6 +135,33 @@ Result<TrainingPrediction> predict_training(const TrainingRun& run, const std::v
     out.rank_busy_s.push_back(u.busy);
   }
   return out;
+}
+
+TrainingOutcome predict_outcome(const TrainingRun& run, const std::vector<Batch>& batches) {
+  TrainingOutcome out;
+  auto p = predict_training(run, batches);
+  if (!p.ok()) {
+    out.error = p.status().message();
+    return out;
+  }
+  static_cast<TrainingPrediction&>(out) = std::move(p).value();
+  out.ok = true;
+  return out;
+}
+
+nlohmann::json to_json(const TrainingOutcome& p, double measured_s) {
+  return {{"ok", p.ok},
+          {"error", p.error},
+          {"step_s", p.step_s},
+          {"over_measured", measured_s > 0 ? p.step_s / measured_s : 0},
+          {"stage_idle", p.stage_idle},
+          {"rank_idle", p.rank_idle},
+          {"rank_exposed", p.rank_exposed},
+          {"rank_busy_s", p.rank_busy_s},
+          {"mean_idle", mean_of(p.rank_idle)},
+          {"mean_exposed", mean_of(p.rank_exposed)},
+          {"rank_blocked", p.rank_blocked},
+          {"mean_blocked", mean_of(p.rank_blocked)}};
 }
 
 }  // namespace distca::sim

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "distca/kernels/attention_traits.h"
 #include "distca/plan/chunking.h"
@@ -172,6 +173,28 @@ TEST(SimRequest, FrameworkMemoryOnlyOnGpus) {
   ASSERT_TRUE(h200.ok()) << h200.status().message();
   EXPECT_EQ(h200->options.framework.context_bytes, FrameworkMemory::gpu().context_bytes);
   EXPECT_EQ(h200->options.framework.fragmentation, FrameworkMemory::gpu().fragmentation);
+}
+
+// The outcome is predict_training's figures, or its refusal as text; its JSON derives the
+// means and the ratio to the measured step from those figures.
+TEST(SimRequest, OutcomeKeepsTheRefusalAndTheFigures) {
+  auto refused = predict_outcome(two_rank_run("frob", ""), skewed_batch());
+  EXPECT_FALSE(refused.ok);
+  EXPECT_NE(refused.error.find("unknown strategy 'frob'"), std::string::npos) << refused.error;
+  EXPECT_EQ(to_json(refused, 1.0)["ok"], false);
+
+  const TrainingRun run = two_rank_run("cad", "pingpong");
+  auto predicted = predict_training(run, skewed_batch());
+  ASSERT_TRUE(predicted.ok()) << predicted.status().message();
+  const TrainingOutcome outcome = predict_outcome(run, skewed_batch());
+  ASSERT_TRUE(outcome.ok);
+  EXPECT_TRUE(outcome.error.empty());
+  EXPECT_EQ(outcome.step_s, predicted->step_s);
+  EXPECT_EQ(outcome.rank_idle, predicted->rank_idle);
+  const nlohmann::json j = to_json(outcome, 2 * outcome.step_s);
+  EXPECT_DOUBLE_EQ(j["over_measured"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(j["mean_idle"].get<double>(), 0.5 * (outcome.rank_idle[0] + outcome.rank_idle[1]));
+  EXPECT_EQ(to_json(outcome, 0)["over_measured"].get<double>(), 0.0);
 }
 
 // A request without overrides is the simulator's defaults on the preset.

@@ -63,11 +63,7 @@ std::vector<std::string> model_preset_names();
 Result<HardwareSpec> hardware_preset(std::string_view name);
 std::vector<std::string> hardware_preset_names();
 
-// JSON round trip; the reader starts from the preset named by "preset" (if any), then applies
-// the fields present, then validates. Unknown keys are ignored.
+// The model's fields as JSON (name, n_layers, hidden, n_heads, n_kv_heads, head_dim, ffn, vocab).
 nlohmann::json to_json(const ModelSpec& m);
-nlohmann::json to_json(const HardwareSpec& h);
-Result<ModelSpec> model_from_json(const nlohmann::json& j);
-Result<HardwareSpec> hardware_from_json(const nlohmann::json& j);
 
 }  // namespace distca

@@ -66,4 +66,14 @@ Result<AttentionParams> make_params(const AttentionInputs& in, const float* q, c
                                     const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_k, bool causal,
                                     float scale);
 
+// The outputs of one call in attention.h's layouts (dq, dk, dv empty without a backward).
+struct AttentionOutputs {
+  std::vector<float> o, lse, dq, dk, dv;
+};
+// Runs the forward, and with `backward` the backward on p.d_o, into outputs it allocates (p's
+// output pointers are replaced); `reference`: the fp32 reference (reference.h) instead of the
+// fast path. Preconditions: make_params returned p; the caller holds kernel_mutex() when other
+// threads may run kernels.
+AttentionOutputs run_attention(AttentionParams p, bool backward, bool reference);
+
 }  // namespace distca::kernels

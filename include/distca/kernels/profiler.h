@@ -56,13 +56,9 @@ struct ProfileOptions {
 };
 std::vector<int64_t> power_of_two_lengths(int64_t lo, int64_t hi);
 
-// Measures forward+backward seconds at every grid point with q <= kv and returns the table
-// (hardware: CPU model, OpenMP threads, BLAS). `progress` (optional) is called after each point.
-Result<CostTable> profile_attention(const ProfileOptions& opt,
-                                    const std::function<void(const std::string&)>& progress);
-
-// Forward and backward seconds at every grid point with q <= kv (profile_attention's grid and
-// timing), kept apart. `sync` (optional) runs before each point (ranks of a profile run start
+// Forward and backward seconds at every grid point with q <= kv, kept apart (their sum is the
+// cost table: HardwareProfile::attention_total); tables' hardware: CPU model, OpenMP threads,
+// BLAS. `progress` (optional) is called after each point. `sync` (optional) runs before each point (ranks of a profile run start
 // every point together); an error from it stops the run and is returned.
 struct AttentionGrids {
   CostTable forward;

@@ -75,15 +75,6 @@ struct Traffic {
 Traffic compute_traffic(const DocumentIndex& index, const std::vector<TaskPlacement>& tasks,
                         const RowBytes& rb, bool include_context = true);
 
-// Bytes of Q out plus O+LSE back for q_len query rows served away from home (forward), and
-// dO in plus dQ back (backward).
-inline int64_t forward_query_bytes(int64_t q_len, const RowBytes& rb) {
-  return q_len * (rb.q + rb.o + rb.lse);
-}
-inline int64_t backward_query_bytes(int64_t q_len, const RowBytes& rb) {
-  return q_len * (rb.o + rb.q);
-}
-
 // Per-document CP all-gather. Groups are `cp_degree` consecutive ranks (group g = ranks
 // [g*C, (g+1)*C)); `groups_of_doc[slot]` lists, ascending, the groups serving document
 // index.doc_ids()[slot] (percp_groups in plan.h: the groups holding any of its rows). Every

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "distca/core/specs.h"
 #include "distca/core/status.h"
 #include "distca/cost/hardware_profile.h"
@@ -115,5 +117,17 @@ struct TrainingPrediction {
 // the ranks / P replicas). Errors: make_sim_options' and simulate()'s.
 SimRequest training_request(const TrainingRun& run);
 Result<TrainingPrediction> predict_training(const TrainingRun& run, const std::vector<Batch>& batches);
+
+// A prediction or the simulator's refusal, for a report that prints either beside what it
+// measured (bench train, bench simulate --validate).
+struct TrainingOutcome : TrainingPrediction {
+  bool ok = false;
+  std::string error;  // the refusal when !ok
+};
+// predict_training with its error kept as the outcome's text; never fails.
+TrainingOutcome predict_outcome(const TrainingRun& run, const std::vector<Batch>& batches);
+// The outcome as bench train's JSON "sim" object: the figures, their means over ranks, and
+// over_measured = step_s / measured_s (0 when measured_s <= 0).
+nlohmann::json to_json(const TrainingOutcome& p, double measured_s);
 
 }  // namespace distca::sim

@@ -1,0 +1,50 @@
+// The measurements of `distca profile` on this machine: attention on a (q_len, kv_len) grid
+// (the cost table `--cost-table` reads; docs/kernels.md, "Cost table") and, for a hardware
+// profile, a model's GEMMs, the element-wise work between them and, with several ranks, the
+// all-to-all and point-to-point links (docs/simulation-model.md, "Hardware profile").
+//
+// With a communicator every rank measures at once: attention and each GEMM and element-wise
+// figure with every rank computing (a barrier before each timed run; the median over ranks of
+// each rank's median), then the GEMMs and element-wise work with rank 0 alone while the others
+// wait in a barrier that sleeps (HardwareProfile::alone_waiters_sleep); the links as the
+// slowest rank's seconds per exchange, the median over repetitions.
+//
+// Thread safety: one call per rank; the ranks of one communicator call together.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "distca/comm/communicator.h"
+#include "distca/core/status.h"
+#include "distca/cost/hardware_profile.h"
+#include "distca/kernels/profiler.h"
+
+namespace distca::train {
+
+// What one run measures: the attention grid always; with `hardware` the GEMMs and the
+// element-wise work at `shape` (skipped for an odd head_dim: RoPE needs pairs) and, with a
+// communicator, the links.
+struct ProfileRun {
+  kernels::ProfileOptions attention;
+  ProfileShape shape;
+  bool hardware = false;
+  int gemm_repeats = 5;   // timed calls per GEMM and element-wise figure (median)
+  int link_repeats = 10;  // exchanges per message size (median)
+};
+
+// What the run allocates at most with `ranks` ranks: the largest attention problem, the
+// largest GEMM's operands, the element-wise buffers or the link buffers (one at a time).
+double profile_run_bytes(const ProfileRun& run, int64_t ranks);
+
+// The profile's machine fields (CPU, cores, BLAS) for `ranks` ranks of `threads` threads, with
+// the run's shape and GEMM list, nothing measured yet.
+HardwareProfile new_hardware_profile(const ProfileRun& run, int64_t ranks, int threads);
+
+// The whole measurement on this rank (c: null for one process) into `hp` (rank 0's view
+// holds the figures). `progress`, when set, is called on rank 0 with a line per step.
+Status measure_profile(comm::Communicator* c, const ProfileRun& run,
+                       const std::function<void(const std::string&)>& progress, HardwareProfile& hp);
+
+}  // namespace distca::train

@@ -1,0 +1,198 @@
+// `distca profile`'s measurements (train/profile.h).
+#include "distca/train/profile.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "distca/core/clock.h"
+#include "distca/core/stats.h"
+#include "distca/cost/profiled.h"
+#include "distca/kernels/blas.h"
+#include "distca/model/profile_elementwise.h"
+
+namespace distca::train {
+namespace {
+
+using Progress = std::function<void(const std::string&)>;
+
+// Message sizes of the link measurements (bytes per message): latency-bound to bandwidth-bound.
+const std::vector<int64_t> kLinkBytes = {64, 1024, 16384, 262144, 1 << 20, 4 << 20};
+
+// The model the element-wise figures are timed at: the profile's shapes, one layer.
+ModelSpec elementwise_spec(const ProfileShape& s) {
+  return {"profile", 1, s.hidden, s.n_heads, s.n_kv_heads, s.head_dim, s.ffn, s.vocab};
+}
+
+// A barrier for the timed runs (none for one process).
+std::function<Status()> barrier_of(comm::Communicator* c) {
+  if (c == nullptr) return {};
+  return [c] { return c->barrier(); };
+}
+
+// One exchange of every size on every rank at once: the median over repetitions of the
+// slowest rank's seconds. all_to_all: `bytes` to every other rank; else a ring: `bytes` to
+// rank + 1, from rank - 1.
+Result<std::vector<LinkPoint>> measure_links(comm::Communicator& c, bool all_to_all, int repeats) {
+  const int n = c.size(), me = c.rank();
+  std::vector<LinkPoint> points;
+  for (const int64_t bytes : kLinkBytes) {
+    const auto b = static_cast<size_t>(bytes);
+    std::vector<std::byte> send(b * static_cast<size_t>(n), std::byte{1}), recv(b * static_cast<size_t>(n));
+    std::vector<size_t> counts(static_cast<size_t>(n), b), displs(static_cast<size_t>(n));
+    for (int p = 0; p < n; ++p) displs[static_cast<size_t>(p)] = b * static_cast<size_t>(p);
+    counts[static_cast<size_t>(me)] = 0;  // nothing to self: only off-rank bytes move
+    auto once = [&]() -> Status {
+      if (all_to_all) {
+        // Started and waited for, as the runtime's exchanges are (the progress path included).
+        comm::AllToAllV a{send.data(), counts, displs, recv.data(), counts, displs, "profile"};
+        DISTCA_ASSIGN_OR_RETURN(auto x, c.start_all_to_all_v(a));
+        return x->wait();
+      }
+      DISTCA_ASSIGN_OR_RETURN(auto r, c.start_recv(std::span(recv.data(), b), (me + n - 1) % n, 7, "profile"));
+      DISTCA_ASSIGN_OR_RETURN(auto s, c.start_send(std::span<const std::byte>(send.data(), b), (me + 1) % n, 7, "profile"));
+      DISTCA_RETURN_IF_ERROR(s->wait());
+      return r->wait();
+    };
+    DISTCA_RETURN_IF_ERROR(once());  // warm-up (connections, registration)
+    std::vector<double> t;
+    for (int r = 0; r < repeats; ++r) {
+      DISTCA_RETURN_IF_ERROR(c.barrier());
+      const double t0 = monotonic_seconds();
+      DISTCA_RETURN_IF_ERROR(once());
+      const double mine = monotonic_seconds() - t0;
+      DISTCA_ASSIGN_OR_RETURN(std::vector<double> all, c.all_gather_value(mine));
+      t.push_back(*std::max_element(all.begin(), all.end()));
+    }
+    points.push_back({bytes, std::max(median(t), kMinTaskSeconds)});
+  }
+  return points;
+}
+
+// A barrier whose waiters sleep: a zero-byte exchange with every rank, tested every 200 us.
+// The communicator's barrier() spins in MPI_Testsome; with more ranks than cores the spinning
+// ranks would take cores from the one being timed alone (how much depends on the scheduler
+// and MPI's yield setting), so the alone figures would not be one rank on a core.
+Status sleeping_barrier(comm::Communicator& c) {
+  const std::vector<size_t> zeros(static_cast<size_t>(c.size()), 0);
+  DISTCA_ASSIGN_OR_RETURN(auto x, c.start_all_to_all_v({nullptr, zeros, zeros, nullptr, zeros, zeros, "barrier"}));
+  while (!x->test()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  return x->wait();
+}
+
+// The GEMMs: each product timed with every rank computing it at once and with rank 0 alone.
+Status measure_gemms(comm::Communicator* c, const ProfileRun& run, const Progress& progress, HardwareProfile& hp) {
+  const std::function<Status()> sync = barrier_of(c);
+  const bool lead = c == nullptr || c->rank() == 0;
+  uint64_t seed = 100 + static_cast<uint64_t>(c != nullptr ? c->rank() : 0);
+  for (GemmRecord& g : hp.gemms) {
+    DISTCA_ASSIGN_OR_RETURN(double mine, kernels::time_profile_gemm(g, run.gemm_repeats, sync, seed++));
+    g.seconds_concurrent = mine;
+    if (c != nullptr) {
+      DISTCA_ASSIGN_OR_RETURN(std::vector<double> all, c->all_gather_value(mine));
+      g.seconds_concurrent = median(all);
+      if (lead) {
+        DISTCA_ASSIGN_OR_RETURN(g.seconds_alone, kernels::time_profile_gemm(g, run.gemm_repeats, {}, seed++));
+      }
+      DISTCA_RETURN_IF_ERROR(sleeping_barrier(*c));
+    } else {
+      g.seconds_alone = mine;
+    }
+    if (progress && lead) {
+      progress(g.layer + " " + gemm_pass_name(g.pass) + ": " + std::to_string(g.flops() / g.seconds_concurrent / 1e9) +
+               " GFLOP/s");
+    }
+  }
+  return {};
+}
+
+// The element-wise figures (model/profile_elementwise.h), like the GEMMs. Skipped for an odd
+// head_dim (RoPE needs pairs; the trainer refuses such a model anyway): the profile then has
+// no "elementwise" object.
+Status measure_elementwise(comm::Communicator* c, const ProfileRun& run, HardwareProfile& hp) {
+  const ModelSpec spec = elementwise_spec(hp.shape);
+  if (spec.head_dim % 2 != 0) return {};
+  const bool lead = c == nullptr || c->rank() == 0;
+  const uint64_t seed = 500 + static_cast<uint64_t>(c != nullptr ? c->rank() : 0);
+  DISTCA_ASSIGN_OR_RETURN(model::ElementwiseSeconds mine,
+                          model::time_elementwise(spec, hp.shape.tokens, run.gemm_repeats, barrier_of(c), seed));
+  model::ElementwiseSeconds alone = mine, concurrent = mine;
+  if (c != nullptr) {
+    for (double model::ElementwiseSeconds::*field :
+         {&model::ElementwiseSeconds::layer_forward, &model::ElementwiseSeconds::layer_backward,
+          &model::ElementwiseSeconds::loss_forward, &model::ElementwiseSeconds::loss_backward,
+          &model::ElementwiseSeconds::optimizer}) {
+      DISTCA_ASSIGN_OR_RETURN(std::vector<double> all, c->all_gather_value(mine.*field));
+      concurrent.*field = median(all);
+    }
+    if (lead) {
+      DISTCA_ASSIGN_OR_RETURN(alone, model::time_elementwise(spec, hp.shape.tokens, run.gemm_repeats, {}, seed));
+    }
+    DISTCA_RETURN_IF_ERROR(sleeping_barrier(*c));
+  }
+  ElementwiseProfile e;
+  e.layer_forward = {alone.layer_forward, concurrent.layer_forward};
+  e.layer_backward = {alone.layer_backward, concurrent.layer_backward};
+  e.loss_forward = {alone.loss_forward, concurrent.loss_forward};
+  e.loss_backward = {alone.loss_backward, concurrent.loss_backward};
+  e.optimizer = {alone.optimizer, concurrent.optimizer};
+  hp.elementwise = e;
+  return {};
+}
+
+}  // namespace
+
+double profile_run_bytes(const ProfileRun& run, int64_t ranks) {
+  const kernels::ProfileOptions& a = run.attention;
+  const int64_t longest = a.q_lens.back();
+  double need = kernels::problem_memory_bytes(longest, longest, a.n_heads, a.n_kv_heads, a.head_dim);
+  if (run.hardware) {
+    double gemm = 0;
+    for (const GemmRecord& g : profile_gemm_list(run.shape)) gemm = std::max(gemm, kernels::profile_gemm_bytes(g));
+    const double links = 2.0 * static_cast<double>(std::max<int64_t>(ranks, 2)) * static_cast<double>(kLinkBytes.back());
+    const double ew = model::elementwise_profile_bytes(elementwise_spec(run.shape), run.shape.tokens);
+    need = std::max({need, gemm, links, ew});
+  }
+  return need;
+}
+
+HardwareProfile new_hardware_profile(const ProfileRun& run, int64_t ranks, int threads) {
+  HardwareProfile hp;
+  hp.cpu = kernels::cpu_model_name();
+  // The machine's cores (mpirun binds each rank to fewer: its own affinity mask).
+  hp.cores = std::max<long>(1, ::sysconf(_SC_NPROCESSORS_ONLN));
+  hp.ranks = ranks;
+  hp.threads_per_rank = threads;
+  hp.blas = kernels::blas_core_name();
+  hp.alone_waiters_sleep = true;  // the alone figures: sleeping_barrier
+  hp.shape = run.shape;
+  if (run.hardware) hp.gemms = profile_gemm_list(run.shape);
+  return hp;
+}
+
+Status measure_profile(comm::Communicator* c, const ProfileRun& run, const Progress& progress, HardwareProfile& hp) {
+  const bool lead = c == nullptr || c->rank() == 0;
+  const Progress shown = lead ? progress : Progress{};
+  DISTCA_ASSIGN_OR_RETURN(kernels::AttentionGrids grids, kernels::profile_attention_split(run.attention, shown, barrier_of(c)));
+  hp.attention_forward = std::move(grids.forward);
+  hp.attention_backward = std::move(grids.backward);
+  hp.attention_concurrent = c != nullptr;
+  if (run.hardware) {
+    DISTCA_RETURN_IF_ERROR(measure_gemms(c, run, shown, hp));
+    if (shown) shown("element-wise work, optimizer");
+    DISTCA_RETURN_IF_ERROR(measure_elementwise(c, run, hp));
+    if (c != nullptr) {
+      DISTCA_ASSIGN_OR_RETURN(std::vector<LinkPoint> a2a, measure_links(*c, true, run.link_repeats));
+      DISTCA_ASSIGN_OR_RETURN(std::vector<LinkPoint> ring, measure_links(*c, false, run.link_repeats));
+      hp.all_to_all = fit_link(std::move(a2a), static_cast<double>(c->size() - 1));
+      hp.p2p = fit_link(std::move(ring), 1.0);
+    }
+  }
+  return {};
+}
+
+}  // namespace distca::train
