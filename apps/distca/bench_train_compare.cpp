@@ -24,6 +24,7 @@
 #include "distca/comm/launch.h"
 #include "distca/core/io.h"
 #include "distca/cost/hardware_profile.h"
+#include "distca/kernels/attention_traits.h"
 #include "distca/kernels/blas.h"
 #include "distca/sim/request.h"
 #include "distca/train/bench.h"
@@ -77,6 +78,9 @@ SimFigures predict_entry(const TrainBenchFlags& f, int64_t ranks, const train::C
   run.overlap = m.overlap ? runtime::overlap_mode_name(*m.overlap) : "";
   run.cp = m.cp > 1 ? m.cp : 0;
   run.tolerance = f.tolerance;
+  // The chunking's query tile is the kernel's for this model (wlb_cap and cp_threshold keep
+  // the trainer's defaults: bench train --compare does not change them).
+  run.tile_rows = kernels::AttentionTraits::query_tile_rows(run.model.n_heads / run.model.n_kv_heads);
   run.sgemm_flops = profile_hardware_spec(*hw, f.hardware).peak_flops;
   run.hardware_profile = hw;
   const int64_t M = std::max<int64_t>(1, f.micro_batches);
