@@ -229,6 +229,7 @@ SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, do
   run.model = bench_spec(f);
   run.ranks = ranks;
   run.pp = f.pp;
+  run.tp = f.tp;
   run.mode = mode.mode;
   run.overlap = mode.overlap;
   run.tolerance = f.tolerance;
