@@ -115,6 +115,10 @@ void print_header(std::string& out, const TrainBenchFlags& f, int64_t ranks, con
           static_cast<long long>(spec.hidden), static_cast<long long>(spec.n_layers), static_cast<long long>(spec.n_heads),
           static_cast<long long>(spec.n_kv_heads), static_cast<long long>(spec.head_dim), static_cast<long long>(spec.ffn),
           static_cast<long long>(spec.vocab));
+  if (f.tp > 1) {
+    appendf(out, "tensor parallel: %lld ranks per layer x %lld replica(s); the workload's \"rank\" is a replica\n",
+            static_cast<long long>(f.tp), static_cast<long long>(ranks / f.tp));
+  }
   if (f.workload == "uniform") {
     appendf(out, "workload: uniform, %lld tokens per rank; every rank %lld document(s) of %lld\n",
             static_cast<long long>(f.tokens), static_cast<long long>(f.tokens / long_doc(f)),
