@@ -186,20 +186,21 @@ typename Llama<T>::LayerActs Llama<T>::layer_acts(int64_t layer) {
     return r;
   };
   const int64_t m = max_tokens_, sp = sp_rows_;
+  // The regions in workspace order: field, width, rows (sp: the sequence-parallel ones).
+  struct Region {
+    T* LayerActs::*field;
+    int64_t width, rows;
+  };
   LayerActs a;
-  a.x = take(w.h, sp);
-  a.rstd1 = take(1, sp);
-  a.xn1 = take(w.h, m);
-  a.q = take(w.qd, m);
-  a.k = take(w.kvd, m);
-  a.v = take(w.kvd, m);
-  a.o = take(w.qd, m);
-  a.x_mid = take(w.h, sp);
-  a.rstd2 = take(1, sp);
-  a.xn2 = take(w.h, m);
-  a.g = take(w.f, m);
-  a.u = take(w.f, m);
-  a.a = take(w.f, m);
+  for (const Region& r : {Region{&LayerActs::x, w.h, sp}, Region{&LayerActs::rstd1, 1, sp},
+                          Region{&LayerActs::xn1, w.h, m}, Region{&LayerActs::q, w.qd, m},
+                          Region{&LayerActs::k, w.kvd, m}, Region{&LayerActs::v, w.kvd, m},
+                          Region{&LayerActs::o, w.qd, m}, Region{&LayerActs::x_mid, w.h, sp},
+                          Region{&LayerActs::rstd2, 1, sp}, Region{&LayerActs::xn2, w.h, m},
+                          Region{&LayerActs::g, w.f, m}, Region{&LayerActs::u, w.f, m},
+                          Region{&LayerActs::a, w.f, m}}) {
+    a.*r.field = take(r.width, r.rows);
+  }
   return a;
 }
 
