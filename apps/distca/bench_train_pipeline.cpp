@@ -225,7 +225,17 @@ int write_report(const TrainBenchFlags& f, std::string out, const nlohmann::json
 SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, double sgemm_mean,
                    const ProfiledCostModel* table, const std::shared_ptr<const HardwareProfile>& hw_profile,
                    const std::vector<Batch>& batches) {
-  sim::TrainingRun run{bench_spec(f), ranks, f.pp, mode.mode, mode.overlap, 0, f.tolerance, sgemm_mean, hw_profile, table};
+  sim::TrainingRun run;
+  run.model = bench_spec(f);
+  run.ranks = ranks;
+  run.pp = f.pp;
+  run.tp = f.tp;
+  run.mode = mode.mode;
+  run.overlap = mode.overlap;
+  run.tolerance = f.tolerance;
+  run.sgemm_flops = sgemm_mean;
+  run.hardware_profile = hw_profile;
+  run.attention_table = table;
   return sim::predict_outcome(run, batches);
 }
 

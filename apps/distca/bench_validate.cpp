@@ -25,6 +25,7 @@ namespace distca::cli::validate {
 namespace fs = std::filesystem;
 
 std::string Config::name() const {
+  if (tp > 1) return "tp" + std::to_string(tp) + "x" + std::to_string(np / tp) + "-" + workload;
   return (pp > 1 ? "pp" + std::to_string(pp) + "x" + std::to_string(np / pp) : "dp" + std::to_string(np)) + "-" + workload;
 }
 
@@ -45,6 +46,10 @@ std::vector<Config> matrix(bool quick, const std::vector<int64_t>& ranks) {
       quick ? std::vector<std::pair<int64_t, int64_t>>{{2, 2}} : std::vector<std::pair<int64_t, int64_t>>{{2, 2}, {4, 2}, {4, 4}};
   for (const auto& [np, pp] : pipes) {
     for (const std::string& w : workloads) all.push_back({np, pp, w});
+  }
+  // Tensor parallelism: TP 2 on 2 ranks, TP 2 x DP 2 on 4 (quick: TP 2 alone).
+  for (int64_t np : quick ? std::vector<int64_t>{2} : std::vector<int64_t>{2, 4}) {
+    for (const std::string& w : workloads) all.push_back({np, 1, w, 2});
   }
   if (ranks.empty()) return all;
   std::vector<Config> out;
@@ -72,6 +77,7 @@ std::vector<std::string> bench_args(const Config& c, bool quick) {
                              "--workload", c.workload, "--rounds", "2", "--steps", "2",
                              "--warmup-steps", "1", "--layers", c.pp > 1 ? "4" : "2"};
   if (c.pp > 1) a.insert(a.end(), {"--pp", std::to_string(c.pp)});
+  if (c.tp > 1) a.insert(a.end(), {"--tp", std::to_string(c.tp)});
   return a;
 }
 
@@ -139,8 +145,9 @@ Result<std::vector<Row>> replay_one(const nlohmann::json& bench, const std::stri
     r.mode = m["name"].get<std::string>();
     r.np = ranks;
     r.pp = f.pp;
+    r.tp = f.tp;
     r.workload = f.workload;
-    r.config = Config{ranks, f.pp, f.workload}.name();
+    r.config = Config{ranks, f.pp, f.workload, f.tp}.name();
     r.measured_s = m["median_s"].get<double>();
     DISTCA_ASSIGN_OR_RETURN(std::vector<double> idle, numbers(m, "rank_idle", static_cast<size_t>(ranks), what));
     DISTCA_ASSIGN_OR_RETURN(std::vector<double> exposed, numbers(m, "rank_exposed", static_cast<size_t>(ranks), what));
@@ -174,10 +181,10 @@ Result<std::vector<Row>> replay_one(const nlohmann::json& bench, const std::stri
 Result<std::vector<Row>> replay_dir(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return Status::invalid_argument("--replay " + dir + ": not a directory");
-  // Configuration files by name, in matrix order: pp, then np, then skewed before uniform.
-  const std::regex name_re(R"(^(?:dp([0-9]+)|pp([0-9]+)x([0-9]+))-(skewed|uniform)\.json$)");
+  // Configuration files by name, in matrix order: tp, pp, then np, then skewed before uniform.
+  const std::regex name_re(R"(^(?:dp([0-9]+)|pp([0-9]+)x([0-9]+)|tp([0-9]+)x([0-9]+))-(skewed|uniform)\.json$)");
   struct Found {
-    int64_t pp, np;
+    int64_t pp, np, tp = 1;
     std::string workload, path;
   };
   std::vector<Found> found;
@@ -189,20 +196,24 @@ Result<std::vector<Row>> replay_dir(const std::string& dir) {
     if (m[1].matched) {
       x.pp = 1;
       x.np = std::stoll(m[1].str());
-    } else {
+    } else if (m[2].matched) {
       x.pp = std::stoll(m[2].str());
       x.np = x.pp * std::stoll(m[3].str());
+    } else {
+      x.pp = 1;
+      x.tp = std::stoll(m[4].str());
+      x.np = x.tp * std::stoll(m[5].str());
     }
-    x.workload = m[4].str();
+    x.workload = m[6].str();
     x.path = e.path().string();
     found.push_back(std::move(x));
   }
   if (ec) return Status::invalid_argument("--replay " + dir + ": " + ec.message());
   if (found.empty()) {
-    return Status::invalid_argument("--replay " + dir + ": no configuration file (dp<N>-<workload>.json, pp<P>x<D>-<workload>.json)");
+    return Status::invalid_argument("--replay " + dir + ": no configuration file (dp<N>-, pp<P>x<D>- or tp<T>x<D>-<workload>.json)");
   }
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
-    return std::tie(a.pp, a.np, a.workload) < std::tie(b.pp, b.np, b.workload);  // "skewed" < "uniform"
+    return std::tie(a.tp, a.pp, a.np, a.workload) < std::tie(b.tp, b.pp, b.np, b.workload);  // "skewed" < "uniform"
   });
   std::vector<Row> rows;
   for (const Found& x : found) {
@@ -212,7 +223,7 @@ Result<std::vector<Row>> replay_dir(const std::string& dir) {
     }
     DISTCA_ASSIGN_OR_RETURN(nlohmann::json j, read_json(x.path));
     DISTCA_ASSIGN_OR_RETURN(std::vector<Row> r, replay_one(j, x.path, hw));
-    if (!r.empty() && (r[0].np != x.np || r[0].pp != x.pp || r[0].workload != x.workload)) {
+    if (!r.empty() && (r[0].np != x.np || r[0].pp != x.pp || r[0].tp != x.tp || r[0].workload != x.workload)) {
       return Status::invalid_argument(x.path + ": its contents (" + r[0].config + ") do not match its name");
     }
     rows.insert(rows.end(), r.begin(), r.end());
@@ -384,6 +395,7 @@ nlohmann::json rows_json(const std::vector<Row>& rows) {
                         {"mode", r.mode},
                         {"np", r.np},
                         {"pp", r.pp},
+                        {"tp", r.tp},
                         {"workload", r.workload},
                         {"measured_s", r.measured_s},
                         {"predicted_s", r.predicted_s},

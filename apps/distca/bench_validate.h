@@ -27,18 +27,21 @@ namespace distca::cli::validate {
 inline constexpr double kStepGoal = 0.15;
 inline constexpr double kIdleGoal = 0.05;
 
-// One configuration: `np` processes, `pp` stages (1: data parallel over every rank).
+// One configuration: `np` processes, `pp` stages (1: data parallel over every rank), `tp`
+// ranks per layer (pp 1: np / tp data-parallel replicas, each one rank's tokens).
 struct Config {
   int64_t np = 1;
   int64_t pp = 1;
   std::string workload = "skewed";  // skewed | uniform (bench train --workload)
-  // "dp<np>-<workload>" or "pp<pp>x<np/pp>-<workload>": the stem of its JSON in DIR.
+  int64_t tp = 1;
+  // "dp<np>-<workload>", "pp<pp>x<np/pp>-<workload>" or "tp<tp>x<np/tp>-<workload>": the stem
+  // of its JSON in DIR.
   std::string name() const;
 };
 
 // The matrix: DP 1, 2, 3, 4 (DP 1 skewed only: one rank has nothing to be skewed against) and
-// PP 2 (np 2), PP 2 x DP 2 and PP 4 (np 4), each skewed and uniform; `quick`: DP 1 and 2 and
-// PP 2, skewed only, at a smaller size. `ranks` not empty: only the configurations whose np is
+// PP 2 (np 2), PP 2 x DP 2 and PP 4 (np 4), TP 2 (np 2) and TP 2 x DP 2 (np 4), each skewed
+// and uniform; `quick`: DP 1 and 2, PP 2 and TP 2, skewed only, at a smaller size. `ranks` not empty: only the configurations whose np is
 // in it. Full matrix: DP 3 only when 3 is in `ranks` (it is not in the default).
 std::vector<Config> matrix(bool quick, const std::vector<int64_t>& ranks);
 
@@ -51,7 +54,7 @@ std::vector<std::string> profile_args(bool quick);
 // One mode of one configuration, measured beside predicted. Fractions are of the step.
 struct Row {
   std::string config, mode;
-  int64_t np = 0, pp = 1;
+  int64_t np = 0, pp = 1, tp = 1;
   std::string workload;
   double measured_s = 0, predicted_s = 0, ratio = 0;  // ratio = predicted / measured
   double idle_measured = 0, idle_predicted = 0;       // mean over ranks

@@ -66,12 +66,12 @@ struct Derived {
 Derived derive(const TrainBenchFlags& f, int64_t ranks, const Figures& fig) {
   Derived d;
   d.spec = bench_spec(f);
-  d.batch = dp_batch(f, ranks);
+  d.batch = dp_batch(f, ranks / f.tp);  // one rank's tokens per replica (a TP group)
   d.flops = rank_step_flops(d.spec, d.batch);
   double fmax = 0;
   for (const TrainingFlops& x : d.flops) fmax = std::max(fmax, x.total()), d.flops_sum += x.total();
   for (double x : fig.sgemm) d.rate_sum += x;
-  d.ideal = fmax / (d.flops_sum / static_cast<double>(ranks));
+  d.ideal = fmax / (d.flops_sum / static_cast<double>(d.flops.size()));
   const auto& md = fig.modes;
   const double pp = median(md[kPingPong].steps), sig = median(md[kSignal].steps);
   d.exposed = pp > 0 ? (pp - sig) / pp : 0;
@@ -116,6 +116,10 @@ void print_header(std::string& out, const TrainBenchFlags& f, int64_t ranks, con
           static_cast<long long>(spec.hidden), static_cast<long long>(spec.n_layers), static_cast<long long>(spec.n_heads),
           static_cast<long long>(spec.n_kv_heads), static_cast<long long>(spec.head_dim), static_cast<long long>(spec.ffn),
           static_cast<long long>(spec.vocab));
+  if (f.tp > 1) {
+    appendf(out, "tensor parallel: %lld ranks per layer x %lld replica(s); the workload's \"rank\" is a replica\n",
+            static_cast<long long>(f.tp), static_cast<long long>(ranks / f.tp));
+  }
   if (f.workload == "uniform") {
     appendf(out, "workload: uniform, %lld tokens per rank; every rank %lld document(s) of %lld\n",
             static_cast<long long>(f.tokens), static_cast<long long>(f.tokens / long_doc(f)),
@@ -147,7 +151,7 @@ nlohmann::json mode_row(std::string& out, const TrainBenchFlags& f, int64_t rank
                         size_t mi) {
   const ModeFigures& m = fig.modes[mi];
   const double t = median(m.steps);
-  const double tps = t > 0 ? static_cast<double>(ranks * f.tokens) / t : 0;
+  const double tps = t > 0 ? static_cast<double>(ranks / f.tp * f.tokens) / t : 0;
   const double mfu = t > 0 && d.rate_sum > 0 ? d.flops_sum / t / d.rate_sum : 0;
   const std::vector<int64_t>& mem = fig.resident ? m.peak : m.buffers;
   std::string mems;
@@ -347,6 +351,11 @@ Status bench_train::check_flags(const TrainBenchFlags& f, bool ranks_given) {
   if (f.pp > 1 && !f.trace.empty()) return Status::invalid_argument("--trace is not recorded with --pp (yet)");
   if (f.pp == 1 && !f.cost_table.empty()) return Status::invalid_argument("--cost-table applies to --pp > 1 (the simulator's prediction)");
   if (f.pp == 1 && f.micro_batches > 1) return Status::invalid_argument("--micro-batches applies to --pp > 1");
+  if (f.tp > 1 && (f.pp > 1 || f.compare)) return Status::invalid_argument("--tp applies to --pp 1 without --compare (not yet)");
+  if (ranks % f.tp != 0) {
+    return Status::invalid_argument("--tp " + std::to_string(f.tp) + " must divide the ranks (" + std::to_string(ranks) +
+                                    (f.backend == "mpi" ? ": mpirun -np)" : ": --ranks)"));
+  }
   if (!f.cost_table.empty() && !std::ifstream(f.cost_table)) {
     return Status::invalid_argument("--cost-table " + f.cost_table + ": cannot be read");
   }
@@ -393,7 +402,7 @@ int run(const TrainBenchFlags& f, bool ranks_given) {
     if (Status mem = check_bench_memory(f, g.size, g.rank == 0, bench_modes(f), env_int("OMPI_COMM_WORLD_LOCAL_SIZE")); !mem.ok()) {
       return Status::invalid_argument(mem.message());
     }
-    DISTCA_ASSIGN_OR_RETURN(data, train::DataSource::fixed(dp_batch(f, g.size), std::min<int64_t>(32, f.vocab), 1));
+    DISTCA_ASSIGN_OR_RETURN(data, train::DataSource::fixed(dp_batch(f, g.size / f.tp), std::min<int64_t>(32, f.vocab), 1));
     return Status::ok_status();
   };
   const comm::Launched launched = comm::launch(lo, bench_settings(f), prepare, [&](comm::Communicator& c, int slot) {
@@ -436,6 +445,9 @@ Runner setup(CLI::App& app) {
   app.add_option("--trace", f->trace, "write a Chrome trace (Perfetto) of the last round's cad pingpong, last step");
   app.add_option("--pp", f->pp, "pipeline stages (ranks = replicas x stages): colocated 1F1B against cad's "
                                "1F1B ticks with pooled attention, micro-batches of skewed attention (default 1)")
+      ->check(CLI::Range(int64_t{1}, int64_t{64}));
+  app.add_option("--tp", f->tp, "tensor-parallel ranks per layer (--pp 1; ranks = tp x replicas, each replica "
+                               "one rank's tokens; default 1)")
       ->check(CLI::Range(int64_t{1}, int64_t{64}));
   app.add_option("--micro-batches", f->micro_batches, "--pp: micro-batches per replica and step (default 2 x --pp)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));

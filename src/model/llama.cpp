@@ -135,17 +135,24 @@ ModelMemory stage_memory(const ModelSpec& spec, StageRange stage, int64_t slots,
   // The stage's range of the layout, in closed form: the embedding on the first stage, its
   // layers, final_norm and lm_head on the last.
   const int64_t per_layer = tp == 1 ? layer_params(spec) : d.layer_params();
-  const int64_t params = (stage.has_embedding() ? spec.vocab * spec.hidden : 0) + stage.size() * per_layer +
-                         (head ? spec.hidden + spec.vocab * spec.hidden : 0);
+  const int64_t vocab_rows = d.vocab.size();  // TP: the rank's rows of the embedding and head
+  const int64_t params = (stage.has_embedding() ? vocab_rows * spec.hidden : 0) + stage.size() * per_layer +
+                         (head ? spec.hidden + vocab_rows * spec.hidden : 0);
   m.param_bytes = params * bytes_per_element;
-  // + 1 with the head: the per-token loss.
+  // + 1 with the head: the per-token loss; TP + 2 x 8 bytes more: the cross-entropy's per-row
+  // maximum and sum (double).
+  const int64_t loss_width = head ? (tp == 1 ? 1 : 1 + 16 / bytes_per_element) : 0;
+  // The sequence-parallel regions hold a TP rank's rows: 1/T of them per token (rounded up).
+  auto share = [tp](int64_t width) { return (width + tp - 1) / tp; };
   m.saved_activation_bytes_per_token =
-      (stage.size() * w.layer() + w.final_block(head) + (head ? 1 : 0)) * bytes_per_element;
+      (stage.size() * (share(w.layer_sp()) + w.layer_rows()) + share(w.final_sp(head)) + w.final_rows(head) + loss_width) *
+      bytes_per_element;
   // TP: the layer functions' temporaries (tensor_parallel.cpp) at their largest, in the
-  // feed-forward backward: the gathered d(out) and the partial d(xn) (n, h), the reduce-scatter's
-  // receive buffer (about (n, h)), da, dg, du (n, f_r); plus the reduce-scatter's output (n_r, h).
-  const int64_t tp_temps = tp == 1 ? 0 : 4 * w.h + 3 * w.f;
-  m.scratch_bytes_per_token = (w.scratch() + tp_temps) * bytes_per_element;
+  // feed-forward backward: the gathered d(out), later the partial d(xn) in the same buffer
+  // (n, h), the reduce-scatter's receive buffer (about (n, h)) and output (n_r, h), da, dg, du
+  // (n, f_r).
+  const int64_t tp_temps = tp == 1 ? 0 : 2 * w.h + share(w.h) + 3 * w.f;
+  m.scratch_bytes_per_token = (share(w.h) + w.scratch_rows() + tp_temps) * bytes_per_element;
   m.slots = slots;
   return m;
 }
@@ -164,28 +171,36 @@ typename Llama<T>::LayerPtrs Llama<T>::layer_ptrs(T* base, int64_t layer) const 
 }
 
 template <class T>
+int64_t Llama<T>::layer_elems() const {
+  const Widths w = widths_of(*this);
+  return w.layer_sp() * sp_rows_ + w.layer_rows() * max_tokens_;
+}
+
+template <class T>
 typename Llama<T>::LayerActs Llama<T>::layer_acts(int64_t layer) {
   const Widths w = widths_of(*this);
-  T* p = acts_.data() + slot_ * slot_elems_ + (layer - stage_.first) * w.layer() * max_tokens_;
-  auto take = [&](int64_t width) {
+  T* p = acts_.data() + slot_ * slot_elems_ + (layer - stage_.first) * layer_elems();
+  auto take = [&](int64_t width, int64_t rows) {
     T* r = p;
-    p += width * max_tokens_;
+    p += width * rows;
     return r;
   };
+  const int64_t m = max_tokens_, sp = sp_rows_;
+  // The regions in workspace order: field, width, rows (sp: the sequence-parallel ones).
+  struct Region {
+    T* LayerActs::*field;
+    int64_t width, rows;
+  };
   LayerActs a;
-  a.x = take(w.h);
-  a.rstd1 = take(1);
-  a.xn1 = take(w.h);
-  a.q = take(w.qd);
-  a.k = take(w.kvd);
-  a.v = take(w.kvd);
-  a.o = take(w.qd);
-  a.x_mid = take(w.h);
-  a.rstd2 = take(1);
-  a.xn2 = take(w.h);
-  a.g = take(w.f);
-  a.u = take(w.f);
-  a.a = take(w.f);
+  for (const Region& r : {Region{&LayerActs::x, w.h, sp}, Region{&LayerActs::rstd1, 1, sp},
+                          Region{&LayerActs::xn1, w.h, m}, Region{&LayerActs::q, w.qd, m},
+                          Region{&LayerActs::k, w.kvd, m}, Region{&LayerActs::v, w.kvd, m},
+                          Region{&LayerActs::o, w.qd, m}, Region{&LayerActs::x_mid, w.h, sp},
+                          Region{&LayerActs::rstd2, 1, sp}, Region{&LayerActs::xn2, w.h, m},
+                          Region{&LayerActs::g, w.f, m}, Region{&LayerActs::u, w.f, m},
+                          Region{&LayerActs::a, w.f, m}}) {
+    a.*r.field = take(r.width, r.rows);
+  }
   return a;
 }
 
@@ -193,15 +208,15 @@ template <class T>
 typename Llama<T>::FinalActs Llama<T>::final_acts() {
   const Widths w = widths_of(*this);
   FinalActs f;
-  f.x = acts_.data() + slot_ * slot_elems_ + stage_.size() * w.layer() * max_tokens_;
+  f.x = acts_.data() + slot_ * slot_elems_ + stage_.size() * layer_elems();
   if (has_head()) {
-    f.rstd = f.x + w.h * max_tokens_;
-    f.xn = f.rstd + max_tokens_;
+    f.rstd = f.x + w.h * sp_rows_;
+    f.xn = f.rstd + sp_rows_;
     f.logits = f.xn + w.h * max_tokens_;
     f.rope_cos = f.logits + w.v * max_tokens_;
   } else {
     f.rstd = f.xn = f.logits = nullptr;
-    f.rope_cos = f.x + w.h * max_tokens_;
+    f.rope_cos = f.x + w.h * sp_rows_;
   }
   f.rope_sin = f.rope_cos + (w.hd / 2) * max_tokens_;
   return f;
@@ -217,15 +232,16 @@ typename Llama<T>::Scratch Llama<T>::scratch() {
     return r;
   };
   Scratch s;
-  s.dx = take(w.h);
-  s.dxn = take(w.h);
+  s.dx = p;
+  p += w.h * sp_rows_;
+  s.dxn = w.tp ? nullptr : take(w.h);
   s.dq = take(w.qd);
   s.dk[0] = take(w.kvd);
   s.dv[0] = take(w.kvd);
   s.d_o = take(w.qd);
-  s.dg = take(w.f);
-  s.du = take(w.f);
-  s.da = take(w.f);
+  s.dg = w.tp ? nullptr : take(w.f);
+  s.du = w.tp ? nullptr : take(w.f);
+  s.da = w.tp ? nullptr : take(w.f);
   // The odd layers' set last, so the even set keeps the offsets of the one-set layout.
   s.dk[1] = take(w.kvd);
   s.dv[1] = take(w.kvd);
@@ -277,10 +293,13 @@ Result<Llama<T>> Llama<T>::create(const ModelSpec& spec, int64_t max_tokens, uin
   const bool head = st.has_head(spec.n_layers);
   m.params_.assign(static_cast<size_t>(count), T(0));
   m.grads_.assign(static_cast<size_t>(count), T(0));
-  m.slot_elems_ = (st.size() * w.layer() + w.final_block(head)) * max_tokens;
+  // A TP rank's sequence-parallel rows: at most ceil(max_tokens / T) of a step (tp_rows).
+  m.sp_rows_ = tp == nullptr ? max_tokens : (max_tokens + tp->size() - 1) / tp->size();
+  m.slot_elems_ = st.size() * m.layer_elems() + w.final_sp(head) * m.sp_rows_ + w.final_rows(head) * max_tokens;
   m.acts_.assign(static_cast<size_t>(slots * m.slot_elems_), T(0));
-  m.scratch_.assign(static_cast<size_t>(w.scratch() * max_tokens), T(0));
+  m.scratch_.assign(static_cast<size_t>(w.h * m.sp_rows_ + w.scratch_rows() * max_tokens), T(0));
   if (head) m.loss_.assign(static_cast<size_t>(slots * max_tokens), T(0));
+  if (head && tp != nullptr) m.stats_.assign(static_cast<size_t>(2 * slots * max_tokens), 0.0);
   m.slot_state_.assign(static_cast<size_t>(slots), SlotState{});
 
   m.init_params(seed, first_tensor);
@@ -382,7 +401,9 @@ Status Llama<T>::start_step(const StepInputs& in, std::span<T> per_token_loss,
   const Widths w = widths_of(*this);
   const FinalActs f = final_acts();
   rope_tables<T>(f.rope_cos, f.rope_sin, in.positions.data(), n, w.hd, options_.rope_theta);
-  if (has_embedding()) {
+  if (has_embedding() && tp_ != nullptr) {
+    DISTCA_RETURN_IF_ERROR(tp_embed());
+  } else if (has_embedding()) {
     // Embedding lookup into layer 0's residual input.
     const T* emb = params_.data() + layout_[0].offset;  // (vocab, h)
     T* x0 = layer_acts(0).x;                           // (n, h)
@@ -509,27 +530,31 @@ void Llama<T>::forward_head(RowRange all_rows) {
   if (!tp_status_.ok()) return;
   const RowRange rows = own_rows(all_rows);  // TP: the rank's rows only
   DISTCA_CHECK_MSG(has_head(), "forward_head on a stage without the head");
-  const Widths w = widths_of(*this);
   const int64_t b = rows.begin, m = rows.size();
-  const FinalActs f = final_acts();
-  const TensorInfo& final_norm = layout_[layout_.size() - 2];
-  const TensorInfo& lm_head = layout_.back();
-  T* xn = f.xn + b * w.h;
-  T* logits = f.logits + b * w.v;
-  rmsnorm_forward<T>(xn, f.rstd + b, f.x + b * w.h, params_.data() + final_norm.offset, m, w.h,
-                     options_.rms_eps);
-  linear_forward<T>(logits, xn, params_.data() + lm_head.offset, m, w.h, w.v);
-
-  // The rows' sums first, then added to the step's: one range [0, n) gives the bits of a
-  // single sum over the step.
-  SlotState& st = cur();
   T* loss = loss_.data() + slot_ * max_tokens_;  // (n)
+  if (tp_ != nullptr) {
+    tp_forward_head(all_rows);
+    if (!tp_status_.ok()) return;
+  } else {
+    const Widths w = widths_of(*this);
+    const FinalActs f = final_acts();
+    const TensorInfo& final_norm = layout_[layout_.size() - 2];
+    const TensorInfo& lm_head = layout_.back();
+    T* xn = f.xn + b * w.h;
+    T* logits = f.logits + b * w.v;
+    rmsnorm_forward<T>(xn, f.rstd + b, f.x + b * w.h, params_.data() + final_norm.offset, m, w.h,
+                       options_.rms_eps);
+    linear_forward<T>(logits, xn, params_.data() + lm_head.offset, m, w.h, w.v);
+    cross_entropy_forward<T>(loss + b, logits, cur().in.targets.data() + b, m, w.v);
+  }
+  // The rows' sums first (in row order, as cross_entropy_forward's total), then added to the
+  // step's: one range [0, n) gives the bits of a single sum over the step.
+  SlotState& st = cur();
   StepLoss part;
-  part.loss_sum =
-      cross_entropy_forward<T>(loss + b, logits, st.in.targets.data() + b, m, w.v);
   for (int64_t t = b; t < rows.end; ++t) {
     const auto i = static_cast<size_t>(t);
     if (st.in.targets[i] < 0) continue;
+    part.loss_sum += static_cast<double>(loss[t]);
     ++part.count;
     if (!st.in.report_weights.empty()) {
       part.report_sum += static_cast<double>(st.in.report_weights[i]) * loss[i];
@@ -547,9 +572,10 @@ template <class T>
 void Llama<T>::backward_head(RowRange all_rows, double grad_scale) {
   check_rows(all_rows);
   if (!tp_status_.ok()) return;
-  const RowRange rows = own_rows(all_rows);  // TP: the rank's rows only
   DISTCA_CHECK_MSG(has_head(), "backward_head on a stage without the head");
   DISTCA_CHECK(std::isfinite(grad_scale));
+  if (tp_ != nullptr) return tp_backward_head(all_rows, grad_scale);
+  const RowRange rows = all_rows;
   const Widths w = widths_of(*this);
   const int64_t b = rows.begin, m = rows.size();
   const FinalActs f = final_acts();

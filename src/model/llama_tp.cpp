@@ -39,11 +39,27 @@ void Llama<T>::init_params(uint64_t seed, size_t first_tensor) {
   }
 }
 
+// Sequence parallelism by the step's rows: a range's rows that fall in the rank's share of
+// the whole step, so the owner of a row does not depend on the ranges (nano-batches).
 template <class T>
 RowRange Llama<T>::own_rows(RowRange rows) const {
   if (tp_ == nullptr) return rows;
-  const RowRange r = tp_rows(rows.size(), tp_->size(), tp_->rank());
-  return {rows.begin + r.begin, rows.begin + r.end};
+  const RowRange own = tp_rows(cur().n, tp_->size(), tp_->rank());
+  const int64_t begin = std::clamp(own.begin, rows.begin, rows.end);
+  return {begin, std::clamp(own.end, begin, rows.end)};
+}
+
+template <class T>
+int64_t Llama<T>::sp(int64_t row) const {
+  if (tp_ == nullptr) return row;
+  const RowRange own = tp_rows(cur().n, tp_->size(), tp_->rank());
+  return std::clamp(row, own.begin, own.end) - own.begin;
+}
+
+template <class T>
+RowRange Llama<T>::boundary_rows() const {
+  DISTCA_CHECK_MSG(cur().ready, "boundary_rows without a successful begin_step");
+  return own_rows({0, cur().n});
 }
 
 // The TP functions' view of layer `layer` for the range `rows`: the sequence-parallel buffers
@@ -53,7 +69,7 @@ template <class T>
 TpLayerActs<T> Llama<T>::tp_layer_acts(int layer, RowRange rows) {
   const Widths w = widths_of(*this);
   const LayerActs a = layer_acts(layer);
-  const int64_t b = rows.begin, o = own_rows(rows).begin;
+  const int64_t b = rows.begin, o = sp(own_rows(rows).begin);
   T* next = layer + 1 < stage_.last ? layer_acts(layer + 1).x : final_acts().x;
   return {a.x + o * w.h,     a.rstd1 + o,       a.xn1 + b * w.h,   a.q + b * w.qd,
           a.k + b * w.kvd,   a.v + b * w.kvd,   a.o + b * w.qd,    a.x_mid + o * w.h,
@@ -66,7 +82,7 @@ TpStep<T> Llama<T>::tp_step(RowRange rows) {
   const FinalActs f = final_acts();
   const int64_t half = spec_.head_dim / 2;
   return {rows.size(), f.rope_cos + rows.begin * half, f.rope_sin + rows.begin * half,
-          options_.rms_eps};
+          options_.rms_eps, cur().n, rows.begin};
 }
 
 namespace {
@@ -102,7 +118,7 @@ void Llama<T>::tp_backward_post(int layer, RowRange rows) {
       *tp_, tp_dims(spec_, tp_size(), tp_rank()), tp_step(rows),
       tensors_of<const T>(layer_ptrs(params_.data(), layer)),
       tensors_of<T>(layer_ptrs(grads_.data(), layer)), tp_layer_acts(layer, rows),
-      s.dx + own_rows(rows).begin * w.h, s.d_o + rows.begin * w.qd);
+      s.dx + sp(own_rows(rows).begin) * w.h, s.d_o + rows.begin * w.qd);
 }
 
 template <class T>
@@ -116,8 +132,54 @@ void Llama<T>::tp_backward_pre(int layer, RowRange rows) {
       tensors_of<const T>(layer_ptrs(params_.data(), layer)),
       tensors_of<T>(layer_ptrs(grads_.data(), layer)), tp_layer_acts(layer, rows),
       io.dq + b * w.qd, io.dk + b * w.kvd, io.dv + b * w.kvd,
-      scratch().dx + own_rows(rows).begin * w.h);
-  if (layer == 0 && tp_status_.ok()) add_embedding_grads(own_rows(rows));
+      scratch().dx + sp(own_rows(rows).begin) * w.h);
+  if (layer != 0 || !tp_status_.ok()) return;
+  tp_status_ = tp_embedding_backward<T>(*tp_, tp_dims(spec_, tp_size(), tp_rank()), tp_step(rows),
+                                        cur().in.tokens.data() + b,
+                                        scratch().dx + sp(own_rows(rows).begin) * w.h,
+                                        grads_.data() + layout_[0].offset);
+}
+
+template <class T>
+Status Llama<T>::tp_embed() {
+  const RowRange all{0, cur().n};
+  tp_status_ = tp_embedding_forward<T>(*tp_, tp_dims(spec_, tp_size(), tp_rank()), tp_step(all),
+                                       params_.data() + layout_[0].offset, cur().in.tokens.data(),
+                                       layer_acts(0).x);  // the rank's rows from row 0
+  return tp_status_;
+}
+
+// The final block's buffers for the range `rows`: the rank's own rows of x and rstd, every
+// row of the gathered norm output, the logits (its vocabulary columns), the statistics and
+// the per-token loss.
+template <class T>
+TpHeadActs<T> Llama<T>::tp_head_acts(RowRange rows) {
+  const Widths w = widths_of(*this);
+  const FinalActs f = final_acts();
+  const int64_t b = rows.begin, o = sp(own_rows(rows).begin);
+  return {f.x + o * w.h, f.rstd + o, f.xn + b * w.h, f.logits + b * w.v,
+          stats_.data() + 2 * (slot_ * max_tokens_ + b), loss_.data() + slot_ * max_tokens_ + b};
+}
+
+template <class T>
+void Llama<T>::tp_forward_head(RowRange rows) {
+  const size_t last = layout_.size() - 1;
+  tp_status_ = tp_head_forward<T>(*tp_, tp_dims(spec_, tp_size(), tp_rank()), tp_step(rows),
+                                  params_.data() + layout_[last - 1].offset,
+                                  params_.data() + layout_[last].offset, tp_head_acts(rows),
+                                  cur().in.targets.data() + rows.begin);
+}
+
+template <class T>
+void Llama<T>::tp_backward_head(RowRange rows, double grad_scale) {
+  const size_t last = layout_.size() - 1;
+  const Widths w = widths_of(*this);
+  tp_status_ = tp_head_backward<T>(
+      *tp_, tp_dims(spec_, tp_size(), tp_rank()), tp_step(rows),
+      params_.data() + layout_[last - 1].offset, params_.data() + layout_[last].offset,
+      grads_.data() + layout_[last - 1].offset, grads_.data() + layout_[last].offset,
+      tp_head_acts(rows), cur().in.targets.data() + rows.begin, grad_scale,
+      scratch().dx + sp(own_rows(rows).begin) * w.h);
 }
 
 template <class T>

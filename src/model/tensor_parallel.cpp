@@ -1,6 +1,7 @@
 #include "distca/model/tensor_parallel.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -47,26 +48,108 @@ void move_tensors(const ModelSpec& spec, const TpDims& d, T* full, T* shard, boo
 // Layer 0's tensors are entries [1, 10) of the layout; every layer has the same shapes.
 constexpr size_t kLayerFirst = 1, kLayerEnd = 10;
 
-// Byte counts and displacements of an exchange of row blocks: block p is rows tp_rows(n, T, p).
+// Byte counts and displacements of an exchange of row blocks: block p is rows parts[p].
 struct RowBlocks {
   std::vector<size_t> counts, displs;
-  RowBlocks(int64_t n, int tp, int64_t width, size_t elem) {
-    for (int p = 0; p < tp; ++p) {
-      const RowRange r = tp_rows(n, tp, p);
+  RowBlocks(const std::vector<RowRange>& parts, int64_t width, size_t elem) {
+    for (const RowRange& r : parts) {
       counts.push_back(static_cast<size_t>(r.size() * width) * elem);
       displs.push_back(static_cast<size_t>(r.begin * width) * elem);
     }
   }
 };
 
+// The rows of every rank: tp_rows(n, tp, p) (a whole step), or a range's shares.
+std::vector<RowRange> even_parts(int64_t n, int tp) {
+  std::vector<RowRange> out;
+  for (int p = 0; p < tp; ++p) out.push_back(tp_rows(n, tp, p));
+  return out;
+}
+template <class T>
+std::vector<RowRange> step_parts(const TpStep<T>& s, int tp) {
+  std::vector<RowRange> out;
+  for (int p = 0; p < tp; ++p) out.push_back(tp_range_rows(s, tp, p));
+  return out;
+}
+
+// all: (n, width); rank p's rows parts[p] are sent to every other rank.
+template <class T>
+Status gather_parts(comm::Communicator& tp, T* all, const std::vector<RowRange>& parts,
+                    int64_t width) {
+  const int size = tp.size(), rank = tp.rank();
+  const RowBlocks blocks(parts, width, sizeof(T));
+  // The own block is sent to every other rank (send blocks may overlap) and received from no
+  // one, so no receive block overlaps it.
+  std::vector<size_t> send_counts(static_cast<size_t>(size)), send_displs(send_counts.size());
+  std::vector<size_t> recv_counts = blocks.counts;
+  const auto self = static_cast<size_t>(rank);
+  for (size_t p = 0; p < send_counts.size(); ++p) {
+    send_counts[p] = p == self ? 0 : blocks.counts[self];
+    send_displs[p] = blocks.displs[self];
+  }
+  recv_counts[self] = 0;
+  comm::AllToAllV a;
+  a.send = reinterpret_cast<const std::byte*>(all);
+  a.send_counts = send_counts;
+  a.send_displs = send_displs;
+  a.recv = reinterpret_cast<std::byte*>(all);
+  a.recv_counts = recv_counts;
+  a.recv_displs = blocks.displs;
+  a.label = "tp all_gather";
+  return tp.all_to_all_v(a);
+}
+
+// partial: (n, width) this rank's addend of every row; out: (parts[rank].size(), width) the
+// sum over ranks p in rank order of partial_p's rows parts[rank].
+template <class T>
+Status scatter_parts(comm::Communicator& tp, const T* partial, T* out,
+                     const std::vector<RowRange>& parts, int64_t width) {
+  const int size = tp.size(), rank = tp.rank();
+  const RowBlocks blocks(parts, width, sizeof(T));
+  const auto self = static_cast<size_t>(rank);
+  const RowRange mine = parts[self];
+  const int64_t count = mine.size() * width;
+  // Every peer's addend for this rank's rows lands in its own slot of `recv`, then the slots
+  // are summed in rank order (the own addend read in place).
+  std::vector<T> recv(static_cast<size_t>(count * size));
+  std::vector<size_t> recv_counts(blocks.counts.size()), recv_displs(blocks.counts.size());
+  for (size_t p = 0; p < recv_counts.size(); ++p) {
+    recv_counts[p] = p == self ? 0 : blocks.counts[self];
+    recv_displs[p] = p * static_cast<size_t>(count) * sizeof(T);
+  }
+  std::vector<size_t> send_counts = blocks.counts;
+  send_counts[self] = 0;
+  comm::AllToAllV a;
+  a.send = reinterpret_cast<const std::byte*>(partial);
+  a.send_counts = send_counts;
+  a.send_displs = blocks.displs;
+  a.recv = reinterpret_cast<std::byte*>(recv.data());
+  a.recv_counts = recv_counts;
+  a.recv_displs = recv_displs;
+  a.label = "tp reduce_scatter";
+  DISTCA_RETURN_IF_ERROR(tp.all_to_all_v(a));
+  const T* own = partial + mine.begin * width;
+  for (int p = 0; p < size; ++p) {
+    const T* addend = p == rank ? own : recv.data() + static_cast<int64_t>(p) * count;
+    if (p == 0) {
+      std::copy_n(addend, count, out);
+    } else {
+      add_inplace<T>(out, addend, count);
+    }
+  }
+  return Status::ok_status();
+}
+
 }  // namespace
 
 Status check_tp(const ModelSpec& spec, int64_t tp) {
-  if (tp < 1 || spec.n_heads % tp != 0 || spec.n_kv_heads % tp != 0 || tp > spec.ffn) {
+  if (tp < 1 || spec.n_heads % tp != 0 || spec.n_kv_heads % tp != 0 || tp > spec.ffn ||
+      tp > spec.vocab) {
     return Status::invalid_argument(
         "tensor parallel size " + std::to_string(tp) + " must be >= 1 and divide n_heads (" +
         std::to_string(spec.n_heads) + ") and n_kv_heads (" + std::to_string(spec.n_kv_heads) +
-        ")");
+        ") and be at most ffn (" + std::to_string(spec.ffn) + ") and vocab (" +
+        std::to_string(spec.vocab) + ")");
   }
   return Status::ok_status();
 }
@@ -83,13 +166,17 @@ TpDims tp_dims(const ModelSpec& spec, int64_t tp, int64_t rank) {
   d.head0 = rank * d.heads;
   d.kv_head0 = rank * d.kv_heads;
   d.ffn = even_split(spec.ffn, tp, rank);
+  d.vocab = even_split(spec.vocab, tp, rank);
   return d;
 }
 
 TensorSlice tp_tensor_slice(const TensorInfo& full, const TpDims& d) {
   const std::string& n = full.name;
   TensorSlice s{0, full.rows, 0, full.cols};
-  if (n.ends_with(".wq")) {
+  if (n == "embedding" || n == "lm_head") {
+    s.row0 = d.vocab.begin;
+    s.rows = d.vocab.size();
+  } else if (n.ends_with(".wq")) {
     s.row0 = d.head0 * d.hd;
     s.rows = d.qd();
   } else if (n.ends_with(".wk") || n.ends_with(".wv")) {
@@ -109,6 +196,7 @@ TensorSlice tp_tensor_slice(const TensorInfo& full, const TpDims& d) {
 }
 
 bool tp_sharded(const TensorInfo& t) {
+  if (t.name == "embedding" || t.name == "lm_head") return true;
   for (const char* suffix : {".wq", ".wk", ".wv", ".wo", ".w1", ".w3", ".w2"}) {
     if (t.name.ends_with(suffix)) return true;
   }
@@ -171,67 +259,22 @@ void tp_unshard_params(const ModelSpec& spec, const TpDims& d, const T* shard, T
 }
 
 template <class T>
+RowRange tp_range_rows(const TpStep<T>& s, int tp, int rank) {
+  const RowRange own = tp_rows(s.total == 0 ? s.n : s.total, tp, rank);
+  const int64_t begin = std::clamp(own.begin - s.first, int64_t{0}, s.n);
+  const int64_t end = std::clamp(own.end - s.first, begin, s.n);
+  return {begin, end};
+}
+
+template <class T>
 Status tp_all_gather_rows(comm::Communicator& tp, T* all, int64_t n, int64_t width) {
-  const int size = tp.size(), rank = tp.rank();
-  const RowBlocks blocks(n, size, width, sizeof(T));
-  // The own block is sent to every other rank (send blocks may overlap) and received from no
-  // one, so no receive block overlaps it.
-  std::vector<size_t> send_counts(static_cast<size_t>(size)), send_displs(send_counts.size());
-  std::vector<size_t> recv_counts = blocks.counts;
-  const auto self = static_cast<size_t>(rank);
-  for (size_t p = 0; p < send_counts.size(); ++p) {
-    send_counts[p] = p == self ? 0 : blocks.counts[self];
-    send_displs[p] = blocks.displs[self];
-  }
-  recv_counts[self] = 0;
-  comm::AllToAllV a;
-  a.send = reinterpret_cast<const std::byte*>(all);
-  a.send_counts = send_counts;
-  a.send_displs = send_displs;
-  a.recv = reinterpret_cast<std::byte*>(all);
-  a.recv_counts = recv_counts;
-  a.recv_displs = blocks.displs;
-  a.label = "tp all_gather";
-  return tp.all_to_all_v(a);
+  return gather_parts<T>(tp, all, even_parts(n, tp.size()), width);
 }
 
 template <class T>
 Status tp_reduce_scatter_rows(comm::Communicator& tp, const T* partial, T* out, int64_t n,
                               int64_t width) {
-  const int size = tp.size(), rank = tp.rank();
-  const RowBlocks blocks(n, size, width, sizeof(T));
-  const auto self = static_cast<size_t>(rank);
-  const RowRange mine = tp_rows(n, size, rank);
-  const int64_t count = mine.size() * width;
-  // Every peer's addend for this rank's rows lands in its own slot of `recv`, then the slots
-  // are summed in rank order (the own addend read in place).
-  std::vector<T> recv(static_cast<size_t>(count * size));
-  std::vector<size_t> recv_counts(blocks.counts.size()), recv_displs(blocks.counts.size());
-  for (size_t p = 0; p < recv_counts.size(); ++p) {
-    recv_counts[p] = p == self ? 0 : blocks.counts[self];
-    recv_displs[p] = p * static_cast<size_t>(count) * sizeof(T);
-  }
-  std::vector<size_t> send_counts = blocks.counts;
-  send_counts[self] = 0;
-  comm::AllToAllV a;
-  a.send = reinterpret_cast<const std::byte*>(partial);
-  a.send_counts = send_counts;
-  a.send_displs = blocks.displs;
-  a.recv = reinterpret_cast<std::byte*>(recv.data());
-  a.recv_counts = recv_counts;
-  a.recv_displs = recv_displs;
-  a.label = "tp reduce_scatter";
-  DISTCA_RETURN_IF_ERROR(tp.all_to_all_v(a));
-  const T* own = partial + mine.begin * width;
-  for (int p = 0; p < size; ++p) {
-    const T* addend = p == rank ? own : recv.data() + static_cast<int64_t>(p) * count;
-    if (p == 0) {
-      std::copy_n(addend, count, out);
-    } else {
-      add_inplace<T>(out, addend, count);
-    }
-  }
-  return Status::ok_status();
+  return scatter_parts<T>(tp, partial, out, even_parts(n, tp.size()), width);
 }
 
 Status tp_all_reduce_replicated(comm::Communicator& tp, std::span<float> grads) {
@@ -246,9 +289,9 @@ Status tp_all_reduce_replicated(comm::Communicator& tp, std::span<double> grads)
 template <class T>
 Status norm_and_gather(comm::Communicator& tp, const TpStep<T>& s, const T* x, const T* gain,
                        T* rstd, T* xn_all, int64_t h) {
-  const RowRange mine = tp_rows(s.n, tp.size(), tp.rank());
+  const RowRange mine = tp_range_rows(s, tp.size(), tp.rank());
   rmsnorm_forward<T>(xn_all + mine.begin * h, rstd, x, gain, mine.size(), h, s.rms_eps);
-  return tp_all_gather_rows<T>(tp, xn_all, s.n, h);
+  return gather_parts<T>(tp, xn_all, step_parts(s, tp.size()), h);
 }
 
 // out (n_r, h) = residual + reduce_scatter(act (n, in) @ w (h, in)^T).
@@ -257,9 +300,8 @@ Status row_parallel_residual(comm::Communicator& tp, const TpStep<T>& s, const T
                              const T* w, int64_t in, int64_t h, const T* residual, T* out) {
   std::vector<T> partial(static_cast<size_t>(s.n * h));
   linear_forward<T>(partial.data(), act, w, s.n, in, h);
-  DISTCA_RETURN_IF_ERROR(tp_reduce_scatter_rows<T>(tp, partial.data(), out, s.n, h));
-  const RowRange mine = tp_rows(s.n, tp.size(), tp.rank());
-  add_inplace<T>(out, residual, mine.size() * h);
+  DISTCA_RETURN_IF_ERROR(scatter_parts<T>(tp, partial.data(), out, step_parts(s, tp.size()), h));
+  add_inplace<T>(out, residual, tp_range_rows(s, tp.size(), tp.rank()).size() * h);
   return Status::ok_status();
 }
 
@@ -291,9 +333,9 @@ template <class T>
 Status gather_grad(comm::Communicator& tp, const TpStep<T>& s, const T* dy, int64_t h,
                    std::vector<T>& all) {
   all.assign(static_cast<size_t>(s.n * h), T(0));
-  const RowRange mine = tp_rows(s.n, tp.size(), tp.rank());
+  const RowRange mine = tp_range_rows(s, tp.size(), tp.rank());
   std::copy_n(dy, mine.size() * h, all.data() + mine.begin * h);
-  return tp_all_gather_rows<T>(tp, all.data(), s.n, h);
+  return gather_parts<T>(tp, all.data(), step_parts(s, tp.size()), h);
 }
 
 // dxn_all (n, h): this rank's partial d(normed input) for every row; reduce-scatters it and
@@ -302,9 +344,9 @@ template <class T>
 Status scatter_norm_backward(comm::Communicator& tp, const TpStep<T>& s, const T* dxn_all,
                              const T* x, const T* rstd, const T* gain, T* dgain, T* dx,
                              int64_t h) {
-  const RowRange mine = tp_rows(s.n, tp.size(), tp.rank());
+  const RowRange mine = tp_range_rows(s, tp.size(), tp.rank());
   std::vector<T> dxn(static_cast<size_t>(mine.size() * h));
-  DISTCA_RETURN_IF_ERROR(tp_reduce_scatter_rows<T>(tp, dxn_all, dxn.data(), s.n, h));
+  DISTCA_RETURN_IF_ERROR(scatter_parts<T>(tp, dxn_all, dxn.data(), step_parts(s, tp.size()), h));
   rmsnorm_backward<T>(dx, dgain, dxn.data(), x, rstd, gain, mine.size(), h);
   return Status::ok_status();
 }
@@ -316,14 +358,15 @@ Status tp_attention_out_mlp_backward(comm::Communicator& tp, const TpDims& d,
                                      T* dx, T* d_o) {
   const int64_t n = s.n, h = d.h, f = d.f();
   std::vector<T> dy_all, da(static_cast<size_t>(n * f)), dg(da.size()), du(da.size());
-  std::vector<T> dxn_all(static_cast<size_t>(n * h));
   // Feed-forward block: dx holds d(out); the residual passes it to x_mid unchanged.
   DISTCA_RETURN_IF_ERROR(gather_grad<T>(tp, s, dx, h, dy_all));
   linear_backward<T>(da.data(), g.w2, dy_all.data(), a.a, w.w2, n, f, h, false);
   swiglu_backward<T>(dg.data(), du.data(), da.data(), a.g, a.u, n, f);
-  linear_backward<T>(dxn_all.data(), g.w1, dg.data(), a.xn2, w.w1, n, h, f, false);
-  linear_backward<T>(dxn_all.data(), g.w3, du.data(), a.xn2, w.w3, n, h, f, true);
-  DISTCA_RETURN_IF_ERROR(scatter_norm_backward<T>(tp, s, dxn_all.data(), a.x_mid, a.rstd2,
+  // d(out) is read: its buffer takes the partial d(xn) (written, not accumulated, first).
+  T* dxn_all = dy_all.data();
+  linear_backward<T>(dxn_all, g.w1, dg.data(), a.xn2, w.w1, n, h, f, false);
+  linear_backward<T>(dxn_all, g.w3, du.data(), a.xn2, w.w3, n, h, f, true);
+  DISTCA_RETURN_IF_ERROR(scatter_norm_backward<T>(tp, s, dxn_all, a.x_mid, a.rstd2,
                                                   w.ffn_norm, g.ffn_norm, dx, h));
   // Attention output projection: dx now holds d(x_mid).
   DISTCA_RETURN_IF_ERROR(gather_grad<T>(tp, s, dx, h, dy_all));
@@ -344,6 +387,131 @@ Status tp_attention_in_backward(comm::Communicator& tp, const TpDims& d, const T
   linear_backward<T>(dxn_all.data(), g.wv, dv, a.xn1, w.wv, n, h, d.kvd(), true);
   return scatter_norm_backward<T>(tp, s, dxn_all.data(), a.x, a.rstd1, w.attn_norm,
                                   g.attn_norm, dx, h);
+}
+
+template <class T>
+Status tp_embedding_forward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
+                            const T* emb, const int32_t* tokens, T* x) {
+  std::vector<T> partial(static_cast<size_t>(s.n * d.h), T(0));
+  for (int64_t t = 0; t < s.n; ++t) {
+    const int64_t v = tokens[t];
+    if (v >= d.vocab.begin && v < d.vocab.end) {
+      std::copy_n(emb + (v - d.vocab.begin) * d.h, d.h, partial.data() + t * d.h);
+    }
+  }
+  return scatter_parts<T>(tp, partial.data(), x, step_parts(s, tp.size()), d.h);
+}
+
+template <class T>
+Status tp_embedding_backward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
+                             const int32_t* tokens, const T* dx, T* demb) {
+  std::vector<T> all;
+  DISTCA_RETURN_IF_ERROR(gather_grad<T>(tp, s, dx, d.h, all));
+  for (int64_t t = 0; t < s.n; ++t) {
+    const int64_t v = tokens[t];
+    if (v >= d.vocab.begin && v < d.vocab.end) {
+      add_inplace<T>(demb + (v - d.vocab.begin) * d.h, all.data() + t * d.h, d.h);
+    }
+  }
+  return Status::ok_status();
+}
+
+namespace {
+// Every rank's (n, width) doubles, gathered: out (T, n, width) in rank order.
+Status gather_row_figures(comm::Communicator& tp, const std::vector<double>& mine,
+                          std::vector<double>& out) {
+  out.assign(mine.size() * static_cast<size_t>(tp.size()), 0.0);
+  return tp.all_gather(std::as_bytes(std::span<const double>(mine)),
+                       std::as_writable_bytes(std::span<double>(out)));
+}
+}  // namespace
+
+template <class T>
+Status tp_vocab_cross_entropy_forward(comm::Communicator& tp, const TpDims& d, int64_t n,
+                                      const T* logits, const int32_t* targets, T* loss,
+                                      double* stats) {
+  const int64_t vr = d.vocab.size();
+  const auto un = static_cast<size_t>(n);
+  // Round 1: the maximum over the whole vocabulary (max is exact in any order).
+  std::vector<double> mine(un), all;
+  for (int64_t t = 0; t < n; ++t) {
+    double mx = -HUGE_VAL;
+    for (int64_t j = 0; j < vr; ++j) mx = std::max(mx, static_cast<double>(logits[t * vr + j]));
+    mine[static_cast<size_t>(t)] = mx;
+  }
+  DISTCA_RETURN_IF_ERROR(gather_row_figures(tp, mine, all));
+  std::vector<double> mx(un, -HUGE_VAL);
+  for (size_t p = 0; p < static_cast<size_t>(tp.size()); ++p) {
+    for (size_t t = 0; t < un; ++t) mx[t] = std::max(mx[t], all[p * un + t]);
+  }
+  // Round 2: per row the sum of exp(logit - max) over the rank's columns and the target's
+  // logit where the rank holds it (0 elsewhere), summed over ranks in rank order.
+  mine.assign(2 * un, 0.0);
+  for (int64_t t = 0; t < n; ++t) {
+    const auto i = static_cast<size_t>(t);
+    double sum = 0;
+    for (int64_t j = 0; j < vr; ++j) sum += std::exp(static_cast<double>(logits[t * vr + j]) - mx[i]);
+    mine[2 * i] = sum;
+    const int64_t target = targets[t];
+    DISTCA_CHECK(target >= -1);
+    if (target >= d.vocab.begin && target < d.vocab.end) {
+      mine[2 * i + 1] = static_cast<double>(logits[t * vr + target - d.vocab.begin]);
+    }
+  }
+  DISTCA_RETURN_IF_ERROR(gather_row_figures(tp, mine, all));
+  for (size_t t = 0; t < un; ++t) {
+    double sum = all[2 * t], target = all[2 * t + 1];
+    for (size_t p = 1; p < static_cast<size_t>(tp.size()); ++p) {
+      sum += all[p * 2 * un + 2 * t];
+      target += all[p * 2 * un + 2 * t + 1];
+    }
+    stats[2 * t] = mx[t];
+    stats[2 * t + 1] = sum;
+    loss[t] = targets[t] < 0 ? T(0) : static_cast<T>(mx[t] + std::log(sum) - target);
+  }
+  return Status::ok_status();
+}
+
+template <class T>
+void tp_vocab_cross_entropy_backward(const TpDims& d, int64_t n, T* dlogits, const T* logits,
+                                     const double* stats, const int32_t* targets, double scale) {
+  const int64_t vr = d.vocab.size();
+  for (int64_t t = 0; t < n; ++t) {
+    const T* lt = logits + t * vr;
+    T* dt = dlogits + t * vr;
+    if (targets[t] < 0) {
+      std::fill_n(dt, vr, T(0));
+      continue;
+    }
+    const double mx = stats[2 * t], inv = 1.0 / stats[2 * t + 1];
+    const int64_t target = targets[t] - d.vocab.begin;  // outside [0, vr) where another rank holds it
+    for (int64_t j = 0; j < vr; ++j) {
+      const double p = std::exp(static_cast<double>(lt[j]) - mx) * inv;
+      dt[j] = static_cast<T>(scale * (p - (j == target ? 1.0 : 0.0)));
+    }
+  }
+}
+
+template <class T>
+Status tp_head_forward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
+                       const T* final_norm, const T* lm_head, const TpHeadActs<T>& a,
+                       const int32_t* targets) {
+  DISTCA_RETURN_IF_ERROR(norm_and_gather<T>(tp, s, a.x, final_norm, a.rstd, a.xn, d.h));
+  linear_forward<T>(a.logits, a.xn, lm_head, s.n, d.h, d.vocab.size());
+  return tp_vocab_cross_entropy_forward<T>(tp, d, s.n, a.logits, targets, a.loss, a.stats);
+}
+
+template <class T>
+Status tp_head_backward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
+                        const T* final_norm, const T* lm_head, T* g_final_norm, T* g_lm_head,
+                        const TpHeadActs<T>& a, const int32_t* targets, double scale, T* dx) {
+  tp_vocab_cross_entropy_backward<T>(d, s.n, a.logits, a.logits, a.stats, targets, scale);
+  std::vector<T> dxn_all(static_cast<size_t>(s.n * d.h));
+  linear_backward<T>(dxn_all.data(), g_lm_head, a.logits, a.xn, lm_head, s.n, d.h,
+                     d.vocab.size(), false);
+  std::fill_n(dx, tp_range_rows(s, tp.size(), tp.rank()).size() * d.h, T(0));
+  return scatter_norm_backward<T>(tp, s, dxn_all.data(), a.x, a.rstd, final_norm, g_final_norm,
+                                  dx, d.h);
 }
 
 #define DISTCA_MODEL_INSTANTIATE_TP(T)                                                         \
@@ -368,7 +536,23 @@ Status tp_attention_in_backward(comm::Communicator& tp, const TpDims& d, const T
       const TpLayerTensors<T>&, const TpLayerActs<T>&, T*, T*);                               \
   template Status tp_attention_in_backward<T>(                                                \
       comm::Communicator&, const TpDims&, const TpStep<T>&, const TpLayerTensors<const T>&,   \
-      const TpLayerTensors<T>&, const TpLayerActs<T>&, T*, T*, const T*, T*);
+      const TpLayerTensors<T>&, const TpLayerActs<T>&, T*, T*, const T*, T*);                 \
+  template RowRange tp_range_rows<T>(const TpStep<T>&, int, int);                             \
+  template Status tp_embedding_forward<T>(comm::Communicator&, const TpDims&, const TpStep<T>&, \
+                                          const T*, const int32_t*, T*);                      \
+  template Status tp_embedding_backward<T>(comm::Communicator&, const TpDims&,                \
+                                           const TpStep<T>&, const int32_t*, const T*, T*);   \
+  template Status tp_vocab_cross_entropy_forward<T>(comm::Communicator&, const TpDims&,       \
+                                                    int64_t, const T*, const int32_t*, T*,    \
+                                                    double*);                                 \
+  template void tp_vocab_cross_entropy_backward<T>(const TpDims&, int64_t, T*, const T*,      \
+                                                   const double*, const int32_t*, double);    \
+  template Status tp_head_forward<T>(comm::Communicator&, const TpDims&, const TpStep<T>&,    \
+                                     const T*, const T*, const TpHeadActs<T>&,                \
+                                     const int32_t*);                                         \
+  template Status tp_head_backward<T>(comm::Communicator&, const TpDims&, const TpStep<T>&,   \
+                                      const T*, const T*, T*, T*, const TpHeadActs<T>&,       \
+                                      const int32_t*, double, T*);
 
 DISTCA_MODEL_INSTANTIATE_TP(float)
 DISTCA_MODEL_INSTANTIATE_TP(double)

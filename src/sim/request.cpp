@@ -88,7 +88,7 @@ SimRequest training_request(const TrainingRun& run) {
   SimRequest r;
   r.model_spec = run.model;
   r.gpus = run.ranks;
-  r.gpus_per_node = 1;
+  r.gpus_per_node = run.tp;
   r.pp = run.pp;
   // The local-cpu preset's links and memory; its peak is the measured sgemm rate at mfu 1
   // (a hardware profile, when given, replaces the rates and the links).
@@ -123,7 +123,7 @@ Result<TrainingPrediction> predict_training(const TrainingRun& run, const std::v
   DISTCA_ASSIGN_OR_RETURN(SimResult r, simulate(setup.options, batches));
   TrainingPrediction out;
   out.step_s = r.iteration_seconds;
-  const int64_t ups = run.ranks / run.pp;
+  const int64_t ups = run.ranks / run.tp / run.pp;  // units per stage
   const double t = r.iteration_seconds;
   out.stage_idle.assign(static_cast<size_t>(run.pp), 0);
   for (const UnitStats& u : r.per_unit) {

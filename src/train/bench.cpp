@@ -69,6 +69,7 @@ TrainConfig make_config(const BenchOptions& f, int64_t ranks, const BenchMode& m
   c.max_doc_len = std::max(long_doc(f), f.short_doc);
   c.copy_vocab = std::min<int64_t>(32, f.vocab);
   c.pp = f.pp;
+  c.tp = f.tp;
   c.micro_batches = f.micro_batches > 0 ? f.micro_batches : 1;
   return c;
 }
@@ -111,7 +112,7 @@ std::vector<Batch> pipeline_batches(const BenchOptions& f, int64_t dp) {
 }
 
 std::vector<Batch> bench_batches(const BenchOptions& f, int64_t ranks) {
-  return f.pp > 1 ? pipeline_batches(f, ranks / f.pp) : std::vector<Batch>{dp_batch(f, ranks)};
+  return f.pp > 1 ? pipeline_batches(f, ranks / f.pp) : std::vector<Batch>{dp_batch(f, ranks / f.tp)};
 }
 
 std::vector<TrainingFlops> rank_step_flops(const ModelSpec& m, const Batch& b) {
@@ -199,7 +200,7 @@ comm::Settings bench_settings(const BenchOptions& f) {
   s.add("command", "bench train").add("--width", f.width).add("--layers", f.layers).add("--head-dim", f.head_dim);
   s.add("--vocab", f.vocab).add("--tokens-per-rank", f.tokens).add("--long-doc", f.long_doc);
   s.add("--short-doc", f.short_doc).add("--workload", f.workload).add("--rounds", f.rounds).add("--steps", f.steps);
-  s.add("--warmup-steps", f.warmup_steps).add("--tolerance", f.tolerance).add("--pp", f.pp);
+  s.add("--warmup-steps", f.warmup_steps).add("--tolerance", f.tolerance).add("--pp", f.pp).add("--tp", f.tp);
   s.add("--tolerance auto", f.tolerance_auto);
   s.add("--compare", f.compare).add("--seed", f.seed);
   s.add("--micro-batches", f.micro_batches).add("--trace given", !f.trace.empty());
@@ -210,7 +211,8 @@ nlohmann::json bench_flags_json(const BenchOptions& f) {
   return {{"width", f.width},         {"layers", f.layers},       {"head_dim", f.head_dim},
           {"vocab", f.vocab},         {"tokens_per_rank", f.tokens}, {"long_doc", long_doc(f)},
           {"short_doc", f.short_doc}, {"tolerance", f.tolerance},  {"pp", f.pp},
-          {"micro_batches", f.micro_batches}, {"workload", f.workload}, {"tolerance_auto", f.tolerance_auto}};
+          {"micro_batches", f.micro_batches}, {"workload", f.workload}, {"tolerance_auto", f.tolerance_auto},
+          {"tp", f.tp}};
 }
 
 Result<BenchOptions> bench_flags_from_json(const nlohmann::json& j) {
@@ -231,6 +233,7 @@ Result<BenchOptions> bench_flags_from_json(const nlohmann::json& j) {
   DISTCA_RETURN_IF_ERROR(integer("short_doc", f.short_doc, 16, int64_t{1} << 24));
   DISTCA_RETURN_IF_ERROR(integer("pp", f.pp, 1, 64));
   DISTCA_RETURN_IF_ERROR(integer("micro_batches", f.micro_batches, 0, 4096));
+  if (j.contains("tp")) DISTCA_RETURN_IF_ERROR(integer("tp", f.tp, 1, 64));  // absent: recorded before --tp, 1
   if (!j.contains("tolerance") || !j["tolerance"].is_number()) return Status::invalid_argument("bench_flags.tolerance: missing or not a number");
   f.tolerance = j["tolerance"].get<double>();
   if (!(f.tolerance >= 0 && f.tolerance <= 1)) return Status::invalid_argument("bench_flags.tolerance: out of range");

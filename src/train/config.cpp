@@ -110,14 +110,14 @@ Status check_parallelism(const TrainConfig& c, const ModelSpec& m) {
                            std::to_string(ranks));
   }
   if (tp > 1) {
-    if (pp > 1) return bad("--tp", "with --pp > 1 is not supported yet");
     // model::check_tp's rule, spelled out: the fuzzers build this file without the model layer.
     if (m.n_heads % tp != 0 || m.n_kv_heads % tp != 0) {
       return bad("--tp", std::to_string(tp) + " must divide the model's heads (" + std::to_string(m.n_heads) +
                              ") and KV heads (" + std::to_string(m.n_kv_heads) + ")");
     }
-    if (m.ffn < tp) {
-      return bad("--tp", std::to_string(tp) + " exceeds the model's feed-forward width (" + std::to_string(m.ffn) + ")");
+    if (m.ffn < tp || m.vocab < tp) {
+      return bad("--tp", std::to_string(tp) + " exceeds the model's feed-forward width (" + std::to_string(m.ffn) +
+                             ") or vocabulary (" + std::to_string(m.vocab) + ")");
     }
   }
   if (micro_batches < 1 || micro_batches > 4096) {

@@ -87,7 +87,7 @@ TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec&
     activations = 0;
     for (int64_t s = 0; s < c.pp; ++s) {
       const model::ModelMemory stage =
-          model::stage_memory(spec, model::stage_layers(spec.n_layers, c.pp, s), pipeline_slots(c, s));
+          model::stage_memory(spec, model::stage_layers(spec.n_layers, c.pp, s), pipeline_slots(c, s), 4, tp);
       activations = std::max(activations, static_cast<double>(stage.activation_bytes_per_token()));
     }
   }

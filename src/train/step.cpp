@@ -292,9 +292,9 @@ class StepRun {
         layers_(static_cast<int>(s.layers.last - s.layers.first)) {
     count_ = load_micro_batches(s, step, batches_, mbs_);
     busy_.assign(static_cast<size_t>(s.model->slots()), false);
-    // The forward's LSE of this rank's rows, per slot: (layers, tokens_per_rank, n_heads).
+    // The forward's LSE of this rank's rows, per slot: (layers, tokens_per_rank, its heads).
     if (pooled_ && s.lse.size() != busy_.size()) {
-      s.lse.assign(busy_.size(), std::vector<float>(static_cast<size_t>(layers_ * config.tokens_per_rank * s.spec.n_heads)));
+      s.lse.assign(busy_.size(), std::vector<float>(static_cast<size_t>(layers_ * config.tokens_per_rank * s.dims.n_heads)));
     }
   }
 
@@ -442,8 +442,9 @@ class StepRun {
     if (!st.recv) return {};
     const P2pMessage& msg = *st.recv;
     const int peer = rank_of_stage(msg.from);
+    // TP: the rank's rows of the boundary only, from the same TP index of the other stage.
     float* dst = msg.gradient ? model.stage_output_grad() : model.stage_input();
-    std::span<std::byte> bytes(reinterpret_cast<std::byte*>(dst), sizeof(float) * u.tokens() * s_.spec.hidden);
+    std::span<std::byte> bytes(reinterpret_cast<std::byte*>(dst), sizeof(float) * model.boundary_rows().size() * s_.spec.hidden);
     DISTCA_ASSIGN_OR_RETURN(auto r, world_.start_recv(bytes, peer, static_cast<int>(msg.tag)));
     DISTCA_RETURN_IF_ERROR(wait_for(*r, ph_.waited)
                                .with_context(at_ + (msg.gradient ? ": gradients" : ": activations") + " from rank " +
@@ -501,7 +502,7 @@ class StepRun {
     std::vector<runtime::LayerBackward> bw(L);
     for (size_t l = 0; l < L; ++l) {
       const model::LayerAttentionIo<float> a = model.attention_io(static_cast<int>(s_.layers.first + static_cast<int64_t>(l)));
-      fw[l] = {a.q, a.k, a.v, a.o, lse ? lse + static_cast<int64_t>(l) * config_.tokens_per_rank * s_.spec.n_heads : nullptr};
+      fw[l] = {a.q, a.k, a.v, a.o, lse ? lse + static_cast<int64_t>(l) * config_.tokens_per_rank * s_.dims.n_heads : nullptr};
       bw[l] = {a.d_o, a.dq, a.dk, a.dv};
     }
     runtime::LinearFn linear = stage_linear(model, s_.layers, s_.stage == s_.pp - 1, u.rows, 1.0 / count_);
@@ -520,7 +521,7 @@ class StepRun {
   Status end_op(const StageStep& st) {
     auto& model = *s_.model;
     Micro& u = mbs_[static_cast<size_t>(st.op.microbatch)];
-    const int64_t n = u.tokens() * s_.spec.hidden;
+    const int64_t n = model.boundary_rows().size() * s_.spec.hidden;  // TP: the rank's rows
     if (!st.op.backward) {
       if (st.send) {
         std::span<const std::byte> src(reinterpret_cast<const std::byte*>(model.stage_output()), sizeof(float) * n);

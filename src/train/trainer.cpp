@@ -168,15 +168,29 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::
   return s;
 }
 
+// The TP rank's share of the whole model's vector (model::tp_param_layout), of which the
+// stage holds the range from model.param_offset().
+std::vector<float> tp_whole_shard(const RankSetup& s) {
+  const std::vector<model::TensorInfo> l = model::tp_param_layout(s.spec, s.tp->size(), s.tp->rank());
+  return std::vector<float>(static_cast<size_t>(l.back().offset + l.back().size()), 0.0f);
+}
+
+// TP: the stage's part of the rank's shard of `full` (the whole model's vector) into `dst`.
+void tp_shard_stage(const RankSetup& s, const std::vector<float>& full, std::span<float> dst) {
+  std::vector<float> shard = tp_whole_shard(s);
+  model::tp_shard_params<float>(s.spec, model::tp_dims(s.spec, s.tp->size(), s.tp->rank()), full.data(),
+                                shard.data());
+  std::copy_n(shard.begin() + s.model->param_offset(), dst.size(), dst.begin());
+}
+
 // Loads a checkpoint (already checked against the run by check_resume) into the stage: the
 // stage's range of the whole model's vectors.
 Status restore(const TrainConfig& config, const Checkpoint& c, RankSetup& s) {
   DISTCA_RETURN_IF_ERROR(check_resume(c, config, model::param_count(s.spec), "--resume"));
-  if (s.tp != nullptr) {  // the whole model's vectors, sharded (pp = 1: the whole model)
-    const model::TpDims d = model::tp_dims(s.spec, s.tp->size(), s.tp->rank());
-    model::tp_shard_params<float>(s.spec, d, c.params.data(), s.model->params().data());
-    model::tp_shard_params<float>(s.spec, d, c.adam_m.data(), s.opt->m().data());
-    model::tp_shard_params<float>(s.spec, d, c.adam_v.data(), s.opt->v().data());
+  if (s.tp != nullptr) {  // the whole model's vectors, sharded: the stage's range of the shard
+    tp_shard_stage(s, c.params, s.model->params());
+    tp_shard_stage(s, c.adam_m, s.opt->m());
+    tp_shard_stage(s, c.adam_v, s.opt->v());
   } else {
     const ParamRange r = stage_param_range(s.spec, s.pp, s.stage);
     DISTCA_CHECK(r.size() == static_cast<int64_t>(s.model->params().size()));
@@ -194,15 +208,14 @@ bool checkpoint_due(const TrainConfig& config, int64_t step) {
          ((config.checkpoint_every > 0 && (step + 1) % config.checkpoint_every == 0) || step + 1 == config.steps);
 }
 
-// The whole model's vector on rank 0 from the stages' ranges (replica 0 of each stage sends
-// its range point to point; collective over the pipeline of replica 0, a no-op copy without
-// pipelines). Other ranks get an empty vector.
-// TP (pp = 1): the whole model's vector from the TP group's shards on every TP rank: each
-// rank writes its slices into zeros (a replicated tensor from TP rank 0 only), and the sum
-// over the group, x + 0 = x, is exact.
+// TP: the stage's tensors in the whole model's vector (zeros elsewhere) from the TP group's
+// shards, on every TP rank of the stage: each rank writes its slices into zeros (a replicated
+// tensor from TP rank 0 only), and the sum over the group, x + 0 = x, is exact.
 Result<std::vector<float>> gather_tp(const RankSetup& s, std::span<const float> mine) {
+  std::vector<float> shard = tp_whole_shard(s);
+  std::copy(mine.begin(), mine.end(), shard.begin() + s.model->param_offset());
   std::vector<float> all(static_cast<size_t>(model::param_count(s.spec)), 0.0f);
-  model::tp_unshard_params<float>(s.spec, model::tp_dims(s.spec, s.tp->size(), s.tp->rank()), mine.data(),
+  model::tp_unshard_params<float>(s.spec, model::tp_dims(s.spec, s.tp->size(), s.tp->rank()), shard.data(),
                                   all.data());
   if (s.tp->rank() != 0) {
     for (const model::TensorInfo& t : model::param_layout(s.spec)) {
@@ -213,14 +226,20 @@ Result<std::vector<float>> gather_tp(const RankSetup& s, std::span<const float> 
   return all;
 }
 
+// The whole model's vector on rank 0 from the stages' ranges (replica 0 of each stage sends
+// its range point to point; collective over the pipeline of replica 0, a no-op copy without
+// pipelines). Other ranks get an empty vector. TP: each stage's TP group first rebuilds the
+// stage's range (gather_tp); TP index 0 takes part in the pipeline's gather.
 Result<std::vector<float>> gather_stages(comm::Communicator& world, const RankSetup& s, std::span<const float> mine,
                                          int which) {
   const int tag = kGatherTag + which;
   if (s.replica != 0) return std::vector<float>{};
+  const ParamRange own = stage_param_range(s.spec, s.pp, s.stage);
+  std::vector<float> whole;
   if (s.tp != nullptr) {
-    DISTCA_ASSIGN_OR_RETURN(std::vector<float> all, gather_tp(s, mine));
-    if (!s.lead) return std::vector<float>{};
-    return all;
+    DISTCA_ASSIGN_OR_RETURN(whole, gather_tp(s, mine));
+    if (s.tp->rank() != 0) return std::vector<float>{};
+    mine = std::span<const float>(whole.data() + own.first, static_cast<size_t>(own.size()));
   }
   if (s.stage != 0) {
     DISTCA_ASSIGN_OR_RETURN(auto ex, world.start_send(std::as_bytes(mine), 0, tag));
@@ -303,7 +322,7 @@ int64_t accounted_peak(const RankSetup& s, const std::vector<StepMetrics>& steps
     live = std::max(live, m.live_tokens_peak);
     micro = std::max(micro, m.micro_tokens_peak);
   }
-  const model::ModelMemory mem = model::stage_memory(s.spec, s.layers, 1);
+  const model::ModelMemory mem = model::stage_memory(s.spec, s.layers, 1, 4, s.tp == nullptr ? 1 : s.tp->size());
   return 4 * static_cast<int64_t>(sizeof(float) * s.model->params().size()) + mem.saved_activation_bytes_per_token * live +
          mem.scratch_bytes_per_token * micro;
 }

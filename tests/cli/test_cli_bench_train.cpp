@@ -273,6 +273,31 @@ TEST_F(CliBenchTrainTest, UniformWorkloadAndTheSimulatorsPerRankFigures) {
   }
 }
 
+// --tp 2 on 2 ranks (width 128: 4 heads of 32, 2 K/V): one replica of one rank's tokens, every
+// mode run and predicted by the simulator with 2 ranks per unit; bad --tp combinations refused.
+TEST_F(CliBenchTrainTest, TensorParallelRunsAndPredictsEveryMode) {
+  const std::string json = (dir_ / "tp.json").string();
+  const std::string profile = std::string(DISTCA_SOURCE_DIR) + "/tests/sim/data/hardware-profile-2rank.json";
+  const std::map<std::string, std::string> tp{{"--width", "128"}, {"--head-dim", "32"}, {"--tp", "2"}};
+  auto with = [&](std::map<std::string, std::string> over) {
+    over.insert(tp.begin(), tp.end());
+    return tiny_with(over);
+  };
+  const CliRun r = run(with({{"--hardware", profile}, {"--json", json}}), 600);
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(j.at("bench_flags").at("tp"), 2);
+  EXPECT_EQ(j.at("flops_per_rank").at("linear").size(), 1u);  // one replica
+  ASSERT_EQ(j.at("modes").size(), 4u);
+  for (const nlohmann::json& m : j["modes"]) {
+    EXPECT_TRUE(m.at("sim").at("ok").get<bool>()) << m["sim"].dump();
+    EXPECT_EQ(m.at("rank_idle").size(), 2u);
+  }
+  expect_refused(with({{"--ranks", "4"}, {"--pp", "2"}, {"--layers", "2"}}), "--tp");
+  expect_refused(with({{"--ranks", "3"}}), "--tp 2 must divide the ranks");
+  expect_refused(tiny_with({{"--tp", "2"}}), "--tp 2 must divide the model's heads");  // 1 head of 64
+}
+
 TEST_F(CliBenchTrainTest, PipelineBadCombinationsAreRefused) {
   const auto refused = [&](const std::map<std::string, std::string>& over, const std::string& flag) {
     expect_refused(tiny_with(over), flag);

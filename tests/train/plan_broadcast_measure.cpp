@@ -3,7 +3,9 @@
 // a step's plans itself, against what one rank planning and broadcasting them would cost the
 // others - the plans' size in a compact binary form (CBOR of plan_to_json, every field of the
 // batch and the three plans), the time to encode and decode that form, and a broadcast of that
-// many bytes over the local backend (rank threads) and, under mpirun, over MPI.
+// many bytes over the local backend (rank threads) and, under mpirun, over MPI. With --tp the
+// plan is a TP rank's (its heads) over the data-parallel replicas, and the local broadcast
+// runs over the TP group's ranks: what "once per TP group and shared" would cost.
 //
 //   build/release/tests/train/plan_broadcast_measure            # local backend
 //   mpirun -np 2 build/release/tests/train/plan_broadcast_measure --mpi
@@ -40,9 +42,11 @@ struct Case {
   TrainConfig config;
 };
 
-PlanContext context(const TrainConfig& c, const ModelSpec& spec) {
+PlanContext context(const TrainConfig& c, ModelSpec spec) {
   PlanContext ctx;
   ctx.sspec = *parse_scheduler(c.scheduler);
+  spec.n_heads /= c.tp;  // a TP rank plans its heads (as the trainer's set_up_rank)
+  spec.n_kv_heads /= c.tp;
   ctx.sopt.model = spec;
   ctx.sopt.dtype_bytes = 4;
   ctx.sopt.tolerance = c.tolerance;
@@ -51,7 +55,7 @@ PlanContext context(const TrainConfig& c, const ModelSpec& spec) {
   dims.n_kv_heads = static_cast<int32_t>(spec.n_kv_heads);
   dims.head_dim = static_cast<int32_t>(spec.head_dim);
   ctx.sopt.align_rows = runtime::query_tile_rows(dims);
-  ctx.dp = c.ranks;
+  ctx.dp = c.dp();
   return ctx;
 }
 
@@ -91,6 +95,14 @@ int run(bool mpi) {
   big.ranks = 64;
   big.tokens_per_rank = 16384;
   cases.push_back({"64 x 16384, prolong", big});
+  TrainConfig tp = TrainConfig{};
+  tp.ranks = 4;
+  tp.tp = 2;
+  cases.push_back({"default, tp 2 (2 replicas x 2)", tp});
+  big.ranks = 16;
+  big.tokens_per_rank = 4096;
+  big.tp = 2;
+  cases.push_back({"8 x 4096, prolong, tp 2 (8 x 2)", big});
 
   std::unique_ptr<comm::MpiCommunicator> world;
   if (mpi) {
@@ -133,7 +145,7 @@ int run(bool mpi) {
       kib.push_back(static_cast<double>(bytes.size()) / 1024.0);
     }
     const auto bytes = static_cast<int64_t>(median(kib) * 1024);
-    const int local_ranks = static_cast<int>(std::min<int64_t>(k.config.ranks, 8));
+    const int local_ranks = static_cast<int>(k.config.tp > 1 ? k.config.tp : std::min<int64_t>(k.config.ranks, 8));
     double local_bcast = 0;
     if (lead) {
       (void)comm::run_local(local_ranks, [&](comm::Communicator& c) {

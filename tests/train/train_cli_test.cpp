@@ -69,8 +69,11 @@ TEST(TrainCli, BadInputIsOneLineNamingTheFlagAndExit2) {
                                          {"--micro-batches 0", "--micro-batches must be in 1..4096"},
                                          {"--tp 3", "--tp 3 x --pp 1 does not divide --ranks 2"},
                                          {"--tp 4 --ranks 4", "--tp 4 must divide the model's heads (4) and KV heads (2)"},
-                                         {"--tp 2 --pp 2 --ranks 4 --micro-batches 2 --mode colocated",
-                                          "--tp with --pp > 1 is not supported yet"},
+                                         {"--tp 0", "--tp must be in 1..64 (got 0)"},
+                                         {"--tp 2 --pp 2 --ranks 6 --micro-batches 2 --mode colocated",
+                                          "--tp 2 x --pp 2 does not divide --ranks 6"},
+                                         {"--tp 2 --ranks 4 --mode wlb", "--tp is not yet composed with --mode wlb or percp"},
+                                         {"--tp 2 --ranks 4 --ranks-per-host 2", "need --tp 1"},
                                          // Past the int range: the range is stated, not "positive".
                                          {"--steps 2147483648", "--steps must be in 1..100000000 (got 2147483648)"}}) {
     const CliRun r = run(c.args);

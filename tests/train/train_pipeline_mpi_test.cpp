@@ -1,6 +1,7 @@
 // Pipeline stages under mpirun -np 4 (issue 14): PP = 4 and PP = 2 x DP = 2, colocated 1F1B,
 // give bitwise the losses of one stage on the local backend with the same micro-batches (and,
-// for DP = 2, the same two replicas), compared through the JSONL metrics.
+// for DP = 2, the same two replicas), compared through the JSONL metrics. TP 2 x PP 2 (issue
+// 29): the local backend's bits, and TP 1 x PP 2's losses at float rounding.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -69,6 +70,29 @@ TEST(TrainPipelineMpi, CadPipelineUnderMpirunMatchesTheLocalBackendBitwise) {
   ASSERT_EQ(want.size(), 8u);
   EXPECT_EQ(jsonl_column(mpi, "loss"), want);
   EXPECT_EQ(jsonl_column(mpi, "grad_norm"), jsonl_column(local, "grad_norm"));
+}
+
+// TP 2 x PP 2 on four processes, colocated and cad: bitwise the same run on the local backend
+// (every TP and pipeline collective is a rank-order sum or a copy on either backend), and
+// within float rounding of TP 1 x PP 2 (a row-parallel product sums its partial GEMMs).
+TEST(TrainPipelineMpi, TpTwoByPpTwoUnderMpirunMatchesLocalAndTpOne) {
+  const auto cfg = config_file();
+  const std::string cli = DISTCA_CLI;
+  const std::string mpirun = std::string(DISTCA_MPIEXEC) + " --oversubscribe --allow-run-as-root -np 4 ";
+  for (const std::string mode : {"colocated", "cad"}) {
+    const std::string base = " train --config " + cfg.string() + " --mode " + mode + " --pp 2 --metrics ";
+    const auto one = tmp(mode + "_tp1.jsonl"), local = tmp(mode + "_tp2_local.jsonl"), mpi = tmp(mode + "_tp2_mpi.jsonl");
+    ASSERT_EQ(sh(cli + base + one.string() + " --ranks 2"), 0) << log_text();
+    ASSERT_EQ(sh(cli + base + local.string() + " --ranks 4 --tp 2"), 0) << log_text();
+    ASSERT_EQ(sh(mpirun + cli + base + mpi.string() + " --backend mpi --tp 2"), 0) << log_text();
+    const auto want = jsonl_column(local, "loss");
+    ASSERT_EQ(want.size(), 8u);
+    EXPECT_EQ(jsonl_column(mpi, "loss"), want) << mode;
+    EXPECT_EQ(jsonl_column(mpi, "grad_norm"), jsonl_column(local, "grad_norm")) << mode;
+    const auto tp1 = jsonl_column(one, "loss");
+    ASSERT_EQ(tp1.size(), 8u);
+    for (size_t i = 0; i < tp1.size(); ++i) EXPECT_NEAR(want[i], tp1[i], 1e-6 * tp1[i]) << mode << " step " << i;
+  }
 }
 
 }  // namespace

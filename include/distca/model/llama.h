@@ -147,20 +147,23 @@
 // Tensor parallelism (docs/model.md, "Tensor parallelism"). create() with a TP communicator of
 // T ranks builds TP rank r's share of the model (tensor_parallel.h): params() / grads() /
 // layout() in tp_param_layout(spec, T, r) (its heads' rows of wq, wk, wv and columns of wo,
-// its ffn rows of w1, w3 and columns of w2; the embedding, norm gains and LM head whole),
-// param_offset() in that layout; initialisation slices the unsharded model's values, so every
-// T starts from the same model. Every TP rank of a group takes the SAME StepInputs (all n
-// rows); the phases are collective over the group (same calls, same order, same ranges).
-// attention_io's q, k, v, o, d_o, dq, dk, dv hold the rank's heads for all n rows; an
-// executor is set up for those heads (n_heads / T, n_kv_heads / T). The residual stream,
-// norms, embedding, head and loss are sequence-parallel: a phase on rows r computes them for
-// the rank's share of r, even_split(r.size(), T, rank) from r.begin (own_rows); the other rows
-// of x, stage_output, dx and per_token_loss are not written. So step_loss() is the sum over
-// the rank's rows (the group's sums add up to the step's), and the replicated tensors'
+// its ffn rows of w1, w3 and columns of w2, its vocabulary rows of the embedding and the LM
+// head; the norm gains whole), param_offset() in that layout; initialisation slices the
+// unsharded model's values, so every T starts from the same model. Every TP rank of a group
+// takes the SAME StepInputs (all n rows); begin_step (with the embedding) and the phases are
+// collective over the group (same calls, same order, same ranges). attention_io's q, k, v, o,
+// d_o, dq, dk, dv hold the rank's heads for all n rows; an executor is set up for those heads
+// (n_heads / T, n_kv_heads / T). The residual stream, norms and per-token loss are
+// sequence-parallel: the rank holds rows tp_rows(n, T, rank) of the step (boundary_rows), and
+// a phase on rows r computes them for r's rows among those (own_rows; possibly none). The
+// workspace's residual stream, its rstd, dx, stage_input / stage_output and their gradients
+// hold only those rows, from row 0 (ceil(max_tokens / T) of them); the other rows of
+// per_token_loss are not written. So step_loss() is the
+// sum over the rank's rows (the group's sums add up to the step's), and the norm gains'
 // gradients are partial until sync_replicated_grads(). A failed TP collective is kept in
 // tp_status() (the blocking calls return it) and turns the later phases into no-ops. Pipeline
-// stages take a TP communicator too (each TP rank of a stage talks to the same TP index of
-// its neighbours, which read only their own rows); only the whole model is tested with TP.
+// stages take a TP communicator too: each TP rank of a stage exchanges boundary_rows() with
+// the same TP index of its neighbours.
 //
 // Thread safety: one thread at a time per object; a step uses the calling thread's OpenMP team.
 // Distinct objects may run in distinct threads (ranks as threads); they share OpenBLAS's
@@ -295,6 +298,8 @@ template <class T>
 struct TpLayerActs;  // tensor_parallel.h
 template <class T>
 struct TpStep;
+template <class T>
+struct TpHeadActs;
 
 template <class T>
 class Llama {
@@ -317,6 +322,10 @@ class Llama {
   // The tensor named `name` among the stage's (DISTCA_CHECK that it exists).
   const TensorInfo& tensor(const std::string& name) const;
   StageRange stage() const { return stage_; }
+  // The rows of the selected slot's step that this rank holds in the sequence-parallel
+  // regions: tp_rows(n, T, rank) with TP, all n rows without. Only these rows of
+  // stage_input, stage_output and their gradients are read or written.
+  RowRange boundary_rows() const;
   bool has_embedding() const { return stage_.has_embedding(); }
   bool has_head() const { return stage_.has_head(spec_.n_layers); }
   // The element of the full parameter buffer (param_layout) where params() starts.
@@ -328,8 +337,8 @@ class Llama {
   // The first failure of a TP collective in a phase (OK without TP); after one, phases do
   // nothing. The caller fails the group with it (comm/communicator.h).
   const Status& tp_status() const { return tp_status_; }
-  // TP: sums the replicated tensors' gradients (embedding, norm gains, final norm, LM head)
-  // over the TP group, in rank order. Collective; OK at once without TP.
+  // TP: sums the replicated tensors' gradients (the norm gains, final norm included) over the
+  // TP group, in rank order. Collective; OK at once without TP.
   Status sync_replicated_grads();
 
   std::span<T> params() { return params_; }
@@ -365,7 +374,8 @@ class Llama {
   void select_slot(int slot);
   // first <= layer < last. q, k, v, o of the selected slot; d_o, dq, dk, dv shared.
   LayerAttentionIo<T> attention_io(int layer);
-  // Stage boundaries of the selected slot, (n, hidden) row-major, n = its step's tokens.
+  // Stage boundaries of the selected slot, (n, hidden) row-major, n = its step's tokens (TP:
+  // the rank's rows boundary_rows() only, from row 0).
   // stage_input: only without the embedding; stage_output: only without the head.
   // stage_output_grad (without the head) and stage_input_grad (without the embedding) are
   // the backward's dx, one buffer shared by the slots (header comment above).
@@ -391,6 +401,10 @@ class Llama {
   struct Scratch;     // backward's temporaries
   LayerPtrs layer_ptrs(T* base, int64_t layer) const;
   LayerActs layer_acts(int64_t layer);
+  int64_t layer_elems() const;  // one layer's workspace elements
+  // The index of row `row` (the rank's, or the end of its rows) in the sequence-parallel
+  // buffers: row - the first of the rank's rows with TP, row itself without.
+  int64_t sp(int64_t row) const;
   FinalActs final_acts();
   Scratch scratch();
   // The executor-independent checks of a step's inputs.
@@ -413,6 +427,11 @@ class Llama {
   void tp_forward_post(int layer, RowRange rows);
   void tp_backward_post(int layer, RowRange rows);
   void tp_backward_pre(int layer, RowRange rows);
+  // begin_step's vocabulary-parallel embedding of the step's rows (collective).
+  Status tp_embed();
+  void tp_forward_head(RowRange rows);
+  void tp_backward_head(RowRange rows, double grad_scale);
+  TpHeadActs<T> tp_head_acts(RowRange rows);
   TpLayerActs<T> tp_layer_acts(int layer, RowRange rows);
   TpStep<T> tp_step(RowRange rows);
   void init_params(uint64_t seed, size_t first_tensor);
@@ -435,6 +454,7 @@ class Llama {
   int64_t max_tokens_ = 0;
   StageRange stage_;
   int64_t param_offset_ = 0;
+  int64_t sp_rows_ = 0;  // rows of the sequence-parallel regions (TP: ceil(max_tokens / T))
   std::vector<TensorInfo> layout_;  // the stage's tensors, offsets relative to params_
   std::vector<T> params_;  // (the stage's parameter count)
   std::vector<T> grads_;   // (idem)
@@ -443,6 +463,8 @@ class Llama {
   int64_t slot_elems_ = 0;  // elements of acts_ per slot
   std::vector<T> scratch_;  // backward temporaries (shared by the slots)
   std::vector<T> loss_;     // (slots, max_tokens) per-token loss; empty without the head
+  std::vector<double> stats_;  // TP with the head: (slots, max_tokens, 2) the cross-entropy's
+                               // per-row maximum and sum (tensor_parallel.h)
   std::vector<SlotState> slot_state_;  // (slots)
   int slot_ = 0;                       // the selected slot
   comm::Communicator* tp_ = nullptr;   // the TP group (null: no TP)

@@ -8,20 +8,28 @@
 //   - Column-parallel (output rows sharded): wq (its heads' rows), wk, wv (its KV heads'
 //     rows), w1 and w3 (its rows ffn = even_split(f, T, r) of the feed-forward width).
 //   - Row-parallel (input columns sharded): wo (its heads' columns), w2 (its ffn columns).
-//   - Replicated: attn_norm, ffn_norm (and, in a model, the embedding, final norm and LM
-//     head). With sequence parallelism every rank applies them to its OWN token rows only, so
-//     their compute is split by T, not repeated; what is not split is their memory (2 V h
-//     parameters for embedding and LM head, and their gradients and optimizer state, on every
-//     rank) and their gradients, which are partial sums over the rank's rows and need one
-//     all-reduce over the TP group per step (tp_all_reduce_replicated).
+//   - Vocabulary-parallel (Megatron-LM style): the embedding and the LM head, rows
+//     vocab = even_split(V, T, r) of the vocabulary. The embedding: each rank writes the rows of
+//     the tokens in its vocabulary range (zeros elsewhere) and a reduce-scatter gives each rank
+//     its rows (one addend is non-zero, so the sum is exact); its gradient: the rank's rows of
+//     d(x) all-gathered, each rank adding those of its tokens in row order. The LM head: the
+//     final norm's output all-gathered, logits (n, V/T) per rank; the cross-entropy through
+//     two all-gathers of per-row figures (the local maximum, then the local sum of exp(logit -
+//     max) and the target's logit), combined in rank order (tp_vocab_cross_entropy_forward).
+//   - Replicated: attn_norm, ffn_norm and the final norm. With sequence parallelism every rank
+//     applies them to its OWN token rows only, so their compute is split by T, not repeated;
+//     their gradients are partial sums over the rank's rows and need one all-reduce over the
+//     TP group per step (tp_all_reduce_replicated).
 //   - Sequence parallel regions: the residual stream, the norms and the per-token loss live on
-//     the rank's rows tp_rows(n, T, r) of the step's n tokens. Entering a column-parallel
-//     block, the normed rows are all-gathered (every rank needs all n rows); leaving a
-//     row-parallel block, the (n, h) partial products are reduce-scattered (each rank receives
-//     the sum for its rows). Backward mirrors it: the gradient of an all-gather is a
-//     reduce-scatter and vice versa. Per layer and direction: 2 all-gathers and
-//     2 reduce-scatters of (n, h) elements, each moving (T-1)/T n h elements per rank (the
-//     communication volume of one all-reduce, in two halves).
+//     the rank's rows of the step's n tokens, tp_rows(n, T, r). A phase on a range of rows
+//     (a nano-batch) handles the range's share of those rows (TpStep: possibly none), so
+//     which rank holds a row does not depend on how the step is cut into ranges. Entering a
+//     column-parallel block, the normed rows are all-gathered (every rank needs all n
+//     rows); leaving a row-parallel block, the (n, h) partial products are reduce-scattered
+//     (each rank receives the sum for its rows). Backward mirrors it: the gradient of an
+//     all-gather is a reduce-scatter and vice versa. Per layer and direction: 2 all-gathers
+//     and 2 reduce-scatters of (n, h) elements, each moving (T-1)/T n h elements per rank
+//     (the communication volume of one all-reduce, in two halves).
 //
 // Determinism: every reduction has a fixed order. A reduce-scatter sums the T partial products
 // in rank order ((p_0 + p_1) + p_2) + ..., the same bits on every backend. It is NOT the bits of
@@ -35,7 +43,8 @@
 // unsharded layer bit for bit (tests/model/test_tensor_parallel.cpp).
 //
 // Buffer conventions: as layers.h (row-major; a weight (out, in)); `n` is the step's token
-// count on the whole TP group, `n_r` = tp_rows(n, T, r).size() the rank's rows. "(n_r, h)"
+// count on the whole TP group (of the range: TpStep), `n_r` the rank's rows of them
+// (tp_range_rows; tp_rows(n, T, r).size() for a whole step). "(n_r, h)"
 // buffers hold the rank's rows only; "(n, ...)" buffers hold every row in token order.
 // Backward functions accumulate into weight gradients and, where they say so, into input
 // gradients, like layers.h.
@@ -78,6 +87,7 @@ struct TpDims {
   int64_t heads = 0, kv_heads = 0;     // the rank's query and KV heads
   int64_t head0 = 0, kv_head0 = 0;     // its first query head and first KV head
   RowRange ffn;                        // its columns of the feed-forward width
+  RowRange vocab;                      // its rows of the embedding and the LM head
   int64_t qd() const { return heads * hd; }
   int64_t kvd() const { return kv_heads * hd; }
   int64_t f() const { return ffn.size(); }
@@ -92,7 +102,8 @@ struct TensorSlice {
   int64_t row0 = 0, rows = 0, col0 = 0, cols = 0;
 };
 TensorSlice tp_tensor_slice(const TensorInfo& full, const TpDims& d);
-// Whether a tensor is split over the TP group (wq, wk, wv, wo, w1, w3, w2) or replicated.
+// Whether a tensor is split over the TP group (embedding, wq, wk, wv, wo, w1, w3, w2, lm_head)
+// or replicated (the norm gains).
 bool tp_sharded(const TensorInfo& t);
 
 // A layer's tensors, in the order of the full layout (llama.h): attn_norm (h), wq, wk, wv, wo,
@@ -164,14 +175,21 @@ struct TpLayerActs {
 };
 
 // The step's shared inputs: RoPE tables for all n rows ((n, hd/2) each, layers.h rope_tables)
-// and the RMSNorm epsilon.
+// and the RMSNorm epsilon. The n rows are rows [first, first + n) of a step of `total` rows
+// (total 0: the whole step, first 0); rank p's rows of the sequence-parallel regions are the
+// range's share of tp_rows(total, T, p) (tp_range_rows), and "n_r" is their count.
 template <class T>
 struct TpStep {
   int64_t n = 0;
   const T* rope_cos = nullptr;
   const T* rope_sin = nullptr;
   double rms_eps = 1e-5;
+  int64_t total = 0, first = 0;
 };
+// Rank `rank`'s rows of a step's range, relative to the range: [first, first + n) intersected
+// with tp_rows(total, tp, rank), shifted by -first (an empty range where they do not meet).
+template <class T>
+RowRange tp_range_rows(const TpStep<T>& s, int tp, int rank);
 
 // x -> rstd1, xn1 (gathered), q, k, v on the rank's heads (after RoPE).
 template <class T>
@@ -198,5 +216,53 @@ template <class T>
 Status tp_attention_in_backward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
                                 const TpLayerTensors<const T>& w, const TpLayerTensors<T>& g,
                                 const TpLayerActs<T>& a, T* dq, T* dk, const T* dv, T* dx);
+
+// Vocabulary parallelism (the header comment). `s` gives the rows as for the layer functions;
+// tokens, targets: (n) of the range.
+// x (n_r, h) receives the embedding of the rank's rows; emb: the rank's rows (d.vocab, h).
+template <class T>
+Status tp_embedding_forward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
+                            const T* emb, const int32_t* tokens, T* x);
+// dx (n_r, h): d(x) of the rank's rows; adds every row's gradient whose token is in d.vocab
+// to demb (the rank's rows), in row order (the unsharded model's order).
+template <class T>
+Status tp_embedding_backward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
+                             const int32_t* tokens, const T* dx, T* demb);
+// Cross-entropy over logits split by vocabulary: logits (n, d.vocab.size()) the rank's
+// columns; loss (n) receives -log p(target) of every row (0 where the target is -1), the
+// same on every rank; stats (n, 2) the row's maximum logit and sum of exp(logit - maximum)
+// over the whole vocabulary, for the backward. Two all-gathers of per-row figures; the sums
+// combine in rank order.
+template <class T>
+Status tp_vocab_cross_entropy_forward(comm::Communicator& tp, const TpDims& d, int64_t n,
+                                      const T* logits, const int32_t* targets, T* loss,
+                                      double* stats);
+// dlogits (n, d.vocab.size()) = scale (softmax - onehot) of the rank's columns (may be logits
+// itself); no communication.
+template <class T>
+void tp_vocab_cross_entropy_backward(const TpDims& d, int64_t n, T* dlogits, const T* logits,
+                                     const double* stats, const int32_t* targets, double scale);
+
+// The final block on a TP rank: final norm of the rank's rows, gathered, LM head columns of
+// the rank's vocabulary, the loss.
+template <class T>
+struct TpHeadActs {
+  const T* x = nullptr;      // (n_r, h) the residual stream after the last layer
+  T* rstd = nullptr;         // (n_r)
+  T* xn = nullptr;           // (n, h) final_norm(x), gathered
+  T* logits = nullptr;       // (n, d.vocab.size()); d(logits) after the backward
+  double* stats = nullptr;   // (n, 2) tp_vocab_cross_entropy_forward's
+  T* loss = nullptr;         // (n) per-token loss, every row
+};
+template <class T>
+Status tp_head_forward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
+                       const T* final_norm, const T* lm_head, const TpHeadActs<T>& a,
+                       const int32_t* targets);
+// dx (n_r, h) receives d(x) (overwritten); accumulates into g_final_norm (partial over the
+// rank's rows) and g_lm_head (the rank's rows).
+template <class T>
+Status tp_head_backward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
+                        const T* final_norm, const T* lm_head, T* g_final_norm, T* g_lm_head,
+                        const TpHeadActs<T>& a, const int32_t* targets, double scale, T* dx);
 
 }  // namespace distca::model

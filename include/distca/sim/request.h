@@ -74,7 +74,7 @@ struct SimSetup {
 // table files it names. Errors: invalid_argument naming the flag, or the loaders' errors.
 Result<SimSetup> make_sim_options(const SimRequest& r);
 
-// A training run as `distca bench train` runs it: one rank per unit (gpus_per_node 1), `pp`
+// A training run as `distca bench train` runs it: `tp` ranks per unit (gpus_per_node), `pp`
 // stages over `ranks`, fp32, no activation checkpointing, no optimizer sharding, cad servers
 // stateless with pipelines (the trainer's) and keeping their inputs without; wlb and percp at
 // the run's CP degree (wlb:C, percp:C; C = 1 without one) with the run's chunking options.
@@ -82,6 +82,7 @@ struct TrainingRun {
   ModelSpec model;
   int64_t ranks = 1;
   int64_t pp = 1;
+  int64_t tp = 1;                  // ranks per unit (the simulator's gpus_per_node: its TP degree)
   std::string mode = "colocated";  // train_mode_name: colocated | cad | a baseline the simulator knows (wlb, percp)
   std::string overlap;             // TrainConfig::overlap with cad: pingpong | single-stream | signal
   int64_t cp = 0;                  // a baseline's context-parallel degree (0 or 1: none)

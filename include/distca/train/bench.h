@@ -59,6 +59,7 @@ struct BenchOptions {
   std::string json;              // FILE or "-"
   std::string trace;             // Chrome trace of the last round's cad pingpong, last step
   int64_t pp = 1;                // pipeline stages
+  int64_t tp = 1;                // tensor-parallel ranks per layer (--pp 1: ranks = tp x replicas)
   int64_t micro_batches = 0;     // per replica and step (0: 2 x pp with --pp > 1, else 1)
   std::string cost_table;        // --pp: the simulator's attention seconds (distca profile)
   std::string hardware;          // the simulator's hardware profile (distca profile --hardware-out)
@@ -96,7 +97,7 @@ int64_t long_doc(const BenchOptions& f);
 // even; SwiGLU ffn about 8/3 of the width, on a multiple of 64.
 ModelSpec bench_spec(const BenchOptions& f);
 // The batches of one step as the trainer and the simulator see them: --pp 1 one batch over
-// every rank; --pp P f.micro_batches batches over the ranks / P replicas.
+// the ranks / tp replicas; --pp P f.micro_batches batches over the ranks / P replicas.
 std::vector<Batch> bench_batches(const BenchOptions& f, int64_t ranks);
 Batch dp_batch(const BenchOptions& f, int64_t ranks);                         // --pp 1's batch
 std::vector<Batch> pipeline_batches(const BenchOptions& f, int64_t replicas);  // --pp P's

@@ -89,8 +89,8 @@ struct TrainConfig {
   int64_t micro_batches = 1;
   // Tensor parallelism (model/tensor_parallel.h, docs/training.md): tp ranks share each layer,
   // Megatron-style with sequence parallelism; ranks = tp x pp x dp, TP innermost: world rank
-  // = (stage * dp + replica) * tp + t. tp must divide the model's heads and KV heads; tp > 1
-  // needs pp = 1 (not yet composed with pipelines).
+  // = (stage * dp + replica) * tp + t. tp must divide the model's heads and KV heads and be
+  // at most its feed-forward width and vocabulary.
   int64_t tp = 1;
   // "on": each rank makes its plans on a background thread, up to one step ahead of the step
   // that runs them; "off": inline, when the step needs them. The same plans either way, so

@@ -47,10 +47,11 @@
 //
 // Tensor parallelism (TrainConfig::tp, docs/training.md): the TP group is tp consecutive
 // ranks, each building its share of the model (model/tensor_parallel.h); everything above
-// (batches, plans, dispatcher exchanges of the rank's heads, the data-parallel all-reduce,
-// loss and norm reductions) runs among the ranks of one TP index, and the TP group adds the
-// replicated gradients, the loss sums and the norm's squares. The trace covers the ranks of
-// TP index 0; buffer_bytes and rank_steps every rank.
+// (batches, plans, dispatcher exchanges of the rank's heads, pipeline messages of the rank's
+// rows, the data-parallel all-reduce, loss and norm reductions) runs among the ranks of one
+// TP index, and the TP group adds the replicated gradients, the loss sums and the norm's
+// squares. The trace covers the ranks of TP index 0; buffer_bytes, accounted_peak_bytes and
+// rank_steps every rank.
 //
 // Thread safety: run_training is called once per rank, from that rank's thread. With
 // plan_ahead on it starts one planning thread per rank, which reads only the config's copies,
