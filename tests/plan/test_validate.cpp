@@ -227,6 +227,24 @@ struct Mutation {
   std::function<bool(Plan&)> mutate;
 };
 
+// Swaps two blocks of one peer of exchange k on both ends: sender and receiver agree, the
+// order is not the canonical one (so another runtime rank would misread the rows). False when
+// no peer has two different blocks of equal length.
+bool swap_two_blocks(Plan& p, ExchangeKind k) {
+  for (int64_t s = 0; s < p.batch.ranks; ++s) {
+    auto& recv = p.ranks[static_cast<size_t>(s)].exchanges[static_cast<size_t>(k)].recv_blocks;
+    for (auto& [h, blocks] : recv.entries_mut()) {
+      if (blocks.size() >= 2 && blocks[0].rows() == blocks[1].rows() && blocks[0] != blocks[1]) {
+        std::swap(blocks[0], blocks[1]);
+        auto& send = p.ranks[h].exchanges[static_cast<size_t>(k)].send_blocks.mut(static_cast<size_t>(s));
+        std::swap(send[0], send[1]);
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 std::vector<Mutation> mutations() {
   auto ex = [](Plan& p, int64_t r, ExchangeKind k) -> Exchange& {
     return p.ranks[static_cast<size_t>(r)].exchanges[static_cast<size_t>(k)];
@@ -318,20 +336,7 @@ std::vector<Mutation> mutations() {
          return true;
        }},
       {"consistent but not canonical order", "kv receive rows are not the canonical ones", [](Plan& p) {
-         // Swap two blocks of one peer on both ends: sender and receiver agree, the order
-         // is not the canonical one (so another runtime rank would misread the rows).
-         for (int64_t s = 0; s < p.batch.ranks; ++s) {
-           auto& recv = p.ranks[static_cast<size_t>(s)].exchanges[static_cast<size_t>(ExchangeKind::kKv)].recv_blocks;
-           for (auto& [h, blocks] : recv.entries_mut()) {
-             if (blocks.size() >= 2 && blocks[0].rows() == blocks[1].rows() && blocks[0] != blocks[1]) {
-               std::swap(blocks[0], blocks[1]);
-               auto& send = p.ranks[h].exchanges[static_cast<size_t>(ExchangeKind::kKv)].send_blocks.mut(static_cast<size_t>(s));
-               std::swap(send[0], send[1]);
-               return true;
-             }
-           }
-         }
-         return false;
+         return swap_two_blocks(p, ExchangeKind::kKv);
        }},
   };
 }
@@ -459,19 +464,7 @@ std::vector<Mutation> task_mutations() {
          return false;
        }},
       {"q blocks out of canonical order", "q receive rows are not the canonical ones", [](Plan& p) {
-         // Sender and receiver agree on the swapped order; only the rebuilt lists differ.
-         for (int64_t s = 0; s < p.batch.ranks; ++s) {
-           auto& recv = p.ranks[static_cast<size_t>(s)].exchanges[static_cast<size_t>(ExchangeKind::kQ)].recv_blocks;
-           for (auto& [h, blocks] : recv.entries_mut()) {
-             if (blocks.size() >= 2 && blocks[0].rows() == blocks[1].rows() && blocks[0] != blocks[1]) {
-               std::swap(blocks[0], blocks[1]);
-               auto& send = p.ranks[h].exchanges[static_cast<size_t>(ExchangeKind::kQ)].send_blocks.mut(static_cast<size_t>(s));
-               std::swap(send[0], send[1]);
-               return true;
-             }
-           }
-         }
-         return false;
+         return swap_two_blocks(p, ExchangeKind::kQ);
        }},
       {"invalid plan batch", "plan: plan batch", [](Plan& p) {
          p.batch.per_rank[0][0].doc_len += 1;
