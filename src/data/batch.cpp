@@ -128,6 +128,12 @@ Status Batch::validate() const {
   // No per-piece allocation (messages are built only on failure).
   size_t total = 0;
   int64_t lo = INT64_MAX, hi = 0;
+  // The generator's contiguous layout, shown in this pass without any array: each document's
+  // pieces met one after another from offset 0, each continuing where the last ended, ending at
+  // the one doc_len, and documents met in ascending id (so none is met twice). Otherwise the
+  // walks below decide.
+  bool in_order = true;
+  int64_t cur = -1, cur_len = 0, cur_end = 0;
   for (int64_t r = 0; r < ranks; ++r) {
     int64_t used = 0;
     const auto& pieces = per_rank[static_cast<size_t>(r)];
@@ -154,8 +160,17 @@ Status Batch::validate() const {
       ++total;
       lo = std::min(lo, p.doc);
       hi = std::max(hi, p.doc);
+      if (p.doc == cur) {
+        in_order = in_order && p.offset == cur_end && p.doc_len == cur_len;
+      } else {
+        in_order = in_order && cur_end == cur_len && p.doc > cur && p.offset == 0;
+        cur = p.doc;
+        cur_len = p.doc_len;
+      }
+      cur_end = p.offset + p.len;
     }
   }
+  if (in_order && cur_end == cur_len) return {};
   if (tiles_in_order(per_rank, total, lo, hi)) return {};
   const std::vector<const Piece*> spans = by_document(per_rank, total, lo, hi);
   for (size_t i = 0; i < spans.size();) {

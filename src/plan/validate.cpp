@@ -1,13 +1,17 @@
 // The plan validator (validate.h). It deliberately re-derives everything from the batch's
 // pieces and the plan's task lists with its own simple code (no DocumentIndex, no
 // compute_traffic), so a bug in the builder or the accounting cannot hide itself.
+//
+// Every check is linear in pieces, tasks, ranks and blocks: documents get slots (ascending id)
+// and their pieces and tasks are grouped by slot with a counting sort, scratch arrays are
+// sized once per plan, and messages are built only on failure. `distca plan` checks every
+// plan it reports, so the check costs a fraction of the planning rather than most of the run.
 #include "distca/plan/validate.h"
 
 #include <algorithm>
 #include <map>
-#include <set>
+#include <span>
 #include <string>
-#include <tuple>
 #include <utility>
 
 #include "distca/cost/analytic.h"
@@ -29,17 +33,119 @@ struct Held {
   int64_t doc, begin, end, rank, local;
 };
 
-// All pieces of a batch with their local rows, per rank in buffer order.
-std::vector<std::vector<Held>> held_pieces(const Batch& b) {
-  std::vector<std::vector<Held>> out(b.per_rank.size());
+// All pieces of a batch with their local rows, rank by rank in buffer order: rank r's are
+// all[first[r] .. first[r + 1]).
+struct HeldPieces {
+  std::vector<Held> all;
+  std::vector<size_t> first;  // [ranks + 1]
+  std::span<const Held> of_rank(size_t r) const { return {all.data() + first[r], all.data() + first[r + 1]}; }
+};
+
+HeldPieces held_pieces(const Batch& b) {
+  HeldPieces out;
+  out.first.reserve(b.per_rank.size() + 1);
+  out.first.push_back(0);
+  for (const auto& rank : b.per_rank) out.first.push_back(out.first.back() + rank.size());
+  out.all.reserve(out.first.back());
   for (size_t r = 0; r < b.per_rank.size(); ++r) {
     int64_t local = 0;
     for (const Piece& p : b.per_rank[r]) {
-      out[r].push_back({p.doc, p.offset, p.offset + p.len, static_cast<int64_t>(r), local});
+      out.all.push_back({p.doc, p.offset, p.offset + p.len, static_cast<int64_t>(r), local});
       local += p.len;
     }
   }
   return out;
+}
+
+// Stable counting sort of the indices 0 .. n - 1 by key(i) in [0, keys): the indices of key k
+// are out[first[k] .. first[k + 1]), ascending.
+template <class Key>
+void group_indices(size_t n, size_t keys, Key key, std::vector<uint32_t>& out, std::vector<size_t>& first) {
+  DISTCA_CHECK(n < (size_t{1} << 32));
+  first.assign(keys + 1, 0);
+  for (size_t i = 0; i < n; ++i) ++first[key(i) + 1];
+  for (size_t k = 0; k < keys; ++k) first[k + 1] += first[k];
+  std::vector<size_t> at(first.begin(), first.end() - 1);
+  out.resize(n);
+  for (size_t i = 0; i < n; ++i) out[at[key(i)]++] = static_cast<uint32_t>(i);
+}
+
+// (id, length) of every document of a valid batch, ascending id: a table by id when the ids
+// are compact (the generator numbers documents 0, 1, ...), a sort otherwise.
+std::vector<std::pair<int64_t, int64_t>> doc_lengths(const Batch& b) {
+  size_t pieces = 0;
+  int64_t hi = -1;
+  for (const auto& rank : b.per_rank) {
+    pieces += rank.size();
+    for (const Piece& p : rank) hi = std::max(hi, p.doc);
+  }
+  std::vector<std::pair<int64_t, int64_t>> out;
+  if (hi < static_cast<int64_t>(2 * pieces + 1024)) {
+    std::vector<int64_t> len(static_cast<size_t>(hi + 1), 0);  // 0: absent (lengths are > 0)
+    for (const auto& rank : b.per_rank) for (const Piece& p : rank) len[static_cast<size_t>(p.doc)] = p.doc_len;
+    for (size_t id = 0; id < len.size(); ++id) {
+      if (len[id] > 0) out.emplace_back(static_cast<int64_t>(id), len[id]);
+    }
+    return out;
+  }
+  out.reserve(pieces);
+  for (const auto& rank : b.per_rank) for (const Piece& p : rank) out.emplace_back(p.doc, p.doc_len);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// The documents of a valid batch by slot (ascending id) and each one's pieces, ascending
+// begin (they tile the document, Batch::validate).
+struct Docs {
+  std::vector<std::pair<int64_t, int64_t>> lengths;  // [slot] (id, length)
+  std::vector<int32_t> slot_of;                      // [id] slot or -1; empty: search lengths
+  const Held* held = nullptr;                        // HeldPieces::all
+  std::vector<uint32_t> pieces;                      // indices into held, by slot, ascending begin
+  std::vector<size_t> first;                         // [slot + 1] into pieces
+
+  size_t size() const { return lengths.size(); }
+  int64_t id(size_t slot) const { return lengths[slot].first; }
+  int64_t len(size_t slot) const { return lengths[slot].second; }
+  // -1 for a document the batch does not hold.
+  int64_t slot(int64_t doc) const {
+    if (!slot_of.empty()) {
+      return doc >= 0 && doc < static_cast<int64_t>(slot_of.size()) ? slot_of[static_cast<size_t>(doc)] : -1;
+    }
+    auto it = std::lower_bound(lengths.begin(), lengths.end(), doc,
+                               [](const std::pair<int64_t, int64_t>& e, int64_t d) { return e.first < d; });
+    return it != lengths.end() && it->first == doc ? it - lengths.begin() : -1;
+  }
+  // The pieces of document `slot` (indices into held), ascending begin.
+  std::span<const uint32_t> pieces_of(size_t slot) const {
+    return {pieces.data() + first[slot], pieces.data() + first[slot + 1]};
+  }
+  // The piece holding row `row` of the document (0 <= row < its length).
+  const Held& piece_at(size_t slot, int64_t row) const {
+    const auto ps = pieces_of(slot);
+    auto it = std::upper_bound(ps.begin(), ps.end(), row, [this](int64_t x, uint32_t i) { return x < held[i].begin; });
+    return held[*(it - 1)];
+  }
+};
+
+// `held` must outlive the result.
+Docs index_docs(const Batch& b, const HeldPieces& held) {
+  Docs d;
+  d.lengths = doc_lengths(b);
+  d.held = held.all.data();
+  const int64_t hi = d.lengths.empty() ? -1 : d.lengths.back().first;
+  if (hi < static_cast<int64_t>(2 * held.all.size() + 1024)) {
+    d.slot_of.assign(static_cast<size_t>(hi + 1), -1);
+    for (size_t s = 0; s < d.size(); ++s) d.slot_of[static_cast<size_t>(d.id(s))] = static_cast<int32_t>(s);
+  }
+  group_indices(held.all.size(), d.size(), [&](size_t i) { return static_cast<size_t>(d.slot(held.all[i].doc)); },
+                d.pieces, d.first);
+  for (size_t s = 0; s < d.size(); ++s) {
+    std::sort(d.pieces.begin() + static_cast<std::ptrdiff_t>(d.first[s]),
+              d.pieces.begin() + static_cast<std::ptrdiff_t>(d.first[s + 1]),
+              [&](uint32_t x, uint32_t y) { return d.held[x].begin < d.held[y].begin; });
+  }
+  return d;
 }
 
 // Identity of a range of buffer rows: (doc, first position, count) runs.
@@ -47,10 +153,12 @@ struct IdRun {
   int64_t doc, pos, len;
 };
 
+// A buffer as (start, block) pairs: the receive buffer of an exchange, or a token buffer.
+using Buffer = std::vector<std::pair<int64_t, RowBlock>>;
+
 // Rows [off, off + len) of a buffer made of `blocks` (with their buffer starts) as runs of
 // document positions; false if the range leaves the buffer.
-bool identify(const std::vector<std::pair<int64_t, RowBlock>>& blocks, int64_t off, int64_t len,
-              std::vector<IdRun>& out) {
+bool identify(const Buffer& blocks, int64_t off, int64_t len, std::vector<IdRun>& out) {
   out.clear();
   if (off < 0 || len < 0) return false;
   auto it = std::upper_bound(blocks.begin(), blocks.end(), off,
@@ -79,9 +187,8 @@ bool is_rows(const std::vector<IdRun>& runs, int64_t doc, int64_t pos) {
   return true;
 }
 
-// A buffer as (start, block) pairs: the receive buffer of an exchange, or a token buffer.
-std::vector<std::pair<int64_t, RowBlock>> recv_buffer(const Exchange& e) {
-  std::vector<std::pair<int64_t, RowBlock>> out;
+void recv_buffer(const Exchange& e, Buffer& out) {
+  out.clear();
   int64_t at = 0;
   for (const auto& [peer, blocks] : e.recv_blocks.entries()) {
     for (const RowBlock& b : blocks) {
@@ -89,55 +196,56 @@ std::vector<std::pair<int64_t, RowBlock>> recv_buffer(const Exchange& e) {
       at += b.rows();
     }
   }
-  return out;
 }
 
-std::vector<std::pair<int64_t, RowBlock>> token_buffer(const std::vector<Held>& pieces) {
-  std::vector<std::pair<int64_t, RowBlock>> out;
+void token_buffer(std::span<const Held> pieces, Buffer& out) {
+  out.clear();
   for (const Held& h : pieces) out.emplace_back(h.local, RowBlock{h.doc, h.begin, h.end});
-  return out;
 }
+
+std::string exchange_ctx(int64_t r, const char* name) { return "rank " + to_string(r) + " exchange " + name; }
 
 // One direction of an exchange (sparse, plan.h): counts equal the rows of the blocks for
 // every peer either names, displacements are the prefix sums where rows move (0 elsewhere),
 // and nothing goes to the rank itself.
 Status check_direction(const PeerVector<int64_t>& counts, const PeerVector<int64_t>& displs,
-                       const PeerVector<std::vector<RowBlock>>& blocks, int64_t self, const std::string& ctx) {
+                       const PeerVector<std::vector<RowBlock>>& blocks, int64_t self, const char* name) {
   auto rows_of = [](const std::vector<RowBlock>& list) {
     int64_t n = 0;
     for (const RowBlock& b : list) n += b.rows();
     return n;
   };
+  auto fail = [&](size_t p, const char* what) {
+    return bad(exchange_ctx(self, name) + " peer " + to_string(p) + ": " + what);
+  };
   int64_t at = 0;
   for (const auto& [p, list] : blocks.entries()) {
     const int64_t rows = rows_of(list);
-    const std::string pc = ctx + " peer " + to_string(p);
-    if (rows != counts[p]) return bad(pc + ": counts differ from the row lists");
-    if (rows > 0 && displs[p] != at) return bad(pc + ": displacements are not prefix sums");
-    if (static_cast<int64_t>(p) == self && rows != 0) return bad(pc + ": a rank sends to itself");
+    if (rows != counts[p]) return fail(p, "counts differ from the row lists");
+    if (rows > 0 && displs[p] != at) return fail(p, "displacements are not prefix sums");
+    if (static_cast<int64_t>(p) == self && rows != 0) return fail(p, "a rank sends to itself");
     at += rows;
   }
   for (const auto& [p, c] : counts.entries()) {
-    if (c != rows_of(blocks[p])) return bad(ctx + " peer " + to_string(p) + ": counts differ from the row lists");
+    if (c != rows_of(blocks[p])) return fail(p, "counts differ from the row lists");
   }
   for (const auto& [p, d] : displs.entries()) {
-    if (counts[p] == 0 && d != 0) return bad(ctx + " peer " + to_string(p) + ": displacements are not prefix sums");
+    if (counts[p] == 0 && d != 0) return fail(p, "displacements are not prefix sums");
   }
   return Status::ok_status();
 }
 
 Status check_exchange_shape(const Exchange& e, int64_t r, int64_t R, const char* name,
                             int64_t row_bytes) {
-  const std::string ctx = "rank " + to_string(r) + " exchange " + name;
   const auto n = static_cast<size_t>(R);
   if (e.send_counts.size() != n || e.send_displs.size() != n || e.recv_counts.size() != n ||
       e.recv_displs.size() != n || e.send_blocks.size() != n || e.recv_blocks.size() != n) {
-    return bad(ctx + ": vectors are not [ranks]");
+    return bad(exchange_ctx(r, name) + ": vectors are not [ranks]");
   }
-  if (e.row_bytes != row_bytes) return bad(ctx + ": row_bytes " + to_string(e.row_bytes) +
+  if (e.row_bytes != row_bytes) return bad(exchange_ctx(r, name) + ": row_bytes " + to_string(e.row_bytes) +
                                            ", expected " + to_string(row_bytes));
-  DISTCA_RETURN_IF_ERROR(check_direction(e.send_counts, e.send_displs, e.send_blocks, r, ctx));
-  return check_direction(e.recv_counts, e.recv_displs, e.recv_blocks, r, ctx);
+  DISTCA_RETURN_IF_ERROR(check_direction(e.send_counts, e.send_displs, e.send_blocks, r, name));
+  return check_direction(e.recv_counts, e.recv_displs, e.recv_blocks, r, name);
 }
 
 // What the steps below share: the batch's pieces by rank and by document, its documents.
@@ -147,9 +255,8 @@ struct Context {
   const Batch& input;
   const AttentionCostModel* cost;
   int64_t R = 0;
-  std::map<int64_t, int64_t> docs;                 // id -> length
-  std::vector<std::vector<Held>> held;             // [rank] pieces in buffer order
-  std::map<int64_t, std::vector<Held>> by_doc;     // doc -> pieces sorted by begin
+  HeldPieces held;                      // pieces by rank, in buffer order
+  Docs docs;                            // the plan batch's documents and their pieces
 
   const Exchange& ex(int64_t r, ExchangeKind k) const {
     return plan.ranks[static_cast<size_t>(r)].exchanges[static_cast<size_t>(k)];
@@ -160,32 +267,33 @@ struct Context {
 Status check_batch(Context& c) {
   const Plan& plan = c.plan;
   const Batch& input = c.input;
-  DISTCA_RETURN_IF_ERROR(input.validate().with_context("plan: input batch"));
-  DISTCA_RETURN_IF_ERROR(plan.batch.validate().with_context("plan: plan batch"));
   const Batch& batch = plan.batch;
+  DISTCA_RETURN_IF_ERROR(input.validate().with_context("plan: input batch"));
+  // A batch equal to the valid input is valid and holds the input's documents.
+  const bool same = batch == input;
+  if (!same) DISTCA_RETURN_IF_ERROR(batch.validate().with_context("plan: plan batch"));
   c.R = batch.ranks;
   if (c.R != input.ranks) return bad("plan batch has " + to_string(c.R) + " ranks, input " + to_string(input.ranks));
-  std::map<int64_t, int64_t> docs_in;
-  for (const auto& rank : input.per_rank) for (const Piece& p : rank) docs_in[p.doc] = p.doc_len;
-  for (const auto& rank : batch.per_rank) for (const Piece& p : rank) c.docs[p.doc] = p.doc_len;
-  if (c.docs != docs_in) return bad("plan batch's documents differ from the input's");
-  if (plan.scheduler.kind != SchedulerKind::kWlb && !(batch == input)) {
+  c.held = held_pieces(batch);
+  c.docs = index_docs(batch, c.held);
+  if (!same && c.docs.lengths != doc_lengths(input)) return bad("plan batch's documents differ from the input's");
+  if (plan.scheduler.kind != SchedulerKind::kWlb && !same) {
     return bad("plan batch differs from the input batch (only wlb re-packs)");
   }
   if (static_cast<int64_t>(plan.servers.size()) != c.R || static_cast<int64_t>(plan.ranks.size()) != c.R) {
     return bad("servers/ranks are not [ranks]");
   }
-  c.held = held_pieces(batch);
-  for (const auto& rank : c.held) for (const Held& h : rank) c.by_doc[h.doc].push_back(h);
-  for (auto& [d, v] : c.by_doc) {
-    std::sort(v.begin(), v.end(), [](const Held& a, const Held& b) { return a.begin < b.begin; });
-  }
   return Status::ok_status();
 }
 
+// Query rows [a, b) of the document in `slot`, as one task covers them.
+struct Covered {
+  size_t slot;
+  int64_t a, b;
+};
+
 // --- tasks and cu_seqlens; collects every task's query rows for the coverage check.
-Status check_tasks(const Context& c, std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>>& covered,
-                   int64_t& task_work) {
+Status check_tasks(const Context& c, std::vector<Covered>& covered, int64_t& task_work) {
   for (int64_t s = 0; s < c.R; ++s) {
     const ServerPlan& sp = c.plan.servers[static_cast<size_t>(s)];
     const size_t nt = sp.tasks.size();
@@ -195,25 +303,24 @@ Status check_tasks(const Context& c, std::map<int64_t, std::vector<std::pair<int
     }
     for (size_t i = 0; i < nt; ++i) {
       const TaskPlacement& t = sp.tasks[i].task;
-      const std::string ctx = task_name(s, i);
-      if (t.server != s) return bad(ctx + ": names server " + to_string(t.server));
-      auto d = c.docs.find(t.doc);
-      if (d == c.docs.end()) return bad(ctx + ": unknown document " + to_string(t.doc));
-      if (t.q_begin < 0 || t.q_begin >= t.q_end || t.q_end > d->second) {
-        return bad(ctx + ": query rows [" + to_string(t.q_begin) + ", " + to_string(t.q_end) +
+      if (t.server != s) return bad(task_name(s, i) + ": names server " + to_string(t.server));
+      const int64_t slot = c.docs.slot(t.doc);
+      if (slot < 0) return bad(task_name(s, i) + ": unknown document " + to_string(t.doc));
+      if (t.q_begin < 0 || t.q_begin >= t.q_end || t.q_end > c.docs.len(static_cast<size_t>(slot))) {
+        return bad(task_name(s, i) + ": query rows [" + to_string(t.q_begin) + ", " + to_string(t.q_end) +
                    ") outside document " + to_string(t.doc) + " or empty");
       }
-      if (t.home < 0 || t.home >= c.R) return bad(ctx + ": home out of range");
-      bool in_piece = false;
-      for (const Held& h : c.held[static_cast<size_t>(t.home)]) {
-        in_piece = in_piece || (h.doc == t.doc && h.begin <= t.q_begin && t.q_end <= h.end);
+      if (t.home < 0 || t.home >= c.R) return bad(task_name(s, i) + ": home out of range");
+      // The pieces tile the document, so only the one holding q_begin can hold the rows.
+      const Held& h = c.docs.piece_at(static_cast<size_t>(slot), t.q_begin);
+      if (h.rank != t.home || t.q_end > h.end) {
+        return bad(task_name(s, i) + ": query rows not inside one piece held by home " + to_string(t.home));
       }
-      if (!in_piece) return bad(ctx + ": query rows not inside one piece held by home " + to_string(t.home));
       if (sp.cu_seqlens_q[i + 1] - sp.cu_seqlens_q[i] != t.q_end - t.q_begin ||
           sp.cu_seqlens_k[i + 1] - sp.cu_seqlens_k[i] != t.q_end) {
-        return bad(ctx + ": cu_seqlens disagree with the task's q_len / kv_len");
+        return bad(task_name(s, i) + ": cu_seqlens disagree with the task's q_len / kv_len");
       }
-      covered[t.doc].emplace_back(t.q_begin, t.q_end);
+      covered.push_back({static_cast<size_t>(slot), t.q_begin, t.q_end});
       task_work += causal_pairs(t.q_begin, t.q_end);
     }
   }
@@ -221,21 +328,29 @@ Status check_tasks(const Context& c, std::map<int64_t, std::vector<std::pair<int
 }
 
 // --- coverage (every document's query rows exactly once) and work conservation.
-Status check_coverage(const Context& c, std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>>& covered,
-                      int64_t task_work) {
+Status check_coverage(const Context& c, const std::vector<Covered>& covered, int64_t task_work) {
+  std::vector<uint32_t> by_doc;  // indices into covered
+  std::vector<size_t> first;
+  group_indices(covered.size(), c.docs.size(), [&](size_t i) { return covered[i].slot; }, by_doc, first);
+  auto before = [&](uint32_t x, uint32_t y) {
+    return covered[x].a != covered[y].a ? covered[x].a < covered[y].a : covered[x].b < covered[y].b;
+  };
   int64_t doc_work = 0;
-  for (const auto& [id, len] : c.docs) {
+  for (size_t slot = 0; slot < c.docs.size(); ++slot) {
+    const int64_t id = c.docs.id(slot), len = c.docs.len(slot);
     doc_work += document_pairs(len);
-    auto& v = covered[id];
-    std::sort(v.begin(), v.end());
+    auto b = by_doc.begin() + static_cast<std::ptrdiff_t>(first[slot]);
+    auto e = by_doc.begin() + static_cast<std::ptrdiff_t>(first[slot + 1]);
+    std::sort(b, e, before);
     int64_t at = 0;
-    for (const auto& [a, b] : v) {
+    for (auto it = b; it != e; ++it) {
+      const int64_t a = covered[*it].a;
       if (a != at) {
         return bad("document " + to_string(id) + ": query rows " +
-                   (a < at ? "[" + to_string(a) + ", " + to_string(std::min(at, b)) + ") covered twice"
+                   (a < at ? "[" + to_string(a) + ", " + to_string(std::min(at, covered[*it].b)) + ") covered twice"
                            : "[" + to_string(at) + ", " + to_string(a) + ") not covered"));
       }
-      at = b;
+      at = covered[*it].b;
     }
     if (at != len) return bad("document " + to_string(id) + ": query rows [" + to_string(at) + ", " +
                               to_string(len) + ") not covered");
@@ -278,33 +393,67 @@ Status check_layouts(const Context& c) {
   return Status::ok_status();
 }
 
+// A block and the peer whose list it belongs in; `seq` keeps a peer's blocks in the order
+// they were made.
+struct PeerBlock {
+  size_t peer;
+  size_t seq;
+  RowBlock block;
+};
+
+// Sorts `blocks` by (peer, seq), so they list every peer's blocks in order, peers ascending.
+void sort_by_peer(std::vector<PeerBlock>& blocks) {
+  std::sort(blocks.begin(), blocks.end(),
+            [](const PeerBlock& a, const PeerBlock& b) { return a.peer != b.peer ? a.peer < b.peer : a.seq < b.seq; });
+}
+
+// True when `lists` (peers ascending, PeerVector's order) holds exactly `want` (sorted by
+// sort_by_peer): the same blocks for every peer, a peer's empty list the same as none.
+bool same_lists(const PeerVector<std::vector<RowBlock>>& lists, const std::vector<PeerBlock>& want) {
+  size_t i = 0;
+  for (const auto& [p, list] : lists.entries()) {
+    for (const RowBlock& b : list) {
+      if (i == want.size() || want[i].peer != p || want[i].block != b) return false;
+      ++i;
+    }
+  }
+  return i == want.size();
+}
+
 // --- canonical lists rebuilt from the tasks (plan.h), and the mirrors.
 Status check_canonical(const Context& c) {
-  const auto n = static_cast<size_t>(c.R);
+  std::vector<int64_t> need(c.docs.size(), 0);  // [slot] E of the server's tasks, 0 between servers
+  std::vector<size_t> order;                     // slots in order of their first task
+  std::vector<PeerBlock> q, kv;
   for (int64_t s = 0; s < c.R; ++s) {
     const ServerPlan& sp = c.plan.servers[static_cast<size_t>(s)];
-    PeerVector<std::vector<RowBlock>> q(n), kv(n);
-    std::vector<int64_t> order;
-    std::map<int64_t, int64_t> need;
+    q.clear();
+    kv.clear();
     for (const ServerTask& st : sp.tasks) {
       const TaskPlacement& t = st.task;
-      if (t.home != s) q.mut(static_cast<size_t>(t.home)).push_back({t.doc, t.q_begin, t.q_end});
-      if (!need.count(t.doc)) order.push_back(t.doc);
-      need[t.doc] = std::max(need[t.doc], t.q_end);
+      if (t.home != s) q.push_back({static_cast<size_t>(t.home), q.size(), {t.doc, t.q_begin, t.q_end}});
+      const auto slot = static_cast<size_t>(c.docs.slot(t.doc));
+      if (need[slot] == 0) order.push_back(slot);
+      need[slot] = std::max(need[slot], t.q_end);
     }
-    for (int64_t d : order) {
-      for (const Held& h : c.by_doc.at(d)) {
-        if (h.begin < need[d] && h.rank != s) kv.mut(static_cast<size_t>(h.rank)).push_back({d, h.begin, std::min(h.end, need[d])});
+    for (size_t slot : order) {
+      const int64_t e = need[slot];
+      for (const uint32_t i : c.docs.pieces_of(slot)) {
+        const Held& h = c.docs.held[i];
+        if (h.begin < e && h.rank != s) kv.push_back({static_cast<size_t>(h.rank), kv.size(), {h.doc, h.begin, std::min(h.end, e)}});
       }
+      need[slot] = 0;
     }
-    const std::string ctx = "server " + to_string(s);
-    if (c.ex(s, ExchangeKind::kQ).recv_blocks != q) return bad(ctx + ": q receive rows are not the canonical ones");
-    if (c.ex(s, ExchangeKind::kKv).recv_blocks != kv) return bad(ctx + ": kv receive rows are not the canonical ones");
-    if (c.ex(s, ExchangeKind::kOLse).send_blocks != q || c.ex(s, ExchangeKind::kDO).recv_blocks != q ||
-        c.ex(s, ExchangeKind::kDQ).send_blocks != q) {
-      return bad(ctx + ": o_lse/do/dq rows do not mirror the q rows");
+    order.clear();
+    sort_by_peer(q);
+    sort_by_peer(kv);
+    if (!same_lists(c.ex(s, ExchangeKind::kQ).recv_blocks, q)) return bad("server " + to_string(s) + ": q receive rows are not the canonical ones");
+    if (!same_lists(c.ex(s, ExchangeKind::kKv).recv_blocks, kv)) return bad("server " + to_string(s) + ": kv receive rows are not the canonical ones");
+    if (!same_lists(c.ex(s, ExchangeKind::kOLse).send_blocks, q) || !same_lists(c.ex(s, ExchangeKind::kDO).recv_blocks, q) ||
+        !same_lists(c.ex(s, ExchangeKind::kDQ).send_blocks, q)) {
+      return bad("server " + to_string(s) + ": o_lse/do/dq rows do not mirror the q rows");
     }
-    if (c.ex(s, ExchangeKind::kDKv).send_blocks != kv) return bad(ctx + ": dkv rows do not mirror the kv rows");
+    if (!same_lists(c.ex(s, ExchangeKind::kDKv).send_blocks, kv)) return bad("server " + to_string(s) + ": dkv rows do not mirror the kv rows");
   }
   return Status::ok_status();
 }
@@ -312,15 +461,16 @@ Status check_canonical(const Context& c) {
 // --- task inputs: q_offset and every kv segment address the task's document rows.
 Status check_task_inputs(const Context& c) {
   std::vector<IdRun> ids;
+  Buffer qbuf, kvbuf, local;
   for (int64_t s = 0; s < c.R; ++s) {
     const ServerPlan& sp = c.plan.servers[static_cast<size_t>(s)];
-    const auto qbuf = recv_buffer(c.ex(s, ExchangeKind::kQ));
-    const auto kvbuf = recv_buffer(c.ex(s, ExchangeKind::kKv));
-    const auto local = token_buffer(c.held[static_cast<size_t>(s)]);
+    recv_buffer(c.ex(s, ExchangeKind::kQ), qbuf);
+    recv_buffer(c.ex(s, ExchangeKind::kKv), kvbuf);
+    token_buffer(c.held.of_rank(static_cast<size_t>(s)), local);
     for (size_t i = 0; i < sp.tasks.size(); ++i) {
       const ServerTask& st = sp.tasks[i];
       const TaskPlacement& t = st.task;
-      const auto& qsrc = t.home == s ? local : qbuf;
+      const Buffer& qsrc = t.home == s ? local : qbuf;
       if (!identify(qsrc, st.q_offset, t.q_end - t.q_begin, ids) || !is_rows(ids, t.doc, t.q_begin)) {
         return bad(task_name(s, i) + ": q_offset does not address the task's query rows");
       }
@@ -339,7 +489,6 @@ Status check_task_inputs(const Context& c) {
   }
   return Status::ok_status();
 }
-
 // --- figures: loads (after and colocated) and tokens.
 Status check_loads(const Context& c) {
   const PlanMetrics& m = c.plan.metrics;
@@ -393,16 +542,20 @@ Result<AllGatherTraffic> check_allgather(const Context& c) {
     const int64_t C = c.plan.scheduler.cp_degree;
     if (C < 1 || c.R % C != 0) return bad("percp: CP degree does not divide the ranks");
     // A document's serving ranks: every rank of every group holding one of its rows.
-    std::map<int64_t, std::set<int64_t>> serving;
-    for (const auto& rank : c.held) {
-      for (const Held& h : rank) {
-        for (int64_t r = h.rank / C * C; r < (h.rank / C + 1) * C; ++r) serving[h.doc].insert(r);
-      }
+    std::vector<int64_t> groups;      // by slot, ascending within a slot
+    std::vector<size_t> first{0};     // [slot + 1] into groups
+    for (size_t slot = 0; slot < c.docs.size(); ++slot) {
+      const auto from = static_cast<std::ptrdiff_t>(groups.size());
+      for (const uint32_t i : c.docs.pieces_of(slot)) groups.push_back(c.docs.held[i].rank / C);
+      std::sort(groups.begin() + from, groups.end());
+      groups.erase(std::unique(groups.begin() + from, groups.end()), groups.end());
+      first.push_back(groups.size());
     }
     const int64_t kv = c.plan.row_bytes.kv;
-    for (const auto& rank : c.held) {
-      for (const Held& h : rank) {
-        for (int64_t r : serving.at(h.doc)) {
+    for (const Held& h : c.held.all) {
+      const auto slot = static_cast<size_t>(c.docs.slot(h.doc));
+      for (size_t g = first[slot]; g < first[slot + 1]; ++g) {
+        for (int64_t r = groups[g] * C; r < (groups[g] + 1) * C; ++r) {
           if (r == h.rank) continue;
           const int64_t bytes = (h.end - h.begin) * kv;
           ag.bytes += bytes;
@@ -466,7 +619,8 @@ Status check_reported(const Context& c, const AllGatherTraffic& ag) {
 Status validate_plan(const Plan& plan, const Batch& input, const AttentionCostModel* cost) {
   Context c(plan, input, cost);
   DISTCA_RETURN_IF_ERROR(check_batch(c));
-  std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> covered;
+  std::vector<Covered> covered;
+  covered.reserve(static_cast<size_t>(plan.num_tasks()));
   int64_t task_work = 0;
   DISTCA_RETURN_IF_ERROR(check_tasks(c, covered, task_work));
   DISTCA_RETURN_IF_ERROR(check_coverage(c, covered, task_work));
@@ -574,16 +728,17 @@ Result<std::map<int64_t, std::vector<int32_t>>> brute_force_pair_counts(const Pl
   const auto held = held_pieces(plan.batch);
   std::vector<IdRun> ids;
   // Row identity of one buffer row.
-  auto row_of = [&](const std::vector<std::pair<int64_t, RowBlock>>& buf, int64_t row,
+  auto row_of = [&](const Buffer& buf, int64_t row,
                     std::pair<int64_t, int64_t>& out) {
     if (!identify(buf, row, 1, ids) || ids.size() != 1) return false;
     out = {ids[0].doc, ids[0].pos};
     return true;
   };
   for (size_t s = 0; s < plan.servers.size(); ++s) {
-    const auto local = token_buffer(held[s]);
-    const auto qbuf = recv_buffer(plan.ranks[s].exchange(ExchangeKind::kQ));
-    const auto kvbuf = recv_buffer(plan.ranks[s].exchange(ExchangeKind::kKv));
+    Buffer local, qbuf, kvbuf;
+    token_buffer(held.of_rank(s), local);
+    recv_buffer(plan.ranks[s].exchange(ExchangeKind::kQ), qbuf);
+    recv_buffer(plan.ranks[s].exchange(ExchangeKind::kKv), kvbuf);
     const ServerPlan& sp = plan.servers[s];
     for (size_t i = 0; i < sp.tasks.size(); ++i) {
       const ServerTask& st = sp.tasks[i];

@@ -227,6 +227,24 @@ struct Mutation {
   std::function<bool(Plan&)> mutate;
 };
 
+// Swaps two blocks of one peer of exchange k on both ends: sender and receiver agree, the
+// order is not the canonical one (so another runtime rank would misread the rows). False when
+// no peer has two different blocks of equal length.
+bool swap_two_blocks(Plan& p, ExchangeKind k) {
+  for (int64_t s = 0; s < p.batch.ranks; ++s) {
+    auto& recv = p.ranks[static_cast<size_t>(s)].exchanges[static_cast<size_t>(k)].recv_blocks;
+    for (auto& [h, blocks] : recv.entries_mut()) {
+      if (blocks.size() >= 2 && blocks[0].rows() == blocks[1].rows() && blocks[0] != blocks[1]) {
+        std::swap(blocks[0], blocks[1]);
+        auto& send = p.ranks[h].exchanges[static_cast<size_t>(k)].send_blocks.mut(static_cast<size_t>(s));
+        std::swap(send[0], send[1]);
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 std::vector<Mutation> mutations() {
   auto ex = [](Plan& p, int64_t r, ExchangeKind k) -> Exchange& {
     return p.ranks[static_cast<size_t>(r)].exchanges[static_cast<size_t>(k)];
@@ -318,20 +336,7 @@ std::vector<Mutation> mutations() {
          return true;
        }},
       {"consistent but not canonical order", "kv receive rows are not the canonical ones", [](Plan& p) {
-         // Swap two blocks of one peer on both ends: sender and receiver agree, the order
-         // is not the canonical one (so another runtime rank would misread the rows).
-         for (int64_t s = 0; s < p.batch.ranks; ++s) {
-           auto& recv = p.ranks[static_cast<size_t>(s)].exchanges[static_cast<size_t>(ExchangeKind::kKv)].recv_blocks;
-           for (auto& [h, blocks] : recv.entries_mut()) {
-             if (blocks.size() >= 2 && blocks[0].rows() == blocks[1].rows() && blocks[0] != blocks[1]) {
-               std::swap(blocks[0], blocks[1]);
-               auto& send = p.ranks[h].exchanges[static_cast<size_t>(ExchangeKind::kKv)].send_blocks.mut(static_cast<size_t>(s));
-               std::swap(send[0], send[1]);
-               return true;
-             }
-           }
-         }
-         return false;
+         return swap_two_blocks(p, ExchangeKind::kKv);
        }},
   };
 }
@@ -385,6 +390,165 @@ TEST(Validate, RejectsMalformedTasksAtBuild) {
   const Status st = validate_plan(*gap, b, nullptr);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("not covered"), std::string::npos) << st.message();
+}
+
+// The plan of random tasks on random batch `seed`, with the document ids as generated (dense:
+// the validator indexes them by a table) or spread far apart (sparse: by a search).
+Plan random_plan(uint64_t seed, bool sparse_ids, Batch& b) {
+  b = test::random_batch(seed, seed % 2 ? TestLayout::kScattered : TestLayout::kContiguous);
+  if (sparse_ids) {
+    for (auto& rank : b.per_rank) for (Piece& p : rank) p.doc = p.doc * 1000003 + 17;
+  }
+  return plan_of(b, test::random_tasks(b, seed));
+}
+
+// An id no document of `b` has: between two ids (`inside`) or above them all.
+int64_t absent_doc(const Batch& b, bool inside) {
+  std::set<int64_t> ids;
+  for (const auto& rank : b.per_rank) for (const Piece& p : rank) ids.insert(p.doc);
+  if (!inside) return *ids.rbegin() + 1;
+  for (int64_t id = *ids.begin() + 1;; ++id) if (!ids.count(id)) return id;
+}
+
+// Corruptions of the task lists and the plan's batch that apply to most plans (`mutate`
+// returns false when the plan offers nothing to corrupt that way); each must be refused by
+// the rule `expect` names.
+std::vector<Mutation> task_mutations() {
+  auto first_task = [](Plan& p) -> TaskPlacement* {
+    for (auto& s : p.servers) if (!s.tasks.empty()) return &s.tasks[0].task;
+    return nullptr;
+  };
+  auto rename = [](Plan& p, bool inside) {
+    const int64_t fresh = absent_doc(p.batch, inside);
+    const int64_t doc = p.batch.per_rank[0][0].doc;
+    for (auto& rank : p.batch.per_rank) for (Piece& x : rank) if (x.doc == doc) x.doc = fresh;
+  };
+  return {
+      {"task names another server", "names server", [first_task](Plan& p) {
+         TaskPlacement* t = first_task(p);
+         if (t == nullptr || p.batch.ranks < 2) return false;
+         t->server = (t->server + 1) % p.batch.ranks;
+         return true;
+       }},
+      {"document between the batch's ids", "unknown document", [first_task](Plan& p) {
+         TaskPlacement* t = first_task(p);
+         if (t == nullptr) return false;
+         t->doc = absent_doc(p.batch, true);
+         return true;
+       }},
+      {"document above the batch's ids", "unknown document", [first_task](Plan& p) {
+         TaskPlacement* t = first_task(p);
+         if (t == nullptr) return false;
+         t->doc = absent_doc(p.batch, false);
+         return true;
+       }},
+      {"rows past the document", "outside document", [first_task](Plan& p) {
+         TaskPlacement* t = first_task(p);
+         if (t == nullptr) return false;
+         for (const auto& rank : p.batch.per_rank) for (const Piece& x : rank) if (x.doc == t->doc) t->q_end = x.doc_len + 1;
+         return true;
+       }},
+      {"rows across two pieces", "not inside one piece held by home", [](Plan& p) {
+         // One row past the end of the task's piece: the next piece's first row.
+         for (auto& s : p.servers) {
+           for (auto& st : s.tasks) {
+             TaskPlacement& t = st.task;
+             for (const Piece& x : p.batch.per_rank[static_cast<size_t>(t.home)]) {
+               if (x.doc == t.doc && x.offset <= t.q_begin && t.q_end == x.offset + x.len && t.q_end < x.doc_len) {
+                 ++t.q_end;
+                 return true;
+               }
+             }
+           }
+         }
+         return false;
+       }},
+      {"q blocks out of canonical order", "q receive rows are not the canonical ones", [](Plan& p) {
+         return swap_two_blocks(p, ExchangeKind::kQ);
+       }},
+      {"invalid plan batch", "plan: plan batch", [](Plan& p) {
+         p.batch.per_rank[0][0].doc_len += 1;
+         return true;
+       }},
+      {"wlb batch of other documents (between ids)", "documents differ from the input's", [rename](Plan& p) {
+         p.scheduler.kind = SchedulerKind::kWlb;  // the one scheduler whose batch may differ
+         rename(p, true);
+         return true;
+       }},
+      {"wlb batch of other documents (above ids)", "documents differ from the input's", [rename](Plan& p) {
+         p.scheduler.kind = SchedulerKind::kWlb;
+         rename(p, false);
+         return true;
+       }},
+  };
+}
+
+// Every rule of task_mutations() on many plans, with dense and sparse document ids: each
+// corruption is refused for its own reason, and each applies to some plan.
+TEST(Validate, RejectsCorruptedTasksOnRandomPlans) {
+  const auto muts = task_mutations();
+  std::vector<int> applied(muts.size(), 0);
+  for (uint64_t seed = 0; seed < 300; ++seed) {
+    for (bool sparse : {false, true}) {
+      Batch b;
+      const Plan base = random_plan(seed, sparse, b);
+      ASSERT_TRUE(validate_plan(base, b, nullptr).ok()) << "seed " << seed;
+      if (b.per_rank[0].empty()) continue;
+      for (size_t i = 0; i < muts.size(); ++i) {
+        Plan p = base;
+        if (!muts[i].mutate(p)) continue;
+        ++applied[i];
+        const Status st = validate_plan(p, b, nullptr);
+        ASSERT_FALSE(st.ok()) << muts[i].name << " seed " << seed;
+        ASSERT_NE(st.message().find(muts[i].expect), std::string::npos)
+            << muts[i].name << " seed " << seed << ": refused for another reason: " << st.message();
+      }
+    }
+  }
+  for (size_t i = 0; i < muts.size(); ++i) EXPECT_GT(applied[i], 10) << muts[i].name << " applied too rarely";
+}
+
+// A peer entry set to an empty list or a zero count (PeerVector keeps it) is the same as no
+// entry: such a plan is still valid, and still refused when corrupted.
+TEST(Validate, ExplicitEmptyPeerEntriesEqualUnsetOnes) {
+  for (uint64_t seed = 0; seed < 100; ++seed) {
+    Batch b;
+    Plan p = random_plan(seed, seed % 3 == 0, b);
+    for (auto& rp : p.ranks) {
+      for (Exchange& e : rp.exchanges) {
+        for (size_t peer = 0; peer < e.send_blocks.size(); peer += 2) {
+          e.send_blocks.mut(peer);
+          e.recv_blocks.mut(peer);
+          if (e.send_counts[peer] == 0) e.send_counts.mut(peer) = 0;
+        }
+      }
+    }
+    ASSERT_TRUE(validate_plan(p, b, nullptr).ok()) << "seed " << seed << ": " << validate_plan(p, b, nullptr).to_string();
+    p.servers[0].cu_seqlens_q.clear();
+    ASSERT_FALSE(validate_plan(p, b, nullptr).ok());
+  }
+}
+
+// percp's all-gather recount (groups of every document's holders) against the planner's.
+TEST(Validate, PercpAllGatherRecount) {
+  int checked = 0;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    const Batch b = test::random_batch(seed, seed % 2 ? TestLayout::kScattered : TestLayout::kContiguous);
+    if (b.ranks % 2 != 0) continue;
+    auto plan = make_plan(b, SchedulerSpec{SchedulerKind::kPerCp, 2}, options_for());
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    ASSERT_TRUE(validate_plan(*plan, b, nullptr).ok()) << "seed " << seed;
+    if (plan->metrics.allgather.bytes == 0) continue;
+    ++checked;
+    for (size_t r = 0; r < plan->metrics.allgather.per_rank.size(); ++r) {
+      Plan p = *plan;
+      p.metrics.allgather.per_rank[r].fwd_recv += 1;
+      const Status st = validate_plan(p, b, nullptr);
+      ASSERT_FALSE(st.ok());
+      EXPECT_NE(st.message().find("all-gather bytes differ"), std::string::npos) << st.message();
+    }
+  }
+  EXPECT_GT(checked, 20);
 }
 
 }  // namespace
