@@ -8,12 +8,21 @@
 // documents re-packed whole over every unit of the stage under the token cap, the long ones
 // sharded head-tail over a CP group of C units); percp:C plan::percp_repack over groups of C.
 // One policy, the plan layer's, decides the layout for the runtime and the simulator alike.
-// The laid-out batch is then served as the runtime serves it: colocated, every piece where it
-// is held, the K/V of its document's earlier rows held on other units fetched before
-// attention (compute_traffic; dK/dV returned in backward), each unit's part of an all-to-all
-// of its own messages, exposed, per unit (no group to wait for).
+// The laid-out batch is then served as the runtime serves it, every piece where it is held:
+//   colocated (the dispatcher's fetch): the K/V of its document's earlier rows held on other
+//     units fetched before attention (compute_traffic; dK/dV returned in backward), each unit's
+//     part of an all-to-all of its own messages;
+//   wlb:C, percp:C (per-document CP through collectives, train/cp_attention.h): a document on
+//     one unit moves nothing; the documents spread over units of one CP group are all-gathered
+//     (their whole K/V) over the group, those spread over several groups over the stage's
+//     units; backward gathers again and reduce-scatters the dK/dV partials to the rows'
+//     holders. Each collective is one all-to-all (Communicator::all_gather_v and
+//     reduce_scatter_sum run on all_to_all_v), costed as the unit's part of it.
+// Either way exposed, per unit (no group to wait for).
 #include <algorithm>
 #include <chrono>
+#include <unordered_map>
+#include <utility>
 
 #include "distca/plan/chunking.h"
 #include "distca/plan/doc_index.h"
@@ -31,9 +40,11 @@ struct UnitWork {
   double attention_seconds = 0;  // forward + backward
   double pairs = 0;              // causal pairs served
   double fwd_sent = 0, fwd_recv = 0, bwd_sent = 0, bwd_recv = 0;  // bytes
-  // Messages of the context fetch (peers sent to / received from, network.h); the backward
-  // returns dK/dV over the same pairs reversed.
-  int64_t fwd_sends = 0, fwd_receives = 0;
+  double fwd_seconds = 0, bwd_seconds = 0;  // the unit's part of the layer's exchanges
+  // K/V bytes of one layer: held from its forward to its backward (the fetched rows without
+  // checkpointing), and held by the layer in flight (with its dK/dV).
+  double kept_per_layer = 0, transient = 0;
+  int64_t peers = 0;  // units it exchanges with (the framework's connections)
 };
 // work[j][i]: micro-batch j, unit i of a stage.
 using Work = std::vector<std::vector<UnitWork>>;
@@ -98,6 +109,98 @@ void fetch_peer_counts(const DocumentIndex& index, const std::vector<TaskPlaceme
   }
 }
 
+// The dispatcher's context fetch (colocated): bytes by traffic.h, messages by
+// fetch_peer_counts; the backward returns dK/dV over the same pairs reversed. Without
+// checkpointing every layer's fetched K/V is kept until its backward; with it only the layer
+// in flight holds it. Either way the layer in backward also holds its dK/dV.
+void fetch_work(const Rates& R, const Schedule& s, std::vector<UnitWork>& out, PlanStats& ps) {
+  const DocumentIndex index(s.batch);
+  const Traffic t = compute_traffic(index, s.tasks, R.row_bytes);
+  std::vector<int64_t> sends, receives;
+  fetch_peer_counts(index, s.tasks, R.units_per_stage, sends, receives);
+  const bool keep = !R.o.activation_checkpointing;
+  for (int64_t r = 0; r < R.units_per_stage; ++r) {
+    UnitWork& w = out[static_cast<size_t>(r)];
+    const RankBytes& rb = t.per_rank[static_cast<size_t>(r)];
+    const auto u = static_cast<size_t>(r);
+    w.fwd_sent = static_cast<double>(rb.fwd_sent);
+    w.fwd_recv = static_cast<double>(rb.fwd_recv);
+    w.bwd_sent = static_cast<double>(rb.bwd_sent);
+    w.bwd_recv = static_cast<double>(rb.bwd_recv);
+    // The bytes (traffic.h) and the pairs (fetch_peer_counts) are two books of one plan.
+    DISTCA_CHECK(messages_cover_bytes(w.fwd_sent, w.fwd_recv, sends[u], receives[u]));
+    DISTCA_CHECK(messages_cover_bytes(w.bwd_sent, w.bwd_recv, receives[u], sends[u]));
+    w.fwd_seconds = all_to_all_unit_seconds(R.exchange, w.fwd_sent, w.fwd_recv, sends[u], receives[u]);
+    w.bwd_seconds = all_to_all_unit_seconds(R.exchange, w.bwd_sent, w.bwd_recv, receives[u], sends[u]);
+    w.kept_per_layer = keep ? w.fwd_recv : 0.0;
+    w.transient = (keep ? 1.0 : 2.0) * w.fwd_recv;
+    w.peers = std::max(sends[u], receives[u]);
+  }
+  ps.comm_bytes_forward += static_cast<double>(t.bytes.forward());
+  ps.comm_bytes_backward += static_cast<double>(t.bytes.backward());
+}
+
+// Per-document CP's collectives on one laid-out micro-batch (train/cp_attention.h): each
+// document is local (one unit), group (units of one CP group of c) or wide (units of several
+// groups); each group's group-class rows are all-gathered over its c units, the wide-class
+// rows over all units. Member m of a collective of M units holding `mine` of its `total` rows
+// (K and V, kv bytes each): all-gather, it sends its block to the M - 1 others and receives
+// the others' blocks (from those holding any); reduce-scatter, it sends each other holder the
+// partials of its rows and receives M - 1 partials of its own. Forward: the all-gathers;
+// backward: the all-gathers again, then the reduce-scatters (one after another, as the runtime
+// calls them). Nothing is kept between layers: the layer in flight holds the gathered buffer
+// and, in backward, its dK/dV partials (as large).
+void cp_collectives(const Rates& R, const Batch& laid, int64_t c, std::vector<UnitWork>& out, PlanStats& ps) {
+  const int64_t U = laid.ranks;
+  // [doc] its lowest and highest holder.
+  std::unordered_map<int64_t, std::pair<int64_t, int64_t>> span;
+  for (int64_t r = 0; r < U; ++r) {
+    for (const Piece& p : laid.per_rank[static_cast<size_t>(r)]) {
+      auto [it, fresh] = span.try_emplace(p.doc, r, r);
+      if (!fresh) it->second = {std::min(it->second.first, r), std::max(it->second.second, r)};
+    }
+  }
+  std::vector<int64_t> group_rows(static_cast<size_t>(U), 0), wide_rows(static_cast<size_t>(U), 0);
+  for (int64_t r = 0; r < U; ++r) {
+    for (const Piece& p : laid.per_rank[static_cast<size_t>(r)]) {
+      const auto [lo, hi] = span.at(p.doc);
+      if (lo == hi) continue;
+      (lo / c == hi / c ? group_rows : wide_rows)[static_cast<size_t>(r)] += p.len;
+    }
+  }
+  const double kv = static_cast<double>(R.row_bytes.kv);
+  const auto collective = [&](const std::vector<int64_t>& rows, int64_t first, int64_t end) {
+    int64_t total = 0, holding = 0;
+    for (int64_t m = first; m < end; ++m) {
+      total += rows[static_cast<size_t>(m)];
+      holding += rows[static_cast<size_t>(m)] > 0 ? 1 : 0;
+    }
+    if (total == 0) return;  // the runtime skips a collective with nothing to move
+    const int64_t M = end - first;
+    for (int64_t m = first; m < end; ++m) {
+      UnitWork& w = out[static_cast<size_t>(m)];
+      const int64_t mine = rows[static_cast<size_t>(m)];
+      const double own = static_cast<double>(mine) * kv, others = static_cast<double>(total - mine) * kv;
+      const int64_t to_all = mine > 0 ? M - 1 : 0, from_holders = holding - (mine > 0 ? 1 : 0);
+      const double gathered = static_cast<double>(M - 1) * own;
+      const double gather_s = all_to_all_unit_seconds(R.exchange, gathered, others, to_all, from_holders);
+      const double scatter_s = all_to_all_unit_seconds(R.exchange, others, gathered, from_holders, to_all);
+      w.fwd_sent += gathered;
+      w.fwd_recv += others;
+      w.bwd_sent += gathered + others;
+      w.bwd_recv += others + gathered;
+      w.fwd_seconds += gather_s;
+      w.bwd_seconds += gather_s + scatter_s;
+      w.transient += 2.0 * static_cast<double>(total) * kv;
+      w.peers = std::max(w.peers, M - 1);
+      ps.comm_bytes_forward += gathered;
+      ps.comm_bytes_backward += gathered + others;
+    }
+  };
+  for (int64_t g = 0; g < U; g += c) collective(group_rows, g, g + c);
+  collective(wide_rows, 0, U);
+}
+
 Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<UnitWork>& out, PlanStats& ps) {
   out.assign(static_cast<size_t>(R.units_per_stage), {});
   const auto t0 = std::chrono::steady_clock::now();
@@ -105,30 +208,19 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
   DISTCA_ASSIGN_OR_RETURN(Batch laid, laid_out(R.o, b, c));
   DISTCA_ASSIGN_OR_RETURN(Schedule s, schedule_colocated(laid, ScheduleOptions{}));
   ps.plan_seconds += seconds_since(t0);
-  const DocumentIndex index(s.batch);
-  const Traffic t = compute_traffic(index, s.tasks, R.row_bytes);
-  std::vector<int64_t> sends, receives;
-  fetch_peer_counts(index, s.tasks, R.units_per_stage, sends, receives);
+  if (R.o.strategy.kind == StrategyKind::kWlb || R.o.strategy.kind == StrategyKind::kPerCp) {
+    cp_collectives(R, s.batch, c, out, ps);
+  } else {
+    fetch_work(R, s, out, ps);
+  }
   for (const TaskPlacement& task : s.tasks) {
     UnitWork& w = out[static_cast<size_t>(task.server)];
     const int64_t q = task.q_end - task.q_begin;
     w.attention_seconds += R.cost.task_cost(q, task.q_end);
     w.pairs += static_cast<double>(task_pairs(q, task.q_end));
   }
-  for (int64_t r = 0; r < R.units_per_stage; ++r) {
-    UnitWork& w = out[static_cast<size_t>(r)];
-    const RankBytes& rb = t.per_rank[static_cast<size_t>(r)];
-    w.tokens = static_cast<double>(s.batch.rank_tokens(r));
-    w.fwd_sends = sends[static_cast<size_t>(r)];
-    w.fwd_receives = receives[static_cast<size_t>(r)];
-    w.fwd_sent = static_cast<double>(rb.fwd_sent);
-    w.fwd_recv = static_cast<double>(rb.fwd_recv);
-    w.bwd_sent = static_cast<double>(rb.bwd_sent);
-    w.bwd_recv = static_cast<double>(rb.bwd_recv);
-  }
-  ps.comm_bytes_forward += static_cast<double>(t.bytes.forward());
-  ps.comm_bytes_backward += static_cast<double>(t.bytes.backward());
-  // With checkpointing the backward's recompute fetches the K/V again.
+  for (int64_t r = 0; r < R.units_per_stage; ++r) out[static_cast<size_t>(r)].tokens = static_cast<double>(s.batch.rank_tokens(r));
+  // With checkpointing the backward's recompute fetches (or gathers) the K/V again.
   if (R.o.activation_checkpointing) ps.comm_bytes_backward += ps.comm_bytes_forward - fwd_bytes_before;
   std::vector<double> loads;
   for (const UnitWork& w : out) loads.push_back(w.attention_seconds);
@@ -138,18 +230,6 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
   ps.load_before_max_over_mean =
       std::max(ps.load_before_max_over_mean, max_over_mean(colocated_loads(b, &R.cost)));
   return Status::ok_status();
-}
-
-// Seconds of one unit's context fetch (forward) or dK/dV return (backward): its part of an
-// all-to-all of its own messages (no messages: nothing to wait for).
-double transfer_seconds(const Rates& R, const UnitWork& w, bool bwd) {
-  // The bytes (traffic.h) and the pairs (add_plan_peers) are two books of one plan.
-  if (bwd) {
-    DISTCA_CHECK(messages_cover_bytes(w.bwd_sent, w.bwd_recv, w.fwd_receives, w.fwd_sends));
-    return all_to_all_unit_seconds(R.exchange, w.bwd_sent, w.bwd_recv, w.fwd_receives, w.fwd_sends);
-  }
-  DISTCA_CHECK(messages_cover_bytes(w.fwd_sent, w.fwd_recv, w.fwd_sends, w.fwd_receives));
-  return all_to_all_unit_seconds(R.exchange, w.fwd_sent, w.fwd_recv, w.fwd_sends, w.fwd_receives);
 }
 
 // One op (micro-batch j, forward or backward) of unit i of stage s, starting at t: the
@@ -162,20 +242,20 @@ double run_unit_op(const Rates& R, const Work& work, Recorder& rec, int64_t s, i
   const bool last = s == R.pp - 1;
   const char* lin_name = bwd ? "bwd linear" : "fwd linear";
   const char* att_name = bwd ? "bwd attention" : "fwd attention";
-  const char* comm_name = bwd ? "dK/dV return" : "K/V fetch";
+  const char* comm_name = bwd ? "dK/dV return" : "K/V fetch";  // (or gather; gather + reduce-scatter)
   auto lm = [&]() {
     const double d = rec.linear(u, t, (bwd ? R.lm_head_bwd_per_token : R.lm_head_fwd_per_token) * w.tokens,
                                 bwd ? "bwd lm head" : "fwd lm head", j);
     t = std::max(t, t + d);
   };
   if (last && bwd) lm();
-  // With checkpointing nothing fetched is kept: the backward's recompute of a layer fetches
-  // its K/V again, at the forward's cost, before the attention backward.
+  // With checkpointing the backward's recompute of a layer fetches (gathers) its K/V again, at
+  // the forward's cost, before the attention backward.
   const bool refetch = bwd && R.o.activation_checkpointing;
   const double sent = bwd ? w.bwd_sent : w.fwd_sent, recv = bwd ? w.bwd_recv : w.fwd_recv;
   for (int64_t k = 0; k < layers; ++k) {
-    const double x0 = refetch ? transfer_seconds(R, w, false) : 0.0;
-    const double xr = transfer_seconds(R, w, bwd);
+    const double x0 = refetch ? w.fwd_seconds : 0.0;
+    const double xr = bwd ? w.bwd_seconds : w.fwd_seconds;
     // Forward: the K/V fetch, then the layer. Backward: the linear backward (with the
     // recompute), the K/V re-fetch, the attention backward, then the dK/dV it produced goes
     // back: exposed either way.
@@ -271,21 +351,18 @@ std::vector<MemoryInput> baseline_memory(const Rates& R, const Work& work, const
     for (int64_t i = 0; i < ups; ++i) {
       MemoryInput& mi = mem[static_cast<size_t>(s * ups + i)];
       const double layers = static_cast<double>(R.stage_layers[static_cast<size_t>(s)]);
-      // Fetched K/V: without checkpointing every layer's is kept until its
-      // backward; with it only the layer in flight holds it (the recompute fetches again).
-      // Either way the layer in backward also holds its dK/dV (as large) until it is sent back.
-      const bool keep_kv = !R.o.activation_checkpointing;
+      // The K/V each layer keeps and the layer in flight holds (UnitWork).
       double tok = 0, kept = 0;
       for (const PipeOp& op : ops[static_cast<size_t>(s)]) {
         const UnitWork& w = work[static_cast<size_t>(op.microbatch)][static_cast<size_t>(i)];
         const double sign = op.backward ? -1.0 : 1.0;
         tok += sign * w.tokens;
-        if (keep_kv) kept += sign * w.fwd_recv * layers;
+        kept += sign * w.kept_per_layer * layers;
         mi.tokens_in_flight = std::max(mi.tokens_in_flight, tok);
         mi.kept_bytes = std::max(mi.kept_bytes, kept);
         mi.tokens_max = std::max(mi.tokens_max, w.tokens);
-        mi.transient_bytes = std::max(mi.transient_bytes, (keep_kv ? 1.0 : 2.0) * w.fwd_recv);
-        mi.exchange_peers = std::max({mi.exchange_peers, w.fwd_sends, w.fwd_receives});
+        mi.transient_bytes = std::max(mi.transient_bytes, w.transient);
+        mi.exchange_peers = std::max(mi.exchange_peers, w.peers);
       }
       mi.kept_kv_bytes = mi.kept_bytes;
       mi.transient_kv_bytes = mi.transient_bytes;

@@ -123,6 +123,7 @@ Result<TrainingPrediction> predict_training(const TrainingRun& run, const std::v
   DISTCA_ASSIGN_OR_RETURN(SimResult r, simulate(setup.options, batches));
   TrainingPrediction out;
   out.step_s = r.iteration_seconds;
+  out.attention_bytes = (r.plan.comm_bytes_forward + r.plan.comm_bytes_backward) * static_cast<double>(run.model.n_layers);
   const int64_t ups = run.ranks / run.tp / run.pp;  // units per stage
   const double t = r.iteration_seconds;
   out.stage_idle.assign(static_cast<size_t>(run.pp), 0);

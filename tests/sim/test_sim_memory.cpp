@@ -25,10 +25,11 @@ using testing::run;
 double rel(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1e-300); }
 
 // Two units, percp:2, one document of 2T tokens: percp_repack's head-tail shards give unit 0
-// rows [0, T/2) and [3T/2, 2T), unit 1 rows [T/2, 3T/2), T rows each. Unit 0's attention reads
-// the whole document, so it fetches unit 1's T rows of K and V every layer; unit 1's reads up
-// to 3T/2, so it fetches unit 0's first T/2 rows: rows * 2 kv_dim * 2 bytes (whole node of 8
-// GPUs).
+// rows [0, T/2) and [3T/2, 2T), unit 1 rows [T/2, 3T/2), T rows each. The group all-gathers the
+// document every layer (each unit sends its T rows and receives the other's T), gathers again in
+// backward and reduce-scatters the dK/dV partials (T rows each way); each unit's gathered buffer
+// holds the whole 2T rows, and its dK/dV partials as many in backward: rows * 2 kv_dim * 2
+// bytes (whole node of 8 GPUs). Nothing is kept between layers, with or without checkpointing.
 TEST(Memory, PerCpTwoUnitsOneDocumentByHand) {
   const int64_t T = 8192;
   const Batch b = pack_documents({2 * T}, 2, T, Layout::kContiguous);
@@ -43,40 +44,40 @@ TEST(Memory, PerCpTwoUnitsOneDocumentByHand) {
   const double G = 8, L = 32;
   const double kv_row = 2.0 * 1024 * 2;  // K and V of one token: 8 KV heads x 128, bf16
   ASSERT_EQ(m.kv_dim(), 1024);
-  const double fetched[2] = {static_cast<double>(T) * kv_row, static_cast<double>(T / 2) * kv_row};  // per layer
+  const double moved = static_cast<double>(T) * kv_row;                // each way, per collective
+  const double held = 2 * static_cast<double>(2 * T) * kv_row;         // gathered + dK/dV partials
   const double h = 4096, q = 4096, kvd = 1024, ffn = 14336, lse = 4.0 * 32;
   const double stored = 2 * (h + q) + lse;                              // layer input, O, LSE
   const double all = 2 * (4 * h + 2 * q + 2 * kvd + 3 * ffn) + lse;     // every activation
   for (size_t u = 0; u < 2; ++u) {
     const MemoryStats& ma = a.per_unit[u].memory;
     const MemoryStats& mf = f.per_unit[u].memory;
-    const double other = fetched[1 - u];  // what the other unit fetches from this one
-    // Checkpointing: one layer's fetched K/V and its dK/dV; the layer being recomputed.
-    EXPECT_LT(rel(ma.kv_buffers, 2 * fetched[u] / G), 1e-12) << u;
-    EXPECT_LT(rel(ma.buffers, 2 * fetched[u] / G + all * T / G), 1e-12) << u;
+    // Checkpointing: the layer in flight's gathered K/V and dK/dV; the layer being recomputed.
+    EXPECT_LT(rel(ma.kv_buffers, held / G), 1e-12) << u;
+    EXPECT_LT(rel(ma.buffers, held / G + all * T / G), 1e-12) << u;
     EXPECT_LT(rel(ma.activations, stored * L * T / G), 1e-12) << u;
-    // Without: every layer's fetched K/V kept for backward, plus the dK/dV of the layer in
-    // backward; every activation stored, nothing recomputed.
-    EXPECT_LT(rel(mf.kv_buffers, (L + 1) * fetched[u] / G), 1e-12) << u;
+    // Without: the same K/V (gathered again in backward, not kept); every activation stored,
+    // nothing recomputed.
+    EXPECT_LT(rel(mf.kv_buffers, held / G), 1e-12) << u;
     EXPECT_LT(rel(mf.buffers, mf.kv_buffers), 1e-12) << u;
     EXPECT_LT(rel(mf.activations, all * L * T / G), 1e-12) << u;
     EXPECT_LT(ma.total(), mf.total()) << u;
-    // Bytes per layer: the forward fetch, with checkpointing the recompute's fetch again, and
-    // the dK/dV of the rows the other unit fetched coming back.
-    EXPECT_LT(rel(a.per_unit[u].bytes_received, L * (2 * fetched[u] + other)), 1e-12) << u;
-    EXPECT_LT(rel(a.per_unit[u].bytes_sent, L * (2 * other + fetched[u])), 1e-12) << u;
-    EXPECT_LT(rel(f.per_unit[u].bytes_sent, L * (other + fetched[u])), 1e-12) << u;
+    // Bytes per layer, each way: the forward's gather, the backward's and the reduce-scatter,
+    // and with checkpointing the recompute's gather.
+    EXPECT_LT(rel(a.per_unit[u].bytes_received, L * 4 * moved), 1e-12) << u;
+    EXPECT_LT(rel(a.per_unit[u].bytes_sent, L * 4 * moved), 1e-12) << u;
+    EXPECT_LT(rel(f.per_unit[u].bytes_sent, L * 3 * moved), 1e-12) << u;
   }
-  const double fwd = fetched[0] + fetched[1];
-  EXPECT_LT(rel(a.plan.comm_bytes_backward, 2 * fwd), 1e-12);
-  EXPECT_LT(rel(f.plan.comm_bytes_backward, fwd), 1e-12);
-  // Time: each unit's part of the fetch is one message each way, the larger side T rows; the
-  // re-fetch costs what the forward's costs, and the recomputed forward adds one forward of
-  // linear work per layer.
-  const double xfer = fetched[0] / (G * ck.cluster.hw.inter_node_bw) + ck.cluster.hw.inter_node_latency;
+  const double fwd = 2 * moved;
+  EXPECT_LT(rel(a.plan.comm_bytes_forward, fwd), 1e-12);
+  EXPECT_LT(rel(a.plan.comm_bytes_backward, 3 * fwd), 1e-12);
+  EXPECT_LT(rel(f.plan.comm_bytes_backward, 2 * fwd), 1e-12);
+  // Time: each collective is one message each way of T rows per unit; the re-gather costs what
+  // the forward's costs, and the recomputed forward adds one forward of linear work per layer.
+  const double xfer = moved / (G * ck.cluster.hw.inter_node_bw) + ck.cluster.hw.inter_node_latency;
   const double lin_fwd = static_cast<double>(T) * linear_forward_flops_per_token(m) / (G * ck.cluster.hw.peak_flops * 0.5);
   EXPECT_LT(rel(a.iteration_seconds - f.iteration_seconds, L * (xfer + lin_fwd)), 1e-9);
-  EXPECT_LT(rel(a.per_unit[0].exposed_comm, 3 * L * xfer), 1e-9);
+  EXPECT_LT(rel(a.per_unit[0].exposed_comm, 4 * L * xfer), 1e-9);
   int refetches = 0;
   for (const TraceEvent& e : a.events) {
     if (e.name != "K/V re-fetch (recompute)") continue;

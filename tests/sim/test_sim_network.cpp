@@ -404,27 +404,28 @@ std::vector<double> span_seconds(const SimResult& r, const std::string& name, in
 }
 
 // percp:4 over 4 units, one document of 4T tokens: percp_repack gives unit i the head
-// [iT/2, (i+1)T/2) and the tail [(7-i)T/2, (8-i)T/2). Each unit fetches the rows before its
-// tail's end held elsewhere (3T, 5T/2, 2T, 3T/2 rows) from the 3 others and sends its own to
-// every unit reading past them (3T/2, 2T, 5T/2, 3T rows): 3 messages each way, so its part is
-// 3 lat + max(sent, received) / B.
-TEST(NetworkEngine, PerCpFetchOfFourUnitsByHand) {
+// [iT/2, (i+1)T/2) and the tail [(7-i)T/2, (8-i)T/2), T rows. The group all-gathers the whole
+// document: each unit sends its T rows to the 3 others and receives their 3T rows, 3 messages
+// each way, so its part is 3 lat + 3T kv / B; the backward gathers again and reduce-scatters
+// the dK/dV partials (the same part again).
+TEST(NetworkEngine, PerCpAllGatherOfFourUnitsByHand) {
   const int64_t T = 8192;
   SimOptions o = testing::options("percp:4", 4);
   o.grad_sync = false;
   o.lm_head = false;
   o.record_events = true;
   const SimResult r = testing::run(o, {pack_documents({4 * T}, 4, T, Layout::kContiguous)});
-  const double kv = static_cast<double>(row_bytes(o.model, 2).kv) * static_cast<double>(T) / 2;  // T/2 rows
-  const double recv[4] = {6, 5, 4, 3}, sent[4] = {3, 4, 5, 6};  // in T/2 rows
+  const double rows = static_cast<double>(row_bytes(o.model, 2).kv) * static_cast<double>(3 * T);  // 3T rows
+  const double part = 3 * kLat + rows / kB;
   for (int64_t u = 0; u < 4; ++u) {
     const auto U = static_cast<size_t>(u);
-    const double want = 3 * kLat + std::max(recv[U], sent[U]) * kv / kB;
     const std::vector<double> spans = span_seconds(r, "K/V fetch", u);
     EXPECT_EQ(spans.size(), 32u) << u;  // one per layer, forward
-    for (const double s : spans) EXPECT_LT(rel(s, want), 1e-9) << u;
-    // Forward fetch, the recompute's fetch, the dK/dV of what the others fetched.
-    EXPECT_LT(rel(r.per_unit[U].bytes_received, 32 * (2 * recv[U] + sent[U]) * kv), 1e-12) << u;
+    for (const double s : spans) EXPECT_LT(rel(s, part), 1e-9) << u;
+    for (const double s : span_seconds(r, "dK/dV return", u)) EXPECT_LT(rel(s, 2 * part), 1e-9) << u;
+    // The forward's gather, the recompute's, the backward's, and the reduce-scatter.
+    EXPECT_LT(rel(r.per_unit[U].bytes_received, 32 * 4 * rows), 1e-12) << u;
+    EXPECT_LT(rel(r.per_unit[U].bytes_sent, 32 * 4 * rows), 1e-12) << u;
   }
 }
 

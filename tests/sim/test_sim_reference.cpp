@@ -3,8 +3,8 @@
 // closed form (layer FLOPs from the model's dimensions, causal pairs row by row, the LM head,
 // the ring all-reduce of the parameters' fp32 gradients), a colocated 1F1B pipeline timed event
 // by event over stages x micro-batches of different lengths with its stage-to-stage transfers,
-// and the re-packing baselines' tokens, attention and K/V fetch bytes enumerated row by row
-// from the chunking's output (plan::wlb_repack, plan::percp_repack).
+// and the re-packing baselines' tokens, attention and K/V collective bytes enumerated row by
+// row from the chunking's output (plan::wlb_repack, plan::percp_repack).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -130,9 +130,12 @@ TEST(Reference, ColocatedPipelineMatchesAnEventByEventEnumeration) {
 // by row: the batch the runtime trains on is plan::wlb_repack (options written out below from
 // the trainer's documented rule) or plan::percp_repack; a unit holds and serves the rows it is
 // given (a row x costs x + 1 pairs); a piece [a, a + n) costs the analytic padded pairs
-// q (2 kv - q + 1) / 2 with q = max(n, 128), kv = max(a + n, q); every unit receives the K/V
-// row of every row of its documents before the end of its last row there that another unit
-// holds (forward), and in backward the recompute fetches them again and dK/dV go back.
+// q (2 kv - q + 1) / 2 with q = max(n, 128), kv = max(a + n, q). The K/V move as the trainer's
+// per-document CP moves them (train/cp_attention.h): a document on one unit moves nothing; one
+// on several units of one CP group (units gc .. gc + c - 1) is all-gathered over the group, one
+// on units of several groups over all 8: every row goes from its holder to each other member
+// (forward; again in backward, and once more for the recompute with checkpointing), and in
+// backward every other member sends the row's dK/dV partial back to its holder.
 TEST(Reference, RepackedBaselinesMatchARowByRowEnumeration) {
   const Batch b = testing::drawn(8, 16384, 1, 3).front();
   const ModelSpec mspec = model_preset("llama-8b").value();
@@ -146,7 +149,8 @@ TEST(Reference, RepackedBaselinesMatchARowByRowEnumeration) {
   for (const char* kind : {"wlb", "percp"}) {
     for (int64_t c : {1, 2, 4, 8}) {
       const std::string name = std::string(kind) + ":" + std::to_string(c);
-      const SimOptions o = options(name, 8);
+      SimOptions o = options(name, 8);
+      o.grad_sync = false;
       ChunkingOptions co;
       co.cap = 1.2;
       co.cp = c;
@@ -171,14 +175,23 @@ TEST(Reference, RepackedBaselinesMatchARowByRowEnumeration) {
           padded[static_cast<size_t>(r)] += q * (2 * kv - q + 1) / 2;
         }
       }
-      double bytes = 0;
+      // gather[u], scatter[u]: bytes unit u sends in one all-gather, in the reduce-scatter.
+      std::vector<double> gather(8, 0.0), scatter(8, 0.0);
       for (const auto& [doc, rows] : holder) {
-        for (int64_t r = 0; r < 8; ++r) {
-          int64_t end = 0;  // one past the last row r holds
-          for (size_t x = 0; x < rows.size(); ++x) end = rows[x] == r ? static_cast<int64_t>(x) + 1 : end;
-          for (int64_t x = 0; x < end; ++x) bytes += rows[static_cast<size_t>(x)] != r ? kv_row : 0.0;
+        const auto [lo, hi] = std::minmax_element(rows.begin(), rows.end());
+        if (*lo == *hi) continue;  // one unit: nothing moves
+        const bool in_group = *lo / c == *hi / c;
+        const int64_t first = in_group ? *lo / c * c : 0, end = in_group ? first + c : 8;
+        for (const int64_t h : rows) {
+          for (int64_t m = first; m < end; ++m) {
+            if (m == h) continue;
+            gather[static_cast<size_t>(h)] += kv_row;
+            scatter[static_cast<size_t>(m)] += kv_row;
+          }
         }
       }
+      const double bytes = std::accumulate(gather.begin(), gather.end(), 0.0);
+      const double scattered = std::accumulate(scatter.begin(), scatter.end(), 0.0);
       const SimResult res = run(o, {b});
       ASSERT_EQ(res.per_unit.size(), 8u);
       const double per_padded_pair = res.per_unit[0].attention / padded[0];
@@ -188,7 +201,12 @@ TEST(Reference, RepackedBaselinesMatchARowByRowEnumeration) {
         EXPECT_LT(rel(res.per_unit[u].attention, per_padded_pair * padded[u]), 1e-9) << name << " unit " << u;
       }
       EXPECT_EQ(res.plan.comm_bytes_forward, bytes) << name;
-      EXPECT_EQ(res.plan.comm_bytes_backward, 2 * bytes) << name;
+      EXPECT_EQ(res.plan.comm_bytes_backward, 2 * bytes + scattered) << name;
+      // Per unit, every layer: the forward's all-gather, the recompute's and the backward's,
+      // and the reduce-scatter (the gradient all-reduce is off).
+      for (size_t u = 0; u < 8; ++u) {
+        EXPECT_EQ(res.per_unit[u].bytes_sent, L * (3 * gather[u] + scatter[u])) << name << " unit " << u;
+      }
       EXPECT_EQ(res.cp_degree, c);
     }
   }

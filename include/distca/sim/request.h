@@ -111,6 +111,10 @@ struct TrainingPrediction {
   std::vector<double> rank_exposed;  // [rank]
   std::vector<double> rank_blocked;  // [rank]
   std::vector<double> rank_busy_s;   // [rank] UnitStats::busy, seconds
+  // Bytes the attention's exchanges send in the iteration, all ranks: SimResult::plan's
+  // comm_bytes_forward + comm_bytes_backward (per layer) x the model's layers; what bench
+  // train --compare sums from the ranks' StepMetrics::bytes_sent for wlb and percp.
+  double attention_bytes = 0;
 };
 
 // The request of one training run (make_sim_options' input), and its prediction on the
