@@ -89,16 +89,11 @@ SimFigures predict_entry(const TrainBenchFlags& f, int64_t ranks, const train::C
   for (int64_t s = f.warmup_steps; s < f.steps; ++s) {
     std::vector<Batch> batches;
     for (int64_t k = 0; k < M; ++k) batches.push_back(data.batch(s * M + k));
-    auto p = sim::predict_training(run, batches);
-    if (!p.ok()) {
-      out.error = p.status().message();
-      return out;
-    }
-    steps.push_back(p->step_s);
-    if (s + 1 == f.steps) static_cast<sim::TrainingPrediction&>(out) = std::move(p).value();
+    out = sim::predict_outcome(run, batches);
+    if (!out.ok) return out;
+    steps.push_back(out.step_s);
   }
   out.step_s = train::quantile(steps, 0.5);
-  out.ok = true;
   return out;
 }
 
