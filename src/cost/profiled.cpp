@@ -393,11 +393,6 @@ Result<CostTable> read_cost_table(const std::string& path) {
 }
 }  // namespace
 
-Result<std::unique_ptr<AttentionCostModel>> load_cost_table(const std::string& path) {
-  DISTCA_ASSIGN_OR_RETURN(CostTable t, read_cost_table(path));
-  return std::unique_ptr<AttentionCostModel>(std::make_unique<ProfiledCostModel>(std::move(t)));
-}
-
 Result<std::unique_ptr<ProfiledCostModel>> load_cost_table_option(const std::string& path) {
   auto t = read_cost_table(path);
   if (!t.ok()) return Status(t.status().code(), "--cost-table: " + t.status().message());

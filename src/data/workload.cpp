@@ -203,7 +203,6 @@ Result<Layout> parse_layout(const std::string& s) {
   return Status::invalid_argument("--layout: unknown layout '" + s + "' (expected contiguous or head-tail)");
 }
 
-const char* layout_name(Layout l) { return l == Layout::kHeadTail ? "head-tail" : "contiguous"; }
 
 Status WorkloadOptions::validate() const {
   DISTCA_ASSIGN_OR_RETURN(DistSpec spec, parse_dist(dist));

@@ -31,12 +31,6 @@ int64_t Traffic::forward_max_rank() const {
   return m;
 }
 
-int64_t Traffic::backward_max_rank() const {
-  int64_t m = 0;
-  for (const auto& r : per_rank) m = std::max(m, r.bwd());
-  return m;
-}
-
 Traffic compute_traffic(const DocumentIndex& index, const std::vector<TaskPlacement>& tasks,
                         const RowBytes& rb, bool include_context) {
   const int64_t ranks = index.ranks();

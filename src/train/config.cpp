@@ -405,45 +405,4 @@ Status apply_toml_file(const std::string& path, TrainConfig& config) {
   return apply_toml_text(*text, path, config);
 }
 
-std::string default_config_toml() {
-  const TrainConfig c;
-  std::ostringstream o;
-  o.precision(17);
-  o << "# The embedded default of `distca train` (src/train/config.cpp writes it).\n"
-    << "model = \"" << c.model << "\"\n"
-    << "ranks = " << c.ranks << "\n"
-    << "backend = \"" << c.backend << "\"\n"
-    << "mode = \"" << train_mode_name(c.mode) << "\"\n"
-    << "# overlap = \"pingpong\"  # cad mode: pingpong (the default) | single-stream | signal\n"
-    << "# pp = 1                 # pipeline stages (ranks = replicas x stages; configs/pipeline-4stages.toml)\n"
-    << "# micro_batches = 1      # per replica and step (>= pp)\n"
-    << "# cp = 1                 # wlb, percp: context-parallel group size (divides ranks / pp)\n"
-    << "# wlb_cap = 1.2          # wlb: tokens per rank at most this x the mean\n"
-    << "# cp_threshold = 64      # wlb with cp > 1: shard documents longer than this (unset: 2 x cp x query tile - 1)\n"
-    << "# tp = 1                 # tensor-parallel ranks per layer (ranks = tp x pp x replicas)\n"
-    << "scheduler = \"" << c.scheduler << "\"\n"
-    << "tolerance = " << c.tolerance << "\n"
-    << "steps = " << c.steps << "\n"
-    << "lr = " << c.lr << "\n"
-    << "min_lr = " << c.min_lr << "\n"
-    << "warmup = " << c.warmup << "\n"
-    << "weight_decay = " << c.weight_decay << "\n"
-    << "clip = " << c.clip << "\n"
-    << "seed = " << c.seed << "\n"
-    << "data = \"" << c.data << "\"\n"
-    << "copy_vocab = " << c.copy_vocab << "\n"
-    << "tokens_per_rank = " << c.tokens_per_rank << "\n"
-    << "dist = \"" << c.dist << "\"\n"
-    << "max_doc_len = " << c.max_doc_len << "\n"
-    << "\n[model_overrides]\n";
-  const ModelOverrides& m = c.model_overrides;
-  const std::pair<const char*, const std::optional<int64_t>*> fields[] = {
-      {"n_layers", &m.n_layers}, {"hidden", &m.hidden}, {"n_heads", &m.n_heads},
-      {"n_kv_heads", &m.n_kv_heads}, {"head_dim", &m.head_dim}, {"ffn", &m.ffn}, {"vocab", &m.vocab}};
-  for (const auto& [name, v] : fields) {
-    if (*v) o << name << " = " << **v << "\n";
-  }
-  return o.str();
-}
-
 }  // namespace distca::train

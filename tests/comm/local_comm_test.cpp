@@ -136,7 +136,7 @@ TEST(LocalComm, BroadcastAndAllGather) {
       if (comm.rank() == root) {
         for (int i = 0; i < 37; ++i) v[static_cast<std::size_t>(i)] = i * i;
       }
-      DISTCA_RETURN_IF_ERROR(comm.broadcast_values(std::span<int>(v), root));
+      DISTCA_RETURN_IF_ERROR(comm.broadcast(std::as_writable_bytes(std::span<int>(v)), root));
       for (int i = 0; i < 37; ++i) {
         if (v[static_cast<std::size_t>(i)] != i * i) return Status::internal("broadcast value");
       }

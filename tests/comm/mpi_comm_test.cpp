@@ -534,7 +534,7 @@ Status run_overlap(int* argc, char*** argv, const OverlapArgs& args) {
   // shared by processes of one machine).
   DISTCA_RETURN_IF_ERROR(c0.barrier());
   int64_t epoch_ticks = Clock::now().time_since_epoch().count();
-  DISTCA_RETURN_IF_ERROR(c0.broadcast_values(std::span<int64_t>(&epoch_ticks, 1), 0));
+  DISTCA_RETURN_IF_ERROR(c0.broadcast(std::as_writable_bytes(std::span<int64_t>(&epoch_ticks, 1)), 0));
   auto trace = std::make_unique<TraceRecorder>(Clock::time_point(Clock::duration(epoch_ticks)));
   opts.trace = trace.get();
   DISTCA_ASSIGN_OR_RETURN(auto comm, make_mpi_communicator(argc, argv, opts));

@@ -142,7 +142,7 @@ inline Status check_collectives(NcclCommunicator& nc) {
   DISTCA_ASSIGN_OR_RETURN(auto ranks, nc.all_gather_value(nc.rank() * 3 + 1));
   for (int p = 0; p < nc.size(); ++p) NCCL_CHECK_OR_RETURN(ranks[static_cast<std::size_t>(p)] == p * 3 + 1, "all_gather");
   std::vector<double> v(5, nc.rank() == 0 ? 2.5 : -1.0);
-  DISTCA_RETURN_IF_ERROR(nc.broadcast_values(std::span<double>(v), 0));
+  DISTCA_RETURN_IF_ERROR(nc.broadcast(std::as_writable_bytes(std::span<double>(v)), 0));
   for (double x : v) NCCL_CHECK_OR_RETURN(x == 2.5, "broadcast");
   return Status::ok_status();
 }

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "distca/cost/analytic.h"
+#include "distca/cost/options.h"
 #include "distca/cost/profiled.h"
 
 namespace distca {
@@ -102,11 +103,11 @@ TEST(CostCsv, LoadCostTableReadsCsvByExtension) {
   std::filesystem::create_directories(dir);
   const auto path = (dir / "t.CSV").string();
   std::ofstream(path) << "L,cp,tp,duration_per_doc\n1024,1,1,0.5\n2048,1,1,2\n";
-  auto m = load_cost_table(path);
+  auto m = load_cost_table_option(path);
   ASSERT_TRUE(m.ok()) << m.status().message();
   EXPECT_NEAR((*m)->task_cost(1024, 1024), 0.5e-3 * 3.5, 0.5e-3 * 3.5 * 0.11);  // saturated: within 10%
   std::ofstream(path) << "{}";
-  auto bad = load_cost_table(path);
+  auto bad = load_cost_table_option(path);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find(path), std::string::npos);
   std::filesystem::remove_all(dir);
@@ -115,7 +116,7 @@ TEST(CostCsv, LoadCostTableReadsCsvByExtension) {
 TEST(CostCsv, H100TableMatchesItsRowsOnTheDiagonal) {
   const std::string path = std::string(DISTCA_SHARED_DATA_DIR) + "/attn-time-h100.csv";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " absent";
-  auto m = load_cost_table(path);
+  auto m = load_cost_table_option(path);
   ASSERT_TRUE(m.ok()) << m.status().message();
   std::ifstream in(path);
   std::string line;

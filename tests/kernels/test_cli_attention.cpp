@@ -17,6 +17,7 @@
 
 #include "distca/core/io.h"
 #include "distca/core/npy.h"
+#include "distca/cost/options.h"
 #include "distca/cost/profiled.h"
 #include "distca/kernels/profiler.h"
 #include "distca/kernels/reference.h"
@@ -288,7 +289,7 @@ TEST_F(CliAttention, ProfileWritesALoadableTable) {
                               "--min-seconds 0",
                               dir_);
   ASSERT_EQ(r.code, 0) << r.err;
-  auto model = load_cost_table(out);
+  auto model = load_cost_table_option(out);
   ASSERT_TRUE(model.ok()) << model.status().message();
   EXPECT_EQ((*model)->unit(), "seconds");
   EXPECT_GT((*model)->task_cost(32, 64), 0.0);

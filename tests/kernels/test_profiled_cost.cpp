@@ -9,6 +9,7 @@
 
 #include "distca/core/io.h"
 #include "distca/cost/analytic.h"
+#include "distca/cost/options.h"
 #include "distca/cost/profiled.h"
 
 namespace distca {
@@ -100,7 +101,7 @@ TEST(ProfiledCost, JsonRoundTripAndLoad) {
 
   const std::string path = testing::TempDir() + "/cost_table_test.json";
   ASSERT_TRUE(write_file_atomic(path, j.dump()).ok());
-  auto model = load_cost_table(path);
+  auto model = load_cost_table_option(path);
   ASSERT_TRUE(model.ok()) << model.status().message();
   EXPECT_EQ((*model)->unit(), "seconds");
   EXPECT_NEAR((*model)->task_cost(256, 512), t.seconds[1][2], 1e-12 * t.seconds[1][2]);  // a grid point
@@ -133,7 +134,7 @@ TEST(ProfiledCost, RefusesBadTables) {
   j = good;
   j.erase("head_dim");
   expect_bad(j, "head_dim");
-  auto missing = load_cost_table("/nonexistent/table.json");
+  auto missing = load_cost_table_option("/nonexistent/table.json");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("/nonexistent/table.json"), std::string::npos);
 }
@@ -163,9 +164,9 @@ TEST(ProfiledCost, RefusesTimesOutsideTheDocumentedRange) {
   j["seconds"][0][0] = 1e308;
   const std::string path = testing::TempDir() + "/cost_table_huge.json";
   ASSERT_TRUE(write_file_atomic(path, j.dump()).ok());
-  auto m = load_cost_table(path);
+  auto m = load_cost_table_option(path);
   ASSERT_FALSE(m.ok());
-  EXPECT_EQ(m.status().message().rfind(path + ": seconds[0][0]", 0), 0u) << m.status().message();
+  EXPECT_EQ(m.status().message().rfind("--cost-table: " + path + ": seconds[0][0]", 0), 0u) << m.status().message();
   std::remove(path.c_str());
 }
 

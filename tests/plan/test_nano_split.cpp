@@ -150,7 +150,7 @@ TEST(NanoSplit, RandomWorkloadBatches) {
         ASSERT_TRUE(made.ok()) << made.status().to_string();
         for (size_t k = 0; k < made->size(); ++k) {
           for (int64_t T : {1, 16, 64, 128}) {
-            check_split((*made)[k], T, dist + " " + layout_name(layout) + " ranks " + std::to_string(ranks) + " batch " +
+            check_split((*made)[k], T, dist + (layout == Layout::kHeadTail ? " head-tail" : " contiguous") + " ranks " + std::to_string(ranks) + " batch " +
                                            std::to_string(k) + " T " + std::to_string(T));
             if (::testing::Test::HasFatalFailure()) return;
             ++batches;

@@ -70,7 +70,7 @@ TEST(AllSchedulers, ValidOnGeneratedWorkloads) {
       auto batches = make_batches(w);
       ASSERT_TRUE(batches.ok()) << batches.status().to_string();
       for (size_t i = 0; i < batches->size(); ++i) {
-        check_all((*batches)[i], std::string(dist) + " " + layout_name(layout) + " batch " + std::to_string(i), 0.05);
+        check_all((*batches)[i], std::string(dist) + (layout == Layout::kHeadTail ? " head-tail" : " contiguous") + " batch " + std::to_string(i), 0.05);
       }
     }
   }

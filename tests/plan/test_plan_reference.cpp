@@ -252,7 +252,7 @@ TEST(PlanReference, GeneratedWorkloadsMatchTheNaiveConstruction) {
       auto batches = make_batches(w);
       ASSERT_TRUE(batches.ok()) << batches.status().to_string();
       for (size_t i = 0; i < batches->size(); ++i) {
-        check_batch((*batches)[i], o, std::string(dist) + " " + layout_name(layout) + " " + std::to_string(i));
+        check_batch((*batches)[i], o, std::string(dist) + (layout == Layout::kHeadTail ? " head-tail " : " contiguous ") + std::to_string(i));
       }
     }
   }

@@ -104,7 +104,6 @@ TEST(DocumentIndex, MatchesARowByRowMap) {
       int64_t held = 0;
       for (int64_t i = lo; i < hi; ++i) held += where.at({doc, i}).first == rank;
       ASSERT_EQ(index.rows_held_by(doc, lo, hi, rank), held);
-      ASSERT_EQ(index.rows_not_held_by(doc, lo, hi, rank), hi - lo - held);
       const int64_t pos = test::pick(rng, 0, L - 1);
       const auto [owner, local] = where.at({doc, pos});
       ASSERT_EQ(index.run_at(doc, pos).rank, owner);

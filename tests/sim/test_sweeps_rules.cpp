@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "distca/core/specs.h"
+#include "distca/cost/options.h"
 #include "distca/cost/profiled.h"
 #include "distca/sim/simulator.h"
 #include "distca/sim/sweeps.h"
@@ -269,7 +270,7 @@ TEST(SweepCostTable, H100TableDrivesEveryConfiguration) {
   const Csv analytic = run_quick("fig9", tmp.path, 2, "fixed");
   const Csv h100 = run_quick("fig9", tmp.path, 2, "fixed", file);
   ASSERT_EQ(h100.rows.size(), 2u);
-  auto loaded = distca::load_cost_table(file);
+  auto loaded = distca::load_cost_table_option(file);
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   const auto* table = dynamic_cast<const distca::ProfiledCostModel*>(loaded->get());
   ASSERT_NE(table, nullptr);
@@ -353,7 +354,7 @@ TEST(SweepCostTable, CsvAndJsonTablesGiveTheSameRowsAsSimulate) {
       f << L << ",1,1," << 1e3 * flops / 300e12 << "\n";
     }
   }
-  auto loaded = distca::load_cost_table(csv.string());
+  auto loaded = distca::load_cost_table_option(csv.string());
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   const auto* table = dynamic_cast<const distca::ProfiledCostModel*>(loaded->get());
   ASSERT_NE(table, nullptr);

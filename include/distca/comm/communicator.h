@@ -190,11 +190,6 @@ class Communicator {
 
   // Typed conveniences over the byte calls above.
   template <class T>
-  Status broadcast_values(std::span<T> data, int root) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    return broadcast(std::as_writable_bytes(data), root);
-  }
-  template <class T>
   Result<std::vector<T>> all_gather_value(const T& value) {
     static_assert(std::is_trivially_copyable_v<T>);
     std::vector<T> out(static_cast<std::size_t>(size()));

@@ -52,9 +52,6 @@ class GroupCommunicator final : public Communicator {
                                                const char* label = nullptr) override;
   void fail(const Status& cause) override { parent_.fail(cause); }
 
-  // The parent rank of group rank `r`.
-  int parent_rank(int r) const { return members_[static_cast<size_t>(r)]; }
-
  private:
   GroupCommunicator(Communicator& parent, std::vector<int> members, int rank, int tag)
       : parent_(parent), members_(std::move(members)), rank_(rank), tag_(tag) {}

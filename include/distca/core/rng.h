@@ -33,9 +33,8 @@ class Rng {
   // Bernoulli(p).
   bool bernoulli(double p) { return uniform() < p; }
 
-  // The full state, for checkpoints: restoring it continues the same sequence.
+  // The full state (the seeding's reference test reads it).
   std::array<uint64_t, 4> state() const { return s_; }
-  void set_state(const std::array<uint64_t, 4>& s) { s_ = s; }
 
  private:
   std::array<uint64_t, 4> s_;

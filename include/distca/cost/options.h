@@ -16,9 +16,10 @@ namespace distca {
 // bf16 or fp32, got '<text>'".
 Result<int64_t> dtype_bytes_of(const std::string& dtype);
 
-// `--cost-table FILE`: the table load_cost_table reads, as the profiled model it always is,
-// with its error prefixed "--cost-table: " (the status code kept: a file that cannot be read
-// is an I/O error, a malformed one invalid input).
+// `--cost-table FILE`: a path ending in ".csv" (any case) read as profiled.h's CSV format,
+// anything else as the JSON written by `distca profile`. Errors name the file and the field,
+// prefixed "--cost-table: " (the status code kept: a file that cannot be read is an I/O
+// error, a malformed one invalid input).
 Result<std::unique_ptr<ProfiledCostModel>> load_cost_table_option(const std::string& path);
 
 }  // namespace distca

@@ -109,8 +109,4 @@ inline constexpr int64_t kCsvTableHeadDim = 128;
 // (L, cp, tp), no cp = 1, tp = 1 row.
 Result<CostTable> cost_table_from_csv(const std::string& text, const std::string& source);
 
-// Reads a cost table: a path ending in ".csv" (any case) is read as the CSV format above,
-// anything else as the JSON written by `distca profile`; errors name the file and the field.
-Result<std::unique_ptr<AttentionCostModel>> load_cost_table(const std::string& path);
-
 }  // namespace distca

@@ -19,7 +19,6 @@ namespace distca {
 
 enum class Layout { kContiguous, kHeadTail };
 Result<Layout> parse_layout(const std::string& s);  // "contiguous" | "head-tail"
-const char* layout_name(Layout l);
 
 struct WorkloadOptions {
   std::string dist = "prolong";  // pretrain | prolong | fixed:N | uniform:A:B | file:PATH

@@ -64,7 +64,6 @@ struct Traffic {
   TrafficBreakdown bytes;
   std::vector<RankBytes> per_rank;  // [ranks]
   int64_t forward_max_rank() const;
-  int64_t backward_max_rank() const;
   bool operator==(const Traffic&) const = default;
 };
 

@@ -175,7 +175,4 @@ Status apply_toml_text(const std::string& text, const std::string& origin, Train
 // length L weighs linear_per_token x L + L (L + 1) / 2.
 ChunkingOptions chunking_options(const TrainConfig& config, const ModelSpec& spec, int64_t tile_rows);
 
-// The embedded default written as TOML (what configs/default.toml holds).
-std::string default_config_toml();
-
 }  // namespace distca::train
