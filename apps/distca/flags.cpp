@@ -20,7 +20,7 @@ namespace distca::cli {
 namespace {
 
 // Where the current option's values are in CLI11's pipeline: the strict conversions throw
-// (naming the flag) only while an option of make_numbers_strict() is being processed.
+// (naming the flag) only while an option of strict_options() is being processed.
 enum class Phase { kNone, kValidating, kConverting };
 thread_local Phase g_phase = Phase::kNone;
 thread_local std::string g_flag;
@@ -35,18 +35,21 @@ bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 enum class Outcome { kOk, kSyntax, kRange };
 
+// -?digits, without a leading zero: "010" is not octal here, it is refused.
+bool integer_syntax(const std::string& s) {
+  const size_t i = !s.empty() && s[0] == '-' ? 1 : 0;
+  const size_t digits = s.size() - i;
+  return digits > 0 && std::all_of(s.begin() + static_cast<std::ptrdiff_t>(i), s.end(), is_digit) &&
+         (digits == 1 || s[i] != '0');
+}
+
 template <typename T>
 Outcome parse_integer(const std::string& text, T& out, std::string* why) {
-  size_t i = 0;
-  const bool negative = !text.empty() && text[0] == '-';
-  if (negative) i = 1;
-  const size_t digits = text.size() - i;
-  bool ok = digits > 0 && std::all_of(text.begin() + static_cast<std::ptrdiff_t>(i), text.end(), is_digit);
-  if (ok && digits > 1 && text[i] == '0') ok = false;  // "010" is not octal here, it is refused
-  if (!ok) {
+  if (!integer_syntax(text)) {
     *why = "expected a decimal integer, got '" + shown(text) + "'";
     return Outcome::kSyntax;
   }
+  const bool negative = text[0] == '-';
   if constexpr (std::is_unsigned_v<T>) {
     if (negative) {
       *why = shown(text) + " is out of range (at least 0)";
@@ -131,7 +134,7 @@ Outcome parse_any(const std::string& text, T& out, std::string* why) {
 // call lexical_cast too) a syntax error or a float overflow throws; an integer range error is
 // left to that validator (Range(1, 1000) on an int64 flag), whose bounds are the ones the user
 // should hear. During the conversion proper both throw,
-// naming the flag. Outside make_numbers_strict()'s options it behaves as CLI11 does: false.
+// naming the flag. Outside strict_options()'s options it behaves as CLI11 does: false.
 template <typename T>
 bool strict_cast(const std::string& input, T& output) {
   std::string why;
@@ -151,13 +154,6 @@ Kind kind_of(const std::string& type_name) {
   if (base == "INT" || base == "UINT") return Kind::kInteger;
   if (base == "FLOAT") return Kind::kFloat;
   return Kind::kOther;
-}
-
-bool integer_syntax(const std::string& s) {
-  const size_t i = !s.empty() && s[0] == '-' ? 1 : 0;
-  const size_t digits = s.size() - i;
-  return digits > 0 && std::all_of(s.begin() + static_cast<std::ptrdiff_t>(i), s.end(), is_digit) &&
-         (digits == 1 || s[i] != '0');
 }
 
 // The syntax check by the option's type name, before any other validator: so that a value
@@ -199,6 +195,11 @@ void plain_sign_validators(CLI::Option& opt) {
   }
 }
 
+// Adds the validators that let the strict conversions name their flag to every option of `app`
+// and of all its subcommands, recursively; an empty value is refused for every option that takes
+// one (CLI11 would read it as 0 for a number; for a word, '' would pass as "not given" and take
+// the default, or slip past a rule that applies only when the flag is set). Called after every
+// option is declared, before parsing.
 void strict_options(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
     const std::string name = opt->get_name();
@@ -227,28 +228,6 @@ void strict_options(CLI::App& app) {
 }
 
 }  // namespace
-
-template <typename T>
-std::string parse_strict_number(const std::string& text, T& out) {
-  std::string why;
-  return parse_any(text, out, &why) == Outcome::kOk ? std::string() : why;
-}
-
-#define DISTCA_STRICT_NUMBER(T) template std::string parse_strict_number<T>(const std::string&, T&);
-DISTCA_STRICT_NUMBER(short)
-DISTCA_STRICT_NUMBER(unsigned short)
-DISTCA_STRICT_NUMBER(int)
-DISTCA_STRICT_NUMBER(unsigned int)
-DISTCA_STRICT_NUMBER(long)
-DISTCA_STRICT_NUMBER(unsigned long)
-DISTCA_STRICT_NUMBER(long long)
-DISTCA_STRICT_NUMBER(unsigned long long)
-DISTCA_STRICT_NUMBER(float)
-DISTCA_STRICT_NUMBER(double)
-DISTCA_STRICT_NUMBER(long double)
-#undef DISTCA_STRICT_NUMBER
-
-void make_numbers_strict(CLI::App& app) { strict_options(app); }
 
 CLI::Option* add_mpi_timeout(CLI::App& app, double& seconds, const std::string& when) {
   return app
@@ -323,7 +302,7 @@ std::unique_ptr<CliApp> build_cli(std::vector<Command> commands) {
             },
             "", ""));
   }
-  make_numbers_strict(app);
+  strict_options(app);
   return cli;
 }
 

@@ -19,7 +19,7 @@
 // the first thing every translation unit of the CLI sees: apps/CMakeLists.txt force-includes
 // it (-include), and it refuses to compile after CLI11 (a translation unit that instantiated
 // CLI11's templates without these overloads would break the one-definition rule silently).
-// The conversion itself does not know the flag's name; make_numbers_strict() adds to every
+// The conversion itself does not know the flag's name; build_cli() (command.h) adds to every
 // option a first validator that records the name, and a last one that marks "now converting",
 // so the conversion can name the flag in its error.
 //
@@ -50,19 +50,6 @@ bool lexical_cast(const std::string& input, long double& output);
 #include <CLI/CLI.hpp>
 
 namespace distca::cli {
-
-// Parses `text` by the rules above into `out`. Returns "" on success, else the reason without
-// the flag's name ("expected a decimal integer, got '010'", "2147483648 is out of range (at
-// most 2147483647)"). For use outside CLI11 (config keys, tests).
-template <typename T>
-std::string parse_strict_number(const std::string& text, T& out);
-
-// Adds the validators that let the strict conversions name their flag to every option of `app`
-// and of all its subcommands, recursively; an empty value is refused for every option that takes
-// one (CLI11 would read it as 0 for a number; for a word, '' would pass as "not given" and take
-// the default, or slip past a rule that applies only when the flag is set). Call after every
-// option is declared, before parsing.
-void make_numbers_strict(CLI::App& app);
 
 // Adds --mpi-timeout SECONDS, with one rule for every command that runs under mpirun: a finite
 // number in (0, 1e6] ("--mpi-timeout: must be in (0, 1e6] seconds (got 0)"); 0 would mean no

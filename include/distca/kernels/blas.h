@@ -35,6 +35,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <type_traits>
 
 #include "distca/core/check.h"
@@ -121,14 +122,12 @@ void gemm_tiled(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T a
                 const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   const int64_t tile_rows = (m + kGemmTileRows - 1) / kGemmTileRows;
   const int64_t tile_cols = (n + kGemmTileCols - 1) / kGemmTileCols;
+  // OpenBLAS on one thread for the call (set back afterwards when it was on more).
+  std::optional<ScopedBlasThreads> one;
+  if (blas_threads() != 1) one.emplace(1);
   if (tile_rows * tile_cols <= 1 || k == 0) {
-    // One tile: the plain call is that tile's call (with OpenBLAS on one thread).
-    if (blas_threads() == 1) {
-      gemm<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    } else {
-      const ScopedBlasThreads one(1);
-      gemm<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    }
+    // One tile: the plain call is that tile's call.
+    gemm<T>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
   // The whole operands' checks once; each tile's call checks its own view again.
@@ -136,27 +135,19 @@ void gemm_tiled(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T a
   DISTCA_CHECK(lda >= (trans_a ? m : k) && ldb >= (trans_b ? k : n) && ldc >= n);
   DISTCA_CHECK(a != nullptr && b != nullptr && c != nullptr);
   const int64_t tiles = tile_rows * tile_cols;
-  auto run = [&] {
-    // Below about 2^18 multiply-adds a team costs more than it saves.
-    [[maybe_unused]] const bool team = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) >= 262144.0;
+  // Below about 2^18 multiply-adds a team costs more than it saves.
+  [[maybe_unused]] const bool team = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) >= 262144.0;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) if (team)
 #endif
-    for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t i0 = (t / tile_cols) * kGemmTileRows, j0 = (t % tile_cols) * kGemmTileCols;
-      const int64_t mm = std::min(kGemmTileRows, m - i0), nn = std::min(kGemmTileCols, n - j0);
-      // op(A) rows i0..: A's rows when stored (m, k), its columns when stored (k, m).
-      const T* at = trans_a ? a + i0 : a + i0 * lda;
-      // op(B) columns j0..: B's columns when stored (k, n), its rows when stored (n, k).
-      const T* bt = trans_b ? b + j0 * ldb : b + j0;
-      gemm<T>(trans_a, trans_b, mm, nn, k, alpha, at, lda, bt, ldb, beta, c + i0 * ldc + j0, ldc);
-    }
-  };
-  if (blas_threads() == 1) {
-    run();
-  } else {
-    const ScopedBlasThreads one(1);
-    run();
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t i0 = (t / tile_cols) * kGemmTileRows, j0 = (t % tile_cols) * kGemmTileCols;
+    const int64_t mm = std::min(kGemmTileRows, m - i0), nn = std::min(kGemmTileCols, n - j0);
+    // op(A) rows i0..: A's rows when stored (m, k), its columns when stored (k, m).
+    const T* at = trans_a ? a + i0 : a + i0 * lda;
+    // op(B) columns j0..: B's columns when stored (k, n), its rows when stored (n, k).
+    const T* bt = trans_b ? b + j0 * ldb : b + j0;
+    gemm<T>(trans_a, trans_b, mm, nn, k, alpha, at, lda, bt, ldb, beta, c + i0 * ldc + j0, ldc);
   }
 }
 
