@@ -83,8 +83,7 @@ Result<ModelSpec> model_flag(const std::string& name);
 // write_stdout (core/io.h), which fails on a full or closed stdout.
 void appendf(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
-// True when stdout (or stderr) is a terminal: progress lines are shown only then.
-bool stdout_is_terminal();
+// True when stderr is a terminal: progress lines are shown only then.
 bool stderr_is_terminal();
 
 }  // namespace distca::cli

@@ -98,7 +98,6 @@ void appendf(std::string& out, const char* fmt, ...) {
   va_end(ap2);
 }
 
-bool stdout_is_terminal() { return ::isatty(STDOUT_FILENO) == 1; }
 bool stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
 
 }  // namespace distca::cli

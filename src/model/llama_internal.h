@@ -27,7 +27,6 @@ struct Widths {
   // (hd/2); without: the stage's output x (sp), rope cos, rope sin.
   int64_t final_sp(bool head) const { return head ? h + 1 : h; }
   int64_t final_rows(bool head) const { return head ? h + v + hd : hd; }
-  int64_t final_block(bool head) const { return final_sp(head) + final_rows(head); }
   // dx (sp), dxn, dq, dk, dv, d_o, dg, du, da, then the odd layers' dk, dv (phased step); a
   // TP rank has no dxn, dg, du, da.
   int64_t scratch() const { return tp ? h + 2 * qd + 4 * kvd : 2 * h + 2 * qd + 4 * kvd + 3 * f; }
