@@ -306,6 +306,7 @@ int micro_batches(const Options& o, const sim::SimOptions& so, const std::string
 // --trace and --json, written all or none (--json -: the JSON on stdout instead of the table).
 int write_outputs(const Options& o, const sim::SimResult& r) {
   std::vector<std::pair<std::string, std::string>> files;  // written all or none
+  std::string to_stdout;
   if (!o.trace_path.empty()) {
     files.emplace_back(o.trace_path, chrome_trace_json(r.events, sim::trace_metadata(r)));
   }
@@ -320,17 +321,12 @@ int write_outputs(const Options& o, const sim::SimResult& r) {
     }
     if (!o.trace_path.empty()) j["trace"] = o.trace_path;
     std::string text = j.dump(2) + "\n";
-    if (o.json_path != "-") {
-      files.emplace_back(o.json_path, std::move(text));
-      Status st = write_files_atomic(files);
-      return st.ok() ? kExitOk : fail(st);
-    }
-    Status st = write_files_atomic(files);
-    if (st.ok()) st = write_stdout(text);
-    return st.ok() ? kExitOk : fail(st);
+    if (o.json_path == "-") to_stdout = std::move(text);  // written after the files
+    else files.emplace_back(o.json_path, std::move(text));
   }
-  if (Status st = write_files_atomic(files); !st.ok()) return fail(st);
-  return kExitOk;
+  Status st = write_files_atomic(files);
+  if (st.ok() && !to_stdout.empty()) st = write_stdout(to_stdout);
+  return st.ok() ? kExitOk : fail(st);
 }
 
 int run(const Options& o) {

@@ -1,30 +1,15 @@
 // Backend `mpi`: one OpenMPI process per rank (mpirun -np N distca ... --backend mpi).
 //
-// Thread level: MPI_Init_thread asks for MPI_THREAD_MULTIPLE (Debian's OpenMPI 4.1 provides
-// it). Only then does the backend run a progress thread; with a lower level it falls back to
-// polling (ProgressMode::kPoll).
+// docs/runtime.md ("Communicator") has the design: an exchange is per-peer MPI_Isend/MPI_Irecv
+// pairs on a private duplicate of MPI_COMM_WORLD, point-to-point messages use a second one
+// (MPI tags 3t, 3t+1, 3t+2 for a caller's tag t), and the measurements behind the defaults.
 //
-// Non-blocking exchanges are MPI_Isend/MPI_Irecv pairs (one per peer, zero-byte ones
-// included so a count mismatch is always detected; self-blocks are a memcpy) on a private
-// duplicate of MPI_COMM_WORLD, tagged by exchange sequence number. OpenMPI moves large
-// (rendezvous) messages only inside MPI calls, so somebody must call into MPI while the rank
-// computes:
-//   - ProgressMode::kThread: a per-communicator progress thread calls MPI_Testsome on every
-//     exchange in flight (pausing poll_interval_us between rounds, backing off to
-//     max_poll_interval_us while nothing completes and the owner computes; parked on a
-//     condition variable when none is in flight); Exchange::test() reads a flag and wait()
-//     sleeps on a condition variable. Transfers advance with no help from the computing
-//     thread.
-//   - ProgressMode::kPoll: no thread; Exchange::test() calls MPI_Testsome, so the runtime
-//     calls test() between compute chunks. Used when MPI_THREAD_MULTIPLE is unavailable.
-// docs/runtime.md ("Communicator") has the measurements behind the default.
-//
-// Point-to-point messages (start_send/start_recv) are MPI_Isend/MPI_Irecv on a second private
-// duplicate of MPI_COMM_WORLD, so their tags never meet the exchanges' sequence tags: a
-// caller's tag t uses MPI tags 3t (header: the sender's byte count), 3t+1 (payload) and 3t+2
-// (ack: the receiver's expected count), so both sides see a size mismatch with both sizes.
-// They are ExchangeStates like exchanges: the same progress thread / test() polling and the
-// same timeout. Requires MPI_TAG_UB >= 3 * kP2pTagLimit - 1 (else p2p calls fail).
+// Progress: OpenMPI moves large messages only inside MPI calls. MPI_Init_thread asks for
+// MPI_THREAD_MULTIPLE; given it, ProgressMode::kThread runs a progress thread per communicator
+// (MPI_Testsome rounds backing off while the owner computes), so transfers advance with no help
+// from the computing thread. Otherwise ProgressMode::kPoll: transfers advance only inside
+// test()/wait(), so the runtime calls test() between compute chunks. p2p calls require
+// MPI_TAG_UB >= 3 * kP2pTagLimit - 1 (else they fail).
 //
 // Every wait is bounded (MpiOptions::timeout_s): barrier, broadcast and the collectives are
 // all-to-all-v exchanges (barrier: zero bytes to and from every peer) driven by MPI_Testsome
