@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "blas.h"
 #include "distca/kernels/attention_traits.h"
+#include "distca/kernels/blas.h"
 #include "vec_math.h"
 
 namespace distca::kernels {
@@ -220,8 +220,7 @@ void forward_item(const AttentionParams& p, const Geometry& g, const WorkItem& w
   // Query rows [a, b) of the tile take keys [kb, kb + nk): scores, mask, online softmax, P V.
   auto update = [&](int64_t a, int64_t b, int64_t kb, int64_t nk) {
     const int64_t ra = a * g.G, rb = b * g.G;  // stacked rows
-    sgemm_checked(CblasNoTrans, CblasTrans, rb - ra, nk, d, 1.0f, Qp + ra * d, d, kbase + kb * ldkv,
-                  ldkv, 0.0f, S + ra * lds, lds);
+    gemm<float>(false, true, rb - ra, nk, d, 1.0f, Qp + ra * d, d, kbase + kb * ldkv, ldkv, 0.0f, S + ra * lds, lds);
     if (p.causal) apply_causal_mask(S + ra * lds, lds, g, s, r0 + a, b - a, kb, nk);
     for (int64_t r = ra; r < rb; ++r) {
       float* row = S + r * lds;
@@ -231,8 +230,8 @@ void forward_item(const AttentionParams& p, const Geometry& g, const WorkItem& w
       m[r] = mnew;
       if (kb > 0) detail::scale_row(Oacc + r * d, d, alpha);
     }
-    sgemm_checked(CblasNoTrans, CblasNoTrans, rb - ra, d, nk, 1.0f, S + ra * lds, lds,
-                  vbase + kb * ldkv, ldkv, kb > 0 ? 1.0f : 0.0f, Oacc + ra * d, d);
+    gemm<float>(false, false, rb - ra, d, nk, 1.0f, S + ra * lds, lds, vbase + kb * ldkv, ldkv, kb > 0 ? 1.0f : 0.0f,
+                Oacc + ra * d, d);
   };
   // Keys [0, kfull) are visible to every row of the tile; a block reaching past kfull crosses
   // the causal diagonal, and there the tile goes in sub-tiles of kDiagRows rows that each stop
@@ -389,19 +388,18 @@ void backward_chunk(const AttentionParams& p, const Geometry& g, const Chunk& c,
         const int64_t ra = a * g.G, mp = (b - a) * g.G;  // first stacked row, stacked rows
         float* Sp = S + ra * lds;
         float* dPp = dP + ra * lds;
-        sgemm_checked(CblasNoTrans, CblasTrans, mp, nkp, d, 1.0f, Qp + ra * d, d, kblk, ldkv, 0.0f, Sp, lds);
+        gemm<float>(false, true, mp, nkp, d, 1.0f, Qp + ra * d, d, kblk, ldkv, 0.0f, Sp, lds);
         if (p.causal) apply_causal_mask(Sp, lds, g, s, r0 + a, b - a, kb, nkp);
         for (int64_t r = 0; r < mp; ++r) detail::exp2_shift(Sp + r * lds, nkp, lse2[ra + r]);
         // dV += P^T dO
-        sgemm_checked(CblasTrans, CblasNoTrans, nkp, d, mp, 1.0f, Sp, lds, dOp + ra * d, d, 1.0f, dvblk, ldkv);
+        gemm<float>(true, false, nkp, d, mp, 1.0f, Sp, lds, dOp + ra * d, d, 1.0f, dvblk, ldkv);
         // dP = dO V^T; dS = P o (dP - D)
-        sgemm_checked(CblasNoTrans, CblasTrans, mp, nkp, d, 1.0f, dOp + ra * d, d, vblk, ldkv, 0.0f, dPp, lds);
+        gemm<float>(false, true, mp, nkp, d, 1.0f, dOp + ra * d, d, vblk, ldkv, 0.0f, dPp, lds);
         for (int64_t r = 0; r < mp; ++r) detail::softmax_grad(dPp + r * lds, Sp + r * lds, nkp, Drow[ra + r]);
         // dK += scale * dS^T Q  (Qp carries scale * log2 e, hence ln 2)
-        sgemm_checked(CblasTrans, CblasNoTrans, nkp, d, mp, kLn2, dPp, lds, Qp + ra * d, d, 1.0f, dkblk, ldkv);
+        gemm<float>(true, false, nkp, d, mp, kLn2, dPp, lds, Qp + ra * d, d, 1.0f, dkblk, ldkv);
         // dQ partial += scale * dS K
-        sgemm_checked(CblasNoTrans, CblasNoTrans, mp, d, nkp, g.scale, dPp, lds, kblk, ldkv, beta,
-                      part_rows + ra * d, d);
+        gemm<float>(false, false, mp, d, nkp, g.scale, dPp, lds, kblk, ldkv, beta, part_rows + ra * d, d);
       };
       // As in the forward: a tall tile whose rows reach different depths of this block goes in
       // kDiagRows-row sub-tiles, each taking only the keys its last row sees.
