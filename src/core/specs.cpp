@@ -19,34 +19,6 @@ constexpr ModelPresetRow kModelPresets[] = {
     {"llama-34b", 48, 8192, 64, 16, 128, 22016, 32000},
 };
 
-HardwareSpec make_h200() {
-  HardwareSpec h;
-  h.name = "h200";
-  h.peak_flops = 990e12;
-  h.memory_bytes = 141e9;
-  h.intra_node_bw = 900e9;
-  h.inter_node_bw = 50e9;
-  h.intra_node_latency = 3e-6;
-  h.inter_node_latency = 10e-6;
-  h.gpus_per_node = 8;
-  return h;
-}
-
-// Nominal figures for this project's CPU machines (2 cores, 24 GiB); `distca profile`
-// measures the real attention speed, these only seed the analytic model.
-HardwareSpec make_local_cpu() {
-  HardwareSpec h;
-  h.name = "local-cpu";
-  h.peak_flops = 100e9;
-  h.memory_bytes = 24.0 * (1ull << 30);
-  h.intra_node_bw = 10e9;
-  h.inter_node_bw = 1.25e9;
-  h.intra_node_latency = 1e-6;
-  h.inter_node_latency = 50e-6;
-  h.gpus_per_node = 1;
-  return h;
-}
-
 Status positive(const char* field, double v) {
   if (!(v > 0)) return Status::invalid_argument(std::string(field) + " must be positive (got " + std::to_string(v) + ")");
   return {};
@@ -113,8 +85,18 @@ std::vector<std::string> model_preset_names() {
 }
 
 Result<HardwareSpec> hardware_preset(std::string_view name) {
-  if (name == "h200") return make_h200();
-  if (name == "local-cpu") return make_local_cpu();
+  if (name == "h200") {
+    return HardwareSpec{.name = "h200", .peak_flops = 990e12, .memory_bytes = 141e9, .intra_node_bw = 900e9,
+                        .inter_node_bw = 50e9, .intra_node_latency = 3e-6, .inter_node_latency = 10e-6,
+                        .gpus_per_node = 8};
+  }
+  // Nominal figures for this project's CPU machines (2 cores, 24 GiB); `distca profile`
+  // measures the real attention speed, these only seed the analytic model.
+  if (name == "local-cpu") {
+    return HardwareSpec{.name = "local-cpu", .peak_flops = 100e9, .memory_bytes = 24.0 * (1ull << 30),
+                        .intra_node_bw = 10e9, .inter_node_bw = 1.25e9, .intra_node_latency = 1e-6,
+                        .inter_node_latency = 50e-6, .gpus_per_node = 1};
+  }
   return Status::not_found("unknown hardware '" + std::string(name) + "' (presets: h200, local-cpu)");
 }
 
