@@ -1,5 +1,7 @@
 #include "workload_flags.h"
 
+#include <nlohmann/json.hpp>
+
 #include "distca/core/io.h"
 #include "distca/data/json_field.h"
 

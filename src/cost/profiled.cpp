@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 #include "distca/core/io.h"
 #include "distca/cost/analytic.h"
 
@@ -24,6 +26,37 @@ double pairs_of(int64_t q_len, int64_t kv_len) {
   return 0.5 * q * (2.0 * kv - q + 1.0);
 }
 }  // namespace
+
+namespace {
+std::unique_ptr<nlohmann::json> copy_of(const std::unique_ptr<nlohmann::json>& j) {
+  return std::make_unique<nlohmann::json>(j ? *j : nlohmann::json::object());
+}
+}  // namespace
+
+HardwareNote::HardwareNote() : json_(std::make_unique<nlohmann::json>(nlohmann::json::object())) {}
+HardwareNote::HardwareNote(const nlohmann::json& j) : json_(std::make_unique<nlohmann::json>(j)) {}
+HardwareNote::HardwareNote(const HardwareNote& other) : json_(copy_of(other.json_)) {}
+HardwareNote::HardwareNote(HardwareNote&& other) noexcept = default;
+HardwareNote& HardwareNote::operator=(const HardwareNote& other) {
+  if (this != &other) json_ = copy_of(other.json_);
+  return *this;
+}
+HardwareNote& HardwareNote::operator=(HardwareNote&& other) noexcept = default;
+HardwareNote& HardwareNote::operator=(const nlohmann::json& j) {
+  json() = j;
+  return *this;
+}
+HardwareNote::~HardwareNote() = default;
+
+const nlohmann::json& HardwareNote::json() const {
+  static const nlohmann::json kEmpty = nlohmann::json::object();
+  return json_ ? *json_ : kEmpty;
+}
+nlohmann::json& HardwareNote::json() {
+  if (!json_) json_ = std::make_unique<nlohmann::json>(nlohmann::json::object());
+  return *json_;
+}
+nlohmann::json& HardwareNote::operator[](const std::string& key) { return json()[key]; }
 
 double CostTable::task_flops(int64_t q_len, int64_t kv_len) const {
   return (1.0 + kAttentionBackwardFactor) * 4.0 * static_cast<double>(head_dim) *
@@ -97,7 +130,7 @@ nlohmann::json to_json(const CostTable& t) {
   nlohmann::json j;
   j["format"] = "distca-cost-table";
   j["version"] = 1;
-  j["hardware"] = t.hardware;
+  j["hardware"] = t.hardware.json();
   j["n_heads"] = t.n_heads;
   j["n_kv_heads"] = t.n_kv_heads;
   j["head_dim"] = t.head_dim;

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "distca/core/io.h"
 
 namespace distca {

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "distca/core/clock.h"
 #include "distca/core/rng.h"
 #include "distca/kernels/attention.h"

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "distca/core/memory.h"
 #include "distca/core/stats.h"
 #include "distca/cost/analytic.h"

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "distca/core/check.h"
 #include "distca/core/memory.h"
 #include "distca/cost/analytic.h"

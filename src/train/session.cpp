@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
 #include "distca/model/llama.h"

@@ -6,6 +6,8 @@
 #include <functional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "distca/cost/hardware_profile.h"
 #include "support/hardware_profile_fixture.h"
 

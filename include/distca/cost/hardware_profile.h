@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "distca/core/specs.h"
 #include "distca/core/status.h"

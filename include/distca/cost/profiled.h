@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "distca/core/status.h"
 #include "distca/cost/cost_model.h"
@@ -45,8 +45,31 @@ inline constexpr int64_t kMaxCostTableHeadDim = 65536;
 inline constexpr int64_t kMaxCostTableLength = int64_t{1} << 40;  // a q_lens / kv_lens entry
 inline constexpr size_t kMaxCostTableGrid = 1024;        // entries of q_lens and of kv_lens
 
+// A cost table's free-form "hardware" description (a JSON object: cpu, threads, source). Held
+// through a pointer so that this header, which most of the planner, simulator and trainer
+// include, needs only <nlohmann/json_fwd.hpp>: nlohmann/json.hpp is among the costliest headers
+// to compile (docs/development.md, "Building"). A value: copies are deep.
+class HardwareNote {
+ public:
+  HardwareNote();  // an empty JSON object
+  HardwareNote(const nlohmann::json& j);  // NOLINT(google-explicit-constructor): a JSON value
+  HardwareNote(const HardwareNote& other);
+  HardwareNote(HardwareNote&& other) noexcept;
+  HardwareNote& operator=(const HardwareNote& other);
+  HardwareNote& operator=(HardwareNote&& other) noexcept;
+  HardwareNote& operator=(const nlohmann::json& j);
+  ~HardwareNote();
+
+  const nlohmann::json& json() const;
+  nlohmann::json& json();
+  nlohmann::json& operator[](const std::string& key);
+
+ private:
+  std::unique_ptr<nlohmann::json> json_;  // null only in a moved-from note, which reads as {}
+};
+
 struct CostTable {
-  nlohmann::json hardware = nlohmann::json::object();  // free-form description (cpu, threads)
+  HardwareNote hardware;  // free-form description (cpu, threads)
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;

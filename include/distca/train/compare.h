@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "distca/comm/communicator.h"
 #include "distca/core/status.h"

@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "distca/core/specs.h"
 #include "distca/core/status.h"

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Times the README's first command as a new user meets it: a fresh clone of this checkout's
+# committed HEAD in a temporary directory, `scripts/run.sh` there with no compiler cache, then
+# prints the wall time and the CPU time (user + sys of every process it ran) of the whole
+# command, and of the build alone (configure + `first_command`), and the ten slowest build
+# steps (.ninja_log, wall seconds; ninja runs nproc + 2 jobs, so a step's wall time is roughly
+# its CPU time times the jobs per core). The clone is removed afterwards. Extra arguments go to
+# `distca train`. Uncommitted changes are not in the clone: commit first.
+#
+#   scripts/time-first-command.sh      # about 3.5 min on a quiet 2-core machine
+set -euo pipefail
+src="$(cd "$(dirname "$0")/.." && git rev-parse --show-toplevel)"
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/distca-first-command.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+git clone -q --no-local "$src" "$tmp/distca"
+cd "$tmp/distca"
+echo "time-first-command: $(git log -1 --format='%h %s') on $(nproc) cores" >&2
+
+# No cache of any kind: a fresh machine has none (the lead's and the helpers' shells export
+# ccache as the compiler launcher).
+unset CMAKE_CXX_COMPILER_LAUNCHER CMAKE_C_COMPILER_LAUNCHER
+export CCACHE_DISABLE=1
+
+# The build alone first (what scripts/run.sh does before `distca train`), then run.sh itself,
+# which finds the build up to date and adds the check of the packages and the training run.
+fmt='%e %U %S'
+/usr/bin/time -f "$fmt" -o "$tmp/build.time" \
+  bash -c 'scripts/install-deps.sh --run && cmake --preset release >/dev/null &&
+           cmake --build --preset release --target first_command >/dev/null'
+/usr/bin/time -f "$fmt" -o "$tmp/run.time" scripts/run.sh "$@" >"$tmp/train.log"
+tail -n 1 "$tmp/train.log"
+
+read -r bw bu bs <"$tmp/build.time"
+read -r rw ru rs <"$tmp/run.time"
+awk -v bw="$bw" -v bu="$bu" -v bs="$bs" -v rw="$rw" -v ru="$ru" -v rs="$rs" 'BEGIN {
+  printf "build (configure + first_command): wall %.1f s, cpu %.1f s (user %.1f, sys %.1f)\n", bw, bu + bs, bu, bs
+  printf "train (run.sh on the built tree):  wall %.1f s, cpu %.1f s\n", rw, ru + rs
+  printf "first command in all:              wall %.1f s (%.1f min), cpu %.1f s\n", bw + rw, (bw + rw) / 60, bu + bs + ru + rs
+}'
+echo "slowest build steps (wall s):"
+awk 'NR > 1 { printf "%7.1f  %s\n", ($2 - $1) / 1000, $4 }' build/release/.ninja_log | sort -rn | head -n 10
