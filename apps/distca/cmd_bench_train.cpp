@@ -178,6 +178,8 @@ nlohmann::json mode_row(std::string& out, const TrainBenchFlags& f, int64_t rank
           {"wait_s", median(m.wait)},
           {"optimizer_s", median(m.optimizer)},
           {"other_s", median(m.other)},
+          {"tp_comm_s", median(m.tp_comm)},
+          {"imbalance_after", median(m.imbalance)},
           {"bytes_sent", m.bytes_sent},
           {"peak_bytes", fig.resident ? nlohmann::json(m.peak) : nlohmann::json(nullptr)},
           {"buffer_bytes", m.buffers},
@@ -207,6 +209,23 @@ void sim_rows(std::string& out, nlohmann::json& j, const TrainBenchFlags& f, int
   j["simulator"] = {{"hardware", "hardware profile " + f.hardware}};
 }
 
+// Tensor parallelism: its collectives are synchronous inside the layer (each product waits
+// for its rows), so - as Megatron-LM counts un-overlapped TP communication - they are exposed
+// communication: in comm and exp. signal mode shrinks the attention exchanges only, so
+// (pingpong - signal) / pingpong leaves them out; the total is pingpong's exp.
+void print_tp_summary(std::string& out, nlohmann::json& j, const Figures& fig) {
+  const ModeFigures& pp = fig.modes[kPingPong];
+  const double t = median(pp.steps);
+  const double tp = t > 0 ? median(pp.tp_comm) / t : 0.0;
+  const double total = mean_of(pp.per_rank.median_exposed());
+  j["tp_comm_share"] = tp;
+  j["exposed_total"] = total;
+  appendf(out, "tensor parallel (cad pingpong): TP collectives %.1f%% of the step (rank 0; synchronous inside the layer, "
+               "counted as exposed: in comm and exp); exposed communication in all %.1f%% (exp, mean over ranks: TP "
+               "collectives, attention exchanges, all-reduces); plan load max/mean %.3f\n",
+          100 * tp, 100 * total, median(pp.imbalance));
+}
+
 void print_summary(std::string& out, nlohmann::json& j, const TrainBenchFlags& f, const Figures& fig, const Derived& d) {
   nlohmann::json sp = nlohmann::json::object();
   for (size_t mi = 1; mi < kModes.size(); ++mi) sp[kModes[mi].overlap] = paired(fig.modes[kColocated], fig.modes[mi]);
@@ -215,7 +234,7 @@ void print_summary(std::string& out, nlohmann::json& j, const TrainBenchFlags& f
   j["single_stream_slowdown"] = d.slowdown;
   j["exposed"] = d.exposed;
   j["exposed_paired"] = d.exposed_paired;
-  appendf(out, "time split: rank 0's StepMetrics, medians (comm = exchanges waited for + all-reduces; wait = behind the "
+  appendf(out, "time split: rank 0's StepMetrics, medians (comm = exchanges waited for + all-reduces + TP collectives; wait = behind the "
                "slowest rank; other = the step's rest: planning, inputs); idle = 1 - (linear + attn) / step, exp = comm "
                "/ step, each rank's own, mean over ranks; sent = rank 0's attention bytes sent, last layer, forward + "
                "backward\n");
@@ -226,6 +245,7 @@ void print_summary(std::string& out, nlohmann::json& j, const TrainBenchFlags& f
   appendf(out, "single-stream slower than pingpong: %+.1f%% (paired)\n", 100 * d.slowdown);
   appendf(out, "exposed: %.1f%% ((pingpong - signal) / pingpong, medians; paired %.1f%%)\n", 100 * d.exposed,
           100 * d.exposed_paired);
+  if (f.tp > 1) print_tp_summary(out, j, fig);
   appendf(out, "MFU: model FLOPs per step / step time / (sum of the ranks' sgemm rates)\n");
   if (!fig.resident) {
     appendf(out, "peak memory: /proc/self/clear_refs is not writable here, so the column is the trainer's buffer "

@@ -265,8 +265,9 @@ double run_unit_op(const Rates& R, const Work& work, Recorder& rec, int64_t s, i
       rec.wait(u, t, t + xr, t);
     }
     // Durations as the recorder charged them (wall seconds under processor sharing).
-    const double lin = rec.linear(u, t + pre, (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * w.tokens,
-                                  lin_name, j);
+    double lin = rec.linear(u, t + pre, (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * w.tokens,
+                            lin_name, j);
+    lin += rec.tp(u, t + pre + lin, R.tp_slot(0, w.tokens, w.tokens, bwd, k, s), j);
     const double t_att = t + pre + lin + x0;
     if (refetch) {
       rec.comm(u, t_att - x0, x0, w.fwd_sent, w.fwd_recv, "K/V re-fetch (recompute)", j);
@@ -281,6 +282,7 @@ double run_unit_op(const Rates& R, const Work& work, Recorder& rec, int64_t s, i
     }
     t = std::max(t, t_att + att + (bwd ? xr : 0.0));
   }
+  t += rec.tp(u, t, R.tp_slot(0, w.tokens, w.tokens, bwd, layers, s), j);  // the tail after the last layer
   if (last && !bwd) lm();
   return t;
 }

@@ -25,6 +25,7 @@ using Vec = std::vector<double>;
 // has_attention) the dispatch, the attention seconds and the return.
 struct Slot {
   Vec linear[2], attention[2];
+  Vec tp_seconds[2], tp_bytes[2];  // [x][unit] TP collectives after the linear work (Rates::tp_slot)
   Vec dispatch_sent[2], dispatch_recv[2], return_sent[2], return_recv[2];
   // [x][direction]: the message pairs of each direction's exchange. Inside a direction the ops
   // share one plan and one all-to-all (a pair is one message); a mixed tick's two directions
@@ -49,8 +50,8 @@ struct Slot {
           }
         }
       }
-      for (Vec* v : {&linear[x], &attention[x], &dispatch_sent[x], &dispatch_recv[x], &return_sent[x],
-                     &return_recv[x]}) {
+      for (Vec* v : {&linear[x], &attention[x], &tp_seconds[x], &tp_bytes[x], &dispatch_sent[x], &dispatch_recv[x],
+                     &return_sent[x], &return_recv[x]}) {
         v->assign(units, 0.0);
       }
     }
@@ -180,6 +181,7 @@ class TickRunner {
       const bool own = s.unit_dir[i] >= 0;
       clock_[i] += rec_.linear(static_cast<int64_t>(i), clock_[i], dur, names[own && s.unit_dir[i] == 1 ? 1 : 0][x],
                                own ? s.unit_mb[i] : mb);
+      clock_[i] += rec_.tp(static_cast<int64_t>(i), clock_[i], {s.tp_seconds[x][i], s.tp_bytes[x][i]}, own ? s.unit_mb[i] : mb);
     }
   }
   void attention(const Vec& seconds, const Collective& after, const char* name, int64_t mb) {
@@ -390,6 +392,10 @@ class CadEngine {
           if (last && !bwd && k == n) lin += R_.lm_head_fwd_per_token * c.tokens[x][u];
           if (last && bwd && k == 0) lin += R_.lm_head_bwd_per_token * c.tokens[x][u];
           slot_.linear[x][u] += lin;
+          const Rates::TpCost tp = R_.tp_slot(x == 0 ? 0.0 : c.tokens[0][u], c.tokens[x][u],
+                                              c.tokens[0][u] + c.tokens[1][u], bwd, k, op.stage);
+          slot_.tp_seconds[x][u] += tp.seconds;
+          slot_.tp_bytes[x][u] += tp.bytes;
         }
         if (k == n) continue;  // the tail slot has no attention
         slot_.has_attention = true;

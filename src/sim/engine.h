@@ -80,6 +80,24 @@ struct Rates {
   double attn_fwd_share = kAttnFwdShare;
   HostModel host;             // processor sharing (sharing.h; inactive without a profile)
   Sharing* sharing = nullptr;  // the pass being run when host is active (run_shared), else null
+  // Tensor parallelism inside a unit (docs/simulation-model.md, "Tensor parallelism"): with
+  // tp_explicit (G > 1 and rates of kernels: a hardware profile or SimOptions::tp_collectives)
+  // the G ranks' all-gathers and reduce-scatters are charged on tp_link, one rank's link to
+  // its TP peers (the profile's all-to-all fit per rank, else hw.intra_node_*); without it
+  // they are folded into mfu.
+  bool tp_explicit = false;
+  Link tp_link;
+  // The TP collectives of one layer slot (cad.cpp's slots; slot k of a stage of n layers:
+  // k = 0 the pre-attention part of the first layer, k = n the tail after the last, between
+  // them a whole layer; a backward slot k mirrors slot n - k) for the nano-batch of rows
+  // [first, first + rows) of a micro-batch of `total` rows, each TP rank holding
+  // even_split(total, G, p) of them: per-rank seconds (the slowest rank) and the bytes the
+  // G ranks send together. The embedding's forward reduce-scatter runs once over the whole
+  // micro-batch: slot 0 of stage 0 charges it to the nano-batch with first = 0.
+  struct TpCost {
+    double seconds = 0, bytes = 0;
+  };
+  TpCost tp_slot(double first, double rows, double total, bool bwd, int64_t k, int64_t stage) const;
   // Seconds of a point-to-point transfer of `bytes` between two units (0 bytes: 0).
   double p2p(double bytes) const { return p2p_seconds(p2p_link, bytes); }
   // Activation bytes crossing a stage boundary for `tokens` tokens (either direction).
@@ -105,6 +123,10 @@ class Recorder {
   Recorder(int64_t units, bool keep_events, Sharing* sharing = nullptr);
   double linear(int64_t u, double start, double dur, const char* name, int64_t mb);
   double attention(int64_t u, double start, double dur, const char* name, int64_t mb);
+  // Tensor parallelism's collectives of unit u from `start` (Rates::tp_slot): synchronous
+  // inside the layer, so in flight and waited for (exposed) alike; their bytes go to
+  // UnitStats::tp_bytes. Returns the seconds (0 for none).
+  double tp(int64_t u, double start, const Rates::TpCost& c, int64_t mb);
   // A collective (or transfer) involving u in flight over [start, start + dur).
   void comm(int64_t u, double start, double dur, double sent, double recv, const char* name, int64_t mb);
   // u waited from `ready` to `until` for data in flight over [start, end): the part while the

@@ -44,6 +44,8 @@ Rates::Rates(const SimOptions& opt) : o(opt), cost(opt) {
   lm_head_bwd_per_token = 2.0 * lm_head_fwd_per_token;
   exchange = Link{static_cast<double>(gpus_per_unit) * o.cluster.hw.inter_node_bw, o.cluster.hw.inter_node_latency};
   p2p_link = exchange;
+  tp_link = Link{o.cluster.hw.intra_node_bw, o.cluster.hw.intra_node_latency};
+  tp_explicit = gpus_per_unit > 1 && (o.tp_collectives || o.hardware_profile != nullptr);
   host = host_model(o).value();  // simulate() checked it
   if (o.hardware_profile != nullptr) apply_hardware_profile(*o.hardware_profile);
   row_bytes = distca::row_bytes(m, o.dtype_bytes);
@@ -54,10 +56,11 @@ Rates::Rates(const SimOptions& opt) : o(opt), cost(opt) {
 void Rates::apply_hardware_profile(const HardwareProfile& hp) {
   const ModelSpec& m = o.model;
   const double G = static_cast<double>(gpus_per_unit);
-  // All units compute at once when there are several (the profile's concurrent figures, taken
-  // with every rank of its run computing); a single unit runs alone. Under processor sharing
-  // the concurrent figures are the base rates whatever the units (sharing.h rescales them).
-  const bool concurrent = units > 1 || host.active();
+  // All ranks compute at once when there are several, the G ranks of one unit included (the
+  // profile's concurrent figures, taken with every rank of its run computing); a lone rank
+  // runs alone. Under processor sharing the concurrent figures are the base rates whatever the
+  // units (sharing.h rescales them).
+  const bool concurrent = units * gpus_per_unit > 1 || host.active();
   const ProfileShape shape{m.hidden, m.n_heads, m.n_kv_heads, m.head_dim, m.ffn, m.vocab, 1};
   // Seconds per token of (layer, pass) at the model's shapes: its FLOPs per row / the rate
   // measured for that product (the same rate whatever the row count; the profile's rows set
@@ -106,6 +109,75 @@ void Rates::apply_hardware_profile(const HardwareProfile& hp) {
     exchange = Link{G * hp.all_to_all->bytes_per_second, hp.all_to_all->latency_seconds / messages};
   }
   if (hp.p2p) p2p_link = Link{G * hp.p2p->bytes_per_second, hp.p2p->latency_seconds};
+  // TP peers exchange over one rank's link (the same fit, not G of them).
+  if (hp.all_to_all) tp_link = Link{exchange.bytes_per_second / G, exchange.latency};
+}
+
+namespace {
+
+// Rows [first, first + rows) of a micro-batch of `total` rows held by TP rank p of G: its
+// share even_split(total, G, p) (model::even_split, the runtime's tp_rows) inside the range.
+double tp_rank_rows(double first, double rows, double total, int64_t G, int64_t p) {
+  const auto n = static_cast<int64_t>(total);
+  const int64_t base = n / G, extra = n % G;
+  const auto b = static_cast<double>(p * base + std::min(p, extra));
+  const double e = b + static_cast<double>(base + (p < extra ? 1 : 0));
+  return std::max(0.0, std::min(e, first + rows) - std::max(b, first));
+}
+
+}  // namespace
+
+Rates::TpCost Rates::tp_slot(double first, double rows, double total, bool bwd, int64_t k, int64_t stage) const {
+  TpCost c;
+  if (!tp_explicit) return c;
+  const int64_t G = gpus_per_unit, n = stage_layers[static_cast<size_t>(stage)];
+  const auto peers = static_cast<double>(G - 1);
+  // One all-gather or reduce-scatter of the range's (rows, hidden) activations: an all-gather
+  // sends rank p's r_p rows to each peer and receives the rest, a reduce-scatter sends its
+  // partial sums of the rest and receives G - 1 partials of its r_p rows; either way the
+  // slowest side of the slowest rank moves max((G - 1) r_p, rows - r_p) rows, in G - 1
+  // messages each way, and the G ranks send (G - 1) rows rows together.
+  const double row = static_cast<double>(o.model.hidden * o.dtype_bytes);
+  auto rows_collective = [&](double f, double r, int64_t count) {
+    if (!(r > 0)) return;
+    double side = 0;
+    for (int64_t p = 0; p < G; ++p) {
+      const double mine = tp_rank_rows(f, r, total, G, p);
+      side = std::max(side, std::max(peers * mine, r - mine));
+    }
+    const double one = all_to_all_unit_seconds(tp_link, side * row, side * row, G - 1, G - 1);
+    c.seconds += static_cast<double>(count) * one;
+    c.bytes += static_cast<double>(count) * peers * r * row;
+  };
+  // Per layer: the pre-attention norm's all-gather (backward: the reduce-scatter of its
+  // input gradient), then after attention the output projection's reduce-scatter, the MLP
+  // norm's all-gather and the down projection's reduce-scatter (backward: the mirror).
+  const int64_t pre = 1, post = 3;
+  rows_collective(first, rows, k == 0 ? (bwd ? post : pre) : (k == n ? (bwd ? pre : post) : pre + post));
+  const bool head_slot = stage == pp - 1 && o.lm_head && k == (bwd ? 0 : n);
+  if (head_slot) {
+    // The final norm's all-gather (backward: its reduce-scatter); the vocabulary-parallel
+    // cross-entropy's two all-gathers of per-row figures (its maximum, then its sum of
+    // exponentials and target logit: 8 and 16 bytes a row to every peer).
+    rows_collective(first, rows, 1);
+    if (!bwd && rows > 0) {
+      for (const double per_row : {8.0, 16.0}) {
+        const double sent = peers * per_row * rows;
+        c.seconds += all_to_all_unit_seconds(tp_link, sent, sent, G - 1, G - 1);
+        c.bytes += static_cast<double>(G) * sent;
+      }
+    }
+  }
+  // The embedding: forward a reduce-scatter of the whole micro-batch (charged with the range
+  // that starts it), backward an all-gather of the range's input gradient.
+  if (stage == 0 && k == (bwd ? n : 0)) {
+    if (bwd) {
+      rows_collective(first, rows, 1);
+    } else if (first == 0) {
+      rows_collective(0.0, total, 1);
+    }
+  }
+  return c;
 }
 
 double Rates::stage_params(int64_t s) const {
@@ -189,6 +261,14 @@ double Recorder::linear(int64_t u, double start, double dur, const char* name, i
 
 double Recorder::attention(int64_t u, double start, double dur, const char* name, int64_t mb) {
   return compute(u, start, dur, name, mb, &UnitStats::attention);
+}
+
+double Recorder::tp(int64_t u, double start, const Rates::TpCost& c, int64_t mb) {
+  stats_[static_cast<size_t>(u)].tp_bytes += c.bytes;
+  if (!(c.seconds > 0)) return 0.0;
+  comm(u, start, c.seconds, 0, 0, "TP collectives", mb);
+  wait(u, start, start + c.seconds, start);
+  return c.seconds;
 }
 
 void Recorder::comm(int64_t u, double start, double dur, double sent, double recv, const char* name, int64_t mb) {

@@ -75,6 +75,7 @@ Result<SimSetup> make_sim_options(const SimRequest& r) {
   so.grad_sync = r.grad_sync;
   so.cad_stateless = r.cad_servers == "stateless";
   so.record_events = r.record_events;
+  so.tp_collectives = r.tp_collectives;
   so.attention_table = r.attention_table;
   if (r.attention_table == nullptr && !r.cost_table.empty()) {
     DISTCA_ASSIGN_OR_RETURN(out.table, load_cost_table_option(r.cost_table));
@@ -96,6 +97,7 @@ SimRequest training_request(const TrainingRun& run) {
   r.hardware_profile = run.hardware_profile;
   r.peak_flops = run.sgemm_flops;
   r.mfu = 1.0;
+  r.tp_collectives = true;  // the sgemm rate (or the profile's) is the kernels' alone: TP's traffic is not in it
   r.attention_table = run.attention_table;
   r.tolerance = run.tolerance;
   r.dtype = "fp32";

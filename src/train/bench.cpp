@@ -298,6 +298,8 @@ void add_dp_run(const BenchOptions& f, TrainResult& result, const std::vector<in
     m.wait.push_back(st.wait_s);
     m.optimizer.push_back(st.optimizer_s);
     m.other.push_back(st.seconds - st.busy_s() - st.comm_s - st.wait_s);
+    m.tp_comm.push_back(st.tp_comm_s);
+    m.imbalance.push_back(st.imbalance_after);
     m.bytes_sent = st.bytes_sent;
   }
   m.steps.insert(m.steps.end(), mine.begin(), mine.end());

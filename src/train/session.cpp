@@ -106,7 +106,8 @@ nlohmann::json step_metrics_json(const StepMetrics& m) {
           {"linear_s", m.linear_s},   {"attention_s", m.attention_s},
           {"comm_s", m.comm_s},       {"wait_s", m.wait_s}, {"optimizer_s", m.optimizer_s},
           {"nano_tokens", {m.nano_tokens[0], m.nano_tokens[1]}}, {"bytes_sent", m.bytes_sent},
-          {"plan_s", m.plan_s},       {"plan_wait_s", m.plan_wait_s}};
+          {"plan_s", m.plan_s},       {"plan_wait_s", m.plan_wait_s},
+          {"tp_comm_s", m.tp_comm_s}, {"tp_bytes_sent", m.tp_bytes_sent}};
 }
 
 FinalLoss final_loss(const TrainResult& result) {

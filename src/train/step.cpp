@@ -164,6 +164,9 @@ struct StepPhases {
   // linear: the runners' linear callbacks; rest: the step's other compute outside the runners
   // (embedding, head, copies of pipeline messages).
   double waited = 0, linear = 0, attention = 0, rest = 0;
+  // TP collectives inside linear and rest (TimedCommunicator): moved to comm by finish_step.
+  double tp = 0;
+  int64_t tp_bytes = 0;
   double imbalance_before = 1, imbalance_after = 1;
   int64_t bytes = 0;
 };
@@ -228,9 +231,11 @@ Status finish_step(const TrainConfig& config, comm::Communicator& world, RankSet
   m.imbalance_after = ph.imbalance_after;
   m.bytes_sent = ph.bytes;
   m.attention_s = ph.attention;
-  m.comm_s = comm_s + ph.waited;
+  m.comm_s = comm_s + ph.waited + ph.tp;
   m.wait_s = wait_s;
-  m.linear_s = ph.linear + ph.rest;
+  m.linear_s = std::max(0.0, ph.linear + ph.rest - ph.tp);
+  m.tp_comm_s = ph.tp;
+  m.tp_bytes_sent = ph.tp_bytes;
   m.optimizer_s = opt_s;
   return {};
 }
@@ -303,6 +308,8 @@ class StepRun {
     const std::vector<int64_t> ticks = program_ticks(program, s_, pooled_);
     s_.model->zero_grads();
     const auto t_pipe = Clock::now();
+    const double tp0 = s_.tp_timed != nullptr ? s_.tp_timed->seconds() : 0.0;
+    const int64_t tp_bytes0 = s_.tp_timed != nullptr ? s_.tp_timed->bytes_sent() : 0;
     for (size_t t = 0; t < ticks.size(); ++t) {
       const StageStep* mine = ticks[t] >= 0 ? &program[static_cast<size_t>(ticks[t])] : nullptr;
       DISTCA_ASSIGN_OR_RETURN(const RunnerRef runner, runner_of(static_cast<int64_t>(t), mine));
@@ -334,6 +341,10 @@ class StepRun {
       if (u.send_bwd) DISTCA_RETURN_IF_ERROR(wait_for(*u.send_bwd, ph_.waited).with_context(at_));
     }
     ph_.rest = std::max(0.0, since(t_pipe) - ph_.linear - ph_.waited - ph_.attention);  // embedding, copies
+    if (s_.tp_timed != nullptr) {  // inside the linear callbacks and the embedding and head (rest)
+      ph_.tp = s_.tp_timed->seconds() - tp0;
+      ph_.tp_bytes = s_.tp_timed->bytes_sent() - tp_bytes0;
+    }
     return finish_step(config_, world_, s_, step_, loss_, count_, ph_, m_);
   }
 

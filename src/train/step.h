@@ -23,6 +23,7 @@
 #include "distca/train/data.h"
 #include "distca/train/trainer.h"
 #include "planner.h"
+#include "timed_comm.h"
 
 namespace distca::train {
 
@@ -67,6 +68,7 @@ struct RankSetup {
   // replica's shards; null without TP. The trainer's other communicators then span the ranks
   // of the same TP index (trainer.cpp, run_training).
   comm::Communicator* tp = nullptr;
+  const TimedCommunicator* tp_timed = nullptr;  // the same communicator: its collectives' time and bytes
   bool lead = false;  // world rank 0: reports, writes checkpoints
   // The plans of steps [start, steps) (planner.h). Declared last, so it is destroyed (its
   // thread joined) first, before the data source it reads.

@@ -88,9 +88,10 @@ Status set_up_topology(const TrainConfig& config, comm::Communicator& world, Ran
 }
 
 Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::Communicator& world,
-                                               comm::Communicator* tp, const TrainHooks& hooks) {
+                                               TimedCommunicator* tp, const TrainHooks& hooks) {
   auto s = std::make_unique<RankSetup>();
   s->tp = tp;
+  s->tp_timed = tp;
   s->lead = world.rank() == 0 && (tp == nullptr || tp->rank() == 0);
   s->pp = config.pp;
   s->dp = config.dp();
@@ -330,7 +331,7 @@ int64_t accounted_peak(const RankSetup& s, const std::vector<StepMetrics>& steps
 // The body of run_training; any error it returns ends the group (fail_group).
 // comm: the world, or with TP the ranks of this rank's TP index (run_training); world: every
 // rank, for the per-rank figures gathered at the end.
-Status train_rank(const TrainConfig& config, comm::Communicator& comm, comm::Communicator& world, comm::Communicator* tp,
+Status train_rank(const TrainConfig& config, comm::Communicator& comm, comm::Communicator& world, TimedCommunicator* tp,
                   const TrainHooks& hooks, TrainResult* result) {
   DISTCA_ASSIGN_OR_RETURN(auto setup, set_up_rank(config, comm, tp, hooks));
   RankSetup& s = *setup;
@@ -460,7 +461,12 @@ Status run_training(const TrainConfig& config, comm::Communicator& comm, const T
     auto tpc = comm::GroupCommunicator::create(comm, std::move(group), kTpTag);
     auto slc = tpc.ok() ? comm::GroupCommunicator::create(comm, std::move(slice), kTpSliceTag)
                         : Result<std::unique_ptr<comm::GroupCommunicator>>(tpc.status());
-    st = slc.ok() ? train_rank(config, **slc, comm, tpc->get(), hooks, result) : slc.status();
+    if (slc.ok()) {
+      TimedCommunicator timed(**tpc);  // its collectives' time is the step's TP communication
+      st = train_rank(config, **slc, comm, &timed, hooks, result);
+    } else {
+      st = slc.status();
+    }
   }
   if (!st.ok()) return fail_group(comm, st);
   return {};

@@ -177,6 +177,35 @@ TEST(TensorParallelTraining, CadExchangeBytesAreTheHeadSliceRows) {
   }
 }
 
+// The TP collectives of a step (StepMetrics::tp_bytes_sent over the TP group's ranks) against
+// a count by hand of what the layer math sends (docs/model.md, "Tensor parallelism"): per
+// direction and layer two all-gathers and two reduce-scatters of the (n, hidden) rows, plus
+// the embedding's and the final norm's, each moving (T - 1) n hidden floats over the group;
+// the cross-entropy's two all-gathers of 8 and 16 bytes a row from every rank to each peer.
+// The simulator charges the same (tests/sim/test_sim_tp.cpp). Their time is communication.
+TEST(TensorParallelTraining, TpCollectivesSendTheLayerMathsBytes) {
+  TrainConfig c = tp_config(1, 2, TrainMode::kColocated);
+  c.steps = 2;
+  const TrainResult r = train(c);
+  const ModelSpec spec = *c.model_spec();
+  const int64_t T = c.tp, n = c.tokens_per_rank, h = spec.hidden;
+  const int64_t rows_collectives = 2 * (4 * spec.n_layers + 2);
+  const int64_t want = rows_collectives * (T - 1) * n * h * 4 + T * (T - 1) * (8 + 16) * n;
+  ASSERT_EQ(r.rank_steps.size(), 2u);
+  for (size_t s = 0; s < r.steps.size(); ++s) {
+    int64_t sent = 0;
+    for (const auto& rank : r.rank_steps) {
+      sent += rank[s].tp_bytes_sent;
+      EXPECT_GT(rank[s].tp_comm_s, 0) << s;
+      EXPECT_GE(rank[s].comm_s, rank[s].tp_comm_s) << s;
+    }
+    EXPECT_EQ(sent, want) << s;
+  }
+  const TrainResult one = train(tp_config(1, 1, TrainMode::kColocated));
+  EXPECT_EQ(one.steps[0].tp_bytes_sent, 0);
+  EXPECT_EQ(one.steps[0].tp_comm_s, 0);
+}
+
 // The trainer's accounted peak per rank (parameters, gradients, AdamW moments, activations of
 // the tokens held, dispatcher rows) at TP 2 against TP 1 with the same tokens per replica: the
 // default model and bench train's (width 512, 8 heads, ffn 1344, vocab 512) at 2048 tokens.

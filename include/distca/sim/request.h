@@ -57,6 +57,7 @@ struct SimRequest {
   std::optional<double> inter_node_latency_us;  // --inter-node-latency, microseconds, >= 0
   std::optional<double> memory_gb;              // --memory-gb, > 0
   bool record_events = false;          // --trace given
+  bool tp_collectives = false;         // SimOptions::tp_collectives (a training run's: its rates are kernels')
 };
 
 // The options and what they point at: `options.attention_table` is `table` when the request

@@ -158,6 +158,13 @@ struct SimOptions {
   // Default false: servers keep their inputs (the runtime's default), less traffic, more memory.
   bool cad_stateless = false;
   bool record_events = false;  // keep per-unit timeline events (SimResult::events)
+  // Tensor parallelism inside a unit (G = gpus_per_node > 1): charge its collectives (per layer
+  // and direction two all-gathers and two reduce-scatters of the rows' activations, the
+  // embedding's and the LM head's) on the link between the unit's GPUs (a hardware profile's
+  // all-to-all fit per rank, else hw.intra_node_bw and intra_node_latency), as exposed
+  // communication. False: folded into mfu, as the paper's per-token time folds NVLink traffic.
+  // A hardware profile turns them on whatever this says (its GEMM rates are the kernels' alone).
+  bool tp_collectives = false;
   // Processor sharing (docs/simulation-model.md, "Processor sharing"), with a hardware profile
   // only: units in consecutive groups of host_ranks / gpus_per_node run on one host of
   // host_cores cores and share them (a computing unit's speed is min(1, cores / the cores its
@@ -239,6 +246,10 @@ struct UnitStats {
   double comm_blocked = 0;
   double bytes_sent = 0;       // all layers, forward + backward (+ PP activations, grads)
   double bytes_received = 0;
+  // Bytes the unit's G ranks send one another in tensor parallelism's collectives (all
+  // layers, forward + backward, the embedding and the LM head; with explicit TP collectives
+  // only, SimOptions::tp_collectives). Not in bytes_sent, which crosses units.
+  double tp_bytes = 0;
   MemoryStats memory;
 };
 

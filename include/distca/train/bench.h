@@ -145,6 +145,8 @@ struct DpModeFigures {
   std::vector<double> round_median;           // [rounds]
   std::vector<double> linear, attention, comm, wait, optimizer;  // per timed step
   std::vector<double> other;  // the step's rest: planning, inputs, runner set-up
+  std::vector<double> tp_comm;    // per timed step: StepMetrics::tp_comm_s (inside comm)
+  std::vector<double> imbalance;  // per timed step: StepMetrics::imbalance_after (the plan's load max/mean)
   std::vector<int64_t> peak;                  // [ranks] max over rounds (VmHWM or estimate)
   std::vector<int64_t> buffers;               // [ranks] the trainer's buffer estimate
   int64_t bytes_sent = 0;

@@ -93,6 +93,14 @@ struct StepMetrics {
   // comm_s communication waited for (exchanges, pipeline messages, all-reduces); wait_s the
   // end-of-step barrier; optimizer_s clipping and AdamW.
   double linear_s = 0, attention_s = 0, comm_s = 0, wait_s = 0, optimizer_s = 0;
+  // Tensor parallelism (tp > 1): the time rank 0 spent in its TP group's collectives during
+  // the forward and backward (the layers' all-gathers and reduce-scatters, the embedding's and
+  // the LM head's, waits for the slower TP peer included) and the bytes it sent in them. They
+  // are synchronous inside the layer, so they count as exposed communication: the time is in
+  // comm_s, not in linear_s (the replicated gradients' and the loss's TP all-reduces after the
+  // backward are in comm_s too, not here).
+  double tp_comm_s = 0;
+  int64_t tp_bytes_sent = 0;
   double busy_s() const { return linear_s + attention_s + optimizer_s; }  // compute
   std::array<int64_t, 2> nano_tokens{0, 0};  // rank 0's rows in nano-batch 0 and 1
   int64_t bytes_sent = 0;  // rank 0's attention exchange bytes, last layer's forward + backward

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Issue 29's tensor-parallel figures on this machine (docs/benchmarks.md, "Simulator
+# validation" and "bench train --tp"): the simulator against measured runs at 1 and 2 ranks
+# (dp1 = TP 1 x DP 1, dp2 = TP 1 x DP 2, tp2x1 = TP 2 x DP 1, each with its predicted / measured
+# step, idle and time blocked in communication), then bench train's default workload at
+# --tp 2 on 2 ranks (exposed communication, the TP collectives' share, balance). Needs a built
+# build/release/apps/distca and mpirun; about 3-4 minutes on a quiet 2-core machine.
+# Usage: scripts/tp-validate.sh [OUT_DIR]   (default tp-val; must not exist yet)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-tp-val}
+. scripts/blas-env.sh
+export OMP_NUM_THREADS=1
+distca=build/release/apps/distca
+root=()
+[ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
+"$distca" bench simulate --validate --ranks 1,2 --out "$out" --json "$out.validate.json" --timeout 600
+mpirun --oversubscribe "${root[@]}" -np 2 "$distca" bench train --backend mpi --tp 2 --rounds 2 \
+  --json "$out/bench-tp2.json"

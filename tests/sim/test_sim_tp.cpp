@@ -1,0 +1,109 @@
+// The simulator's tensor-parallel term (docs/simulation-model.md, "Tensor parallelism") against
+// a hand count on a one-unit TP 2 case with the hand-made hardware profile: each rank's FLOPs
+// (half the unit's, at the profile's concurrent rates: the unit's two ranks compute at once)
+// and the TP collectives' bytes and seconds (per layer and direction two all-gathers and two
+// reduce-scatters of the rows, the embedding's and the final norm's, the cross-entropy's two
+// all-gathers of per-row figures), which are exposed communication. The trainer sends the same
+// bytes (tests/train/train_tp_test.cpp, TpCollectivesSendTheLayerMathsBytes).
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "distca/core/specs.h"
+#include "distca/sim/simulator.h"
+#include "support/hardware_profile_fixture.h"
+
+namespace distca::sim {
+namespace {
+
+constexpr double kConcurrent = testing::kProfileConcurrentFlops;
+
+// Forward FLOPs per token of one layer's seven products and of the LM head of
+// profile_test_model (hidden 64, Q 64, K/V 32 each, ffn 128, vocab 100), counted here.
+constexpr double kLayerFlops = 2.0 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128);
+constexpr double kHeadFlops = 2.0 * 64 * 100;
+
+SimOptions tp_options(int64_t gpus_per_node) {
+  SimOptions o;
+  o.model = testing::profile_test_model(2);
+  o.cluster.hw = hardware_preset("local-cpu").value();
+  o.cluster.gpus = gpus_per_node;
+  o.cluster.gpus_per_node = gpus_per_node;
+  o.strategy.kind = StrategyKind::kColocated;
+  o.grad_sync = false;
+  o.activation_checkpointing = false;
+  o.dtype_bytes = 4;
+  HardwareProfile p = testing::test_hardware_profile(2);
+  o.hardware_profile = std::make_shared<const HardwareProfile>(std::move(p));
+  return o;
+}
+
+// One unit, one document of 32 tokens (task (32, 32)).
+Batch one_document() { return Batch{1, 32, {{{0, 0, 32, 32}}}}; }
+
+TEST(SimTensorParallel, RanksComputeHalfTheFlopsAtTheConcurrentRates) {
+  const SimOptions o = tp_options(2);
+  auto r = simulate(o, {one_document()});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  // Per rank: half of every product (forward and its two backward products), two layers, and
+  // half the LM head's three, at the rate the profile measured with both ranks computing.
+  const double per_rank_flops = (2 * 32 * 3 * kLayerFlops + 32 * 3 * kHeadFlops) / 2;
+  const double lin = per_rank_flops / kConcurrent;
+  // Attention: the (32, 32) grid point's 4e-5 s forward x 3.5 (backward 2.5x), per layer, for
+  // half the heads.
+  const double att = 2 * 4e-5 * 3.5 / 2;
+  ASSERT_EQ(r->per_unit.size(), 1u);
+  EXPECT_NEAR(r->per_unit[0].linear, lin, 1e-12 * lin);
+  EXPECT_NEAR(r->per_unit[0].attention, att, 1e-9 * att);
+}
+
+TEST(SimTensorParallel, CollectivesAreTheLayerMathsBytesOnTheRankLink) {
+  const SimOptions o = tp_options(2);
+  auto r = simulate(o, {one_document()});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const UnitStats& u = r->per_unit[0];
+  // Rows collectives: per direction 4 per layer x 2 layers, the embedding's and the final
+  // norm's: 20. Each moves the 32 rows of 64 floats (256 bytes) from one rank to the other: 32
+  // x 256 bytes over the pair, the slower rank's side 16 rows, one message each way at the
+  // profile's all-to-all latency 1e-4 s (2 ranks: one message per rank) and 1e9 B/s.
+  const double rows_bytes = 20.0 * 32 * 256;
+  const double rows_seconds = 20.0 * (1e-4 + 16 * 256 / 1e9);
+  // The cross-entropy's per-row maximum (8 bytes) and sum with the target logit (16 bytes) of
+  // the 32 rows, from each rank to the other.
+  const double ce_bytes = 2.0 * (8 * 32 + 16 * 32);
+  const double ce_seconds = (1e-4 + 8 * 32 / 1e9) + (1e-4 + 16 * 32 / 1e9);
+  EXPECT_DOUBLE_EQ(u.tp_bytes, rows_bytes + ce_bytes);
+  const double tp = rows_seconds + ce_seconds;
+  EXPECT_NEAR(u.comm, tp, 1e-12);
+  EXPECT_NEAR(u.exposed_comm, tp, 1e-12);  // synchronous: the unit waits for every one
+  EXPECT_NEAR(u.comm_blocked, tp, 1e-12);
+  EXPECT_EQ(u.bytes_sent, 0);  // nothing crosses units
+  EXPECT_NEAR(r->iteration_seconds, u.busy + tp, 1e-12);
+}
+
+TEST(SimTensorParallel, NoTpNoCollectives) {
+  auto r = simulate(tp_options(1), {one_document()});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->per_unit[0].tp_bytes, 0);
+  EXPECT_EQ(r->per_unit[0].comm, 0);
+}
+
+TEST(SimTensorParallel, PresetRatesFoldTheCollectivesIntoMfu) {
+  SimOptions o = tp_options(2);
+  o.hardware_profile = nullptr;
+  auto folded = simulate(o, {one_document()});
+  ASSERT_TRUE(folded.ok()) << folded.status().message();
+  EXPECT_EQ(folded->per_unit[0].tp_bytes, 0);
+  EXPECT_EQ(folded->per_unit[0].comm, 0);
+  // Kernel rates (a training run's request): the collectives on the preset's intra-node link.
+  o.tp_collectives = true;
+  auto charged = simulate(o, {one_document()});
+  ASSERT_TRUE(charged.ok()) << charged.status().message();
+  const double lat = o.cluster.hw.intra_node_latency, bw = o.cluster.hw.intra_node_bw;
+  const double tp = 20 * (lat + 16 * 256 / bw) + (lat + 8 * 32 / bw) + (lat + 16 * 32 / bw);
+  EXPECT_NEAR(charged->per_unit[0].comm, tp, 1e-12);
+  EXPECT_NEAR(charged->iteration_seconds, folded->iteration_seconds + tp, 1e-12);
+}
+
+}  // namespace
+}  // namespace distca::sim
