@@ -64,6 +64,19 @@ Status check_plan_rows(const std::vector<const Plan*>& plans, int64_t rank, cons
   return {};
 }
 
+// The same for the CP runner of wlb and percp (memory.h, cp_row_limits): its rows are bounded
+// for every layout, so a failure here is a broken bound, not a bad input.
+Status check_cp_rows(const CpAttention& att, int64_t rank, const CpRowLimits& limits, int64_t step) {
+  if (att.gathered_rows() > limits.gathered || att.context_rows() > limits.context || att.query_rows() > limits.query) {
+    return Status::internal("step " + std::to_string(step) + ": the layout gives rank " + std::to_string(rank) + " " +
+                            std::to_string(att.gathered_rows()) + " gathered, " + std::to_string(att.context_rows()) +
+                            " context and " + std::to_string(att.query_rows()) +
+                            " query rows, more than the memory estimate allows (" + std::to_string(limits.gathered) +
+                            ", " + std::to_string(limits.context) + " and " + std::to_string(limits.query) + ")");
+  }
+  return {};
+}
+
 // Which of the step's plans the runner's dispatchers hold (single-stream: the whole plan).
 std::vector<const Plan*> running_plans(const NanoPlans& np, runtime::OverlapMode mode) {
   if (mode == runtime::OverlapMode::kSingleStream) return {&np.full};
@@ -350,8 +363,8 @@ class StepRun {
       ph_.imbalance_after = std::max(ph_.imbalance_after, p->full.metrics.load_max_over_mean);
       for (const Plan* r : running_plans(*p, s_.overlap)) running.push_back(r);
     }
+    if (collective_cp_) return {};  // the CP runner's own rows are checked and counted instead
     DISTCA_RETURN_IF_ERROR(check_plan_rows(running, rank, dispatch_row_limits(config_), step_));
-    if (collective_cp_) return {};  // the CP runner's own buffers count instead (run())
     int64_t kept = 0;
     if (pooled_) {  // stateless servers: one layer's rows at a time (the LSE buffers with the slots)
       for (const Plan* p : running) kept += dispatcher_bytes(*p, rank, 1);
@@ -377,6 +390,7 @@ class StepRun {
       DISTCA_RETURN_IF_ERROR(account({&*u.plans}, s_.replica));
       if (collective_cp_) {
         DISTCA_ASSIGN_OR_RETURN(CpAttention att, CpAttention::create(u.plans->split.batch, s_.replica, config_.cp, s_.dims, layers_));
+        DISTCA_RETURN_IF_ERROR(check_cp_rows(att, s_.replica, cp_row_limits(config_), step_));
         u.cp_runner = std::make_unique<CpRunner>(std::move(att), *s_.cp_comm, *s_.dp_comm);
         return RunnerRef{nullptr, u.cp_runner.get()};
       }

@@ -74,6 +74,11 @@ class CpAttention {
                   const float* k, const float* v, const float* o, const float* d_o, float* dq, float* dk, float* dv);
 
   int64_t rows() const { return rows_; }
+  // The rows the call's buffers hold (train/memory.h, cp_row_limits): the gathered K/V rows
+  // (both classes), the fused call's context rows and padded query rows.
+  int64_t gathered_rows() const { return group_.total + wide_.total; }
+  int64_t context_rows() const { return cu_k_.back(); }
+  int64_t query_rows() const { return cu_q_.back(); }
   // The LSE of layer `layer`'s last forward: (rows, n_heads).
   std::vector<float> lse_rows(int64_t layer) const;
   // Bytes sent by the last forward / backward call.
