@@ -176,7 +176,8 @@ Status wait_for(comm::Exchange& ex, double& waited) {
 struct StepPhases {
   // linear: the runners' linear callbacks; rest: the step's other compute outside the runners
   // (embedding, head, copies of pipeline messages).
-  double waited = 0, linear = 0, attention = 0, rest = 0;
+  // runner_waited: the part of waited the runners blocked on attention's communication.
+  double waited = 0, linear = 0, attention = 0, rest = 0, runner_waited = 0;
   double imbalance_before = 1, imbalance_after = 1;
   int64_t bytes = 0;
 };
@@ -242,6 +243,7 @@ Status finish_step(const TrainConfig& config, comm::Communicator& world, RankSet
   m.bytes_sent = ph.bytes;
   m.attention_s = ph.attention;
   m.comm_s = comm_s + ph.waited;
+  m.attention_comm_s = ph.runner_waited;
   m.wait_s = wait_s;
   m.linear_s = ph.linear + ph.rest;
   m.optimizer_s = opt_s;
@@ -327,6 +329,7 @@ class StepRun {
         const runtime::RunnerTimes rt = runner.times();
         ph_.linear += rt.linear;
         ph_.waited += rt.waited;
+        ph_.runner_waited += rt.waited;
         ph_.attention += rt.attention;
         ph_.bytes += runner.last_bytes_sent();
         if (pooled_) {
@@ -391,7 +394,7 @@ class StepRun {
       if (collective_cp_) {
         DISTCA_ASSIGN_OR_RETURN(CpAttention att, CpAttention::create(u.plans->split.batch, s_.replica, config_.cp, s_.dims, layers_));
         DISTCA_RETURN_IF_ERROR(check_cp_rows(att, s_.replica, cp_row_limits(config_), step_));
-        u.cp_runner = std::make_unique<CpRunner>(std::move(att), *s_.cp_comm, *s_.dp_comm);
+        u.cp_runner = std::make_unique<CpRunner>(std::move(att), *s_.cp_comm, *s_.dp_comm, trace_, world_.rank());
         return RunnerRef{nullptr, u.cp_runner.get()};
       }
       DISTCA_ASSIGN_OR_RETURN(u.runner, runtime::TickRunner::create(*s_.dp_comm, *u.plans, s_.dims, s_.overlap, trace_));

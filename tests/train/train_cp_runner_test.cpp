@@ -1,17 +1,21 @@
-// The memory estimate of wlb and percp (issue 26) against what their CP runner holds: the
-// estimate's CP term (train/memory.h, cp_row_limits) bounds the trainer's accounting of real
-// runs, within a stated margin, and `distca train` refuses a run whose CP buffers do not fit
-// before any work.
+// wlb's and percp's CP runner in the trainer (issue 26). Memory: the estimate's CP term
+// (train/memory.h, cp_row_limits) bounds the trainer's accounting of real runs, within a
+// stated margin, and `distca train` refuses a run whose CP buffers do not fit before any work.
+// Trace: the collectives are spans of each rank's timeline, nested in their layer's attention
+// span, and their wait spans add up to the step's attention_comm_s.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "distca/core/specs.h"
+#include "distca/core/trace.h"
 #include "distca/model/llama.h"
 #include "distca/train/config.h"
 #include "distca/train/memory.h"
@@ -108,6 +112,82 @@ TEST(CpMemory, CpTermGrowsWithRowsAndSlots) {
   c.mode = TrainMode::kColocated;
   c.cp = 1;
   EXPECT_EQ(estimate_train_memory(c, spec, {}).cp_buffers, 0);
+}
+
+int64_t arg(const TraceEvent& e, const std::string& key) {
+  for (const TraceArg& a : e.args) {
+    if (a.key == key) return a.value;
+  }
+  return -1;
+}
+
+bool inside(const TraceEvent& inner, const TraceEvent& outer) {
+  return inner.start_us >= outer.start_us && inner.end_us <= outer.end_us;
+}
+
+// The traced step of percp cp 2 at 4 ranks: step 0's long document (1936 of its 2048 tokens)
+// spans both CP groups (the dp-wide class) and the short one sits in group 1 (ranks 2 and 3),
+// so group 1 runs both classes' collectives and group 0 the dp-wide ones.
+// On every rank, per layer, one attention span per direction; each collective a comm span
+// inside its layer's attention span with a wait span of the same extent; the kernel and the
+// assembly inside it too; the linear calls of both nano-batches outside them; and the wait
+// spans add up to the step's attention_comm_s (the same clock readings), within comm_s.
+TEST(CpTrace, CollectivesAreNestedSpansThatAddUpToTheWaitedSeconds) {
+  TrainConfig c = cp_config(4, TrainMode::kPerCp);
+  c.steps = 1;
+  c.trace = (fs::temp_directory_path() / "distca_cp_trace_unused.json").string();
+  TrainResult r;
+  const Status st = run_training_local(c, {}, &r);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  ASSERT_FALSE(r.trace.empty());
+  std::map<int64_t, std::vector<const TraceEvent*>> by_rank;
+  for (const TraceEvent& e : r.trace) by_rank[e.tid].push_back(&e);
+  ASSERT_EQ(by_rank.size(), 4u);
+  const int64_t layers = 2;
+  for (auto& [rank, events] : by_rank) {
+    std::map<std::pair<std::string, int64_t>, const TraceEvent*> calls;  // (direction, layer)
+    for (const TraceEvent* e : events) {
+      if (e->category != "cp") continue;
+      EXPECT_TRUE(calls.insert({{e->name, arg(*e, "layer")}, e}).second) << "rank " << rank << " " << e->name;
+    }
+    EXPECT_EQ(calls.size(), static_cast<size_t>(2 * layers)) << "rank " << rank;
+    std::set<std::string> collectives;
+    double waited_us = 0;
+    int linear = 0;
+    for (const TraceEvent* e : events) {
+      if (e->name.find("linear") != std::string::npos) {
+        ++linear;
+        for (const auto& [key, call] : calls) EXPECT_FALSE(inside(*e, *call) && e->end_us > e->start_us) << e->name;
+        continue;
+      }
+      if (e->category == "cp") continue;
+      const bool bwd = e->name == "attention bwd" || e->name.find("reduce-scatter") != std::string::npos;
+      // Backward gathers the K/V again: an all-gather sits in either direction's span.
+      const auto fwd_call = calls.find({"cp attention fwd", arg(*e, "layer")});
+      const auto bwd_call = calls.find({"cp attention bwd", arg(*e, "layer")});
+      ASSERT_TRUE(fwd_call != calls.end() && bwd_call != calls.end()) << "rank " << rank << " " << e->name;
+      const bool in_fwd = inside(*e, *fwd_call->second), in_bwd = inside(*e, *bwd_call->second);
+      EXPECT_TRUE(bwd ? in_bwd : in_fwd || in_bwd) << "rank " << rank << " " << e->name << " layer " << arg(*e, "layer");
+      if (e->category == "comm") {
+        collectives.insert(e->name);
+        const auto wait = std::find_if(events.begin(), events.end(), [&](const TraceEvent* w) {
+          return w->category == "wait" && w->name == e->name + " wait" && w->start_us == e->start_us &&
+                 w->end_us == e->end_us && arg(*w, "layer") == arg(*e, "layer");
+        });
+        EXPECT_TRUE(wait != events.end()) << "rank " << rank << " " << e->name << " has no wait span";
+      }
+      if (e->category == "wait") waited_us += e->end_us - e->start_us;
+    }
+    EXPECT_EQ(linear, 2 * 2 * (static_cast<int>(layers) + 1)) << "rank " << rank;
+    // Group 0 holds only pieces of the long document (dp-wide); group 1 also the short one.
+    std::set<std::string> want{"cp all-gather kv (dp)", "cp reduce-scatter dkv (dp)"};
+    if (rank >= 2) want.insert({"cp all-gather kv", "cp reduce-scatter dkv"});
+    EXPECT_EQ(collectives, want) << "rank " << rank;
+    const StepMetrics& m = r.rank_steps[static_cast<size_t>(rank)].back();
+    EXPECT_GT(m.attention_comm_s, 0) << "rank " << rank;
+    EXPECT_NEAR(waited_us * 1e-6, m.attention_comm_s, 1e-6) << "rank " << rank;
+    EXPECT_LE(m.attention_comm_s, m.comm_s) << "rank " << rank;
+  }
 }
 
 class CpMemoryCli : public distca::testing::CliFixture {
