@@ -305,9 +305,10 @@ double run_unit_op(const Rates& R, const Work& work, Recorder& rec, int64_t s, i
 // linear work: the all-gathers; after the attention backward: the reduce-scatters), every
 // lane of the stage at once: each active collective (the CP groups' of c lanes, then the
 // stage's wide one) starts when its last member arrives, and each member's ends its own part
-// of the all-to-all later; the time before is the member's wait for the group.
+// of the all-to-all later; the time before is the member's wait for the group. recompute: the
+// gathers of a backward's recompute (checkpointing), named apart in the trace.
 void cp_collectives_at(const Rates& R, const std::vector<UnitWork>& w, Recorder& rec, int64_t s, int64_t c,
-                       int64_t j, bool scatter, std::vector<double>& t) {
+                       int64_t j, bool scatter, bool recompute, std::vector<double>& t) {
   const int64_t ups = R.units_per_stage;
   for (size_t cls = 0; cls < 2; ++cls) {
     const int64_t size = cls == 0 ? c : ups;
@@ -319,8 +320,9 @@ void cp_collectives_at(const Rates& R, const std::vector<UnitWork>& w, Recorder&
         const UnitWork::Collective& x = w[static_cast<size_t>(i)].coll[cls];
         const int64_t u = s * ups + i;
         const double d = scatter ? x.scatter_s : x.gather_s;
-        const char* name = scatter ? (cls == 0 ? "dK/dV reduce-scatter" : "dK/dV reduce-scatter (dp)")
-                                   : (cls == 0 ? "K/V all-gather" : "K/V all-gather (dp)");
+        const char* name = scatter     ? (cls == 0 ? "dK/dV reduce-scatter" : "dK/dV reduce-scatter (dp)")
+                           : recompute ? (cls == 0 ? "K/V re-fetch (recompute)" : "K/V re-fetch (recompute, dp)")
+                                       : (cls == 0 ? "K/V all-gather" : "K/V all-gather (dp)");
         rec.comm(u, start, d, scatter ? x.others : x.gathered, scatter ? x.gathered : x.others, name, j);
         rec.wait(u, t[static_cast<size_t>(i)], start + d, start);
         t[static_cast<size_t>(i)] = start + d;
@@ -356,7 +358,7 @@ void run_cp_op(const Rates& R, const Work& work, Recorder& rec, int64_t s, int64
                                               (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * x.tokens,
                                               bwd ? "bwd linear" : "fwd linear", j);
     }
-    for (int g = 0; g < gathers; ++g) cp_collectives_at(R, w, rec, s, c, j, false, t);
+    for (int g = 0; g < gathers; ++g) cp_collectives_at(R, w, rec, s, c, j, false, g + 1 < gathers, t);
     for (int64_t i = 0; i < ups; ++i) {
       const UnitWork& x = w[static_cast<size_t>(i)];
       const int64_t u = s * ups + i;
@@ -365,7 +367,7 @@ void run_cp_op(const Rates& R, const Work& work, Recorder& rec, int64_t s, int64
                                                  bwd ? "bwd attention" : "fwd attention", j);
       if (!bwd) rec.stats()[static_cast<size_t>(u)].attention_pairs += x.pairs;
     }
-    if (bwd) cp_collectives_at(R, w, rec, s, c, j, true, t);
+    if (bwd) cp_collectives_at(R, w, rec, s, c, j, true, false, t);
   }
   if (last && !bwd) lm();
 }
