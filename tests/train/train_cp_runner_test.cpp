@@ -29,7 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // Long documents (up to 4 ranks' tokens), so wlb's sharding and percp's gathers carry most of
-// the batch: the CP buffers are the largest term of a rank's accounting.
+// the batch: the CP buffers are a fifth to a third of a rank's accounting.
 TrainConfig cp_config(int64_t ranks, TrainMode mode) {
   TrainConfig c = testing::small_model_config(2);
   c.ranks = ranks;
