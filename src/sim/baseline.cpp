@@ -248,7 +248,7 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
   return Status::ok_status();
 }
 
-// One op (micro-batch j, forward or backward) of unit i of stage s, starting at t: the
+// One colocated op (micro-batch j, forward or backward) of unit i of stage s, starting at t: the
 // stage's layers. Returns the end time.
 double run_unit_op(const Rates& R, const Work& work, Recorder& rec, int64_t s, int64_t i, int64_t j, bool bwd,
                    double t) {
@@ -258,7 +258,7 @@ double run_unit_op(const Rates& R, const Work& work, Recorder& rec, int64_t s, i
   const bool last = s == R.pp - 1;
   const char* lin_name = bwd ? "bwd linear" : "fwd linear";
   const char* att_name = bwd ? "bwd attention" : "fwd attention";
-  const char* comm_name = bwd ? "dK/dV return" : "K/V fetch";  // (or gather; gather + reduce-scatter)
+  const char* comm_name = bwd ? "dK/dV return" : "K/V fetch";
   auto lm = [&]() {
     const double d = rec.linear(u, t, (bwd ? R.lm_head_bwd_per_token : R.lm_head_fwd_per_token) * w.tokens,
                                 bwd ? "bwd lm head" : "fwd lm head", j);
