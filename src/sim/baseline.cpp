@@ -17,9 +17,16 @@
 //     (their whole K/V) over the group, those spread over several groups over the stage's
 //     units; backward gathers again and reduce-scatters the dK/dV partials to the rows'
 //     holders. Each collective is one all-to-all (Communicator::all_gather_v and
-//     reduce_scatter_sum run on all_to_all_v), costed as the unit's part of it.
-// Either way exposed, per unit (no group to wait for).
+//     reduce_scatter_sum run on all_to_all_v), costed as the unit's part of it. A collective
+//     completes for no member before every member has called it: the stage's units run each
+//     op in lockstep, each collective starting at its members' latest arrival (the group's
+//     units, or every unit of the stage for the wide class) and ending for each member its
+//     own part of the all-to-all later (run_cp_op). Forward, per layer: the linear work, the
+//     gathers, the attention; backward: the linear work, the gathers, the attention, the
+//     reduce-scatters (CpRunner's order), so a backward layer waits for the group twice.
+//   colocated: exposed per unit (no group to wait for).
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <unordered_map>
 #include <utility>
@@ -45,6 +52,14 @@ struct UnitWork {
   // checkpointing), and held by the layer in flight (with its dK/dV).
   double kept_per_layer = 0, transient = 0;
   int64_t peers = 0;  // units it exchanges with (the framework's connections)
+  // wlb, percp: the unit's part in its CP group's collective [0] and the stage's wide one [1]
+  // (active: the collective runs, this unit a member; seconds of its part of the all-gather
+  // and of the reduce-scatter; bytes it sends in the all-gather and receives).
+  struct Collective {
+    bool active = false;
+    double gather_s = 0, scatter_s = 0, gathered = 0, others = 0;
+  };
+  std::array<Collective, 2> coll{};
 };
 // work[j][i]: micro-batch j, unit i of a stage.
 using Work = std::vector<std::vector<UnitWork>>;
@@ -169,7 +184,7 @@ void cp_collectives(const Rates& R, const Batch& laid, int64_t c, std::vector<Un
     }
   }
   const double kv = static_cast<double>(R.row_bytes.kv);
-  const auto collective = [&](const std::vector<int64_t>& rows, int64_t first, int64_t end) {
+  const auto collective = [&](const std::vector<int64_t>& rows, int64_t first, int64_t end, size_t cls) {
     int64_t total = 0, holding = 0;
     for (int64_t m = first; m < end; ++m) {
       total += rows[static_cast<size_t>(m)];
@@ -191,14 +206,15 @@ void cp_collectives(const Rates& R, const Batch& laid, int64_t c, std::vector<Un
       w.bwd_recv += others + gathered;
       w.fwd_seconds += gather_s;
       w.bwd_seconds += gather_s + scatter_s;
+      w.coll[cls] = {true, gather_s, scatter_s, gathered, others};
       w.transient += 2.0 * static_cast<double>(total) * kv;
       w.peers = std::max(w.peers, M - 1);
       ps.comm_bytes_forward += gathered;
       ps.comm_bytes_backward += gathered + others;
     }
   };
-  for (int64_t g = 0; g < U; g += c) collective(group_rows, g, g + c);
-  collective(wide_rows, 0, U);
+  for (int64_t g = 0; g < U; g += c) collective(group_rows, g, g + c, 0);
+  collective(wide_rows, 0, U, 1);
 }
 
 Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<UnitWork>& out, PlanStats& ps) {
@@ -232,7 +248,7 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
   return Status::ok_status();
 }
 
-// One op (micro-batch j, forward or backward) of unit i of stage s, starting at t: the
+// One colocated op (micro-batch j, forward or backward) of unit i of stage s, starting at t: the
 // stage's layers. Returns the end time.
 double run_unit_op(const Rates& R, const Work& work, Recorder& rec, int64_t s, int64_t i, int64_t j, bool bwd,
                    double t) {
@@ -242,7 +258,7 @@ double run_unit_op(const Rates& R, const Work& work, Recorder& rec, int64_t s, i
   const bool last = s == R.pp - 1;
   const char* lin_name = bwd ? "bwd linear" : "fwd linear";
   const char* att_name = bwd ? "bwd attention" : "fwd attention";
-  const char* comm_name = bwd ? "dK/dV return" : "K/V fetch";  // (or gather; gather + reduce-scatter)
+  const char* comm_name = bwd ? "dK/dV return" : "K/V fetch";
   auto lm = [&]() {
     const double d = rec.linear(u, t, (bwd ? R.lm_head_bwd_per_token : R.lm_head_fwd_per_token) * w.tokens,
                                 bwd ? "bwd lm head" : "fwd lm head", j);
@@ -287,16 +303,89 @@ double run_unit_op(const Rates& R, const Work& work, Recorder& rec, int64_t s, i
   return t;
 }
 
-// The 1F1B of the pipeline replica at unit position i over the stages, each op as soon as
-// its input and its stage are free (a p2p transfer between stages); folds the stages' finish
-// times into stage_finish and unit_end.
-void run_replica(const Rates& R, const Work& work, const std::vector<std::vector<PipeOp>>& ops, Recorder& rec,
-                 int64_t i, std::vector<double>& stage_finish, std::vector<double>& unit_end) {
+// Per-document CP's collectives of one op of stage s at a point of its layers (after the
+// linear work: the all-gathers; after the attention backward: the reduce-scatters), every
+// lane of the stage at once: each active collective (the CP groups' of c lanes, then the
+// stage's wide one) starts when its last member arrives, and each member's ends its own part
+// of the all-to-all later; the time before is the member's wait for the group. recompute: the
+// gathers of a backward's recompute (checkpointing), named apart in the trace.
+void cp_collectives_at(const Rates& R, const std::vector<UnitWork>& w, Recorder& rec, int64_t s, int64_t c,
+                       int64_t j, bool scatter, bool recompute, std::vector<double>& t) {
+  const int64_t ups = R.units_per_stage;
+  for (size_t cls = 0; cls < 2; ++cls) {
+    const int64_t size = cls == 0 ? c : ups;
+    for (int64_t first = 0; first < ups; first += size) {
+      if (!w[static_cast<size_t>(first)].coll[cls].active) continue;
+      double start = 0;
+      for (int64_t i = first; i < first + size; ++i) start = std::max(start, t[static_cast<size_t>(i)]);
+      for (int64_t i = first; i < first + size; ++i) {
+        const UnitWork::Collective& x = w[static_cast<size_t>(i)].coll[cls];
+        const int64_t u = s * ups + i;
+        const double d = scatter ? x.scatter_s : x.gather_s;
+        const char* name = scatter     ? (cls == 0 ? "dK/dV reduce-scatter" : "dK/dV reduce-scatter (dp)")
+                           : recompute ? (cls == 0 ? "K/V re-fetch (recompute)" : "K/V re-fetch (recompute, dp)")
+                                       : (cls == 0 ? "K/V all-gather" : "K/V all-gather (dp)");
+        rec.comm(u, start, d, scatter ? x.others : x.gathered, scatter ? x.gathered : x.others, name, j);
+        rec.wait(u, t[static_cast<size_t>(i)], start + d, start);
+        t[static_cast<size_t>(i)] = start + d;
+      }
+    }
+  }
+}
+
+// One op (micro-batch j, forward or backward) of every lane of stage s under per-document CP,
+// lane i starting at t[i] (ends written back): per layer the linear work, the gathers (twice
+// in a backward with checkpointing: the recompute's and the attention backward's), the
+// attention, and in backward the reduce-scatters.
+void run_cp_op(const Rates& R, const Work& work, Recorder& rec, int64_t s, int64_t c, int64_t j, bool bwd,
+               std::vector<double>& t) {
+  const std::vector<UnitWork>& w = work[static_cast<size_t>(j)];
+  const int64_t ups = R.units_per_stage;
+  const int64_t layers = R.stage_layers[static_cast<size_t>(s)];
+  const bool last = s == R.pp - 1;
+  const auto lm = [&]() {
+    for (int64_t i = 0; i < ups; ++i) {
+      const double d = rec.linear(s * ups + i, t[static_cast<size_t>(i)],
+                                  (bwd ? R.lm_head_bwd_per_token : R.lm_head_fwd_per_token) * w[static_cast<size_t>(i)].tokens,
+                                  bwd ? "bwd lm head" : "fwd lm head", j);
+      t[static_cast<size_t>(i)] += std::max(0.0, d);
+    }
+  };
+  if (last && bwd) lm();
+  const int gathers = bwd && R.o.activation_checkpointing ? 2 : 1;
+  for (int64_t k = 0; k < layers; ++k) {
+    for (int64_t i = 0; i < ups; ++i) {
+      const UnitWork& x = w[static_cast<size_t>(i)];
+      t[static_cast<size_t>(i)] += rec.linear(s * ups + i, t[static_cast<size_t>(i)],
+                                              (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * x.tokens,
+                                              bwd ? "bwd linear" : "fwd linear", j);
+    }
+    for (int g = 0; g < gathers; ++g) cp_collectives_at(R, w, rec, s, c, j, false, g + 1 < gathers, t);
+    for (int64_t i = 0; i < ups; ++i) {
+      const UnitWork& x = w[static_cast<size_t>(i)];
+      const int64_t u = s * ups + i;
+      t[static_cast<size_t>(i)] += rec.attention(u, t[static_cast<size_t>(i)],
+                                                 x.attention_seconds * (bwd ? 1.0 - R.attn_fwd_share : R.attn_fwd_share),
+                                                 bwd ? "bwd attention" : "fwd attention", j);
+      if (!bwd) rec.stats()[static_cast<size_t>(u)].attention_pairs += x.pairs;
+    }
+    if (bwd) cp_collectives_at(R, w, rec, s, c, j, true, false, t);
+  }
+  if (last && !bwd) lm();
+}
+
+// The 1F1B of the pipeline replicas at unit positions [first, first + n) over the stages, each
+// op as soon as its input and its stage are free (a p2p transfer between stages); folds the
+// stages' finish times into stage_finish and unit_end. c > 0: the lanes are every unit of a
+// stage and run each op together (run_cp_op); else each lane alone (run_unit_op).
+void run_replicas(const Rates& R, const Work& work, const std::vector<std::vector<PipeOp>>& ops, Recorder& rec,
+                  int64_t first, int64_t n, int64_t c, std::vector<double>& stage_finish, std::vector<double>& unit_end) {
   const int64_t p = R.pp, m = static_cast<int64_t>(work.size()), ups = R.units_per_stage;
-  const auto P = static_cast<size_t>(p), M = static_cast<size_t>(m);
-  std::vector<std::vector<double>> f_end(P, std::vector<double>(M, -1.0)), b_end = f_end;
+  const auto P = static_cast<size_t>(p), M = static_cast<size_t>(m), N = static_cast<size_t>(n);
+  // [stage][micro-batch][lane]: when the op ended (empty: not yet).
+  std::vector<std::vector<std::vector<double>>> f_end(P, std::vector<std::vector<double>>(M)), b_end = f_end;
   std::vector<size_t> next(P, 0);
-  std::vector<double> free_at(P, 0.0);
+  std::vector<std::vector<double>> free_at(P, std::vector<double>(N, 0.0));
   bool progress = true;
   while (progress) {
     progress = false;
@@ -305,34 +394,44 @@ void run_replica(const Rates& R, const Work& work, const std::vector<std::vector
       while (next[static_cast<size_t>(s)] < list.size()) {
         const PipeOp op = list[next[static_cast<size_t>(s)]];
         const auto J = static_cast<size_t>(op.microbatch);
-        double dep = 0;
+        const std::vector<double>* dep = nullptr;
         bool remote = false;  // the input comes from another stage (a p2p transfer)
         if (!op.backward) {
           if (s > 0) {
-            dep = f_end[static_cast<size_t>(s - 1)][J];
+            dep = &f_end[static_cast<size_t>(s - 1)][J];
             remote = true;
           }
         } else if (s == p - 1) {
-          dep = f_end[static_cast<size_t>(s)][J];
+          dep = &f_end[static_cast<size_t>(s)][J];
         } else {
-          dep = b_end[static_cast<size_t>(s + 1)][J];
+          dep = &b_end[static_cast<size_t>(s + 1)][J];
           remote = true;
         }
-        if (dep < 0) break;
-        const double ready = free_at[static_cast<size_t>(s)];
-        double start = std::max(ready, dep);
-        if (remote) {
+        if (dep != nullptr && dep->empty()) break;
+        std::vector<double> t = free_at[static_cast<size_t>(s)];
+        for (int64_t l = 0; l < n && dep != nullptr; ++l) {
+          const double ready = t[static_cast<size_t>(l)], d = (*dep)[static_cast<size_t>(l)];
+          t[static_cast<size_t>(l)] = std::max(ready, d);
+          if (!remote) continue;
+          const int64_t i = first + l;
           const double bytes = R.boundary_bytes(work[J][static_cast<size_t>(i)].tokens);
           const double x = std::max(0.0, R.p2p(bytes));
           const int64_t from = op.backward ? s + 1 : s - 1;
-          rec.comm(from * ups + i, dep, x, bytes, 0, op.backward ? "send grad" : "send act", op.microbatch);
-          rec.comm(s * ups + i, dep, x, 0, bytes, op.backward ? "recv grad" : "recv act", op.microbatch);
-          start = std::max(ready, dep + x);
-          rec.wait(s * ups + i, ready, start, dep);
+          rec.comm(from * ups + i, d, x, bytes, 0, op.backward ? "send grad" : "send act", op.microbatch);
+          rec.comm(s * ups + i, d, x, 0, bytes, op.backward ? "recv grad" : "recv act", op.microbatch);
+          t[static_cast<size_t>(l)] = std::max(ready, d + x);
+          rec.wait(s * ups + i, ready, t[static_cast<size_t>(l)], d);
         }
-        const double end = run_unit_op(R, work, rec, s, i, op.microbatch, op.backward, start);
-        (op.backward ? b_end : f_end)[static_cast<size_t>(s)][J] = end;
-        free_at[static_cast<size_t>(s)] = end;
+        if (c > 0) {
+          run_cp_op(R, work, rec, s, c, op.microbatch, op.backward, t);
+        } else {
+          for (int64_t l = 0; l < n; ++l) {
+            t[static_cast<size_t>(l)] =
+                run_unit_op(R, work, rec, s, first + l, op.microbatch, op.backward, t[static_cast<size_t>(l)]);
+          }
+        }
+        (op.backward ? b_end : f_end)[static_cast<size_t>(s)][J] = t;
+        free_at[static_cast<size_t>(s)] = t;
         ++next[static_cast<size_t>(s)];
         progress = true;
       }
@@ -340,8 +439,11 @@ void run_replica(const Rates& R, const Work& work, const std::vector<std::vector
   }
   for (int64_t s = 0; s < p; ++s) {
     DISTCA_CHECK(next[static_cast<size_t>(s)] == ops[static_cast<size_t>(s)].size());
-    stage_finish[static_cast<size_t>(s)] = std::max(stage_finish[static_cast<size_t>(s)], free_at[static_cast<size_t>(s)]);
-    unit_end[static_cast<size_t>(s * ups + i)] = free_at[static_cast<size_t>(s)];
+    for (int64_t l = 0; l < n; ++l) {
+      const double end = free_at[static_cast<size_t>(s)][static_cast<size_t>(l)];
+      stage_finish[static_cast<size_t>(s)] = std::max(stage_finish[static_cast<size_t>(s)], end);
+      unit_end[static_cast<size_t>(s * ups + first + l)] = end;
+    }
   }
 }
 
@@ -387,7 +489,11 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
   const auto ops = one_f_one_b(p, m);
   std::vector<double> stage_finish(static_cast<size_t>(p), 0.0);
   std::vector<double> unit_end(static_cast<size_t>(R.units), 0.0);
-  for (int64_t i = 0; i < ups; ++i) run_replica(R, work, ops, rec, i, stage_finish, unit_end);
+  if (R.o.strategy.kind == StrategyKind::kWlb || R.o.strategy.kind == StrategyKind::kPerCp) {
+    run_replicas(R, work, ops, rec, 0, ups, c, stage_finish, unit_end);  // the collectives join the lanes
+  } else {
+    for (int64_t i = 0; i < ups; ++i) run_replicas(R, work, ops, rec, i, 1, 0, stage_finish, unit_end);
+  }
 
   // DP gradient all-reduce per stage once every replica of the stage is done.
   r.pipeline_seconds = *std::max_element(stage_finish.begin(), stage_finish.end());

@@ -40,6 +40,7 @@ void fold_run(const TrainConfig& cfg, const ModelSpec& spec, const TrainResult& 
   std::vector<double> mine;
   run.rank_idle.resize(ranks);
   run.rank_exposed.resize(ranks);
+  run.rank_attention_exposed.resize(ranks);
   for (size_t s = static_cast<size_t>(warmup); s < r.steps.size(); ++s) {
     const double t = r.steps[s].seconds;  // rank 0's: the job's step (it ends in a barrier)
     mine.push_back(t);
@@ -49,6 +50,7 @@ void fold_run(const TrainConfig& cfg, const ModelSpec& spec, const TrainResult& 
       const StepMetrics& m = r.rank_steps[k][s];
       run.rank_idle[k].push_back(t > 0 ? 1.0 - m.busy_s() / t : 0.0);
       run.rank_exposed[k].push_back(t > 0 ? m.comm_s / t : 0.0);
+      run.rank_attention_exposed[k].push_back(t > 0 ? m.attention_comm_s / t : 0.0);
       // bytes_sent is the last layer's; every layer of a stage runs the same plan.
       const model::StageRange layers = model::stage_layers(spec.n_layers, cfg.pp, static_cast<int64_t>(k) / dp);
       bytes += static_cast<double>(m.bytes_sent) * static_cast<double>(layers.last - layers.first);
@@ -226,13 +228,17 @@ std::vector<CompareRow> summarize_compare(const CompareOptions& o, const Compare
     row.p10_s = quantile(run.step_s, 0.1);
     row.p90_s = quantile(run.step_s, 0.9);
     row.tokens_per_s = row.median_s > 0 ? static_cast<double>(run.tokens_per_step) / row.median_s : 0;
-    std::vector<double> idle, exposed;
+    std::vector<double> idle, exposed, attention_exposed;
     for (const auto& v : run.rank_idle) idle.push_back(quantile(v, 0.5));
     for (const auto& v : run.rank_exposed) exposed.push_back(quantile(v, 0.5));
+    for (const auto& v : run.rank_attention_exposed) attention_exposed.push_back(quantile(v, 0.5));
     row.idle_max = idle.empty() ? 0 : *std::max_element(idle.begin(), idle.end());
     row.idle_mean = mean(idle);
     row.exposed_max = exposed.empty() ? 0 : *std::max_element(exposed.begin(), exposed.end());
     row.exposed_mean = mean(exposed);
+    row.attention_exposed_max =
+        attention_exposed.empty() ? 0 : *std::max_element(attention_exposed.begin(), attention_exposed.end());
+    row.attention_exposed_mean = mean(attention_exposed);
     row.attention_bytes = quantile(run.attention_bytes, 0.5);
     row.accounted_max = run.accounted_peak.empty() ? 0 : *std::max_element(run.accounted_peak.begin(), run.accounted_peak.end());
     row.accounted_max_over_mean = max_over_mean(run.accounted_peak);
@@ -292,6 +298,8 @@ nlohmann::json compare_json(const CompareOptions& o, const CompareResult& res, c
                           {"idle_mean", row.idle_mean},
                           {"exposed_max", row.exposed_max},
                           {"exposed_mean", row.exposed_mean},
+                          {"attention_exposed_max", row.attention_exposed_max},
+                          {"attention_exposed_mean", row.attention_exposed_mean},
                           {"attention_bytes_per_step", row.attention_bytes},
                           {"accounted_peak_bytes", run.accounted_peak},
                           {"accounted_max_bytes", row.accounted_max},
@@ -304,6 +312,7 @@ nlohmann::json compare_json(const CompareOptions& o, const CompareResult& res, c
                           {"round_median_s", run.round_median_s},
                           {"rank_idle", run.rank_idle},
                           {"rank_exposed", run.rank_exposed},
+                          {"rank_attention_exposed", run.rank_attention_exposed},
                           {"step_checksums", run.checksums},
                           {"same_documents", run.same_over_rounds && run.checksums == expected}});
   }

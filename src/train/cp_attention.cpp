@@ -151,7 +151,21 @@ const float* CpAttention::kv_row(const Source& s, const float* local, bool value
   return g.buffer.data() + (base + s.row) * kvf;
 }
 
-Status CpAttention::gather(Gather& g, comm::Communicator& comm, const float* k, const float* v, int64_t& bytes) {
+void CpAttention::span(const std::string& name, const char* category, TimePoint t0, TimePoint t1) const {
+  if (trace_ == nullptr) return;
+  TraceEvent e{name, category, 0, tid_, trace_->to_us(t0), trace_->to_us(t1)};
+  e.args = {{"layer", layer_}};
+  trace_->record(std::move(e));
+}
+
+void CpAttention::collective_done(const std::string& name, TimePoint t0, TimePoint t1) {
+  waited_ += std::chrono::duration<double>(t1 - t0).count();
+  span(name, "comm", t0, t1);
+  span(name + " wait", "wait", t0, t1);
+}
+
+Status CpAttention::gather(Gather& g, comm::Communicator& comm, const float* k, const float* v, int64_t& bytes,
+                           const std::string& name) {
   const int64_t kvf = dims_.kv_floats();
   const auto me = static_cast<size_t>(comm.rank());
   const int64_t mine = static_cast<int64_t>(g.rows[me]);
@@ -169,13 +183,13 @@ Status CpAttention::gather(Gather& g, comm::Communicator& comm, const float* k, 
   const auto t0 = Clock::now();
   Status st = comm.all_gather_v(std::as_bytes(std::span<const float>(send)), counts,
                                 std::as_writable_bytes(std::span<float>(g.buffer)));
-  waited_ += since(t0);
+  collective_done(name, t0, Clock::now());
   bytes += static_cast<int64_t>(g.rows.size() - 1) * static_cast<int64_t>(send.size() * sizeof(float));
   return st;
 }
 
 Status CpAttention::scatter_back(Gather& g, comm::Communicator& comm, std::vector<float>& partials, float* dk,
-                                 float* dv, int64_t& bytes) {
+                                 float* dv, int64_t& bytes, const std::string& name) {
   const int64_t kvf = dims_.kv_floats();
   const auto me = static_cast<size_t>(comm.rank());
   const int64_t mine = static_cast<int64_t>(g.rows[me]);
@@ -184,7 +198,7 @@ Status CpAttention::scatter_back(Gather& g, comm::Communicator& comm, std::vecto
   std::vector<float> out(static_cast<size_t>(2 * mine * kvf));
   const auto t0 = Clock::now();
   Status st = comm.reduce_scatter_sum(partials, counts, out);
-  waited_ += since(t0);
+  collective_done(name, t0, Clock::now());
   bytes += (g.total - mine) * 2 * kvf * static_cast<int64_t>(sizeof(float));
   DISTCA_RETURN_IF_ERROR(st);
   int64_t at = 0;
@@ -273,28 +287,48 @@ void CpAttention::note_peak(int64_t extra_floats) {
   peak_bytes_ = std::max(peak_bytes_, floats * static_cast<int64_t>(sizeof(float)));
 }
 
+Status CpAttention::gather_all(comm::Communicator& cp_comm, comm::Communicator& dp_comm, const float* k,
+                               const float* v, int64_t& bytes) {
+  if (group_active_) {
+    DISTCA_RETURN_IF_ERROR(gather(group_, cp_comm, k, v, bytes, "cp all-gather kv").with_context("cp all-gather"));
+  }
+  if (wide_active_) {
+    DISTCA_RETURN_IF_ERROR(gather(wide_, dp_comm, k, v, bytes, "cp all-gather kv (dp)").with_context("cp all-gather (dp)"));
+  }
+  return {};
+}
+
 Status CpAttention::forward(int64_t layer, comm::Communicator& cp_comm, comm::Communicator& dp_comm, const float* q,
                             const float* k, const float* v, float* o) {
   DISTCA_CHECK(layer >= 0 && layer < static_cast<int64_t>(lse_.size()));
+  const auto t_call = Clock::now();
+  layer_ = layer;
   fwd_bytes_ = 0;
-  if (group_active_) DISTCA_RETURN_IF_ERROR(gather(group_, cp_comm, k, v, fwd_bytes_).with_context("cp all-gather"));
-  if (wide_active_) DISTCA_RETURN_IF_ERROR(gather(wide_, dp_comm, k, v, fwd_bytes_).with_context("cp all-gather (dp)"));
-  if (tasks_.empty()) return {};
+  DISTCA_RETURN_IF_ERROR(gather_all(cp_comm, dp_comm, k, v, fwd_bytes_));
+  if (tasks_.empty()) {
+    span("cp attention fwd", "cp", t_call, Clock::now());
+    return {};
+  }
   const int64_t qf = dims_.q_floats();
+  auto t0 = Clock::now();
   build_contexts(k, v);
   const std::vector<float> qp = pad(q, qf);
+  span("cp assemble", "compute", t0, Clock::now());
   std::vector<float> op(qp.size());
   std::vector<float>& lse = lse_[static_cast<size_t>(layer)];
   lse.assign(static_cast<size_t>(int64_t{dims_.n_heads} * cu_q_.back()), 0.0f);
   kernels::AttentionParams p = params(qp.data());
   p.o = op.data();
   p.lse = lse.data();
+  t0 = Clock::now();
   {
     std::lock_guard<std::mutex> lock(kernels::kernel_mutex());
     kernels::attention_forward(p);
   }
+  span("attention fwd", "compute", t0, Clock::now());
   unpad(op, qf, o);
   note_peak(static_cast<int64_t>(qp.size() + op.size()));
+  span("cp attention fwd", "cp", t_call, Clock::now());
   return {};
 }
 
@@ -302,18 +336,21 @@ Status CpAttention::backward(int64_t layer, comm::Communicator& cp_comm, comm::C
                              const float* k, const float* v, const float* o, const float* d_o, float* dq, float* dk,
                              float* dv) {
   DISTCA_CHECK(layer >= 0 && layer < static_cast<int64_t>(lse_.size()));
+  const auto t_call = Clock::now();
+  layer_ = layer;
   bwd_bytes_ = 0;
-  if (group_active_) DISTCA_RETURN_IF_ERROR(gather(group_, cp_comm, k, v, bwd_bytes_).with_context("cp all-gather"));
-  if (wide_active_) DISTCA_RETURN_IF_ERROR(gather(wide_, dp_comm, k, v, bwd_bytes_).with_context("cp all-gather (dp)"));
+  DISTCA_RETURN_IF_ERROR(gather_all(cp_comm, dp_comm, k, v, bwd_bytes_));
   const int64_t qf = dims_.q_floats(), kvf = dims_.kv_floats();
   std::fill(dk, dk + rows_ * kvf, 0.0f);
   std::fill(dv, dv + rows_ * kvf, 0.0f);
   // dK/dV partials of the gathered rows, laid like the gathered buffers.
   std::vector<float> group_part(group_.buffer.size(), 0.0f), wide_part(wide_.buffer.size(), 0.0f);
   if (!tasks_.empty()) {
+    auto t0 = Clock::now();
     build_contexts(k, v);
     const std::vector<float> qp = pad(q, qf), dop = pad(d_o, qf);
     std::vector<float> op = pad(o, qf), dqp(qp.size()), dkc(kctx_.size()), dvc(vctx_.size());
+    span("cp assemble", "compute", t0, Clock::now());
     kernels::AttentionParams p = params(qp.data());
     p.o = op.data();
     p.lse = lse_[static_cast<size_t>(layer)].data();
@@ -321,10 +358,12 @@ Status CpAttention::backward(int64_t layer, comm::Communicator& cp_comm, comm::C
     p.dq = dqp.data();
     p.dk = dkc.data();
     p.dv = dvc.data();
+    t0 = Clock::now();
     {
       std::lock_guard<std::mutex> lock(kernels::kernel_mutex());
       kernels::attention_backward(p);
     }
+    span("attention bwd", "compute", t0, Clock::now());
     unpad(dqp, qf, dq);
     // Each context row's dK/dV onto its source, task by task (a fixed order).
     for (size_t t = 0; t < tasks_.size(); ++t) {
@@ -352,15 +391,29 @@ Status CpAttention::backward(int64_t layer, comm::Communicator& cp_comm, comm::C
     }
     note_peak(static_cast<int64_t>(4 * qp.size() + 2 * kctx_.size() + group_part.size() + wide_part.size()));
   }
-  if (group_active_) DISTCA_RETURN_IF_ERROR(scatter_back(group_, cp_comm, group_part, dk, dv, bwd_bytes_).with_context("cp reduce-scatter"));
-  if (wide_active_) DISTCA_RETURN_IF_ERROR(scatter_back(wide_, dp_comm, wide_part, dk, dv, bwd_bytes_).with_context("cp reduce-scatter (dp)"));
+  if (group_active_) {
+    DISTCA_RETURN_IF_ERROR(scatter_back(group_, cp_comm, group_part, dk, dv, bwd_bytes_, "cp reduce-scatter dkv")
+                               .with_context("cp reduce-scatter"));
+  }
+  if (wide_active_) {
+    DISTCA_RETURN_IF_ERROR(scatter_back(wide_, dp_comm, wide_part, dk, dv, bwd_bytes_, "cp reduce-scatter dkv (dp)")
+                               .with_context("cp reduce-scatter (dp)"));
+  }
+  span("cp attention bwd", "cp", t_call, Clock::now());
   return {};
 }
 
 void CpRunner::linear(const runtime::LinearFn& fn, int nano, int layer, bool backward) {
   const auto t0 = Clock::now();
   fn(nano, layer, backward);
-  linear_s_ += since(t0);
+  const auto t1 = Clock::now();
+  linear_s_ += std::chrono::duration<double>(t1 - t0).count();
+  if (trace_ != nullptr) {
+    TraceEvent e{std::string(nano == 0 ? "ping" : "pong") + (backward ? " linear bwd" : " linear"), "compute", 0,
+                 tid_, trace_->to_us(t0), trace_->to_us(t1)};
+    e.args = {{"nano", nano}, {"layer", layer}};
+    trace_->record(std::move(e));
+  }
 }
 
 Status CpRunner::run(const runtime::TickIo& io) {

@@ -37,6 +37,9 @@ int64_t to_bytes(double b) {
   return b >= kMax ? int64_t{1} << 58 : static_cast<int64_t>(std::ceil(b));
 }
 
+// wlb and percp: attention through the CP runner, no dispatcher.
+bool collective_cp(const TrainConfig& c) { return c.mode == TrainMode::kWlb || c.mode == TrainMode::kPerCp; }
+
 }  // namespace
 
 int64_t pipeline_slots(const TrainConfig& c, int64_t stage) {
@@ -53,12 +56,18 @@ DispatchRowLimits dispatch_row_limits(const TrainConfig& c) {
   // A pipeline tick of cad runs a forward and a backward pooled plan at once (each balanced
   // over every rank of the job, so a server's share stays within the same factor).
   const int64_t directions = c.mode == TrainMode::kCad && c.pp > 1 ? 2 : 1;
-  // wlb's chunking fills a rank up to its cap; a document sharded over a CP group of C ranks
-  // sends its K/V to each of them (a tail chunk reads nearly the whole document), so a rank
-  // gathers up to C times its own rows of context on top.
   const int64_t t = kDispatchRowFactor * c.rank_capacity();
-  const int64_t cp_rows = c.cp > 1 ? c.cp * c.rank_capacity() : 0;
-  return {directions * t, directions * plans * (t + cp_rows + 2 * longest)};
+  return {directions * t, directions * plans * (t + 2 * longest)};
+}
+
+CpRowLimits cp_row_limits(const TrainConfig& c) {
+  // wlb's re-pack across micro-batches moves tokens between them: up to the cap on every rank.
+  const int64_t per_rank = c.mode == TrainMode::kWlb && c.micro_batches > 1 ? c.rank_capacity() : c.tokens_per_rank;
+  const int64_t gathered = c.dp() * per_rank;
+  const int64_t all = c.dp() * per_rank;
+  const int64_t longest = c.max_doc_len > 0 ? std::min(c.max_doc_len, all) : all;
+  const int64_t context = c.rank_capacity() + 2 * gathered + longest;
+  return {gathered, context, context};
 }
 
 TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec& spec, const MemoryInputs& in) {
@@ -107,8 +116,19 @@ TrainMemoryEstimate estimate_train_memory(const TrainConfig& c, const ModelSpec&
   // rows at a time) and keep each in-flight micro-batch's LSE per layer at home instead.
   const bool stateless = c.mode == TrainMode::kCad && c.pp > 1;
   const double kept = stateless ? in_flight * layers * T * lse : in_flight * layers * (rows_q * q + rows_kv * kv);
-  e.dispatcher = to_bytes(kept + (stateless ? rows_q * (q + olse) + rows_kv * kv : 0) +
-                          rows_q * (q + 2 * olse + 2 * q + lse + 2 * q + 2 * q) + rows_kv * (kv + kv + 2 * kv));
+  e.dispatcher = collective_cp(c) ? 0
+                                  : to_bytes(kept + (stateless ? rows_q * (q + olse) + rows_kv * kv : 0) +
+                                             rows_q * (q + 2 * olse + 2 * q + lse + 2 * q + 2 * q) +
+                                             rows_kv * (kv + kv + 2 * kv));
+  if (collective_cp(c)) {
+    // The CP runner's buffers at backward's peak (memory.h), per in-flight micro-batch: the
+    // gathered K/V and their dK/dV partials, the contexts and their gradients, the LSE of every
+    // layer, four padded query-shaped buffers (q, o, dO, dQ), and the gather's send block.
+    const CpRowLimits cp = cp_row_limits(c);
+    const double g = static_cast<double>(cp.gathered), x = static_cast<double>(cp.context);
+    const double qr = static_cast<double>(cp.query);
+    e.cp_buffers = to_bytes(in_flight * (2 * g * kv + 2 * x * kv + layers * qr * lse + 4 * qr * q + T * kv));
+  }
   // Planning ahead (src/train/planner.h) holds up to one step's units more than the step
   // runs: a unit is one micro-batch's plans, or a cad pipeline tick's two pooled directions
   // (2 (M + P - 1) ticks).

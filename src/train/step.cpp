@@ -64,6 +64,19 @@ Status check_plan_rows(const std::vector<const Plan*>& plans, int64_t rank, cons
   return {};
 }
 
+// The same for the CP runner of wlb and percp (memory.h, cp_row_limits): its rows are bounded
+// for every layout, so a failure here is a broken bound, not a bad input.
+Status check_cp_rows(const CpAttention& att, int64_t rank, const CpRowLimits& limits, int64_t step) {
+  if (att.gathered_rows() > limits.gathered || att.context_rows() > limits.context || att.query_rows() > limits.query) {
+    return Status::internal("step " + std::to_string(step) + ": the layout gives rank " + std::to_string(rank) + " " +
+                            std::to_string(att.gathered_rows()) + " gathered, " + std::to_string(att.context_rows()) +
+                            " context and " + std::to_string(att.query_rows()) +
+                            " query rows, more than the memory estimate allows (" + std::to_string(limits.gathered) +
+                            ", " + std::to_string(limits.context) + " and " + std::to_string(limits.query) + ")");
+  }
+  return {};
+}
+
 // Which of the step's plans the runner's dispatchers hold (single-stream: the whole plan).
 std::vector<const Plan*> running_plans(const NanoPlans& np, runtime::OverlapMode mode) {
   if (mode == runtime::OverlapMode::kSingleStream) return {&np.full};
@@ -163,7 +176,8 @@ Status wait_for(comm::Exchange& ex, double& waited) {
 struct StepPhases {
   // linear: the runners' linear callbacks; rest: the step's other compute outside the runners
   // (embedding, head, copies of pipeline messages).
-  double waited = 0, linear = 0, attention = 0, rest = 0;
+  // runner_waited: the part of waited the runners blocked on attention's communication.
+  double waited = 0, linear = 0, attention = 0, rest = 0, runner_waited = 0;
   // TP collectives inside linear and rest (TimedCommunicator): moved to comm by finish_step.
   double tp = 0;
   int64_t tp_bytes = 0;
@@ -232,6 +246,7 @@ Status finish_step(const TrainConfig& config, comm::Communicator& world, RankSet
   m.bytes_sent = ph.bytes;
   m.attention_s = ph.attention;
   m.comm_s = comm_s + ph.waited + ph.tp;
+  m.attention_comm_s = ph.runner_waited;
   m.wait_s = wait_s;
   m.linear_s = std::max(0.0, ph.linear + ph.rest - ph.tp);
   m.tp_comm_s = ph.tp;
@@ -321,6 +336,7 @@ class StepRun {
         const runtime::RunnerTimes rt = runner.times();
         ph_.linear += rt.linear;
         ph_.waited += rt.waited;
+        ph_.runner_waited += rt.waited;
         ph_.attention += rt.attention;
         ph_.bytes += runner.last_bytes_sent();
         if (pooled_) {
@@ -361,8 +377,8 @@ class StepRun {
       ph_.imbalance_after = std::max(ph_.imbalance_after, p->full.metrics.load_max_over_mean);
       for (const Plan* r : running_plans(*p, s_.overlap)) running.push_back(r);
     }
+    if (collective_cp_) return {};  // the CP runner's own rows are checked and counted instead
     DISTCA_RETURN_IF_ERROR(check_plan_rows(running, rank, dispatch_row_limits(config_), step_));
-    if (collective_cp_) return {};  // the CP runner's own buffers count instead (run())
     int64_t kept = 0;
     if (pooled_) {  // stateless servers: one layer's rows at a time (the LSE buffers with the slots)
       for (const Plan* p : running) kept += dispatcher_bytes(*p, rank, 1);
@@ -388,7 +404,8 @@ class StepRun {
       DISTCA_RETURN_IF_ERROR(account({&*u.plans}, s_.replica));
       if (collective_cp_) {
         DISTCA_ASSIGN_OR_RETURN(CpAttention att, CpAttention::create(u.plans->split.batch, s_.replica, config_.cp, s_.dims, layers_));
-        u.cp_runner = std::make_unique<CpRunner>(std::move(att), *s_.cp_comm, *s_.dp_comm);
+        DISTCA_RETURN_IF_ERROR(check_cp_rows(att, s_.replica, cp_row_limits(config_), step_));
+        u.cp_runner = std::make_unique<CpRunner>(std::move(att), *s_.cp_comm, *s_.dp_comm, trace_, world_.rank());
         return RunnerRef{nullptr, u.cp_runner.get()};
       }
       DISTCA_ASSIGN_OR_RETURN(u.runner, runtime::TickRunner::create(*s_.dp_comm, *u.plans, s_.dims, s_.overlap, trace_));

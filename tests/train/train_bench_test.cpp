@@ -116,6 +116,23 @@ TEST(RunCompare, EveryModeTrainsTheDataDocumentsAndAccountsItsBuffers) {
       ASSERT_EQ(run.rank_idle.size(), 2u);
       EXPECT_EQ(run.rank_idle[1].size(), 4u);
     }
+    // Exposed communication: attention's share (the runners' waits: the CP collectives in wlb
+    // and percp, whose trace wait spans add up to it) is part of every rank's exposed figure.
+    for (size_t e = 0; e < o.modes.size(); ++e) {
+      const CompareRun& run = res->runs[e];
+      ASSERT_EQ(run.rank_attention_exposed.size(), 2u);
+      double attention = 0;
+      for (size_t k = 0; k < 2; ++k) {
+        ASSERT_EQ(run.rank_attention_exposed[k].size(), run.rank_exposed[k].size());
+        for (size_t i = 0; i < run.rank_exposed[k].size(); ++i) {
+          EXPECT_LE(run.rank_attention_exposed[k][i], run.rank_exposed[k][i]) << o.modes[e].label;
+          attention += run.rank_attention_exposed[k][i];
+        }
+      }
+      if (o.modes[e].mode == TrainMode::kPerCp) {
+        EXPECT_GT(attention, 0) << o.modes[e].label;
+      }
+    }
     // The same config alone: its buffer estimate is params x 4 + one slot's activations + the
     // dispatcher's peak, which is what the accounting sums when one micro-batch is live at once.
     for (size_t e = 0; e < o.modes.size(); ++e) {

@@ -69,8 +69,11 @@ struct CompareOptions {
 struct CompareRun {
   std::vector<double> step_s;          // timed steps of every round, rank 0's StepMetrics::seconds
   std::vector<double> round_median_s;  // [round]
-  // [rank][timed step of every round]: 1 - (linear + attention) / step, and comm_s / step.
-  std::vector<std::vector<double>> rank_idle, rank_exposed;
+  // [rank][timed step of every round]: 1 - (linear + attention) / step, comm_s / step, and
+  // attention_comm_s / step (the part of comm_s the runners waited for attention's
+  // communication: the dispatcher's exchanges, or wlb's and percp's CP collectives, whose
+  // trace wait spans add up to it).
+  std::vector<std::vector<double>> rank_idle, rank_exposed, rank_attention_exposed;
   std::vector<double> attention_bytes;  // [timed step] every rank's exchange bytes, every layer
   std::vector<int64_t> accounted_peak;  // [rank] max over rounds
   std::vector<int64_t> resident_peak;   // [rank] max over rounds; empty unless resident
@@ -107,6 +110,7 @@ struct CompareRow {
   double median_s = 0, p10_s = 0, p90_s = 0, tokens_per_s = 0;
   double idle_max = 0, idle_mean = 0;        // over ranks, of each rank's median
   double exposed_max = 0, exposed_mean = 0;  // the same
+  double attention_exposed_max = 0, attention_exposed_mean = 0;  // the same
   double attention_bytes = 0;                // median per step
   int64_t accounted_max = 0;                 // over ranks
   double accounted_max_over_mean = 0;

@@ -32,6 +32,15 @@
 // Bytes (payload this rank sends): forward, (members - 1) x its block per gather; backward, the
 // same again plus (class rows of the group - its own) x 2 x kv row bytes per reduce-scatter.
 //
+// Trace (set_trace): each call records, on row `tid`, its layer's span "cp attention fwd" /
+// "cp attention bwd" (category "cp", arg layer) and inside it, in order: each collective as a
+// "comm" span ("cp all-gather kv", "cp reduce-scatter dkv", "... (dp)" for the wide class) with
+// a "wait" span of the same extent nested in it ("... wait": a blocking collective is exposed
+// for all its time), the contexts' assembly ("cp assemble", compute) and the kernel ("attention
+// fwd" / "attention bwd", compute). The wait spans are read from the same clock readings that
+// waited_seconds() sums, so a step's wait spans add up to the runner's waited seconds, which
+// StepMetrics::comm_s (and bench train --compare's exposed communication) counts.
+//
 // Thread safety: one object per rank, used by its thread; the calls are collective over the two
 // communicators (every member makes the same calls in the same order). Kernel calls hold
 // kernels::kernel_mutex().
@@ -44,6 +53,7 @@
 
 #include "distca/comm/communicator.h"
 #include "distca/core/status.h"
+#include "distca/core/trace.h"
 #include "distca/data/batch.h"
 #include "distca/kernels/attention.h"
 #include "distca/runtime/dispatcher.h"
@@ -74,6 +84,11 @@ class CpAttention {
                   const float* k, const float* v, const float* o, const float* d_o, float* dq, float* dk, float* dv);
 
   int64_t rows() const { return rows_; }
+  // The rows the call's buffers hold (train/memory.h, cp_row_limits): the gathered K/V rows
+  // (both classes), the fused call's context rows and padded query rows.
+  int64_t gathered_rows() const { return group_.total + wide_.total; }
+  int64_t context_rows() const { return cu_k_.back(); }
+  int64_t query_rows() const { return cu_q_.back(); }
   // The LSE of layer `layer`'s last forward: (rows, n_heads).
   std::vector<float> lse_rows(int64_t layer) const;
   // Bytes sent by the last forward / backward call.
@@ -81,6 +96,11 @@ class CpAttention {
   int64_t last_backward_bytes() const { return bwd_bytes_; }
   // Seconds blocked in collectives, summed over calls.
   double waited_seconds() const { return waited_; }
+  // Records the calls' spans into `trace` (not owned; nullptr: none) on row `tid`.
+  void set_trace(TraceRecorder* trace, int64_t tid) {
+    trace_ = trace;
+    tid_ = tid;
+  }
   // The largest buffers one call held (gathered rows, padded tasks), bytes.
   int64_t peak_buffer_bytes() const { return peak_bytes_; }
 
@@ -103,10 +123,19 @@ class CpAttention {
     std::vector<std::pair<int64_t, int64_t>> my_pieces;  // my class pieces' local rows [first, end)
     std::vector<float> buffer;      // gathered: per member, its K rows then its V rows
   };
+  using TimePoint = TraceRecorder::Clock::time_point;
   CpAttention() = default;
-  Status gather(Gather& g, comm::Communicator& comm, const float* k, const float* v, int64_t& bytes);
+  Status gather(Gather& g, comm::Communicator& comm, const float* k, const float* v, int64_t& bytes,
+                const std::string& name);
   Status scatter_back(Gather& g, comm::Communicator& comm, std::vector<float>& partials, float* dk, float* dv,
-                      int64_t& bytes);
+                      int64_t& bytes, const std::string& name);
+  // Both classes' gathers, group then dp (the order every member keeps).
+  Status gather_all(comm::Communicator& cp_comm, comm::Communicator& dp_comm, const float* k, const float* v,
+                    int64_t& bytes);
+  // A span of the current call (no-op without a trace).
+  void span(const std::string& name, const char* category, TimePoint t0, TimePoint t1) const;
+  // A blocking collective's comm span with its wait span; adds its seconds to waited_.
+  void collective_done(const std::string& name, TimePoint t0, TimePoint t1);
   const float* kv_row(const Source& s, const float* local, bool value) const;
   // The tasks' K/V contexts into kctx_, vctx_.
   void build_contexts(const float* k, const float* v);
@@ -128,6 +157,8 @@ class CpAttention {
   std::vector<std::vector<float>> lse_;  // [layer] (n_heads, padded rows)
   int64_t fwd_bytes_ = 0, bwd_bytes_ = 0, peak_bytes_ = 0;
   double waited_ = 0;
+  TraceRecorder* trace_ = nullptr;
+  int64_t tid_ = 0, layer_ = 0;  // the trace's row; the layer of the call in progress
 };
 
 // The runner of one micro-batch in wlb and percp modes: the model's linear work in
@@ -135,10 +166,15 @@ class CpAttention {
 // attention, backward 1 then 0) around CpAttention, so the linear layers give the bits they
 // give under the dispatcher. run() takes a TickIo with forward or backward (not both; no
 // adopt).
+// trace (not owned; nullptr: none): the attention's spans (above) and the linear calls'
+// ("ping linear", "pong linear bwd", ... as runtime::TickRunner records them) on row `tid`.
 class CpRunner {
  public:
-  CpRunner(CpAttention attention, comm::Communicator& cp_comm, comm::Communicator& dp_comm)
-      : att_(std::move(attention)), cp_(cp_comm), dp_(dp_comm) {}
+  CpRunner(CpAttention attention, comm::Communicator& cp_comm, comm::Communicator& dp_comm,
+           TraceRecorder* trace = nullptr, int64_t tid = 0)
+      : att_(std::move(attention)), cp_(cp_comm), dp_(dp_comm), trace_(trace), tid_(tid) {
+    att_.set_trace(trace, tid);
+  }
   Status run(const runtime::TickIo& io);
   runtime::RunnerTimes times() const;
   // Bytes sent by the last forward and backward of one layer (TickRunner::last_bytes_sent).
@@ -151,6 +187,8 @@ class CpRunner {
   std::vector<runtime::LayerForward> forward_;  // the forward's buffers, read again in backward
   comm::Communicator& cp_;
   comm::Communicator& dp_;
+  TraceRecorder* trace_;
+  int64_t tid_;
   double linear_s_ = 0, total_s_ = 0;
 };
 

@@ -20,14 +20,21 @@
 // Tokens per rank are the largest rank's (TrainConfig::rank_capacity: wlb's chunking lets
 // ranks hold up to its cap). The dispatcher bound assumes a rank's received and fused query
 // rows stay within kDispatchRowFactor x its tokens T, and its received K/V and fused context
-// rows within kDispatchRowFactor x T + 2 x the longest document (+ cp x T under context
-// parallelism: a sharded document's K/V reaches every rank of its group) (a task's context is its document's
+// rows within kDispatchRowFactor x T + 2 x the longest document (a task's context is its document's
 // prefix, duplicated on every server that holds a piece of it), twice that with ping-pong
 // (two plans live at once, and pong's tasks read ping's rows again), summed over the live
 // plans, and twice that for CAD's pipeline ticks (a forward and a backward pooled plan at
 // once; their servers are stateless, so only one layer's rows live); run_training checks every
 // step's plan against these limits and fails the run if one is exceeded (the estimate then was
 // not a bound), before the dispatcher allocates.
+//
+// wlb and percp run no dispatcher: their attention goes through the CP runner
+// (train/cp_attention.h), whose buffers take the dispatcher term's place (cp_row_limits): per
+// in-flight micro-batch the gathered K/V of the shared documents (G rows), the tasks' K/V
+// contexts (X rows), the LSE of every layer over the padded query rows (Q), and at backward's
+// peak as many dK/dV partials and context gradients again plus four padded query-shaped
+// buffers, with the gather's send block. run_training checks every micro-batch's rows against
+// cp_row_limits before the CP runner allocates them.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -49,7 +56,8 @@ struct TrainMemoryEstimate {
   int64_t model_state = 0;   // params, grads, AdamW m and v
   int64_t all_reduce = 0;    // gradient all-reduce buffers
   int64_t activations = 0;   // saved activations + backward scratch
-  int64_t dispatcher = 0;    // bound on the dispatcher's buffers (kDispatchRowFactor)
+  int64_t dispatcher = 0;    // bound on the dispatcher's buffers (kDispatchRowFactor); 0 in wlb, percp
+  int64_t cp_buffers = 0;    // wlb, percp: bound on the CP runner's buffers (cp_row_limits)
   int64_t plan = 0;          // the step's plan (per-peer tables: ranks^2)
   int64_t threads = 0;       // this rank's threads (stacks, BLAS buffers, arenas)
   // Once per process.
@@ -59,7 +67,9 @@ struct TrainMemoryEstimate {
   int64_t metrics = 0;       // the JSONL kept in memory
 
   int64_t ranks_in_process = 1;
-  int64_t per_rank() const { return model_state + all_reduce + activations + dispatcher + plan + threads; }
+  int64_t per_rank() const {
+    return model_state + all_reduce + activations + dispatcher + cp_buffers + plan + threads;
+  }
   // What the process needs at its peak.
   double process_total() const {
     return static_cast<double>(per_rank()) * static_cast<double>(ranks_in_process) +
@@ -91,6 +101,22 @@ struct DispatchRowLimits {
   int64_t kv = 0;  // received K/V rows; the fused call's context rows
 };
 DispatchRowLimits dispatch_row_limits(const TrainConfig& config);
+
+// The most rows one rank's CP runner (wlb, percp) may hold for one micro-batch, bounds that
+// hold for every layout the re-packs make (so the check in run_training is an invariant):
+// every gathered row is a row of the micro-batch (G <= dp x tokens_per_rank, or dp x the cap
+// under wlb's re-pack across micro-batches); a task's context is a prefix of its document, a
+// rank holds at most two pieces (head and tail) of a shared document, a document held whole
+// on one rank reads only its own rows, and the split into two nano-batches cuts at most one
+// piece more, so X <= T + 2 G + the longest document; a task's padded query rows lie within its
+// context, so Q <= X (short shared documents under percp are padded to nearly their whole
+// length on every holder).
+struct CpRowLimits {
+  int64_t gathered = 0;  // G: rows of the all-gathered K/V (group and dp classes together)
+  int64_t context = 0;   // X: the fused call's context rows
+  int64_t query = 0;     // Q: the fused call's padded query rows
+};
+CpRowLimits cp_row_limits(const TrainConfig& config);
 
 // Micro-batches pipeline stage `stage` holds at once: min(micro_batches, pp - stage) (both
 // modes run every stage in its 1F1B order), 1 without pipelines.

@@ -101,6 +101,9 @@ struct StepMetrics {
   // backward are in comm_s too, not here).
   double tp_comm_s = 0;
   int64_t tp_bytes_sent = 0;
+  // The part of comm_s the runners waited for attention's communication (the dispatcher's
+  // exchanges; wlb and percp: the CP collectives, whose trace wait spans add up to it).
+  double attention_comm_s = 0;
   double busy_s() const { return linear_s + attention_s + optimizer_s; }  // compute
   std::array<int64_t, 2> nano_tokens{0, 0};  // rank 0's rows in nano-batch 0 and 1
   int64_t bytes_sent = 0;  // rank 0's attention exchange bytes, last layer's forward + backward
