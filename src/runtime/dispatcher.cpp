@@ -257,7 +257,52 @@ CaDispatcher::LayerState& CaDispatcher::state_in(int layer, Phase expected, cons
   return *s;
 }
 
-void CaDispatcher::release(int layer) { layers_.erase(layer); }
+void CaDispatcher::release(int layer) {
+  auto it = layers_.find(layer);
+  if (it == layers_.end()) return;
+  give_all(*it->second);
+  layers_.erase(it);
+}
+
+void CaDispatcher::take(std::vector<float>& v, int64_t floats) {
+  const size_t n = sz(floats);
+  if (n >= kPooledFloats && v.capacity() < n) {
+    give(v);
+    // Best fit among the spares that waste at most half their floats.
+    size_t best = spare_.size();
+    for (size_t i = 0; i < spare_.size(); ++i) {
+      const size_t c = spare_[i].capacity();
+      if (c >= n && c <= 2 * n && (best == spare_.size() || c < spare_[best].capacity())) best = i;
+    }
+    if (best < spare_.size()) {
+      v.swap(spare_[best]);
+      spare_.erase(spare_.begin() + static_cast<std::ptrdiff_t>(best));
+    } else {
+      // None fits: drop the spares too small for this size (a bound on what the pool holds),
+      // then allocate.
+      std::erase_if(spare_, [n](const std::vector<float>& b) { return b.capacity() < n; });
+      ++allocations_;
+    }
+  }
+  v.assign(n, 0.0f);
+}
+
+void CaDispatcher::give(std::vector<float>& v) {
+  if (v.capacity() >= kPooledFloats) {
+    spare_.push_back(std::move(v));
+    spare_.back().clear();
+  }
+  v = {};
+}
+
+void CaDispatcher::give_all(LayerState& s) {
+  for (std::vector<float>* b : {&s.q_send, &s.q_recv, &s.kv_send, &s.kv_recv, &s.olse_send, &s.olse_recv, &s.do_send,
+                                &s.do_recv, &s.dq_send, &s.dq_recv, &s.dkv_send, &s.dkv_recv, &s.fq, &s.fk, &s.fv,
+                                &s.fo, &s.flse, &s.home_dk, &s.home_dv, &s.home_lse, &s.kv1_send, &s.kv1_recv,
+                                &s.kv2_send, &s.kv2_recv}) {
+    give(*b);
+  }
+}
 
 void CaDispatcher::trace(const char* what, const char* category, double start_us) const {
   if (!options_.trace) return;
@@ -299,18 +344,19 @@ Status CaDispatcher::start_forward(int layer, const float* q, const float* k, co
   auto it = layers_.find(layer);
   if (it != layers_.end() && it->second->phase == Phase::kForwardFinished) it->second->phase = Phase::kIdle;
   LayerState& s = state_in(layer, Phase::kIdle, "start_forward");
+  give_all(s);
   s = LayerState{};
   s.phase = Phase::kForwardStarted;
   s.q = q, s.k = k, s.v = v, s.o = o, s.lse = lse;
-  if (options_.stateless) s.home_lse.assign(sz(n_tokens() * dims_.n_heads), 0.0f);
+  if (options_.stateless) take(s.home_lse, n_tokens() * dims_.n_heads);
   const RankPlan& rp = plan_.ranks[sz(rank_)];
   const Exchange& xq = rp.exchange(ExchangeKind::kQ);
   const Exchange& xkv = rp.exchange(ExchangeKind::kKv);
   const int64_t qf = dims_.q_floats(), kvf = dims_.kv_floats();
-  s.q_send.assign(sz(xq.send_rows() * qf), 0.0f);
-  s.q_recv.assign(sz(xq.recv_rows() * qf), 0.0f);
-  s.kv_send.assign(sz(xkv.send_rows() * 2 * kvf), 0.0f);
-  s.kv_recv.assign(sz(xkv.recv_rows() * 2 * kvf), 0.0f);
+  take(s.q_send, xq.send_rows() * qf);
+  take(s.q_recv, xq.recv_rows() * qf);
+  take(s.kv_send, xkv.send_rows() * 2 * kvf);
+  take(s.kv_recv, xkv.recv_rows() * 2 * kvf);
   {  // signal mode does the same copies: only the wire differs
     for_rows(index_, rank_, xq.send_blocks, xq.send_displs, [&](int64_t l, int64_t w) {
       copy_row(q + l * qf, s.q_send.data() + w * qf, qf);
@@ -334,8 +380,8 @@ Status CaDispatcher::start_kv(LayerState& s, double start_us) {
     const Exchange& xkv = plan_.ranks[sz(rank_)].exchange(ExchangeKind::kKv);
     return start_exchange(comm_, xkv, s.kv_send.data(), s.kv_recv.data(), f, options_.signal, start_us, label_ + "kv", s.ex_kv);
   }
-  s.kv1_send.assign(sz(relay_->first.send_rows() * f), 0.0f);
-  s.kv1_recv.assign(sz(relay_->first.recv_rows() * f), 0.0f);
+  take(s.kv1_send, relay_->first.send_rows() * f);
+  take(s.kv1_recv, relay_->first.recv_rows() * f);
   detail::copy_rows(relay_->pack_first, s.kv_send.data(), s.kv1_send.data(), f);
   return start_exchange(comm_, relay_->first, s.kv1_send.data(), s.kv1_recv.data(), f, options_.signal, start_us,
                         label_ + "kv", s.ex_kv);
@@ -348,8 +394,8 @@ Status CaDispatcher::finish_kv(LayerState& s, int64_t* bytes) {
   // plan's kKv layout puts it, so what follows is as without relays.
   const int64_t f = 2 * dims_.kv_floats();
   detail::copy_rows(relay_->unpack_first, s.kv1_recv.data(), s.kv_recv.data(), f);
-  s.kv2_send.assign(sz(relay_->second.send_rows() * f), 0.0f);
-  s.kv2_recv.assign(sz(relay_->second.recv_rows() * f), 0.0f);
+  take(s.kv2_send, relay_->second.send_rows() * f);
+  take(s.kv2_recv, relay_->second.recv_rows() * f);
   detail::copy_rows(relay_->pack_second, s.kv_recv.data(), s.kv2_send.data(), f);
   const double ts = options_.trace ? options_.trace->now_us() : 0;
   DISTCA_RETURN_IF_ERROR(start_exchange(comm_, relay_->second, s.kv2_send.data(), s.kv2_recv.data(), f,
@@ -357,15 +403,15 @@ Status CaDispatcher::finish_kv(LayerState& s, int64_t* bytes) {
   *bytes += s.ex_kv2.bytes_sent;
   DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_kv2, options_.trace, rank_, label_ + "kv relay", &waited_s_));
   detail::copy_rows(relay_->unpack_second, s.kv2_recv.data(), s.kv_recv.data(), f);
-  s.kv1_send = {}, s.kv1_recv = {}, s.kv2_send = {}, s.kv2_recv = {};
+  give(s.kv1_send), give(s.kv1_recv), give(s.kv2_send), give(s.kv2_recv);
   return Status::ok_status();
 }
 
-void CaDispatcher::assemble_kv(LayerState& s) const {
+void CaDispatcher::assemble_kv(LayerState& s) {
   const ServerPlan& sp = plan_.servers[sz(rank_)];
   const int64_t kvf = dims_.kv_floats();
-  s.fk.assign(sz(cu_k_.back() * kvf), 0.0f);
-  s.fv.assign(sz(cu_k_.back() * kvf), 0.0f);
+  take(s.fk, cu_k_.back() * kvf);
+  take(s.fv, cu_k_.back() * kvf);
   for (size_t t = 0; t < sp.tasks.size(); ++t) {
     int64_t row = cu_k_[t];
     for (const Segment& seg : sp.tasks[t].kv) {
@@ -394,9 +440,9 @@ Status CaDispatcher::serve_forward(int layer) {
   const int64_t qf = dims_.q_floats(), H = dims_.n_heads;
   const int64_t nt = static_cast<int64_t>(sp.tasks.size());
   const int64_t total_q = cu_q_.back();
-  s.fq.assign(sz(total_q * qf), 0.0f);
-  s.fo.assign(sz(total_q * qf), 0.0f);
-  s.flse.assign(sz(total_q * H), 0.0f);
+  take(s.fq, total_q * qf);
+  take(s.fo, total_q * qf);
+  take(s.flse, total_q * H);
   // Assemble: query rows of each task, then its context [0, q_end) from the kv segments.
   for (int64_t t = 0; t < nt; ++t) {
     const ServerTask& st = sp.tasks[sz(t)];
@@ -419,8 +465,8 @@ Status CaDispatcher::serve_forward(int layer) {
   // Outputs: local homes straight to the caller, remote homes into the kOLse send buffer.
   const Exchange& xo = plan_.ranks[sz(rank_)].exchange(ExchangeKind::kOLse);
   const int64_t of = qf + H;
-  s.olse_send.assign(sz(xo.send_rows() * of), 0.0f);
-  s.olse_recv.assign(sz(xo.recv_rows() * of), 0.0f);
+  take(s.olse_send, xo.send_rows() * of);
+  take(s.olse_recv, xo.recv_rows() * of);
   for (int64_t t = 0; t < nt; ++t) {
     const ServerTask& st = sp.tasks[sz(t)];
     const int64_t ql = st.task.q_end - st.task.q_begin, q0 = q_row_[sz(t)];
@@ -444,7 +490,7 @@ Status CaDispatcher::serve_forward(int layer) {
   DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xo, s.olse_send.data(), s.olse_recv.data(), of, options_.signal, ts, label_ + "o_lse", s.ex_olse));
   fwd_bytes_ += s.ex_olse.bytes_sent;
   // A stateless server forgets the fused call; backward sends its inputs again.
-  if (options_.stateless) s.fq = {}, s.fk = {}, s.fv = {}, s.fo = {}, s.flse = {};
+  if (options_.stateless) give(s.fq), give(s.fk), give(s.fv), give(s.fo), give(s.flse);
   s.phase = Phase::kForwardServed;
   return Status::ok_status();
 }
@@ -465,7 +511,7 @@ Status CaDispatcher::finish_forward(int layer) {
     });
   }
   // The wire buffers of the forward are not needed any more; the fused call is kept.
-  s.q_send = {}, s.q_recv = {}, s.kv_send = {}, s.kv_recv = {}, s.olse_send = {}, s.olse_recv = {};
+  give(s.q_send), give(s.q_recv), give(s.kv_send), give(s.kv_recv), give(s.olse_send), give(s.olse_recv);
   trace("unpack o", "compute", t0);
   s.phase = Phase::kForwardFinished;
   return Status::ok_status();
@@ -481,6 +527,7 @@ void CaDispatcher::adopt_forward(int layer, const float* q, const float* k, cons
                                  const float* lse) {
   DISTCA_CHECK_MSG(options_.stateless, "adopt_forward needs stateless servers (layer " + std::to_string(layer) + ")");
   LayerState& s = state_in(layer, Phase::kIdle, "adopt_forward");
+  give_all(s);
   s = LayerState{};
   s.q = q, s.k = k, s.v = v;
   // Backward reads o only (the stateless kDO rows); the forward's output pointer is not kept.
@@ -497,8 +544,8 @@ Status CaDispatcher::start_backward(int layer, const float* d_o, float* dq, floa
   const Exchange& xd = plan_.ranks[sz(rank_)].exchange(ExchangeKind::kDO);
   const int64_t qf = dims_.q_floats(), H = dims_.n_heads, kvf = dims_.kv_floats();
   const int64_t wf = do_row_floats();
-  s.do_send.assign(sz(xd.send_rows() * wf), 0.0f);
-  s.do_recv.assign(sz(xd.recv_rows() * wf), 0.0f);
+  take(s.do_send, xd.send_rows() * wf);
+  take(s.do_recv, xd.recv_rows() * wf);
   {  // signal mode does the same copies: only the wire differs
     for_rows(index_, rank_, xd.send_blocks, xd.send_displs, [&](int64_t l, int64_t w) {
       float* row = s.do_send.data() + w * wf;
@@ -512,8 +559,8 @@ Status CaDispatcher::start_backward(int layer, const float* d_o, float* dq, floa
   }
   if (options_.stateless) {  // K|V again, as in forward
     const Exchange& xkv = plan_.ranks[sz(rank_)].exchange(ExchangeKind::kKv);
-    s.kv_send.assign(sz(xkv.send_rows() * 2 * kvf), 0.0f);
-    s.kv_recv.assign(sz(xkv.recv_rows() * 2 * kvf), 0.0f);
+    take(s.kv_send, xkv.send_rows() * 2 * kvf);
+    take(s.kv_recv, xkv.recv_rows() * 2 * kvf);
     for_rows(index_, rank_, xkv.send_blocks, xkv.send_displs, [&](int64_t l, int64_t w) {
       copy_row(s.k + l * kvf, s.kv_send.data() + w * 2 * kvf, kvf);
       copy_row(s.v + l * kvf, s.kv_send.data() + w * 2 * kvf + kvf, kvf);
@@ -545,12 +592,15 @@ Status CaDispatcher::serve_backward(int layer) {
   // The fused call's gradients: fdo, fdq (total_q, n_heads, head_dim); fdk, fdv (total_kv,
   // n_kv_heads, head_dim), a row per (task, context row), so a K/V row read by several tasks
   // has several partials here.
-  std::vector<float> fdo(sz(total_q * qf), 0.0f), fdq(sz(total_q * qf), 0.0f);
-  std::vector<float> fdk(sz(total_kv * kvf), 0.0f), fdv(sz(total_kv * kvf), 0.0f);
+  std::vector<float> fdo, fdq, fdk, fdv;
+  take(fdo, total_q * qf);
+  take(fdq, total_q * qf);
+  take(fdk, total_kv * kvf);
+  take(fdv, total_kv * kvf);
   if (options_.stateless) {  // the fused inputs again: Q, O, LSE with dO, then the contexts
-    s.fq.assign(sz(total_q * qf), 0.0f);
-    s.fo.assign(sz(total_q * qf), 0.0f);
-    s.flse.assign(sz(total_q * H), 0.0f);
+    take(s.fq, total_q * qf);
+    take(s.fo, total_q * qf);
+    take(s.flse, total_q * H);
     assemble_kv(s);
   }
   for (int64_t t = 0; t < nt; ++t) {
@@ -568,7 +618,7 @@ Status CaDispatcher::serve_backward(int layer) {
       for (int64_t h = 0; h < H; ++h) s.flse[sz(h * total_q + f)] = lse[h];
     }
   }
-  if (options_.stateless) s.kv_send = {}, s.kv_recv = {};
+  if (options_.stateless) give(s.kv_send), give(s.kv_recv);
   trace("assemble do", "compute", t0);
   t0 = options_.trace ? options_.trace->now_us() : 0;
   if (nt > 0) {
@@ -582,13 +632,13 @@ Status CaDispatcher::serve_backward(int layer) {
   t0 = options_.trace ? options_.trace->now_us() : 0;
   const Exchange& xdq = rp.exchange(ExchangeKind::kDQ);
   const Exchange& xdkv = rp.exchange(ExchangeKind::kDKv);
-  s.dq_send.assign(sz(xdq.send_rows() * qf), 0.0f);
-  s.dq_recv.assign(sz(xdq.recv_rows() * qf), 0.0f);
-  s.dkv_send.assign(sz(xdkv.send_rows() * 2 * kvf), 0.0f);
-  s.dkv_recv.assign(sz(xdkv.recv_rows() * 2 * kvf), 0.0f);
+  take(s.dq_send, xdq.send_rows() * qf);
+  take(s.dq_recv, xdq.recv_rows() * qf);
+  take(s.dkv_send, xdkv.send_rows() * 2 * kvf);
+  take(s.dkv_recv, xdkv.recv_rows() * 2 * kvf);
   // The server's own share of its local rows' dK/dV, summed over tasks in task order.
-  s.home_dk.assign(sz(n_tokens() * kvf), 0.0f);
-  s.home_dv.assign(sz(n_tokens() * kvf), 0.0f);
+  take(s.home_dk, n_tokens() * kvf);
+  take(s.home_dv, n_tokens() * kvf);
   for (int64_t t = 0; t < nt; ++t) {
     const ServerTask& st = sp.tasks[sz(t)];
     const int64_t ql = st.task.q_end - st.task.q_begin, q0 = q_row_[sz(t)];
@@ -612,7 +662,8 @@ Status CaDispatcher::serve_backward(int layer) {
     }
   }
   // The fused call is done: only the home partials are kept for finish_backward.
-  s.fq = {}, s.fk = {}, s.fv = {}, s.fo = {}, s.flse = {}, s.home_lse = {};
+  give(s.fq), give(s.fk), give(s.fv), give(s.fo), give(s.flse), give(s.home_lse);
+  give(fdo), give(fdq), give(fdk), give(fdv);
   trace("pack dq/dkv", "compute", t0);
   const double ts = options_.trace ? options_.trace->now_us() : 0;
   DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xdq, s.dq_send.data(), s.dq_recv.data(), qf, options_.signal, ts, label_ + "dq", s.ex_dq));
@@ -653,6 +704,7 @@ Status CaDispatcher::finish_backward(int layer) {
     add_row(acc_v.data(), s.dv, n);
   }
   trace("unpack dq/dkv", "compute", t0);
+  give_all(s);
   layers_.erase(layer);
   return Status::ok_status();
 }

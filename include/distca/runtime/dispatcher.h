@@ -174,6 +174,10 @@ class CaDispatcher {
   // Seconds this rank has spent blocked waiting for exchanges to complete, over the
   // dispatcher's life (the exposed communication; packing and kernels are not included).
   double waited_seconds() const { return waited_s_; }
+  // Row buffers of at least 64 KiB this dispatcher allocated fresh over its life, the rest
+  // reusing the pages of buffers an earlier call released (take / give below). Bits do not
+  // depend on it: every buffer is zeroed as it is taken.
+  int64_t buffer_allocations() const { return allocations_; }
 
  private:
   struct LayerState;
@@ -191,7 +195,17 @@ class CaDispatcher {
   // leaving s.kv_recv as the plan lays it out.
   Status finish_kv(LayerState& s, int64_t* bytes);
   // Fills s.fk / s.fv (the fused call's contexts) from local rows and s.kv_recv.
-  void assemble_kv(LayerState& s) const;
+  void assemble_kv(LayerState& s);
+  // Row buffers of kPooledFloats floats or more come from spare_ (best fit within twice the
+  // size) and go back to it, so a layer reuses the pages of the previous layer's (and its
+  // forward's) buffers instead of faulting fresh zeroed pages in for every call: take(v, n)
+  // leaves v sized n and zeroed, as v.assign(n, 0) does; give(v) empties v. The spares die
+  // with the dispatcher (one micro-batch); a size no spare fits drops the smaller spares, so
+  // the spares never hold more than the buffers the dispatcher had live at once before.
+  static constexpr size_t kPooledFloats = size_t{1} << 14;
+  void take(std::vector<float>& v, int64_t floats);
+  void give(std::vector<float>& v);
+  void give_all(LayerState& s);
   // Floats per row of the kDO exchange: dO, or dO|Q|O|LSE for stateless servers.
   int64_t do_row_floats() const {
     return options_.stateless ? 3 * dims_.q_floats() + dims_.n_heads : dims_.q_floats();
@@ -213,6 +227,8 @@ class CaDispatcher {
   int64_t pad_rows_ = 0;              // fused query rows minus the plan's
   int64_t fwd_bytes_ = 0, bwd_bytes_ = 0;
   double waited_s_ = 0;
+  std::vector<std::vector<float>> spare_;  // released row buffers (take / give), empty
+  int64_t allocations_ = 0;                // pooled-size buffers allocated fresh (take found no spare)
 };
 
 }  // namespace distca::runtime
