@@ -81,6 +81,12 @@ double linear_seconds_per_row(const HardwareProfile& profile, bool backward) {
   return per_row;
 }
 
+Result<PingPongPrediction> predict_cut(const Batch& batch, const SchedulerSpec& spec, const ScheduleOptions& o,
+                                       const AutoToleranceModel& model, double cut_fraction) {
+  DISTCA_ASSIGN_OR_RETURN(NanoPlans plans, plan_nano_batches(batch, spec, o, cut_fraction));
+  return predict_pingpong(plans, model, std::max<int64_t>(1, o.model.n_layers));
+}
+
 }  // namespace
 
 Status AutoToleranceModel::validate() const {
@@ -129,24 +135,33 @@ Result<AutoToleranceChoice> choose_tolerance(const Batch& batch, const Scheduler
   DISTCA_RETURN_IF_ERROR(model.validate());
   AutoToleranceChoice choice;
   ScheduleOptions o = options;
-  bool first = true;
   for (const double tol : kAutoTolerances) {
     o.tolerance = tol;
     double t = 0;
     if (model.pingpong()) {
-      DISTCA_ASSIGN_OR_RETURN(NanoPlans plans, plan_nano_batches(batch, spec, o));
-      const PingPongPrediction p = predict_pingpong(plans, model, std::max<int64_t>(1, options.model.n_layers));
-      t = p.seconds;
-      choice.predicted_signal.push_back(p.signal_seconds);
+      DISTCA_ASSIGN_OR_RETURN(PingPongPrediction best, predict_cut(batch, spec, o, model, 0));
+      double cut = 0;
+      for (const double f : kAutoCutFractions) {
+        if (f == 0) continue;
+        DISTCA_ASSIGN_OR_RETURN(PingPongPrediction p, predict_cut(batch, spec, o, model, f));
+        // Strictly better than the best so far, and than the rule's by the margin.
+        if (p.seconds < best.seconds && (cut != 0 || p.seconds < (1 - kAutoCutMargin) * best.seconds)) {
+          best = p;
+          cut = f;
+        }
+      }
+      t = best.seconds;
+      choice.cuts.push_back(cut);
+      choice.predicted_signal.push_back(best.signal_seconds);
     } else {
       DISTCA_ASSIGN_OR_RETURN(Plan plan, make_plan(batch, spec, o));
       t = predict(plan, model);
     }
     choice.predicted.push_back(t);
-    if (first || t < choice.predicted_seconds) {
+    if (choice.predicted.size() == 1 || t < choice.predicted_seconds) {
       choice.tolerance = tol;
+      choice.cut_fraction = choice.cuts.empty() ? 0 : choice.cuts.back();
       choice.predicted_seconds = t;
-      first = false;
     }
   }
   return choice;

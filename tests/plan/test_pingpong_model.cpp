@@ -147,5 +147,55 @@ TEST(PingPongModel, AutoMovesLessOnASlowLink) {
   EXPECT_LE(slow->predicted_seconds, slow->predicted.back());
 }
 
+// The choice recomputed from the timeline at every (tolerance, cut): per tolerance the rule's
+// cut unless another is more than the margin faster, then the fastest tolerance (ties: the
+// tighter); plan_nano_batches at the choice gives the predicted step.
+TEST(PingPongModel, ChoiceIsTheBestTimelineOverTolerancesAndCuts) {
+  const LinearSeconds seconds;
+  int other_cuts = 0;
+  for (const double rate : {3e6, 3e7, 3e8}) {
+    for (const int64_t ranks : {2, 4}) {
+      const Batch b = bench_batch(ranks, 4096);
+      ScheduleOptions o = opts(0.05);
+      o.model.n_layers = 2;
+      const AutoToleranceModel m = model(&seconds, rate);
+      auto c = choose_tolerance(b, SchedulerSpec{}, o, m);
+      ASSERT_TRUE(c.ok()) << c.status().to_string();
+      ASSERT_EQ(c->cuts.size(), std::size(kAutoTolerances));
+      double best = 0;
+      size_t best_i = 0;
+      for (size_t i = 0; i < std::size(kAutoTolerances); ++i) {
+        o.tolerance = kAutoTolerances[i];
+        double rule = 0, t = 0, cut = 0;
+        for (const double f : kAutoCutFractions) {
+          auto p = plan_nano_batches(b, SchedulerSpec{}, o, f);
+          ASSERT_TRUE(p.ok());
+          const double s = predict_pingpong(*p, m, 2).seconds;
+          if (f == 0) {
+            rule = t = s;
+          } else if (s < t && s < (1 - kAutoCutMargin) * rule) {
+            t = s;
+            cut = f;
+          }
+        }
+        EXPECT_EQ(c->predicted[i], t) << rate << " " << i;
+        EXPECT_EQ(c->cuts[i], cut) << rate << " " << i;
+        other_cuts += cut != 0;
+        if (i == 0 || t < best) {
+          best = t;
+          best_i = i;
+        }
+      }
+      EXPECT_EQ(c->tolerance, kAutoTolerances[best_i]);
+      EXPECT_EQ(c->cut_fraction, c->cuts[best_i]);
+      o.tolerance = c->tolerance;
+      auto chosen = plan_nano_batches(b, SchedulerSpec{}, o, c->cut_fraction);
+      ASSERT_TRUE(chosen.ok());
+      EXPECT_EQ(predict_pingpong(*chosen, m, 2).seconds, c->predicted_seconds);
+    }
+  }
+  EXPECT_GT(other_cuts, 0);  // the link-aware cut is exercised
+}
+
 }  // namespace
 }  // namespace distca

@@ -36,6 +36,12 @@ namespace distca {
 // server up to twice the mean keeps all its work, which is the right plan when moving it
 // costs more transfer than it saves compute.
 inline constexpr double kAutoTolerances[] = {0.0, 0.02, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0};
+// The nano-batch cuts the ping-pong timeline tries with every tolerance (split_nano_batches'
+// cut_fraction; 0 the L / sqrt(2) rule). Another cut than the rule's wins only when its step
+// is predicted more than kAutoCutMargin faster than the rule's best: a fast link keeps the
+// rule's split.
+inline constexpr double kAutoCutFractions[] = {0.0, 0.4, 0.5, 0.6, 0.8, 1.0};
+inline constexpr double kAutoCutMargin = 0.01;
 
 struct AutoToleranceModel {
   // Forward+backward seconds of one task (unit "seconds"); not owned, outlives the calls.
@@ -66,15 +72,21 @@ Result<AutoToleranceModel> auto_tolerance_model(const HardwareProfile& profile, 
 
 struct AutoToleranceChoice {
   double tolerance = 0;
-  double predicted_seconds = 0;         // of the chosen tolerance
-  std::vector<double> predicted;        // [kAutoTolerances] every candidate's prediction
-  // The timeline's signal (exchanges free) of every candidate; empty without pingpong().
-  std::vector<double> predicted_signal;
+  double cut_fraction = 0;              // the nano-batch cut to plan with (0 without pingpong())
+  double predicted_seconds = 0;         // of the chosen tolerance and cut
+  // [kAutoTolerances] every tolerance's prediction (with pingpong(): at its best cut, the
+  // rule's unless another beats it by the margin).
+  std::vector<double> predicted;
+  // With pingpong() (else empty), per tolerance: that cut and the timeline's signal step
+  // (exchanges free).
+  std::vector<double> cuts, predicted_signal;
 };
 
 // The choice for one batch (parse_tolerance, schedule.h, reads the flag). spec: cad or
-// cad-symmetric (others have no band: refused). The timeline runs options.model.n_layers
-// layers (at least 1).
+// cad-symmetric (others have no band: refused). With model.pingpong() every tolerance is
+// planned at every cut of kAutoCutFractions and the timeline runs options.model.n_layers
+// layers (at least 1); plan with plan_nano_batches(batch, spec, options at the chosen
+// tolerance, choice.cut_fraction).
 // options.tolerance is ignored. Errors: what run_scheduler refuses, an invalid model.
 Result<AutoToleranceChoice> choose_tolerance(const Batch& batch, const SchedulerSpec& spec,
                                              const ScheduleOptions& options, const AutoToleranceModel& model);
