@@ -142,6 +142,7 @@ TEST(PingPongModel, AutoMovesLessOnASlowLink) {
   };
   EXPECT_LT(bytes_at(slow->tolerance), bytes_at(fast->tolerance));
   EXPECT_LE(fast->tolerance, 0.05);
+  EXPECT_EQ(fast->cut_fraction, 0);  // a fast link keeps the L / sqrt(2) split
   // The chosen plan's exposed time is below the compute it stands in for: the step it
   // predicts beats the plan that moves nothing (tolerance 1: the colocated step).
   EXPECT_LE(slow->predicted_seconds, slow->predicted.back());
