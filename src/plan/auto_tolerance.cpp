@@ -6,6 +6,8 @@
 #include <string>
 
 #include "distca/cost/profiled.h"
+#include "distca/plan/nano_plan.h"
+#include "distca/plan/pingpong_model.h"
 #include "distca/plan/plan.h"
 #include "distca/plan/topology_relay.h"
 
@@ -64,6 +66,27 @@ double predict(const Plan& plan, const AutoToleranceModel& m) {
   return worst;
 }
 
+// Seconds per row of one layer's linear work in `pass` direction: the GEMMs of the layer
+// (not the head) over the rows they were timed at, plus the element-wise figure.
+double linear_seconds_per_row(const HardwareProfile& profile, bool backward) {
+  double seconds = 0;
+  for (const GemmRecord& g : profile.gemms) {
+    if (g.layer == "lm_head" || (g.pass == GemmPass::kForward) == backward) continue;
+    seconds += g.seconds_concurrent;
+  }
+  double per_row = seconds / static_cast<double>(profile.shape.tokens);
+  if (profile.elementwise) {
+    per_row += (backward ? profile.elementwise->layer_backward : profile.elementwise->layer_forward).concurrent;
+  }
+  return per_row;
+}
+
+Result<PingPongPrediction> predict_cut(const Batch& batch, const SchedulerSpec& spec, const ScheduleOptions& o,
+                                       const AutoToleranceModel& model, double cut_fraction) {
+  DISTCA_ASSIGN_OR_RETURN(NanoPlans plans, plan_nano_batches(batch, spec, o, cut_fraction));
+  return predict_pingpong(plans, model, std::max<int64_t>(1, o.model.n_layers));
+}
+
 }  // namespace
 
 Status AutoToleranceModel::validate() const {
@@ -72,6 +95,11 @@ Status AutoToleranceModel::validate() const {
   }
   if (!positive_rate(inter_host_bytes_per_second) || !positive_rate(intra_host_bytes_per_second)) {
     return Status::invalid_argument("--tolerance auto: link rates must be finite and positive");
+  }
+  const auto bad = [](double v) { return !std::isfinite(v) || v < 0; };
+  if (bad(linear_forward_seconds_per_row) || bad(linear_backward_seconds_per_row) ||
+      bad(attention_backward_share) || attention_backward_share > 1) {
+    return Status::invalid_argument("--tolerance auto: linear seconds must be finite and >= 0, the backward share in [0, 1]");
   }
   return Status::ok_status();
 }
@@ -91,6 +119,10 @@ Result<AutoToleranceModel> auto_tolerance_model(const HardwareProfile& profile, 
   m.inter_host_bytes_per_second = link->bytes_per_second;
   m.intra_host_bytes_per_second = link->bytes_per_second * static_cast<double>(topology.inter_host_price);
   m.overlap = overlap;
+  m.linear_forward_seconds_per_row = linear_seconds_per_row(profile, false);
+  m.linear_backward_seconds_per_row = linear_seconds_per_row(profile, true);
+  const double ratio = profile.attention_backward_ratio();
+  m.attention_backward_share = std::isfinite(ratio) && ratio >= 0 ? ratio / (1 + ratio) : 0.5;
   DISTCA_RETURN_IF_ERROR(m.validate());
   return m;
 }
@@ -103,16 +135,33 @@ Result<AutoToleranceChoice> choose_tolerance(const Batch& batch, const Scheduler
   DISTCA_RETURN_IF_ERROR(model.validate());
   AutoToleranceChoice choice;
   ScheduleOptions o = options;
-  bool first = true;
   for (const double tol : kAutoTolerances) {
     o.tolerance = tol;
-    DISTCA_ASSIGN_OR_RETURN(Plan plan, make_plan(batch, spec, o));
-    const double t = predict(plan, model);
+    double t = 0;
+    if (model.pingpong()) {
+      DISTCA_ASSIGN_OR_RETURN(PingPongPrediction best, predict_cut(batch, spec, o, model, 0));
+      double cut = 0;
+      for (const double f : kAutoCutFractions) {
+        if (f == 0) continue;
+        DISTCA_ASSIGN_OR_RETURN(PingPongPrediction p, predict_cut(batch, spec, o, model, f));
+        // Strictly better than the best so far, and than the rule's by the margin.
+        if (p.seconds < best.seconds && (cut != 0 || p.seconds < (1 - kAutoCutMargin) * best.seconds)) {
+          best = p;
+          cut = f;
+        }
+      }
+      t = best.seconds;
+      choice.cuts.push_back(cut);
+      choice.predicted_signal.push_back(best.signal_seconds);
+    } else {
+      DISTCA_ASSIGN_OR_RETURN(Plan plan, make_plan(batch, spec, o));
+      t = predict(plan, model);
+    }
     choice.predicted.push_back(t);
-    if (first || t < choice.predicted_seconds) {
+    if (choice.predicted.size() == 1 || t < choice.predicted_seconds) {
       choice.tolerance = tol;
+      choice.cut_fraction = choice.cuts.empty() ? 0 : choice.cuts.back();
       choice.predicted_seconds = t;
-      first = false;
     }
   }
   return choice;

@@ -7,14 +7,14 @@
 namespace distca {
 
 Result<NanoSchedule> schedule_nano_batches(const Batch& batch, const SchedulerSpec& spec,
-                                           const ScheduleOptions& options) {
+                                           const ScheduleOptions& options, double cut_fraction) {
   DISTCA_RETURN_IF_ERROR(options.validate(batch, spec));
   NanoSchedule out;
-  DISTCA_ASSIGN_OR_RETURN(out.split, split_nano_batches(batch, options.align_rows));
+  DISTCA_ASSIGN_OR_RETURN(out.split, split_nano_batches(batch, options.align_rows, cut_fraction));
   out.input = out.split.batch;
   DISTCA_ASSIGN_OR_RETURN(Schedule sched, run_scheduler(spec, out.input, options));
   if (!(sched.batch == out.input)) {
-    DISTCA_ASSIGN_OR_RETURN(out.split, split_nano_batches(sched.batch, options.align_rows));
+    DISTCA_ASSIGN_OR_RETURN(out.split, split_nano_batches(sched.batch, options.align_rows, cut_fraction));
   }
   for (const TaskPlacement& t : sched.tasks) {
     const int64_t c = out.split.cut_of(t.doc);
@@ -35,8 +35,8 @@ Result<NanoSchedule> schedule_nano_batches(const Batch& batch, const SchedulerSp
 }
 
 Result<NanoPlans> plan_nano_batches(const Batch& batch, const SchedulerSpec& spec,
-                                    const ScheduleOptions& options) {
-  DISTCA_ASSIGN_OR_RETURN(NanoSchedule ns, schedule_nano_batches(batch, spec, options));
+                                    const ScheduleOptions& options, double cut_fraction) {
+  DISTCA_ASSIGN_OR_RETURN(NanoSchedule ns, schedule_nano_batches(batch, spec, options, cut_fraction));
   NanoPlans out;
   out.split = std::move(ns.split);
   auto plan = [&](std::vector<TaskPlacement>&& tasks) {

@@ -43,8 +43,19 @@ int64_t nano_cut_long(int64_t doc_len, int64_t align_rows) {
   return std::clamp(k * T, T, hi);
 }
 
-Result<NanoSplit> split_nano_batches(const Batch& batch, int64_t align_rows) {
+int64_t nano_cut_fraction(int64_t doc_len, int64_t align_rows, double fraction) {
+  const int64_t T = align_rows, L = doc_len;
+  DISTCA_CHECK(T >= 1 && L >= 2 * T && fraction > 0 && fraction <= 1);
+  if (fraction == 1) return L;
+  const double k = std::ceil(fraction * static_cast<double>(L) / static_cast<double>(T) - 0.5);
+  return std::clamp(static_cast<int64_t>(k) * T, T, (L - 1) / T * T);
+}
+
+Result<NanoSplit> split_nano_batches(const Batch& batch, int64_t align_rows, double cut_fraction) {
   DISTCA_RETURN_IF_ERROR(check_align_rows(align_rows));
+  if (!(cut_fraction == 0 || (cut_fraction > 0 && cut_fraction <= 1))) {
+    return Status::invalid_argument("nano-batch cut fraction must be 0 (the L/sqrt(2) rule) or in (0, 1]");
+  }
   DISTCA_RETURN_IF_ERROR(batch.validate());
   const int64_t T = align_rows;
   const DocumentIndex index(batch);
@@ -64,7 +75,7 @@ Result<NanoSplit> split_nano_batches(const Batch& batch, int64_t align_rows) {
   for (size_t s = 0; s < n_docs; ++s) {
     const int64_t L = index.doc_len(ids[s]);
     if (L >= 2 * T) {
-      cut[s] = nano_cut_long(L, T);
+      cut[s] = cut_fraction == 0 ? nano_cut_long(L, T) : nano_cut_fraction(L, T, cut_fraction);
       add_runs(s, cut[s]);
     } else {
       short_docs.push_back(s);

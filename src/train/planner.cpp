@@ -86,13 +86,15 @@ Result<PlanUnit> plan_unit(const PlanContext& ctx, int64_t step, int64_t index, 
     auto laid = laid_out_batch(ctx, batches, index);
     if (!laid.ok()) return laid.status().with_context(at);
     ScheduleOptions sopt = ctx.sopt;
+    double cut_fraction = 0;  // the L / sqrt(2) rule
     if (ctx.auto_model) {
       // Every rank plans the same batch: the same choice everywhere, no collective.
       auto choice = choose_tolerance(*laid, ctx.sspec, sopt, *ctx.auto_model);
       if (!choice.ok()) return choice.status().with_context(at);
       sopt.tolerance = choice->tolerance;
+      cut_fraction = choice->cut_fraction;
     }
-    auto planned = plan_nano_batches(*laid, ctx.sspec, sopt);
+    auto planned = plan_nano_batches(*laid, ctx.sspec, sopt, cut_fraction);
     if (!planned.ok()) return planned.status().with_context(at);
     u.micro.emplace(std::move(planned).value());
   } else {

@@ -195,6 +195,17 @@ TEST(NanoSplit, OneDocumentOf8192RowsAtTile128) {
   EXPECT_EQ(s->batch.per_rank[0], parts);
 }
 
+// The batch of GreedyAndOrderByHand and CutFractionByHand.
+Batch hand_batch() {
+  Batch b;
+  b.ranks = 3;
+  b.tokens_per_rank = 1324;
+  b.per_rank = {{{0, 0, 1024, 1024}, {1, 0, 100, 100}, {2, 0, 200, 200}},
+                {{12, 0, 60, 60}, {10, 0, 100, 100}, {11, 0, 64, 64}},
+                {{5, 0, 64, 64}, {3, 0, 64, 64}}};
+  return b;
+}
+
 // Worked by hand, T = 128. Rank 0: long doc 0 (1024 rows), short docs 1 (100) and 2 (200).
 // Doc 0: 1024 / sqrt(2) = 724.1, nearest multiple of 128: 768 (44 away; 640 is 84 away).
 // Pairs: nano 0 768*769/2 = 295296, nano 1 524800 - 295296 = 229504. Greedy, longest first:
@@ -204,12 +215,7 @@ TEST(NanoSplit, OneDocumentOf8192RowsAtTile128) {
 // put 12 in nano 0.) Rank 2: docs 5 and 3, 64 rows each: ties by id, so doc 3 first, to nano 0
 // (tie), then doc 5 to nano 1.
 TEST(NanoSplit, GreedyAndOrderByHand) {
-  Batch b;
-  b.ranks = 3;
-  b.tokens_per_rank = 1324;
-  b.per_rank = {{{0, 0, 1024, 1024}, {1, 0, 100, 100}, {2, 0, 200, 200}},
-                {{12, 0, 60, 60}, {10, 0, 100, 100}, {11, 0, 64, 64}},
-                {{5, 0, 64, 64}, {3, 0, 64, 64}}};
+  const Batch b = hand_batch();
   auto s = split_nano_batches(b, 128);
   ASSERT_TRUE(s.ok()) << s.status().to_string();
   EXPECT_EQ(s->cut_of(0), 768);
@@ -248,6 +254,42 @@ TEST(NanoSplit, CutsNearTheClampAndLargeLengths) {
   const int64_t c = nano_cut_long(L, 1);
   const long double x = static_cast<long double>(L) / std::sqrt(2.0L);
   EXPECT_LE(std::fabs(static_cast<long double>(c) - x), 0.5L);
+}
+
+// The link-aware cut, by hand (T = 128, doc 0 of 1024 rows): f L / T = 3.2 -> 384 (f 0.4),
+// 4 -> 512 (0.5), 4.5 -> 512 (0.5625, ties down), 4.8 -> 640 (0.6), 7.6 -> 1024 clamped to
+// 896 (0.95), and f = 1 the whole document in nano 0. At 512, nano 0 holds 512 * 513 / 2 =
+// 131328 pairs of rank 0's long document and nano 1 393472, so both short documents go whole
+// to nano 0 (doc 2: 20100 pairs first, then doc 1).
+TEST(NanoSplit, CutFractionByHand) {
+  const Batch b = hand_batch();
+  for (const auto& [f, want] : std::vector<std::pair<double, int64_t>>{
+           {0.4, 384}, {0.5, 512}, {0.5625, 512}, {0.6, 640}, {0.95, 896}, {1.0, 1024}}) {
+    EXPECT_EQ(nano_cut_fraction(1024, 128, f), want) << f;
+    auto s = split_nano_batches(b, 128, f);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    EXPECT_EQ(s->cut_of(0), want) << f;
+  }
+  auto s = split_nano_batches(b, 128, 0.5);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->cut_of(1), 100);
+  EXPECT_EQ(s->cut_of(2), 200);
+  EXPECT_EQ(s->tokens[0], (std::array<int64_t, 2>{812, 512}));
+  // f = 1: nano 1 holds nothing of the long document.
+  auto whole = split_nano_batches(b, 128, 1.0);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->batch.per_rank[0].front(), (Piece{0, 0, 1024, 1024}));
+  // 0 is the L / sqrt(2) rule, bit for bit.
+  auto rule = split_nano_batches(b, 128, 0);
+  auto plain = split_nano_batches(b, 128);
+  ASSERT_TRUE(rule.ok() && plain.ok());
+  EXPECT_EQ(rule->cuts, plain->cuts);
+  EXPECT_EQ(rule->batch.per_rank, plain->batch.per_rank);
+  for (const double bad : {-0.1, 1.5, std::nan("")}) {
+    auto r = split_nano_batches(b, 128, bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("cut fraction"), std::string::npos);
+  }
 }
 
 TEST(NanoSplit, RefusesBadInput) {

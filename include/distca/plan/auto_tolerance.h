@@ -2,12 +2,16 @@
 // measured link (docs/scheduler.md, "Choosing the tolerance"; docs/training.md says why this
 // variant and not a controller fed by measured steps).
 //
-// For every tolerance of kAutoTolerances the batch is planned, and each rank's attention
-// phase predicted: compute c_r = the forward+backward attention seconds of its tasks (the
-// model's cost table), communication m_r = its forward+backward bytes sent and received on
-// each link over that link's rate (between hosts, or inside a host when the topology says
-// so), t_r = max(c_r, m_r) when the exchanges overlap compute (ping-pong) or c_r + m_r when
-// they do not. The prediction is max_r t_r; the lowest wins, ties to the tighter band.
+// For every tolerance of kAutoTolerances the batch is planned and its step predicted; the
+// lowest prediction wins, ties to the tighter band. Two predictions:
+//  - ping-pong with the linear work known (AutoToleranceModel::pingpong(), as a hardware
+//    profile gives it): the nano-batch plans' timeline (plan/pingpong_model.h), which knows
+//    which compute each nano-batch's exchange can hide behind;
+//  - otherwise, per rank: compute c_r = the forward+backward attention seconds of its tasks
+//    (the model's cost table), communication m_r = its forward+backward bytes sent and
+//    received on each link over that link's rate (between hosts, or inside a host when the
+//    topology says so), t_r = max(c_r, m_r) when the exchanges overlap compute or c_r + m_r
+//    when they do not (single-stream). The prediction is max_r t_r.
 //
 // Determinism: a pure function of (batch, spec, options, model): every rank that plans the
 // same batch chooses the same tolerance, without a collective. Thread safety: pure, like the
@@ -28,9 +32,16 @@
 
 namespace distca {
 
-// The candidate tolerances, ascending (bounded: a band beyond 0.25 leaves a quarter of the
-// step's attention idle on the least loaded rank).
-inline constexpr double kAutoTolerances[] = {0.0, 0.02, 0.05, 0.1, 0.15, 0.25};
+// The candidate tolerances, ascending. The wide rungs let a slow link move less: at 1 a
+// server up to twice the mean keeps all its work, which is the right plan when moving it
+// costs more transfer than it saves compute.
+inline constexpr double kAutoTolerances[] = {0.0, 0.02, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0};
+// The nano-batch cuts the ping-pong timeline tries with every tolerance (split_nano_batches'
+// cut_fraction; 0 the L / sqrt(2) rule). Another cut than the rule's wins only when its step
+// is predicted more than kAutoCutMargin faster than the rule's best: a fast link keeps the
+// rule's split.
+inline constexpr double kAutoCutFractions[] = {0.0, 0.4, 0.5, 0.6, 0.8, 1.0};
+inline constexpr double kAutoCutMargin = 0.01;
 
 struct AutoToleranceModel {
   // Forward+backward seconds of one task (unit "seconds"); not owned, outlives the calls.
@@ -38,13 +49,22 @@ struct AutoToleranceModel {
   double inter_host_bytes_per_second = 0;  // between hosts (every byte without a topology)
   double intra_host_bytes_per_second = 0;  // inside a host
   bool overlap = true;                     // exchanges hidden behind compute (ping-pong)
+  // The linear work per token row of one layer (GEMMs and element-wise, forward and
+  // backward) and the backward's share of the attention seconds: the ping-pong timeline's
+  // figures. 0 linear seconds: not known (the max(compute, bytes) prediction).
+  double linear_forward_seconds_per_row = 0;
+  double linear_backward_seconds_per_row = 0;
+  double attention_backward_share = 0.5;
+  bool pingpong() const { return overlap && linear_forward_seconds_per_row + linear_backward_seconds_per_row > 0; }
   Status validate() const;
 };
 
 // The model of a hardware profile (`distca profile --hardware-out`): its attention table, its
 // point-to-point link (all-to-all when it has no p2p fit) as the inter-host rate, and that
 // rate times topology.inter_host_price inside a host (the price says how much faster a host's
-// own links are). `table` receives the cost model `seconds` points to. Refuses a profile
+// own links are); the linear seconds per row from its GEMMs of one layer (concurrent figures,
+// over the profile's rows) plus its element-wise per-token figures when it has them, and the
+// backward share from its median backward / forward attention ratio. `table` receives the cost model `seconds` points to. Refuses a profile
 // without link figures (profiled with one rank), naming `flag`.
 Result<AutoToleranceModel> auto_tolerance_model(const HardwareProfile& profile, const HostTopology& topology,
                                                 bool overlap, std::unique_ptr<AttentionCostModel>* table,
@@ -52,12 +72,21 @@ Result<AutoToleranceModel> auto_tolerance_model(const HardwareProfile& profile, 
 
 struct AutoToleranceChoice {
   double tolerance = 0;
-  double predicted_seconds = 0;         // of the chosen tolerance
-  std::vector<double> predicted;        // [kAutoTolerances] every candidate's prediction
+  double cut_fraction = 0;              // the nano-batch cut to plan with (0 without pingpong())
+  double predicted_seconds = 0;         // of the chosen tolerance and cut
+  // [kAutoTolerances] every tolerance's prediction (with pingpong(): at its best cut, the
+  // rule's unless another beats it by the margin).
+  std::vector<double> predicted;
+  // With pingpong() (else empty), per tolerance: that cut and the timeline's signal step
+  // (exchanges free).
+  std::vector<double> cuts, predicted_signal;
 };
 
 // The choice for one batch (parse_tolerance, schedule.h, reads the flag). spec: cad or
-// cad-symmetric (others have no band: refused).
+// cad-symmetric (others have no band: refused). With model.pingpong() every tolerance is
+// planned at every cut of kAutoCutFractions and the timeline runs options.model.n_layers
+// layers (at least 1); plan with plan_nano_batches(batch, spec, options at the chosen
+// tolerance, choice.cut_fraction).
 // options.tolerance is ignored. Errors: what run_scheduler refuses, an invalid model.
 Result<AutoToleranceChoice> choose_tolerance(const Batch& batch, const SchedulerSpec& spec,
                                              const ScheduleOptions& options, const AutoToleranceModel& model);

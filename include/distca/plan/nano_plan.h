@@ -33,9 +33,10 @@ struct NanoSchedule {
   std::array<std::vector<TaskPlacement>, 2> nano;  // ping's and pong's tasks, same order
 };
 
+// cut_fraction: split_nano_batches' (0: the L / sqrt(2) rule).
 // Errors: those of ScheduleOptions::validate, split_nano_batches and the scheduler.
 Result<NanoSchedule> schedule_nano_batches(const Batch& batch, const SchedulerSpec& spec,
-                                           const ScheduleOptions& options);
+                                           const ScheduleOptions& options, double cut_fraction = 0);
 
 struct NanoPlans {
   NanoSplit split;           // the split; every plan's batch is split.batch
@@ -45,6 +46,6 @@ struct NanoPlans {
 
 // schedule_nano_batches, then build_plan of the three task lists.
 Result<NanoPlans> plan_nano_batches(const Batch& batch, const SchedulerSpec& spec,
-                                    const ScheduleOptions& options);
+                                    const ScheduleOptions& options, double cut_fraction = 0);
 
 }  // namespace distca

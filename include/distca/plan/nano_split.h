@@ -31,7 +31,14 @@
 // (and so memory) are unchanged; the two nano-batches need not hold equal tokens (a rank with
 // one long document gives ~71% of its rows to nano 0).
 //
-// Determinism: a pure function of (batch, align_rows). Thread safety: pure function.
+// A link-aware cut (cut_fraction f in (0, 1], chosen by `--tolerance auto`'s ping-pong
+// timeline, plan/auto_tolerance.h): a document of length L >= 2T is cut at the multiple of T
+// nearest to f L (ties down), clamped to [T, largest multiple of T below L]; f = 1 puts the
+// whole document in nano 0. The cut decides which rows the scheduler can move in which
+// nano-batch, and so behind which compute their exchanges run. Short documents as above.
+// cut_fraction 0 is the L / sqrt(2) rule.
+//
+// Determinism: a pure function of (batch, align_rows, cut_fraction). Thread safety: pure function.
 #pragma once
 
 #include <array>
@@ -62,9 +69,13 @@ struct NanoSplit {
 // Preconditions: align_rows >= 1, doc_len >= 2 * align_rows.
 int64_t nano_cut_long(int64_t doc_len, int64_t align_rows);
 
+// The cut of the link-aware rule. Preconditions: align_rows >= 1, doc_len >= 2 * align_rows,
+// 0 < fraction <= 1.
+int64_t nano_cut_fraction(int64_t doc_len, int64_t align_rows, double fraction);
+
 // Splits `batch` by the rules above. Errors (kInvalidArgument): an invalid batch (the message
-// of Batch::validate), align_rows out of range (check_align_rows, naming --align-rows).
-// Deterministic.
-Result<NanoSplit> split_nano_batches(const Batch& batch, int64_t align_rows);
+// of Batch::validate), align_rows out of range (check_align_rows, naming --align-rows),
+// cut_fraction neither 0 nor in (0, 1]. Deterministic.
+Result<NanoSplit> split_nano_batches(const Batch& batch, int64_t align_rows, double cut_fraction = 0);
 
 }  // namespace distca

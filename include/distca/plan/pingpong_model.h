@@ -1,0 +1,51 @@
+// A timeline of one training step's attention layers under ping-pong, from the nano-batch
+// plans, the cost model and the measured link: what `--tolerance auto` predicts when the
+// model knows the linear work (docs/scheduler.md, "Choosing the tolerance"; the runner's
+// order is docs/runtime.md, "Ping-pong").
+//
+// Why a timeline and not max(compute, bytes / rate): a nano-batch's exchange hides only
+// behind the compute its ranks run between posting it and waiting for it, which the runner's
+// tick order fixes. E.g. pong's dispatch hides behind the receiver's ping attention alone, so
+// work moved in pong on a slow link is exposed even when the rank's whole compute exceeds
+// its bytes' transfer.
+//
+// The model (per rank r, nano-batch x in {ping, pong}, L layers):
+//   linear(x)  = rows of x on r times the linear seconds per row (forward or backward);
+//   attend(x)  = the forward (or backward) seconds of r's server tasks of nano plan x: the
+//                cost model's forward+backward seconds times (1 - backward_share) (or
+//                backward_share);
+//   exchange E posted by every rank p at post_p: it completes on rank r at
+//                max(post_r, max over p sending to r of post_p + T(p, r)), where
+//                T(p, r) = max(bytes p sends, bytes r receives) on that link class / its rate
+//                (between hosts, or inside a host when the plan has hosts). Bytes are the
+//                plan's exchanges as planned (K/V relays are not modelled), the dispatch
+//                being q + kv, the forward return o_lse, the backward dispatch do and return
+//                dq + dkv (servers keep their forward state).
+// Forward, layer l = 0 .. L-1, each rank in order: [l > 0: wait ping O(l-1)] linear(ping);
+// post ping dispatch; [l > 0: wait pong O(l-1)] linear(pong); post pong dispatch; wait ping's;
+// attend(ping); post ping O; wait pong's; attend(pong); post pong O. Then wait ping O,
+// linear(ping), wait pong O, linear(pong). Backward, l = L-1 .. 0, pong first: [l < L-1: wait
+// pong dQ/dKV(l+1)] linear(pong); post pong dO; [wait ping dQ/dKV(l+1)] linear(ping); post ping
+// dO; wait pong dO; attend(pong); post pong dQ/dKV; wait ping dO; attend(ping); post ping
+// dQ/dKV. Then wait pong's, linear(pong), wait ping's, linear(ping). Every rank starts the
+// forward at 0 and the backward where its forward ended.
+//
+// Determinism: pure function. Thread safety: pure (the cost model's task_cost is const).
+#pragma once
+
+#include "distca/plan/auto_tolerance.h"
+#include "distca/plan/nano_plan.h"
+
+namespace distca {
+
+struct PingPongPrediction {
+  double seconds = 0;         // the step's end: max over ranks
+  double signal_seconds = 0;  // the same timeline with every transfer free (signal mode)
+  double exposed() const { return seconds - signal_seconds; }
+};
+
+// Preconditions: model.validate() and model.pingpong() hold, layers >= 1; plans from
+// plan_nano_batches.
+PingPongPrediction predict_pingpong(const NanoPlans& plans, const AutoToleranceModel& model, int64_t layers);
+
+}  // namespace distca

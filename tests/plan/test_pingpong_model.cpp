@@ -1,0 +1,202 @@
+// The ping-pong timeline (plan/pingpong_model.h) and `--tolerance auto` with it: closed forms
+// where no byte moves, the link's effect, and the choice on the bench train batch over a slow
+// link against the ladder's fixed tolerances.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "distca/cost/analytic.h"
+#include "distca/plan/auto_tolerance.h"
+#include "distca/plan/pingpong_model.h"
+#include "plan_test_util.h"
+
+namespace distca {
+namespace {
+
+class LinearSeconds final : public AttentionCostModel {
+ public:
+  double task_cost(int64_t q_len, int64_t kv_len) const override {
+    return 1e-9 * static_cast<double>(causal_pairs(kv_len - q_len, kv_len));
+  }
+  std::string unit() const override { return "seconds"; }
+};
+
+AutoToleranceModel model(const AttentionCostModel* seconds, double rate) {
+  AutoToleranceModel m;
+  m.seconds = seconds;
+  m.inter_host_bytes_per_second = rate;
+  m.intra_host_bytes_per_second = rate * 8;
+  m.linear_forward_seconds_per_row = 2e-5;
+  m.linear_backward_seconds_per_row = 4e-5;
+  m.attention_backward_share = 0.7;
+  return m;
+}
+
+ScheduleOptions opts(double tolerance) {
+  ScheduleOptions o;
+  o.model = test::test_model();
+  o.align_rows = 128;
+  o.tolerance = tolerance;
+  return o;
+}
+
+// bench train's batch: rank 0 one document of `tokens`, the others 512-token documents.
+Batch bench_batch(int64_t ranks, int64_t tokens) {
+  Batch b;
+  b.ranks = ranks;
+  b.tokens_per_rank = tokens;
+  b.per_rank.resize(static_cast<size_t>(ranks));
+  int64_t id = 0;
+  for (int64_t r = 0; r < ranks; ++r) {
+    const int64_t len = r == 0 ? tokens : 512;
+    for (int64_t t = 0; t + len <= tokens; t += len) b.per_rank[static_cast<size_t>(r)].push_back({id++, 0, len, len});
+  }
+  return b;
+}
+
+int64_t bytes_sent(const Plan& p) {
+  int64_t n = 0;
+  for (const RankPlan& r : p.ranks) {
+    for (const Exchange& e : r.exchanges) n += e.send_rows() * e.row_bytes;
+  }
+  return n;
+}
+
+// Nothing moves (every rank holds the same documents): each rank runs alone, so the step is
+// the largest rank's sum of its linear work ((layers + 1) blocks per direction) and its
+// attention (layers per direction), whatever the link.
+TEST(PingPongModel, WithoutBytesTheStepIsTheLargestRanksCompute) {
+  const LinearSeconds seconds;
+  Batch b;
+  b.ranks = 3;
+  b.tokens_per_rank = 2048;
+  b.per_rank = {{{0, 0, 2048, 2048}}, {{1, 0, 2048, 2048}}, {{2, 0, 1024, 1024}, {3, 0, 1024, 1024}}};
+  auto plans = plan_nano_batches(b, SchedulerSpec{}, opts(1.0));  // a band wide enough for all
+  ASSERT_TRUE(plans.ok()) << plans.status().to_string();
+  ASSERT_EQ(bytes_sent(plans->full), 0);
+  const AutoToleranceModel m = model(&seconds, 1e3);
+  for (const int64_t layers : {1, 3}) {
+    double want = 0;
+    for (size_t r = 0; r < 3; ++r) {
+      double attention = 0;
+      for (const ServerTask& t : plans->full.servers[r].tasks) {
+        attention += 1e-9 * static_cast<double>(causal_pairs(t.task.q_begin, t.task.q_end));
+      }
+      const double rows = static_cast<double>(plans->full.ranks[r].tokens);
+      want = std::max(want, static_cast<double>(layers + 1) * rows * 6e-5 + static_cast<double>(layers) * attention);
+    }
+    const PingPongPrediction p = predict_pingpong(*plans, m, layers);
+    EXPECT_NEAR(p.seconds, want, 1e-12 * want);
+    EXPECT_EQ(p.seconds, p.signal_seconds);
+  }
+}
+
+// A faster link never predicts a slower step; a link fast enough hides everything, a slow one
+// exposes at least the transfer of the largest message past every compute on the receiver.
+TEST(PingPongModel, TheLinkSetsTheExposedTime) {
+  const LinearSeconds seconds;
+  const Batch b = bench_batch(2, 8192);
+  auto plans = plan_nano_batches(b, SchedulerSpec{}, opts(0.05));
+  ASSERT_TRUE(plans.ok());
+  double before = 1e300;
+  for (const double rate : {1e6, 1e7, 1e8, 1e9, 1e15}) {
+    const PingPongPrediction p = predict_pingpong(*plans, model(&seconds, rate), 2);
+    EXPECT_LE(p.seconds, before) << rate;
+    EXPECT_GE(p.exposed(), 0) << rate;
+    before = p.seconds;
+    if (rate == 1e15) {
+      EXPECT_LT(p.exposed(), 1e-6 * p.seconds);
+    }
+  }
+  // At 1 MB/s the largest single dispatch alone outlasts the signal step.
+  int64_t largest = 0;
+  for (const Plan& nano : plans->nano) {
+    const Exchange& q = nano.ranks[0].exchange(ExchangeKind::kQ);
+    const Exchange& kv = nano.ranks[0].exchange(ExchangeKind::kKv);
+    largest = std::max(largest, q.send_rows() * q.row_bytes + kv.send_rows() * kv.row_bytes);
+  }
+  const PingPongPrediction slow = predict_pingpong(*plans, model(&seconds, 1e6), 2);
+  EXPECT_GT(slow.seconds, static_cast<double>(largest) / 1e6);
+}
+
+// On bench train's batch, the pong dispatch (the moved top of rank 0's document with all its
+// K/V) hides only behind rank 1's ping attention: on a slow link the timeline predicts it
+// exposed, and --tolerance auto keeps the work home (fewer bytes) where the fast link moves it.
+TEST(PingPongModel, AutoMovesLessOnASlowLink) {
+  const LinearSeconds seconds;
+  const Batch b = bench_batch(2, 8192);
+  ScheduleOptions o = opts(0.05);
+  o.model.n_layers = 2;
+  auto fast = choose_tolerance(b, SchedulerSpec{}, o, model(&seconds, 1e11));
+  auto slow = choose_tolerance(b, SchedulerSpec{}, o, model(&seconds, 1e7));
+  ASSERT_TRUE(fast.ok() && slow.ok());
+  ASSERT_EQ(slow->predicted_signal.size(), std::size(kAutoTolerances));
+  for (size_t i = 0; i < slow->predicted.size(); ++i) {
+    EXPECT_LE(slow->predicted_seconds, slow->predicted[i]);
+    EXPECT_GE(slow->predicted[i], slow->predicted_signal[i]);
+  }
+  auto bytes_at = [&](double tol) {
+    auto p = plan_nano_batches(b, SchedulerSpec{}, opts(tol));
+    return bytes_sent(p->full);
+  };
+  EXPECT_LT(bytes_at(slow->tolerance), bytes_at(fast->tolerance));
+  EXPECT_LE(fast->tolerance, 0.05);
+  EXPECT_EQ(fast->cut_fraction, 0);  // a fast link keeps the L / sqrt(2) split
+  // The chosen plan's exposed time is below the compute it stands in for: the step it
+  // predicts beats the plan that moves nothing (tolerance 1: the colocated step).
+  EXPECT_LE(slow->predicted_seconds, slow->predicted.back());
+}
+
+// The choice recomputed from the timeline at every (tolerance, cut): per tolerance the rule's
+// cut unless another is more than the margin faster, then the fastest tolerance (ties: the
+// tighter); plan_nano_batches at the choice gives the predicted step.
+TEST(PingPongModel, ChoiceIsTheBestTimelineOverTolerancesAndCuts) {
+  const LinearSeconds seconds;
+  int other_cuts = 0;
+  for (const double rate : {3e6, 3e7, 3e8}) {
+    for (const int64_t ranks : {2, 4}) {
+      const Batch b = bench_batch(ranks, 4096);
+      ScheduleOptions o = opts(0.05);
+      o.model.n_layers = 2;
+      const AutoToleranceModel m = model(&seconds, rate);
+      auto c = choose_tolerance(b, SchedulerSpec{}, o, m);
+      ASSERT_TRUE(c.ok()) << c.status().to_string();
+      ASSERT_EQ(c->cuts.size(), std::size(kAutoTolerances));
+      double best = 0;
+      size_t best_i = 0;
+      for (size_t i = 0; i < std::size(kAutoTolerances); ++i) {
+        o.tolerance = kAutoTolerances[i];
+        double rule = 0, t = 0, cut = 0;
+        for (const double f : kAutoCutFractions) {
+          auto p = plan_nano_batches(b, SchedulerSpec{}, o, f);
+          ASSERT_TRUE(p.ok());
+          const double s = predict_pingpong(*p, m, 2).seconds;
+          if (f == 0) {
+            rule = t = s;
+          } else if (s < t && s < (1 - kAutoCutMargin) * rule) {
+            t = s;
+            cut = f;
+          }
+        }
+        EXPECT_EQ(c->predicted[i], t) << rate << " " << i;
+        EXPECT_EQ(c->cuts[i], cut) << rate << " " << i;
+        other_cuts += cut != 0;
+        if (i == 0 || t < best) {
+          best = t;
+          best_i = i;
+        }
+      }
+      EXPECT_EQ(c->tolerance, kAutoTolerances[best_i]);
+      EXPECT_EQ(c->cut_fraction, c->cuts[best_i]);
+      o.tolerance = c->tolerance;
+      auto chosen = plan_nano_batches(b, SchedulerSpec{}, o, c->cut_fraction);
+      ASSERT_TRUE(chosen.ok());
+      EXPECT_EQ(predict_pingpong(*chosen, m, 2).seconds, c->predicted_seconds);
+    }
+  }
+  EXPECT_GT(other_cuts, 0);  // the link-aware cut is exercised
+}
+
+}  // namespace
+}  // namespace distca
