@@ -146,7 +146,7 @@ def markdown(doc):
                          for m in ("colocated", "cad single-stream", "cad pingpong", "cad signal"))
         link = t.get("link_mbit") or st.get("link_mbit")
         out.append("| %s | %s | 2x%d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            key[0], fmt(link, ".0f"), key[1], key[2], fmt(s.get("colocated")), fmt(s.get("cad single-stream")),
+            key[0], fmt(link, ".0f"), key[1], key[2] if key[2] == "auto" else "%g" % key[2], fmt(s.get("colocated")), fmt(s.get("cad single-stream")),
             fmt(s.get("cad pingpong")), fmt(s.get("cad signal")), fmt(t.get("speedup_paired", {}).get("pingpong")),
             pct(t.get("exposed")), pct(t.get("single_stream_penalty")), fmt(t.get("sent_mib"), ".1f"),
             sims if sim else "-", fmt(t.get("auto_over_best"), ".3f"), fmt(ss.get("colocated pingpong")),
