@@ -6,7 +6,8 @@
 # step` at every tolerance, and at the --auto-rates `bench train --tolerance auto` beside them.
 # Writes OUT/runs/NAME.{json,log,seconds} per run, OUT/runs/link-RATE.txt (the lab link's
 # measured TCP throughput) and OUT/results.{md,json} (scripts/netlab_bench_report.py: one table).
-# Prints its runtime estimate before it starts (and exits after it with --estimate-only).
+# Prints its runtime estimate before it starts (and exits after it, making nothing, with
+# --estimate-only).
 #
 #   netlab-bench.sh [--out DIR] [--rates "0.25gbit 0.5gbit 1gbit 2.5gbit 10gbit shm"]
 #       [--per-host "1 2"] [--tolerances "0 0.05 0.15"] [--auto-rates "0.25gbit 1gbit 2.5gbit"]
@@ -101,7 +102,7 @@ for b in $benches; do [[ $b == train || $b == step ]] || bad "--benches: $b is n
 command -v python3 >/dev/null || bad "python3 is needed for the report"
 
 runs=$out/runs
-mkdir -p "$runs"
+cfg_tmp=$(mktemp)  # the plan, moved to OUT/config.json once the estimate is within --budget
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 # shellcheck source=scripts/blas-env.sh
 . "$ROOT/scripts/blas-env.sh"
@@ -113,7 +114,7 @@ cleanup() {
   trap - EXIT INT TERM
   [ -n "$child" ] && kill -TERM "$child" 2>/dev/null && wait "$child" 2>/dev/null
   [ "$lab_up" -eq 1 ] && "$LAB" down --prefix "$prefix" 2>/dev/null
-  rm -f "$runs"/*.tmp.json "$runs"/*.txt.tmp
+  rm -f "$runs"/*.tmp.json "$runs"/*.txt.tmp "$cfg_tmp"
   exit "$rc"
 }
 trap cleanup EXIT
@@ -134,7 +135,7 @@ for r in $rates; do
     if with_auto "$r"; then planned+=("train-$r-2x$k-tauto"); fi
   done
 done
-python3 - "$out/config.json" "$btl" "$train_args" "$step_args" "$profile_args" "$distca" \
+python3 - "$cfg_tmp" "$btl" "$train_args" "$step_args" "$profile_args" "$distca" \
   "$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)" "${OPENBLAS_CORETYPE:-}" "$gflops" "${planned[@]}" <<'PY'
 import json, os, sys, time
 path, btl, train, step, prof, distca, commit, blas, gflops, *planned = sys.argv[1:]
@@ -147,7 +148,7 @@ with open(path + ".tmp", "w") as f:
     json.dump(doc, f, indent=1)
 os.replace(path + ".tmp", path)
 PY
-estimate=$(python3 "$ROOT/scripts/netlab_bench_report.py" --estimate "$out")
+estimate=$(python3 "$ROOT/scripts/netlab_bench_report.py" --estimate "$cfg_tmp" "$out")
 echo "$estimate" | head -n 1 >&2
 estimate_s=$(echo "$estimate" | sed -n 's/^estimate_s=//p')
 [ "$estimate_only" -eq 1 ] && exit 0
@@ -155,6 +156,8 @@ if [ "$budget" -gt 0 ]; then
   [ "$estimate_s" -le "$budget" ] || bad "--budget $budget: the estimate is $estimate_s s (smaller --train-args, fewer --rates or --per-host)"
   { [ "$deadline" -eq 0 ] || [ "$deadline" -gt "$budget" ]; } && deadline=$budget
 fi
+mkdir -p "$runs"
+mv "$cfg_tmp" "$out/config.json"
 
 # run_one NAME OUTPUT-FLAG LAUNCHER... -- DISTCA-ARGS...: runs distca under the launcher, its
 # output (--json, or profile's --hardware-out) into runs/NAME.json when it succeeds. Returns 1

@@ -3,7 +3,8 @@
 OUT/results.md (docs/netlab.md, "The measurement sweep"). Standard library only.
 
 Usage: netlab_bench_report.py OUT              the report of the runs so far
-       netlab_bench_report.py --estimate OUT   the sweep's runtime estimate (OUT/config.json's plan)
+       netlab_bench_report.py --estimate CONFIG OUT   the runtime estimate of CONFIG's plan (the
+                                               runs OUT holds are done); stored in CONFIG
 
 Run names: train-RATE-2xK-tT, step-RATE-2xK-tT, profile-RATE-2xK and link-RATE (RATE a tc rate
 such as 250mbit, or shm: one host, shared memory; T a tolerance or `auto`). A run without its
@@ -225,10 +226,10 @@ def estimate_run(name, cfg, gflops, cores):
     return 10.0 + 5 * (f["reps"] + 1) * ((attn + linear) / rate + exchange)
 
 
-def estimate(out):
-    """Prints the sweep's estimated runtime (the runs not yet done) and stores it in config.json."""
-    path = os.path.join(out, "config.json")
-    cfg = load(path) or sys.exit("netlab-bench: no %s" % path)
+def estimate(path, out):
+    """Prints the estimated runtime of the plan in config file `path` (the runs not yet done
+    under `out`) and stores it in that file as estimate_s."""
+    cfg = load(path) or sys.exit("netlab-bench: no plan in %s" % path)
     gflops, cores = float(cfg.get("gflops_per_rank", 75)), int(cfg.get("cores") or 1)
     runs = os.path.join(out, "runs")
     todo = [n for n in cfg.get("planned", []) if not os.path.exists(os.path.join(runs, n + ".json"))]
@@ -245,8 +246,8 @@ def estimate(out):
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--estimate":
-        estimate(sys.argv[2])
+    if len(sys.argv) == 4 and sys.argv[1] == "--estimate":
+        estimate(sys.argv[2], sys.argv[3])
         return
     if len(sys.argv) != 2:
         sys.exit(__doc__)

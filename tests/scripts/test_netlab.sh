@@ -14,9 +14,11 @@
 #     TERM to `run` while its ranks run; nothing is left after `down`, nor after `run --up`
 #     with a failing program.
 #   test_netlab.sh bench SOURCE_DIR DISTCA
-#     scripts/netlab-bench.sh --smoke at one rate: results.{json,md} with every mode, the
-#     simulator beside them and the link's measured throughput under its limit; a second call
-#     runs nothing; a TERM in the middle of a run leaves nothing, temporary files included.
+#     scripts/netlab-bench.sh --smoke at one rate: a plan over --budget refused before any
+#     work; the estimate printed first; results.{json,md} with every mode, the simulator beside
+#     them, the link's measured throughput under its limit, the auto run against the fixed
+#     tolerance; a second call runs nothing; a TERM in the middle of a run leaves nothing,
+#     temporary files included.
 #   test_netlab.sh train SOURCE_DIR DISTCA MPIEXEC
 #     a 2-host `distca train --backend mpi --mode cad` in the lab (over TCP, through the
 #     rate-limited links, which carry its bytes) has the per-step losses, bit for bit, of the
@@ -128,6 +130,14 @@ if [ "$mode" = bench ]; then
   BENCH=$SRC/scripts/netlab-bench.sh
   args=(--smoke --rates 1gbit --per-host 1 --tolerances 0.05 --auto-rates 1gbit --out "$T/sweep" --prefix "$P"
         --distca "${3:?usage: test_netlab.sh bench SOURCE_DIR DISTCA}")
+  note "budget"
+  # A plan estimated above --budget is refused before any work: exit 2, one line, no output.
+  timeout 60 "$BENCH" "${args[@]}" --budget 1 >"$T/bench.log" 2>&1
+  rc=$?
+  [ "$rc" -eq 2 ] || fail "--budget 1 exited $rc, not 2: $(cat "$T/bench.log")"
+  grep -q '^netlab-bench: error: --budget 1: the estimate is [0-9]* s' "$T/bench.log" ||
+    fail "--budget 1 did not say why: $(cat "$T/bench.log")"
+  [ ! -e "$T/sweep" ] || fail "--budget 1 left $T/sweep"
   note "sweep"
   timeout 300 "$BENCH" "${args[@]}" >"$T/bench.log" 2>&1
   rc=$?
