@@ -3,13 +3,22 @@
 # link rate (a lab of 2 hosts, scripts/netlab.sh) and shared memory (shm: one host), with K
 # ranks per host, `distca profile --hardware-out` once, then `distca bench train` (colocated,
 # cad single-stream, pingpong, signal; with the profile as its --hardware) and `distca bench
-# step` at every tolerance. Writes OUT/runs/NAME.{json,log} per run, OUT/runs/link-RATE.txt (the
-# lab link's measured TCP throughput) and OUT/results.{md,json} (scripts/netlab_bench_report.py).
+# step` at every tolerance, and at the --auto-rates `bench train --tolerance auto` beside them.
+# Writes OUT/runs/NAME.{json,log,seconds} per run, OUT/runs/link-RATE.txt (the lab link's
+# measured TCP throughput) and OUT/results.{md,json} (scripts/netlab_bench_report.py: one table).
+# Prints its runtime estimate before it starts (and exits after it, making nothing, with
+# --estimate-only).
 #
 #   netlab-bench.sh [--out DIR] [--rates "0.25gbit 0.5gbit 1gbit 2.5gbit 10gbit shm"]
-#       [--per-host "1 2"] [--tolerances "0 0.05 0.15"] [--benches "train step"] [--no-profile]
-#       [--smoke] [--train-args ARGS] [--step-args ARGS] [--profile-args ARGS] [--btl LIST]
-#       [--run-timeout S] [--deadline S] [--prefix P] [--distca PATH]
+#       [--per-host "1 2"] [--tolerances "0 0.05 0.15"] [--auto-rates "0.25gbit 1gbit 2.5gbit"]
+#       [--benches "train step"] [--no-profile] [--smoke | --full-size] [--train-args ARGS]
+#       [--step-args ARGS] [--profile-args ARGS] [--btl LIST] [--run-timeout S] [--deadline S]
+#       [--budget S] [--gflops G] [--estimate-only] [--prefix P] [--distca PATH]
+#
+# The default train args are small (--tokens-per-rank 4096 --rounds 2 --steps 2), so the whole
+# table fits a few hours; --full-size runs bench train's default workload instead. --budget S
+# refuses (exit 2, before any work) a sweep whose estimate exceeds S seconds and bounds it by S
+# (as --deadline); --gflops sets the estimate's compute rate per rank (default 75).
 #
 # Resumable: a run whose JSON exists is not run again (delete it to redo); a failed run leaves
 # NAME.failed and NAME.log and is tried again next time. Bounded: every run is stopped after
@@ -26,13 +35,17 @@ per_host="1 2"
 tolerances="0 0.05 0.15"
 benches="train step"
 profile=1
-train_args=""
+train_args="--tokens-per-rank 4096 --rounds 2 --steps 2"
 step_args=""
-profile_args="--max-len 8192 --min-seconds 0.05"
+profile_args="--max-len 4096 --min-seconds 0.05"
+auto_rates="0.25gbit 1gbit 2.5gbit"
+budget=0
+gflops=75
+estimate_only=0
 btl=tcp,vader,self
 run_timeout=3600
 deadline=0
-prefix="distca-bench"
+prefix="nb$$"  # one lab per sweep: two sweeps (or a sweep and a test) never share one
 distca=$ROOT/build/release/apps/distca
 link_mb=0  # the link measurement's megabytes; 0: about 2 s of traffic at the rate
 lab_up=0
@@ -47,6 +60,11 @@ while [ $# -gt 0 ]; do
     --rates) rates=${2:?}; shift 2 ;;
     --per-host) per_host=${2:?}; shift 2 ;;
     --tolerances) tolerances=${2:?}; shift 2 ;;
+    --auto-rates) auto_rates=${2?}; shift 2 ;;
+    --full-size) train_args=""; profile_args="--max-len 8192 --min-seconds 0.05"; shift ;;
+    --budget) budget=${2:?}; shift 2 ;;
+    --gflops) gflops=${2:?}; shift 2 ;;
+    --estimate-only) estimate_only=1; shift ;;
     --benches) benches=${2:?}; shift 2 ;;
     --no-profile) profile=0; shift ;;
     --smoke)
@@ -70,6 +88,11 @@ done
 for r in $rates; do
   [[ $r == shm || $r =~ ^[0-9]+(\.[0-9]+)?(kbit|mbit|gbit)$ ]] || bad "--rates: $r is not a rate like 250mbit or 2.5gbit, nor shm"
 done
+for r in $auto_rates; do  # rates not in --rates are not run
+  [[ $r =~ ^[0-9]+(\.[0-9]+)?(kbit|mbit|gbit)$ ]] || bad "--auto-rates: $r is not a lab rate like 250mbit or 2.5gbit"
+done
+[[ $budget =~ ^[0-9]+$ ]] || bad "--budget $budget: a number of seconds (0: none)"
+[[ $gflops =~ ^[0-9]+(\.[0-9]+)?$ ]] && [ "$gflops" != 0 ] || bad "--gflops $gflops: a positive number"
 for k in $per_host; do [[ $k =~ ^[1-8]$ ]] || bad "--per-host: $k is not 1 to 8"; done
 for t in $tolerances; do [[ $t =~ ^(0(\.[0-9]+)?|1)$ ]] || bad "--tolerances: $t is not a number from 0 to 1"; done
 for b in $benches; do [[ $b == train || $b == step ]] || bad "--benches: $b is not train or step"; done
@@ -79,7 +102,7 @@ for b in $benches; do [[ $b == train || $b == step ]] || bad "--benches: $b is n
 command -v python3 >/dev/null || bad "python3 is needed for the report"
 
 runs=$out/runs
-mkdir -p "$runs"
+cfg_tmp=$(mktemp)  # the plan, moved to OUT/config.json once the estimate is within --budget
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 # shellcheck source=scripts/blas-env.sh
 . "$ROOT/scripts/blas-env.sh"
@@ -91,12 +114,15 @@ cleanup() {
   trap - EXIT INT TERM
   [ -n "$child" ] && kill -TERM "$child" 2>/dev/null && wait "$child" 2>/dev/null
   [ "$lab_up" -eq 1 ] && "$LAB" down --prefix "$prefix" 2>/dev/null
-  rm -f "$runs"/*.tmp.json "$runs"/*.txt.tmp
+  rm -f "$runs"/*.tmp.json "$runs"/*.txt.tmp "$cfg_tmp"
   exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+# Whether rate $1 gets a `--tolerance auto` train run (it needs the lab's profile).
+with_auto() { [ "$profile" -eq 1 ] && [[ $benches == *train* ]] && [[ " $auto_rates " == *" $1 "* ]]; }
 
 # Every run this call plans, by name (the report lists the ones without results).
 planned=()
@@ -106,20 +132,32 @@ for r in $rates; do
     for t in $tolerances; do
       for b in $benches; do planned+=("$b-$r-2x$k-t$t"); done
     done
+    if with_auto "$r"; then planned+=("train-$r-2x$k-tauto"); fi
   done
 done
-python3 - "$out/config.json" "$btl" "$train_args" "$step_args" "$profile_args" "$distca" \
-  "$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)" "${OPENBLAS_CORETYPE:-}" "${planned[@]}" <<'PY'
+python3 - "$cfg_tmp" "$btl" "$train_args" "$step_args" "$profile_args" "$distca" \
+  "$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)" "${OPENBLAS_CORETYPE:-}" "$gflops" "${planned[@]}" <<'PY'
 import json, os, sys, time
-path, btl, train, step, prof, distca, commit, blas, *planned = sys.argv[1:]
+path, btl, train, step, prof, distca, commit, blas, gflops, *planned = sys.argv[1:]
 doc = {"btl_lab": btl, "btl_host": "vader,self", "train_args": train, "step_args": step, "profile_args": prof,
        "distca": distca, "commit": commit, "openblas_coretype": blas, "cores": os.cpu_count(),
+       "gflops_per_rank": float(gflops),
        "load_average_at_start": os.getloadavg(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
        "bind": "none", "omp_threads": 1, "planned": planned}
 with open(path + ".tmp", "w") as f:
     json.dump(doc, f, indent=1)
 os.replace(path + ".tmp", path)
 PY
+estimate=$(python3 "$ROOT/scripts/netlab_bench_report.py" --estimate "$cfg_tmp" "$out")
+echo "$estimate" | head -n 1 >&2
+estimate_s=$(echo "$estimate" | sed -n 's/^estimate_s=//p')
+[ "$estimate_only" -eq 1 ] && exit 0
+if [ "$budget" -gt 0 ]; then
+  [ "$estimate_s" -le "$budget" ] || bad "--budget $budget: the estimate is $estimate_s s (smaller --train-args, fewer --rates or --per-host)"
+  { [ "$deadline" -eq 0 ] || [ "$deadline" -gt "$budget" ]; } && deadline=$budget
+fi
+mkdir -p "$runs"
+mv "$cfg_tmp" "$out/config.json"
 
 # run_one NAME OUTPUT-FLAG LAUNCHER... -- DISTCA-ARGS...: runs distca under the launcher, its
 # output (--json, or profile's --hardware-out) into runs/NAME.json when it succeeds. Returns 1
@@ -137,10 +175,12 @@ run_one() {
   fi
   rm -f "$runs/$name.failed" "$runs/$name.tmp.json"
   say "$name: running (at most ${limit} s)"
+  local began=$SECONDS
   timeout "$limit" "${launcher[@]}" "$distca" "$@" "$flag" "$runs/$name.tmp.json" >"$runs/$name.log" 2>&1 &
   child=$!
   wait "$child" || rc=$?
   child=""
+  echo $((SECONDS - began)) >"$runs/$name.seconds"
   if [ "$rc" -eq 0 ] && [ -s "$runs/$name.tmp.json" ]; then
     mv "$runs/$name.tmp.json" "$runs/$name.json"
   else
@@ -175,6 +215,10 @@ sweep_layout() {
       run_one "step-$r-2x$k-t$t" --json "$@" -- bench step --backend mpi $step_args --tolerance "$t" || return 1
     fi
   done
+  if with_auto "$r" && [ "${#hw[@]}" -gt 0 ]; then
+    # shellcheck disable=SC2086
+    run_one "train-$r-2x$k-tauto" --json "$@" -- bench train --backend mpi $train_args --tolerance auto "${hw[@]}" || return 1
+  fi
 }
 
 remaining() {

@@ -104,14 +104,19 @@ class TickRunner {
       }
       return;
     }
+    // The runtime's lane order (runtime/tick_runner.h): a forward runs ping, then pong; a
+    // backward pong first (ping's pre-CA backward reads pong's dK/dV partials), so pong's
+    // return of a layer is waited for before any linear work of the next one. A mixed tick
+    // (dir 2) pairs each direction's nano-batch x in lane x and runs ping first.
+    const std::array<int, 2> order = dir == 1 ? std::array{1, 0} : std::array{0, 1};
     Collective d[2];
-    for (int x = 0; x < 2; ++x) {
+    for (const int x : order) {
       linear(s, x, returns_[x], kLin, mb);
       returns_[x].valid = false;
       if (s.has_attention) d[x] = issue(s.dispatch_sent[x], s.dispatch_recv[x], s.dispatch_peers[x], d_name[x], mb);
     }
     if (!s.has_attention) return;
-    for (int x = 0; x < 2; ++x) {
+    for (const int x : order) {
       attention(s.attention[x], d[x], att_name[x], mb);
       returns_[x] = issue(s.return_sent[x], s.return_recv[x], s.return_peers[x], r_name[x], mb);
     }

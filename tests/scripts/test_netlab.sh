@@ -14,9 +14,11 @@
 #     TERM to `run` while its ranks run; nothing is left after `down`, nor after `run --up`
 #     with a failing program.
 #   test_netlab.sh bench SOURCE_DIR DISTCA
-#     scripts/netlab-bench.sh --smoke at one rate: results.{json,md} with every mode, the
-#     simulator beside them and the link's measured throughput under its limit; a second call
-#     runs nothing; a TERM in the middle of a run leaves nothing, temporary files included.
+#     scripts/netlab-bench.sh --smoke at one rate: a plan over --budget refused before any
+#     work; the estimate printed first; results.{json,md} with every mode, the simulator beside
+#     them, the link's measured throughput under its limit, the auto run against the fixed
+#     tolerance; a second call runs nothing; a TERM in the middle of a run leaves nothing,
+#     temporary files included.
 #   test_netlab.sh train SOURCE_DIR DISTCA MPIEXEC
 #     a 2-host `distca train --backend mpi --mode cad` in the lab (over TCP, through the
 #     rate-limited links, which carry its bytes) has the per-step losses, bit for bit, of the
@@ -126,8 +128,16 @@ fi
 
 if [ "$mode" = bench ]; then
   BENCH=$SRC/scripts/netlab-bench.sh
-  args=(--smoke --rates 1gbit --per-host 1 --tolerances 0.05 --out "$T/sweep" --prefix "$P"
+  args=(--smoke --rates 1gbit --per-host 1 --tolerances 0.05 --auto-rates 1gbit --out "$T/sweep" --prefix "$P"
         --distca "${3:?usage: test_netlab.sh bench SOURCE_DIR DISTCA}")
+  note "budget"
+  # A plan estimated above --budget is refused before any work: exit 2, one line, no output.
+  timeout 60 "$BENCH" "${args[@]}" --budget 1 >"$T/bench.log" 2>&1
+  rc=$?
+  [ "$rc" -eq 2 ] || fail "--budget 1 exited $rc, not 2: $(cat "$T/bench.log")"
+  grep -q '^netlab-bench: error: --budget 1: the estimate is [0-9]* s' "$T/bench.log" ||
+    fail "--budget 1 did not say why: $(cat "$T/bench.log")"
+  [ ! -e "$T/sweep" ] || fail "--budget 1 left $T/sweep"
   note "sweep"
   timeout 300 "$BENCH" "${args[@]}" >"$T/bench.log" 2>&1
   rc=$?
@@ -136,14 +146,27 @@ if [ "$mode" = bench ]; then
   python3 - "$T/sweep/results.json" <<'PY' || fail "results.json does not hold the sweep's runs"
 import json, sys
 runs = {r["name"]: r for r in json.load(open(sys.argv[1]))["runs"]}
-assert set(runs) == {"train-1gbit-2x1-t0.05", "step-1gbit-2x1-t0.05"}, runs.keys()
+doc = json.load(open(sys.argv[1]))
+assert set(runs) == {"profile-1gbit-2x1", "train-1gbit-2x1-t0.05", "step-1gbit-2x1-t0.05",
+                     "train-1gbit-2x1-tauto"}, runs.keys()
 train, step = runs["train-1gbit-2x1-t0.05"], runs["step-1gbit-2x1-t0.05"]
+assert all(r["run_seconds"] is not None for r in runs.values()), runs
+auto = runs["train-1gbit-2x1-tauto"]
+assert set(auto["step_s"]) == set(train["step_s"]), auto
+# --tolerance auto against the one fixed tolerance, which is then the best.
+[a] = doc["auto"]
+assert a["best_fixed_tolerance"] == 0.05 and abs(a["auto_over_best"] - auto["step_s"]["cad pingpong"]
+                                                  / train["step_s"]["cad pingpong"]) < 1e-12, a
+assert doc["config"]["estimate_s"] > 0, doc["config"]
 assert set(train["step_s"]) == {"colocated", "cad single-stream", "cad pingpong", "cad signal"}, train
 assert set(train["sim_step_s"]) == set(train["step_s"]), train  # bench train ran with the lab's profile
 assert {"colocated pingpong", "cad pingpong", "cad single-stream", "cad signal"} <= set(step["step_s"]), step
 assert 0 < train["link_mbit"] <= 1000, train["link_mbit"]  # TCP payload through a 1gbit tbf
 PY
+  # One table: the fixed tolerance's row (train and step) and the auto row.
   [ "$(grep -c '^| 1gbit | ' "$T/sweep/results.md")" -eq 2 ] || fail "results.md does not have the 2 rows"
+  grep -q '^netlab-bench: 4 of 4 runs to do, estimated [0-9]* s' "$T/bench.log" ||
+    fail "the sweep did not print its estimate first: $(head -n 3 "$T/bench.log")"
   check_gone "sweep"
   note "resume"
   timeout 60 "$BENCH" "${args[@]}" >"$T/bench.log" 2>&1 || fail "the resumed sweep failed"

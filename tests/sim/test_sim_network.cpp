@@ -489,6 +489,98 @@ TEST(NetworkEngine, ThreeUnitCadPaysItsPeersLatencies) {
 }
 
 
+// The spans named `name` on unit u starting at or after `from` seconds, in time order (seconds).
+std::vector<std::pair<double, double>> spans_after(const SimResult& r, const std::string& name, int64_t u, double from) {
+  std::vector<std::pair<double, double>> out;
+  for (const TraceEvent& e : r.events) {
+    if (e.name == name && e.pid == u && e.start_us * 1e-6 >= from) out.emplace_back(e.start_us * 1e-6, e.end_us * 1e-6);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Ping-pong's backward runs its lanes as the runtime's TickRunner does: pong first (ping's
+// pre-CA backward reads pong's dK/dV partials), so pong's dQ/dKV return of a layer is waited
+// for before the next layer's linear work. One layer, two units over a slow link: the
+// backward's end, composed by hand from the trace's compute spans and exchange durations in
+// the runtime's order, is the engine's; ping first would end elsewhere (checked: the order
+// matters here).
+TEST(NetworkEngine, PingPongBackwardRunsPongFirstAsTheRuntime) {
+  const int64_t T = 16384;
+  std::vector<int64_t> lengths = {T};
+  for (int64_t i = 0; i < T / 512; ++i) lengths.push_back(512);
+  SimOptions o = testing::options("cad:pingpong", 2);
+  o.model.n_layers = 1;
+  o.grad_sync = false;
+  o.lm_head = false;
+  o.record_events = true;
+  o.cluster.hw.inter_node_bw = 0.2e9;  // exchanges as long as the compute they hide behind
+  const SimResult r = testing::run(o, {pack_documents(lengths, 2, T, Layout::kContiguous)});
+  ASSERT_EQ(r.per_unit.size(), 2u);
+  // The forward ends with its tail's pong linear work on each unit; the network is free by
+  // then (the tail waited for the forward's returns).
+  double c[2], fwd_end = 0;
+  for (int64_t u = 0; u < 2; ++u) {
+    const auto tail = spans_after(r, "fwd linear pong", u, 0);
+    ASSERT_FALSE(tail.empty());
+    c[u] = tail.back().second;
+    fwd_end = std::max(fwd_end, c[u]);
+  }
+  for (const char* n : {"fwd linear ping", "fwd linear pong", "fwd attention ping", "fwd attention pong"}) {
+    for (int64_t u = 0; u < 2; ++u) {
+      for (const auto& s : spans_after(r, n, u, 0)) ASSERT_LE(s.second, fwd_end) << n;
+    }
+  }
+  // The backward's compute per unit: slot 0's linear, its attention, then the tail's linear.
+  double lin[2][2][2] = {}, att[2][2] = {};  // lin[u][x][slot], att[u][x]
+  const char* kLinName[2] = {"bwd linear ping", "bwd linear pong"};
+  const char* kAttName[2] = {"bwd attention ping", "bwd attention pong"};
+  for (int64_t u = 0; u < 2; ++u) {
+    for (int x = 0; x < 2; ++x) {
+      const auto l = spans_after(r, kLinName[x], u, c[u]);
+      ASSERT_EQ(l.size(), 2u) << u << " " << x;  // every unit holds rows of both nano-batches
+      for (int k = 0; k < 2; ++k) lin[u][x][k] = l[static_cast<size_t>(k)].second - l[static_cast<size_t>(k)].first;
+      for (const auto& a : spans_after(r, kAttName[x], u, c[u])) att[u][x] += a.second - a.first;
+    }
+  }
+  // Each exchange's collective length (network.h; 0 when the nano-batch moves nothing).
+  auto length = [&](const std::string& name) {
+    double len = 0;
+    for (int64_t u = 0; u < 2; ++u) {
+      for (const auto& s : spans_after(r, name, u, c[u])) len = std::max(len, s.second - s.first);
+    }
+    return len;
+  };
+  const double dis[2] = {length("dO dispatch ping"), length("dO dispatch pong")};
+  const double ret[2] = {length("dQ/dKV return ping"), length("dQ/dKV return pong")};
+  ASSERT_GT(dis[0] + dis[1], 0);
+  ASSERT_GT(ret[0] + ret[1], 0);
+  // The backward by hand, lanes in `order`: linear and dispatch per lane, then attention and
+  // return per lane, then the tail's linear per lane after its return. A collective starts
+  // when every unit issued it and the previous one ended.
+  auto by_hand = [&](const int (&order)[2]) {
+    double t[2] = {c[0], c[1]}, net = fwd_end, d_end[2], r_end[2];
+    for (const int x : order) {
+      for (int u = 0; u < 2; ++u) t[u] += lin[u][x][0];
+      d_end[x] = std::max({net, t[0], t[1]}) + dis[x];
+      net = d_end[x];
+    }
+    for (const int x : order) {
+      for (int u = 0; u < 2; ++u) t[u] = std::max(t[u], d_end[x]) + att[u][x];
+      r_end[x] = std::max({net, t[0], t[1]}) + ret[x];
+      net = r_end[x];
+    }
+    for (const int x : order) {
+      for (int u = 0; u < 2; ++u) t[u] = std::max(t[u], r_end[x]) + lin[u][x][1];
+    }
+    return std::max(t[0], t[1]);
+  };
+  const double pong_first = by_hand({1, 0}), ping_first = by_hand({0, 1});
+  EXPECT_LT(rel(r.iteration_seconds, pong_first), 1e-9) << r.iteration_seconds << " vs " << pong_first;
+  EXPECT_GT(rel(ping_first, pong_first), 1e-3) << "the lane order does not matter in this test";
+}
+
+
 // A backward layer of per-document CP reads in the trace as it runs: the linear backward (with
 // the recompute), the K/V re-fetch, the attention backward, then the return of the dK/dV it
 // produced; back to back, so the layer takes their sum.
