@@ -419,10 +419,15 @@ TEST(NetworkEngine, PerCpAllGatherOfFourUnitsByHand) {
   const double part = 3 * kLat + rows / kB;
   for (int64_t u = 0; u < 4; ++u) {
     const auto U = static_cast<size_t>(u);
-    const std::vector<double> spans = span_seconds(r, "K/V fetch", u);
-    EXPECT_EQ(spans.size(), 32u) << u;  // one per layer, forward
-    for (const double s : spans) EXPECT_LT(rel(s, part), 1e-9) << u;
-    for (const double s : span_seconds(r, "dK/dV return", u)) EXPECT_LT(rel(s, 2 * part), 1e-9) << u;
+    const std::vector<double> gathers = span_seconds(r, "K/V all-gather", u);
+    EXPECT_EQ(gathers.size(), 64u) << u;  // one per layer, forward and backward
+    for (const double s : gathers) EXPECT_LT(rel(s, part), 1e-9) << u;
+    const std::vector<double> refetches = span_seconds(r, "K/V re-fetch (recompute)", u);
+    EXPECT_EQ(refetches.size(), 32u) << u;
+    for (const double s : refetches) EXPECT_LT(rel(s, part), 1e-9) << u;
+    const std::vector<double> scatters = span_seconds(r, "dK/dV reduce-scatter", u);
+    EXPECT_EQ(scatters.size(), 32u) << u;
+    for (const double s : scatters) EXPECT_LT(rel(s, part), 1e-9) << u;
     // The forward's gather, the recompute's, the backward's, and the reduce-scatter.
     EXPECT_LT(rel(r.per_unit[U].bytes_received, 32 * 4 * rows), 1e-12) << u;
     EXPECT_LT(rel(r.per_unit[U].bytes_sent, 32 * 4 * rows), 1e-12) << u;
@@ -582,8 +587,9 @@ TEST(NetworkEngine, PingPongBackwardRunsPongFirstAsTheRuntime) {
 
 
 // A backward layer of per-document CP reads in the trace as it runs: the linear backward (with
-// the recompute), the K/V re-fetch, the attention backward, then the return of the dK/dV it
-// produced; back to back, so the layer takes their sum.
+// the recompute), the recompute's K/V re-fetch, the attention backward's all-gather, the
+// attention backward, then the reduce-scatter of the dK/dV it produced; back to back (the
+// group's members arrive together), so the layer takes their sum.
 TEST(NetworkEngine, BackwardSpansRunRecomputeRefetchAttentionReturn) {
   const int64_t T = 8192;
   SimOptions o = testing::options("percp:2", 2);
@@ -591,17 +597,20 @@ TEST(NetworkEngine, BackwardSpansRunRecomputeRefetchAttentionReturn) {
   o.lm_head = false;
   o.record_events = true;
   const SimResult r = testing::run(o, {pack_documents({2 * T}, 2, T, Layout::kContiguous)});
-  const std::vector<std::string> order = {"bwd linear", "K/V re-fetch (recompute)", "bwd attention", "dK/dV return"};
+  const std::vector<std::string> order = {"bwd linear", "K/V re-fetch (recompute)", "K/V all-gather", "bwd attention",
+                                          "dK/dV reduce-scatter"};
   for (int64_t u = 0; u < 2; ++u) {
     std::vector<const TraceEvent*> bwd;
     for (const TraceEvent& e : r.events) {
       if (e.pid == u && std::find(order.begin(), order.end(), e.name) != order.end()) bwd.push_back(&e);
     }
     std::sort(bwd.begin(), bwd.end(), [](const TraceEvent* a, const TraceEvent* b) { return a->start_us < b->start_us; });
-    ASSERT_EQ(bwd.size(), 4u * 32) << u;
+    // The forward's all-gathers come first.
+    bwd.erase(bwd.begin(), std::find_if(bwd.begin(), bwd.end(), [](const TraceEvent* e) { return e->name == "bwd linear"; }));
+    ASSERT_EQ(bwd.size(), 5u * 32) << u;
     for (size_t i = 0; i < bwd.size(); ++i) {
-      EXPECT_EQ(bwd[i]->name, order[i % 4]) << u << " span " << i;
-      if (i % 4 != 0) {
+      EXPECT_EQ(bwd[i]->name, order[i % 5]) << u << " span " << i;
+      if (i % 5 != 0) {
         EXPECT_DOUBLE_EQ(bwd[i]->start_us, bwd[i - 1]->end_us) << u << " span " << i;
       }
     }
