@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <string>
 
+#include "distca/core/check.h"
 #include "distca/cost/profiled.h"
 #include "distca/plan/nano_plan.h"
 #include "distca/plan/pingpong_model.h"
@@ -158,12 +160,23 @@ Result<AutoToleranceChoice> choose_tolerance(const Batch& batch, const Scheduler
       t = predict(plan, model);
     }
     choice.predicted.push_back(t);
-    if (choice.predicted.size() == 1 || t < choice.predicted_seconds) {
-      choice.tolerance = tol;
-      choice.cut_fraction = choice.cuts.empty() ? 0 : choice.cuts.back();
-      choice.predicted_seconds = t;
+  }
+  // The default band, unless the fastest other band beats it by the margin (ties: tighter).
+  const size_t n = choice.predicted.size();
+  const size_t kept = static_cast<size_t>(
+      std::find(std::begin(kAutoTolerances), std::end(kAutoTolerances), kAutoDefaultTolerance) -
+      std::begin(kAutoTolerances));
+  DISTCA_CHECK(kept < n);
+  size_t best = kept;
+  for (size_t i = 0; i < n; ++i) {
+    if (i != kept && choice.predicted[i] < (1 - kAutoToleranceMargin) * choice.predicted[kept] &&
+        (best == kept || choice.predicted[i] < choice.predicted[best])) {
+      best = i;
     }
   }
+  choice.tolerance = kAutoTolerances[best];
+  choice.cut_fraction = choice.cuts.empty() ? 0 : choice.cuts[best];
+  choice.predicted_seconds = choice.predicted[best];
   return choice;
 }
 

@@ -4,11 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "distca/cost/analytic.h"
+#include "distca/data/workload.h"
 #include "distca/plan/auto_tolerance.h"
 #include "distca/plan/pingpong_model.h"
+#include "distca/plan/plan_json.h"
 #include "plan_test_util.h"
 
 namespace distca {
@@ -149,11 +153,12 @@ TEST(PingPongModel, AutoMovesLessOnASlowLink) {
 }
 
 // The choice recomputed from the timeline at every (tolerance, cut): per tolerance the rule's
-// cut unless another is more than the margin faster, then the fastest tolerance (ties: the
-// tighter); plan_nano_batches at the choice gives the predicted step.
+// cut unless another is more than the margin faster, then 0.05 unless the fastest tolerance
+// (ties: the tighter) is more than the margin faster; plan_nano_batches at the choice gives
+// the predicted step.
 TEST(PingPongModel, ChoiceIsTheBestTimelineOverTolerancesAndCuts) {
   const LinearSeconds seconds;
-  int other_cuts = 0;
+  int other_cuts = 0, other_bands = 0;
   for (const double rate : {3e6, 3e7, 3e8}) {
     for (const int64_t ranks : {2, 4}) {
       const Batch b = bench_batch(ranks, 4096);
@@ -187,6 +192,10 @@ TEST(PingPongModel, ChoiceIsTheBestTimelineOverTolerancesAndCuts) {
           best_i = i;
         }
       }
+      const size_t dflt = 2;
+      ASSERT_EQ(kAutoTolerances[dflt], 0.05);
+      if (!(best < (1 - kAutoToleranceMargin) * c->predicted[dflt])) best_i = dflt;
+      other_bands += best_i != dflt;
       EXPECT_EQ(c->tolerance, kAutoTolerances[best_i]);
       EXPECT_EQ(c->cut_fraction, c->cuts[best_i]);
       o.tolerance = c->tolerance;
@@ -195,7 +204,46 @@ TEST(PingPongModel, ChoiceIsTheBestTimelineOverTolerancesAndCuts) {
       EXPECT_EQ(predict_pingpong(*chosen, m, 2).seconds, c->predicted_seconds);
     }
   }
-  EXPECT_GT(other_cuts, 0);  // the link-aware cut is exercised
+  EXPECT_GT(other_cuts, 0);   // the link-aware cut is exercised
+  EXPECT_GT(other_bands, 0);  // and a band other than the default
+}
+
+// Where the link costs nothing (the fastest rate a model takes), auto plans the batch exactly
+// as the default tolerance and cut do: the same plans, byte for byte (their JSON with every
+// task and exchange), on bench train's batch and on drawn batches.
+TEST(PingPongModel, FreeLinkPlansAsTheDefault) {
+  const LinearSeconds seconds;
+  std::vector<Batch> all = {bench_batch(2, 8192), bench_batch(4, 4096)};
+  for (const char* dist : {"prolong", "pretrain"}) {
+    WorkloadOptions w;
+    w.dist = dist;
+    w.ranks = 4;
+    w.tokens_per_rank = 8192;
+    w.batches = 3;
+    w.seed = 5;
+    auto drawn = make_batches(w);
+    ASSERT_TRUE(drawn.ok()) << drawn.status().to_string();
+    all.insert(all.end(), drawn->begin(), drawn->end());
+  }
+  AutoToleranceModel m = model(&seconds, kMaxLinkBandwidth);
+  m.intra_host_bytes_per_second = kMaxLinkBandwidth;
+  for (const Batch& b : all) {
+    ScheduleOptions o = opts(0.05);
+    o.model.n_layers = 2;
+    auto c = choose_tolerance(b, SchedulerSpec{}, o, m);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_EQ(c->tolerance, 0.05);
+    EXPECT_EQ(c->cut_fraction, 0);
+    ScheduleOptions chosen = o;
+    chosen.tolerance = c->tolerance;
+    auto a = plan_nano_batches(b, SchedulerSpec{}, chosen, c->cut_fraction);
+    auto d = plan_nano_batches(b, SchedulerSpec{}, o);
+    ASSERT_TRUE(a.ok() && d.ok());
+    EXPECT_EQ(plan_to_json(a->full).dump(), plan_to_json(d->full).dump());
+    for (size_t x = 0; x < 2; ++x) {
+      EXPECT_EQ(plan_to_json(a->nano[x]).dump(), plan_to_json(d->nano[x]).dump());
+    }
+  }
 }
 
 }  // namespace

@@ -2,8 +2,13 @@
 // measured link (docs/scheduler.md, "Choosing the tolerance"; docs/training.md says why this
 // variant and not a controller fed by measured steps).
 //
-// For every tolerance of kAutoTolerances the batch is planned and its step predicted; the
-// lowest prediction wins, ties to the tighter band. Two predictions:
+// For every tolerance of kAutoTolerances the batch is planned and its step predicted. The
+// default band (kAutoDefaultTolerance, the fixed flag's default) is kept unless another is
+// predicted more than kAutoToleranceMargin faster; among those the lowest prediction wins,
+// ties to the tighter band. So where the link costs nothing (every prediction within the
+// margin) auto plans exactly as the default does: a prediction's balance terms are not exact
+// enough to trade a fraction of a percent of predicted step for a different plan. Two
+// predictions:
 //  - ping-pong with the linear work known (AutoToleranceModel::pingpong(), as a hardware
 //    profile gives it): the nano-batch plans' timeline (plan/pingpong_model.h), which knows
 //    which compute each nano-batch's exchange can hide behind;
@@ -42,6 +47,10 @@ inline constexpr double kAutoTolerances[] = {0.0, 0.02, 0.05, 0.1, 0.15, 0.25, 0
 // rule's split.
 inline constexpr double kAutoCutFractions[] = {0.0, 0.4, 0.5, 0.6, 0.8, 1.0};
 inline constexpr double kAutoCutMargin = 0.01;
+// The band kept unless another beats its prediction by more than kAutoToleranceMargin (a
+// fraction of its predicted step): ScheduleOptions' default tolerance.
+inline constexpr double kAutoDefaultTolerance = 0.05;
+inline constexpr double kAutoToleranceMargin = 0.01;
 
 struct AutoToleranceModel {
   // Forward+backward seconds of one task (unit "seconds"); not owned, outlives the calls.
@@ -75,7 +84,7 @@ struct AutoToleranceChoice {
   double cut_fraction = 0;              // the nano-batch cut to plan with (0 without pingpong())
   double predicted_seconds = 0;         // of the chosen tolerance and cut
   // [kAutoTolerances] every tolerance's prediction (with pingpong(): at its best cut, the
-  // rule's unless another beats it by the margin).
+  // rule's unless another beats it by kAutoCutMargin).
   std::vector<double> predicted;
   // With pingpong() (else empty), per tolerance: that cut and the timeline's signal step
   // (exchanges free).
