@@ -16,7 +16,9 @@
 #       [--budget S] [--gflops G] [--estimate-only] [--prefix P] [--distca PATH]
 #
 # The default train args are small (--tokens-per-rank 4096 --rounds 2 --steps 2), so the whole
-# table fits a few hours; --full-size runs bench train's default workload instead. --budget S
+# table fits a few hours; --full-size runs bench train's default workload instead. The
+# profile's args default to the train args' shapes (--max-len their longest document, their
+# --width). scripts/netlab-sweep.sh runs the table in pieces of under an hour. --budget S
 # refuses (exit 2, before any work) a sweep whose estimate exceeds S seconds and bounds it by S
 # (as --deadline); --gflops sets the estimate's compute rate per rank (default 75).
 #
@@ -37,7 +39,7 @@ benches="train step"
 profile=1
 train_args="--tokens-per-rank 4096 --rounds 2 --steps 2"
 step_args=""
-profile_args="--max-len 4096 --min-seconds 0.05"
+profile_args=""  # none given: from the train args (profile_args_for)
 auto_rates="0.25gbit 1gbit 2.5gbit"
 budget=0
 gflops=75
@@ -61,7 +63,7 @@ while [ $# -gt 0 ]; do
     --per-host) per_host=${2:?}; shift 2 ;;
     --tolerances) tolerances=${2:?}; shift 2 ;;
     --auto-rates) auto_rates=${2?}; shift 2 ;;
-    --full-size) train_args=""; profile_args="--max-len 8192 --min-seconds 0.05"; shift ;;
+    --full-size) train_args=""; shift ;;
     --budget) budget=${2:?}; shift 2 ;;
     --gflops) gflops=${2:?}; shift 2 ;;
     --estimate-only) estimate_only=1; shift ;;
@@ -85,6 +87,22 @@ while [ $# -gt 0 ]; do
     *) bad "unknown option $1" ;;
   esac
 done
+# The profile's shapes follow the train args': its attention table must reach the longest
+# document (beyond its grid the table extrapolates at peak throughput, which under-prices a
+# longer document) and its GEMMs the model's width.
+profile_args_for() {
+  local args=($1) tokens=8192 long=0 width="" i
+  for ((i = 0; i + 1 < ${#args[@]}; i++)); do
+    case ${args[i]} in
+      --tokens-per-rank) tokens=${args[i + 1]} ;;
+      --long-doc) long=${args[i + 1]} ;;
+      --width) width=${args[i + 1]} ;;
+    esac
+  done
+  [[ $long =~ ^[0-9]+$ && $tokens =~ ^[0-9]+$ ]] && [ "$long" -gt "$tokens" ] && tokens=$long
+  echo "--max-len $tokens --min-seconds 0.05${width:+ --width $width}"
+}
+[ -n "$profile_args" ] || profile_args=$(profile_args_for "$train_args")
 for r in $rates; do
   [[ $r == shm || $r =~ ^[0-9]+(\.[0-9]+)?(kbit|mbit|gbit)$ ]] || bad "--rates: $r is not a rate like 250mbit or 2.5gbit, nor shm"
 done

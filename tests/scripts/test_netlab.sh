@@ -18,7 +18,8 @@
 #     work; the estimate printed first; results.{json,md} with every mode, the simulator beside
 #     them, the link's measured throughput under its limit, the auto run against the fixed
 #     tolerance; a second call runs nothing; a TERM in the middle of a run leaves nothing,
-#     temporary files included.
+#     temporary files included. scripts/netlab-sweep.sh --estimate-only: the pieces'
+#     estimates, their sum within an hour, nothing made; an unknown piece refused.
 #   test_netlab.sh train SOURCE_DIR DISTCA MPIEXEC
 #     a 2-host `distca train --backend mpi --mode cad` in the lab (over TCP, through the
 #     rate-limited links, which carry its bytes) has the per-step losses, bit for bit, of the
@@ -130,6 +131,22 @@ if [ "$mode" = bench ]; then
   BENCH=$SRC/scripts/netlab-bench.sh
   args=(--smoke --rates 1gbit --per-host 1 --tolerances 0.05 --auto-rates 1gbit --out "$T/sweep" --prefix "$P"
         --distca "${3:?usage: test_netlab.sh bench SOURCE_DIR DISTCA}")
+  note "sweep plan"
+  # netlab-sweep.sh --estimate-only: each piece's netlab-bench calls' estimates and their sum,
+  # and nothing made; an unknown piece refused with exit 2.
+  SWEEP=$SRC/scripts/netlab-sweep.sh
+  timeout 120 "$SWEEP" --out "$T/plan" --distca "$3" --estimate-only all >"$T/plan.log" 2>&1 ||
+    fail "the sweep plan's estimate failed: $(cat "$T/plan.log")"
+  python3 - "$T/plan.log" <<'PY' || fail "the sweep plan's estimate is not its pieces' sum: $(cat "$T/plan.log")"
+import re, sys
+text = open(sys.argv[1]).read()
+parts = [int(s) for s in re.findall(r"^netlab-sweep: (?:auto|rates|hosts2): \d+ of \d+ runs to do, estimated (\d+) s$", text, re.M)]
+[total] = [int(s) for s in re.findall(r"^netlab-sweep: total estimated (\d+) s \(\d+ min\) for: auto rates hosts2$", text, re.M)]
+assert len(parts) == 4 and total == sum(parts) and total <= 3600, (parts, total)
+PY
+  [ ! -e "$T/plan" ] || fail "the sweep plan's estimate made $T/plan"
+  timeout 30 "$SWEEP" --estimate-only bogus >/dev/null 2>&1
+  [ $? -eq 2 ] || fail "an unknown piece was not refused with exit 2"
   note "budget"
   # A plan estimated above --budget is refused before any work: exit 2, one line, no output.
   timeout 60 "$BENCH" "${args[@]}" --budget 1 >"$T/bench.log" 2>&1
