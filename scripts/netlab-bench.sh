@@ -91,7 +91,8 @@ done
 # document (beyond its grid the table extrapolates at peak throughput, which under-prices a
 # longer document) and its GEMMs the model's width.
 profile_args_for() {
-  local args=($1) tokens=8192 long=0 width="" i
+  local args tokens=8192 long=0 width="" i
+  read -r -a args <<<"$1"
   for ((i = 0; i + 1 < ${#args[@]}; i++)); do
     case ${args[i]} in
       --tokens-per-rank) tokens=${args[i + 1]} ;;

@@ -9,7 +9,8 @@
 #   netlab.sh run    [--prefix P] [--per-host K] [--btl LIST] [--mpirun-args "ARGS"]
 #                    [--up [--hosts H] [--rate R]] [--] PROGRAM [ARGS...]
 #                    mpirun with K ranks on every host; --up brings a lab up first and down after
-#   netlab.sh measure [--prefix P] [--megabytes N]          TCP throughput host 0 -> host 1
+#   netlab.sh measure [--prefix P] [--megabytes N] [--both] TCP throughput host 0 -> host 1
+#                                                            (--both: and host 1 -> 0 at once)
 #   netlab.sh status [--prefix P]                            what the lab holds (exit 3: not up)
 #   netlab.sh down   [--prefix P]                            remove the lab and its processes
 #
@@ -32,6 +33,7 @@ per_host=1
 btl=tcp,self
 mpirun_args=""
 megabytes=64
+both=0
 with_up=0
 # What the traps clean up (globals: a trap may run after the function that set it returned).
 failed_cmd=""
@@ -245,17 +247,23 @@ cmd_measure() {
     local rc=$?
     set +e  # a failing command here must not end the cleanup
     trap - EXIT INT TERM ERR
-    [ -n "$child_pid" ] && kill -TERM "$child_pid" 2>/dev/null
+    # shellcheck disable=SC2086  # the receivers' and senders' pids
+    [ -n "$child_pid" ] && kill -TERM $child_pid 2>/dev/null
     # Interrupted or failed: the sender and the receiver go too.
     [ "$rc" -ne 0 ] && stop_processes "$(host_ns 0)" "$(host_ns 1)"
-    rm -f "$measure_out"
+    rm -f "$measure_out" "$measure_out".*
     exit "$rc"
   }
   trap end_measure EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
-  # Host 1 receives until EOF and reports the bytes and the seconds from the first to the last.
-  ip netns exec "$(host_ns 1)" timeout 120 python3 -c '
+  # Host 1 receives until EOF and reports the bytes and the seconds from the first to the last;
+  # with --both host 0 receives from host 1 at the same time (both directions of the links).
+  local dirs=("0 1") d from to bytes seconds pids=()
+  [ "$both" -eq 1 ] && dirs+=("1 0")
+  for d in "${dirs[@]}"; do
+    read -r from to <<<"$d"
+    ip netns exec "$(host_ns "$to")" timeout 120 python3 -c '
 import socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((sys.argv[1], 5201)); s.listen(1)
@@ -265,25 +273,34 @@ while True:
     if not b: break
     if t0 is None: t0 = time.perf_counter()
     n += len(b)
-print(n, time.perf_counter() - t0)' "$NET.2" >"$measure_out" &
-  child_pid=$!
-  ip netns exec "$(host_ns 0)" timeout 120 python3 -c '
+print(n, time.perf_counter() - t0)' "$NET.$((to + 1))" >"$measure_out.$from" &
+    pids+=($!)
+  done
+  child_pid=${pids[*]}
+  for d in "${dirs[@]}"; do
+    read -r from to <<<"$d"
+    ip netns exec "$(host_ns "$from")" timeout 120 python3 -c '
 import socket, sys, time
 for _ in range(100):
     try:
         s = socket.create_connection((sys.argv[1], 5201)); break
     except OSError: time.sleep(0.05)
-else: sys.exit("netlab: measure: host 1 did not listen")
+else: sys.exit("netlab: measure: host %s did not listen" % sys.argv[3])
 buf = bytes(1 << 20)
 for _ in range(int(sys.argv[2])): s.sendall(buf)
-s.close()' "$NET.2" "$megabytes"
-  wait "$child_pid"
+s.close()' "$NET.$((to + 1))" "$megabytes" "$to" &
+    pids+=($!)
+  done
+  for d in "${pids[@]}"; do wait "$d"; done  # each one's status (set -e: a failure ends here)
   child_pid=""
-  local bytes seconds
-  read -r bytes seconds <"$measure_out"
-  awk -v b="$bytes" -v s="$seconds" -v r="$rate" -v p="$prefix" 'BEGIN {
-    printf "netlab: measured %s-h0 -> h1: %.1f MB in %.3f s = %.0f Mbit/s (limit %s)\n", p, b / 1e6, s, b * 8 / s / 1e6, r
-    printf "measured_mbit_per_s=%.1f\n", b * 8 / s / 1e6 }'
+  for d in "${dirs[@]}"; do
+    read -r from to <<<"$d"
+    read -r bytes seconds <"$measure_out.$from"
+    awk -v b="$bytes" -v s="$seconds" -v r="$rate" -v p="$prefix" -v f="$from" -v t="$to" -v w="$both" 'BEGIN {
+      printf "netlab: measured %s-h%d -> h%d%s: %.1f MB in %.3f s = %.0f Mbit/s (limit %s)\n", p, f, t,
+        w ? " (both directions at once)" : "", b / 1e6, s, b * 8 / s / 1e6, r
+      printf "measured_mbit_per_s%s=%.1f\n", w ? "_h" f "_h" t : "", b * 8 / s / 1e6 }'
+  done
 }
 
 cmd_status() {
@@ -327,6 +344,7 @@ main() {
       --btl) btl=${2:?--btl needs a value}; shift 2 ;;
       --mpirun-args) mpirun_args=${2?--mpirun-args needs a value}; shift 2 ;;
       --megabytes) megabytes=${2:?--megabytes needs a value}; shift 2 ;;
+      --both) both=1; shift ;;
       --up) with_up=1; shift ;;
       --) shift; break ;;
       -h | --help) usage ;;

@@ -6,8 +6,8 @@
 #   test_netlab.sh setup SOURCE_DIR
 #     bad usage makes nothing; nothing is left after a failure and a TERM in the middle of `up`
 #     (a stand-in tc first on PATH); an up lab adds nothing to the root namespace, its status
-#     shows the links, `measure` stays under the link's rate, a second `up` is refused and
-#     leaves it; nothing is left after `down`.
+#     shows the links, `measure` (one direction, and both at once) stays under the link's
+#     rate, a second `up` is refused and leaves it; nothing is left after `down`.
 #   test_netlab.sh run SOURCE_DIR
 #     no process is left in the lab after `run` of a program that does not exist, a rank
 #     failing while the other runs, a rank leaving a process in a session of its own, and a
@@ -255,6 +255,12 @@ up_or_skip --hosts 2 --rate 500mbit
 mbit=$(timeout 60 "$LAB" measure --prefix "$P" --megabytes 16 | sed -n 's/^measured_mbit_per_s=//p')
 echo "measured at 500mbit: ${mbit:-nothing} Mbit/s"
 awk -v m="${mbit:-0}" 'BEGIN { exit !(m > 0 && m <= 500) }' || fail "measured ${mbit:-nothing} Mbit/s through a 500mbit link"
+# Both directions at once: each one's payload under the limit, and each one measured.
+timeout 60 "$LAB" measure --prefix "$P" --megabytes 16 --both >"$T/both" || fail "measure --both failed"
+for d in h0_h1 h1_h0; do
+  m=$(sed -n "s/^measured_mbit_per_s_${d}=//p" "$T/both")
+  awk -v m="${m:-0}" 'BEGIN { exit !(m > 0 && m <= 500) }' || fail "measure --both: ${d} ${m:-nothing} Mbit/s: $(cat "$T/both")"
+done
 "$LAB" up --prefix "$P" 2>/dev/null && fail "a second up of the same lab succeeded"
 [ -e "/run/netns/$P-h0" ] || fail "a refused second up removed the lab"
 note "down"
