@@ -51,6 +51,24 @@ def link_of(runs, rate):
         return None
 
 
+def links_of(runs, rate, k):
+    """What the link at RATE carried (Mbit/s): one way, each way with both sending
+    (netlab.sh measure --both; the slower direction), and the p2p and all-to-all fits of the
+    lab's profile for K ranks per host (`distca profile`: every rank sends at once)."""
+    out = {"one_way": link_of(runs, rate), "both_ways": None, "profile_p2p": None, "profile_all_to_all": None}
+    try:
+        with open(os.path.join(runs, "link-%s.txt" % rate)) as f:
+            both = [float(x) for x in re.findall(r"measured_mbit_per_s_h\d_h\d=([0-9.]+)", f.read())]
+        out["both_ways"] = min(both) if both else None
+    except OSError:
+        pass
+    prof = load(os.path.join(runs, "profile-%s-2x%d.json" % (rate, k))) or {}
+    for key in ("p2p", "all_to_all"):
+        bps = prof.get("links", {}).get(key, {}).get("bytes_per_second")
+        out["profile_" + key] = bps * 8 / 1e6 if bps else None
+    return out
+
+
 def seconds_of(runs, name):
     """A run's wall time (NAME.seconds, written by netlab-bench.sh), or None."""
     try:
@@ -199,6 +217,14 @@ def markdown(doc):
                 else ", %+.1f%% against 0.05" % (100 * (a["auto_over_default"] - 1))) for a in doc["auto"]), ""]
     if any(r.get("sim_buckets") for r in doc["runs"]):
         out += sim_table(doc)
+    links = sorted({(r["rate"], r["ranks_per_host"]): r["links"] for r in doc["runs"] if r.get("links")}.items(),
+                   key=lambda kv: order({"rate": kv[0][0], "ranks_per_host": kv[0][1], "tolerance": 0.0}))
+    if links:
+        out += ["Links, Mbit/s (one way; each way with both sending, the slower; the profile's p2p and "
+                "all-to-all fits, which the simulator and `--tolerance auto` price bytes at): " + "; ".join(
+                    "%s 2x%d: %s, %s, %s, %s" % (rate, k, fmt(v["one_way"], ".0f"), fmt(v["both_ways"], ".0f"),
+                                                 fmt(v["profile_p2p"], ".0f"), fmt(v["profile_all_to_all"], ".0f"))
+                    for (rate, k), v in links), ""]
     wall = sum(r.get("run_seconds") or 0 for r in doc["runs"])
     out.append("Wall time of the runs: %.0f s (estimated before the start: %s s)." % (
         wall, fmt(cfg.get("estimate_s"), ".0f")))
@@ -312,6 +338,8 @@ def main():
                     row["failed"] = f.read().strip()
             rows.append(row)
             continue
+        if row["bench"] == "train" and rate_mbit(m["rate"]) is not None:
+            row["links"] = links_of(runs, m["rate"], row["ranks_per_host"])
         if j is not None:
             row.update(train_row(j) if row["bench"] == "train" else step_row(j))
         elif os.path.exists(os.path.join(runs, name + ".failed")):
