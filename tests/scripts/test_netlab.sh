@@ -181,7 +181,11 @@ assert {"colocated pingpong", "cad pingpong", "cad single-stream", "cad signal"}
 assert 0 < train["link_mbit"] <= 1000, train["link_mbit"]  # TCP payload through a 1gbit tbf
 PY
   # One table: the fixed tolerance's row (train and step) and the auto row.
-  [ "$(grep -c '^| 1gbit | ' "$T/sweep/results.md")" -eq 2 ] || fail "results.md does not have the 2 rows"
+  [ "$(grep -c '^| 1gbit | [0-9-]* | 2x1 | ' "$T/sweep/results.md")" -eq 2 ] || fail "results.md does not have the 2 rows"
+  # The simulator against both train runs, every mode; the link both ways beside the profile's.
+  [ "$(grep -c '^| 1gbit | 2x1 | ' "$T/sweep/results.md")" -eq 8 ] || fail "results.md's simulator table lacks rows"
+  grep -q '^Links, Mbit/s .*: 1gbit 2x1: [0-9]*, [0-9]*, [0-9]*, [0-9]*$' "$T/sweep/results.md" ||
+    fail "results.md does not give the link's rates: $(grep '^Links' "$T/sweep/results.md")"
   grep -q '^netlab-bench: 4 of 4 runs to do, estimated [0-9]* s' "$T/bench.log" ||
     fail "the sweep did not print its estimate first: $(head -n 3 "$T/bench.log")"
   check_gone "sweep"
