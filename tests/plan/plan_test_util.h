@@ -7,11 +7,14 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <utility>
 #include <vector>
 
+#include "distca/core/check.h"
 #include "distca/core/rng.h"
 #include "distca/cost/analytic.h"
 #include "distca/data/batch.h"
+#include "distca/data/workload.h"
 #include "distca/plan/schedule.h"
 
 namespace distca::test {
@@ -154,6 +157,13 @@ inline NaiveBytes naive_bytes(const Batch& b, const std::vector<TaskPlacement>& 
     }
   });
   return n;
+}
+
+// `count` batches drawn from `dist` (make_batches) over `ranks` ranks of `tokens`, with `seed`.
+inline std::vector<Batch> drawn_batches(const char* dist, int64_t ranks, int64_t tokens, int64_t count, uint64_t seed) {
+  auto b = make_batches({.dist = dist, .ranks = ranks, .tokens_per_rank = tokens, .batches = count, .seed = seed});
+  DISTCA_CHECK(b.ok());
+  return std::move(b).value();
 }
 
 inline ModelSpec test_model() {

@@ -33,15 +33,7 @@ AutoToleranceModel model(const AttentionCostModel* seconds, double rate, bool ov
   return m;
 }
 
-std::vector<Batch> batches(const char* dist, uint64_t seed) {
-  WorkloadOptions w;
-  w.dist = dist;
-  w.ranks = 4;
-  w.tokens_per_rank = 32768;
-  w.batches = 3;
-  w.seed = seed;
-  return *make_batches(w);
-}
+std::vector<Batch> batches(const char* dist, uint64_t seed) { return test::drawn_batches(dist, 4, 32768, 3, seed); }
 
 ScheduleOptions opts() {
   ScheduleOptions o;

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "distca/cost/analytic.h"
-#include "distca/data/workload.h"
 #include "distca/plan/auto_tolerance.h"
 #include "distca/plan/pingpong_model.h"
 #include "distca/plan/plan_json.h"
@@ -215,15 +214,8 @@ TEST(PingPongModel, FreeLinkPlansAsTheDefault) {
   const LinearSeconds seconds;
   std::vector<Batch> all = {bench_batch(2, 8192), bench_batch(4, 4096)};
   for (const char* dist : {"prolong", "pretrain"}) {
-    WorkloadOptions w;
-    w.dist = dist;
-    w.ranks = 4;
-    w.tokens_per_rank = 8192;
-    w.batches = 3;
-    w.seed = 5;
-    auto drawn = make_batches(w);
-    ASSERT_TRUE(drawn.ok()) << drawn.status().to_string();
-    all.insert(all.end(), drawn->begin(), drawn->end());
+    const std::vector<Batch> drawn = test::drawn_batches(dist, 4, 8192, 3, 5);
+    all.insert(all.end(), drawn.begin(), drawn.end());
   }
   AutoToleranceModel m = model(&seconds, kMaxLinkBandwidth);
   m.intra_host_bytes_per_second = kMaxLinkBandwidth;
