@@ -25,6 +25,8 @@
 //     gathers, the attention; backward: the linear work, the gathers, the attention, the
 //     reduce-scatters (CpRunner's order), so a backward layer waits for the group twice.
 //   colocated: exposed per unit (no group to wait for).
+// Attention: each task's cost at the rows its kernel call runs (cp_task_rows: wlb and percp pad
+// a piece to the kernel's query tiles, as CpAttention does; colocated runs whole documents).
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -217,6 +219,16 @@ void cp_collectives(const Rates& R, const Batch& laid, int64_t c, std::vector<Un
   collective(wide_rows, 0, U, 1);
 }
 
+// The query rows per-document CP's kernel call runs for a task (train/cp_attention.h): the
+// piece's rows widened to the kernel's query tiles of the document, [a rounded down to a tile,
+// b rounded up to one or to the document's end), against the context [0, that end), so every
+// row's bits are those of the whole-document call. A head-tail shard of L / 2C rows seldom
+// starts or ends on a tile: each piece pays up to a tile more on either side, which for
+// percp's shards of short documents is most of their work.
+std::pair<int64_t, int64_t> cp_task_rows(const TaskPlacement& task, int64_t doc_len, int64_t tile) {
+  return {task.q_begin / tile * tile, std::min(doc_len, (task.q_end + tile - 1) / tile * tile)};
+}
+
 Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<UnitWork>& out, PlanStats& ps) {
   out.assign(static_cast<size_t>(R.units_per_stage), {});
   const auto t0 = std::chrono::steady_clock::now();
@@ -224,15 +236,23 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
   DISTCA_ASSIGN_OR_RETURN(Batch laid, laid_out(R.o, b, c));
   DISTCA_ASSIGN_OR_RETURN(Schedule s, schedule_colocated(laid, ScheduleOptions{}));
   ps.plan_seconds += seconds_since(t0);
-  if (R.o.strategy.kind == StrategyKind::kWlb || R.o.strategy.kind == StrategyKind::kPerCp) {
+  const bool cp = R.o.strategy.kind == StrategyKind::kWlb || R.o.strategy.kind == StrategyKind::kPerCp;
+  if (cp) {
     cp_collectives(R, s.batch, c, out, ps);
   } else {
     fetch_work(R, s, out, ps);
   }
+  std::unordered_map<int64_t, int64_t> doc_len;
+  if (cp) {
+    for (const auto& pieces : s.batch.per_rank)
+      for (const Piece& p : pieces) doc_len.emplace(p.doc, p.doc_len);
+  }
   for (const TaskPlacement& task : s.tasks) {
     UnitWork& w = out[static_cast<size_t>(task.server)];
     const int64_t q = task.q_end - task.q_begin;
-    w.attention_seconds += R.cost.task_cost(q, task.q_end);
+    const auto [qa, qb] = cp ? cp_task_rows(task, doc_len.at(task.doc), R.o.attention_tile)
+                             : std::pair{task.q_begin, task.q_end};
+    w.attention_seconds += R.cost.task_cost(qb - qa, qb);
     w.pairs += static_cast<double>(task_pairs(q, task.q_end));
   }
   for (int64_t r = 0; r < R.units_per_stage; ++r) out[static_cast<size_t>(r)].tokens = static_cast<double>(s.batch.rank_tokens(r));

@@ -1,6 +1,9 @@
-// Per-document CP's collectives in the simulator wait for their group (src/sim/baseline.cpp,
-// run_cp_op), as the runtime's all-gather and reduce-scatter do: checked against a hand
-// computation of the critical path from the per-unit phase lengths the run charged.
+// Per-document CP in the simulator as the runtime runs it (src/sim/baseline.cpp): its
+// collectives wait for their group (run_cp_op), as the runtime's all-gather and reduce-scatter
+// do, checked against a hand computation of the critical path from the per-unit phase lengths
+// the run charged; and its attention is charged at the query rows the runtime's kernel call
+// runs, each piece widened to the kernel's query tiles (cp_task_rows, train/cp_attention.h),
+// checked against causal pairs counted by hand.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -84,6 +87,37 @@ TEST(CpBarrier, CollectivesWaitForTheGroupAsAHandComputation) {
       EXPECT_GT(want, own * 1.005) << "the batch does not exercise the barrier";
     }
   }
+}
+
+// percp:2 on one document of 300 rows over 2 units, tile 128: percp_repack gives unit 0 the
+// head [0, 75) and the tail [225, 300), unit 1 [75, 150) and [150, 225). CpAttention runs each
+// piece as the tile-aligned rows around it against the context up to their end:
+//   unit 0: [0, 128) kv 128, [128, 300) kv 300;   unit 1: [0, 256) kv 256, [128, 256) kv 256.
+// Causal pairs of q rows ending at kv: q (2 kv - q + 1) / 2 (the analytic model charges a task
+// of fewer than a tile of rows as a tile, which no padded task here has):
+//   unit 0: 128 x 129 / 2 + 172 x 429 / 2 = 8256 + 36894 = 45150
+//   unit 1: 256 x 257 / 2 + 128 x 385 / 2 = 32896 + 24640 = 57536
+// against, unpadded, 38528 and 31744 (the pieces alone, each at least a tile). A seconds-per-
+// pair rate from one whole document on one unit (colocated, 1024 rows: 1024 x 1025 / 2 pairs)
+// turns them into each unit's attention seconds; the pairs served stay the pieces' own.
+TEST(CpTiles, PerCpPiecesRunAtTheKernelsTiles) {
+  auto attention = [](const char* strategy, int64_t units, const Batch& b) {
+    SimOptions o = testing::options(strategy, units);
+    o.attention_tile = 128;
+    o.lm_head = false;
+    o.grad_sync = false;
+    return testing::run(o, {b});
+  };
+  const SimResult one = attention("colocated", 1, pack_documents({1024}, 1, 1024, Layout::kContiguous));
+  ASSERT_EQ(one.per_unit.size(), 1u);
+  const double per_pair = one.per_unit[0].attention / (1024.0 * 1025.0 / 2.0);
+  const SimResult r = attention("percp:2", 2, pack_documents({300}, 2, 150, Layout::kContiguous));
+  ASSERT_EQ(r.per_unit.size(), 2u);
+  const double want[2] = {45150 * per_pair, 57536 * per_pair};
+  for (size_t u = 0; u < 2; ++u) EXPECT_NEAR(r.per_unit[u].attention, want[u], 1e-9 * want[u]) << u;
+  const double pairs = r.per_unit[0].attention_pairs + r.per_unit[1].attention_pairs;
+  EXPECT_NEAR(pairs, static_cast<double>(one.per_unit[0].attention_pairs) * (300.0 * 301.0) / (1024.0 * 1025.0),
+              1e-9 * pairs);
 }
 
 }  // namespace

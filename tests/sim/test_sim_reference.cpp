@@ -129,8 +129,10 @@ TEST(Reference, ColocatedPipelineMatchesAnEventByEventEnumeration) {
 // The re-packing baselines (wlb:c, percp:c) against the chunking's output, enumerated here row
 // by row: the batch the runtime trains on is plan::wlb_repack (options written out below from
 // the trainer's documented rule) or plan::percp_repack; a unit holds and serves the rows it is
-// given (a row x costs x + 1 pairs); a piece [a, a + n) costs the analytic padded pairs
-// q (2 kv - q + 1) / 2 with q = max(n, 128), kv = max(a + n, q). The K/V move as the trainer's
+// given (a row x costs x + 1 pairs); a piece [a, a + n) of a document of length D runs as the
+// trainer's kernel call runs it, widened to 128-row query tiles of the document (rows [a', b'),
+// a' = a rounded down to a multiple of 128, b' = a + n rounded up to one, at most D), and costs
+// the analytic padded pairs q (2 kv - q + 1) / 2 with q = max(b' - a', 128), kv = max(b', q). The K/V move as the trainer's
 // per-document CP moves them (train/cp_attention.h): a document on one unit moves nothing; one
 // on several units of one CP group (units gc .. gc + c - 1) is all-gathered over the group, one
 // on units of several groups over all 8: every row goes from its holder to each other member
@@ -170,8 +172,10 @@ TEST(Reference, RepackedBaselinesMatchARowByRowEnumeration) {
           for (int64_t x = piece.offset; x < piece.offset + piece.len; ++x) rows[static_cast<size_t>(x)] = r;
           tokens[static_cast<size_t>(r)] += static_cast<double>(piece.len);
           pairs[static_cast<size_t>(r)] += testing::causal_pairs(piece.offset, piece.offset + piece.len);
-          const double q = static_cast<double>(std::max<int64_t>(piece.len, 128));
-          const double kv = std::max(static_cast<double>(piece.offset + piece.len), q);
+          const int64_t a = piece.offset / 128 * 128;
+          const int64_t e = std::min(piece.doc_len, (piece.offset + piece.len + 127) / 128 * 128);
+          const double q = static_cast<double>(std::max<int64_t>(e - a, 128));
+          const double kv = std::max(static_cast<double>(e), q);
           padded[static_cast<size_t>(r)] += q * (2 * kv - q + 1) / 2;
         }
       }
