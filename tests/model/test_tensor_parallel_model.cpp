@@ -137,33 +137,25 @@ TEST(TensorParallelModel, TwentyStepsStayAtRoundingInFloat) {
   EXPECT_LT(ref.losses.back(), ref.losses.front());  // it trains
 }
 
-// Forwards to `inner`, counting the exchanges: every blocking collective of the base class
-// (all_gather, all_reduce_sum, ...) runs on all_to_all_v, so `calls` is the group's collectives.
+// Forwards the collectives to `inner`, counting them: every blocking collective of the base
+// class (all_gather, all_reduce_sum, ...) runs on all_to_all_v, so `calls` is the group's
+// collectives. The TP layer sends no point-to-point message of its own: those are refused.
 class CountingCommunicator final : public comm::Communicator {
  public:
   explicit CountingCommunicator(comm::Communicator& inner) : inner_(inner) {}
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   std::string backend() const override { return inner_.backend(); }
-  Status barrier() override {
-    ++calls;
-    return inner_.barrier();
-  }
-  Status all_to_all_v(const comm::AllToAllV& a) override {
-    ++calls;
-    return inner_.all_to_all_v(a);
-  }
+  Status barrier() override { return ++calls, inner_.barrier(); }
+  Status all_to_all_v(const comm::AllToAllV& a) override { return ++calls, inner_.all_to_all_v(a); }
   Result<std::unique_ptr<comm::Exchange>> start_all_to_all_v(const comm::AllToAllV& a) override {
-    ++calls;
-    return inner_.start_all_to_all_v(a);
+    return ++calls, inner_.start_all_to_all_v(a);
   }
-  Result<std::unique_ptr<comm::Exchange>> start_send(std::span<const std::byte> data, int peer, int tag,
-                                                     const char* label = nullptr) override {
-    return inner_.start_send(data, peer, tag, label);
+  Result<std::unique_ptr<comm::Exchange>> start_send(std::span<const std::byte>, int, int, const char*) override {
+    return Status::internal("start_send: not a TP collective");
   }
-  Result<std::unique_ptr<comm::Exchange>> start_recv(std::span<std::byte> data, int peer, int tag,
-                                                     const char* label = nullptr) override {
-    return inner_.start_recv(data, peer, tag, label);
+  Result<std::unique_ptr<comm::Exchange>> start_recv(std::span<std::byte>, int, int, const char*) override {
+    return Status::internal("start_recv: not a TP collective");
   }
   void fail(const Status& cause) override { inner_.fail(cause); }
   int64_t calls = 0;
