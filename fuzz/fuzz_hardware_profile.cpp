@@ -43,5 +43,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const distca::LinkProfile l = distca::fit_link(p->all_to_all->points, static_cast<double>(p->ranks - 1));
     FUZZ_CHECK(std::isfinite(l.latency_seconds) && l.latency_seconds >= 0 && l.bytes_per_second >= 1);
   }
+  if (p->tp_collective) {
+    FUZZ_CHECK(p->ranks >= distca::kTpProfileGroup);
+    const distca::LinkProfile l = distca::fit_link(p->tp_collective->points, 1.0);
+    FUZZ_CHECK(std::isfinite(l.latency_seconds) && l.latency_seconds >= 0 && l.bytes_per_second >= 1);
+  }
   return 0;
 }

@@ -3,8 +3,11 @@
 # validation" and "bench train --tp"): the simulator against measured runs at 1 and 2 ranks
 # (dp1 = TP 1 x DP 1, dp2 = TP 1 x DP 2, tp2x1 = TP 2 x DP 1, each with its predicted / measured
 # step, idle and time blocked in communication), then bench train's default workload at
-# --tp 2 on 2 ranks (exposed communication, the TP collectives' share, balance). Needs a built
-# build/release/apps/distca and mpirun; about 3-4 minutes on a quiet 2-core machine.
+# --tp 2 on 2 ranks (exposed communication, the TP collectives' share, balance), then the TP
+# collectives of the tp2x1 runs against the profile's measured price of one
+# (scripts/tp_collective_report.py: measured share of the step, predicted, and per collective
+# measured / profile / left over). Needs a built build/release/apps/distca and mpirun; about 4
+# minutes on a quiet 2-core machine.
 # Usage: scripts/tp-validate.sh [OUT_DIR]   (default tp-val; must not exist yet)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,3 +20,4 @@ root=()
 "$distca" bench simulate --validate --ranks 1,2 --out "$out" --json "$out.validate.json" --timeout 600
 mpirun --oversubscribe "${root[@]}" -np 2 "$distca" bench train --backend mpi --tp 2 --rounds 2 \
   --json "$out/bench-tp2.json"
+/usr/bin/python3 scripts/tp_collective_report.py "$out"

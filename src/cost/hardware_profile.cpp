@@ -240,6 +240,10 @@ Status HardwareProfile::validate(const std::string& source) const {
   }
   if (all_to_all) DISTCA_RETURN_IF_ERROR(check_link(*all_to_all, pre + "links.all_to_all"));
   if (p2p) DISTCA_RETURN_IF_ERROR(check_link(*p2p, pre + "links.p2p"));
+  if (tp_collective && ranks < kTpProfileGroup) {
+    return bad("links.tp_collective needs machine.ranks >= " + std::to_string(kTpProfileGroup));
+  }
+  if (tp_collective) DISTCA_RETURN_IF_ERROR(check_link(*tp_collective, pre + "links.tp_collective"));
   return {};
 }
 
@@ -306,10 +310,11 @@ nlohmann::json to_json(const HardwareProfile& p) {
     }
     j["elementwise"] = e;
   }
-  if (p.all_to_all || p.p2p) {
+  if (p.all_to_all || p.p2p || p.tp_collective) {
     nlohmann::json links = nlohmann::json::object();
     if (p.all_to_all) links["all_to_all"] = link_json(*p.all_to_all);
     if (p.p2p) links["p2p"] = link_json(*p.p2p);
+    if (p.tp_collective) links["tp_collective"] = link_json(*p.tp_collective);
     j["links"] = links;
   }
   return j;
@@ -521,6 +526,9 @@ Result<HardwareProfile> hardware_profile_from_json(const nlohmann::json& j, cons
     if (!links->is_object()) return r.bad("links", "must be an object");
     DISTCA_ASSIGN_OR_RETURN(p.all_to_all, read_link(r, *links, "links.all_to_all", "all_to_all"));
     DISTCA_ASSIGN_OR_RETURN(p.p2p, read_link(r, *links, "links.p2p", "p2p"));
+    if (links->contains("tp_collective")) {  // optional: absent in files written before it
+      DISTCA_ASSIGN_OR_RETURN(p.tp_collective, read_link(r, *links, "links.tp_collective", "tp_collective"));
+    }
   }
   DISTCA_RETURN_IF_ERROR(p.validate(source));
   return p;

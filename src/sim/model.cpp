@@ -109,8 +109,15 @@ void Rates::apply_hardware_profile(const HardwareProfile& hp) {
     exchange = Link{G * hp.all_to_all->bytes_per_second, hp.all_to_all->latency_seconds / messages};
   }
   if (hp.p2p) p2p_link = Link{G * hp.p2p->bytes_per_second, hp.p2p->latency_seconds};
-  // TP peers exchange over one rank's link (the same fit, not G of them).
+  // TP peers exchange over one rank's link (the same fit, not G of them); where the profile
+  // measured the TP collectives themselves (the trainer's group communicator and its waits),
+  // that fit: a collective of kTpProfileGroup ranks sent one message per rank, so its intercept
+  // is the per-message latency.
   if (hp.all_to_all) tp_link = Link{exchange.bytes_per_second / G, exchange.latency};
+  if (hp.tp_collective) {
+    const auto messages = static_cast<double>(kTpProfileGroup - 1);
+    tp_link = Link{hp.tp_collective->bytes_per_second, hp.tp_collective->latency_seconds / messages};
+  }
 }
 
 namespace {

@@ -5,15 +5,20 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <span>
 #include <thread>
 #include <vector>
 
+#include "distca/comm/group.h"
 #include "distca/core/clock.h"
 #include "distca/core/stats.h"
 #include "distca/cost/profiled.h"
 #include "distca/kernels/blas.h"
 #include "distca/model/profile_elementwise.h"
+#include "distca/model/tensor_parallel.h"
+#include "step.h"
+#include "timed_comm.h"
 
 namespace distca::train {
 namespace {
@@ -69,6 +74,67 @@ Result<std::vector<LinkPoint>> measure_links(comm::Communicator& c, bool all_to_
       t.push_back(*std::max_element(all.begin(), all.end()));
     }
     points.push_back({bytes, std::max(median(t), kMinTaskSeconds)});
+  }
+  return points;
+}
+
+// Rows per rank of the TP collectives' sizes: latency-bound to the profile's whole step (its
+// `tokens` rows over a group of kTpProfileGroup), strictly increasing.
+std::vector<int64_t> tp_rows_per_rank(int64_t tokens) {
+  const int64_t top = std::max<int64_t>(1, tokens / kTpProfileGroup);
+  std::vector<int64_t> rows;
+  for (const int64_t r : {int64_t{1}, int64_t{16}, int64_t{128}}) {
+    if (r < top) rows.push_back(r);
+  }
+  rows.push_back(top);
+  return rows;
+}
+
+// Tensor parallelism's collectives as the trainer runs them (trainer.cpp): groups of
+// kTpProfileGroup consecutive ranks (TP innermost), each a GroupCommunicator on `c` with the
+// trainer's tag, timed by its TimedCommunicator, every group at once; a rank past the last
+// whole group takes part in the barriers only. Per size, a barrier, then per repeat what a
+// layer does: a product (the wq forward at the profile's shapes: every rank the same work,
+// so a peer arrives late only by this machine's noise), then the model's all-gather and
+// reduce-scatter of `r` rows per rank of `hidden` floats back to back (as the output
+// projection's reduce-scatter and the next norm's all-gather are). The point is the mean over
+// the grouped ranks of each rank's mean over repeats of the two collectives' seconds.
+Result<std::vector<LinkPoint>> measure_tp_collectives(comm::Communicator& c, const ProfileShape& shape, int repeats) {
+  const int g = static_cast<int>(kTpProfileGroup), groups = c.size() / g;
+  const bool grouped = c.rank() < groups * g;
+  std::unique_ptr<comm::GroupCommunicator> group;
+  if (grouped) {
+    std::vector<int> members;
+    for (int i = 0; i < g; ++i) members.push_back(c.rank() - c.rank() % g + i);
+    DISTCA_ASSIGN_OR_RETURN(group, comm::GroupCommunicator::create(c, std::move(members), kTpTag));
+  }
+  const int64_t width = shape.hidden, q_dim = shape.n_heads * shape.head_dim, m = shape.tokens;
+  std::vector<float> x(static_cast<size_t>(m * width), 0.5f), w(static_cast<size_t>(q_dim * width), 0.25f);
+  std::vector<float> y(static_cast<size_t>(m * q_dim));
+  std::vector<LinkPoint> points;
+  for (const int64_t r : tp_rows_per_rank(shape.tokens)) {
+    const int64_t n = r * g;
+    std::vector<float> all(static_cast<size_t>(n * width), 1.0f), out(static_cast<size_t>(r * width));
+    auto once = [&]() -> Result<double> {
+      if (!grouped) return 0.0;
+      kernels::gemm_tiled<float>(false, true, m, q_dim, width, 1.0f, x.data(), width, w.data(), width, 0.0f,
+                                 y.data(), q_dim);
+      TimedCommunicator timed(*group);
+      DISTCA_RETURN_IF_ERROR(model::tp_all_gather_rows<float>(timed, all.data(), n, width));
+      DISTCA_RETURN_IF_ERROR(model::tp_reduce_scatter_rows<float>(timed, all.data(), out.data(), n, width));
+      return timed.seconds() / 2;
+    };
+    DISTCA_RETURN_IF_ERROR(c.barrier());
+    DISTCA_RETURN_IF_ERROR(once().status());  // warm-up (connections, registration)
+    std::vector<double> mine;
+    for (int k = 0; k < repeats; ++k) {
+      DISTCA_ASSIGN_OR_RETURN(const double t, once());
+      mine.push_back(t);
+    }
+    // The mean, not the median: the trainer pays every collective, its slow tail included.
+    DISTCA_ASSIGN_OR_RETURN(std::vector<double> every, c.all_gather_value(mean_of(mine)));
+    every.resize(static_cast<size_t>(groups * g));  // the grouped ranks
+    points.push_back({r * width * static_cast<int64_t>(sizeof(float)), std::max(mean_of(every), kMinTaskSeconds)});
   }
   return points;
 }
@@ -155,7 +221,13 @@ double profile_run_bytes(const ProfileRun& run, int64_t ranks) {
     for (const GemmRecord& g : profile_gemm_list(run.shape)) gemm = std::max(gemm, kernels::profile_gemm_bytes(g));
     const double links = 2.0 * static_cast<double>(std::max<int64_t>(ranks, 2)) * static_cast<double>(kLinkBytes.back());
     const double ew = model::elementwise_profile_bytes(elementwise_spec(run.shape), run.shape.tokens);
-    need = std::max({need, gemm, links, ew});
+    // The TP collectives' largest size (the gathered rows, the rank's own and the reduce's
+    // receive buffer, of the profile's tokens) and the wq forward between them.
+    const double q_dim = static_cast<double>(run.shape.n_heads * run.shape.head_dim);
+    const double tp = (2.0 * static_cast<double>(run.shape.tokens * run.shape.hidden) +
+                       (static_cast<double>(run.shape.tokens) + static_cast<double>(run.shape.hidden)) * q_dim +
+                       static_cast<double>(run.shape.tokens * run.shape.hidden)) * sizeof(float);
+    need = std::max({need, gemm, links, ew, tp});
   }
   return need;
 }
@@ -190,6 +262,11 @@ Status measure_profile(comm::Communicator* c, const ProfileRun& run, const Progr
       DISTCA_ASSIGN_OR_RETURN(std::vector<LinkPoint> ring, measure_links(*c, false, run.link_repeats));
       hp.all_to_all = fit_link(std::move(a2a), static_cast<double>(c->size() - 1));
       hp.p2p = fit_link(std::move(ring), 1.0);
+      if (c->size() >= kTpProfileGroup) {
+        DISTCA_ASSIGN_OR_RETURN(std::vector<LinkPoint> tp,
+                                measure_tp_collectives(*c, run.shape, run.link_repeats));
+        hp.tp_collective = fit_link(std::move(tp), 1.0);
+      }
     }
   }
   return {};

@@ -26,6 +26,7 @@ HardwareProfile make_profile(int64_t ranks) {
     l.points = {{64, 1e-4 + 64e-9}, {4096, 1e-4 + 4096e-9}};
     p.all_to_all = l;
     p.p2p = l;
+    p.tp_collective = LinkProfile{5e-4, 2e9, {{1024, 5e-4 + 1024 / 2e9}, {1 << 20, 5e-4 + (1 << 20) / 2e9}}};
     // The element-wise figures (optional): on the two-rank profile only, so the round trip
     // sees both a file with them and one without.
     ElementwiseProfile e;
@@ -48,6 +49,13 @@ TEST(HardwareProfile, RoundTripKeepsEveryField) {
     EXPECT_EQ(to_json(*q), to_json(p));
     EXPECT_EQ(q->ranks, ranks);
     EXPECT_EQ(q->all_to_all.has_value(), ranks > 1);
+    ASSERT_EQ(q->tp_collective.has_value(), ranks > 1);
+    if (ranks > 1) {
+      EXPECT_EQ(q->tp_collective->latency_seconds, 5e-4);
+      EXPECT_EQ(q->tp_collective->bytes_per_second, 2e9);
+      ASSERT_EQ(q->tp_collective->points.size(), 2u);
+      EXPECT_EQ(q->tp_collective->points[1].bytes, 1 << 20);
+    }
     ASSERT_EQ(q->elementwise.has_value(), ranks > 1);
     if (ranks > 1) {
       EXPECT_EQ(q->elementwise->layer_backward.alone, 3e-7);
@@ -67,6 +75,26 @@ TEST(HardwareProfile, ElementwiseIsOptional) {
   auto q = hardware_profile_from_json(old, "p.json");
   ASSERT_TRUE(q.ok()) << q.status().message();
   EXPECT_FALSE(q->elementwise.has_value());
+}
+
+TEST(HardwareProfile, TpCollectiveIsOptional) {
+  // A file written before the field (version 1 still) loads without it: the simulator then
+  // prices TP collectives on links.all_to_all.
+  nlohmann::json old = to_json(make_profile(2));
+  ASSERT_TRUE(old["links"].contains("tp_collective"));
+  old["links"].erase("tp_collective");
+  auto q = hardware_profile_from_json(old, "p.json");
+  ASSERT_TRUE(q.ok()) << q.status().message();
+  EXPECT_FALSE(q->tp_collective.has_value());
+  // Checked like the other links, and only with ranks to group.
+  nlohmann::json bad = to_json(make_profile(2));
+  bad["links"]["tp_collective"]["latency_seconds"] = 2.0;
+  auto b = hardware_profile_from_json(bad, "p.json");
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("links.tp_collective.latency_seconds must be in [0, 1]"), std::string::npos);
+  HardwareProfile one = make_profile(1);
+  one.tp_collective = make_profile(2).tp_collective;
+  EXPECT_NE(one.validate("p").message().find("links.tp_collective needs machine.ranks >= 2"), std::string::npos);
 }
 
 TEST(HardwareProfile, AloneWaitersIsOptionalAndRoundTrips) {

@@ -137,5 +137,64 @@ TEST(TensorParallelModel, TwentyStepsStayAtRoundingInFloat) {
   EXPECT_LT(ref.losses.back(), ref.losses.front());  // it trains
 }
 
+// Forwards the collectives to `inner`, counting them: every blocking collective of the base
+// class (all_gather, all_reduce_sum, ...) runs on all_to_all_v, so `calls` is the group's
+// collectives. The TP layer sends no point-to-point message of its own: those are refused.
+class CountingCommunicator final : public comm::Communicator {
+ public:
+  explicit CountingCommunicator(comm::Communicator& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::string backend() const override { return inner_.backend(); }
+  Status barrier() override { return ++calls, inner_.barrier(); }
+  Status all_to_all_v(const comm::AllToAllV& a) override { return ++calls, inner_.all_to_all_v(a); }
+  Result<std::unique_ptr<comm::Exchange>> start_all_to_all_v(const comm::AllToAllV& a) override {
+    return ++calls, inner_.start_all_to_all_v(a);
+  }
+  Result<std::unique_ptr<comm::Exchange>> start_send(std::span<const std::byte>, int, int, const char*) override {
+    return Status::internal("start_send: not a TP collective");
+  }
+  Result<std::unique_ptr<comm::Exchange>> start_recv(std::span<std::byte>, int, int, const char*) override {
+    return Status::internal("start_recv: not a TP collective");
+  }
+  void fail(const Status& cause) override { inner_.fail(cause); }
+  int64_t calls = 0;
+
+ private:
+  comm::Communicator& inner_;
+};
+
+// The TP collectives of one step, counted at the communicator, against their enumeration from
+// the layer structure (docs/model.md, "Tensor parallelism"), the count the simulator charges
+// (tests/sim/test_sim_tp.cpp, SimTensorParallel.MeasuredCollectiveFit...): per layer and
+// direction two all-gathers and two reduce-scatters; the embedding's reduce-scatter (forward)
+// and all-gather (backward); the final norm's all-gather and its reduce-scatter; the
+// vocabulary-parallel cross-entropy's two all-gathers; then sync_replicated_grads' one
+// all-reduce (a reduce-scatter and an all-gather).
+TEST(TensorParallelModel, CollectivesPerStepFollowTheLayerStructure) {
+  const ModelSpec spec = testing::tiny_spec();
+  std::vector<int64_t> step_calls(2), sync_calls(2);
+  const Status st = comm::run_local(2, [&](comm::Communicator& c) -> Status {
+    DISTCA_ASSIGN_OR_RETURN(auto group, comm::GroupCommunicator::create(c, {0, 1}, 11));
+    CountingCommunicator tpc(*group);
+    DISTCA_ASSIGN_OR_RETURN(auto m, Llama<float>::create(spec, 64, 3, {}, std::nullopt, 1, &tpc));
+    const testing::Packed p = testing::three_docs(1, spec.vocab);
+    DISTCA_ASSIGN_OR_RETURN(auto ex, LocalAttentionExecutor<float>::create(spec.n_heads / 2, spec.n_kv_heads / 2,
+                                                                           spec.head_dim, p.pieces));
+    m.zero_grads();
+    DISTCA_RETURN_IF_ERROR(m.forward_backward(p.inputs(), ex, 1.0).status());
+    step_calls[static_cast<size_t>(c.rank())] = tpc.calls;
+    DISTCA_RETURN_IF_ERROR(m.sync_replicated_grads());
+    sync_calls[static_cast<size_t>(c.rank())] = tpc.calls - step_calls[static_cast<size_t>(c.rank())];
+    return Status::ok_status();
+  });
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  const int64_t rows_collectives = 2 * (4 * spec.n_layers + 2);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(step_calls[static_cast<size_t>(r)], rows_collectives + 2) << r;
+    EXPECT_EQ(sync_calls[static_cast<size_t>(r)], 2) << r;
+  }
+}
+
 }  // namespace
 }  // namespace distca::model

@@ -53,6 +53,12 @@ TEST(ProfileMpi, TwoRanksWriteLinksAndConcurrentFigures) {
     EXPECT_EQ(l->points.front().bytes, 64);
     EXPECT_EQ(l->points.back().bytes, 4 << 20);
   }
+  // The TP collectives through the trainer's group communicator: 1, 16 rows per rank (the
+  // 32 tokens over the pair) of 32 floats; 128 rows is past the profile's tokens.
+  ASSERT_TRUE(hp->tp_collective.has_value());
+  ASSERT_EQ(hp->tp_collective->points.size(), 2u);
+  EXPECT_EQ(hp->tp_collective->points[0].bytes, 32 * 4);
+  EXPECT_EQ(hp->tp_collective->points[1].bytes, 16 * 32 * 4);
   // Only rank 0 writes: no temporary file of either rank is left.
   for (const auto& e : std::filesystem::directory_iterator(tmp("").parent_path())) {
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();

@@ -105,5 +105,35 @@ TEST(SimTensorParallel, PresetRatesFoldTheCollectivesIntoMfu) {
   EXPECT_NEAR(charged->iteration_seconds, folded->iteration_seconds + tp, 1e-12);
 }
 
+// With the profile's measured TP collective fit (links.tp_collective: the trainer's group
+// communicator), every TP collective is priced on it - latency + the slower side's bytes /
+// rate - instead of the all-to-all fit. Hand count as above: the 20 rows collectives and the
+// cross-entropy's two of the one-unit TP 2 case, at 6e-4 s + bytes / 3e9 B/s. The count (22
+// per step) is the model's own, counted at its communicator in
+// tests/model/test_tensor_parallel_model.cpp (CollectivesPerStepFollowTheLayerStructure).
+TEST(SimTensorParallel, MeasuredCollectiveFitPricesEveryCollective) {
+  SimOptions o = tp_options(2);
+  HardwareProfile p = *o.hardware_profile;
+  p.tp_collective = LinkProfile{6e-4, 3e9, {{1024, 6e-4 + 1024 / 3e9}, {1 << 20, 6e-4 + (1 << 20) / 3e9}}};
+  ASSERT_TRUE(p.validate("p").ok()) << p.validate("p").message();
+  o.hardware_profile = std::make_shared<const HardwareProfile>(std::move(p));
+  auto r = simulate(o, {one_document()});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const UnitStats& u = r->per_unit[0];
+  const double lat = 6e-4, bw = 3e9;
+  const double tp = 20.0 * (lat + 16 * 256 / bw) + (lat + 8 * 32 / bw) + (lat + 16 * 32 / bw);
+  EXPECT_NEAR(u.comm, tp, 1e-12);
+  EXPECT_NEAR(u.comm_blocked, tp, 1e-12);
+  EXPECT_DOUBLE_EQ(u.tp_bytes, 20.0 * 32 * 256 + 2.0 * (8 * 32 + 16 * 32));  // bytes unchanged
+  // 22 collectives: with a large rate the latency alone, 22 times.
+  SimOptions fast = o;
+  HardwareProfile q = *o.hardware_profile;
+  q.tp_collective->bytes_per_second = 1e15;
+  fast.hardware_profile = std::make_shared<const HardwareProfile>(std::move(q));
+  auto f = simulate(fast, {one_document()});
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_NEAR(f->per_unit[0].comm / lat, 22.0, 1e-6);
+}
+
 }  // namespace
 }  // namespace distca::sim

@@ -8,7 +8,10 @@
 //     (RMSNorm, RoPE, SwiGLU, residual adds, the loss) per token and the optimizer step per
 //     parameter, alone and concurrent like the GEMMs;
 //   - under mpirun (ranks > 1): latency and bandwidth of all-to-all and point-to-point
-//     exchanges through the project's Communicator, measured while every rank exchanges.
+//     exchanges through the project's Communicator, measured while every rank exchanges, and
+//     optionally (files written before it lack it) of tensor parallelism's collectives: the
+//     model's row all-gather and reduce-scatter through a TP group of two ranks, as the
+//     trainer builds and times it.
 //
 // Units: seconds, bytes, FLOPs. Every rate is per rank (one process with threads_per_rank
 // compute threads): the simulator multiplies by a unit's GPUs (gpus_per_node), as it does with
@@ -42,6 +45,8 @@ inline constexpr size_t kMaxLinkPoints = 64;
 inline constexpr double kMaxLinkLatency = 1.0;               // seconds per message
 inline constexpr double kMinLinkBandwidth = 1.0;             // bytes/s
 inline constexpr double kMaxLinkBandwidth = 1e15;
+// The TP group size the profile's links.tp_collective was measured with.
+inline constexpr int64_t kTpProfileGroup = 2;
 
 // Which product of a linear layer y (n, out) = x (n, in) w^T, as model/layers.cpp calls them:
 //   forward          y  (n, out)  = x (n, in) w^T        m = n,   n = out, k = in   (NT)
@@ -144,6 +149,17 @@ struct HardwareProfile {
   std::optional<ElementwiseProfile> elementwise;
   std::optional<LinkProfile> all_to_all;  // present exactly when ranks > 1
   std::optional<LinkProfile> p2p;
+  // JSON links.tp_collective, optional (only when ranks > 1; absent in files written before
+  // it, and then the simulator prices a TP collective on the all-to-all fit): one TP
+  // collective - model::tp_all_gather_rows or tp_reduce_scatter_rows of `bytes / 4` floats
+  // per rank - through a comm::GroupCommunicator of kTpProfileGroup consecutive ranks (TP
+  // innermost, every group at once) right after a layer's product, as the trainer runs it:
+  // the seconds its TimedCommunicator counts (the group's messages, the progress thread's
+  // wake-ups, the receive buffer's first touch, the wait for a peer that computed the same
+  // product). Point bytes: what one rank sends its peer; seconds: the mean over the grouped
+  // ranks of each rank's mean over repeats (the trainer pays the slow tail too). Fit with wire
+  // factor 1.
+  std::optional<LinkProfile> tp_collective;
 
   // The record of (layer, pass); precondition: validate() passed.
   const GemmRecord& gemm(const std::string& layer, GemmPass pass) const;

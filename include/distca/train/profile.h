@@ -1,13 +1,15 @@
 // The measurements of `distca profile` on this machine: attention on a (q_len, kv_len) grid
 // (the cost table `--cost-table` reads; docs/kernels.md, "Cost table") and, for a hardware
 // profile, a model's GEMMs, the element-wise work between them and, with several ranks, the
-// all-to-all and point-to-point links (docs/simulation-model.md, "Hardware profile").
+// all-to-all and point-to-point links and tensor parallelism's collectives through the
+// trainer's group communicator (docs/simulation-model.md, "Hardware profile").
 //
 // With a communicator every rank measures at once: attention and each GEMM and element-wise
 // figure with every rank computing (a barrier before each timed run; the median over ranks of
 // each rank's median), then the GEMMs and element-wise work with rank 0 alone while the others
 // wait in a barrier that sleeps (HardwareProfile::alone_waiters_sleep); the links as the
-// slowest rank's seconds per exchange, the median over repetitions.
+// slowest rank's seconds per exchange, the median over repetitions; the TP collectives as
+// HardwareProfile::tp_collective says.
 //
 // Thread safety: one call per rank; the ranks of one communicator call together.
 #pragma once
