@@ -7,7 +7,7 @@
 # its CPU time times the jobs per core). The clone is removed afterwards. Extra arguments go to
 # `distca train`. Uncommitted changes are not in the clone: commit first.
 #
-#   scripts/time-first-command.sh      # about 3.5 min on a quiet 2-core machine
+#   scripts/time-first-command.sh      # about 5-6 min on a quiet 2-core machine
 set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && git rev-parse --show-toplevel)"
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/distca-first-command.XXXXXX")"
