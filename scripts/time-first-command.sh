@@ -7,7 +7,7 @@
 # its CPU time times the jobs per core). The clone is removed afterwards. Extra arguments go to
 # `distca train`. Uncommitted changes are not in the clone: commit first.
 #
-#   scripts/time-first-command.sh      # about 3.5 min on a quiet 2-core machine
+#   scripts/time-first-command.sh      # about 5-6 min on a quiet 2-core machine
 set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && git rev-parse --show-toplevel)"
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/distca-first-command.XXXXXX")"
@@ -39,3 +39,7 @@ awk -v bw="$bw" -v bu="$bu" -v bs="$bs" -v rw="$rw" -v ru="$ru" -v rs="$rs" 'BEG
 }'
 echo "slowest build steps (wall s):"
 awk 'NR > 1 { printf "%7.1f  %s\n", ($2 - $1) / 1000, $4 }' build/release/.ninja_log | sort -rn | head -n 10
+# A long step alone at the end leaves a core idle: the last steps to finish, with their start
+# and end (s from the start of the build).
+echo "last build steps to finish (start s, end s):"
+awk 'NR > 1 { printf "%7.1f %7.1f  %s\n", $1 / 1000, $2 / 1000, $4 }' build/release/.ninja_log | sort -k2 -n | tail -n 6

@@ -97,14 +97,8 @@ SimFigures predict_entry(const TrainBenchFlags& f, int64_t ranks, const train::C
   return out;
 }
 
-std::string mib(double bytes) {
-  char s[32];
-  std::snprintf(s, sizeof(s), "%.1f", bytes / (1024.0 * 1024.0));
-  return s;
-}
-
-int report(const TrainBenchFlags& f, int64_t ranks, const train::CompareResult& res, const train::DataSource& data,
-           const std::shared_ptr<const HardwareProfile>& hw) {
+int report_compare(const TrainBenchFlags& f, int64_t ranks, const train::CompareResult& res, const train::DataSource& data,
+                   const std::shared_ptr<const HardwareProfile>& hw) {
   const train::CompareOptions o = compare_options(f, ranks);
   const ModelSpec spec = bench_spec(f);
   const int64_t M = o.base.micro_batches;
@@ -146,7 +140,7 @@ int report(const TrainBenchFlags& f, int64_t ranks, const train::CompareResult& 
     std::string resident;
     if (res.resident) {
       char b[48];
-      std::snprintf(b, sizeof(b), "  %9s %6.3f", mib(static_cast<double>(r.resident_max)).c_str(), r.resident_max_over_mean);
+      std::snprintf(b, sizeof(b), "  %9s %6.3f", mib(static_cast<double>(r.resident_max), 1).c_str(), r.resident_max_over_mean);
       resident = b;
     }
     std::string sim;
@@ -164,7 +158,7 @@ int report(const TrainBenchFlags& f, int64_t ranks, const train::CompareResult& 
     appendf(out, "%-18s %8.3f %8.3f %8.3f %9.0f %5.1f/%4.1f%% %5.1f/%4.1f%% %8.1f %11s %6.3f%s %8.3f%s%s%s\n",
             r.label.c_str(), r.median_s, r.p10_s, r.p90_s, r.tokens_per_s, 100 * r.idle_max, 100 * r.idle_mean,
             100 * r.exposed_max, 100 * r.exposed_mean, r.attention_bytes / (1024.0 * 1024.0),
-            mib(static_cast<double>(r.accounted_max)).c_str(), r.accounted_max_over_mean, resident.c_str(),
+            mib(static_cast<double>(r.accounted_max), 1).c_str(), r.accounted_max_over_mean, resident.c_str(),
             r.reference_speedup, sim.c_str(), docs ? "" : "  (DIFFERENT DOCUMENTS)", r.best_of_group ? "" : "  (not its group's best)");
   }
   appendf(out, "step: rank 0's wall time (ends behind the slowest rank), median and p10/p90 over the timed steps of every "
@@ -218,7 +212,7 @@ int run_compare_bench(const TrainBenchFlags& f, bool ranks_given) {
   });
   if (!launched.status.ok()) return launch_failed(launched);
   if (!launched.speaks) return kExitOk;
-  return report(f, launched.group.size, result, *data, hw);
+  return report_compare(f, launched.group.size, result, *data, hw);
 }
 
 }  // namespace distca::cli::bench_train

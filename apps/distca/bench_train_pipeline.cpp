@@ -193,8 +193,8 @@ void print_pipe_summary(std::string& out, nlohmann::json& j, const PipeContext& 
   }
 }
 
-int report(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, const ProfiledCostModel* table,
-           const std::shared_ptr<const HardwareProfile>& hw_profile) {
+int report_pipeline(const TrainBenchFlags& f, int64_t ranks, const PipeFigures& fig, const ProfiledCostModel* table,
+                    const std::shared_ptr<const HardwareProfile>& hw_profile) {
   const std::vector<Mode> modes = pipeline_modes();
   const PipeContext c = pipe_context(f, ranks, fig, table, hw_profile);
   nlohmann::json j = pipe_header_json(c, fig);
@@ -272,7 +272,7 @@ int run_pipeline(const TrainBenchFlags& f) {
   });
   if (!launched.status.ok()) return launch_failed(launched);
   if (!launched.speaks) return kExitOk;
-  return report(f, launched.group.size, fig, table, *hw_profile);
+  return report_pipeline(f, launched.group.size, fig, table, *hw_profile);
 }
 
 }  // namespace distca::cli::bench_train

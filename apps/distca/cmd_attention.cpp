@@ -14,7 +14,7 @@
 #include "distca/core/npy.h"
 #include "distca/kernels/attention_inputs.h"
 
-namespace distca::cli {
+namespace distca::cli::cmd_attention {
 namespace {
 
 struct AttentionFlags {
@@ -129,4 +129,4 @@ Runner setup(CLI::App& app) {
 DISTCA_REGISTER_COMMAND(attention, {"attention", "", "Run core attention (forward, and backward with --do) on .npy tensors",
                                     50, &setup});
 
-}  // namespace distca::cli
+}  // namespace distca::cli::cmd_attention

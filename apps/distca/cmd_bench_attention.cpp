@@ -24,7 +24,7 @@
 #include "distca/kernels_cuda/probe.h"
 #endif
 
-namespace distca::cli {
+namespace distca::cli::cmd_bench_attention {
 namespace {
 
 struct BenchFlags : kernels::AttentionBenchOptions {  // the CPU cases' flags (attention_bench.h)
@@ -316,4 +316,4 @@ DISTCA_REGISTER_COMMAND(bench_attention, {"attention", "bench",
                                           "Attention kernel GFLOP/s vs OpenBLAS sgemm, same run, same threads", 61,
                                           &setup});
 
-}  // namespace distca::cli
+}  // namespace distca::cli::cmd_bench_attention

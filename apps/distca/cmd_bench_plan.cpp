@@ -22,7 +22,7 @@
 #include "distca/plan/plan.h"
 #include "distca/plan/plan_bench.h"
 
-namespace distca::cli {
+namespace distca::cli::cmd_bench_plan {
 namespace {
 
 struct Flags {
@@ -293,4 +293,4 @@ Runner setup(CLI::App& sub) {
 DISTCA_REGISTER_COMMAND(bench_plan, {"plan", "bench", "Planner: plan time, balance and bytes of cad, cad-symmetric, wlb, percp",
                                      60, &setup});
 
-}  // namespace distca::cli
+}  // namespace distca::cli::cmd_bench_plan

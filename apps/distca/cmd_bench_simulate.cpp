@@ -31,7 +31,7 @@
 #include "distca/core/specs.h"
 #include "distca/sim/simulator.h"
 
-namespace distca::cli {
+namespace distca::cli::cmd_bench_simulate {
 namespace {
 
 struct Flags {
@@ -305,4 +305,4 @@ DISTCA_REGISTER_COMMAND(bench_simulate, {"simulate", "bench",
                                          "Simulator: wall-clock seconds of simulate() at 4096 GPUs; --validate: against the runtime here",
                                          70, &setup});
 
-}  // namespace distca::cli
+}  // namespace distca::cli::cmd_bench_simulate

@@ -33,7 +33,7 @@
 #include "distca/runtime/pingpong.h"
 #include "distca/runtime/tick_runner.h"
 
-namespace distca::cli {
+namespace distca::cli::cmd_bench_step {
 namespace {
 
 struct StepFlags {
@@ -362,4 +362,4 @@ DISTCA_REGISTER_COMMAND(bench_step, {"step", "bench",
                                      "Layer step: colocated vs cad in pingpong, single-stream and signal modes", 62,
                                      &setup});
 
-}  // namespace distca::cli
+}  // namespace distca::cli::cmd_bench_step

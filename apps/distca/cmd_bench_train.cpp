@@ -36,21 +36,13 @@
 #include "distca/train/data.h"
 #include "distca/train/trainer.h"
 
-namespace distca::cli {
+namespace distca::cli::bench_train {
 namespace {
-
-using namespace bench_train;
 
 const std::vector<Mode> kModes = data_parallel_modes();
 constexpr size_t kColocated = kDpColocated, kSingle = kDpSingle, kPingPong = kDpPingPong, kSignal = kDpSignal;
 using ModeFigures = DpModeFigures;
 using Figures = DpFigures;
-
-std::string mib(int64_t b) {
-  char s[32];
-  std::snprintf(s, sizeof(s), "%.0f", static_cast<double>(b) / (1024.0 * 1024.0));
-  return s;
-}
 
 double paired(const ModeFigures& a, const ModeFigures& b) { return paired_ratio(a.round_median, b.round_median); }
 
@@ -157,7 +149,7 @@ nlohmann::json mode_row(std::string& out, const TrainBenchFlags& f, int64_t rank
   std::string mems;
   for (size_t r = 0; r < mem.size(); ++r) {
     if (f.backend == "local" && fig.resident && r > 0) break;
-    mems += (r ? " " : "") + mib(mem[r]);
+    mems += (r ? " " : "") + mib(static_cast<double>(mem[r]), 0);
   }
   const std::vector<double> idle = m.per_rank.median_idle(), exposed = m.per_rank.median_exposed();
   appendf(out, "%-18s %9.3f %10.0f %5.1f%% %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %5.1f%% %5.1f%% %9.1f  %s%s%s\n",
@@ -255,7 +247,7 @@ void print_summary(std::string& out, nlohmann::json& j, const TrainBenchFlags& f
   }
 }
 
-int report(const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const std::shared_ptr<const HardwareProfile>& hw) {
+int report_data_parallel(const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const std::shared_ptr<const HardwareProfile>& hw) {
   const Derived d = derive(f, ranks, fig);
   nlohmann::json j = header_json(f, ranks, fig, d);
   std::string out;
@@ -317,11 +309,11 @@ Status check_pipeline_flags(const TrainBenchFlags& f, int64_t ranks) {
 
 }  // namespace
 
-int64_t bench_train::run_ranks(const TrainBenchFlags& f) {
+int64_t run_ranks(const TrainBenchFlags& f) {
   return f.backend == "mpi" ? std::max<int64_t>(detect_launcher().size == 1 ? 1 : 2, detect_launcher().size) : f.ranks;
 }
 
-Result<std::shared_ptr<const HardwareProfile>> bench_train::load_hardware_flag(const TrainBenchFlags& f) {
+Result<std::shared_ptr<const HardwareProfile>> load_hardware_flag(const TrainBenchFlags& f) {
   if (f.hardware.empty()) return std::shared_ptr<const HardwareProfile>();
   auto hp = load_hardware_profile(f.hardware);
   if (!hp.ok()) return Status::invalid_argument("--hardware: " + hp.status().message());
@@ -333,7 +325,7 @@ Result<std::shared_ptr<const HardwareProfile>> bench_train::load_hardware_flag(c
 }
 
 // Flag checks that need no group: every one refuses before any work.
-Status bench_train::check_flags(const TrainBenchFlags& f, bool ranks_given) {
+Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
   auto multiple16 = [](const char* flag, int64_t v) -> Status {
     if (v <= 0 || v % 16 != 0) {
       return Status::invalid_argument(std::string(flag) + " must be a positive multiple of 16 (got " + std::to_string(v) + ")");
@@ -430,7 +422,7 @@ int run(const TrainBenchFlags& f, bool ranks_given) {
   });
   if (!launched.status.ok()) return launch_failed(launched);
   if (!launched.speaks) return kExitOk;
-  return report(f, launched.group.size, fig, hw);
+  return report_data_parallel(f, launched.group.size, fig, hw);
 }
 
 Runner setup(CLI::App& app) {
@@ -532,4 +524,4 @@ DISTCA_REGISTER_COMMAND(bench_train, {"train", "bench",
                                       "Training step: colocated vs cad single-stream, pingpong and signal", 63,
                                       &setup});
 
-}  // namespace distca::cli
+}  // namespace distca::cli::bench_train

@@ -26,7 +26,7 @@
 #include "distca/plan/validate.h"
 #include "workload_flags.h"
 
-namespace distca::cli {
+namespace distca::cli::cmd_plan {
 namespace {
 
 struct Options {
@@ -46,18 +46,6 @@ struct Options {
   bool full = false;
 };
 
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (std::fabs(b) >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
-  return buf;
-}
-
 void print_header(const nlohmann::json& s) {
   char tol[32] = "auto (per batch)";
   if (!s["tolerance"].is_string()) std::snprintf(tol, sizeof tol, "%g", s["tolerance"].get<double>());
@@ -68,17 +56,17 @@ void print_header(const nlohmann::json& s) {
               s["servers"].get<double>(), s["tasks"].get<double>(), s["load_max_over_mean"].get<double>(),
               s["load_before_max_over_mean"].get<double>(), s["tokens_max_over_mean"].get<double>());
   std::printf("bytes per layer: forward %s, backward %s, busiest rank %s",
-              human_bytes(s["comm_bytes_total"].get<double>()).c_str(),
-              human_bytes(s["comm_bytes_backward"].get<double>()).c_str(),
-              human_bytes(s["comm_bytes_max_rank"].get<double>()).c_str());
+              human_bytes(s["comm_bytes_total"].get<double>(), 1024).c_str(),
+              human_bytes(s["comm_bytes_backward"].get<double>(), 1024).c_str(),
+              human_bytes(s["comm_bytes_max_rank"].get<double>(), 1024).c_str());
   if (s["allgather_bytes"].get<double>() > 0) {
-    std::printf(" (of which K/V all-gather %s)", human_bytes(s["allgather_bytes"].get<double>()).c_str());
+    std::printf(" (of which K/V all-gather %s)", human_bytes(s["allgather_bytes"].get<double>(), 1024).c_str());
   }
   if (s.contains("hosts")) {
     std::printf("\nforward bytes by link (inter-host price %lld): inter-host %s, intra-host %s",
                 static_cast<long long>(s["inter_host_price"].get<int64_t>()),
-                human_bytes(s["inter_host_bytes"].get<double>()).c_str(),
-                human_bytes(s["intra_host_bytes"].get<double>()).c_str());
+                human_bytes(s["inter_host_bytes"].get<double>(), 1024).c_str(),
+                human_bytes(s["intra_host_bytes"].get<double>(), 1024).c_str());
   }
   std::printf("\nplan time %.3f ms\n\n", 1e3 * s["plan_seconds"].get<double>());
 }
@@ -89,8 +77,8 @@ void print_ranks(const nlohmann::json& s) {
   for (const auto& row : s["per_rank"]) {
     std::printf("%-6lld %12lld %18.0f %18.0f %14s %14s\n", static_cast<long long>(row["rank"].get<int64_t>()),
                 static_cast<long long>(row["tokens"].get<int64_t>()), row["load_before"].get<double>(),
-                row["load"].get<double>(), human_bytes(row["bytes_out"].get<double>()).c_str(),
-                human_bytes(row["bytes_in"].get<double>()).c_str());
+                row["load"].get<double>(), human_bytes(row["bytes_out"].get<double>(), 1024).c_str(),
+                human_bytes(row["bytes_in"].get<double>(), 1024).c_str());
   }
 }
 
@@ -100,8 +88,8 @@ void print_batches(const nlohmann::json& list) {
   for (size_t b = 0; b < list.size(); ++b) {
     const auto& s = list[b];
     std::printf("%-6zu %8lld %12.4f %16s %16s %12.3f\n", b, static_cast<long long>(s["tasks"].get<int64_t>()),
-                s["load_max_over_mean"].get<double>(), human_bytes(s["comm_bytes_total"].get<double>()).c_str(),
-                human_bytes(s["comm_bytes_max_rank"].get<double>()).c_str(), 1e3 * s["plan_seconds"].get<double>());
+                s["load_max_over_mean"].get<double>(), human_bytes(s["comm_bytes_total"].get<double>(), 1024).c_str(),
+                human_bytes(s["comm_bytes_max_rank"].get<double>(), 1024).c_str(), 1e3 * s["plan_seconds"].get<double>());
   }
 }
 
@@ -340,4 +328,4 @@ Runner setup(CLI::App& sub) {
 DISTCA_REGISTER_COMMAND(plan, {"plan", "", "Cut core attention into CA-tasks, place them on servers, report balance and bytes",
                                20, &setup});
 
-}  // namespace distca::cli
+}  // namespace distca::cli::cmd_plan

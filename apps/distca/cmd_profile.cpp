@@ -25,7 +25,7 @@
 #include "distca/train/profile.h"
 #include "launcher.h"
 
-namespace distca::cli {
+namespace distca::cli::cmd_profile {
 namespace {
 
 struct ProfileFlags {
@@ -235,4 +235,4 @@ DISTCA_REGISTER_COMMAND(profile, {"profile", "",
                                   "Measure attention (and GEMMs, links: a hardware profile) on this machine", 45,
                                   &setup});
 
-}  // namespace distca::cli
+}  // namespace distca::cli::cmd_profile

@@ -33,7 +33,7 @@
 
 extern char** environ;
 
-namespace distca::cli {
+namespace distca::cli::cmd_simulate {
 namespace {
 
 struct Options {
@@ -74,18 +74,6 @@ struct Options {
   // Which flags were given (CLI11 counts), for the mode checks.
   CLI::App* app = nullptr;
 };
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
-  int u = 0;
-  while (std::fabs(b) >= 1000 && u < 5) {
-    b /= 1000;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
-  return buf;
-}
 
 bool given(const Options& o, const char* flag) { return o.app->count(flag) > 0; }
 
@@ -205,8 +193,8 @@ void print_result(const sim::SimResult& r, const Options& o) {
               r.pipeline_seconds, r.grad_sync_seconds, r.tokens_per_second);
   std::printf("DP %lld x CP %lld per stage; idle %.1f%%, exposed communication %.1f%%, bytes moved %s\n",
               static_cast<long long>(r.dp), static_cast<long long>(r.cp_degree), 100 * r.idle_fraction,
-              100 * r.exposed_comm_fraction, human_bytes(r.bytes_total).c_str());
-  std::printf("peak memory %s per GPU%s\n", human_bytes(r.peak_memory).c_str(),
+              100 * r.exposed_comm_fraction, human_bytes(r.bytes_total, 1000).c_str());
+  std::printf("peak memory %s per GPU%s\n", human_bytes(r.peak_memory, 1000).c_str(),
               r.oom ? (", OUT OF MEMORY: " + r.oom_reason).c_str() : "");
   std::printf("plans %lld, tasks %lld, load max/mean %.4f (colocated %.4f), %.1f ms planning\n",
               static_cast<long long>(r.plan.plans), static_cast<long long>(r.plan.tasks), r.plan.load_max_over_mean,
@@ -224,8 +212,8 @@ void print_result(const sim::SimResult& r, const Options& o) {
   for (size_t i = 0; i < r.per_unit.size() && (i < kMaxRows || o.full); ++i) {
     const auto& u = r.per_unit[i];
     std::printf("%-5zu %-5lld %10.4f %10.4f %10.4f %10.4f %10.4f %10s %11s\n", i, static_cast<long long>(u.stage),
-                u.busy, u.linear, u.attention, u.exposed_comm, u.idle, human_bytes(u.bytes_sent).c_str(),
-                human_bytes(u.memory.total()).c_str());
+                u.busy, u.linear, u.attention, u.exposed_comm, u.idle, human_bytes(u.bytes_sent, 1000).c_str(),
+                human_bytes(u.memory.total(), 1000).c_str());
   }
   if (r.per_unit.size() > kMaxRows && !o.full) {
     std::printf("... %zu more units (--full lists them all; --json has every figure)\n", r.per_unit.size() - kMaxRows);
@@ -422,4 +410,4 @@ DISTCA_REGISTER_COMMAND(simulate, {"simulate", "",
                                    "Simulate one training iteration on a cluster (or --sweep a paper figure)", 30,
                                    &setup});
 
-}  // namespace distca::cli
+}  // namespace distca::cli::cmd_simulate

@@ -35,7 +35,7 @@
 #include "distca/train/settings.h"
 #include "distca/train/trainer.h"
 
-namespace distca::cli {
+namespace distca::cli::cmd_train {
 namespace {
 
 using train::TrainConfig;
@@ -60,11 +60,7 @@ int64_t max_rss_bytes() {
   return static_cast<int64_t>(u.ru_maxrss) * 1024;  // Linux: KiB
 }
 
-std::string mib(int64_t bytes) {
-  char b[32];
-  std::snprintf(b, sizeof(b), "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return b;
-}
+std::string mib_label(int64_t bytes) { return mib(static_cast<double>(bytes), 1) + " MiB"; }
 
 std::string eta(double s) {
   char b[32];
@@ -197,9 +193,9 @@ void print_summary(const TrainConfig& cfg, const train::TrainResult& result, con
               kernels::compute_threads_per_rank(backend_mpi ? mpi_local_ranks(cfg.ranks) : cfg.ranks),
               kernels::usable_cores());
   std::printf("peak memory per rank (model, optimizer, activations and dispatcher buffers):");
-  for (size_t r = 0; r < result.buffer_bytes.size(); ++r) std::printf(" %s", mib(result.buffer_bytes[r]).c_str());
+  for (size_t r = 0; r < result.buffer_bytes.size(); ++r) std::printf(" %s", mib_label(result.buffer_bytes[r]).c_str());
   if (!result.buffer_bytes.empty()) {
-    std::printf(" (max %s, max/mean %.3f)", mib(*std::max_element(result.buffer_bytes.begin(), result.buffer_bytes.end())).c_str(),
+    std::printf(" (max %s, max/mean %.3f)", mib_label(*std::max_element(result.buffer_bytes.begin(), result.buffer_bytes.end())).c_str(),
                 train::max_over_mean(result.buffer_bytes));
   }
   std::printf("\n");
@@ -208,11 +204,11 @@ void print_summary(const TrainConfig& cfg, const train::TrainResult& result, con
               prep.memory.ranks_in_process == 1 ? "" : "s");
   if (backend_mpi) {
     std::printf("max RSS per rank process:");
-    for (int64_t b : rss) std::printf(" %s", mib(b).c_str());
+    for (int64_t b : rss) std::printf(" %s", mib_label(b).c_str());
     std::printf("\n");
   } else {
     std::printf("max RSS of the process (all %lld rank threads): %s\n", static_cast<long long>(cfg.ranks),
-                mib(rss[0]).c_str());
+                mib_label(rss[0]).c_str());
   }
   if (!result.last_checkpoint.empty()) std::printf("checkpoint: %s\n", result.last_checkpoint.c_str());
   if (!result.outputs_valid) {
@@ -403,4 +399,4 @@ Runner setup(CLI::App& sub) {
 DISTCA_REGISTER_COMMAND(train, {"train", "", "Train a Llama-style model with data parallelism and core attention disaggregation",
                                 5, &setup});
 
-}  // namespace distca::cli
+}  // namespace distca::cli::cmd_train

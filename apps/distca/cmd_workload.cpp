@@ -11,7 +11,7 @@
 #include "distca/plan/batch_summary.h"
 #include "workload_flags.h"
 
-namespace distca::cli {
+namespace distca::cli::cmd_workload {
 namespace {
 
 struct Options {
@@ -144,4 +144,4 @@ Runner setup(CLI::App& sub) {
 DISTCA_REGISTER_COMMAND(workload, {"workload", "", "Draw document lengths, pack them into ranks, print the balance",
                                    10, &setup});
 
-}  // namespace distca::cli
+}  // namespace distca::cli::cmd_workload

@@ -83,6 +83,12 @@ Result<ModelSpec> model_flag(const std::string& name);
 // write_stdout (core/io.h), which fails on a full or closed stdout.
 void appendf(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
+// `bytes` in MiB with `decimals` decimals, no unit ("12.5").
+std::string mib(double bytes, int decimals);
+// `bytes` in the largest unit below it, "0 B" or "1.50 KiB": powers of 1024 (B, KiB, ... TiB)
+// with base 1024, of 1000 (B, KB, ... PB) with base 1000.
+std::string human_bytes(double bytes, int base);
+
 // True when stderr is a terminal: progress lines are shown only then.
 bool stderr_is_terminal();
 

@@ -8,6 +8,7 @@
 #endif
 
 #include <cerrno>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -96,6 +97,27 @@ void appendf(std::string& out, const char* fmt, ...) {
     out.resize(at + static_cast<size_t>(n));
   }
   va_end(ap2);
+}
+
+std::string mib(double bytes, int decimals) {
+  char s[32];
+  std::snprintf(s, sizeof(s), "%.*f", decimals, bytes / (1024.0 * 1024.0));
+  return s;
+}
+
+std::string human_bytes(double bytes, int base) {
+  const char* iec[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  const char* si[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+  const char* const* units = base == 1024 ? iec : si;
+  const int last = base == 1024 ? 4 : 5;
+  int u = 0;
+  while (std::fabs(bytes) >= base && u < last) {
+    bytes /= base;
+    ++u;
+  }
+  char s[32];
+  std::snprintf(s, sizeof s, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return s;
 }
 
 bool stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
