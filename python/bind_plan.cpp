@@ -21,8 +21,6 @@
 #include "distca/core/specs.h"
 #include "distca/data/batch_memory.h"
 #include "distca/cost/cost_model.h"
-#include "distca/cost/options.h"
-#include "distca/cost/profiled.h"
 #include "distca/plan/doc_index.h"
 #include "distca/plan/plan.h"
 #include "distca/plan/plan_json.h"
@@ -55,8 +53,7 @@ struct ServerCache {
 struct PlanState {
   Plan plan;
   std::shared_ptr<const Batch> input;
-  std::unique_ptr<AttentionCostModel> profiled;  // null: causal pairs
-  PairsCostModel pairs;
+  PlanSetup setup;
   std::string model;
   std::string dist, layout, batch_file;
   uint64_t seed = 0;
@@ -65,7 +62,7 @@ struct PlanState {
   std::vector<std::unique_ptr<RankCache>> rank_cache;
   std::vector<std::unique_ptr<ServerCache>> server_cache;
 
-  const AttentionCostModel* cost() const { return profiled ? profiled.get() : &pairs; }
+  const AttentionCostModel* cost() const { return setup.options.cost; }
   int64_t ranks() const { return static_cast<int64_t>(plan.ranks.size()); }
   const DocumentIndex& doc_index() {
     if (!index) index.emplace(plan.batch);
@@ -240,42 +237,21 @@ ModelSpec resolve_model(const py::object& model) {
   throw py::type_error("model must be a preset name (str) or a distca.ModelSpec");
 }
 
-// The CLI's checks, in its order (cmd_plan.cpp): model, scheduler, dtype, cost table, the
-// batch-independent options, then the options against the batch.
-struct Prepared {
-  SchedulerSpec spec;
-  ScheduleOptions options;
-  std::unique_ptr<ProfiledCostModel> profiled;
-  std::string model;
-};
-
-Prepared prepare(const PyBatch& batch, const py::object& model, const std::string& scheduler, double tolerance,
-                 int64_t align_rows, double wlb_mem_cap, const std::string& dtype, const std::string& cost_table,
-                 const AttentionCostModel* pairs) {
-  Prepared p;
+// The CLI's checks, in its order (make_plan_setup, then `distca plan`'s): the model, the
+// flags, percp's degree against a drawn batch's ranks, then the options against the batch.
+// Returns the model's name.
+std::string prepare(const PyBatch& batch, const py::object& model, const PlanFlags& flags, PlanSetup& setup) {
   ModelSpec m = resolve_model(model);
-  p.model = m.name;
-  p.spec = take(parse_scheduler(scheduler));
-  p.options.model = m;
-  p.options.dtype_bytes = take(dtype_bytes_of(dtype));
-  p.options.tolerance = tolerance;
-  p.options.wlb_mem_cap = wlb_mem_cap;
-  p.options.align_rows = align_rows;
-  p.options.cost = pairs;
-  if (!cost_table.empty()) {
-    p.profiled = take(load_cost_table_option(cost_table));
-    p.options.cost = p.profiled.get();
-  }
-  check(p.options.validate(Batch{1, 1, {{{0, 0, 1, 1}}}}, SchedulerSpec{p.spec.kind, 1}));
+  check(make_plan_setup(m, flags, setup));
+  const SchedulerSpec& spec = setup.spec;
   // A drawn batch: `distca plan --dist ...` names --ranks here; a given one (--batch) is
   // checked by ScheduleOptions::validate below.
-  if (!batch.dist.empty() && p.spec.kind == SchedulerKind::kPerCp && batch.batch->ranks % p.spec.cp_degree != 0) {
-    raise_value_error("--scheduler " + p.spec.name() + ": CP degree " + std::to_string(p.spec.cp_degree) +
+  if (!batch.dist.empty() && spec.kind == SchedulerKind::kPerCp && batch.batch->ranks % spec.cp_degree != 0) {
+    raise_value_error("--scheduler " + spec.name() + ": CP degree " + std::to_string(spec.cp_degree) +
                       " does not divide --ranks " + std::to_string(batch.batch->ranks));
   }
-  // Then the options against the batch, before the memory estimate that assumes them.
-  check(p.options.validate(*batch.batch, p.spec));
-  return p;
+  check(setup.options.validate(*batch.batch, spec));
+  return m.name;
 }
 
 // The arguments a plan's memory grows with, for check_memory's message: the CLI's flags for a
@@ -293,10 +269,9 @@ std::string plan_what(const PyBatch& batch) {
 PyPlan make(const PyBatch& batch, const py::object& model, const std::string& scheduler, double tolerance,
             int64_t align_rows, double wlb_mem_cap, const std::string& dtype, const std::string& cost_table) {
   auto s = std::make_shared<PlanState>();
-  Prepared p = prepare(batch, model, scheduler, tolerance, align_rows, wlb_mem_cap, dtype, cost_table, &s->pairs);
-  s->profiled = std::move(p.profiled);
+  s->model = prepare(batch, model, PlanFlags{scheduler, dtype, tolerance, wlb_mem_cap, align_rows, cost_table}, s->setup);
+  const SchedulerSpec& spec = s->setup.spec;
   s->input = batch.batch;
-  s->model = p.model;
   s->dist = batch.dist;
   s->layout = batch.layout;
   s->seed = batch.seed;
@@ -304,13 +279,13 @@ PyPlan make(const PyBatch& batch, const py::object& model, const std::string& sc
   // `distca plan`'s steps and memory checks, each before the allocation it covers
   // (plan/plan_memory.h); plan_seconds leaves out the check between the two phases.
   const std::string what = plan_what(batch);
-  check(check_memory(plan_schedule_bytes(*batch.batch, p.spec),
-                     what + (p.spec.kind == SchedulerKind::kPerCp ? " --scheduler " + p.spec.name() : "")));
+  check(check_memory(plan_schedule_bytes(*batch.batch, spec),
+                     what + (spec.kind == SchedulerKind::kPerCp ? " --scheduler " + spec.name() : "")));
   Status st;
   {
     py::gil_scoped_release release;
     const auto t0 = std::chrono::steady_clock::now();
-    auto schedule = run_scheduler(p.spec, *batch.batch, p.options);
+    auto schedule = run_scheduler(spec, *batch.batch, s->setup.options);
     const auto t1 = std::chrono::steady_clock::now();
     if (schedule.ok()) {
       st = check_memory(plan_layout_bytes(*batch.batch, plan_size(*schedule)), what + " (the plan's layouts)");
@@ -319,7 +294,7 @@ PyPlan make(const PyBatch& batch, const py::object& model, const std::string& sc
     }
     if (st.ok()) {
       const auto t2 = std::chrono::steady_clock::now();
-      auto r = detail::build_plan_from(std::move(*schedule), *batch.batch, p.spec, p.options, nullptr);
+      auto r = detail::build_plan_from(std::move(*schedule), *batch.batch, spec, s->setup.options, nullptr);
       s->plan_seconds = std::chrono::duration<double>((t1 - t0) + (std::chrono::steady_clock::now() - t2)).count();
       if (r.ok()) s->plan = std::move(r).value();
       else st = r.status();
@@ -340,9 +315,12 @@ double process_cpu_seconds() {
 // core (a shared machine preempts a 2 ms call for a whole time slice).
 std::vector<std::pair<double, double>> time_make_plan(const PyBatch& batch, const py::object& model,
                                                       const std::string& scheduler, double tolerance, int64_t repeats) {
-  const PairsCostModel pairs;
   if (repeats < 1 || repeats > 1000000) raise_value_error("repeats must be in 1..1000000 (got " + std::to_string(repeats) + ")");
-  Prepared p = prepare(batch, model, scheduler, tolerance, 1, 1.2, "bf16", "", &pairs);
+  PlanSetup p;
+  PlanFlags flags;
+  flags.scheduler = scheduler;
+  flags.tolerance = tolerance;
+  prepare(batch, model, flags, p);
   check(check_memory(plan_schedule_bytes(*batch.batch, p.spec), plan_what(batch)));
   std::vector<std::pair<double, double>> out;
   Status st;

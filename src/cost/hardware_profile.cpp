@@ -249,22 +249,6 @@ Status HardwareProfile::validate(const std::string& source) const {
 
 namespace {
 
-nlohmann::json grid_json(const CostTable& t) {
-  nlohmann::json rows = nlohmann::json::array();
-  for (size_t i = 0; i < t.q_lens.size(); ++i) {
-    nlohmann::json row = nlohmann::json::array();
-    for (size_t j = 0; j < t.kv_lens.size(); ++j) {
-      if (t.q_lens[i] > t.kv_lens[j]) {
-        row.push_back(nullptr);
-      } else {
-        row.push_back(t.seconds[i][j]);
-      }
-    }
-    rows.push_back(std::move(row));
-  }
-  return rows;
-}
-
 nlohmann::json link_json(const LinkProfile& l) {
   nlohmann::json pts = nlohmann::json::array();
   for (const LinkPoint& p : l.points) pts.push_back({{"bytes", p.bytes}, {"seconds", p.seconds}});
@@ -300,8 +284,8 @@ nlohmann::json to_json(const HardwareProfile& p) {
                     {"concurrent", p.attention_concurrent},
                     {"q_lens", f.q_lens},
                     {"kv_lens", f.kv_lens},
-                    {"forward_seconds", grid_json(f)},
-                    {"backward_seconds", grid_json(p.attention_backward)}};
+                    {"forward_seconds", seconds_grid_json(f)},
+                    {"backward_seconds", seconds_grid_json(p.attention_backward)}};
   if (p.elementwise) {
     nlohmann::json e = nlohmann::json::object();
     for (const ElementwiseKey& k : kElementwiseKeys) {

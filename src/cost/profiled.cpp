@@ -137,20 +137,24 @@ nlohmann::json to_json(const CostTable& t) {
   j["saturation_fraction"] = t.saturation_fraction;
   j["q_lens"] = t.q_lens;
   j["kv_lens"] = t.kv_lens;
+  j["seconds"] = seconds_grid_json(t);
+  return j;
+}
+
+nlohmann::json seconds_grid_json(const CostTable& t) {
   nlohmann::json rows = nlohmann::json::array();
   for (size_t i = 0; i < t.q_lens.size(); ++i) {
     nlohmann::json row = nlohmann::json::array();
-    for (size_t j2 = 0; j2 < t.kv_lens.size(); ++j2) {
-      if (t.q_lens[i] > t.kv_lens[j2]) {
+    for (size_t j = 0; j < t.kv_lens.size(); ++j) {
+      if (t.q_lens[i] > t.kv_lens[j]) {
         row.push_back(nullptr);
       } else {
-        row.push_back(t.seconds[i][j2]);
+        row.push_back(t.seconds[i][j]);
       }
     }
-    rows.push_back(row);
+    rows.push_back(std::move(row));
   }
-  j["seconds"] = rows;
-  return j;
+  return rows;
 }
 
 Result<CostTable> cost_table_from_json(const nlohmann::json& j, const std::string& source) {

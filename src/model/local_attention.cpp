@@ -34,6 +34,27 @@ kernels::AttentionParams whole_document_params(const AttentionShape& shape, cons
   return p;
 }
 
+// p[j - begin] = exp(scale * q_i . k_j - max) over the keys j in [begin, i] (the causal part of
+// row i's segment; key j at k + j * stride + offset); returns their sum, in j order.
+template <class T>
+double causal_exp_row(const T* qi, const T* k, int64_t begin, int64_t i, int64_t stride, int64_t offset,
+                      int64_t hd, double scale, double* p) {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t j = begin; j <= i; ++j) {
+    const T* kj = k + j * stride + offset;  // (head_dim)
+    double dot = 0;
+    for (int64_t c = 0; c < hd; ++c) dot += static_cast<double>(qi[c]) * kj[c];
+    p[j - begin] = dot * scale;
+    mx = std::max(mx, p[j - begin]);
+  }
+  double sum = 0;
+  for (int64_t j = begin; j <= i; ++j) {
+    p[j - begin] = std::exp(p[j - begin] - mx);
+    sum += p[j - begin];
+  }
+  return sum;
+}
+
 }  // namespace
 
 template <class T>
@@ -159,19 +180,7 @@ Status LocalAttentionExecutor<T>::reference_forward(const Kept& kp, T* o) {
       const int64_t kh = h / group;
       for (int64_t i = s.begin; i < s.end; ++i) {
         const T* qi = q + (i * nh + h) * hd;  // (head_dim)
-        double mx = -std::numeric_limits<double>::infinity();
-        for (int64_t j = s.begin; j <= i; ++j) {
-          const T* kj = k + (j * nkv + kh) * hd;  // (head_dim)
-          double dot = 0;
-          for (int64_t c = 0; c < hd; ++c) dot += static_cast<double>(qi[c]) * kj[c];
-          p[j - s.begin] = dot * scale;
-          mx = std::max(mx, p[j - s.begin]);
-        }
-        double sum = 0;
-        for (int64_t j = s.begin; j <= i; ++j) {
-          p[j - s.begin] = std::exp(p[j - s.begin] - mx);
-          sum += p[j - s.begin];
-        }
+        const double sum = causal_exp_row(qi, k, s.begin, i, nkv * hd, kh * hd, hd, scale, p);
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int64_t j = s.begin; j <= i; ++j) {
           const T* vj = v + (j * nkv + kh) * hd;  // (head_dim)
@@ -218,19 +227,7 @@ Status LocalAttentionExecutor<T>::reference_backward(const Kept& kp, const T* d_
       for (int64_t i = s.begin; i < s.end; ++i) {
         const T* qi = kp.q + (i * nh + h) * hd;   // (head_dim)
         const T* doi = d_o + (i * nh + h) * hd;   // (head_dim)
-        double mx = -std::numeric_limits<double>::infinity();
-        for (int64_t j = s.begin; j <= i; ++j) {
-          const T* kj = kp.k + (j * nkv + kh) * hd;
-          double dot = 0;
-          for (int64_t c = 0; c < hd; ++c) dot += static_cast<double>(qi[c]) * kj[c];
-          p[j - s.begin] = dot * scale;
-          mx = std::max(mx, p[j - s.begin]);
-        }
-        double sum = 0;
-        for (int64_t j = s.begin; j <= i; ++j) {
-          p[j - s.begin] = std::exp(p[j - s.begin] - mx);
-          sum += p[j - s.begin];
-        }
+        const double sum = causal_exp_row(qi, kp.k, s.begin, i, nkv * hd, kh * hd, hd, scale, p);
         // D = sum_j p_j (dO . v_j) = dO . o
         double big_d = 0;
         for (int64_t j = s.begin; j <= i; ++j) {

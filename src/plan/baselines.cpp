@@ -1,30 +1,7 @@
-// The baselines CAD must beat. Each is a pure function of (batch, options); ties are broken
-// by the lowest rank and the lowest document id, so the output is the same on every platform.
-//
-// colocated   plain packing: one task per piece of the batch, served where it is held
-//             (task = the piece's rows [offset, offset + len), context [0, offset + len)).
-//             Its loads are the imbalance CAD removes; its only traffic is the K/V context of
-//             a document's earlier pieces held on other ranks.
-//
-// wlb         WLB-LLM variable-length chunking, a data loader that re-packs whole documents
-//             (head-tail shards of the long ones with wlb_cp > 1) before the step: the colocated
-//             schedule of wlb_repack's batch (plan/chunking.h gives the rules; no communication
-//             is charged for the re-pack). Its memory cost is the token imbalance
-//             (tokens_max_over_mean of the plan).
-//
-// percp:C     per-document context parallelism: ranks form groups of C consecutive ranks
-//             (group g = ranks gC .. gC+C-1). A document is served by the group holding it;
-//             packing can leave a document across a group boundary, and then it is served by
-//             every group holding any of its rows (C' = C times that many groups; keeping it
-//             in one group would idle the others for no reason a real CP run has, since a CP
-//             loader never splits a document across DP groups). With S = the serving ranks in
-//             ascending order and C' = |S|, the document is cut into 2C' chunks, chunk k =
-//             [floor(kL/2C'), floor((k+1)L/2C')), and S[i] serves chunks i and 2C'-1-i
-//             (head-tail: equal work for every i when 2C' divides L). A chunk crossing pieces
-//             becomes one task per piece (a task's query rows lie in one piece of its home).
-//             Empty chunks (L < 2C') give no task. Tasks are listed by document id, then
-//             chunk, then position. Every serving rank also all-gathers the document's K/V
-//             (traffic.h compute_allgather; it is what percp reports as its bytes: plan.h).
+// The baselines CAD must beat: colocated, wlb (the colocated schedule of wlb_repack's batch,
+// plan/chunking.h) and percp:C; docs/scheduler.md gives each one's rules. Each is a pure
+// function of (batch, options); ties are broken by the lowest rank and the lowest document id,
+// so the output is the same on every platform.
 #include <algorithm>
 #include <numeric>
 

@@ -1,32 +1,7 @@
-// `cad`: the communication-aware greedy scheduler (docs/scheduler.md has the full story).
-//
-// Start from the colocated schedule (every piece served at home) and move chunks of query
-// rows still at home to other servers until every load lies in [lo, hi], the tolerance band
-// around the mean shrunk by a small safety margin:
-//   1. Levels. X = total excess above hi, Y = total deficit below lo. Donors (servers above
-//      the donor target) shed down to hi when X >= Y, otherwise down to the water level w
-//      with sum((load - w)+) = Y, so max(X, Y) work moves in this phase.
-//   2. Donor phase, most loaded donor first. Candidates: its home segments with the highest
-//      top rows (most pairs per row) x destinations (the least loaded server, plus every
-//      server that already holds context of the segment's document). For each pair, chunks
-//      carrying F = min(excess, room) are fitted at a few tops (the segment's end, the
-//      Appendix B optimum above the destination's context, the end of that context, and the
-//      segment's lowest 128 rows when they carry all of F); the
-//      exact byte change (traffic.h rules, with K/V already at the destination free and K/V
-//      the donor stops needing credited) over the work moved scores it; the cheapest wins.
-//   3. Receiver phase: while the least loaded server is below lo, it pulls the cheapest chunk
-//      from the most loaded servers and from the homes of documents it holds context of,
-//      keeping the source >= lo and itself <= hi.
-// A move never lifts a destination above hi nor drops a home below lo, so a finished phase
-// never undoes the other. Every move finishes a donor, a receiver or a segment, or cuts a
-// segment by >= kMinChunkRows rows, so the loop ends; an iteration cap guards it anyway.
-//
-// schedule_cad runs this greedy a few times on one batch (planning bands from a fixed ladder
-// up to the requested tolerance), each stopped at its first state inside the requested band,
-// and keeps the fewest bytes (priced bytes under a multi-host ScheduleOptions::topology: every
-// "bytes" below then means priced bytes): that makes the bytes never rise with the tolerance (the
-// argument is at schedule_cad; docs/scheduler.md, "cad: candidate plans, tolerance
-// monotonicity and bytes").
+// `cad`: the communication-aware greedy scheduler. The algorithm (levels, donor and receiver
+// phases, why it stops) and schedule_cad's candidate ladder (why the bytes never rise with the
+// tolerance) are docs/scheduler.md, "cad" and "cad: candidate plans, tolerance monotonicity
+// and bytes"; the comments below say what each piece does.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -41,10 +16,8 @@ namespace {
 using cad_internal::State;
 
 constexpr int64_t kMin = kMinChunkRows;
-// Candidate widths. Wider is not better: with more destinations the greedy spreads a donor's
-// work over more servers in smaller chunks, and by the square-root law (bytes ~ sqrt(work)
-// per chunk, split.h) that costs more in total; 2 x 1 (+ reuse) measured best on ProLong-
-// and Pretrain-like batches (docs/scheduler.md).
+// Candidate widths: wider spreads a donor's work in smaller chunks, which costs more bytes
+// (docs/scheduler.md).
 constexpr size_t kSegCandidates = 2;   // home segments considered per source
 constexpr size_t kLeastLoaded = 1;     // least loaded destinations considered per donor
 constexpr size_t kMostLoaded = 4;      // most loaded sources considered per receiver
@@ -492,11 +465,8 @@ bool Planner::run(CadStats* stats, std::vector<Candidate>* moves) {
   return done_;
 }
 
-// The planning tolerances schedule_cad tries (see there). Sparse: each one up to the
-// requested tolerance costs one more search. 0 alone (plan toward the mean, stop at the
-// requested band) gives most of the saving on both workloads; 0.05 wins a little on
-// Pretrain-like batches at the default tolerance, the wider ones at wide tolerances
-// (docs/scheduler.md has the measurements).
+// The planning tolerances schedule_cad tries; each one up to the requested tolerance costs one
+// more search (docs/scheduler.md has the measurements behind the choice).
 constexpr double kLadder[] = {0.0, 0.05, 0.15, 0.4};
 
 }  // namespace
@@ -508,13 +478,9 @@ Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options
   DISTCA_RETURN_IF_ERROR(scratch.init(batch, options));
   const double tol = options.tolerance;
   // Candidates: for every ladder tolerance g <= tol, the greedy planned with band g, stopped
-  // at its first state inside the band of tol; the fewest bytes win (ties: the widest g).
-  // Why bytes never rise with the tolerance: a wider tolerance t2 > t1 has every ladder
-  // tolerance t1 had, and each such greedy's sequence of moves does not depend on the
-  // requested tolerance, never lowers the bytes, and enters band t2 no later than band t1
-  // (band t1 lies inside band t2). So every candidate of t1 has a counterpart at t2 with at
-  // most its bytes. The widest is tried last (most often the cheapest): the last candidate is
-  // kept as it is, an earlier one is rebuilt by replaying its moves.
+  // at its first state inside the band of tol; the fewest bytes win (ties: the widest g). The
+  // widest is tried last (most often the cheapest): the last candidate is kept as it is, an
+  // earlier one is rebuilt by replaying its moves.
   // With a topology every band runs twice: as without one, and with hosts_first (Planner).
   struct Run {
     double band;

@@ -1,18 +1,7 @@
-// `cad-symmetric`: the reference implementation's greedy, kept as the yardstick for `cad`
-// (docs/scheduler.md). What makes it the reference:
-//   - target = the mean; each deficit server, most deficit first, pulls from surplus servers
-//     items with dF = min(item work, source surplus over the mean, its deficit to the mean);
-//   - an item that is too large moves as two equal slices, the head [a, a+k) and the tail
-//     [b-k, b) of the rows still at home (head-tail sharding), k the largest that carries at
-//     most dF;
-//   - the score dF / bytes estimates the bytes as if the document's whole K/V moved:
-//     q_rows * s_q + doc_len * s_kv (no reuse of context already at the destination, no
-//     credit for context the source stops needing).
-// What we added so that `cad` is compared at equal balance: the reference only bounded the
-// receiving side; a second phase here lets every server still above hi push to the least
-// loaded servers by the same rules, so both sides end within the tolerance when achievable.
-// Bytes are counted exactly (State, traffic.h rules) like every scheduler's; only the
-// decisions use the estimate.
+// `cad-symmetric`: the reference implementation's greedy, kept as the yardstick for `cad`, with
+// the second (pushing) phase we added so that both are compared at equal balance: the rules are
+// docs/scheduler.md, "cad-symmetric". Bytes are counted exactly (State, traffic.h rules) like
+// every scheduler's; only the decisions use the whole-document estimate.
 #include <algorithm>
 #include <cmath>
 

@@ -7,6 +7,7 @@
 #include <exception>
 #include <string>
 
+#include "distca/cost/options.h"
 #include "distca/plan/chunking.h"
 
 namespace distca {
@@ -123,6 +124,22 @@ Status ScheduleOptions::validate(const Batch& batch, const SchedulerSpec& spec) 
     }
   }
   return Status::ok_status();
+}
+
+Status make_plan_setup(const ModelSpec& model, const PlanFlags& flags, PlanSetup& setup) {
+  DISTCA_ASSIGN_OR_RETURN(setup.spec, parse_scheduler(flags.scheduler));
+  ScheduleOptions& options = setup.options;
+  options.model = model;
+  DISTCA_ASSIGN_OR_RETURN(options.dtype_bytes, dtype_bytes_of(flags.dtype));
+  options.tolerance = flags.tolerance;
+  options.wlb_mem_cap = flags.wlb_mem_cap;
+  options.align_rows = flags.align_rows;
+  options.cost = &setup.pairs;
+  if (!flags.cost_table.empty()) {
+    DISTCA_ASSIGN_OR_RETURN(setup.table, load_cost_table_option(flags.cost_table));
+    options.cost = setup.table.get();
+  }
+  return options.validate(Batch{1, 1, {{{0, 0, 1, 1}}}}, SchedulerSpec{setup.spec.kind, 1});
 }
 
 }  // namespace distca

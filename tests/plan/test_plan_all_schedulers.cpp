@@ -3,6 +3,7 @@
 // small batches and the data layer's workload generator (contiguous and head-tail).
 #include <gtest/gtest.h>
 
+#include "distca/core/specs.h"
 #include "distca/data/workload.h"
 #include "distca/plan/plan.h"
 #include "distca/plan/plan_json.h"
@@ -91,6 +92,56 @@ TEST(AllSchedulers, SameBatchSameBytes) {
     ASSERT_TRUE(a.ok() && b.ok());
     EXPECT_EQ(plan_to_json(*a).dump(), plan_to_json(*b).dump()) << spec.name();
   }
+}
+
+// make_plan_setup: the flags checked in the CLI's order (the first bad one named), and
+// options.cost pointing into the setup (the pairs, or the loaded table).
+TEST(PlanSetup, ChecksTheFlagsInTheCliOrder) {
+  const ModelSpec model = *model_preset("llama-8b");
+  auto message = [&](const PlanFlags& f) {
+    PlanSetup s;
+    const Status st = make_plan_setup(model, f, s);
+    return st.ok() ? std::string("ok") : st.message();
+  };
+  PlanFlags f;
+  {
+    PlanSetup s;
+    ASSERT_TRUE(make_plan_setup(model, f, s).ok());
+    EXPECT_EQ(s.spec.kind, SchedulerKind::kCad);
+    EXPECT_EQ(s.options.dtype_bytes, 2);
+    EXPECT_EQ(s.options.tolerance, 0.05);
+    EXPECT_EQ(s.options.cost, &s.pairs);
+    EXPECT_EQ(s.options.model.name, "llama-8b");
+  }
+  f.scheduler = "percp:3";
+  f.dtype = "fp32";
+  f.tolerance = 0.5;
+  f.wlb_mem_cap = 2;
+  f.align_rows = 128;
+  {
+    PlanSetup s;
+    ASSERT_TRUE(make_plan_setup(model, f, s).ok());  // the degree is checked against a batch later
+    EXPECT_EQ(s.spec.kind, SchedulerKind::kPerCp);
+    EXPECT_EQ(s.spec.cp_degree, 3);
+    EXPECT_EQ(s.options.dtype_bytes, 4);
+    EXPECT_EQ(s.options.tolerance, 0.5);
+    EXPECT_EQ(s.options.wlb_mem_cap, 2);
+    EXPECT_EQ(s.options.align_rows, 128);
+  }
+  f = PlanFlags{"nope", "fp16", 2, 0.5, 0, "/nonexistent/table.json"};
+  EXPECT_NE(message(f).find("--scheduler"), std::string::npos) << message(f);
+  f.scheduler = "wlb";
+  EXPECT_NE(message(f).find("--dtype"), std::string::npos) << message(f);
+  f.dtype = "bf16";
+  EXPECT_NE(message(f).find("--cost-table"), std::string::npos) << message(f);
+  f.cost_table.clear();
+  EXPECT_NE(message(f).find("--tolerance"), std::string::npos) << message(f);
+  f.tolerance = 0.1;
+  EXPECT_NE(message(f).find("--wlb-mem-cap"), std::string::npos) << message(f);
+  f.wlb_mem_cap = 1.2;
+  EXPECT_NE(message(f).find("--align-rows"), std::string::npos) << message(f);
+  f.align_rows = 1;
+  EXPECT_EQ(message(f), "ok");
 }
 
 }  // namespace

@@ -88,6 +88,9 @@ struct CostTable {
 };
 
 nlohmann::json to_json(const CostTable& table);
+// The table's seconds as rows of q_lens, each over kv_lens; null where q_len > kv_len (the
+// "seconds" array of to_json, and a hardware profile's attention grids).
+nlohmann::json seconds_grid_json(const CostTable& table);
 // `source` (a file name) names the input in error messages. Refuses (one line naming the file
 // and the field): a "format" other than "distca-cost-table", a "version" other than
 // kCostTableVersion, a field of the wrong JSON type, and whatever validate refuses.

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -97,6 +98,33 @@ Result<std::optional<double>> parse_tolerance(const std::string& text, const std
 // The align_rows rule of ScheduleOptions::validate alone (the cad planner checks it too); the
 // message names --align-rows.
 Status check_align_rows(int64_t align_rows);
+
+// The planning flags of `distca plan` and distca.plan(), as given (--tolerance a number;
+// `distca plan --tolerance auto` sets options.tolerance itself).
+struct PlanFlags {
+  std::string scheduler = "cad";
+  std::string dtype = "bf16";
+  double tolerance = 0.05;
+  double wlb_mem_cap = 1.2;
+  int64_t align_rows = 1;
+  std::string cost_table;  // empty: causal pairs
+};
+
+// What the flags say. options.cost points into the object (pairs, or the loaded table), so it
+// is filled in place and never copied or moved.
+struct PlanSetup {
+  SchedulerSpec spec;
+  ScheduleOptions options;
+  PairsCostModel pairs;
+  std::unique_ptr<AttentionCostModel> table;  // --cost-table; null: pairs
+  PlanSetup() = default;
+  PlanSetup(const PlanSetup&) = delete;
+  PlanSetup& operator=(const PlanSetup&) = delete;
+};
+// Fills `setup` for `model` from `flags`, checked in the CLI's order: the scheduler, the dtype,
+// the cost table (load_cost_table_option), then the batch-independent checks of
+// ScheduleOptions::validate (the batch's own come when it is known). Messages name the flags.
+Status make_plan_setup(const ModelSpec& model, const PlanFlags& flags, PlanSetup& setup);
 
 struct Schedule {
   std::vector<TaskPlacement> tasks;

@@ -56,9 +56,9 @@ struct SweepOptions {
   // fig4b only: the workload's --dist (empty: "pretrain", the figure's own). Lets the figure be
   // cross-checked on the reference corpus (file:../shared/data/doclens-pretrain.json).
   std::string dist;
-  // fig9 .. fig12: attention seconds from this cost table (load_cost_table: a `distca profile`
-  // JSON or the public profiler's CSV) in every configuration of the sweep, for every
-  // strategy; empty: the analytic model. Columns `attention` say which.
+  // fig9 .. fig12: attention seconds from this cost table (load_cost_table_option, cost/options.h:
+  // a `distca profile` JSON or the public profiler's CSV) in every configuration of the sweep,
+  // for every strategy; empty: the analytic model. Columns `attention` say which.
   std::string cost_table;
   // fig9, fig10: how the batch (sequences of the max document length) is set. "memory-limit"
   // (the default when empty; the paper's rule): the largest batch at which WLB-ideal fits in
