@@ -118,10 +118,9 @@ struct AutoTolerance {
   AutoToleranceModel model;
 };
 
-Status read_tolerance(const Options& o, const SchedulerSpec& spec, ScheduleOptions& options, AutoTolerance& a) {
-  DISTCA_ASSIGN_OR_RETURN(const std::optional<double> tolerance, parse_tolerance(o.tolerance));
+Status read_tolerance(const Options& o, const std::optional<double>& tolerance, const SchedulerSpec& spec,
+                      AutoTolerance& a) {
   a.on = !tolerance.has_value();
-  options.tolerance = tolerance.value_or(0.05);
   if (!a.on) {
     if (!o.hardware.empty()) return Status::invalid_argument("--hardware is used only with --tolerance auto");
     return Status::ok_status();
@@ -197,30 +196,16 @@ int check_workload_before_work(const Options& o, const SchedulerSpec& spec, cons
 // place (options.cost points into it).
 struct Setup {
   ModelSpec model;
-  SchedulerSpec spec;
-  ScheduleOptions options;
+  PlanSetup plan;
   AutoTolerance autotol;
-  PairsCostModel pairs;
-  std::unique_ptr<ProfiledCostModel> profiled;
 };
 
 Status make_setup(const Options& o, Setup& s) {
   DISTCA_ASSIGN_OR_RETURN(s.model, model_flag(o.model));
-  DISTCA_ASSIGN_OR_RETURN(s.spec, parse_scheduler(o.scheduler));
-  DISTCA_ASSIGN_OR_RETURN(const int64_t dtype_bytes, dtype_bytes_of(o.dtype));
-  ScheduleOptions& options = s.options;
-  options.model = s.model;
-  options.dtype_bytes = dtype_bytes;
-  DISTCA_RETURN_IF_ERROR(read_tolerance(o, s.spec, options, s.autotol));
-  options.wlb_mem_cap = o.wlb_mem_cap;
-  options.align_rows = o.align_rows;
-  options.cost = &s.pairs;
-  if (!o.cost_table.empty()) {
-    DISTCA_ASSIGN_OR_RETURN(s.profiled, load_cost_table_option(o.cost_table));
-    options.cost = s.profiled.get();
-  }
-  // The batch-independent checks of ScheduleOptions::validate, before any batch is drawn.
-  DISTCA_RETURN_IF_ERROR(options.validate(Batch{1, 1, {{{0, 0, 1, 1}}}}, SchedulerSpec{s.spec.kind, 1}));
+  DISTCA_ASSIGN_OR_RETURN(const std::optional<double> tolerance, parse_tolerance(o.tolerance));
+  const PlanFlags flags{o.scheduler, o.dtype, tolerance.value_or(0.05), o.wlb_mem_cap, o.align_rows, o.cost_table};
+  DISTCA_RETURN_IF_ERROR(make_plan_setup(s.model, flags, s.plan));
+  DISTCA_RETURN_IF_ERROR(read_tolerance(o, tolerance, s.plan.spec, s.autotol));
   if (Status st = check_output_flag("--json", o.json_path); !st.ok()) return Status::invalid_argument(st.message());
   return Status::ok_status();
 }
@@ -229,8 +214,8 @@ Status make_setup(const Options& o, Setup& s) {
 // batches hold); kExitOk, or the exit code after the one line.
 int plan_batch(const Options& o, Setup& s, const Batch& b, double held, const std::string& what,
                std::vector<nlohmann::json>& summaries) {
-  const SchedulerSpec& spec = s.spec;
-  ScheduleOptions& options = s.options;
+  const SchedulerSpec& spec = s.plan.spec;
+  ScheduleOptions& options = s.plan.options;
   if (spec.kind == SchedulerKind::kPerCp) {
     Status st = check_memory(held + plan_schedule_bytes(b, spec), what + " --scheduler " + spec.name());
     if (!st.ok()) return fail_before_work(st);
@@ -271,14 +256,14 @@ int run(const Options& o) {
   Setup s;
   if (Status st = make_setup(o, s); !st.ok()) return fail(st);
   const std::string what = shape_flags(o.workload) + (o.full ? " --full" : "");
-  if (const int rc = check_workload_before_work(o, s.spec, what); rc != kExitOk) return rc;
+  if (const int rc = check_workload_before_work(o, s.plan.spec, what); rc != kExitOk) return rc;
   auto batches = resolve_batches(o.workload);
   if (!batches.ok()) return fail(batches.status());
   for (const Batch& b : *batches) {
     auto topology = topology_from_flags(o.ranks_per_host, o.host_map, o.inter_host_price, b.ranks);
     if (!topology.ok()) return fail(topology.status());
-    s.options.topology = std::move(topology).value();
-    if (Status st = s.options.validate(b, s.spec); !st.ok()) return fail(st);
+    s.plan.options.topology = std::move(topology).value();
+    if (Status st = s.plan.options.validate(b, s.plan.spec); !st.ok()) return fail(st);
   }
   const BatchShape shape = shape_of(*batches);
   if (!o.workload.batch_file.empty()) {
