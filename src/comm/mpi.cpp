@@ -381,6 +381,7 @@ class ProgressEngine {
     pthread_setname_np(pthread_self(), "distca-progress");  // scripts/thread-cpu.py finds it
     std::unique_lock<std::mutex> lock(mu_);
     std::chrono::microseconds pause = poll_interval_;
+    uint64_t seen = events_;  // events_ when the previous pause was chosen
     for (;;) {
       cv_.wait(lock, [&] { return stop_ || (!active_.empty() && !owner_driving_); });
       if (active_.empty()) return;  // stop_ with nothing in flight
@@ -392,7 +393,6 @@ class ProgressEngine {
         cv_.wait_for(lock, std::chrono::milliseconds(100));
         continue;
       }
-      const uint64_t seen = events_;
       std::vector<std::shared_ptr<ExchangeState>> batch = active_;
       in_round_ = true;
       lock.unlock();
@@ -403,7 +403,9 @@ class ProgressEngine {
       complete(finished);
       if (owner_driving_ || !finished.empty()) cv_.notify_all();
       if (active_.empty()) continue;
+      // A completion, or an exchange added since the previous round, restarts the ramp.
       pause = !finished.empty() || events_ != seen ? poll_interval_ : std::min(2 * pause, max_poll_interval_);
+      seen = events_;
       if (pause.count() == 0) continue;
       const uint64_t before = events_;
       cv_.wait_for(lock, pause, [&] { return stop_ || owner_driving_ || events_ != before; });
