@@ -4,7 +4,7 @@
 Usage: scripts/thread-cpu.py [--match NAME] -- COMMAND...
 
 Runs COMMAND, samples /proc/<pid>/task/<tid>/stat of every process whose command name is
-NAME (default: distca) every 0.1 s while it runs, and prints, per process, the CPU seconds
+NAME (default: distca) under COMMAND every 0.1 s while it runs, and prints, per process, the CPU seconds
 (user + system) of its main thread, of the progress thread (named "distca-progress") and of
 every other thread together, as last seen before the thread ended. The command's own output
 passes through; the table goes to stderr at the end. The command's exit status is returned.
@@ -35,17 +35,32 @@ def read_threads(pid, tick):
     return out
 
 
-def processes(match):
+def parent(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return 0
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def processes(match, root):
+    """Descendants of `root` named `match` (other users' processes of the name are skipped)."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/comm") as f:
-                if f.read().strip() == match:
-                    pids.append(int(entry))
+                if f.read().strip() != match:
+                    continue
         except OSError:
             continue
+        p = int(entry)
+        while p > 1 and p != root:
+            p = parent(p)
+        if p == root:
+            pids.append(int(entry))
     return pids
 
 
@@ -61,7 +76,7 @@ def main():
     seen = {}  # pid -> tid -> (name, cpu)
     proc = subprocess.Popen(args[1:])
     while proc.poll() is None:
-        for pid in processes(match):
+        for pid in processes(match, proc.pid):
             seen.setdefault(pid, {}).update(read_threads(pid, tick))
         time.sleep(0.1)
     for pid in sorted(seen):
