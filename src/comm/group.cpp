@@ -66,8 +66,12 @@ Status GroupCommunicator::barrier() {
 }
 
 Status GroupCommunicator::all_to_all_v(const AllToAllV& a) {
-  DISTCA_ASSIGN_OR_RETURN(auto ex, start_all_to_all_v(a));
-  return ex->wait();
+  // Waited for at once: the parent's waits drive it (Communicator::begin_blocking).
+  parent_.begin_blocking();
+  Result<std::unique_ptr<Exchange>> ex = start_all_to_all_v(a);
+  Status st = ex.ok() ? (*ex)->wait() : ex.status();
+  parent_.end_blocking();
+  return st;
 }
 
 Result<std::unique_ptr<Exchange>> GroupCommunicator::start_all_to_all_v(const AllToAllV& a) {

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <pthread.h>
 #include <thread>
 #include <vector>
 
@@ -277,6 +278,7 @@ std::optional<Status> drive_rounds(ExchangeState& st, Drive how) {
       }
     }
     if (how != Drive::kBlock) return std::nullopt;
+    if (outcount == 0) std::this_thread::yield();  // the core may be the peer's or the thread's
   }
   if (st.trace) {
     st.trace->record({st.trace_name, "comm", 0, st.rank, st.start_us, st.trace->now_us()});
@@ -292,12 +294,16 @@ std::optional<Status> drive(ExchangeState& st, Drive how) {
 }
 
 // The progress thread of one communicator (kThread mode): MPI_Testsome over every exchange
-// in flight; parked on the condition variable when there is none. The pause between rounds
-// starts at poll_interval and doubles, up to max_poll_interval, while rounds complete
-// nothing and nobody waits: every round wakes a thread that takes a core from the rank's
-// compute (on 2 cores, 20 us rounds through a long kernel call slowed the other rank's
-// attention by 15%, docs/runtime.md). A new exchange, a completion or a waiting owner
-// resets it to poll_interval, so a wait() sees its completion within one short pause.
+// in flight while its owner computes; parked on the condition variable when there is none.
+// The pause between rounds starts at poll_interval and doubles, up to max_poll_interval,
+// while rounds complete nothing: every round wakes a thread that takes a core from the
+// rank's compute (on 2 cores, 20 us rounds through a long kernel call slowed the other
+// rank's attention by 15%, docs/runtime.md). A new exchange or a completion resets it.
+//
+// An owner that waits drives progress itself (wait): it has nothing else to do, so its
+// MPI_Testsome loop sees the completion at once, where handing it to the thread cost a
+// wake-up (~25 us of CPU each on the 2-core VM) per short pause; the thread stays parked
+// meanwhile and only one thread at a time ever drives the engine's exchanges.
 class ProgressEngine {
  public:
   ProgressEngine(int poll_interval_us, int max_poll_interval_us)
@@ -330,52 +336,79 @@ class ProgressEngine {
     return st.done;
   }
 
+  // Rounds over every exchange in flight on the caller's thread until `st` is done, once the
+  // thread has finished the round it may be in. Timeouts as in the thread's rounds.
   Status wait(const ExchangeState& st) {
     std::unique_lock<std::mutex> lock(mu_);
     if (st.done) return st.status;
-    ++waiters_;
-    ++events_;
-    cv_.notify_all();  // cut the progress thread's pause short
-    cv_.wait(lock, [&] { return st.done; });
-    --waiters_;
+    owner_driving_ = true;
+    cv_.wait(lock, [&] { return !in_round_; });
+    while (!st.done) {
+      std::vector<std::shared_ptr<ExchangeState>> batch = active_;
+      lock.unlock();
+      auto finished = drive_batch(batch);
+      if (finished.empty()) std::this_thread::yield();  // a core shared with the peer's threads
+      lock.lock();
+      complete(finished);
+    }
+    owner_driving_ = false;
+    cv_.notify_all();  // the thread takes over the exchanges still in flight
     return st.status;
   }
 
  private:
+  using Finished = std::vector<std::pair<ExchangeState*, Status>>;
+
+  // One round over `batch` (unlocked): the exchanges that completed, with their results.
+  static Finished drive_batch(const std::vector<std::shared_ptr<ExchangeState>>& batch) {
+    Finished finished;
+    for (const auto& st : batch) {
+      if (auto result = drive(*st, Drive::kProgress)) finished.emplace_back(st.get(), *result);
+    }
+    return finished;
+  }
+
+  // Marks `finished` done and out of active_ (locked).
+  void complete(const Finished& finished) {
+    for (const auto& [st, status] : finished) {
+      st->status = status;
+      st->done = true;
+      std::erase_if(active_, [&](const auto& a) { return a.get() == st; });
+    }
+  }
+
   void loop() {
+    pthread_setname_np(pthread_self(), "distca-progress");  // scripts/thread-cpu.py finds it
     std::unique_lock<std::mutex> lock(mu_);
     std::chrono::microseconds pause = poll_interval_;
+    uint64_t seen = events_;  // events_ when the previous pause was chosen
     for (;;) {
-      cv_.wait(lock, [&] { return stop_ || !active_.empty(); });
+      cv_.wait(lock, [&] { return stop_ || (!active_.empty() && !owner_driving_); });
       if (active_.empty()) return;  // stop_ with nothing in flight
+      if (owner_driving_) {          // stop_ while the owner drives: impossible by contract
+        cv_.wait(lock, [&] { return !owner_driving_; });
+        continue;
+      }
       if (g_aborting.load()) {
         cv_.wait_for(lock, std::chrono::milliseconds(100));
         continue;
       }
-      const uint64_t seen = events_;
       std::vector<std::shared_ptr<ExchangeState>> batch = active_;
+      in_round_ = true;
       lock.unlock();
-      std::vector<std::pair<ExchangeState*, Status>> finished;
       rounds_.fetch_add(1, std::memory_order_relaxed);
-      for (auto& st : batch) {
-        if (auto result = drive(*st, Drive::kProgress)) finished.emplace_back(st.get(), *result);
-      }
+      const Finished finished = drive_batch(batch);
       lock.lock();
-      if (!finished.empty()) {
-        for (auto& [st, status] : finished) {
-          st->status = status;
-          st->done = true;
-          std::erase_if(active_, [&](const auto& a) { return a.get() == st; });
-        }
-        cv_.notify_all();
-      }
+      in_round_ = false;
+      complete(finished);
+      if (owner_driving_ || !finished.empty()) cv_.notify_all();
       if (active_.empty()) continue;
-      const bool idle_owner = waiters_ > 0;
-      pause = !finished.empty() || idle_owner || events_ != seen ? poll_interval_
-                                                                 : std::min(2 * pause, max_poll_interval_);
+      // A completion, or an exchange added since the previous round, restarts the ramp.
+      pause = !finished.empty() || events_ != seen ? poll_interval_ : std::min(2 * pause, max_poll_interval_);
+      seen = events_;
       if (pause.count() == 0) continue;
       const uint64_t before = events_;
-      cv_.wait_for(lock, pause, [&] { return stop_ || events_ != before; });
+      cv_.wait_for(lock, pause, [&] { return stop_ || owner_driving_ || events_ != before; });
     }
   }
 
@@ -384,8 +417,9 @@ class ProgressEngine {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
-  uint64_t events_ = 0;  // exchanges added + waits begun: each resets the pause
-  int waiters_ = 0;      // owners blocked in wait()
+  uint64_t events_ = 0;        // exchanges added: each resets the pause
+  bool owner_driving_ = false;  // an owner is in wait(): the thread makes no round
+  bool in_round_ = false;       // the thread is in a round (unlocked)
   std::atomic<int64_t> rounds_{0};
   std::vector<std::shared_ptr<ExchangeState>> active_;
   std::thread thread_;  // last: starts after every other member exists
@@ -426,7 +460,7 @@ class MpiExchange : public Exchange {
 
  private:
   std::shared_ptr<ExchangeState> st_;
-  std::shared_ptr<ProgressEngine> engine_;  // null in kPoll mode
+  std::shared_ptr<ProgressEngine> engine_;  // null: test()/wait() drive (kPoll, blocking sections)
   std::optional<Status> result_;
 };
 
@@ -540,16 +574,24 @@ class MpiCommunicatorImpl : public MpiCommunicator {
     return Status::ok_status();
   }
 
+  void begin_blocking() override { ++blocking_depth_; }
+  void end_blocking() override {
+    DISTCA_CHECK(blocking_depth_ > 0);
+    --blocking_depth_;
+  }
+
   void fail(const Status& cause) override { abort_job(rank_, cause.message()); }
 
  private:
-  // Hands an exchange to the progress thread (kThread) and wraps it in its handle.
+  // Hands an exchange to the progress thread (kThread, outside begin_blocking/end_blocking)
+  // and wraps it in its handle; otherwise its test()/wait() drive it.
   std::unique_ptr<Exchange> launch(std::shared_ptr<ExchangeState> st) {
-    if (info_.progress == ProgressMode::kThread) {
+    if (info_.progress == ProgressMode::kThread && blocking_depth_ == 0) {
       if (!engine_) engine_ = std::make_shared<ProgressEngine>(poll_interval_us_, max_poll_interval_us_);
       engine_->add(st);
+      return std::make_unique<MpiExchange>(std::move(st), engine_);
     }
-    return std::make_unique<MpiExchange>(std::move(st), engine_);
+    return std::make_unique<MpiExchange>(std::move(st), nullptr);
   }
 
   // Posts one side of a point-to-point message (request layout: P2pState).
@@ -683,6 +725,7 @@ class MpiCommunicatorImpl : public MpiCommunicator {
   TraceRecorder* const trace_;
   const double timeout_s_;
   uint64_t next_seq_ = 0;
+  int blocking_depth_ = 0;  // open begin_blocking() calls
   std::shared_ptr<ProgressEngine> engine_;  // kThread mode, started at the first exchange
 };
 

@@ -30,6 +30,7 @@
 
 #include "comm_test_util.h"
 #include "distca/comm/communicator.h"
+#include "distca/comm/group.h"
 #include "distca/comm/local.h"
 #include "distca/comm/mpi.h"
 #include "distca/core/trace.h"
@@ -284,6 +285,48 @@ Status test_progress_backoff(MpiCommunicator& comm) {
                                                  std::to_string(kIdleMs) + " ms: no back-off");
   }
   EXPECT_OR_RETURN(ex.correct(comm.rank()), "exchange data after back-off");
+  return comm.barrier();
+}
+
+// A blocking collective on a group (its exchanges are the parent's p2p messages, started
+// inside begin_blocking/end_blocking) is driven by its own waits: the progress thread makes
+// no round for it, and the results are the serial rank-order sums. The first exchange
+// starts the thread, so a collective that handed its messages to it would count rounds.
+Status test_group_collective_owner_driven(MpiCommunicator& comm) {
+  BigExchange warm(comm.size(), comm.rank(), 1u << 10);
+  DISTCA_ASSIGN_OR_RETURN(auto h, comm.start_all_to_all_v(warm.args()));
+  DISTCA_RETURN_IF_ERROR(h->wait());
+  std::vector<int> all(static_cast<std::size_t>(comm.size()));
+  for (int r = 0; r < comm.size(); ++r) all[static_cast<std::size_t>(r)] = r;
+  DISTCA_ASSIGN_OR_RETURN(auto group, GroupCommunicator::create(comm, all, 4242));
+  const int64_t r0 = comm.progress_rounds();
+  for (std::size_t len : {1u, 1000u, 1u << 20}) {  // eager and rendezvous messages
+    DISTCA_RETURN_IF_ERROR(check_all_reduce<float>(*group, len));
+  }
+  const int64_t rounds = comm.progress_rounds() - r0;
+  EXPECT_OR_RETURN(rounds == 0, "the progress thread made " + std::to_string(rounds) +
+                                    " rounds for blocking group collectives");
+  return comm.barrier();
+}
+
+// An owner waiting for an exchange drives it itself: rank 0 waits while the other ranks
+// join only after `idle_ms`. The progress thread, woken by the start, makes at most a round
+// or two before the owner takes over; had it driven the wait (polling every 20 us for a
+// waiting owner) it would count hundreds.
+Status test_wait_owner_driven(MpiCommunicator& comm) {
+  constexpr int kIdleMs = 200;
+  BigExchange ex(comm.size(), comm.rank(), 1u << 16);
+  DISTCA_RETURN_IF_ERROR(comm.barrier());
+  if (comm.rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(kIdleMs));
+  const int64_t r0 = comm.progress_rounds();
+  DISTCA_ASSIGN_OR_RETURN(auto h, comm.start_all_to_all_v(ex.args()));
+  DISTCA_RETURN_IF_ERROR(h->wait());
+  const int64_t rounds = comm.progress_rounds() - r0;
+  if (comm.rank() == 0) {
+    EXPECT_OR_RETURN(rounds <= 5, "the progress thread made " + std::to_string(rounds) + " rounds while rank 0 waited " +
+                                      std::to_string(kIdleMs) + " ms");
+  }
+  EXPECT_OR_RETURN(ex.correct(comm.rank()), "exchange data after an owner-driven wait");
   return comm.barrier();
 }
 
@@ -739,6 +782,16 @@ int main(int argc, char** argv) {
       {"p2p_mismatch_poll", [&] { return test_p2p_mismatch(**poll); }},
       {"p2p_bad_arguments", [&] { return test_p2p_bad_arguments(comm); }},
       {"p2p_trace_labels", [&] { return test_p2p_trace_labels(&argc, &argv, comm); }},
+      {"group_collective_owner_driven",
+       [&] {
+         if (comm.info().progress != ProgressMode::kThread) return Status::ok_status();
+         return test_group_collective_owner_driven(comm);
+       }},
+      {"wait_owner_driven",
+       [&] {
+         if (comm.info().progress != ProgressMode::kThread) return Status::ok_status();
+         return test_wait_owner_driven(comm);
+       }},
       {"progress_backoff",
        [&] {
          if (comm.info().progress != ProgressMode::kThread) return Status::ok_status();

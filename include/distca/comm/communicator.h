@@ -205,6 +205,16 @@ class Communicator {
   // ids lie in [0, size()). This default (local, groups): every rank on host 0.
   virtual Result<std::vector<int64_t>> host_ids();
 
+  // Progress hint around a blocking collective built from non-blocking calls (a group's
+  // all_to_all_v: start every receive and send, then wait for each): every exchange this
+  // thread starts between begin_blocking() and the matching end_blocking() is waited for
+  // before end_blocking(), so a backend may leave its progress to those waits instead of a
+  // background engine. Pairs nest. Default: nothing (local). mpi in kThread mode: such
+  // exchanges are never handed to the progress thread; their wait() drives them (an
+  // exchange left unwaited past end_blocking() progresses only in its test()/wait()).
+  virtual void begin_blocking() {}
+  virtual void end_blocking() {}
+
   // Ends the job because of `cause` (a failure on this rank). mpi: prints
   // "distca: rank R failed: CAUSE" to stderr once and calls MPI_Abort (never returns). local:
   // marks the group failed so every rank blocked in a collective returns an error naming this

@@ -50,6 +50,8 @@ class GroupCommunicator final : public Communicator {
                                                const char* label = nullptr) override;
   Result<std::unique_ptr<Exchange>> start_recv(std::span<std::byte> data, int peer, int tag,
                                                const char* label = nullptr) override;
+  void begin_blocking() override { parent_.begin_blocking(); }
+  void end_blocking() override { parent_.end_blocking(); }
   void fail(const Status& cause) override { parent_.fail(cause); }
 
  private:

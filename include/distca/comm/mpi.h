@@ -7,7 +7,9 @@
 // Progress: OpenMPI moves large messages only inside MPI calls. MPI_Init_thread asks for
 // MPI_THREAD_MULTIPLE; given it, ProgressMode::kThread runs a progress thread per communicator
 // (MPI_Testsome rounds backing off while the owner computes), so transfers advance with no help
-// from the computing thread. Otherwise ProgressMode::kPoll: transfers advance only inside
+// from the computing thread; a wait() drives every exchange in flight itself (no wake-up
+// latency) while the thread stays parked, and exchanges started between begin_blocking() and
+// end_blocking() (blocking group collectives) never reach the thread. Otherwise ProgressMode::kPoll: transfers advance only inside
 // test()/wait(), so the runtime calls test() between compute chunks. p2p calls require
 // MPI_TAG_UB >= 3 * kP2pTagLimit - 1 (else they fail).
 //
@@ -78,8 +80,9 @@ struct MpiInfo {
 class MpiCommunicator : public Communicator {
  public:
   virtual const MpiInfo& info() const = 0;
-  // MPI_Testsome rounds the progress thread has made so far (0 in kPoll mode): a diagnostic of
-  // how often it woke (tests check the back-off with it). The owner's thread, like every call.
+  // MPI_Testsome rounds the progress thread has made so far (0 in kPoll mode; the owner's
+  // rounds inside wait() are not counted): a diagnostic of how often it woke (tests check the
+  // back-off and owner-driven waits with it). The owner's thread, like every call.
   virtual int64_t progress_rounds() const = 0;
 };
 
