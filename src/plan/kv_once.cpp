@@ -87,8 +87,13 @@ KvWireBytes kv_wire_bytes(const DocumentIndex& index, const std::vector<TaskPlac
         out.sent[x][static_cast<size_t>(run.rank)] += bytes;
         out.recv[x][s] += bytes;
         out.total[x] += bytes;
+        out.pairs[x].emplace_back(run.rank, static_cast<int64_t>(s));
       }
     }
+  }
+  for (auto& p : out.pairs) {
+    std::sort(p.begin(), p.end());
+    p.erase(std::unique(p.begin(), p.end()), p.end());
   }
   return out;
 }

@@ -225,6 +225,58 @@ TEST(SimRequest, TrainerBytesMatchTheSimulatorsForTheBaselines) {
   EXPECT_EQ(checked, 6);  // 2 ranks: wlb cp 2, percp cp 2; 4 ranks: both at cp 2 and 4
 }
 
+// CAD's bytes too: cad pingpong (whose K/V travels once per server across the nano-batch
+// pair, plan/kv_once.h) and single-stream trained by the local backend at 2 and 4 ranks on
+// documents of 1024-4096 tokens (cut into ping and pong, split over ranks), every rank's counted bytes
+// times the layers equal the simulator's plan bytes times the layers, exactly.
+TEST(SimRequest, TrainerBytesMatchTheSimulatorsForCad) {
+  int checked = 0;
+  for (const int64_t ranks : {2, 4}) {
+    train::TrainConfig base;
+    base.ranks = ranks;
+    base.tokens_per_rank = 2048;
+    base.max_doc_len = 4096;
+    base.dist = "uniform:1024:4096";
+    base.steps = 2;
+    base.warmup = 1;
+    base.seed = 7;
+    const ModelSpec spec = base.model_spec().value();
+    const int64_t tile = kernels::AttentionTraits::query_tile_rows(spec.n_heads / spec.n_kv_heads);
+    auto data = train::DataSource::create(base, spec.vocab);
+    ASSERT_TRUE(data.ok()) << data.status().message();
+    for (const train::CompareMode& m : train::compare_modes(ranks)) {
+      if (m.mode != train::TrainMode::kCad || !m.overlap || *m.overlap == runtime::OverlapMode::kSignal) continue;
+      auto config = train::compare_config(base, m);
+      ASSERT_TRUE(config.ok()) << config.status().message();
+      TrainingRun run = two_rank_run("cad", runtime::overlap_mode_name(*m.overlap));
+      run.model = spec;
+      run.ranks = ranks;
+      run.tile_rows = tile;
+      run.tolerance = config->tolerance;
+      train::TrainHooks hooks;
+      hooks.data = &*data;
+      train::TrainResult trained;
+      const Status st = train::run_training_local(*config, hooks, &trained);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      const double layers = static_cast<double>(spec.n_layers);
+      const std::string what = m.label + " at " + std::to_string(ranks) + " ranks";
+      for (int64_t s = 0; s < base.steps; ++s) {
+        double measured = 0;
+        for (const auto& rank : trained.rank_steps) measured += static_cast<double>(rank[static_cast<size_t>(s)].bytes_sent) * layers;
+        auto setup = make_sim_options(training_request(run));
+        ASSERT_TRUE(setup.ok()) << setup.status().message();
+        auto simulated = simulate(setup->options, {data->batch(s)});
+        ASSERT_TRUE(simulated.ok()) << simulated.status().message();
+        const double predicted = (simulated->plan.comm_bytes_forward + simulated->plan.comm_bytes_backward) * layers;
+        EXPECT_GT(measured, 0) << what << " step " << s;
+        EXPECT_EQ(predicted, measured) << what << " step " << s;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 4);  // pingpong and single-stream at 2 and 4 ranks
+}
+
 // A CPU run (the local-cpu preset, a hardware profile) has no CUDA context, NCCL buffers or
 // caching allocator: no framework memory; a GPU preset has the GPU figures.
 TEST(SimRequest, FrameworkMemoryOnlyOnGpus) {

@@ -48,6 +48,8 @@ inline int kv_wire_giver(bool backward) { return backward ? 1 : 0; }
 struct KvWireBytes {
   std::array<std::vector<int64_t>, 2> sent, recv;  // [nano][rank]
   std::array<int64_t, 2> total{0, 0};              // [nano] over all ranks
+  // [nano] the (holder, server) rank pairs that move bytes, sorted, each once.
+  std::array<std::vector<std::pair<int64_t, int64_t>>, 2> pairs;
 };
 KvWireBytes kv_wire_bytes(const DocumentIndex& index, const std::vector<TaskPlacement>& full, const NanoSplit& split,
                           const RowBytes& rb);
