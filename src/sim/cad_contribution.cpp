@@ -28,6 +28,54 @@ void Contribution::init(size_t units) {
 
 namespace {
 void release(Vec& v) { Vec().swap(v); }
+
+// The message pairs of nano-batch x of `c`, by unit (fill_nano_contribution's `wire`: K/V
+// travels by the wire's pairs, forward nano-batch x's part, resent in backward all with pong).
+void fill_peers(const Rates& R, const PooledBatch& pooled, const DocumentIndex& index,
+                const std::vector<TaskPlacement>& list, int x, bool fresh_backward, const KvWireBytes* wire,
+                Contribution& c) {
+  auto wire_peers = [&](std::initializer_list<size_t> parts) {
+    PeerLists p(R.units);
+    for (const size_t part : parts) {
+      for (const auto& [h, s] : wire->pairs[part]) {
+        p.add(pooled.unit_of[static_cast<size_t>(h)], pooled.unit_of[static_cast<size_t>(s)]);
+      }
+    }
+    p.normalize();
+    return p;
+  };
+  PeerLists dispatch(R.units), queries(R.units);
+  add_plan_peers(index, list, &pooled.unit_of, dispatch, queries);
+  c.fwd_return_peers[x] = queries.transposed();   // O + LSE back
+  c.bwd_return_peers[x] = dispatch.transposed();  // dQ and dK/dV back
+  c.bwd_dispatch_peers[x] = queries;              // dO out (with the inputs again below)
+  if (fresh_backward || R.o.cad_stateless) {
+    c.bwd_dispatch_peers[x].merge(
+        wire ? wire_peers(x == 1 ? std::initializer_list<size_t>{0, 1} : std::initializer_list<size_t>{}) : dispatch);
+  }
+  if (wire) {
+    dispatch = wire_peers({static_cast<size_t>(x)});
+    dispatch.merge(queries);
+  }
+  c.fwd_dispatch_peers[x] = std::move(dispatch);  // Q and K/V out
+}
+
+// The plan figures of nano-batch x (its traffic `b`): the forward's bytes as they travel (K/V
+// by the wire when given) and the inputs as a backward resends them.
+void count_plan_bytes(const Rates& R, const TrafficBreakdown& b, int x, bool fresh_backward, const KvWireBytes* wire,
+                      PlanStats& ps) {
+  const int64_t forward = b.q + b.o_lse + (wire ? wire->total[static_cast<size_t>(x)] : b.kv);
+  const int64_t resent = b.q + b.o_lse + (!wire ? b.kv : x == 1 ? wire->total[0] + wire->total[1] : 0);
+  if (fresh_backward) {  // the backward's own plan: dO out, dQ / dK/dV back, inputs again
+    ps.comm_bytes_backward += static_cast<double>(b.backward() + resent);
+  } else if (R.pp > 1) {  // a pipeline's forward plan: its backward is counted apart
+    ps.comm_bytes_forward += static_cast<double>(forward);
+  } else {
+    ps.comm_bytes_forward += static_cast<double>(forward);
+    ps.comm_bytes_backward += static_cast<double>(b.backward());
+    if (R.o.cad_stateless) ps.comm_bytes_backward += static_cast<double>(resent);
+  }
+}
 }  // namespace
 
 void Contribution::release_forward() {
@@ -86,36 +134,7 @@ void fill_nano_contribution(const Rates& R, const PooledBatch& pooled, const Doc
     dout_recv[srv] += n * static_cast<double>(rb.o);
   }
   const auto xs = static_cast<size_t>(x);
-  // The K/V wire's pairs (kv_once.h), by unit: the forward's of nano-batch x, and the
-  // backward's (pong carries both parts, ping none).
-  auto wire_peers = [&](std::initializer_list<size_t> parts) {
-    PeerLists p(R.units);
-    for (const size_t part : parts) {
-      for (const auto& [h, s] : wire->pairs[part]) {
-        p.add(pooled.unit_of[static_cast<size_t>(h)], pooled.unit_of[static_cast<size_t>(s)]);
-      }
-    }
-    p.normalize();
-    return p;
-  };
-  {  // the message pairs, by unit
-    PeerLists dispatch(R.units), queries(R.units);
-    add_plan_peers(index, list, &pooled.unit_of, dispatch, queries);
-    c.fwd_return_peers[x] = queries.transposed();   // O + LSE back
-    c.bwd_return_peers[x] = dispatch.transposed();  // dQ and dK/dV back
-    c.bwd_dispatch_peers[x] = queries;              // dO out (with the inputs again below)
-    if (fresh_backward || R.o.cad_stateless) {
-      c.bwd_dispatch_peers[x].merge(wire ? wire_peers(x == 1 ? std::initializer_list<size_t>{0, 1}
-                                                            : std::initializer_list<size_t>{})
-                                         : dispatch);
-      if (wire) c.bwd_dispatch_peers[x].merge(queries);
-    }
-    if (wire) {
-      dispatch = wire_peers({xs});
-      dispatch.merge(queries);
-    }
-    c.fwd_dispatch_peers[x] = std::move(dispatch);  // Q and K/V out
-  }
+  fill_peers(R, pooled, index, list, x, fresh_backward, wire, c);
   for (size_t rk = 0; rk < ranks; ++rk) {
     const RankBytes& b = t.per_rank[rk];
     const auto u = static_cast<size_t>(pooled.unit_of[rk]);
@@ -159,20 +178,8 @@ void fill_nano_contribution(const Rates& R, const PooledBatch& pooled, const Doc
     c.bwd_transient[u] += c.bwd_dispatch_recv[x][u] + c.bwd_return_sent[x][u];
     c.bwd_transient_kv[u] += (resent ? 2.0 : 1.0) * kv_recv;  // K/V again, dK/dV partials
   }
-  // The forward's bytes as they travel, and the inputs as backward resends them.
-  const int64_t forward = t.bytes.q + t.bytes.o_lse + (wire ? wire->total[xs] : t.bytes.kv);
-  const int64_t resent = t.bytes.q + t.bytes.o_lse + (!wire ? t.bytes.kv : x == 1 ? wire->total[0] + wire->total[1] : 0);
-  if (fresh_backward) {  // the backward's own plan: dO out, dQ / dK/dV back, inputs again
-    ps.comm_bytes_backward += static_cast<double>(t.bytes.backward() + resent);
-  } else if (backward_apart) {  // a pipeline's forward plan: its backward is counted apart
-    ps.comm_bytes_forward += static_cast<double>(forward);
-  } else {
-    ps.comm_bytes_forward += static_cast<double>(forward);
-    ps.comm_bytes_backward += static_cast<double>(t.bytes.backward());
-    if (R.o.cad_stateless) ps.comm_bytes_backward += static_cast<double>(resent);
-  }
+  count_plan_bytes(R, t.bytes, x, fresh_backward, wire, ps);
 }
-
 
 void note_transients(const std::vector<Contribution*>& fwd, const std::vector<Contribution*>& bwd,
                      std::vector<double>& transient, std::vector<double>& transient_kv) {
