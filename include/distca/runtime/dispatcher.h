@@ -17,6 +17,10 @@
 // forward theirs inside their hosts. The kKv receive buffer ends as the plan lays it out, so
 // every number is the one without relays. Stateless backward sends K|V again the same way;
 // dK|dV partials go straight to the holders as the plan says.
+// K/V once (DispatcherOptions::kv_once, set by the runner on a nano-batch pair): the K|V
+// exchange carries the pair's wire (plan/kv_once.h) instead of this plan's kKv; the first
+// dispatch of a direction keeps what it received for the second, which fills its kKv receive
+// buffer from both. The buffer again ends as the plan lays it out.
 // Backward: by default servers KEEP their fused forward inputs and outputs (in-place servers,
 // the byte rules of plan/traffic.h), so only dO travels out; dQ and dK|dV partials come back.
 // Stateless servers (DispatcherOptions::stateless, the paper's design) drop them after
