@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "distca/core/check.h"
+#include "distca/plan/kv_once.h"
 
 namespace distca {
 namespace {
@@ -40,13 +41,18 @@ struct Transfer {
   std::vector<std::array<int64_t, 2>> out, in;  // [rank][0 intra, 1 inter]
 };
 
-Transfer transfer(const Plan& plan, std::initializer_list<ExchangeKind> kinds) {
+// `wire` ([ranks], optional): one more exchange per rank (the K/V wire of plan/kv_once.h).
+Transfer transfer(const Plan& plan, std::initializer_list<ExchangeKind> kinds,
+                  const std::vector<Exchange>* wire = nullptr) {
   const size_t n = plan.ranks.size();
   Transfer t{std::vector<std::vector<std::pair<size_t, int64_t>>>(n), std::vector<std::array<int64_t, 2>>(n, {0, 0}),
              std::vector<std::array<int64_t, 2>>(n, {0, 0})};
   for (size_t r = 0; r < n; ++r) {
-    for (const ExchangeKind k : kinds) {
-      const Exchange& e = plan.ranks[r].exchange(k);
+    std::vector<const Exchange*> exchanges;
+    for (const ExchangeKind k : kinds) exchanges.push_back(&plan.ranks[r].exchange(k));
+    if (wire != nullptr) exchanges.push_back(&(*wire)[r]);
+    for (const Exchange* ex : exchanges) {
+      const Exchange& e = *ex;
       for (const auto& [p, rows] : e.send_counts.entries()) {
         if (rows <= 0) continue;
         const int64_t bytes = rows * e.row_bytes;
@@ -101,8 +107,9 @@ double simulate(const NanoPlans& plans, const AutoToleranceModel& m, int64_t lay
   const std::array<NanoFigures, 2> f = {figures(plans.nano[0], plans.split.tokens, 0, m),
                                         figures(plans.nano[1], plans.split.tokens, 1, m)};
   std::array<Transfer, 2> dispatch, ret, back_dispatch, back_ret;
+  const std::array<std::vector<Exchange>, 2> kv = nano_kv_wire(plans, false);
   for (size_t x = 0; x < 2; ++x) {
-    dispatch[x] = transfer(plans.nano[x], {ExchangeKind::kQ, ExchangeKind::kKv});
+    dispatch[x] = transfer(plans.nano[x], {ExchangeKind::kQ}, &kv[x]);
     ret[x] = transfer(plans.nano[x], {ExchangeKind::kOLse});
     back_dispatch[x] = transfer(plans.nano[x], {ExchangeKind::kDO});
     back_ret[x] = transfer(plans.nano[x], {ExchangeKind::kDQ, ExchangeKind::kDKv});

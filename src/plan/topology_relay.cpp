@@ -11,6 +11,13 @@
 namespace distca {
 
 std::vector<RelayedBlock> kv_relay(const Plan& plan, const std::vector<int64_t>& hosts) {
+  std::vector<const Exchange*> kv;
+  for (const RankPlan& r : plan.ranks) kv.push_back(&r.exchange(ExchangeKind::kKv));
+  return kv_relay(plan, kv, hosts);
+}
+
+std::vector<RelayedBlock> kv_relay(const Plan& plan, const std::vector<const Exchange*>& kv_of,
+                                   const std::vector<int64_t>& hosts) {
   std::vector<RelayedBlock> out;
   if (hosts.empty() || std::all_of(hosts.begin(), hosts.end(), [&](int64_t h) { return h == hosts.front(); })) {
     return out;
@@ -29,8 +36,8 @@ std::vector<RelayedBlock> kv_relay(const Plan& plan, const std::vector<int64_t>&
   // document, first row) -> row. A server's block of a holder's piece starts where the relay's
   // block of that piece does (both are the piece clipped to a context [0, E)).
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::pair<int64_t, int64_t>> at;
-  for (size_t s = 0; s < plan.ranks.size(); ++s) {
-    const Exchange& kv = plan.ranks[s].exchange(ExchangeKind::kKv);
+  for (size_t s = 0; s < kv_of.size(); ++s) {
+    const Exchange& kv = *kv_of[s];
     for (const auto& [h, blocks] : kv.recv_blocks.entries()) {
       if (host(static_cast<int64_t>(h)) == host(static_cast<int64_t>(s))) continue;
       int64_t w = kv.recv_displs[h];

@@ -11,6 +11,7 @@
 #include "distca/core/check.h"
 #include "distca/kernels/attention.h"
 #include "distca/kernels/attention_traits.h"
+#include "dispatcher_kv_once.h"
 #include "dispatcher_relay.h"
 
 namespace distca::runtime {
@@ -165,6 +166,9 @@ struct CaDispatcher::LayerState {
   // K/V relays (dispatcher_relay.h): the two exchanges' buffers, while they run.
   std::vector<float> kv1_send, kv1_recv, kv2_send, kv2_recv;
   InFlight ex_kv2;
+  // The K/V wire of a nano-batch pair (dispatcher_kv_once.h): what arrived, in the wire's
+  // layout, until finish_kv has filled kv_recv from it.
+  std::vector<float> wire_recv;
 };
 
 CaDispatcher::CaDispatcher(comm::Communicator& comm, const Plan& plan, const AttentionDims& dims,
@@ -299,7 +303,7 @@ void CaDispatcher::give_all(LayerState& s) {
   for (std::vector<float>* b : {&s.q_send, &s.q_recv, &s.kv_send, &s.kv_recv, &s.olse_send, &s.olse_recv, &s.do_send,
                                 &s.do_recv, &s.dq_send, &s.dq_recv, &s.dkv_send, &s.dkv_recv, &s.fq, &s.fk, &s.fv,
                                 &s.fo, &s.flse, &s.home_dk, &s.home_dv, &s.home_lse, &s.kv1_send, &s.kv1_recv,
-                                &s.kv2_send, &s.kv2_recv}) {
+                                &s.kv2_send, &s.kv2_recv, &s.wire_recv}) {
     give(*b);
   }
 }
@@ -351,59 +355,102 @@ Status CaDispatcher::start_forward(int layer, const float* q, const float* k, co
   if (options_.stateless) take(s.home_lse, n_tokens() * dims_.n_heads);
   const RankPlan& rp = plan_.ranks[sz(rank_)];
   const Exchange& xq = rp.exchange(ExchangeKind::kQ);
-  const Exchange& xkv = rp.exchange(ExchangeKind::kKv);
-  const int64_t qf = dims_.q_floats(), kvf = dims_.kv_floats();
+  const int64_t qf = dims_.q_floats();
   take(s.q_send, xq.send_rows() * qf);
   take(s.q_recv, xq.recv_rows() * qf);
-  take(s.kv_send, xkv.send_rows() * 2 * kvf);
-  take(s.kv_recv, xkv.recv_rows() * 2 * kvf);
   {  // signal mode does the same copies: only the wire differs
     for_rows(index_, rank_, xq.send_blocks, xq.send_displs, [&](int64_t l, int64_t w) {
       copy_row(q + l * qf, s.q_send.data() + w * qf, qf);
     });
-    for_rows(index_, rank_, xkv.send_blocks, xkv.send_displs, [&](int64_t l, int64_t w) {
-      copy_row(k + l * kvf, s.kv_send.data() + w * 2 * kvf, kvf);
-      copy_row(v + l * kvf, s.kv_send.data() + w * 2 * kvf + kvf, kvf);
-    });
+    pack_kv(s, 0);
   }
   trace("pack q/kv", "compute", t0);
   const double ts = options_.trace ? options_.trace->now_us() : 0;
   DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xq, s.q_send.data(), s.q_recv.data(), qf, options_.signal, ts, label_ + "q", s.ex_q));
-  DISTCA_RETURN_IF_ERROR(start_kv(s, ts));
+  DISTCA_RETURN_IF_ERROR(start_kv(s, 0, ts));
   fwd_bytes_ = s.ex_q.bytes_sent + s.ex_kv.bytes_sent;
   return Status::ok_status();
 }
 
-Status CaDispatcher::start_kv(LayerState& s, double start_us) {
+const detail::KvWireSide* CaDispatcher::kv_side(int dir) const {
+  const auto& once = options_.kv_once;
+  return once && once->side[sz(dir)].on ? &once->side[sz(dir)] : nullptr;
+}
+
+const Exchange& CaDispatcher::kv_wire(int dir) const {
+  const detail::KvWireSide* w = kv_side(dir);
+  return w ? w->wire : plan_.ranks[sz(rank_)].exchange(ExchangeKind::kKv);
+}
+
+void CaDispatcher::pack_kv(LayerState& s, int dir) {
+  const Exchange& wire = kv_wire(dir);
+  const int64_t kvf = dims_.kv_floats();
+  take(s.kv_send, wire.send_rows() * 2 * kvf);
+  take(s.kv_recv, plan_.ranks[sz(rank_)].exchange(ExchangeKind::kKv).recv_rows() * 2 * kvf);
+  for_rows(index_, rank_, wire.send_blocks, wire.send_displs, [&](int64_t l, int64_t w) {
+    copy_row(s.k + l * kvf, s.kv_send.data() + w * 2 * kvf, kvf);
+    copy_row(s.v + l * kvf, s.kv_send.data() + w * 2 * kvf + kvf, kvf);
+  });
+}
+
+Status CaDispatcher::start_kv(LayerState& s, int dir, double start_us) {
   const int64_t f = 2 * dims_.kv_floats();
-  if (!relay_->on) {
-    const Exchange& xkv = plan_.ranks[sz(rank_)].exchange(ExchangeKind::kKv);
-    return start_exchange(comm_, xkv, s.kv_send.data(), s.kv_recv.data(), f, options_.signal, start_us, label_ + "kv", s.ex_kv);
+  const detail::KvWireSide* side = kv_side(dir);
+  const Exchange& wire = kv_wire(dir);
+  const detail::KvRelayLayout& relay = side ? side->relay : *relay_;
+  float* recv = s.kv_recv.data();
+  if (side) {
+    take(s.wire_recv, wire.recv_rows() * f);
+    recv = s.wire_recv.data();
   }
-  take(s.kv1_send, relay_->first.send_rows() * f);
-  take(s.kv1_recv, relay_->first.recv_rows() * f);
-  detail::copy_rows(relay_->pack_first, s.kv_send.data(), s.kv1_send.data(), f);
-  return start_exchange(comm_, relay_->first, s.kv1_send.data(), s.kv1_recv.data(), f, options_.signal, start_us,
+  if (!relay.on) {
+    return start_exchange(comm_, wire, s.kv_send.data(), recv, f, options_.signal, start_us, label_ + "kv", s.ex_kv);
+  }
+  take(s.kv1_send, relay.first.send_rows() * f);
+  take(s.kv1_recv, relay.first.recv_rows() * f);
+  detail::copy_rows(relay.pack_first, s.kv_send.data(), s.kv1_send.data(), f);
+  return start_exchange(comm_, relay.first, s.kv1_send.data(), s.kv1_recv.data(), f, options_.signal, start_us,
                         label_ + "kv", s.ex_kv);
 }
 
-Status CaDispatcher::finish_kv(LayerState& s, int64_t* bytes) {
+Status CaDispatcher::finish_kv(LayerState& s, int layer, int dir, int64_t* bytes) {
   DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_kv, options_.trace, rank_, label_ + "kv", &waited_s_));
-  if (!relay_->on) return Status::ok_status();
-  // The relays forward what their host's other servers need; every row lands where the
-  // plan's kKv layout puts it, so what follows is as without relays.
   const int64_t f = 2 * dims_.kv_floats();
-  detail::copy_rows(relay_->unpack_first, s.kv1_recv.data(), s.kv_recv.data(), f);
-  take(s.kv2_send, relay_->second.send_rows() * f);
-  take(s.kv2_recv, relay_->second.recv_rows() * f);
-  detail::copy_rows(relay_->pack_second, s.kv_recv.data(), s.kv2_send.data(), f);
-  const double ts = options_.trace ? options_.trace->now_us() : 0;
-  DISTCA_RETURN_IF_ERROR(start_exchange(comm_, relay_->second, s.kv2_send.data(), s.kv2_recv.data(), f,
-                                        options_.signal, ts, label_ + "kv relay", s.ex_kv2));
-  *bytes += s.ex_kv2.bytes_sent;
-  DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_kv2, options_.trace, rank_, label_ + "kv relay", &waited_s_));
-  detail::copy_rows(relay_->unpack_second, s.kv2_recv.data(), s.kv_recv.data(), f);
-  give(s.kv1_send), give(s.kv1_recv), give(s.kv2_send), give(s.kv2_recv);
+  const detail::KvWireSide* side = kv_side(dir);
+  const detail::KvRelayLayout& relay = side ? side->relay : *relay_;
+  float* recv = side ? s.wire_recv.data() : s.kv_recv.data();
+  if (relay.on) {
+    // The relays forward what their host's other servers need; every row lands where the
+    // layout as it travels puts it, so what follows is as without relays.
+    detail::copy_rows(relay.unpack_first, s.kv1_recv.data(), recv, f);
+    take(s.kv2_send, relay.second.send_rows() * f);
+    take(s.kv2_recv, relay.second.recv_rows() * f);
+    detail::copy_rows(relay.pack_second, recv, s.kv2_send.data(), f);
+    const double ts = options_.trace ? options_.trace->now_us() : 0;
+    DISTCA_RETURN_IF_ERROR(start_exchange(comm_, relay.second, s.kv2_send.data(), s.kv2_recv.data(), f,
+                                          options_.signal, ts, label_ + "kv relay", s.ex_kv2));
+    *bytes += s.ex_kv2.bytes_sent;
+    DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_kv2, options_.trace, rank_, label_ + "kv relay", &waited_s_));
+    detail::copy_rows(relay.unpack_second, s.kv2_recv.data(), recv, f);
+    give(s.kv1_send), give(s.kv1_recv), give(s.kv2_send), give(s.kv2_recv);
+  }
+  if (!side) return Status::ok_status();
+  // The wire to the plan's layout: this exchange's rows, then (taker) the giver's.
+  detail::copy_rows(side->own, s.wire_recv.data(), s.kv_recv.data(), f);
+  auto& stash = options_.kv_once->stash->rows;
+  const auto key = std::make_pair(layer, dir);
+  if (side->giver) {
+    stash[key] = std::move(s.wire_recv);
+    s.wire_recv = {};
+    return Status::ok_status();
+  }
+  give(s.wire_recv);
+  auto it = stash.find(key);
+  DISTCA_CHECK_MSG(it != stash.end(), "kv once: layer " + std::to_string(layer) +
+                                          " served before the nano-batch that gives its K/V rows");
+  detail::copy_rows(side->given, it->second.data(), s.kv_recv.data(), f);
+  give(it->second);
+  stash.erase(it);
   return Status::ok_status();
 }
 
@@ -434,7 +481,7 @@ Status CaDispatcher::serve_forward(int layer) {
   LayerState& s = state_in(layer, Phase::kForwardStarted, "serve_forward");
   const std::string lbl = options_.label.empty() ? "" : options_.label + " ";
   DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_q, options_.trace, rank_, lbl + "q", &waited_s_));
-  DISTCA_RETURN_IF_ERROR(finish_kv(s, &fwd_bytes_));
+  DISTCA_RETURN_IF_ERROR(finish_kv(s, layer, 0, &fwd_bytes_));
   double t0 = options_.trace ? options_.trace->now_us() : 0;
   const ServerPlan& sp = plan_.servers[sz(rank_)];
   const int64_t qf = dims_.q_floats(), H = dims_.n_heads;
@@ -542,7 +589,7 @@ Status CaDispatcher::start_backward(int layer, const float* d_o, float* dq, floa
   const double t0 = options_.trace ? options_.trace->now_us() : 0;
   s.d_o = d_o, s.dq = dq, s.dk = dk, s.dv = dv, s.write = write;
   const Exchange& xd = plan_.ranks[sz(rank_)].exchange(ExchangeKind::kDO);
-  const int64_t qf = dims_.q_floats(), H = dims_.n_heads, kvf = dims_.kv_floats();
+  const int64_t qf = dims_.q_floats(), H = dims_.n_heads;
   const int64_t wf = do_row_floats();
   take(s.do_send, xd.send_rows() * wf);
   take(s.do_recv, xd.recv_rows() * wf);
@@ -557,21 +604,13 @@ Status CaDispatcher::start_backward(int layer, const float* d_o, float* dq, floa
       }
     });
   }
-  if (options_.stateless) {  // K|V again, as in forward
-    const Exchange& xkv = plan_.ranks[sz(rank_)].exchange(ExchangeKind::kKv);
-    take(s.kv_send, xkv.send_rows() * 2 * kvf);
-    take(s.kv_recv, xkv.recv_rows() * 2 * kvf);
-    for_rows(index_, rank_, xkv.send_blocks, xkv.send_displs, [&](int64_t l, int64_t w) {
-      copy_row(s.k + l * kvf, s.kv_send.data() + w * 2 * kvf, kvf);
-      copy_row(s.v + l * kvf, s.kv_send.data() + w * 2 * kvf + kvf, kvf);
-    });
-  }
+  if (options_.stateless) pack_kv(s, 1);  // K|V again, as in forward
   trace("pack do", "compute", t0);
   const double ts = options_.trace ? options_.trace->now_us() : 0;
   DISTCA_RETURN_IF_ERROR(start_exchange(comm_, xd, s.do_send.data(), s.do_recv.data(), wf, options_.signal, ts, label_ + "do", s.ex_do));
   bwd_bytes_ = s.ex_do.bytes_sent;
   if (options_.stateless) {
-    DISTCA_RETURN_IF_ERROR(start_kv(s, ts));
+    DISTCA_RETURN_IF_ERROR(start_kv(s, 1, ts));
     bwd_bytes_ += s.ex_kv.bytes_sent;
   }
   s.phase = Phase::kBackwardStarted;
@@ -582,7 +621,7 @@ Status CaDispatcher::serve_backward(int layer) {
   LayerState& s = state_in(layer, Phase::kBackwardStarted, "serve_backward");
   const std::string lbl = options_.label.empty() ? "" : options_.label + " ";
   DISTCA_RETURN_IF_ERROR(finish_exchange(s.ex_do, options_.trace, rank_, lbl + "do", &waited_s_));
-  if (options_.stateless) DISTCA_RETURN_IF_ERROR(finish_kv(s, &bwd_bytes_));
+  if (options_.stateless) DISTCA_RETURN_IF_ERROR(finish_kv(s, layer, 1, &bwd_bytes_));
   double t0 = options_.trace ? options_.trace->now_us() : 0;
   const ServerPlan& sp = plan_.servers[sz(rank_)];
   const RankPlan& rp = plan_.ranks[sz(rank_)];

@@ -41,13 +41,19 @@ void set_peer(Exchange* ex, bool send, size_t peer, int64_t rows, int64_t displ)
 }  // namespace
 
 KvRelayLayout make_kv_relay_layout(const Plan& plan, int rank) {
+  std::vector<const Exchange*> kv;
+  for (const RankPlan& r : plan.ranks) kv.push_back(&r.exchange(ExchangeKind::kKv));
+  return make_kv_relay_layout(plan, kv, rank);
+}
+
+KvRelayLayout make_kv_relay_layout(const Plan& plan, const std::vector<const Exchange*>& kv_of, int rank) {
   KvRelayLayout out;
-  const std::vector<RelayedBlock> relayed = kv_relay(plan, plan.hosts);
+  const std::vector<RelayedBlock> relayed = kv_relay(plan, kv_of, plan.hosts);
   if (relayed.empty()) return out;
   out.on = true;
-  const size_t n = plan.ranks.size();
+  const size_t n = kv_of.size();
   const auto me = static_cast<int64_t>(rank);
-  const Exchange& kv = plan.ranks[static_cast<size_t>(rank)].exchange(ExchangeKind::kKv);
+  const Exchange& kv = *kv_of[static_cast<size_t>(rank)];
   for (Exchange* ex : {&out.first, &out.second}) {
     ex->row_bytes = kv.row_bytes;
     ex->send_counts = ex->send_displs = ex->recv_counts = ex->recv_displs = PeerVector<int64_t>(n);
@@ -57,7 +63,7 @@ KvRelayLayout make_kv_relay_layout(const Plan& plan, int rank) {
   std::vector<Skips> skip_send(n), skip_recv(n);
   for (const RelayedBlock& b : relayed) {
     if (b.holder == me) {
-      const Exchange& skv = plan.ranks[static_cast<size_t>(b.server)].exchange(ExchangeKind::kKv);
+      const Exchange& skv = *kv_of[static_cast<size_t>(b.server)];
       const int64_t at = kv.send_displs[static_cast<size_t>(b.server)] + (b.server_row - skv.recv_displs[static_cast<size_t>(me)]);
       skip_send[static_cast<size_t>(b.server)].emplace_back(at, b.rows);
     }

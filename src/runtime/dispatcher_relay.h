@@ -27,6 +27,9 @@ struct KvRelayLayout {
 
 // `rank`'s layout of the relays of plan (under plan.hosts).
 KvRelayLayout make_kv_relay_layout(const Plan& plan, int rank);
+// The same for the K/V layout `kv` ([ranks], as it travels: plan/kv_once.h's wire) in place of
+// the plan's kKv; `plan` gives the tasks and the hosts (kv_relay's overload).
+KvRelayLayout make_kv_relay_layout(const Plan& plan, const std::vector<const Exchange*>& kv, int rank);
 
 // Applies `copies` of rows of `row_floats` floats.
 void copy_rows(const std::vector<RowCopy>& copies, const float* from, float* to, int64_t row_floats);

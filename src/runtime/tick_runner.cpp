@@ -6,6 +6,8 @@
 #include <string>
 #include <utility>
 
+#include "dispatcher_kv_once.h"
+
 namespace distca::runtime {
 namespace {
 
@@ -36,8 +38,12 @@ Status TickRunner::add_direction(comm::Communicator& comm, const NanoPlans& plan
     lanes.push_back({owned_.back().get(), direction == 0 ? std::vector<int>{0, 1} : std::vector<int>{1, 0}});
     return Status::ok_status();
   }
+  // The pair's K/V wire: the backward sides only where backward sends K/V (stateless).
+  std::array<std::shared_ptr<const detail::KvOnce>, 2> once;
+  if (kv_once_) once = detail::make_kv_once(plans, comm.rank(), o.stateless);
   for (int x = 0; x < 2; ++x) {
     o.label = (pre.empty() ? pre : pre + " ") + (x == 0 ? "ping" : "pong");
+    o.kv_once = once[static_cast<size_t>(x)];
     DISTCA_ASSIGN_OR_RETURN(auto d, CaDispatcher::create(comm, plans.nano[static_cast<size_t>(x)], dims, o));
     owned_.push_back(std::move(d));
     lanes.push_back({owned_.back().get(), {x}});
@@ -48,9 +54,10 @@ Status TickRunner::add_direction(comm::Communicator& comm, const NanoPlans& plan
 
 Result<std::unique_ptr<TickRunner>> TickRunner::create(comm::Communicator& comm, const NanoPlans& plans,
                                                        const AttentionDims& dims, OverlapMode mode,
-                                                       TraceRecorder* trace, bool stateless) {
+                                                       TraceRecorder* trace, bool stateless, bool kv_once) {
   std::unique_ptr<TickRunner> r(new TickRunner());
   r->comm_ = &comm;
+  r->kv_once_ = kv_once;
   r->mode_ = mode;
   r->trace_ = trace;
   DispatcherOptions o;
@@ -67,9 +74,10 @@ Result<std::unique_ptr<TickRunner>> TickRunner::create(comm::Communicator& comm,
 
 Result<std::unique_ptr<TickRunner>> TickRunner::create_tick(comm::Communicator& comm, const NanoPlans* forward,
                                                             const NanoPlans* backward, const AttentionDims& dims,
-                                                            OverlapMode mode, TraceRecorder* trace) {
+                                                            OverlapMode mode, TraceRecorder* trace, bool kv_once) {
   std::unique_ptr<TickRunner> r(new TickRunner());
   r->comm_ = &comm;
+  r->kv_once_ = kv_once;
   r->mode_ = mode;
   r->trace_ = trace;
   r->adopts_ = true;

@@ -247,6 +247,13 @@ Status plan_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick
     for (const TaskPlacement& t : *by_nano[x]) lists[x][static_cast<size_t>(pooled.stage_of_doc(t.doc))].push_back(t);
   }
   const DocumentIndex index(planned);
+  // Ping-pong: each stage's K/V wire (plan/kv_once.h), from its whole task list.
+  std::vector<KvWireBytes> wire;
+  if (split) {
+    std::vector<std::vector<TaskPlacement>> full(static_cast<size_t>(R.pp));
+    for (const TaskPlacement& t : ns.full) full[static_cast<size_t>(pooled.stage_of_doc(t.doc))].push_back(t);
+    for (const auto& f : full) wire.push_back(kv_wire_bytes(index, f, nano, R.row_bytes));
+  }
   for (size_t oi = 0; oi < tick.ops.size(); ++oi) {
     const PipeOp& op = tick.ops[oi];
     Contribution& c = *outs[oi];
@@ -262,7 +269,7 @@ Status plan_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick
     }
     for (int x = 0; x < 2; ++x) {
       fill_nano_contribution(R, pooled, index, lists[static_cast<size_t>(x)][static_cast<size_t>(op.stage)], x,
-                             fresh_backward, c, ps);
+                             fresh_backward, c, ps, split ? &wire[static_cast<size_t>(op.stage)] : nullptr);
     }
   }
   ps.plans += 1;

@@ -28,6 +28,54 @@ void Contribution::init(size_t units) {
 
 namespace {
 void release(Vec& v) { Vec().swap(v); }
+
+// The message pairs of nano-batch x of `c`, by unit (fill_nano_contribution's `wire`: K/V
+// travels by the wire's pairs, forward nano-batch x's part, resent in backward all with pong).
+void fill_peers(const Rates& R, const PooledBatch& pooled, const DocumentIndex& index,
+                const std::vector<TaskPlacement>& list, int x, bool fresh_backward, const KvWireBytes* wire,
+                Contribution& c) {
+  auto wire_peers = [&](std::initializer_list<size_t> parts) {
+    PeerLists p(R.units);
+    for (const size_t part : parts) {
+      for (const auto& [h, s] : wire->pairs[part]) {
+        p.add(pooled.unit_of[static_cast<size_t>(h)], pooled.unit_of[static_cast<size_t>(s)]);
+      }
+    }
+    p.normalize();
+    return p;
+  };
+  PeerLists dispatch(R.units), queries(R.units);
+  add_plan_peers(index, list, &pooled.unit_of, dispatch, queries);
+  c.fwd_return_peers[x] = queries.transposed();   // O + LSE back
+  c.bwd_return_peers[x] = dispatch.transposed();  // dQ and dK/dV back
+  c.bwd_dispatch_peers[x] = queries;              // dO out (with the inputs again below)
+  if (fresh_backward || R.o.cad_stateless) {
+    c.bwd_dispatch_peers[x].merge(
+        wire ? wire_peers(x == 1 ? std::initializer_list<size_t>{0, 1} : std::initializer_list<size_t>{}) : dispatch);
+  }
+  if (wire) {
+    dispatch = wire_peers({static_cast<size_t>(x)});
+    dispatch.merge(queries);
+  }
+  c.fwd_dispatch_peers[x] = std::move(dispatch);  // Q and K/V out
+}
+
+// The plan figures of nano-batch x (its traffic `b`): the forward's bytes as they travel (K/V
+// by the wire when given) and the inputs as a backward resends them.
+void count_plan_bytes(const Rates& R, const TrafficBreakdown& b, int x, bool fresh_backward, const KvWireBytes* wire,
+                      PlanStats& ps) {
+  const int64_t forward = b.q + b.o_lse + (wire ? wire->total[static_cast<size_t>(x)] : b.kv);
+  const int64_t resent = b.q + b.o_lse + (!wire ? b.kv : x == 1 ? wire->total[0] + wire->total[1] : 0);
+  if (fresh_backward) {  // the backward's own plan: dO out, dQ / dK/dV back, inputs again
+    ps.comm_bytes_backward += static_cast<double>(b.backward() + resent);
+  } else if (R.pp > 1) {  // a pipeline's forward plan: its backward is counted apart
+    ps.comm_bytes_forward += static_cast<double>(forward);
+  } else {
+    ps.comm_bytes_forward += static_cast<double>(forward);
+    ps.comm_bytes_backward += static_cast<double>(b.backward());
+    if (R.o.cad_stateless) ps.comm_bytes_backward += static_cast<double>(resent);
+  }
+}
 }  // namespace
 
 void Contribution::release_forward() {
@@ -59,7 +107,7 @@ void Contribution::release_exchanges() {
 
 void fill_nano_contribution(const Rates& R, const PooledBatch& pooled, const DocumentIndex& index,
                             const std::vector<TaskPlacement>& list, int x, bool fresh_backward, Contribution& c,
-                            PlanStats& ps) {
+                            PlanStats& ps, const KvWireBytes* wire) {
   const RowBytes& rb = R.row_bytes;
   const auto ranks = pooled.unit_of.size();
   // Pipelines plan every backward apart (one_f_one_b_ticks pools a micro-batch's backward
@@ -85,22 +133,24 @@ void fill_nano_contribution(const Rates& R, const PooledBatch& pooled, const Doc
     dout_sent[home] += n * static_cast<double>(rb.o);
     dout_recv[srv] += n * static_cast<double>(rb.o);
   }
-  {  // the message pairs, by unit
-    PeerLists dispatch(R.units), queries(R.units);
-    add_plan_peers(index, list, &pooled.unit_of, dispatch, queries);
-    c.fwd_return_peers[x] = queries.transposed();   // O + LSE back
-    c.bwd_return_peers[x] = dispatch.transposed();  // dQ and dK/dV back
-    c.bwd_dispatch_peers[x] = queries;              // dO out (with the inputs again below)
-    if (fresh_backward || R.o.cad_stateless) c.bwd_dispatch_peers[x].merge(dispatch);
-    c.fwd_dispatch_peers[x] = std::move(dispatch);  // Q and K/V out
-  }
+  const auto xs = static_cast<size_t>(x);
+  fill_peers(R, pooled, index, list, x, fresh_backward, wire, c);
   for (size_t rk = 0; rk < ranks; ++rk) {
     const RankBytes& b = t.per_rank[rk];
     const auto u = static_cast<size_t>(pooled.unit_of[rk]);
+    // The plan's own K/V (what the server's kept contexts and dK/dV partials cover), and what
+    // travels: the same, or the wire's part.
     const double kv_sent = static_cast<double>(b.fwd_sent) - q_sent[rk] - out_sent[rk];
     const double kv_recv = static_cast<double>(b.fwd_recv) - q_recv[rk] - out_recv[rk];
-    c.fwd_dispatch_sent[x][u] = q_sent[rk] + kv_sent;
-    c.fwd_dispatch_recv[x][u] = q_recv[rk] + kv_recv;
+    const double wire_sent = wire ? static_cast<double>(wire->sent[xs][rk]) : kv_sent;
+    const double wire_recv = wire ? static_cast<double>(wire->recv[xs][rk]) : kv_recv;
+    // Resent in backward (stateless servers, pipelines): pong carries the whole wire.
+    const double resent_kv_sent =
+        !wire ? kv_sent : x == 1 ? static_cast<double>(wire->sent[0][rk] + wire->sent[1][rk]) : 0.0;
+    const double resent_kv_recv =
+        !wire ? kv_recv : x == 1 ? static_cast<double>(wire->recv[0][rk] + wire->recv[1][rk]) : 0.0;
+    c.fwd_dispatch_sent[x][u] = q_sent[rk] + wire_sent;
+    c.fwd_dispatch_recv[x][u] = q_recv[rk] + wire_recv;
     c.fwd_return_sent[x][u] = out_sent[rk];
     c.fwd_return_recv[x][u] = out_recv[rk];
     c.bwd_dispatch_sent[x][u] = dout_sent[rk];
@@ -112,7 +162,7 @@ void fill_nano_contribution(const Rates& R, const PooledBatch& pooled, const Doc
     // ones (and backwards planned anew: every backward of a pipeline) get Q, K/V and O + LSE
     // again with dO.
     const bool keeps = !R.o.cad_stateless && !backward_apart;
-    const double inputs = c.fwd_dispatch_recv[x][u] + c.fwd_return_sent[x][u];
+    const double inputs = q_recv[rk] + kv_recv + c.fwd_return_sent[x][u];
     if (keeps) {
       c.kept_bytes[u] += inputs;
       c.kept_kv[u] += kv_recv;
@@ -122,23 +172,14 @@ void fill_nano_contribution(const Rates& R, const PooledBatch& pooled, const Doc
     }
     const bool resent = fresh_backward || R.o.cad_stateless;
     if (resent) {
-      c.bwd_dispatch_sent[x][u] += c.fwd_dispatch_sent[x][u] + out_recv[rk];
-      c.bwd_dispatch_recv[x][u] += c.fwd_dispatch_recv[x][u] + out_sent[rk];
+      c.bwd_dispatch_sent[x][u] += q_sent[rk] + resent_kv_sent + out_recv[rk];
+      c.bwd_dispatch_recv[x][u] += q_recv[rk] + resent_kv_recv + out_sent[rk];
     }
     c.bwd_transient[u] += c.bwd_dispatch_recv[x][u] + c.bwd_return_sent[x][u];
     c.bwd_transient_kv[u] += (resent ? 2.0 : 1.0) * kv_recv;  // K/V again, dK/dV partials
   }
-  if (fresh_backward) {  // the backward's own plan: dO out, dQ / dK/dV back, inputs again
-    ps.comm_bytes_backward += static_cast<double>(t.bytes.backward() + t.bytes.forward());
-  } else if (backward_apart) {  // a pipeline's forward plan: its backward is counted apart
-    ps.comm_bytes_forward += static_cast<double>(t.bytes.forward());
-  } else {
-    ps.comm_bytes_forward += static_cast<double>(t.bytes.forward());
-    ps.comm_bytes_backward += static_cast<double>(t.bytes.backward());
-    if (R.o.cad_stateless) ps.comm_bytes_backward += static_cast<double>(t.bytes.forward());
-  }
+  count_plan_bytes(R, t.bytes, x, fresh_backward, wire, ps);
 }
-
 
 void note_transients(const std::vector<Contribution*>& fwd, const std::vector<Contribution*>& bwd,
                      std::vector<double>& transient, std::vector<double>& transient_kv) {

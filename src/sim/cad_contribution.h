@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "distca/plan/doc_index.h"
+#include "distca/plan/kv_once.h"
 #include "distca/plan/pool.h"
 #include "distca/plan/schedule.h"
 #include "engine.h"
@@ -54,10 +55,13 @@ struct Contribution {
 // anew (its servers did not run the forward: pipelines), so the inputs travel again with dO.
 // Plan figures go to `ps`: a forward plan counts its forward bytes and (pp = 1, where the
 // backward reuses its servers) its backward's; a fresh backward plan counts its backward
-// bytes with the inputs resent. Precondition: c.init(R.units) ran.
+// bytes with the inputs resent. `wire` (ping-pong; null: single-stream) is the K/V wire of
+// the stage's nano-batch pair (plan/kv_once.h): K/V travels by it instead of by `list`'s own
+// contexts (forward: ping's rows before the cut, pong's after; resent in backward: all with
+// pong); dK/dV go back per nano-batch, as `list` says. Precondition: c.init(R.units) ran.
 void fill_nano_contribution(const Rates& R, const PooledBatch& pooled, const DocumentIndex& index,
                             const std::vector<TaskPlacement>& list, int x, bool fresh_backward, Contribution& c,
-                            PlanStats& ps);
+                            PlanStats& ps, const KvWireBytes* wire = nullptr);
 
 // The buffers of the layer step in flight in one tick (its forward ops' `fwd` and its
 // backward ops' `bwd`, both at once), per unit: transient / transient_kv ([units]) become

@@ -456,10 +456,13 @@ inline std::vector<std::string> scheduler_names(int ranks) {
 // each pool), plans each with `scheduler` and runs both in one create_tick pass: a rank whose
 // stage has no op in a direction only serves it. Every (stage, micro-batch) has its own
 // documents and per-layer inputs; a micro-batch's backward adopts its forward's buffers.
-// `worst` gets this rank's comparison of every micro-batch's layers with their references.
+// `worst` gets this rank's comparison of every micro-batch's layers with their references;
+// `outputs` (optional) every micro-batch's layers' outputs, micro-batch by micro-batch.
+// `kv_once`: create_tick's.
 inline Status run_pipeline_ticks(comm::Communicator& comm, int64_t stages, int64_t micro_batches, int layers,
                                  const AttentionDims& dims, OverlapMode mode, const std::string& scheduler,
-                                 Comparison* worst) {
+                                 Comparison* worst, bool kv_once = true,
+                                 std::vector<RankOutputs>* outputs = nullptr) {
   const int rank = comm.rank();
   const int64_t dp = comm.size() / stages, stage = rank / dp;
   DISTCA_ASSIGN_OR_RETURN(SchedulerSpec spec, parse_scheduler(scheduler));
@@ -497,7 +500,8 @@ inline Status run_pipeline_ticks(comm::Communicator& comm, int64_t stages, int64
       plans[d].emplace(std::move(np));
     }
     DISTCA_ASSIGN_OR_RETURN(auto runner, TickRunner::create_tick(comm, plans[0] ? &*plans[0] : nullptr,
-                                                                 plans[1] ? &*plans[1] : nullptr, dims, mode));
+                                                                 plans[1] ? &*plans[1] : nullptr, dims, mode,
+                                                                 nullptr, kv_once));
     TickIo io;
     if (plans[0]) io.forward.assign(static_cast<size_t>(layers), idle_f);
     if (plans[1]) {
@@ -528,6 +532,7 @@ inline Status run_pipeline_ticks(comm::Communicator& comm, int64_t stages, int64
     DISTCA_RETURN_IF_ERROR(stack->status());
     if (!stack->complete()) return Status::internal("the runner skipped linear work");
     if (mode != OverlapMode::kSignal) worst->merge(stack->compare_layers());
+    for (int l = 0; outputs != nullptr && l < stack->layers(); ++l) outputs->push_back(stack->outputs(l));
   }
   return Status::ok_status();
 }

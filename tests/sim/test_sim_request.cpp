@@ -161,29 +161,61 @@ TEST(SimRequest, CompareRowsUseTheTrainersChunking) {
   }
 }
 
-// The bytes the trainer counts are the bytes the simulator predicts: small wlb and percp runs
-// (every compare entry with a CP degree at 2 and 4 ranks; 384-token documents over 512 tokens
-// per rank, so documents are sharded over CP groups and, at 4 ranks with CP 2, some cut by the
-// loader across groups: both the group and the data-parallel collectives) trained by the local
-// backend, and each step's batch through make_sim_options (training_request) and simulate():
-// every rank's bytes_sent (one layer's forward + backward per micro-batch) times the layers,
-// summed over the ranks as bench train --compare sums them, equals the iteration's
-// plan.comm_bytes_forward + comm_bytes_backward (per layer) times the layers, exactly (the
-// same layout from the same re-pack, fp32 rows, no checkpointing); and predict_training's
-// attention_bytes is that figure.
+// A two-step run of `ranks` ranks on `dist` documents (the byte tests below).
+train::TrainConfig bytes_config(int64_t ranks, int64_t tokens_per_rank, int64_t max_doc_len, const std::string& dist) {
+  train::TrainConfig base;
+  base.ranks = ranks;
+  base.tokens_per_rank = tokens_per_rank;
+  base.max_doc_len = max_doc_len;
+  base.dist = dist;
+  base.steps = 2;
+  base.warmup = 1;
+  base.seed = 7;
+  return base;
+}
+
+// Trains `config` on `data` with the local backend, then for every step: every rank's
+// bytes_sent (one layer's forward + backward per micro-batch) times the layers, summed over
+// the ranks as bench train --compare sums them, equals simulate()'s plan.comm_bytes_forward +
+// comm_bytes_backward (per layer) times the layers of `run` on the step's batch, exactly; and
+// predict_training's attention_bytes is that figure.
+void expect_trainer_bytes(const train::TrainConfig& config, const TrainingRun& run, train::DataSource& data,
+                          const std::string& what) {
+  train::TrainHooks hooks;
+  hooks.data = &data;
+  train::TrainResult trained;
+  const Status st = train::run_training_local(config, hooks, &trained);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  ASSERT_EQ(trained.rank_steps.size(), static_cast<size_t>(config.ranks));
+  const double layers = static_cast<double>(run.model.n_layers);
+  for (int64_t s = 0; s < config.steps; ++s) {
+    double measured = 0;
+    for (const auto& rank : trained.rank_steps) measured += static_cast<double>(rank[static_cast<size_t>(s)].bytes_sent) * layers;
+    const std::vector<Batch> batches = {data.batch(s)};
+    auto setup = make_sim_options(training_request(run));
+    ASSERT_TRUE(setup.ok()) << setup.status().message();
+    auto simulated = simulate(setup->options, batches);
+    ASSERT_TRUE(simulated.ok()) << simulated.status().message();
+    const double predicted = (simulated->plan.comm_bytes_forward + simulated->plan.comm_bytes_backward) * layers;
+    EXPECT_GT(measured, 0) << what << " step " << s;
+    EXPECT_EQ(predicted, measured) << what << " step " << s;
+    const Result<TrainingPrediction> p = predict_training(run, batches);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(p->attention_bytes, predicted) << what << " step " << s;
+  }
+}
+
+// The bytes the trainer counts are the bytes the simulator predicts (expect_trainer_bytes):
+// small wlb and percp runs (every compare entry with a CP degree at 2 and 4 ranks; 384-token
+// documents over 512 tokens per rank, so documents are sharded over CP groups and, at 4 ranks
+// with CP 2, some cut by the loader across groups: both the group and the data-parallel
+// collectives), through make_sim_options (training_request): the same layout from the same
+// re-pack, fp32 rows, no checkpointing.
 TEST(SimRequest, TrainerBytesMatchTheSimulatorsForTheBaselines) {
   int checked = 0;
   for (const int64_t ranks : {2, 4}) {
-    train::TrainConfig base;
-    base.ranks = ranks;
-    base.tokens_per_rank = 512;
-    base.max_doc_len = 512;
-    base.dist = "fixed:384";
-    base.steps = 2;
-    base.warmup = 1;
-    base.seed = 7;
+    const train::TrainConfig base = bytes_config(ranks, 512, 512, "fixed:384");
     const ModelSpec spec = base.model_spec().value();
-    const int64_t tile = kernels::AttentionTraits::query_tile_rows(spec.n_heads / spec.n_kv_heads);
     auto data = train::DataSource::create(base, spec.vocab);
     ASSERT_TRUE(data.ok()) << data.status().message();
     for (const train::CompareMode& m : train::compare_modes(ranks)) {
@@ -194,35 +226,39 @@ TEST(SimRequest, TrainerBytesMatchTheSimulatorsForTheBaselines) {
       run.model = spec;
       run.ranks = ranks;
       run.cp = m.cp;
-      run.tile_rows = tile;
+      run.tile_rows = kernels::AttentionTraits::query_tile_rows(spec.n_heads / spec.n_kv_heads);
       if (m.mode == train::TrainMode::kWlb) config->cp_threshold = run.cp_threshold = 128;  // shard every document
-      train::TrainHooks hooks;
-      hooks.data = &*data;
-      train::TrainResult trained;
-      const Status st = train::run_training_local(*config, hooks, &trained);
-      ASSERT_TRUE(st.ok()) << st.to_string();
-      ASSERT_EQ(trained.rank_steps.size(), static_cast<size_t>(ranks));
-      const double layers = static_cast<double>(spec.n_layers);
-      const std::string what = m.label + " at " + std::to_string(ranks) + " ranks";
-      for (int64_t s = 0; s < base.steps; ++s) {
-        double measured = 0;
-        for (const auto& rank : trained.rank_steps) measured += static_cast<double>(rank[static_cast<size_t>(s)].bytes_sent) * layers;
-        const std::vector<Batch> batches = {data->batch(s)};
-        auto setup = make_sim_options(training_request(run));
-        ASSERT_TRUE(setup.ok()) << setup.status().message();
-        auto simulated = simulate(setup->options, batches);
-        ASSERT_TRUE(simulated.ok()) << simulated.status().message();
-        const double predicted = (simulated->plan.comm_bytes_forward + simulated->plan.comm_bytes_backward) * layers;
-        EXPECT_GT(measured, 0) << what << " step " << s;
-        EXPECT_EQ(predicted, measured) << what << " step " << s;
-        const Result<TrainingPrediction> p = predict_training(run, batches);
-        ASSERT_TRUE(p.ok());
-        EXPECT_EQ(p->attention_bytes, predicted) << what << " step " << s;
-      }
+      expect_trainer_bytes(*config, run, *data, m.label + " at " + std::to_string(ranks) + " ranks");
       ++checked;
     }
   }
   EXPECT_EQ(checked, 6);  // 2 ranks: wlb cp 2, percp cp 2; 4 ranks: both at cp 2 and 4
+}
+
+// CAD's bytes too: cad pingpong (whose K/V travels once per server across the nano-batch
+// pair, plan/kv_once.h) and single-stream at 2 and 4 ranks on documents of 1024-4096 tokens
+// (cut into ping and pong, split over ranks).
+TEST(SimRequest, TrainerBytesMatchTheSimulatorsForCad) {
+  int checked = 0;
+  for (const int64_t ranks : {2, 4}) {
+    const train::TrainConfig base = bytes_config(ranks, 2048, 4096, "uniform:1024:4096");
+    const ModelSpec spec = base.model_spec().value();
+    auto data = train::DataSource::create(base, spec.vocab);
+    ASSERT_TRUE(data.ok()) << data.status().message();
+    for (const train::CompareMode& m : train::compare_modes(ranks)) {
+      if (m.mode != train::TrainMode::kCad || !m.overlap || *m.overlap == runtime::OverlapMode::kSignal) continue;
+      auto config = train::compare_config(base, m);
+      ASSERT_TRUE(config.ok()) << config.status().message();
+      TrainingRun run = two_rank_run("cad", runtime::overlap_mode_name(*m.overlap));
+      run.model = spec;
+      run.ranks = ranks;
+      run.tile_rows = kernels::AttentionTraits::query_tile_rows(spec.n_heads / spec.n_kv_heads);
+      run.tolerance = config->tolerance;
+      expect_trainer_bytes(*config, run, *data, m.label + " at " + std::to_string(ranks) + " ranks");
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 4);  // pingpong and single-stream at 2 and 4 ranks
 }
 
 // A CPU run (the local-cpu preset, a hardware profile) has no CUDA context, NCCL buffers or

@@ -19,7 +19,9 @@
 //                T(p, r) = max(bytes p sends, bytes r receives) on that link class / its rate
 //                (between hosts, or inside a host when the plan has hosts). Bytes are the
 //                plan's exchanges as planned (K/V relays are not modelled), the dispatch
-//                being q + kv, the forward return o_lse, the backward dispatch do and return
+//                being q + the nano-batch's part of the pair's K/V wire (plan/kv_once.h:
+//                ping carries every ping row a server needs for either nano-batch, pong only
+//                pong rows), the forward return o_lse, the backward dispatch do and return
 //                dq + dkv (servers keep their forward state).
 // Forward, layer l = 0 .. L-1, each rank in order: [l > 0: wait ping O(l-1)] linear(ping);
 // post ping dispatch; [l > 0: wait pong O(l-1)] linear(pong); post pong dispatch; wait ping's;

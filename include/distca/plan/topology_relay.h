@@ -40,4 +40,12 @@ struct RelayedBlock {
 // (build_plan's).
 std::vector<RelayedBlock> kv_relay(const Plan& plan, const std::vector<int64_t>& hosts);
 
+// The same for another K/V layout than the plan's kKv: `kv` ([ranks]) is every rank's kKv
+// exchange as it travels (the K/V wire of a nano-batch pair, plan/kv_once.h), `plan` gives the
+// servers' tasks (the relay of a (document, host) is chosen by their context ends). Every
+// server's block of a holder's piece must start where the relay's does and end no later than
+// it (contexts [0, E) clipped to the pieces, as the plan's kKv and the wire lay them out).
+std::vector<RelayedBlock> kv_relay(const Plan& plan, const std::vector<const Exchange*>& kv,
+                                   const std::vector<int64_t>& hosts);
+
 }  // namespace distca

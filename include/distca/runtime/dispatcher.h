@@ -17,6 +17,10 @@
 // forward theirs inside their hosts. The kKv receive buffer ends as the plan lays it out, so
 // every number is the one without relays. Stateless backward sends K|V again the same way;
 // dK|dV partials go straight to the holders as the plan says.
+// K/V once (DispatcherOptions::kv_once, set by the runner on a nano-batch pair): the K|V
+// exchange carries the pair's wire (plan/kv_once.h) instead of this plan's kKv; the first
+// dispatch of a direction keeps what it received for the second, which fills its kKv receive
+// buffer from both. The buffer again ends as the plan lays it out.
 // Backward: by default servers KEEP their fused forward inputs and outputs (in-place servers,
 // the byte rules of plan/traffic.h), so only dO travels out; dQ and dK|dV partials come back.
 // Stateless servers (DispatcherOptions::stateless, the paper's design) drop them after
@@ -74,6 +78,8 @@ namespace distca::runtime {
 
 namespace detail {
 struct KvRelayLayout;  // src/runtime/dispatcher_relay.h
+struct KvOnce;         // src/runtime/dispatcher_kv_once.h
+struct KvWireSide;
 }  // namespace detail
 
 struct AttentionDims {
@@ -100,6 +106,10 @@ struct DispatcherOptions {
   TraceRecorder* trace = nullptr;  // not owned; events get tid = rank
   std::string label;                    // prefix of trace event names ("ping", "pong")
   bool stateless = false;               // servers keep nothing from forward to backward
+  // Set by the runner (TickRunner) on the two dispatchers of a nano-batch pair: their K|V
+  // exchanges carry the pair's K/V wire (plan/kv_once.h), each K/V row once per layer per
+  // server and direction; null: this plan's kKv as it is. Same bits either way.
+  std::shared_ptr<const detail::KvOnce> kv_once;
 };
 
 enum class BackwardWrite { kOverwrite, kAccumulate };
@@ -188,12 +198,21 @@ class CaDispatcher {
   // expected and the actual phase; a layer without state is in Phase::kIdle).
   LayerState& state_in(int layer, Phase expected, const char* call);
   Status align_tasks();
-  // Starts the K|V exchange of s.kv_send into s.kv_recv (plan layouts): the plan's kKv, or
-  // with K/V relays (plan/topology_relay.h) its first stage.
-  Status start_kv(LayerState& s, double start_us);
-  // Waits for it; with relays runs the second stage (inside hosts, its bytes added to *bytes),
-  // leaving s.kv_recv as the plan lays it out.
-  Status finish_kv(LayerState& s, int64_t* bytes);
+  // The K|V wire of direction `dir` (0 forward, 1 backward) of a nano-batch pair, or null
+  // (the plan's kKv travels as it is).
+  const detail::KvWireSide* kv_side(int dir) const;
+  // The K|V exchange as it travels in direction `dir`: the wire's, or the plan's kKv.
+  const Exchange& kv_wire(int dir) const;
+  // Packs s.kv_send by kv_wire(dir) from the caller's K and V and sizes s.kv_recv (the plan's
+  // layout).
+  void pack_kv(LayerState& s, int dir);
+  // Starts the K|V exchange of s.kv_send (kv_wire(dir)): into s.kv_recv, or with a wire into
+  // s.wire_recv; with K/V relays (plan/topology_relay.h) its first stage.
+  Status start_kv(LayerState& s, int dir, double start_us);
+  // Waits for it; with relays runs the second stage (inside hosts, its bytes added to *bytes);
+  // with a wire fills s.kv_recv from it and the giver's rows (the pair's stash). Leaves
+  // s.kv_recv as the plan lays it out.
+  Status finish_kv(LayerState& s, int layer, int dir, int64_t* bytes);
   // Fills s.fk / s.fv (the fused call's contexts) from local rows and s.kv_recv.
   void assemble_kv(LayerState& s);
   // Row buffers of kPooledFloats floats or more come from spare_ (best fit within twice the

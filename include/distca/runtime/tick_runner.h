@@ -45,6 +45,13 @@
 // dv of layers l and l - 1 must be different buffers (pong's start of layer l - 1 zeroes its
 // dk, dv while ping's rows of layer l are still to be read).
 //
+// K/V once (kv_once, the default): the two nano-batches' dispatchers of a direction carry the
+// pair's K/V wire (plan/kv_once.h): forward, ping's dispatch carries every ping row a server
+// needs for either nano-batch and pong's only pong rows; stateless backward, pong's carries
+// them all and ping's none. So a server receives each K/V row once per layer and direction,
+// and keeps what the first received until the second has served. Off: each plan's kKv as it
+// is. The bits are the same either way (docs/runtime.md, "K/V once per server").
+//
 // Servers. One micro-batch's runner (create) keeps its forward state on the servers unless
 // `stateless` (DispatcherOptions::stateless); a tick's runner (create_tick) has stateless
 // servers in both directions: a micro-batch's backward is pooled with other micro-batches than
@@ -107,14 +114,16 @@ class TickRunner {
   // backward).
   static Result<std::unique_ptr<TickRunner>> create(comm::Communicator& comm, const NanoPlans& plans,
                                                     const AttentionDims& dims, OverlapMode mode,
-                                                    TraceRecorder* trace = nullptr, bool stateless = false);
+                                                    TraceRecorder* trace = nullptr, bool stateless = false,
+                                                    bool kv_once = true);
   // A tick: `forward` / `backward` the nano plans of the tick's pooled directions, null when no
   // stage runs that direction in this tick (the same on every rank); every run must give the
   // directions the runner has. They and comm outlive the runner. Dispatcher events labelled
   // "fwd ping" ... ("fwd" / "bwd" in single-stream).
   static Result<std::unique_ptr<TickRunner>> create_tick(comm::Communicator& comm, const NanoPlans* forward,
                                                          const NanoPlans* backward, const AttentionDims& dims,
-                                                         OverlapMode mode, TraceRecorder* trace = nullptr);
+                                                         OverlapMode mode, TraceRecorder* trace = nullptr,
+                                                         bool kv_once = true);
 
   // The pass above over the given directions. Collective.
   Status run(const TickIo& io);
@@ -149,6 +158,7 @@ class TickRunner {
   void linear(const LinearFn& fn, int nano, int layer, bool backward);
 
   comm::Communicator* comm_ = nullptr;
+  bool kv_once_ = true;
   OverlapMode mode_ = OverlapMode::kPingPong;
   TraceRecorder* trace_ = nullptr;
   bool adopts_ = false;  // create_tick: the backward adopts the forward's outputs
