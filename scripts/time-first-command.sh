@@ -8,8 +8,44 @@
 # `distca train`. Uncommitted changes are not in the clone: commit first.
 #
 #   scripts/time-first-command.sh      # about 5-6 min on a quiet 2-core machine
+#
+# With `--fresh-root BASE` (root only) it measures the command with apt included: BASE is a
+# Debian root as a new machine of this kind has it (scripts/fresh-debian-root.sh BASE); a copy
+# of it gets the clone, and this script runs again inside the copy (chroot, with /proc and
+# /dev mounted), so scripts/install-deps.sh downloads and installs every package the first
+# command needs, timed within the build. The copy is unmounted and removed afterwards; BASE is
+# left as it was.
+#
+#   scripts/time-first-command.sh --fresh-root /tmp/distca-fresh-base   # about 9-10 min here
 set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && git rev-parse --show-toplevel)"
+if [ "${1:-}" = --fresh-root ]; then
+  base=${2:?"time-first-command: --fresh-root needs the base root's path"}
+  shift 2
+  [ "$(id -u)" -eq 0 ] || { echo "time-first-command: --fresh-root needs root (chroot)" >&2; exit 2; }
+  [ -x "$base/bin/sh" ] && [ -d "$base/var/lib/dpkg" ] ||
+    { echo "time-first-command: $base is not a Debian root (scripts/fresh-debian-root.sh makes one)" >&2; exit 2; }
+  root="$(mktemp -d "${TMPDIR:-/tmp}/distca-fresh-root.XXXXXX")"
+  unmount_and_remove() {
+    for m in "$root/dev" "$root/proc"; do
+      if mountpoint -q "$m"; then umount -R "$m" || umount -lR "$m" || true; fi
+    done
+    # Never remove a tree that still has the host's /dev bound into it.
+    if ! mountpoint -q "$root/dev" && ! mountpoint -q "$root/proc"; then rm -rf "$root"; fi
+  }
+  trap unmount_and_remove EXIT
+  trap 'exit 130' INT TERM
+  cp -a "$base/." "$root/"
+  cp /etc/resolv.conf "$root/etc/resolv.conf"
+  git clone -q --no-local "$src" "$root/root/distca"
+  mount -t proc proc "$root/proc"
+  mount --rbind /dev "$root/dev"
+  mount --make-rslave "$root/dev"
+  echo "time-first-command: in a fresh Debian root (apt included)" >&2
+  chroot "$root" env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    bash /root/distca/scripts/time-first-command.sh "$@"
+  exit $?
+fi
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/distca-first-command.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 git clone -q --no-local "$src" "$tmp/distca"
