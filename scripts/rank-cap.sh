@@ -10,9 +10,14 @@
 #   mpirun -np 4 scripts/rank-cap.sh --cpus 0.5 -- build/release/apps/distca bench train ...
 #
 # --cpus C       the share, in cores (0 < C <= the cores here); quota = C x period
-# --period-us P  the CFS period in microseconds (1000 to 1000000, default 5000): short, so a
-#                rank runs at most C x P before it is held back, never a long period then a stall
+# --period-us P  the CFS period in microseconds (1000 to 1000000; default the shortest from
+#                2000 up whose quota C x P is the kernel's least, 1000 us: 2000 at C >= 0.5):
+#                short, so a rank runs at most C x P before it is held back, and a message that
+#                reaches a held-back rank waits at most (1 - C) x P
 # --timeout S    TERM the program after S seconds (KILL 10 s later); default none
+# --weight W     the cgroup's CPU weight, 1 to 10000 (cgroup v2 cpu.weight; v1 cpu.shares =
+#                W x 1024 / 100); default the kernel's (100): under other load, a high weight
+#                lets a rank take its share when it becomes runnable; the cap still bounds it
 # RANK_CAP_KILL_AFTER_S (environment): the seconds between a TERM and the KILL (default 10)
 #
 # The cgroup is named distca-cap.JOB.RANK.PID (JOB: Open MPI's job id or PMIx namespace, else
@@ -33,8 +38,9 @@ readonly PREFIX=distca-cap
 readonly KILL_AFTER_S=${RANK_CAP_KILL_AFTER_S:-10}  # tests shorten it
 
 cpus=""
-period=5000
+period=""
 timeout_s=0
+weight=""
 cleanup_mode=0
 group=""        # the cgroup directory this call made (what the EXIT trap removes)
 home=""         # the cgroup directory to move back into
@@ -96,6 +102,7 @@ parse() {
       --cpus) [ $# -ge 2 ] || bad "--cpus needs a value"; cpus=$2; shift 2 ;;
       --period-us) [ $# -ge 2 ] || bad "--period-us needs a value"; period=$2; shift 2 ;;
       --timeout) [ $# -ge 2 ] || bad "--timeout needs a value"; timeout_s=$2; shift 2 ;;
+      --weight) [ $# -ge 2 ] || bad "--weight needs a value"; weight=$2; shift 2 ;;
       --cleanup) cleanup_mode=1; shift ;;
       --) shift; break ;;
       *) bad "unknown argument '$1' (the program goes after --)" ;;
@@ -110,9 +117,12 @@ parse() {
   local cores
   cores=$(nproc)
   awk -v c="$cpus" -v n="$cores" 'BEGIN { exit !(c > 0 && c <= n) }' || bad "--cpus must be above 0 and at most $cores, the cores here (got $cpus)"
+  [ -n "$period" ] || period=$(awk -v c="$cpus" 'BEGIN { p = int(1000 / c + 0.999999); print (p < 2000 ? 2000 : p) }')
   [[ $period =~ ^[0-9]{4,7}$ ]] && [ "$period" -ge 1000 ] && [ "$period" -le 1000000 ] ||
     bad "--period-us must be an integer from 1000 to 1000000 (got '$period')"
   [[ $KILL_AFTER_S =~ ^[0-9]{1,4}$ ]] || bad "RANK_CAP_KILL_AFTER_S must be a whole number of seconds (got '$KILL_AFTER_S')"
+  [ -z "$weight" ] || { [[ $weight =~ ^[0-9]{1,5}$ ]] && [ "$weight" -ge 1 ] && [ "$weight" -le 10000 ]; } ||
+    bad "--weight must be an integer from 1 to 10000 (got '$weight')"
   [[ $timeout_s =~ ^[0-9]{1,7}$ ]] || bad "--timeout must be a whole number of seconds (got '$timeout_s')"
   quota=$(awk -v c="$cpus" -v p="$period" 'BEGIN { printf "%d", c * p + 0.5 }')
   [ "$quota" -ge 1000 ] || bad "--cpus $cpus x --period-us $period is a quota of $quota us, under the kernel's 1000 us: raise --period-us"
@@ -132,6 +142,7 @@ make_group() {
     mkdir "$root/$name" 2>/dev/null || bad "cgroup v2 at $root is not writable here (mkdir $root/$name failed)"
     group=$root/$name
     echo "$quota $period" > "$group/cpu.max" 2>/dev/null || bad "cannot set $group/cpu.max"
+    [ -z "$weight" ] || echo "$weight" > "$group/cpu.weight" 2>/dev/null || bad "cannot set $group/cpu.weight"
   else
     root=$(v1_root)
     [ -n "$root" ] || bad "no CPU cgroup here: neither a cgroup v2 cpu controller nor a cgroup v1 cpu mount"
@@ -141,6 +152,7 @@ make_group() {
     group=$home/$name
     { echo "$period" > "$group/cpu.cfs_period_us" && echo "$quota" > "$group/cpu.cfs_quota_us"; } 2>/dev/null ||
       bad "cannot set the CFS quota in $group"
+    [ -z "$weight" ] || echo $((weight * 1024 / 100)) > "$group/cpu.shares" 2>/dev/null || bad "cannot set $group/cpu.shares"
   fi
   echo $$ > "$group/cgroup.procs" 2>/dev/null || bad "cannot move into $group"
 }

@@ -39,7 +39,7 @@ check_gone() {
 
 # 1. Bad flags: exit 2, one line, nothing made (before any cgroup check).
 for args in "" "--cpus 0 -- true" "--cpus abc -- true" "--cpus 0.5" "--cpus 0.5 --period-us 99 -- true" \
-  "--cpus 0.1 --period-us 5000 -- true" "--cpus 0.5 --timeout x -- true" "--cleanup --cpus 1" "--cpus 0.5 --what -- true"; do
+  "--cpus 0.1 --period-us 5000 -- true" "--cpus 0.5 --timeout x -- true" "--cpus 0.5 --weight 0 -- true" "--cleanup --cpus 1" "--cpus 0.5 --what -- true"; do
   # shellcheck disable=SC2086
   "$CAP" $args > "$T/out" 2> "$T/err"
   rc=$?
