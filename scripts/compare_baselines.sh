@@ -50,10 +50,16 @@ if [[ -n ${CAP:-} ]]; then
   [[ -z ${CAP_PERIOD_US:-} ]] || capper+=(--period-us "$CAP_PERIOD_US")
   capper+=(--)
   "${capper[@]}" true || exit 2  # bad CAP, or no writable CPU cgroup: its one line said which
-  caps="cpus $CAP per rank, period ${CAP_PERIOD_US:-default} us, weight ${CAP_WEIGHT:-10000}"
+  caps="cpus $CAP per rank, period ${CAP_PERIOD_US:+$CAP_PERIOD_US us}${CAP_PERIOD_US:-the rank-cap.sh default}, weight ${CAP_WEIGHT:-10000}"
 fi
-if [[ -s "$out/cap" && "$(cat "$out/cap")" != "$caps" ]]; then
-  echo "distca: error: $out holds files measured with caps '$(cat "$out/cap")', not '$caps': use another OUT" >&2
+recorded=""
+if [[ -s "$out/cap" ]]; then
+  recorded=$(cat "$out/cap")
+elif compgen -G "$out/*.json" > /dev/null; then
+  recorded="none"  # files of a call before OUT/cap existed: uncapped
+fi
+if [[ -n $recorded && $recorded != "$caps" ]]; then
+  echo "distca: error: $out holds files measured with caps '$recorded', not '$caps': use another OUT" >&2
   exit 2
 fi
 mkdir -p "$out"
