@@ -115,7 +115,7 @@ parse() {
   [ $# -gt 0 ] || bad "no program given (rank-cap.sh --cpus C -- PROGRAM [ARGS...])"
   [[ $cpus =~ ^([0-9]+(\.[0-9]*)?|\.[0-9]+)$ ]] || bad "--cpus must be a positive number of cores (got '$cpus')"
   local cores
-  cores=$(nproc)
+  cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc follows OMP_NUM_THREADS otherwise
   awk -v c="$cpus" -v n="$cores" 'BEGIN { exit !(c > 0 && c <= n) }' || bad "--cpus must be above 0 and at most $cores, the cores here (got $cpus)"
   [ -n "$period" ] || period=$(awk -v c="$cpus" 'BEGIN { p = int(1000 / c + 0.999999); print (p < 2000 ? 2000 : p) }')
   [[ $period =~ ^[0-9]{4,7}$ ]] && [ "$period" -ge 1000 ] && [ "$period" -le 1000000 ] ||
