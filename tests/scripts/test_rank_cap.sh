@@ -56,6 +56,8 @@ if [ $rc = 2 ]; then
   exit 77
 fi
 [ $rc = 0 ] || fail "true under the cap: exit $rc"
+# Every core here is a valid cap under mpirun's OMP_NUM_THREADS=1 (which nproc alone follows).
+OMP_NUM_THREADS=1 "$CAP" --cpus "$(env -u OMP_NUM_THREADS nproc)" -- true || fail "--cpus of every core refused under OMP_NUM_THREADS=1"
 
 # 2. Shares. The spinner prints its CPU time / wall over $2 s and its cgroup's nr_throttled.
 cat > "$T/spin.py" << 'EOF'
