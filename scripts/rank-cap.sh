@@ -104,6 +104,7 @@ parse() {
       --timeout) [ $# -ge 2 ] || bad "--timeout needs a value"; timeout_s=$2; shift 2 ;;
       --weight) [ $# -ge 2 ] || bad "--weight needs a value"; weight=$2; shift 2 ;;
       --cleanup) cleanup_mode=1; shift ;;
+      -h | --help) sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
       --) shift; break ;;
       *) bad "unknown argument '$1' (the program goes after --)" ;;
     esac
