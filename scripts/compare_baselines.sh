@@ -30,7 +30,7 @@
 # each rank a fixed share of a core, busy or idle, as a device (docs/netlab.md, "Emulating
 # devices with CPU caps"). With 4 ranks on 2 cores use CAP=0.5. OUT/cap records the caps of the files in OUT; a call with other caps is
 # refused (exit 2), so a capped profile never meets an uncapped run. The issue's 4-rank
-# figures, capped (about 12 min quiet on 2 cores):
+# figures, capped (about 6 min on 2 cores: profile 1, dp4-pretrain 2.6, dp2pp2-pretrain 2.2):
 #
 #   CAP=0.5 scripts/compare_baselines.sh OUT four
 set -euo pipefail
