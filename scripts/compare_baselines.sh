@@ -28,9 +28,9 @@
 # CAP=C runs every rank of every step, profiles included, under scripts/rank-cap.sh --cpus C
 # (CAP_PERIOD_US: its --period-us, default its own; CAP_WEIGHT: its --weight, default 10000):
 # each rank a fixed share of a core, busy or idle, as a device (docs/netlab.md, "Emulating
-# devices with CPU caps"). With 4 ranks on 2 cores use CAP=0.5. OUT/cap records the caps of the files in OUT; a call with other caps is
-# refused (exit 2), so a capped profile never meets an uncapped run. The issue's 4-rank
-# figures, capped (about 6 min on 2 cores: profile 1, dp4-pretrain 2.6, dp2pp2-pretrain 2.2):
+# devices with CPU caps"). With 4 ranks on 2 cores use CAP=0.5. OUT/cap records the caps of
+# the files in OUT; a call with other caps is refused (exit 2), so a capped profile never
+# meets an uncapped run. The issue's 4-rank figures, capped (about 6 min on 2 cores: profile 1, dp4-pretrain 2.6, dp2pp2-pretrain 2.2):
 #
 #   CAP=0.5 scripts/compare_baselines.sh OUT four
 set -euo pipefail
