@@ -10,10 +10,13 @@
 #   scripts/compare_baselines.sh OUT dp2-prolong   # DP 2, prolong, the same
 #   scripts/compare_baselines.sh OUT profile4      # mpirun -np 4 profile at width 256
 #   scripts/compare_baselines.sh OUT dp2pp2        # DP 2 x PP 2, prolong, width 256, 4096 per micro-batch
+#   scripts/compare_baselines.sh OUT dp4-pretrain  # DP 4, pretrain, width 256, 4096 per rank
+#   scripts/compare_baselines.sh OUT dp2pp2-pretrain  # DP 2 x PP 2 as dp2pp2, pretrain
+#   scripts/compare_baselines.sh OUT four          # profile4, dp4-pretrain, dp2pp2-pretrain
 #
 # Each writes OUT/<step>.json (bench train --json) and OUT/<step>.log (the table; before it, the
 # batches' attention max/mean before planning; its last column the simulator's step over the
-# measured one). The dp2 steps need OUT/hw2.json (profile2), dp2pp2 OUT/hw4.json (profile4).
+# measured one). The dp2 steps need OUT/hw2.json (profile2), the 4-rank ones OUT/hw4.json (profile4).
 # Resumable: a step whose output (OUT/hw2.json, OUT/hw4.json, OUT/<step>.json) exists is
 # skipped, so a run cut short is finished by the same command; delete a file to redo its step.
 # Every step prints its wall seconds. Run from the repository root after a release build, on a
@@ -21,16 +24,46 @@
 # --max-len follows it) and steps per mode (2: one warm-up, one timed). SMOKE=1 runs every step
 # at tiny shapes (width 128, 2 layers, 1024 tokens per rank; a few minutes on a loaded machine)
 # to check the script, not to measure.
+#
+# CAP=C runs every rank of every step, profiles included, under scripts/rank-cap.sh --cpus C
+# (CAP_PERIOD_US: its --period-us, default its own; CAP_WEIGHT: its --weight, default 10000):
+# each rank a fixed share of a core, busy or idle, as a device (docs/netlab.md, "Emulating
+# devices with CPU caps"). With 4 ranks on 2 cores use CAP=0.5. OUT/cap records the caps of
+# the files in OUT; a call with other caps is refused (exit 2), so a capped profile never
+# meets an uncapped run. The issue's 4-rank figures, capped (about 6 min on 2 cores: profile 1, dp4-pretrain 2.6, dp2pp2-pretrain 2.2):
+#
+#   CAP=0.5 scripts/compare_baselines.sh OUT four
 set -euo pipefail
 out=${1:?usage: $0 OUT_DIR STEP}
 step=${2:?usage: $0 OUT_DIR STEP}
 case "$step" in
-  all | profile2 | dp2-pretrain | dp2-prolong | profile4 | dp2pp2) ;;
+  all | four | profile2 | dp2-pretrain | dp2-prolong | profile4 | dp2pp2 | dp4-pretrain | dp2pp2-pretrain) ;;
   *)
-    echo "distca: error: unknown step '$step' (all, profile2, dp2-pretrain, dp2-prolong, profile4, dp2pp2)" >&2
+    echo "distca: error: unknown step '$step' (all, four, profile2, dp2-pretrain, dp2-prolong, profile4, dp2pp2," \
+      "dp4-pretrain, dp2pp2-pretrain)" >&2
     exit 2 ;;
 esac
+capper=()
+caps="none"
+if [[ -n ${CAP:-} ]]; then
+  capper=("$(dirname "$0")/rank-cap.sh" --cpus "$CAP" --weight "${CAP_WEIGHT:-10000}")
+  [[ -z ${CAP_PERIOD_US:-} ]] || capper+=(--period-us "$CAP_PERIOD_US")
+  capper+=(--)
+  "${capper[@]}" true || exit 2  # bad CAP, or no writable CPU cgroup: its one line said which
+  caps="cpus $CAP per rank, period ${CAP_PERIOD_US:+$CAP_PERIOD_US us}${CAP_PERIOD_US:-the rank-cap.sh default}, weight ${CAP_WEIGHT:-10000}"
+fi
+recorded=""
+if [[ -s "$out/cap" ]]; then
+  recorded=$(cat "$out/cap")
+elif compgen -G "$out/*.json" > /dev/null; then
+  recorded="none"  # files of a call before OUT/cap existed: uncapped
+fi
+if [[ -n $recorded && $recorded != "$caps" ]]; then
+  echo "distca: error: $out holds files measured with caps '$recorded', not '$caps': use another OUT" >&2
+  exit 2
+fi
 mkdir -p "$out"
+echo "$caps" > "$out/cap"
 . "$(dirname "$0")/blas-env.sh"
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 bin=build/release/apps/distca
@@ -43,7 +76,8 @@ fi
 run() {  # np, then the command's arguments
   local np=$1
   shift
-  mpirun --oversubscribe --allow-run-as-root --bind-to none -np "$np" -x OMP_NUM_THREADS -x OPENBLAS_CORETYPE "$bin" "$@"
+  mpirun --oversubscribe --allow-run-as-root --bind-to none -np "$np" -x OMP_NUM_THREADS -x OPENBLAS_CORETYPE \
+    "${capper[@]}" "$bin" "$@"
 }
 output_of() {  # the file a step writes last
   case "$1" in
@@ -61,7 +95,7 @@ one_step() {
     echo "== $s: skipped ($(output_of "$s") exists)"
     return
   fi
-  echo "== $s"
+  echo "== $s (caps: $caps)"
   case "$s" in
     profile2)
       run 2 profile --hardware-out "$out/hw2.json" --width "$w2" --max-len "$tpr" --min-seconds 0.05 "${quick[@]}" ;;
@@ -78,12 +112,23 @@ one_step() {
       run 4 bench train --compare --backend mpi --width "$w4" --pp 2 --micro-batches 2 --workload prolong --seed 1 \
         --tokens-per-rank "$tpr4" --rounds 1 --steps 3 --warmup-steps 1 --hardware "$out/hw4.json" \
         --json "$out/$s.json" 2>&1 | tee "$out/$s.log" ;;
+    dp4-pretrain)
+      needs "$out/hw4.json" profile4
+      run 4 bench train --compare --backend mpi --width "$w4" --workload pretrain --seed 1 --tokens-per-rank "$tpr4" \
+        --rounds 1 --steps 3 --warmup-steps 1 --hardware "$out/hw4.json" --json "$out/$s.json" 2>&1 | tee "$out/$s.log" ;;
+    dp2pp2-pretrain)
+      needs "$out/hw4.json" profile4
+      run 4 bench train --compare --backend mpi --width "$w4" --pp 2 --micro-batches 2 --workload pretrain --seed 1 \
+        --tokens-per-rank "$tpr4" --rounds 1 --steps 3 --warmup-steps 1 --hardware "$out/hw4.json" \
+        --json "$out/$s.json" 2>&1 | tee "$out/$s.log" ;;
   esac
   echo "== $s: $((SECONDS - start)) s"
 }
-if [[ $step == all ]]; then
-  for s in profile2 dp2-pretrain dp2-prolong profile4 dp2pp2; do one_step "$s"; done
-  echo "== all: $SECONDS s"
+if [[ $step == all || $step == four ]]; then
+  steps=(profile2 dp2-pretrain dp2-prolong profile4 dp2pp2)
+  [[ $step == four ]] && steps=(profile4 dp4-pretrain dp2pp2-pretrain)
+  for s in "${steps[@]}"; do one_step "$s"; done
+  echo "== $step: $SECONDS s"
 else
   one_step "$step"
 fi

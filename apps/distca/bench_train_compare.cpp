@@ -129,8 +129,8 @@ int report_compare(const TrainBenchFlags& f, int64_t ranks, const train::Compare
           timed.empty() ? 0.0 : *std::max_element(timed.begin(), timed.end()));
   appendf(out, "%d round(s) x %lld steps per mode, the first %lld of each run discarded; the same steps in every mode\n",
           f.rounds, static_cast<long long>(f.steps), static_cast<long long>(f.warmup_steps));
-  appendf(out, "%-18s %8s %8s %8s %9s %10s %10s %8s %11s %6s%s %8s%s\n", "mode", "step s", "p10", "p90", "tokens/s",
-          "idle max/mean", "exp max/mean", "MiB/step", "peak MiB", "max/mu", res.resident ? "  resid MiB max/mu" : "",
+  appendf(out, "%-18s %8s %8s %8s %9s %10s %10s %8s %11s %6s %6s%s %8s%s\n", "mode", "step s", "p10", "p90", "tokens/s",
+          "idle max/mean", "exp max/mean", "MiB/step", "peak MiB", "max/mu", "stg", res.resident ? "  resid MiB max/mu    stg" : "",
           "pingpong x", hw ? "   sim s  sim/meas" : "");
   bool same = true;
   for (size_t e = 0; e < rows.size(); ++e) {
@@ -139,8 +139,9 @@ int report_compare(const TrainBenchFlags& f, int64_t ranks, const train::Compare
     same = same && docs;
     std::string resident;
     if (res.resident) {
-      char b[48];
-      std::snprintf(b, sizeof(b), "  %9s %6.3f", mib(static_cast<double>(r.resident_max), 1).c_str(), r.resident_max_over_mean);
+      char b[64];
+      std::snprintf(b, sizeof(b), "  %9s %6.3f %6.3f", mib(static_cast<double>(r.resident_max), 1).c_str(), r.resident_max_over_mean,
+                    r.resident_replicas_max_over_mean);
       resident = b;
     }
     std::string sim;
@@ -155,10 +156,11 @@ int report_compare(const TrainBenchFlags& f, int64_t ranks, const train::Compare
       }
       sim = b;
     }
-    appendf(out, "%-18s %8.3f %8.3f %8.3f %9.0f %5.1f/%4.1f%% %5.1f/%4.1f%% %8.1f %11s %6.3f%s %8.3f%s%s%s\n",
+    appendf(out, "%-18s %8.3f %8.3f %8.3f %9.0f %5.1f/%4.1f%% %5.1f/%4.1f%% %8.1f %11s %6.3f %6.3f%s %8.3f%s%s%s\n",
             r.label.c_str(), r.median_s, r.p10_s, r.p90_s, r.tokens_per_s, 100 * r.idle_max, 100 * r.idle_mean,
             100 * r.exposed_max, 100 * r.exposed_mean, r.attention_bytes / (1024.0 * 1024.0),
-            mib(static_cast<double>(r.accounted_max), 1).c_str(), r.accounted_max_over_mean, resident.c_str(),
+            mib(static_cast<double>(r.accounted_max), 1).c_str(), r.accounted_max_over_mean, r.accounted_replicas_max_over_mean,
+            resident.c_str(),
             r.reference_speedup, sim.c_str(), docs ? "" : "  (DIFFERENT DOCUMENTS)", r.best_of_group ? "" : "  (not its group's best)");
   }
   appendf(out, "step: rank 0's wall time (ends behind the slowest rank), median and p10/p90 over the timed steps of every "
@@ -167,7 +169,8 @@ int report_compare(const TrainBenchFlags& f, int64_t ranks, const train::Compare
                "forward and backward\n");
   appendf(out, "peak MiB: the trainer's accounting of each rank's buffers at their high-water mark (parameters, gradients, "
                "AdamW moments, saved activations of the tokens it held, backward scratch, dispatcher rows), max over "
-               "ranks, and max/mean across ranks%s\n",
+               "ranks, and max/mean across ranks; stg: max/mean within each pipeline stage across its data-parallel "
+               "replicas, the largest over stages (the balance a mode controls: stages differ by schedule)%s\n",
           res.resident ? "; resid: VmHWM of each rank process, reset before every run" : "");
   appendf(out, "pingpong x: cad pingpong's speedup over each mode, the median over rounds of the round medians' ratio\n");
   appendf(out, "documents: every mode's step checksums %s the data's own\n", same ? "equal" : "DIFFER FROM");

@@ -32,6 +32,21 @@ double max_over_mean(const std::vector<T>& v) {
   return sum > 0 ? mx / (sum / static_cast<double>(v.size())) : 0;
 }
 
+// max_over_mean within each group of ranks doing the same work (CompareRow's
+// *_replicas_by_stage): rank k is in group (k / (dp x tp)) x tp + k % tp.
+std::vector<double> replicas_max_over_mean(const std::vector<int64_t>& per_rank, int64_t dp, int64_t tp) {
+  const size_t stage_ranks = static_cast<size_t>(std::max<int64_t>(1, dp) * std::max<int64_t>(1, tp));
+  const size_t t_count = static_cast<size_t>(std::max<int64_t>(1, tp));
+  const size_t stages = (per_rank.size() + stage_ranks - 1) / stage_ranks;
+  std::vector<std::vector<int64_t>> groups(stages * t_count);
+  for (size_t k = 0; k < per_rank.size(); ++k) groups[(k / stage_ranks) * t_count + k % t_count].push_back(per_rank[k]);
+  std::vector<double> out;
+  for (const auto& g : groups) out.push_back(max_over_mean(g));
+  return out;
+}
+
+double largest(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+
 // Folds one run's figures (rank 0's TrainResult) into the entry's.
 void fold_run(const TrainConfig& cfg, const ModelSpec& spec, const TrainResult& r, int64_t warmup, int round,
               CompareRun& run) {
@@ -244,6 +259,10 @@ std::vector<CompareRow> summarize_compare(const CompareOptions& o, const Compare
     row.accounted_max_over_mean = max_over_mean(run.accounted_peak);
     row.resident_max = run.resident_peak.empty() ? 0 : *std::max_element(run.resident_peak.begin(), run.resident_peak.end());
     row.resident_max_over_mean = max_over_mean(run.resident_peak);
+    row.accounted_replicas_by_stage = replicas_max_over_mean(run.accounted_peak, o.base.dp(), o.base.tp);
+    row.accounted_replicas_max_over_mean = largest(row.accounted_replicas_by_stage);
+    row.resident_replicas_by_stage = replicas_max_over_mean(run.resident_peak, o.base.dp(), o.base.tp);
+    row.resident_replicas_max_over_mean = largest(row.resident_replicas_by_stage);
     std::vector<double> ratio;
     const CompareRun& r = res.runs[ref];
     for (size_t i = 0; i < std::min(run.round_median_s.size(), r.round_median_s.size()); ++i) {
@@ -277,7 +296,9 @@ nlohmann::json compare_json(const CompareOptions& o, const CompareResult& res, c
   j["attention_imbalance"] = imbalance;  // [step] before planning
   j["data_checksums"] = expected;
   j["memory"] = {{"accounted", "the trainer's accounting of each rank's buffers at their high-water mark"},
-                 {"resident", res.resident ? "VmHWM of each rank process, reset before every run" : ""}};
+                 {"resident", res.resident ? "VmHWM of each rank process, reset before every run" : ""},
+                 {"replicas", "max/mean within each pipeline stage and TP index, across its data-parallel replicas "
+                              "(by_stage: [stage * tp + t]); the whole-job figure is *_max_over_mean"}};
   j["modes"] = nlohmann::json::array();
   for (size_t e = 0; e < rows.size(); ++e) {
     const CompareRow& row = rows[e];
@@ -307,6 +328,10 @@ nlohmann::json compare_json(const CompareOptions& o, const CompareResult& res, c
                           {"resident_peak_bytes", run.resident_peak},
                           {"resident_max_bytes", row.resident_max},
                           {"resident_max_over_mean", row.resident_max_over_mean},
+                          {"accounted_replicas_max_over_mean", row.accounted_replicas_max_over_mean},
+                          {"accounted_replicas_max_over_mean_by_stage", row.accounted_replicas_by_stage},
+                          {"resident_replicas_max_over_mean", row.resident_replicas_max_over_mean},
+                          {"resident_replicas_max_over_mean_by_stage", row.resident_replicas_by_stage},
                           {"reference_speedup", row.reference_speedup},
                           {"steps_s", run.step_s},
                           {"round_median_s", run.round_median_s},

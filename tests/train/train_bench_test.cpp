@@ -197,6 +197,43 @@ TEST(SummarizeCompare, PairsRoundsAndPicksEachGroupsBest) {
   EXPECT_DOUBLE_EQ(rows[0].idle_mean, 0.35);
   EXPECT_DOUBLE_EQ(rows[3].tokens_per_s, 200.0);
   EXPECT_DOUBLE_EQ(rows[3].median_s, 1.5);
+  EXPECT_DOUBLE_EQ(rows[0].accounted_replicas_max_over_mean, 1.5);  // one stage: the whole job's
+  EXPECT_TRUE(rows[0].resident_replicas_by_stage.empty());
+}
+
+// Peak memory max/mean within each stage (and TP index) across its replicas, by hand: world
+// rank = (stage * dp + replica) * tp + t.
+TEST(SummarizeCompare, PeakMemoryWithinEachStageAcrossItsReplicas) {
+  CompareOptions o;
+  o.modes = {{"ref", "ref", TrainMode::kCad, runtime::OverlapMode::kPingPong, 1, true}};
+  o.base.ranks = 4;
+  o.base.pp = 2;  // dp 2: ranks 0, 1 are stage 0's replicas, 2, 3 stage 1's
+  CompareResult res;
+  res.runs.resize(1);
+  res.runs[0].accounted_peak = {100, 300, 50, 70};
+  res.runs[0].resident_peak = {400, 400, 90, 110};
+  std::vector<CompareRow> rows = summarize_compare(o, res);
+  EXPECT_DOUBLE_EQ(rows[0].accounted_max_over_mean, 300.0 / 130.0);  // the whole job
+  ASSERT_EQ(rows[0].accounted_replicas_by_stage.size(), 2u);
+  EXPECT_DOUBLE_EQ(rows[0].accounted_replicas_by_stage[0], 300.0 / 200.0);
+  EXPECT_DOUBLE_EQ(rows[0].accounted_replicas_by_stage[1], 70.0 / 60.0);
+  EXPECT_DOUBLE_EQ(rows[0].accounted_replicas_max_over_mean, 1.5);
+  ASSERT_EQ(rows[0].resident_replicas_by_stage.size(), 2u);
+  EXPECT_DOUBLE_EQ(rows[0].resident_replicas_by_stage[0], 1.0);
+  EXPECT_DOUBLE_EQ(rows[0].resident_replicas_max_over_mean, 110.0 / 100.0);
+
+  o.base.ranks = 8;
+  o.base.tp = 2;  // dp 2; groups (stage, t): {0, 2}, {1, 3}, {4, 6}, {5, 7}
+  res.runs[0].accounted_peak = {10, 20, 30, 40, 50, 60, 70, 80};
+  res.runs[0].resident_peak.clear();
+  rows = summarize_compare(o, res);
+  ASSERT_EQ(rows[0].accounted_replicas_by_stage.size(), 4u);
+  EXPECT_DOUBLE_EQ(rows[0].accounted_replicas_by_stage[0], 30.0 / 20.0);
+  EXPECT_DOUBLE_EQ(rows[0].accounted_replicas_by_stage[1], 40.0 / 30.0);
+  EXPECT_DOUBLE_EQ(rows[0].accounted_replicas_by_stage[2], 70.0 / 60.0);
+  EXPECT_DOUBLE_EQ(rows[0].accounted_replicas_by_stage[3], 80.0 / 70.0);
+  EXPECT_DOUBLE_EQ(rows[0].accounted_replicas_max_over_mean, 1.5);
+  EXPECT_DOUBLE_EQ(rows[0].resident_replicas_max_over_mean, 0.0);
 }
 
 }  // namespace

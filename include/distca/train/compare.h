@@ -116,6 +116,14 @@ struct CompareRow {
   double accounted_max_over_mean = 0;
   int64_t resident_max = 0;                  // 0 unless measured
   double resident_max_over_mean = 0;
+  // The same max/mean taken within each group of ranks doing the same work, one pipeline stage
+  // and TP index across its data-parallel replicas ([stage * tp + t]; world rank = (stage * dp
+  // + replica) * tp + t), and the largest of them. Pipeline stages hold different activations
+  // by construction (1F1B: stage 0 keeps P micro-batches, the last one), so under pp > 1 the
+  // whole-job figure measures the schedule, these the balance a mode controls. Equal to the
+  // whole-job figure at pp = tp = 1.
+  std::vector<double> accounted_replicas_by_stage, resident_replicas_by_stage;
+  double accounted_replicas_max_over_mean = 0, resident_replicas_max_over_mean = 0;
   double reference_speedup = 0;  // the reference's speedup over this entry (paired by round)
   bool best_of_group = false;    // the group's lowest median step
 };
