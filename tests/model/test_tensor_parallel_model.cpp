@@ -179,8 +179,10 @@ TEST(TensorParallelModel, SequenceCutGivesEveryRankAnEvenShareOfEachSide) {
         for (int r = 0; r < tp; ++r) {
           const std::array<RowRange, 2> pieces = tp_sp_pieces(n, cut, tp, r);
           EXPECT_LE(pieces[0].size() + pieces[1].size(), (n + tp - 1) / tp);
-          if (!has_cut) EXPECT_EQ(pieces[0].begin, tp_rows(n, tp, r).begin);
-          if (!has_cut) EXPECT_EQ(pieces[0].end, tp_rows(n, tp, r).end);
+          if (!has_cut) {
+            EXPECT_EQ(pieces[0].begin, tp_rows(n, tp, r).begin);
+            EXPECT_EQ(pieces[0].end, tp_rows(n, tp, r).end);
+          }
         }
         EXPECT_EQ(std::count(owner.begin(), owner.end(), -1), 0) << "a row without an owner";
       }
