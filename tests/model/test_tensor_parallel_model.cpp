@@ -212,24 +212,21 @@ TEST(TensorParallelModel, PhasedStepWithASequenceCutMatchesUnsharded) {
     EXPECT_EQ(m.boundary_row_count(), pieces[0].size() + pieces[1].size());
     const RowRange a{0, cut}, b{cut, n};
     const int L = static_cast<int>(spec.n_layers);
+    // Lock step: each phase on a then b in forward, b then a in backward.
     for (int l = 0; l < L; ++l) {
-      m.forward_pre(l, a);
-      m.forward_pre(l, b);
+      for (const RowRange r : {a, b}) m.forward_pre(l, r);
       const LayerAttentionIo<double> io = m.attention_io(l);
       DISTCA_RETURN_IF_ERROR(ex.forward(l, io.q, io.k, io.v, io.o));
-      m.forward_post(l, a);
-      m.forward_post(l, b);
+      for (const RowRange r : {a, b}) m.forward_post(l, r);
     }
     const int64_t count = target_count(p);
     for (const RowRange r : {a, b}) m.forward_head(r);
     for (const RowRange r : {b, a}) m.backward_head(r, 1.0 / count);
     for (int l = L - 1; l >= 0; --l) {
-      m.backward_post(l, b);
-      m.backward_post(l, a);
+      for (const RowRange r : {b, a}) m.backward_post(l, r);
       const LayerAttentionIo<double> io = m.attention_io(l);
       DISTCA_RETURN_IF_ERROR(ex.backward(l, io.d_o, io.dq, io.dk, io.dv));
-      m.backward_pre(l, b);
-      m.backward_pre(l, a);
+      for (const RowRange r : {b, a}) m.backward_pre(l, r);
     }
     DISTCA_RETURN_IF_ERROR(m.tp_status());
     DISTCA_RETURN_IF_ERROR(m.sync_replicated_grads());
