@@ -378,7 +378,7 @@ Status Llama<T>::check_executor(const BasicAttentionExecutor<T>& executor, int64
 template <class T>
 Status Llama<T>::start_step(const StepInputs& in, std::span<T> per_token_loss,
                             const BasicAttentionExecutor<T>* executor, double grad_scale,
-                            int slot) {
+                            int slot, int64_t sp_cut) {
   if (slot < 0 || slot >= slots()) {
     return Status::invalid_argument("slot " + std::to_string(slot) + " outside [0, slots " +
                                     std::to_string(slots()) + ")");
@@ -396,6 +396,7 @@ Status Llama<T>::start_step(const StepInputs& in, std::span<T> per_token_loss,
   st.in = in;
   st.per_token_loss = per_token_loss;
   st.n = n;
+  st.sp_cut = tp_ == nullptr ? 0 : sp_cut;
   st.loss = StepLoss{};
 
   const Widths w = widths_of(*this);
@@ -416,8 +417,9 @@ Status Llama<T>::start_step(const StepInputs& in, std::span<T> per_token_loss,
 }
 
 template <class T>
-Status Llama<T>::begin_step(const StepInputs& in, std::span<T> per_token_loss, int slot) {
-  return start_step(in, per_token_loss, nullptr, 0.0, slot);
+Status Llama<T>::begin_step(const StepInputs& in, std::span<T> per_token_loss, int slot,
+                            int64_t sp_cut) {
+  return start_step(in, per_token_loss, nullptr, 0.0, slot, sp_cut);
 }
 
 template <class T>

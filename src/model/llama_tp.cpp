@@ -39,27 +39,35 @@ void Llama<T>::init_params(uint64_t seed, size_t first_tensor) {
   }
 }
 
-// Sequence parallelism by the step's rows: a range's rows that fall in the rank's share of
-// the whole step, so the owner of a row does not depend on the ranges (nano-batches).
+// Sequence parallelism by the step's rows: a range's rows that fall in the rank's pieces of
+// the step (tp_sp_pieces with the step's cut), the same rows tp_range_rows gives the layer
+// functions (tp_step), so the owner of a row depends on the cut only, not on the ranges.
 template <class T>
 RowRange Llama<T>::own_rows(RowRange rows) const {
   if (tp_ == nullptr) return rows;
-  const RowRange own = tp_rows(cur().n, tp_->size(), tp_->rank());
-  const int64_t begin = std::clamp(own.begin, rows.begin, rows.end);
-  return {begin, std::clamp(own.end, begin, rows.end)};
+  TpStep<T> s;  // the rows only
+  s.n = rows.size();
+  s.total = cur().n;
+  s.first = rows.begin;
+  s.cut = cur().sp_cut;
+  const RowRange r = tp_range_rows(s, tp_->size(), tp_->rank());
+  return {rows.begin + r.begin, rows.begin + r.end};
 }
 
 template <class T>
 int64_t Llama<T>::sp(int64_t row) const {
   if (tp_ == nullptr) return row;
-  const RowRange own = tp_rows(cur().n, tp_->size(), tp_->rank());
-  return std::clamp(row, own.begin, own.end) - own.begin;
+  int64_t before = 0;
+  for (const RowRange& own : tp_sp_pieces(cur().n, cur().sp_cut, tp_->size(), tp_->rank())) {
+    before += std::clamp(row, own.begin, own.end) - own.begin;
+  }
+  return before;
 }
 
 template <class T>
-RowRange Llama<T>::boundary_rows() const {
-  DISTCA_CHECK_MSG(cur().ready, "boundary_rows without a successful begin_step");
-  return own_rows({0, cur().n});
+int64_t Llama<T>::boundary_row_count() const {
+  DISTCA_CHECK_MSG(cur().ready, "boundary_row_count without a successful begin_step");
+  return sp(cur().n);
 }
 
 // The TP functions' view of layer `layer` for the range `rows`: the sequence-parallel buffers
@@ -82,7 +90,7 @@ TpStep<T> Llama<T>::tp_step(RowRange rows) {
   const FinalActs f = final_acts();
   const int64_t half = spec_.head_dim / 2;
   return {rows.size(), f.rope_cos + rows.begin * half, f.rope_sin + rows.begin * half,
-          options_.rms_eps, cur().n, rows.begin};
+          options_.rms_eps, cur().n, rows.begin, cur().sp_cut};
 }
 
 namespace {
@@ -140,12 +148,19 @@ void Llama<T>::tp_backward_pre(int layer, RowRange rows) {
                                         grads_.data() + layout_[0].offset);
 }
 
+// One reduce-scatter per side of the sequence cut (a range may not cross it).
 template <class T>
 Status Llama<T>::tp_embed() {
-  const RowRange all{0, cur().n};
-  tp_status_ = tp_embedding_forward<T>(*tp_, tp_dims(spec_, tp_size(), tp_rank()), tp_step(all),
-                                       params_.data() + layout_[0].offset, cur().in.tokens.data(),
-                                       layer_acts(0).x);  // the rank's rows from row 0
+  const int64_t n = cur().n, cut = cur().sp_cut;
+  const bool has_cut = cut > 0 && cut < n;
+  for (const RowRange rows : {RowRange{0, has_cut ? cut : n}, RowRange{has_cut ? cut : n, n}}) {
+    if (rows.size() == 0) continue;
+    tp_status_ = tp_embedding_forward<T>(
+        *tp_, tp_dims(spec_, tp_size(), tp_rank()), tp_step(rows),
+        params_.data() + layout_[0].offset, cur().in.tokens.data() + rows.begin,
+        layer_acts(0).x + sp(own_rows(rows).begin) * widths_of(*this).h);
+    if (!tp_status_.ok()) break;
+  }
   return tp_status_;
 }
 

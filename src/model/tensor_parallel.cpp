@@ -258,12 +258,28 @@ void tp_unshard_params(const ModelSpec& spec, const TpDims& d, const T* shard, T
   move_tensors<T>(spec, d, full, const_cast<T*>(shard), false, 0, param_layout(spec).size());
 }
 
+std::array<RowRange, 2> tp_sp_pieces(int64_t total, int64_t cut, int tp, int rank) {
+  DISTCA_CHECK(total >= 0 && tp >= 1 && 0 <= rank && rank < tp);
+  if (cut <= 0 || cut >= total) return {tp_rows(total, tp, rank), RowRange{total, total}};
+  // [0, cut): the remainder's rows on the last ranks (rank p >= tp - rem gets one more).
+  const int64_t base = cut / tp, rem = cut % tp;
+  const int64_t begin = rank * base + std::max<int64_t>(0, rank - (tp - rem));
+  const int64_t size = base + (rank >= tp - rem ? 1 : 0);
+  const RowRange second = tp_rows(total - cut, tp, rank);
+  return {RowRange{begin, begin + size}, RowRange{cut + second.begin, cut + second.end}};
+}
+
 template <class T>
 RowRange tp_range_rows(const TpStep<T>& s, int tp, int rank) {
-  const RowRange own = tp_rows(s.total == 0 ? s.n : s.total, tp, rank);
-  const int64_t begin = std::clamp(own.begin - s.first, int64_t{0}, s.n);
-  const int64_t end = std::clamp(own.end - s.first, begin, s.n);
-  return {begin, end};
+  const std::array<RowRange, 2> pieces = tp_sp_pieces(s.total == 0 ? s.n : s.total, s.cut, tp, rank);
+  auto in_range = [&](const RowRange& own) {
+    const int64_t begin = std::clamp(own.begin - s.first, int64_t{0}, s.n);
+    return RowRange{begin, std::clamp(own.end - s.first, begin, s.n)};
+  };
+  const RowRange first = in_range(pieces[0]), second = in_range(pieces[1]);
+  if (second.size() == 0) return first;
+  DISTCA_CHECK_MSG(first.size() == 0, "a TP range across the sequence cut");
+  return second;
 }
 
 template <class T>

@@ -458,7 +458,11 @@ class StepRun {
       u.slot = std::find(busy_.begin(), busy_.end(), false) - busy_.begin();
       DISTCA_CHECK(u.slot < static_cast<int64_t>(busy_.size()));
       busy_[static_cast<size_t>(u.slot)] = true;
-      DISTCA_RETURN_IF_ERROR(model.begin_step(u.in.view(), {}, static_cast<int>(u.slot)).with_context(at_));
+      // TP: every TP rank holds an even share of each nano-batch's rows (Llama::begin_step's
+      // sp_cut), so no rank's sequence-parallel work keeps its peers waiting at a collective.
+      // Pipeline stages keep the uncut split: a stage's neighbours must hold the same rows.
+      const int64_t sp_cut = s_.pp == 1 ? u.rows[0].end : 0;
+      DISTCA_RETURN_IF_ERROR(model.begin_step(u.in.view(), {}, static_cast<int>(u.slot), sp_cut).with_context(at_));
     } else {
       // The backward's split must lay the micro-batch's rows out as its forward did.
       if (layout != u.layout) {
@@ -472,7 +476,7 @@ class StepRun {
     const int peer = rank_of_stage(msg.from);
     // TP: the rank's rows of the boundary only, from the same TP index of the other stage.
     float* dst = msg.gradient ? model.stage_output_grad() : model.stage_input();
-    std::span<std::byte> bytes(reinterpret_cast<std::byte*>(dst), sizeof(float) * model.boundary_rows().size() * s_.spec.hidden);
+    std::span<std::byte> bytes(reinterpret_cast<std::byte*>(dst), sizeof(float) * model.boundary_row_count() * s_.spec.hidden);
     DISTCA_ASSIGN_OR_RETURN(auto r, world_.start_recv(bytes, peer, static_cast<int>(msg.tag)));
     DISTCA_RETURN_IF_ERROR(wait_for(*r, ph_.waited)
                                .with_context(at_ + (msg.gradient ? ": gradients" : ": activations") + " from rank " +
@@ -549,7 +553,7 @@ class StepRun {
   Status end_op(const StageStep& st) {
     auto& model = *s_.model;
     Micro& u = mbs_[static_cast<size_t>(st.op.microbatch)];
-    const int64_t n = model.boundary_rows().size() * s_.spec.hidden;  // TP: the rank's rows
+    const int64_t n = model.boundary_row_count() * s_.spec.hidden;  // TP: the rank's rows
     if (!st.op.backward) {
       if (st.send) {
         std::span<const std::byte> src(reinterpret_cast<const std::byte*>(model.stage_output()), sizeof(float) * n);

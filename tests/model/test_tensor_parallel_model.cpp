@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <iostream>
 #include <memory>
@@ -135,6 +136,112 @@ TEST(TensorParallelModel, TwentyStepsStayAtRoundingInFloat) {
   EXPECT_LT(worst, 1e-6);
   EXPECT_LT(params, 1e-5);
   EXPECT_LT(ref.losses.back(), ref.losses.front());  // it trains
+}
+
+// The sequence cut (tp_sp_pieces): for every step length, cut and T, the ranks' pieces tile
+// the step once, each side of the cut is split over the ranks in rank order with shares that
+// differ by at most one row (the ranges a step runs as: no rank's sequence-parallel work
+// waits on another's), a rank holds at most ceil(n / T) rows (the model's buffers), and
+// without a cut the split is tp_rows. tp_range_rows gives the same shares of each side.
+TEST(TensorParallelModel, SequenceCutGivesEveryRankAnEvenShareOfEachSide) {
+  for (int tp : {1, 2, 3, 4}) {
+    for (int64_t n : {0, 1, 5, 12, 40, 47}) {
+      for (int64_t cut = 0; cut <= n; ++cut) {
+        const bool has_cut = cut > 0 && cut < n;
+        std::vector<int> owner(static_cast<size_t>(n), -1);
+        for (const RowRange side : {RowRange{0, has_cut ? cut : n}, RowRange{has_cut ? cut : n, n}}) {
+          if (side.size() == 0) continue;
+          int64_t lo = side.size(), hi = 0, next = side.begin;
+          for (int r = 0; r < tp; ++r) {
+            TpStep<float> s;
+            s.n = side.size();
+            s.total = n;
+            s.first = side.begin;
+            s.cut = cut;
+            const RowRange own = tp_range_rows(s, tp, r);
+            const std::array<RowRange, 2> pieces = tp_sp_pieces(n, cut, tp, r);
+            const RowRange piece = side.begin == 0 && has_cut ? pieces[0] : pieces[has_cut ? 1 : 0];
+            ASSERT_EQ(own.size(), piece.size()) << tp << " " << n << " " << cut << " " << r;
+            if (own.size() > 0) {
+              EXPECT_EQ(own.begin + side.begin, piece.begin) << tp << " " << n << " " << cut << " " << r;
+              EXPECT_EQ(piece.begin, next) << "rank order";
+              next = piece.end;
+            }
+            lo = std::min(lo, own.size());
+            hi = std::max(hi, own.size());
+            for (int64_t t = piece.begin; t < piece.end; ++t) {
+              EXPECT_EQ(owner[static_cast<size_t>(t)], -1) << "row " << t << " owned twice";
+              owner[static_cast<size_t>(t)] = r;
+            }
+          }
+          EXPECT_LE(hi - lo, 1) << tp << " " << n << " " << cut;
+        }
+        for (int r = 0; r < tp; ++r) {
+          const std::array<RowRange, 2> pieces = tp_sp_pieces(n, cut, tp, r);
+          EXPECT_LE(pieces[0].size() + pieces[1].size(), (n + tp - 1) / tp);
+          if (!has_cut) {
+            EXPECT_EQ(pieces[0].begin, tp_rows(n, tp, r).begin);
+            EXPECT_EQ(pieces[0].end, tp_rows(n, tp, r).end);
+          }
+        }
+        EXPECT_EQ(std::count(owner.begin(), owner.end(), -1), 0) << "a row without an owner";
+      }
+    }
+  }
+}
+
+// A phased step as two ranges [0, cut) and [cut, n) with begin_step's sequence cut, on TP 2 in
+// fp64: the loss and every gradient match the unsharded model (forward_backward) to rounding,
+// and each rank holds its pieces' rows (boundary_row_count).
+TEST(TensorParallelModel, PhasedStepWithASequenceCutMatchesUnsharded) {
+  const ModelSpec spec = testing::tiny_spec();
+  const Outcome<double> ref = run<double>(1, false, 0);
+  const testing::Packed p = testing::three_docs(1, spec.vocab);
+  const int64_t n = static_cast<int64_t>(p.tokens.size()), cut = 23;  // 40 rows: 11 + 9 and 12 + 8
+  std::vector<double> grads(static_cast<size_t>(param_count(spec)), 0.0);
+  double loss = 0;
+  std::mutex mu;
+  const Status st = comm::run_local(2, [&](comm::Communicator& c) -> Status {
+    DISTCA_ASSIGN_OR_RETURN(auto tpc, comm::GroupCommunicator::create(c, {0, 1}, 11));
+    DISTCA_ASSIGN_OR_RETURN(auto m, Llama<double>::create(spec, 64, 3, {}, std::nullopt, 1, tpc.get()));
+    DISTCA_ASSIGN_OR_RETURN(auto ex, LocalAttentionExecutor<double>::create(spec.n_heads / 2, spec.n_kv_heads / 2,
+                                                                            spec.head_dim, p.pieces));
+    m.zero_grads();
+    DISTCA_RETURN_IF_ERROR(m.begin_step(p.inputs(), {}, 0, cut));
+    const std::array<RowRange, 2> pieces = tp_sp_pieces(n, cut, 2, c.rank());
+    EXPECT_EQ(m.boundary_row_count(), pieces[0].size() + pieces[1].size());
+    const RowRange a{0, cut}, b{cut, n};
+    const int L = static_cast<int>(spec.n_layers);
+    // Lock step: each phase on a then b in forward, b then a in backward.
+    for (int l = 0; l < L; ++l) {
+      for (const RowRange r : {a, b}) m.forward_pre(l, r);
+      const LayerAttentionIo<double> io = m.attention_io(l);
+      DISTCA_RETURN_IF_ERROR(ex.forward(l, io.q, io.k, io.v, io.o));
+      for (const RowRange r : {a, b}) m.forward_post(l, r);
+    }
+    const int64_t count = target_count(p);
+    for (const RowRange r : {a, b}) m.forward_head(r);
+    for (const RowRange r : {b, a}) m.backward_head(r, 1.0 / count);
+    for (int l = L - 1; l >= 0; --l) {
+      for (const RowRange r : {b, a}) m.backward_post(l, r);
+      const LayerAttentionIo<double> io = m.attention_io(l);
+      DISTCA_RETURN_IF_ERROR(ex.backward(l, io.d_o, io.dq, io.dk, io.dv));
+      for (const RowRange r : {b, a}) m.backward_pre(l, r);
+    }
+    DISTCA_RETURN_IF_ERROR(m.tp_status());
+    DISTCA_RETURN_IF_ERROR(m.sync_replicated_grads());
+    std::vector<double> sums{m.step_loss().loss_sum, static_cast<double>(m.step_loss().count)};
+    DISTCA_RETURN_IF_ERROR(tpc->all_reduce_sum(std::span<double>(sums)));
+    if (sums[1] != static_cast<double>(count)) return Status::internal("target count differs");
+    std::lock_guard<std::mutex> lock(mu);
+    tp_unshard_params<double>(spec, tp_dims(spec, 2, c.rank()), m.grads().data(), grads.data());
+    loss = sums[0] / sums[1];
+    return Status::ok_status();
+  });
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  ASSERT_EQ(ref.losses.size(), 1u);
+  EXPECT_NEAR(loss, ref.losses[0], 1e-13 * ref.losses[0]);
+  EXPECT_LE(rel_diff(grads, ref.grads), 1e-12);
 }
 
 // Forwards the collectives to `inner`, counting them: every blocking collective of the base

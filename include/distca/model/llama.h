@@ -154,16 +154,18 @@
 // collective over the group (same calls, same order, same ranges). attention_io's q, k, v, o,
 // d_o, dq, dk, dv hold the rank's heads for all n rows; an executor is set up for those heads
 // (n_heads / T, n_kv_heads / T). The residual stream, norms and per-token loss are
-// sequence-parallel: the rank holds rows tp_rows(n, T, rank) of the step (boundary_rows), and
-// a phase on rows r computes them for r's rows among those (own_rows; possibly none). The
+// sequence-parallel: the rank holds rows tp_sp_pieces(n, sp_cut, T, rank) of the step
+// (begin_step's sp_cut; without one tp_rows(n, T, rank)), and a phase on rows r computes them
+// for r's rows among those (own_rows; possibly none; r must not cross the cut). The
 // workspace's residual stream, its rstd, dx, stage_input / stage_output and their gradients
-// hold only those rows, from row 0 (ceil(max_tokens / T) of them); the other rows of
+// hold only those rows, in row order from row 0 (boundary_row_count(), at most
+// ceil(max_tokens / T)); the other rows of
 // per_token_loss are not written. So step_loss() is the
 // sum over the rank's rows (the group's sums add up to the step's), and the norm gains'
 // gradients are partial until sync_replicated_grads(). A failed TP collective is kept in
 // tp_status() (the blocking calls return it) and turns the later phases into no-ops. Pipeline
-// stages take a TP communicator too: each TP rank of a stage exchanges boundary_rows() with
-// the same TP index of its neighbours.
+// stages take a TP communicator too: each TP rank of a stage exchanges its boundary rows with
+// the same TP index of its neighbours (so they must agree on sp_cut).
 //
 // Thread safety: one thread at a time per object; a step uses the calling thread's OpenMP team.
 // Distinct objects may run in distinct threads (ranks as threads); they share OpenBLAS's
@@ -322,10 +324,10 @@ class Llama {
   // The tensor named `name` among the stage's (DISTCA_CHECK that it exists).
   const TensorInfo& tensor(const std::string& name) const;
   StageRange stage() const { return stage_; }
-  // The rows of the selected slot's step that this rank holds in the sequence-parallel
-  // regions: tp_rows(n, T, rank) with TP, all n rows without. Only these rows of
-  // stage_input, stage_output and their gradients are read or written.
-  RowRange boundary_rows() const;
+  // How many rows of the selected slot's step this rank holds in the sequence-parallel
+  // regions: those of tp_sp_pieces(n, sp_cut, T, rank) with TP, all n rows without. Only these
+  // rows (from row 0) of stage_input, stage_output and their gradients are read or written.
+  int64_t boundary_row_count() const;
   bool has_embedding() const { return stage_.has_embedding(); }
   bool has_head() const { return stage_.has_head(spec_.n_layers); }
   // The element of the full parameter buffer (param_layout) where params() starts.
@@ -369,13 +371,18 @@ class Llama {
   // InvalidArgument) and selects it; on a stage without the embedding nothing is embedded
   // (stage_input() receives the rows) and per_token_loss must be empty without the head.
   // A failed begin_step leaves that slot unusable until its next successful one.
-  Status begin_step(const StepInputs& in, std::span<T> per_token_loss = {}, int slot = 0);
+  // TP: sp_cut (0: none) is the sequence cut of the rank's rows (tp_sp_pieces): the row where
+  // the step's second range (nano-batch) starts when it runs as [0, sp_cut) and [sp_cut, n),
+  // so each TP rank holds an even share of each; every phase's rows must then lie on one side
+  // of it. Ignored without TP.
+  Status begin_step(const StepInputs& in, std::span<T> per_token_loss = {}, int slot = 0,
+                    int64_t sp_cut = 0);
   // Selects a slot whose begin_step succeeded (DISTCA_CHECK).
   void select_slot(int slot);
   // first <= layer < last. q, k, v, o of the selected slot; d_o, dq, dk, dv shared.
   LayerAttentionIo<T> attention_io(int layer);
   // Stage boundaries of the selected slot, (n, hidden) row-major, n = its step's tokens (TP:
-  // the rank's rows boundary_rows() only, from row 0).
+  // the rank's rows boundary_row_count() only, from row 0).
   // stage_input: only without the embedding; stage_output: only without the head.
   // stage_output_grad (without the head) and stage_input_grad (without the embedding) are
   // the backward's dx, one buffer shared by the slots (header comment above).
@@ -403,7 +410,7 @@ class Llama {
   LayerActs layer_acts(int64_t layer);
   int64_t layer_elems() const;  // one layer's workspace elements
   // The index of row `row` (the rank's, or the end of its rows) in the sequence-parallel
-  // buffers: row - the first of the rank's rows with TP, row itself without.
+  // buffers: the rank's rows before it with TP, row itself without.
   int64_t sp(int64_t row) const;
   FinalActs final_acts();
   Scratch scratch();
@@ -413,7 +420,8 @@ class Llama {
   // begin_step's checks (then the executor's when given, then grad_scale's), then the step's
   // set-up; nothing is written before every check passed.
   Status start_step(const StepInputs& in, std::span<T> per_token_loss,
-                    const BasicAttentionExecutor<T>* executor, double grad_scale, int slot);
+                    const BasicAttentionExecutor<T>* executor, double grad_scale, int slot,
+                    int64_t sp_cut = 0);
   void check_rows(RowRange rows) const;
   // InvalidArgument naming `call` unless this is the whole model.
   Status check_whole(const char* call) const;
@@ -444,6 +452,7 @@ class Llama {
     StepInputs in;
     std::span<T> per_token_loss;
     int64_t n = 0;
+    int64_t sp_cut = 0;  // begin_step's (TP)
     StepLoss loss;
   };
   SlotState& cur() { return slot_state_[static_cast<size_t>(slot_)]; }
@@ -454,7 +463,8 @@ class Llama {
   int64_t max_tokens_ = 0;
   StageRange stage_;
   int64_t param_offset_ = 0;
-  int64_t sp_rows_ = 0;  // rows of the sequence-parallel regions (TP: ceil(max_tokens / T))
+  int64_t sp_rows_ = 0;  // rows of the sequence-parallel regions (TP: ceil(max_tokens / T),
+                         // the most tp_sp_pieces gives a rank)
   std::vector<TensorInfo> layout_;  // the stage's tensors, offsets relative to params_
   std::vector<T> params_;  // (the stage's parameter count)
   std::vector<T> grads_;   // (idem)

@@ -21,9 +21,10 @@
 //     their gradients are partial sums over the rank's rows and need one all-reduce over the
 //     TP group per step (tp_all_reduce_replicated).
 //   - Sequence parallel regions: the residual stream, the norms and the per-token loss live on
-//     the rank's rows of the step's n tokens, tp_rows(n, T, r). A phase on a range of rows
+//     the rank's rows of the step's n tokens, tp_sp_pieces(n, cut, T, r) (without a sequence
+//     cut tp_rows(n, T, r); with one, its share of each side). A phase on a range of rows
 //     (a nano-batch) handles the range's share of those rows (TpStep: possibly none), so
-//     which rank holds a row does not depend on how the step is cut into ranges. Entering a
+//     which rank holds a row depends on the cut, not on how the step is cut into ranges. Entering a
 //     column-parallel block, the normed rows are all-gathered (every rank needs all n
 //     rows); leaving a row-parallel block, the (n, h) partial products are reduce-scattered
 //     (each rank receives the sum for its rows). Backward mirrors it: the gradient of an
@@ -57,6 +58,7 @@
 // Thread safety: no state; one thread per rank as the communicator requires.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -70,6 +72,17 @@ namespace distca::model {
 
 // The rows of TP rank r: even_split(n, tp, r).
 inline RowRange tp_rows(int64_t n, int tp, int rank) { return even_split(n, tp, rank); }
+
+// The rows TP rank r holds in the sequence-parallel regions of a step of `total` rows with
+// the sequence cut `cut`. Without a cut (cut <= 0 or cut >= total): tp_rows(total, T, r) and
+// an empty second piece. With one: the rank's share of [0, cut) and its share of
+// [cut, total), each split over the ranks in rank order, so a step run as two ranges (the
+// nano-batches [0, cut) and [cut, total)) gives every rank an even share of each range and no
+// TP rank computes a range's sequence-parallel rows while its peers wait for it. [0, cut)
+// puts its remainder rows on the last ranks, [cut, total) on the first (even_split), so a
+// rank holds at most ceil(total / T) rows in all. The pieces ascend; the rank's buffers hold
+// piece 0's rows, then piece 1's.
+std::array<RowRange, 2> tp_sp_pieces(int64_t total, int64_t cut, int tp, int rank);
 
 // InvalidArgument (one line naming the sizes) unless tp >= 1 divides spec.n_heads and
 // spec.n_kv_heads and tp <= spec.ffn.
@@ -176,8 +189,9 @@ struct TpLayerActs {
 
 // The step's shared inputs: RoPE tables for all n rows ((n, hd/2) each, layers.h rope_tables)
 // and the RMSNorm epsilon. The n rows are rows [first, first + n) of a step of `total` rows
-// (total 0: the whole step, first 0); rank p's rows of the sequence-parallel regions are the
-// range's share of tp_rows(total, T, p) (tp_range_rows), and "n_r" is their count.
+// (total 0: the whole step, first 0) with the sequence cut `cut` (0: none); rank p's rows of
+// the sequence-parallel regions are the range's share of tp_sp_pieces(total, cut, T, p)
+// (tp_range_rows), and "n_r" is their count.
 template <class T>
 struct TpStep {
   int64_t n = 0;
@@ -185,9 +199,12 @@ struct TpStep {
   const T* rope_sin = nullptr;
   double rms_eps = 1e-5;
   int64_t total = 0, first = 0;
+  int64_t cut = 0;
 };
 // Rank `rank`'s rows of a step's range, relative to the range: [first, first + n) intersected
-// with tp_rows(total, tp, rank), shifted by -first (an empty range where they do not meet).
+// with the rank's pieces, shifted by -first (an empty range where they do not meet).
+// Precondition (DISTCA_CHECK): the range meets at most one of the rank's pieces (a range on
+// one side of the cut, or any range without one).
 template <class T>
 RowRange tp_range_rows(const TpStep<T>& s, int tp, int rank);
 
