@@ -43,8 +43,8 @@ struct OneRank {
       return body(*d);
     });
   }
-  Status fwd(CaDispatcher& d, int layer) { return d.forward(layer, q.data(), k.data(), v.data(), o.data(), lse.data()); }
-  Status bwd(CaDispatcher& d, int layer) { return d.backward(layer, d_o.data(), dq.data(), dk.data(), dv.data()); }
+  Status fwd(CaDispatcher& d, int layer) { return d.forward(layer, q, k, v, o, lse); }
+  Status bwd(CaDispatcher& d, int layer) { return d.backward(layer, d_o, dq, dk, dv); }
 };
 
 class DispatcherOrderDeathTest : public ::testing::Test {
@@ -64,13 +64,13 @@ TEST_F(DispatcherOrderDeathTest, CallsOutOfOrderAbortNamingTheExpectedAndActualP
                }),
                "finish_forward\\(0\\) out of order: expects the layer forward served, but it is forward finished");
   EXPECT_DEATH((void)r.with_dispatcher([&](CaDispatcher& d) {
-                 DISTCA_RETURN_IF_ERROR(d.start_forward(1, r.q.data(), r.k.data(), r.v.data(), r.o.data(), nullptr));
-                 return d.start_forward(1, r.q.data(), r.k.data(), r.v.data(), r.o.data(), nullptr);
+                 DISTCA_RETURN_IF_ERROR(d.start_forward(1, r.q, r.k, r.v, r.o, {}));
+                 return d.start_forward(1, r.q, r.k, r.v, r.o, {});
                }),
                "start_forward\\(1\\) out of order: expects the layer idle .*, but it is forward started");
   EXPECT_DEATH((void)r.with_dispatcher([&](CaDispatcher& d) {
                  DISTCA_RETURN_IF_ERROR(r.fwd(d, 0));
-                 DISTCA_RETURN_IF_ERROR(d.start_backward(0, r.d_o.data(), r.dq.data(), r.dk.data(), r.dv.data(),
+                 DISTCA_RETURN_IF_ERROR(d.start_backward(0, r.d_o, r.dq, r.dk, r.dv,
                                                          BackwardWrite::kOverwrite));
                  return d.finish_backward(0);
                }),
