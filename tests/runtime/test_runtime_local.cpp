@@ -4,6 +4,7 @@
 // its own inputs and hold the linear work to the runner's contract (runtime_check.h, LayerStack).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <mutex>
 #include <numeric>
@@ -264,6 +265,57 @@ TEST(RuntimeLocal, MixedDirectionTicksMatchTheKernel) {
         for (const Comparison& w : worst) c.merge(w);
         expect_close(c, what + ": " + describe(c));
       }
+    }
+  }
+}
+
+// A rank's buffers are checked against the plan before the runner touches one: placeholders of
+// 0 rows on the ranks of an idle stage to which wlb's re-pack gave rows (what the pipeline-tick
+// helper once gave them: the runner wrote past them and corrupted the heap), and buffers one
+// row short, are refused with invalid_argument naming the layer and both row counts, and
+// nothing is written.
+TEST(RuntimeLocal, RunnerRefusesBuffersSmallerThanThePlan) {
+  const AttentionDims dims = small_dims();
+  const int64_t qf = dims.q_floats(), kvf = dims.kv_floats();
+  const Batch member = random_batch(2, 256, 900);
+  const PoolMember alone{0, 0, false, &member};
+  auto pool = pool_batches(std::span<const PoolMember>(&alone, 1), 2, 2);  // stage 1 idle
+  ASSERT_TRUE(pool.ok()) << pool.status().to_string();
+  auto np = plan_nano_batches(pool->batch, parse_scheduler("wlb").value(), schedule_options(dims));
+  ASSERT_TRUE(np.ok()) << np.status().to_string();
+  auto rows = [&](size_t r) { return np->split.tokens[r][0] + np->split.tokens[r][1]; };
+  ASSERT_GT(rows(2) + rows(3), 0) << "the re-pack gave the idle stage no rows: nothing to refuse";
+  for (const bool placeholders : {true, false}) {
+    std::vector<std::string> errors(4);
+    std::vector<int> untouched(4, 1);
+    const Status st = comm::run_local(4, [&](comm::Communicator& c) -> Status {
+      const size_t r = static_cast<size_t>(c.rank());
+      const int64_t n = rows(r);
+      std::vector<float> q(static_cast<size_t>(n * qf), 0.5f), kv(static_cast<size_t>(n * kvf), 0.5f);
+      std::vector<float> o(q.size(), NAN), lse(static_cast<size_t>(n * dims.n_heads), NAN), idle(1, 42.0f);
+      LayerForward f{q.data(), kv.data(), kv.data(), o.data(), lse.data(), n > 0 ? n - 1 : 0};
+      if (placeholders) {
+        f = r < 2 ? LayerForward{q.data(), kv.data(), kv.data(), o.data(), lse.data(), n}
+                  : LayerForward{idle.data(), idle.data(), idle.data(), idle.data(), idle.data(), 0};
+      }
+      DISTCA_ASSIGN_OR_RETURN(auto runner, TickRunner::create_tick(c, &*np, nullptr, dims, OverlapMode::kPingPong));
+      TickIo io;
+      io.forward = {f};
+      const Status s = runner->run(io);
+      errors[r] = s.to_string();
+      const bool refused = f.rows < n;
+      untouched[r] = !refused || (idle[0] == 42.0f && std::all_of(o.begin(), o.end(), [](float x) { return std::isnan(x); }));
+      return s;
+    });
+    EXPECT_FALSE(st.ok());
+    for (size_t r = 0; r < 4; ++r) {
+      const int64_t given = placeholders ? (r < 2 ? rows(r) : 0) : std::max<int64_t>(rows(r) - 1, 0);
+      if (given >= rows(r)) continue;
+      EXPECT_NE(errors[r].find("forward layer 0 on rank " + std::to_string(r) + ": the buffers hold " +
+                               std::to_string(given) + " rows, the plan needs " + std::to_string(rows(r))),
+                std::string::npos)
+          << errors[r];
+      EXPECT_TRUE(untouched[r]) << "rank " << r << " wrote into buffers it refused";
     }
   }
 }
