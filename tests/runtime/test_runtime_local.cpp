@@ -532,6 +532,30 @@ TEST(RuntimeLocal, TraceHasComputeAndCommEventsForEveryRank) {
   }
 }
 
+// Ranks whose plans disagree (each its own batch): the peers' row counts differ from what a
+// rank's plan expects, and the exchange fails on the receiving side naming both byte counts,
+// instead of a receive buffer sized by one plan taking the rows of another.
+TEST(RuntimeLocal, RanksWithDisagreeingPlansFailTheExchange) {
+  const AttentionDims dims = small_dims();
+  std::vector<Plan> plans;
+  for (uint64_t seed : {5, 6}) {
+    auto plan = make_plan(random_batch(2, 256, seed), parse_scheduler("cad").value(), schedule_options(dims));
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    plans.push_back(std::move(plan).value());
+  }
+  ASSERT_NE(plans[0].ranks[0].exchanges, plans[1].ranks[0].exchanges) << "the plans agree: nothing to detect";
+  const Status st = comm::run_local(2, [&](comm::Communicator& c) -> Status {
+    const Plan& plan = plans[static_cast<size_t>(c.rank())];
+    const int64_t n = plan.ranks[static_cast<size_t>(c.rank())].tokens;
+    std::vector<float> q(static_cast<size_t>(n * dims.q_floats()), 0.5f), kv(static_cast<size_t>(n * dims.kv_floats()), 0.5f);
+    std::vector<float> o(q.size()), lse(static_cast<size_t>(n * dims.n_heads));
+    DISTCA_ASSIGN_OR_RETURN(auto d, CaDispatcher::create(c, plan, dims));
+    return d->forward(0, q, kv, kv, o, lse);
+  });
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("which expects"), std::string::npos) << st.to_string();
+}
+
 TEST(RuntimeLocal, RefusesAPlanForAnotherGroupSize) {
   const AttentionDims dims = small_dims();
   const Batch batch = random_batch(2, 256, 5);
