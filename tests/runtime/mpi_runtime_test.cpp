@@ -4,7 +4,7 @@
 // pipeline ticks), and compares its own rows. A failed check ends the job through
 // Communicator::fail (MPI_Abort), so a failure never hangs the other ranks. Rank 0 prints one
 // line per plan and "OK" at the end. With --disagree the ranks' plans differ and the job must
-// fail on the first exchange (tests/runtime/expect_mismatch.cmake).
+// fail on the first exchange (test runtime_mpi_disagree).
 #include <cstdio>
 #include <string>
 
