@@ -113,8 +113,8 @@ Status run_rank(comm::Communicator& comm, const StepFlags& f, std::vector<Measur
   std::vector<runtime::LayerBackward> bw;
   for (size_t l = 0; l < o.size(); ++l) {
     o[l].resize(q.size()), dq[l].resize(q.size()), dk[l].resize(k.size()), dv[l].resize(k.size());
-    fw.push_back({q.data(), k.data(), v.data(), o[l].data(), nullptr});
-    bw.push_back({d_o.data(), dq[l].data(), dk[l].data(), dv[l].data()});
+    fw.push_back({q.data(), k.data(), v.data(), o[l].data(), nullptr, tokens});
+    bw.push_back({d_o.data(), dq[l].data(), dk[l].data(), dv[l].data(), tokens});
   }
   // Linear stand-in: per nano-batch call, (rows, W) x (W, W) on the nano-batch's own rows
   // (the split batch holds ping's rows first, then pong's); backward does two of them.

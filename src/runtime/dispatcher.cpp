@@ -341,9 +341,30 @@ Status finish_exchange(InFlight& f, TraceRecorder* trace, int rank, const std::s
 
 }  // namespace
 
-Status CaDispatcher::start_forward(int layer, const float* q, const float* k, const float* v, float* o,
-                                   float* lse) {
+void CaDispatcher::check_buffer(const char* call, int layer, const char* name, size_t floats, int64_t row_floats) const {
+  const int64_t need = n_tokens() * row_floats;
+  DISTCA_CHECK_MSG(static_cast<int64_t>(floats) >= need,
+                   std::string(call) + "(layer " + std::to_string(layer) + "): buffer " + name + " holds " +
+                       std::to_string(floats) + " floats, the plan needs " + std::to_string(need) + " (" +
+                       std::to_string(n_tokens()) + " rows of " + std::to_string(row_floats) + ") on rank " +
+                       std::to_string(rank_));
+}
+
+void CaDispatcher::check_forward_buffers(const char* call, int layer, std::span<const float> q,
+                                         std::span<const float> k, std::span<const float> v,
+                                         std::span<const float> o) const {
+  const int64_t qf = dims_.q_floats(), kvf = dims_.kv_floats();
+  check_buffer(call, layer, "q", q.size(), qf);
+  check_buffer(call, layer, "k", k.size(), kvf);
+  check_buffer(call, layer, "v", v.size(), kvf);
+  check_buffer(call, layer, "o", o.size(), qf);
+}
+
+Status CaDispatcher::start_forward(int layer, std::span<const float> q, std::span<const float> k,
+                                   std::span<const float> v, std::span<float> o, std::span<float> lse) {
   const double t0 = options_.trace ? options_.trace->now_us() : 0;
+  check_forward_buffers("start_forward", layer, q, k, v, o);
+  if (lse.data() != nullptr) check_buffer("start_forward", layer, "lse", lse.size(), dims_.n_heads);
   // A finished forward may be replaced (an evaluation step runs no backward).
   auto it = layers_.find(layer);
   if (it != layers_.end() && it->second->phase == Phase::kForwardFinished) it->second->phase = Phase::kIdle;
@@ -351,7 +372,7 @@ Status CaDispatcher::start_forward(int layer, const float* q, const float* k, co
   give_all(s);
   s = LayerState{};
   s.phase = Phase::kForwardStarted;
-  s.q = q, s.k = k, s.v = v, s.o = o, s.lse = lse;
+  s.q = q.data(), s.k = k.data(), s.v = v.data(), s.o = o.data(), s.lse = lse.data();
   if (options_.stateless) take(s.home_lse, n_tokens() * dims_.n_heads);
   const RankPlan& rp = plan_.ranks[sz(rank_)];
   const Exchange& xq = rp.exchange(ExchangeKind::kQ);
@@ -360,7 +381,7 @@ Status CaDispatcher::start_forward(int layer, const float* q, const float* k, co
   take(s.q_recv, xq.recv_rows() * qf);
   {  // signal mode does the same copies: only the wire differs
     for_rows(index_, rank_, xq.send_blocks, xq.send_displs, [&](int64_t l, int64_t w) {
-      copy_row(q + l * qf, s.q_send.data() + w * qf, qf);
+      copy_row(s.q + l * qf, s.q_send.data() + w * qf, qf);
     });
     pack_kv(s, 0);
   }
@@ -564,30 +585,38 @@ Status CaDispatcher::finish_forward(int layer) {
   return Status::ok_status();
 }
 
-Status CaDispatcher::forward(int layer, const float* q, const float* k, const float* v, float* o, float* lse) {
+Status CaDispatcher::forward(int layer, std::span<const float> q, std::span<const float> k, std::span<const float> v,
+                             std::span<float> o, std::span<float> lse) {
   DISTCA_RETURN_IF_ERROR(start_forward(layer, q, k, v, o, lse));
   DISTCA_RETURN_IF_ERROR(serve_forward(layer));
   return finish_forward(layer);
 }
 
-void CaDispatcher::adopt_forward(int layer, const float* q, const float* k, const float* v, const float* o,
-                                 const float* lse) {
+void CaDispatcher::adopt_forward(int layer, std::span<const float> q, std::span<const float> k,
+                                 std::span<const float> v, std::span<const float> o, std::span<const float> lse) {
   DISTCA_CHECK_MSG(options_.stateless, "adopt_forward needs stateless servers (layer " + std::to_string(layer) + ")");
+  check_forward_buffers("adopt_forward", layer, q, k, v, o);
+  check_buffer("adopt_forward", layer, "lse", lse.size(), dims_.n_heads);
   LayerState& s = state_in(layer, Phase::kIdle, "adopt_forward");
   give_all(s);
   s = LayerState{};
-  s.q = q, s.k = k, s.v = v;
+  s.q = q.data(), s.k = k.data(), s.v = v.data();
   // Backward reads o only (the stateless kDO rows); the forward's output pointer is not kept.
-  s.o = const_cast<float*>(o);
-  s.home_lse.assign(lse, lse + n_tokens() * dims_.n_heads);
+  s.o = const_cast<float*>(o.data());
+  s.home_lse.assign(lse.begin(), lse.begin() + n_tokens() * dims_.n_heads);
   s.phase = Phase::kForwardFinished;
 }
 
-Status CaDispatcher::start_backward(int layer, const float* d_o, float* dq, float* dk, float* dv,
-                                    BackwardWrite write) {
+Status CaDispatcher::start_backward(int layer, std::span<const float> d_o, std::span<float> dq, std::span<float> dk,
+                                    std::span<float> dv, BackwardWrite write) {
+  const int64_t kvf = dims_.kv_floats();
+  check_buffer("start_backward", layer, "d_o", d_o.size(), dims_.q_floats());
+  check_buffer("start_backward", layer, "dq", dq.size(), dims_.q_floats());
+  check_buffer("start_backward", layer, "dk", dk.size(), kvf);
+  check_buffer("start_backward", layer, "dv", dv.size(), kvf);
   LayerState& s = state_in(layer, Phase::kForwardFinished, "start_backward");
   const double t0 = options_.trace ? options_.trace->now_us() : 0;
-  s.d_o = d_o, s.dq = dq, s.dk = dk, s.dv = dv, s.write = write;
+  s.d_o = d_o.data(), s.dq = dq.data(), s.dk = dk.data(), s.dv = dv.data(), s.write = write;
   const Exchange& xd = plan_.ranks[sz(rank_)].exchange(ExchangeKind::kDO);
   const int64_t qf = dims_.q_floats(), H = dims_.n_heads;
   const int64_t wf = do_row_floats();
@@ -596,7 +625,7 @@ Status CaDispatcher::start_backward(int layer, const float* d_o, float* dq, floa
   {  // signal mode does the same copies: only the wire differs
     for_rows(index_, rank_, xd.send_blocks, xd.send_displs, [&](int64_t l, int64_t w) {
       float* row = s.do_send.data() + w * wf;
-      copy_row(d_o + l * qf, row, qf);
+      copy_row(s.d_o + l * qf, row, qf);
       if (options_.stateless) {  // dO | Q | O | LSE
         copy_row(s.q + l * qf, row + qf, qf);
         copy_row(s.o + l * qf, row + 2 * qf, qf);
@@ -748,7 +777,8 @@ Status CaDispatcher::finish_backward(int layer) {
   return Status::ok_status();
 }
 
-Status CaDispatcher::backward(int layer, const float* d_o, float* dq, float* dk, float* dv, BackwardWrite write) {
+Status CaDispatcher::backward(int layer, std::span<const float> d_o, std::span<float> dq, std::span<float> dk,
+                              std::span<float> dv, BackwardWrite write) {
   DISTCA_RETURN_IF_ERROR(start_backward(layer, d_o, dq, dk, dv, write));
   DISTCA_RETURN_IF_ERROR(serve_backward(layer));
   return finish_backward(layer);

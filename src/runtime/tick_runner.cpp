@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <initializer_list>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -104,12 +106,63 @@ void TickRunner::linear(const LinearFn& fn, int nano, int layer, bool backward) 
   linear_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
 }
 
+namespace {
+
+std::span<const float> in_rows(const float* p, int64_t rows, int64_t width) {
+  return {p, p == nullptr ? size_t{0} : static_cast<size_t>(rows * width)};
+}
+std::span<float> out_rows(float* p, int64_t rows, int64_t width) {
+  return {p, p == nullptr ? size_t{0} : static_cast<size_t>(rows * width)};
+}
+
+// OK when `rows` fit `need` and every buffer is given where rows are needed.
+Status check_layer(const char* what, size_t layer, int64_t rows, int64_t need, std::initializer_list<const void*> bufs,
+                   int rank) {
+  const std::string at = std::string(what) + " layer " + std::to_string(layer) + " on rank " + std::to_string(rank);
+  if (rows < need || rows < 0) {
+    return Status::invalid_argument(at + ": the buffers hold " + std::to_string(rows) + " rows, the plan needs " +
+                                    std::to_string(need));
+  }
+  for (const void* b : bufs) {
+    if (need > 0 && b == nullptr) return Status::invalid_argument(at + ": a null buffer where the plan has rows");
+  }
+  return Status::ok_status();
+}
+
+}  // namespace
+
+Status TickRunner::check_buffers(const TickIo& io) const {
+  const int rank = comm_->rank();
+  for (size_t d = 0; d < 2; ++d) {
+    for (const Lane& lane : lanes_[d]) {
+      const int64_t need = lane.disp->n_tokens();
+      for (size_t l = 0; d == 0 && l < io.forward.size(); ++l) {
+        const LayerForward& f = io.forward[l];
+        DISTCA_RETURN_IF_ERROR(check_layer("forward", l, f.rows, need, {f.q, f.k, f.v, f.o}, rank));
+      }
+      for (size_t l = 0; d == 1 && l < io.backward.size(); ++l) {
+        const LayerBackward& b = io.backward[l];
+        DISTCA_RETURN_IF_ERROR(check_layer("backward", l, b.rows, need, {b.d_o, b.dq, b.dk, b.dv}, rank));
+      }
+      for (size_t l = 0; d == 1 && l < io.adopt.size(); ++l) {
+        const LayerForward& a = io.adopt[l];
+        DISTCA_RETURN_IF_ERROR(check_layer("adopted forward", l, a.rows, need, {a.q, a.k, a.v, a.o, a.lse}, rank));
+      }
+    }
+  }
+  return Status::ok_status();
+}
+
 Status TickRunner::forward_step(const TickIo& io, int j) {
   const LayerForward& b = io.forward[static_cast<size_t>(j)];
+  const AttentionDims& dims = lanes_[0].front().disp->dims();
+  const int64_t qf = dims.q_floats(), kvf = dims.kv_floats();
   for (const Lane& lane : lanes_[0]) {  // each lane's Q/KV travel under the next lane's work
     if (j > 0) DISTCA_RETURN_IF_ERROR(lane.disp->finish_forward(j - 1));
     for (int x : lane.nanos) linear(io.linear_forward, x, j, false);
-    DISTCA_RETURN_IF_ERROR(lane.disp->start_forward(j, b.q, b.k, b.v, b.o, b.lse));
+    DISTCA_RETURN_IF_ERROR(lane.disp->start_forward(j, in_rows(b.q, b.rows, qf), in_rows(b.k, b.rows, kvf),
+                                                    in_rows(b.v, b.rows, kvf), out_rows(b.o, b.rows, qf),
+                                                    out_rows(b.lse, b.rows, dims.n_heads)));
   }
   return Status::ok_status();
 }
@@ -119,6 +172,8 @@ Status TickRunner::backward_step(const TickIo& io, int j) {
   const int l = L - 1 - j;  // the layer this step starts
   const LayerBackward& b = io.backward[static_cast<size_t>(l)];
   const bool accumulate = lanes_[1].size() > 1;  // nano-batch plans share K/V rows
+  const AttentionDims& dims = lanes_[1].front().disp->dims();
+  const int64_t qf = dims.q_floats(), kvf = dims.kv_floats();
   for (size_t i = 0; i < lanes_[1].size(); ++i) {
     const Lane& lane = lanes_[1][i];
     if (j > 0) DISTCA_RETURN_IF_ERROR(lane.disp->finish_backward(l + 1));
@@ -128,7 +183,8 @@ Status TickRunner::backward_step(const TickIo& io, int j) {
       std::fill_n(b.dk, n, 0.0f);
       std::fill_n(b.dv, n, 0.0f);
     }
-    DISTCA_RETURN_IF_ERROR(lane.disp->start_backward(l, b.d_o, b.dq, b.dk, b.dv,
+    DISTCA_RETURN_IF_ERROR(lane.disp->start_backward(l, in_rows(b.d_o, b.rows, qf), out_rows(b.dq, b.rows, qf),
+                                                     out_rows(b.dk, b.rows, kvf), out_rows(b.dv, b.rows, kvf),
                                                      accumulate ? BackwardWrite::kAccumulate : BackwardWrite::kOverwrite));
   }
   return Status::ok_status();
@@ -161,13 +217,17 @@ Status TickRunner::run(const TickIo& io) {
                    "a tick must run every direction it was planned with");
   const int L = static_cast<int>(fwd ? io.forward.size() : io.backward.size());
   DISTCA_CHECK(!fwd || !bwd || io.backward.size() == io.forward.size());
+  if (bwd && adopts_) DISTCA_CHECK(io.adopt.size() == io.backward.size());
+  DISTCA_RETURN_IF_ERROR(check_buffers(io));
   if (bwd && adopts_) {
-    DISTCA_CHECK(io.adopt.size() == io.backward.size());
     for (const Lane& lane : lanes_[1]) {
+      const AttentionDims& dims = lane.disp->dims();
+      const int64_t qf = dims.q_floats(), kvf = dims.kv_floats();
       for (int l = 0; l < L; ++l) {
         const LayerForward& a = io.adopt[static_cast<size_t>(l)];
         DISTCA_CHECK_MSG(a.lse != nullptr, "adopted forward without its LSE, layer " + std::to_string(l));
-        lane.disp->adopt_forward(l, a.q, a.k, a.v, a.o, a.lse);
+        lane.disp->adopt_forward(l, in_rows(a.q, a.rows, qf), in_rows(a.k, a.rows, kvf), in_rows(a.v, a.rows, kvf),
+                                 in_rows(a.o, a.rows, qf), in_rows(a.lse, a.rows, dims.n_heads));
       }
     }
   } else {

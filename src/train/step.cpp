@@ -519,10 +519,10 @@ class StepRun {
     const size_t L = static_cast<size_t>(layers_);
     if (pooled_) {
       float* idle = idle_.data();
-      const runtime::LayerForward f{idle, idle, idle, idle, idle};
+      const runtime::LayerForward f{idle, idle, idle, idle, idle, 0};
       if (unit_.forward.plans) io.forward.assign(L, f);
       if (unit_.backward.plans) {
-        io.backward.assign(L, runtime::LayerBackward{idle, idle, idle, idle});
+        io.backward.assign(L, runtime::LayerBackward{idle, idle, idle, idle, 0});
         io.adopt.assign(L, f);
       }
     }
@@ -530,12 +530,16 @@ class StepRun {
     auto& model = *s_.model;
     const Micro& u = mbs_[static_cast<size_t>(mine->op.microbatch)];
     float* lse = pooled_ ? s_.lse[static_cast<size_t>(u.slot)].data() : nullptr;
+    // A layer's LSE slot holds tokens_per_rank rows (the runner checks the rest against `rows`).
+    DISTCA_CHECK_MSG(lse == nullptr || u.tokens() <= config_.tokens_per_rank,
+                     at_ + ": a micro-batch's rows outgrow its LSE slot");
     std::vector<runtime::LayerForward> fw(L);
     std::vector<runtime::LayerBackward> bw(L);
     for (size_t l = 0; l < L; ++l) {
       const model::LayerAttentionIo<float> a = model.attention_io(static_cast<int>(s_.layers.first + static_cast<int64_t>(l)));
-      fw[l] = {a.q, a.k, a.v, a.o, lse ? lse + static_cast<int64_t>(l) * config_.tokens_per_rank * s_.dims.n_heads : nullptr};
-      bw[l] = {a.d_o, a.dq, a.dk, a.dv};
+      fw[l] = {a.q, a.k, a.v, a.o, lse ? lse + static_cast<int64_t>(l) * config_.tokens_per_rank * s_.dims.n_heads : nullptr,
+               u.tokens()};
+      bw[l] = {a.d_o, a.dq, a.dk, a.dv, u.tokens()};
     }
     runtime::LinearFn linear = stage_linear(model, s_.layers, s_.stage == s_.pp - 1, u.rows, 1.0 / count_);
     if (!mine->op.backward) {

@@ -3,6 +3,8 @@
 # carries the failing rank's line exactly once.
 # Usage: cmake -DMPIEXEC=... -DNP=... -DPROGRAM=... [-DFLAG=--inject-p2p-failure
 #        -DWHAT="injected failure during p2p"] -P expect_failure.cmake
+# With -DPATTERN=REGEX instead of WHAT: stderr must match REGEX (any rank may report it, and
+# more than one may).
 if(NOT DEFINED FLAG)
   set(FLAG --inject-failure)
 endif()
@@ -18,6 +20,12 @@ if("${rc}" STREQUAL "0")
 endif()
 if(NOT "${rc}" MATCHES "^[0-9]+$")
   message(FATAL_ERROR "mpirun did not exit by itself: ${rc}")
+endif()
+if(DEFINED PATTERN)
+  if(NOT "${err}" MATCHES "${PATTERN}")
+    message(FATAL_ERROR "stderr does not match '${PATTERN}'")
+  endif()
+  return()
 endif()
 set(line "distca: rank 1 failed: ${WHAT}")
 string(FIND "${err}" "${line}" first)

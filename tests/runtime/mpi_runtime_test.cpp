@@ -1,8 +1,10 @@
 // The runtime under mpirun (label `mpi`): the same checks as the local test, one process per
 // rank. Every rank draws the same batch and computes the same whole-document reference from
 // the seed, runs the dispatcher and the runner for every scheduler (and CAD's mixed-direction
-// pipeline ticks), and compares its own rows. A failed check ends the job through Communicator::fail (MPI_Abort), so a
-// failure never hangs the other ranks. Rank 0 prints one line per plan and "OK" at the end.
+// pipeline ticks), and compares its own rows. A failed check ends the job through
+// Communicator::fail (MPI_Abort), so a failure never hangs the other ranks. Rank 0 prints one
+// line per plan and "OK" at the end. With --disagree the ranks' plans differ and the job must
+// fail on the first exchange (test runtime_mpi_disagree).
 #include <cstdio>
 #include <string>
 
@@ -42,6 +44,23 @@ Comparison reduce(comm::Communicator& comm, const Comparison& mine) {
   return out;
 }
 
+// --disagree: every rank plans its own batch, so the ranks' plans disagree on what they
+// exchange. The first exchange must end the job with the receiving rank's count mismatch
+// ("... which expects ..."), never deliver another plan's rows into a buffer sized by this one.
+int disagree(comm::Communicator& comm, const AttentionDims& dims) {
+  const Batch batch = random_batch(comm.size(), 256, 700 + static_cast<uint64_t>(comm.rank()));
+  auto plan = make_plan(batch, parse_scheduler("cad").value(), schedule_options(dims));
+  check(comm, plan.status(), "plan");
+  const int64_t rows = plan->ranks[static_cast<size_t>(comm.rank())].tokens;
+  std::vector<float> q(static_cast<size_t>(rows * dims.q_floats()), 0.5f), kv(static_cast<size_t>(rows * dims.kv_floats()), 0.5f);
+  std::vector<float> o(q.size()), lse(static_cast<size_t>(rows * dims.n_heads));
+  auto d = CaDispatcher::create(comm, plan.value(), dims);
+  check(comm, d.status(), "dispatcher");
+  check(comm, d.value()->forward(0, q, kv, kv, o, lse), "disagreeing plans");
+  std::printf("no mismatch detected\n");
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,6 +72,7 @@ int main(int argc, char** argv) {
   comm::Communicator& comm = *made.value();
   const int n = comm.size();
   const AttentionDims dims{4, 2, 16, 0};
+  if (argc > 1 && std::string(argv[1]) == "--disagree") return disagree(comm, dims);
   const Batch batch = random_batch(n, 512, 300 + static_cast<uint64_t>(n));
   const Problem pr = make_problem(batch, dims, 13, true);
   const ScheduleOptions opt = schedule_options(dims);
@@ -100,14 +120,17 @@ int main(int argc, char** argv) {
     const Comparison allp = reduce(comm, cp);
     if (comm.rank() == 0) std::printf("%-14s pingpong:   %s\n", name.c_str(), describe(allp).c_str());
   }
-  // CAD's mixed-direction pipeline ticks over two stages (on an even number of ranks).
-  if (n % 2 == 0) {
+  // Mixed-direction pipeline ticks over two stages (on an even number of ranks): cad keeps a
+  // stage's rows on its ranks, wlb re-packs them onto the idle stage's ranks too.
+  for (const char* scheduler : {"cad", "wlb"}) {
     for (OverlapMode mode : {OverlapMode::kPingPong, OverlapMode::kSingleStream}) {
+      if (n % 2 != 0) break;
+      const std::string what = std::string("pipeline ticks, ") + scheduler + ", " + overlap_mode_name(mode);
       Comparison mine;
-      check(comm, run_pipeline_ticks(comm, 2, 3, 2, dims, mode, "cad", &mine), std::string("pipeline ticks, ") + overlap_mode_name(mode));
-      check(comm, check_close(mine), std::string("pipeline ticks, ") + overlap_mode_name(mode) + " rank " + std::to_string(comm.rank()));
+      check(comm, run_pipeline_ticks(comm, 2, 3, 2, dims, mode, scheduler, &mine), what);
+      check(comm, check_close(mine), what + " rank " + std::to_string(comm.rank()));
       const Comparison all = reduce(comm, mine);
-      if (comm.rank() == 0) std::printf("pipeline ticks %-13s %s\n", overlap_mode_name(mode), describe(all).c_str());
+      if (comm.rank() == 0) std::printf("%-40s %s\n", what.c_str(), describe(all).c_str());
     }
   }
   check(comm, comm.barrier(), "barrier");

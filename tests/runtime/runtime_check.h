@@ -129,7 +129,10 @@ struct Diff {
   int64_t unequal = 0;  // elements whose bits (values) differ
   void add(float a, float b) {
     if (a != b && !(std::isnan(a) && std::isnan(b))) ++unequal;
-    max_abs = std::max(max_abs, static_cast<double>(std::fabs(a - b)));
+    // A NaN on one side only (a row never written) is an infinite difference, not one that
+    // std::max drops.
+    const double d = std::isnan(a) != std::isnan(b) ? INFINITY : std::fabs(a - b);
+    max_abs = std::max(max_abs, d);
   }
   void merge(const Diff& d) {
     max_abs = std::max(max_abs, d.max_abs);
@@ -147,7 +150,9 @@ struct Comparison {
   }
 };
 
-inline Comparison compare(const Problem& pr, const Batch& batch, int rank, const RankOutputs& got) {
+// `backward` false: O and LSE only (a forward whose gradients are computed elsewhere).
+inline Comparison compare(const Problem& pr, const Batch& batch, int rank, const RankOutputs& got,
+                          bool backward = true) {
   Comparison c;
   const int64_t qf = pr.dims.q_floats(), kvf = pr.dims.kv_floats(), H = pr.dims.n_heads;
   int64_t l = 0;
@@ -156,10 +161,10 @@ inline Comparison compare(const Problem& pr, const Batch& batch, int rank, const
       const int64_t r = pr.row_of(p.doc, p.offset + i);
       for (int64_t e = 0; e < qf; ++e) {
         c.o.add(got.o[static_cast<size_t>(l * qf + e)], pr.o[static_cast<size_t>(r * qf + e)]);
-        c.dq.add(got.dq[static_cast<size_t>(l * qf + e)], pr.dq[static_cast<size_t>(r * qf + e)]);
+        if (backward) c.dq.add(got.dq[static_cast<size_t>(l * qf + e)], pr.dq[static_cast<size_t>(r * qf + e)]);
       }
       for (int64_t h = 0; h < H; ++h) c.lse.add(got.lse[static_cast<size_t>(l * H + h)], pr.lse[static_cast<size_t>(r * H + h)]);
-      for (int64_t e = 0; e < kvf; ++e) {
+      for (int64_t e = 0; backward && e < kvf; ++e) {
         const size_t g = static_cast<size_t>(l * kvf + e), w = static_cast<size_t>(r * kvf + e);
         c.dk.add(got.dk[g], pr.dk[w]);
         c.dv.add(got.dv[g], pr.dv[w]);
@@ -188,8 +193,8 @@ inline Status run_dispatcher(comm::Communicator& comm, const Problem& pr, const 
   out->dk.assign(k.size(), NAN), out->dv.assign(k.size(), NAN);
   DISTCA_ASSIGN_OR_RETURN(auto d, CaDispatcher::create(comm, plan, pr.dims, options));
   if (d->n_tokens() != n) return Status::internal("token count mismatch");
-  DISTCA_RETURN_IF_ERROR(d->forward(3, q.data(), k.data(), v.data(), out->o.data(), out->lse.data()));
-  DISTCA_RETURN_IF_ERROR(d->backward(3, d_o.data(), out->dq.data(), out->dk.data(), out->dv.data()));
+  DISTCA_RETURN_IF_ERROR(d->forward(3, q, k, v, out->o, out->lse));
+  DISTCA_RETURN_IF_ERROR(d->backward(3, d_o, out->dq, out->dk, out->dv));
   if (bwd_bytes) *bwd_bytes = d->last_backward_bytes_sent();
   return Status::ok_status();
 }
@@ -245,12 +250,12 @@ class LayerStack {
   int layers() const { return static_cast<int>(buf_.size()); }
   std::vector<LayerForward> forward() {
     std::vector<LayerForward> out;
-    for (Buffers& b : buf_) out.push_back({b.q.data(), b.k.data(), b.v.data(), b.o.data(), b.lse.data()});
+    for (Buffers& b : buf_) out.push_back({b.q.data(), b.k.data(), b.v.data(), b.o.data(), b.lse.data(), n_});
     return out;
   }
   std::vector<LayerBackward> backward() {
     std::vector<LayerBackward> out;
-    for (Buffers& b : buf_) out.push_back({b.d_o.data(), b.dq.data(), b.dk.data(), b.dv.data()});
+    for (Buffers& b : buf_) out.push_back({b.d_o.data(), b.dq.data(), b.dk.data(), b.dv.data(), n_});
     return out;
   }
   LinearFn linear() {
@@ -258,24 +263,37 @@ class LayerStack {
   }
   // OK, or the first contract violation the stand-in saw.
   const Status& status() const { return status_; }
+  // Every forward call made (each nano-batch's layers 0..L).
+  bool forward_complete() const { return next_fwd_[0] == layers() + 1 && next_fwd_[1] == layers() + 1; }
+  // Whether any backward call was made.
+  bool backward_started() const { return next_bwd_[0] != -2 || next_bwd_[1] != -2; }
   // Every call made (forward: each nano-batch's layers 0..L; backward: L..0).
-  bool complete() const {
-    for (int x = 0; x < 2; ++x) {
-      if (next_fwd_[x] != layers() + 1 || next_bwd_[x] != -1) return false;
+  bool complete() const { return forward_complete() && next_bwd_[0] == -1 && next_bwd_[1] == -1; }
+  // The forward as if it had run on these rows: Q/K/V the inputs, O and LSE the whole-document
+  // kernel's (the rows of a forward that ran laid out otherwise, whose outputs were checked
+  // against the same reference there). Only before any call.
+  void adopt_reference_forward() {
+    const int64_t qf = (*pr_)[0].dims.q_floats(), kvf = (*pr_)[0].dims.kv_floats(), H = (*pr_)[0].dims.n_heads;
+    for (int l = 0; l < layers(); ++l) {
+      const Problem& p = (*pr_)[static_cast<size_t>(l)];
+      Buffers& b = buf_[static_cast<size_t>(l)];
+      b.q = reference(p.q, qf), b.k = reference(p.k, kvf), b.v = reference(p.v, kvf);
+      b.o = reference(p.o, qf), b.lse = reference(p.lse, H);
     }
-    return true;
+    next_fwd_[0] = next_fwd_[1] = layers() + 1;
   }
   RankOutputs outputs(int l) const {
     const Buffers& b = buf_[static_cast<size_t>(l)];
     return {b.o, b.lse, b.dq, b.dk, b.dv};
   }
   const std::vector<Piece>& layout() const { return layout_; }
-  // Every layer's outputs against its own whole-document reference, merged.
-  Comparison compare_layers() const {
+  // Every layer's outputs against its own whole-document reference, merged (`backward`
+  // false: O and LSE only).
+  Comparison compare_layers(bool backward = true) const {
     Batch mine;
     mine.per_rank = {layout_};
     Comparison c;
-    for (int l = 0; l < layers(); ++l) c.merge(compare((*pr_)[static_cast<size_t>(l)], mine, 0, outputs(l)));
+    for (int l = 0; l < layers(); ++l) c.merge(compare((*pr_)[static_cast<size_t>(l)], mine, 0, outputs(l), backward));
     return c;
   }
 
@@ -450,47 +468,77 @@ inline std::vector<std::string> scheduler_names(int ranks) {
   return s;
 }
 
+// What run_pipeline_ticks saw on this rank (sum it over the ranks).
+struct TickStats {
+  int64_t forward_rows = 0, backward_rows = 0;  // rows this rank ran in each direction
+  int64_t rows_off_stage = 0;     // of them, rows of a direction in which this rank's stage had no op
+  int64_t adopted_own = 0;        // backward passes that adopted this rank's own forward buffers
+  int64_t adopted_reference = 0;  // backward passes over rows its forward laid out otherwise
+  int64_t forward_only = 0;       // forward passes whose rows no backward pass laid out alike
+};
+
 // CAD's pipeline ticks, as the trainer runs them: a pipeline of `stages` stages of dp =
 // comm.size() / stages replicas (rank = stage * dp + replica), M micro-batches. Every tick of
 // one_f_one_b_ticks pools its forwards and its backwards apart (plan/pool.h, every rank in
-// each pool), plans each with `scheduler` and runs both in one create_tick pass: a rank whose
-// stage has no op in a direction only serves it. Every (stage, micro-batch) has its own
-// documents and per-layer inputs; a micro-batch's backward adopts its forward's buffers.
-// `worst` gets this rank's comparison of every micro-batch's layers with their references;
-// `outputs` (optional) every micro-batch's layers' outputs, micro-batch by micro-batch.
-// `kv_once`: create_tick's.
+// each pool), plans each with `scheduler` and runs both in one create_tick pass. Every
+// (stage, micro-batch) has its own documents (pooled ids unique over the schedule) and every
+// layer its own inputs, drawn per document, so one whole-document reference covers them all.
+// A rank runs a direction's rows wherever the plan puts them: a scheduler that keeps the
+// layout (cad, colocated) leaves a stage's rows on its ranks (the others only serve, with
+// placeholders of 0 rows), wlb re-packs them over every rank of the pool, idle stages' too.
+// A backward pass adopts the forward buffers of the forward that laid its rows out alike on
+// this rank (the micro-batch's own), else the reference forward of its rows
+// (LayerStack::adopt_reference_forward; that forward's outputs were checked where they ran).
+// `worst` gets this rank's comparison of every pass's layers with the reference (forward-only
+// passes: O and LSE); `outputs` (optional) every pass's layers' outputs in the order the
+// passes began; `stats` (optional) what ran where. `kv_once`: create_tick's.
 inline Status run_pipeline_ticks(comm::Communicator& comm, int64_t stages, int64_t micro_batches, int layers,
                                  const AttentionDims& dims, OverlapMode mode, const std::string& scheduler,
                                  Comparison* worst, bool kv_once = true,
-                                 std::vector<RankOutputs>* outputs = nullptr) {
+                                 std::vector<RankOutputs>* outputs = nullptr, TickStats* stats = nullptr) {
   const int rank = comm.rank();
   const int64_t dp = comm.size() / stages, stage = rank / dp;
   DISTCA_ASSIGN_OR_RETURN(SchedulerSpec spec, parse_scheduler(scheduler));
   const ScheduleOptions opt = schedule_options(dims);
+  TickStats local;
+  TickStats& st = stats != nullptr ? *stats : local;
+  constexpr int64_t kDocStride = 1000;  // micro-batch m's document ids start at m * kDocStride
   std::vector<std::vector<Batch>> member(static_cast<size_t>(stages));
+  Batch universe;  // every document of the schedule once, under its pooled id
+  universe.ranks = 1;
+  universe.per_rank.resize(1);
   for (int64_t s = 0; s < stages; ++s) {
     for (int64_t m = 0; m < micro_batches; ++m) {
-      member[static_cast<size_t>(s)].push_back(random_batch(static_cast<int>(dp), 256, 900 + static_cast<uint64_t>(10 * s + m)));
+      Batch b = random_batch(static_cast<int>(dp), 256, 900 + static_cast<uint64_t>(10 * s + m));
+      for (auto& pieces : b.per_rank) {
+        for (Piece& p : pieces) {
+          DISTCA_CHECK(p.doc < kDocStride);
+          p.doc += m * kDocStride;
+        }
+      }
+      member[static_cast<size_t>(s)].push_back(std::move(b));
+      const PoolMember alone{s, m, false, &member[static_cast<size_t>(s)].back()};
+      DISTCA_ASSIGN_OR_RETURN(PooledBatch pool, pool_batches(std::span<const PoolMember>(&alone, 1), stages, dp));
+      for (const auto& pieces : pool.batch.per_rank) {
+        for (const Piece& p : pieces) {
+          if (p.offset == 0) universe.per_rank[0].push_back({p.doc, 0, p.doc_len, p.doc_len});
+        }
+      }
     }
   }
-  // This stage's micro-batches: their documents alone, under their pooled ids.
-  std::vector<std::vector<Problem>> problems;
-  for (int64_t m = 0; m < micro_batches; ++m) {
-    const PoolMember alone{stage, m, false, &member[static_cast<size_t>(stage)][static_cast<size_t>(m)]};
-    DISTCA_ASSIGN_OR_RETURN(PooledBatch pool, pool_batches(std::span<const PoolMember>(&alone, 1), stages, dp));
-    problems.push_back(layer_problems(pool.batch, dims, 40 + static_cast<uint64_t>(100 * stage + 10 * m), layers, false));
-  }
-  std::vector<std::unique_ptr<LayerStack>> stacks(static_cast<size_t>(micro_batches));
+  const std::vector<Problem> problems = layer_problems(universe, dims, 40, layers, false);
+  std::vector<std::unique_ptr<LayerStack>> stacks;  // every pass's, in the order they began
+  std::vector<LayerStack*> waiting;                 // forward passes without their backward yet
   std::vector<float> idle(1, 0.0f);
-  const LayerForward idle_f{idle.data(), idle.data(), idle.data(), idle.data(), idle.data()};
-  const LayerBackward idle_b{idle.data(), idle.data(), idle.data(), idle.data()};
+  const LayerForward idle_f{idle.data(), idle.data(), idle.data(), idle.data(), idle.data(), 0};
+  const LayerBackward idle_b{idle.data(), idle.data(), idle.data(), idle.data(), 0};
   for (const std::vector<PipeOp>& tick : one_f_one_b_ticks(stages, micro_batches)) {
     std::array<std::vector<PoolMember>, 2> members;
-    const PipeOp* mine = nullptr;
+    std::array<bool, 2> busy{false, false};  // this rank's stage has an op in the direction
     for (const PipeOp& op : tick) {
       members[op.backward ? 1 : 0].push_back(
           {op.stage, op.microbatch, op.backward, &member[static_cast<size_t>(op.stage)][static_cast<size_t>(op.microbatch)]});
-      if (op.stage == stage) mine = &op;
+      if (op.stage == stage) busy[op.backward ? 1 : 0] = true;
     }
     std::array<std::optional<NanoPlans>, 2> plans;
     for (size_t d = 0; d < 2; ++d) {
@@ -508,30 +556,49 @@ inline Status run_pipeline_ticks(comm::Communicator& comm, int64_t stages, int64
       io.backward.assign(static_cast<size_t>(layers), idle_b);
       io.adopt.assign(static_cast<size_t>(layers), idle_f);
     }
-    if (mine != nullptr) {
-      const NanoPlans& np = *plans[mine->backward ? 1 : 0];
-      const std::vector<Piece>& pieces = np.split.batch.per_rank[static_cast<size_t>(rank)];
-      auto& stack = stacks[static_cast<size_t>(mine->microbatch)];
-      if (!mine->backward) {
-        const auto& t = np.split.tokens[static_cast<size_t>(rank)];
-        stack = std::make_unique<LayerStack>(problems[static_cast<size_t>(mine->microbatch)], pieces,
-                                             std::array<int64_t, 2>{t[0], t[1]}, mode != OverlapMode::kSignal);
-        io.forward = stack->forward();
-        io.linear_forward = stack->linear();
-      } else {
-        if (stack == nullptr || pieces != stack->layout()) return Status::internal("backward rows laid out unlike the forward's");
-        io.backward = stack->backward();
-        io.adopt = stack->forward();
-        io.linear_backward = stack->linear();
+    for (size_t d = 0; d < 2; ++d) {
+      if (!plans[d]) continue;
+      const std::vector<Piece>& pieces = plans[d]->split.batch.per_rank[static_cast<size_t>(rank)];
+      const auto& t = plans[d]->split.tokens[static_cast<size_t>(rank)];
+      if (t[0] + t[1] == 0) continue;
+      (d == 0 ? st.forward_rows : st.backward_rows) += t[0] + t[1];
+      if (!busy[d]) st.rows_off_stage += t[0] + t[1];
+      auto fresh = [&] {
+        stacks.push_back(std::make_unique<LayerStack>(problems, pieces, std::array<int64_t, 2>{t[0], t[1]},
+                                                      mode != OverlapMode::kSignal));
+        return stacks.back().get();
+      };
+      if (d == 0) {
+        waiting.push_back(fresh());
+        io.forward = waiting.back()->forward();
+        io.linear_forward = waiting.back()->linear();
+        continue;
       }
+      LayerStack* stack = nullptr;
+      const auto own = std::find_if(waiting.begin(), waiting.end(), [&](LayerStack* f) { return f->layout() == pieces; });
+      if (own != waiting.end()) {
+        stack = *own;
+        waiting.erase(own);
+        ++st.adopted_own;
+      } else {
+        stack = fresh();
+        stack->adopt_reference_forward();
+        ++st.adopted_reference;
+      }
+      io.backward = stack->backward();
+      io.adopt = stack->forward();
+      io.linear_backward = stack->linear();
     }
     DISTCA_RETURN_IF_ERROR(runner->run(io));
   }
+  st.forward_only = static_cast<int64_t>(waiting.size());
   for (const auto& stack : stacks) {
-    if (stack == nullptr) return Status::internal("a micro-batch never ran forward");
     DISTCA_RETURN_IF_ERROR(stack->status());
-    if (!stack->complete()) return Status::internal("the runner skipped linear work");
-    if (mode != OverlapMode::kSignal) worst->merge(stack->compare_layers());
+    const bool backward = stack->backward_started();
+    if (!stack->forward_complete() || (backward && !stack->complete())) {
+      return Status::internal("the runner skipped linear work");
+    }
+    if (mode != OverlapMode::kSignal) worst->merge(stack->compare_layers(backward));
     for (int l = 0; outputs != nullptr && l < stack->layers(); ++l) outputs->push_back(stack->outputs(l));
   }
   return Status::ok_status();

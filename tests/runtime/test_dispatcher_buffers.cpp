@@ -37,11 +37,11 @@ std::vector<int64_t> run_layers(const Batch& batch, const AttentionDims& dims, i
       o.o.assign(q[0].size(), NAN), o.dq.assign(q[0].size(), NAN), o.lse.assign(static_cast<size_t>(n * dims.n_heads), NAN);
       o.dk.assign(k[0].size(), NAN), o.dv.assign(k[0].size(), NAN);
       const auto i = static_cast<size_t>(l);
-      DISTCA_RETURN_IF_ERROR(d->forward(l, q[i].data(), k[i].data(), v[i].data(), o.o.data(), o.lse.data()));
+      DISTCA_RETURN_IF_ERROR(d->forward(l, q[i], k[i], v[i], o.o, o.lse));
     }
     for (int l = layers - 1; l >= 0; --l) {
       RankOutputs& o = out[static_cast<size_t>(l)];
-      DISTCA_RETURN_IF_ERROR(d->backward(l, d_o[static_cast<size_t>(l)].data(), o.dq.data(), o.dk.data(), o.dv.data()));
+      DISTCA_RETURN_IF_ERROR(d->backward(l, d_o[static_cast<size_t>(l)], o.dq, o.dk, o.dv));
     }
     DISTCA_RETURN_IF_ERROR(check_close(compare_layers(pr, plan->batch, r, out)).with_context("rank " + std::to_string(r)));
     allocations[static_cast<size_t>(r)] = d->buffer_allocations();

@@ -26,7 +26,7 @@ Status run_one(comm::Communicator& comm, const Problem& pr, const Plan& plan, co
   const auto q = local_rows(pr, plan.batch, r, pr.q, qf), k = local_rows(pr, plan.batch, r, pr.k, kvf),
              v = local_rows(pr, plan.batch, r, pr.v, kvf);
   std::vector<float> o(q.size());
-  DISTCA_RETURN_IF_ERROR(d->forward(0, q.data(), k.data(), v.data(), o.data()));
+  DISTCA_RETURN_IF_ERROR(d->forward(0, q, k, v, o));
   if (o != out->o) return Status::internal("a second forward differs");
   sent->fwd = d->last_forward_bytes_sent();
   sent->bwd = bwd;

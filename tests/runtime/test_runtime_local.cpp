@@ -4,6 +4,7 @@
 // its own inputs and hold the linear work to the runner's contract (runtime_check.h, LayerStack).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <mutex>
 #include <numeric>
@@ -208,8 +209,12 @@ TEST(RuntimeLocal, PingPongAndSingleStreamMatchTheKernel) {
 
 // CAD's pipeline ticks: forwards of some stages and backwards of others in one pass, each
 // direction pooled over every rank, ranks without an op serving only, a micro-batch's backward
-// adopting its forward from an earlier tick. Every micro-batch's every layer matches its own
-// whole-document reference, and the linear stand-in sees the contract kept.
+// adopting its forward from an earlier tick. Every pass's every layer matches the
+// whole-document reference, and the linear stand-in sees the contract kept. Every scheduler:
+// those that keep a stage's rows on its ranks (all but wlb) adopt the micro-batch's own
+// forward; wlb re-packs rows onto the ranks of idle stages (which then run linear work and
+// need buffers of the plan's rows: placeholders there corrupted the heap before the runner
+// checked them).
 TEST(RuntimeLocal, MixedDirectionTicksMatchTheKernel) {
   const AttentionDims dims = small_dims();
   struct Case {
@@ -224,19 +229,93 @@ TEST(RuntimeLocal, MixedDirectionTicksMatchTheKernel) {
       mixed = mixed || (f && b);
     }
     ASSERT_TRUE(mixed);
-    for (OverlapMode mode : {OverlapMode::kPingPong, OverlapMode::kSingleStream, OverlapMode::kSignal}) {
-      const int ranks = static_cast<int>(k.stages * k.dp);
-      std::vector<Comparison> worst(static_cast<size_t>(ranks));
-      Status st = comm::run_local(ranks, [&](comm::Communicator& c) {
-        return run_pipeline_ticks(c, k.stages, k.micro_batches, 2, dims, mode, "cad", &worst[static_cast<size_t>(c.rank())]);
-      });
-      const std::string what = std::to_string(k.stages) + " stages x " + std::to_string(k.dp) + ", " +
-                               overlap_mode_name(mode);
-      ASSERT_TRUE(st.ok()) << what << ": " << st.to_string();
-      if (mode == OverlapMode::kSignal) continue;
-      Comparison all;
-      for (const Comparison& c : worst) all.merge(c);
-      expect_close(all, what + ": " + describe(all));
+    const int ranks = static_cast<int>(k.stages * k.dp);
+    for (const std::string& scheduler : scheduler_names(ranks)) {
+      for (OverlapMode mode : {OverlapMode::kPingPong, OverlapMode::kSingleStream, OverlapMode::kSignal}) {
+        if (scheduler != "cad" && mode == OverlapMode::kSignal) continue;
+        std::vector<Comparison> worst(static_cast<size_t>(ranks));
+        std::vector<TickStats> stats(static_cast<size_t>(ranks));
+        Status st = comm::run_local(ranks, [&](comm::Communicator& c) {
+          const size_t r = static_cast<size_t>(c.rank());
+          return run_pipeline_ticks(c, k.stages, k.micro_batches, 2, dims, mode, scheduler, &worst[r], true, nullptr,
+                                    &stats[r]);
+        });
+        const std::string what = std::to_string(k.stages) + " stages x " + std::to_string(k.dp) + ", " + scheduler +
+                                 ", " + overlap_mode_name(mode);
+        ASSERT_TRUE(st.ok()) << what << ": " << st.to_string();
+        TickStats all;
+        for (const TickStats& s : stats) {
+          all.forward_rows += s.forward_rows, all.backward_rows += s.backward_rows;
+          all.rows_off_stage += s.rows_off_stage, all.adopted_reference += s.adopted_reference;
+          all.forward_only += s.forward_only;
+        }
+        // Every micro-batch's rows ran once in each direction, somewhere.
+        EXPECT_EQ(all.forward_rows, k.stages * k.micro_batches * k.dp * 256) << what;
+        EXPECT_EQ(all.backward_rows, all.forward_rows) << what;
+        if (scheduler != "wlb") {  // the layout stays: each backward adopts its own forward
+          EXPECT_EQ(all.rows_off_stage, 0) << what;
+          EXPECT_EQ(all.adopted_reference, 0) << what << ": a backward did not adopt its own forward";
+          EXPECT_EQ(all.forward_only, 0) << what;
+        } else {
+          EXPECT_GT(all.rows_off_stage, 0) << what << ": the re-pack case is not covered";
+          EXPECT_GT(all.adopted_reference, 0) << what;
+        }
+        if (mode == OverlapMode::kSignal) continue;
+        Comparison c;
+        for (const Comparison& w : worst) c.merge(w);
+        expect_close(c, what + ": " + describe(c));
+      }
+    }
+  }
+}
+
+// A rank's buffers are checked against the plan before the runner touches one: placeholders of
+// 0 rows on the ranks of an idle stage to which wlb's re-pack gave rows (what the pipeline-tick
+// helper once gave them: the runner wrote past them and corrupted the heap), and buffers one
+// row short, are refused with invalid_argument naming the layer and both row counts, and
+// nothing is written.
+TEST(RuntimeLocal, RunnerRefusesBuffersSmallerThanThePlan) {
+  const AttentionDims dims = small_dims();
+  const int64_t qf = dims.q_floats(), kvf = dims.kv_floats();
+  const Batch member = random_batch(2, 256, 900);
+  const PoolMember alone{0, 0, false, &member};
+  auto pool = pool_batches(std::span<const PoolMember>(&alone, 1), 2, 2);  // stage 1 idle
+  ASSERT_TRUE(pool.ok()) << pool.status().to_string();
+  auto np = plan_nano_batches(pool->batch, parse_scheduler("wlb").value(), schedule_options(dims));
+  ASSERT_TRUE(np.ok()) << np.status().to_string();
+  auto rows = [&](size_t r) { return np->split.tokens[r][0] + np->split.tokens[r][1]; };
+  ASSERT_GT(rows(2) + rows(3), 0) << "the re-pack gave the idle stage no rows: nothing to refuse";
+  for (const bool placeholders : {true, false}) {
+    std::vector<std::string> errors(4);
+    std::vector<int> untouched(4, 1);
+    const Status st = comm::run_local(4, [&](comm::Communicator& c) -> Status {
+      const size_t r = static_cast<size_t>(c.rank());
+      const int64_t n = rows(r);
+      std::vector<float> q(static_cast<size_t>(n * qf), 0.5f), kv(static_cast<size_t>(n * kvf), 0.5f);
+      std::vector<float> o(q.size(), NAN), lse(static_cast<size_t>(n * dims.n_heads), NAN), idle(1, 42.0f);
+      LayerForward f{q.data(), kv.data(), kv.data(), o.data(), lse.data(), n > 0 ? n - 1 : 0};
+      if (placeholders) {
+        f = r < 2 ? LayerForward{q.data(), kv.data(), kv.data(), o.data(), lse.data(), n}
+                  : LayerForward{idle.data(), idle.data(), idle.data(), idle.data(), idle.data(), 0};
+      }
+      DISTCA_ASSIGN_OR_RETURN(auto runner, TickRunner::create_tick(c, &*np, nullptr, dims, OverlapMode::kPingPong));
+      TickIo io;
+      io.forward = {f};
+      const Status s = runner->run(io);
+      errors[r] = s.to_string();
+      const bool refused = f.rows < n;
+      untouched[r] = !refused || (idle[0] == 42.0f && std::all_of(o.begin(), o.end(), [](float x) { return std::isnan(x); }));
+      return s;
+    });
+    EXPECT_FALSE(st.ok());
+    for (size_t r = 0; r < 4; ++r) {
+      const int64_t given = placeholders ? (r < 2 ? rows(r) : 0) : std::max<int64_t>(rows(r) - 1, 0);
+      if (given >= rows(r)) continue;
+      EXPECT_NE(errors[r].find("forward layer 0 on rank " + std::to_string(r) + ": the buffers hold " +
+                               std::to_string(given) + " rows, the plan needs " + std::to_string(rows(r))),
+                std::string::npos)
+          << errors[r];
+      EXPECT_TRUE(untouched[r]) << "rank " << r << " wrote into buffers it refused";
     }
   }
 }
@@ -364,10 +443,10 @@ TEST(RuntimeLocal, AdoptedForwardGivesTheBackwardOfTheSamePlanBitwise) {
       out.o.assign(q.size(), NAN), out.dq.assign(q.size(), NAN), out.dk.assign(k.size(), NAN), out.dv.assign(k.size(), NAN);
       out.lse.assign(static_cast<size_t>(static_cast<int64_t>(q.size()) / qf * dims.n_heads), NAN);
       DISTCA_ASSIGN_OR_RETURN(auto a, CaDispatcher::create(c, plan_a.value(), dims, o));
-      DISTCA_RETURN_IF_ERROR(a->forward(0, q.data(), k.data(), v.data(), out.o.data(), out.lse.data()));
+      DISTCA_RETURN_IF_ERROR(a->forward(0, q, k, v, out.o, out.lse));
       DISTCA_ASSIGN_OR_RETURN(auto b, CaDispatcher::create(c, plan_b.value(), dims, o));
-      b->adopt_forward(0, q.data(), k.data(), v.data(), out.o.data(), out.lse.data());
-      return b->backward(0, d_o.data(), out.dq.data(), out.dk.data(), out.dv.data());
+      b->adopt_forward(0, q, k, v, out.o, out.lse);
+      return b->backward(0, d_o, out.dq, out.dk, out.dv);
     });
     ASSERT_TRUE(st.ok()) << st.to_string();
     for (int r = 0; r < ranks; ++r) {
@@ -451,6 +530,30 @@ TEST(RuntimeLocal, TraceHasComputeAndCommEventsForEveryRank) {
     EXPECT_TRUE(set.count("compute")) << tid;
     EXPECT_TRUE(set.count("comm")) << tid;
   }
+}
+
+// Ranks whose plans disagree (each its own batch): the peers' row counts differ from what a
+// rank's plan expects, and the exchange fails on the receiving side naming both byte counts,
+// instead of a receive buffer sized by one plan taking the rows of another.
+TEST(RuntimeLocal, RanksWithDisagreeingPlansFailTheExchange) {
+  const AttentionDims dims = small_dims();
+  std::vector<Plan> plans;
+  for (uint64_t seed : {5, 6}) {
+    auto plan = make_plan(random_batch(2, 256, seed), parse_scheduler("cad").value(), schedule_options(dims));
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    plans.push_back(std::move(plan).value());
+  }
+  ASSERT_NE(plans[0].ranks[0].exchanges, plans[1].ranks[0].exchanges) << "the plans agree: nothing to detect";
+  const Status st = comm::run_local(2, [&](comm::Communicator& c) -> Status {
+    const Plan& plan = plans[static_cast<size_t>(c.rank())];
+    const int64_t n = plan.ranks[static_cast<size_t>(c.rank())].tokens;
+    std::vector<float> q(static_cast<size_t>(n * dims.q_floats()), 0.5f), kv(static_cast<size_t>(n * dims.kv_floats()), 0.5f);
+    std::vector<float> o(q.size()), lse(static_cast<size_t>(n * dims.n_heads));
+    DISTCA_ASSIGN_OR_RETURN(auto d, CaDispatcher::create(c, plan, dims));
+    return d->forward(0, q, kv, kv, o, lse);
+  });
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("which expects"), std::string::npos) << st.to_string();
 }
 
 TEST(RuntimeLocal, RefusesAPlanForAnotherGroupSize) {

@@ -65,6 +65,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -133,13 +134,16 @@ class CaDispatcher {
 
   // Blocking calls: start + serve + finish.
   // q, o: (n_tokens, n_heads, head_dim); k, v: (n_tokens, n_kv_heads, head_dim);
-  // lse (optional): (n_tokens, n_heads), natural log.
-  Status forward(int layer, const float* q, const float* k, const float* v, float* o,
-                 float* lse = nullptr);
-  // d_o, dq: like q; dk, dv: like k. Precondition: forward(layer) finished on this dispatcher
-  // (checked: see the phase order below).
-  Status backward(int layer, const float* d_o, float* dq, float* dk, float* dv,
-                  BackwardWrite write = BackwardWrite::kOverwrite);
+  // lse (optional, a null span: none): (n_tokens, n_heads), natural log.
+  // Buffer sizes: every buffer holds at least the rows above (rows beyond n_tokens are not
+  // touched). A smaller one is a programming error: the call aborts through DISTCA_CHECK,
+  // naming the call, the layer, the buffer and both sizes, before it reads or writes a row.
+  Status forward(int layer, std::span<const float> q, std::span<const float> k, std::span<const float> v,
+                 std::span<float> o, std::span<float> lse = {});
+  // d_o, dq: like q; dk, dv: like k (sizes checked as above). Precondition: forward(layer)
+  // finished on this dispatcher (checked: see the phase order below).
+  Status backward(int layer, std::span<const float> d_o, std::span<float> dq, std::span<float> dk,
+                  std::span<float> dv, BackwardWrite write = BackwardWrite::kOverwrite);
 
   // Phased calls, for overlap (runtime/pingpong.h). Output buffers are handed over at start
   // and must not be read until finish returns. Per layer the order is
@@ -151,12 +155,12 @@ class CaDispatcher {
   // abort through DISTCA_CHECK with a message naming the layer, the call, and the phase the
   // layer is in (they would otherwise leave the group's collectives mismatched). A non-OK
   // Status is only ever an exchange or kernel-parameter failure.
-  Status start_forward(int layer, const float* q, const float* k, const float* v, float* o,
-                       float* lse);
+  Status start_forward(int layer, std::span<const float> q, std::span<const float> k,
+                       std::span<const float> v, std::span<float> o, std::span<float> lse);
   Status serve_forward(int layer);
   Status finish_forward(int layer);
-  Status start_backward(int layer, const float* d_o, float* dq, float* dk, float* dv,
-                        BackwardWrite write);
+  Status start_backward(int layer, std::span<const float> d_o, std::span<float> dq, std::span<float> dk,
+                        std::span<float> dv, BackwardWrite write);
   Status serve_backward(int layer);
   Status finish_backward(int layer);  // also drops the layer's kept state
 
@@ -168,10 +172,12 @@ class CaDispatcher {
   // plan although the forward ran on another one (a pipeline's mixed ticks pool a
   // micro-batch's forward and its backward with different micro-batches, so the two are planned
   // apart). q, k, v, o: as for forward; lse: (n_tokens, n_heads), the forward's LSE of this
-  // rank's rows (natural log), copied. The buffers q, k, v, o must stay valid until
-  // backward(layer) returns. Not collective (no exchange). Precondition: the layer is idle
-  // (DISTCA_CHECK, like the phase order).
-  void adopt_forward(int layer, const float* q, const float* k, const float* v, const float* o, const float* lse);
+  // rank's rows (natural log), copied; every buffer at least that size (checked as for
+  // forward, lse required). The buffers q, k, v, o must stay valid until backward(layer)
+  // returns. Not collective (no exchange). Precondition: the layer is idle (DISTCA_CHECK, like
+  // the phase order).
+  void adopt_forward(int layer, std::span<const float> q, std::span<const float> k, std::span<const float> v,
+                     std::span<const float> o, std::span<const float> lse);
 
   // Bytes this rank sent over the wire in the last completed forward / backward of any layer
   // (payload only; signal mode counts its bytes).
@@ -197,6 +203,10 @@ class CaDispatcher {
   // The layer's state, checked to be in `expected` (DISTCA_CHECK naming `call`, the layer, the
   // expected and the actual phase; a layer without state is in Phase::kIdle).
   LayerState& state_in(int layer, Phase expected, const char* call);
+  // DISTCA_CHECKs that buffer `name` of `call` holds n_tokens() rows of `row_floats` floats.
+  void check_buffer(const char* call, int layer, const char* name, size_t floats, int64_t row_floats) const;
+  void check_forward_buffers(const char* call, int layer, std::span<const float> q, std::span<const float> k,
+                             std::span<const float> v, std::span<const float> o) const;
   Status align_tasks();
   // The K|V wire of direction `dir` (0 forward, 1 backward) of a nano-batch pair, or null
   // (the plan's kKv travels as it is).

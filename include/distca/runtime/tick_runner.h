@@ -78,19 +78,29 @@ namespace distca::runtime {
 using LinearFn = std::function<void(int nano, int layer, bool backward)>;
 
 // Per-layer buffers, all over the whole token buffer (the rank's rows, nano 0 then nano 1).
+// `rows`: the rows every buffer of the layer holds (q, o, d_o, dq: rows * n_heads * head_dim
+// floats; k, v, dk, dv: rows * n_kv_heads * head_dim; lse: rows * n_heads). The plan's rows
+// of this rank (n_tokens, the same in every plan of a direction) must fit: run checks every
+// layer's rows and pointers against every plan it runs before it touches a buffer, and refuses
+// (invalid_argument naming the direction, the layer and both counts) a layer with fewer rows or
+// a null buffer where rows are needed.
 struct LayerForward {
-  const float *q = nullptr, *k = nullptr, *v = nullptr;  // (n_tokens, heads, head_dim)
-  float* o = nullptr;                                    // (n_tokens, n_heads, head_dim)
-  float* lse = nullptr;  // optional: (n_tokens, n_heads)
+  const float *q = nullptr, *k = nullptr, *v = nullptr;  // (rows, heads, head_dim)
+  float* o = nullptr;                                    // (rows, n_heads, head_dim)
+  float* lse = nullptr;  // optional: (rows, n_heads)
+  int64_t rows = 0;
 };
 struct LayerBackward {
-  const float* d_o = nullptr;                  // (n_tokens, n_heads, head_dim)
+  const float* d_o = nullptr;                  // (rows, n_heads, head_dim)
   float *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  int64_t rows = 0;
 };
 
 // What one run does on this rank. A direction runs when its layers are given (L >= 1 each;
-// both given: the same L). A rank without rows in a direction that the runner has gives any
-// valid pointers and no linear work: it only serves.
+// both given: the same L). A rank without rows in a direction that the runner has gives
+// rows = 0 (any pointers) and no linear work: it only serves. Whether a rank has rows is the
+// plan's to say (NanoPlans::split.tokens; a scheduler that re-packs documents, wlb, can give
+// rows to a rank that had none in the batch): a placeholder where the plan has rows is refused.
 struct TickIo {
   std::vector<LayerForward> forward;   // forward buffers; their lse receives the forward's LSE
   LinearFn linear_forward;             // empty: none
@@ -125,7 +135,9 @@ class TickRunner {
                                                          OverlapMode mode, TraceRecorder* trace = nullptr,
                                                          bool kv_once = true);
 
-  // The pass above over the given directions. Collective.
+  // The pass above over the given directions. Collective. invalid_argument (nothing run,
+  // nothing written; the caller fails the group) when a buffer does not fit the plan (see
+  // LayerForward).
   Status run(const TickIo& io);
   // run with the forward only: layers 0..L-1, ending with linear(., L, false).
   Status forward(const std::vector<LayerForward>& layers, const LinearFn& linear);
@@ -149,6 +161,8 @@ class TickRunner {
     std::vector<int> nanos;
   };
   TickRunner() = default;
+  // OK when every layer of `io` fits every plan of its direction (see LayerForward).
+  Status check_buffers(const TickIo& io) const;
   Status add_direction(comm::Communicator& comm, const NanoPlans& plans, const AttentionDims& dims, int direction,
                        const DispatcherOptions& options, const char* prefix);
   Status forward_step(const TickIo& io, int j);
