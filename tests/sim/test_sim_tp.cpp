@@ -135,5 +135,49 @@ TEST(SimTensorParallel, MeasuredCollectiveFitPricesEveryCollective) {
   EXPECT_NEAR(f->per_unit[0].comm / lat, 22.0, 1e-6);
 }
 
+// The TP peers' wait (links.tp_wait, fit b seconds per second of compute): every charge of TP
+// collectives also carries b x the unit's compute since its previous charge. Every compute
+// interval of this step precedes some collective (the forward's LM head the backward's first,
+// and the backward ends with the embedding's all-gather; the fixture has no optimizer
+// figure), so the step's TP time grows by exactly b x (linear + attention), and the step by
+// the same: the collectives are synchronous. With the wait 0 the step is the one without the
+// field (old profiles), bit for bit.
+TEST(SimTensorParallel, MeasuredWaitChargesTheComputeSinceThePreviousCollective) {
+  for (StrategyKind kind : {StrategyKind::kColocated, StrategyKind::kCad}) {
+    SimOptions o = tp_options(2);
+    o.strategy.kind = kind;
+    HardwareProfile p = *o.hardware_profile;
+    p.tp_collective = LinkProfile{6e-4, 3e9, {{1024, 6e-4 + 1024 / 3e9}, {1 << 20, 6e-4 + (1 << 20) / 3e9}}};
+    o.hardware_profile = std::make_shared<const HardwareProfile>(p);
+    auto base = simulate(o, {one_document()});
+    ASSERT_TRUE(base.ok()) << base.status().message();
+    const double b = 0.05;
+    for (double slope : {0.0, b}) {
+      HardwareProfile q = p;
+      q.tp_wait = TpWaitProfile{slope, {{1e-3, 1e-4}, {4e-3, 1e-4 + 3e-3 * slope}}};
+      ASSERT_TRUE(q.validate("q").ok()) << q.validate("q").message();
+      SimOptions w = o;
+      w.hardware_profile = std::make_shared<const HardwareProfile>(std::move(q));
+      auto r = simulate(w, {one_document()});
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      const UnitStats& u0 = base->per_unit[0];
+      const UnitStats& u = r->per_unit[0];
+      EXPECT_EQ(u.linear, u0.linear);  // the wait is no compute
+      EXPECT_EQ(u.attention, u0.attention);
+      const double wait = slope * (u0.linear + u0.attention);
+      if (slope == 0) {
+        EXPECT_EQ(u.comm, u0.comm);
+        EXPECT_EQ(r->iteration_seconds, base->iteration_seconds);
+        continue;
+      }
+      ASSERT_GT(wait, 0);
+      EXPECT_NEAR(u.comm, u0.comm + wait, 1e-12) << static_cast<int>(kind);
+      EXPECT_NEAR(u.comm_blocked, u0.comm_blocked + wait, 1e-12);
+      EXPECT_NEAR(r->iteration_seconds, base->iteration_seconds + wait, 1e-12);
+      EXPECT_DOUBLE_EQ(u.tp_bytes, u0.tp_bytes);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace distca::sim
