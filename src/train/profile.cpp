@@ -179,8 +179,9 @@ constexpr int kTpWaitProducts[] = {1, 4, 16};
 // one all-gather of one row per rank (latency-bound: what it adds beyond the transfer is the
 // wait for the peer), as the trainer's layers follow their compute with a collective, with no
 // barrier between repeats (the trainer has none). Point: the grouped ranks' mean of each
-// rank's mean compute and collective seconds. Null when the compute did not grow with k
-// (the fit needs increasing compute).
+// rank's median compute (a preempted repeat must not reorder the counts) and mean collective
+// seconds (the trainer pays the slow tail). Null when the compute did not grow with k (the
+// fit needs increasing compute).
 Result<std::optional<TpWaitProfile>> measure_tp_wait(comm::Communicator& c, const ProfileShape& shape, int repeats) {
   DISTCA_ASSIGN_OR_RETURN(TpGroup t, tp_group(c));
   const int64_t g = kTpProfileGroup, width = shape.hidden;
@@ -205,7 +206,7 @@ Result<std::optional<TpWaitProfile>> measure_tp_wait(comm::Communicator& c, cons
       compute.push_back(cs.first);
       seconds.push_back(cs.second);
     }
-    DISTCA_ASSIGN_OR_RETURN(const double mc, grouped_mean(c, t, mean_of(compute)));
+    DISTCA_ASSIGN_OR_RETURN(const double mc, grouped_mean(c, t, median(compute)));
     DISTCA_ASSIGN_OR_RETURN(const double ms, grouped_mean(c, t, mean_of(seconds)));
     const TpWaitPoint p{std::max(mc, kMinTaskSeconds), std::max(ms, kMinTaskSeconds)};
     if (!points.empty() && !(p.compute_seconds > points.back().compute_seconds)) return std::optional<TpWaitProfile>{};
