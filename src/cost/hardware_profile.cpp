@@ -450,21 +450,35 @@ Result<std::vector<std::vector<double>>> read_grid(const Reader& r, const nlohma
   return out;
 }
 
+// The array `path`.points of `o` (at most `max`), each element an object read by
+// read_one(element, its path).
+template <class Point, class ReadOne>
+Result<std::vector<Point>> read_points(const Reader& r, const nlohmann::json& o, const std::string& path, size_t max,
+                                       ReadOne read_one) {
+  DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* pts, r.array(o, path + ".points", "points", max));
+  std::vector<Point> out;
+  for (size_t i = 0; i < pts->size(); ++i) {
+    const std::string at = path + ".points[" + std::to_string(i) + "]";
+    const nlohmann::json& p = (*pts)[i];
+    if (!p.is_object()) return r.bad(at, "must be an object");
+    DISTCA_ASSIGN_OR_RETURN(Point x, read_one(p, at));
+    out.push_back(x);
+  }
+  return out;
+}
+
 Result<LinkProfile> read_link(const Reader& r, const nlohmann::json& links, const std::string& path, const char* key) {
   DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* o, r.object(links, path, key));
   LinkProfile l;
   DISTCA_ASSIGN_OR_RETURN(l.latency_seconds, r.number(*o, path + ".latency_seconds", "latency_seconds"));
   DISTCA_ASSIGN_OR_RETURN(l.bytes_per_second, r.number(*o, path + ".bytes_per_second", "bytes_per_second"));
-  DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* pts, r.array(*o, path + ".points", "points", kMaxLinkPoints));
-  for (size_t i = 0; i < pts->size(); ++i) {
-    const std::string at = path + ".points[" + std::to_string(i) + "]";
-    const nlohmann::json& p = (*pts)[i];
-    if (!p.is_object()) return r.bad(at, "must be an object");
+  auto one = [&](const nlohmann::json& p, const std::string& at) -> Result<LinkPoint> {
     LinkPoint lp;
     DISTCA_ASSIGN_OR_RETURN(lp.bytes, r.integer(p, at + ".bytes", "bytes"));
     DISTCA_ASSIGN_OR_RETURN(lp.seconds, r.number(p, at + ".seconds", "seconds"));
-    l.points.push_back(lp);
-  }
+    return lp;
+  };
+  DISTCA_ASSIGN_OR_RETURN(l.points, read_points<LinkPoint>(r, *o, path, kMaxLinkPoints, one));
   return l;
 }
 
@@ -474,16 +488,13 @@ Result<TpWaitProfile> read_tp_wait(const Reader& r, const nlohmann::json& links)
   TpWaitProfile w;
   DISTCA_ASSIGN_OR_RETURN(w.seconds_per_compute_second,
                           r.number(*o, path + ".seconds_per_compute_second", "seconds_per_compute_second"));
-  DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* pts, r.array(*o, path + ".points", "points", kMaxTpWaitPoints));
-  for (size_t i = 0; i < pts->size(); ++i) {
-    const std::string at = path + ".points[" + std::to_string(i) + "]";
-    const nlohmann::json& p = (*pts)[i];
-    if (!p.is_object()) return r.bad(at, "must be an object");
+  auto one = [&](const nlohmann::json& p, const std::string& at) -> Result<TpWaitPoint> {
     TpWaitPoint tp;
     DISTCA_ASSIGN_OR_RETURN(tp.compute_seconds, r.number(p, at + ".compute_seconds", "compute_seconds"));
     DISTCA_ASSIGN_OR_RETURN(tp.seconds, r.number(p, at + ".seconds", "seconds"));
-    w.points.push_back(tp);
-  }
+    return tp;
+  };
+  DISTCA_ASSIGN_OR_RETURN(w.points, read_points<TpWaitPoint>(r, *o, path, kMaxTpWaitPoints, one));
   return w;
 }
 
