@@ -5,8 +5,9 @@
 # step, idle and time blocked in communication), then bench train's default workload at
 # --tp 2 on 2 ranks (exposed communication, the TP collectives' share, balance), then the TP
 # collectives of the tp2x1 runs against the profile's measured price of one
-# (scripts/tp_collective_report.py: measured share of the step, predicted, and per collective
-# measured / profile / left over). Needs a built build/release/apps/distca and mpirun; about 4
+# (scripts/tp_collective_report.py: measured share of the step, predicted, per collective
+# measured / profile / left over, and what is left a step beside the profile's TP wait,
+# links.tp_wait x the measured compute). Needs a built build/release/apps/distca and mpirun; about 4
 # minutes on a quiet 2-core machine.
 # Usage: scripts/tp-validate.sh [OUT_DIR]   (default tp-val; must not exist yet)
 # CAP=C (caps block below): then also TP 2 x DP 2 on 4 ranks, each under scripts/rank-cap.sh

@@ -6,9 +6,14 @@ For every tp<T>x<D>-<workload>.json in DIR (bench train JSON, TP 2) and the prof
   predicted the simulator's time blocked in communication as a share of its step (at TP x DP 1
             colocated that is the TP collectives alone);
   per coll. colocated only: the measured seconds per collective (tp_comm_s over the step's
-            2 (4 L + 2) + 2 collectives, docs/simulation-model.md "Tensor parallelism") beside
-            the profile's price of one (links.tp_collective, else links.all_to_all: latency
-            + the rank's rows / rate), and what is left per collective.
+            collectives: every mode runs a micro-batch as two nano-batches, each with its
+            own 2 (4 L + 1) + 1 rows collectives and the cross-entropy's 2, plus the
+            embedding's forward reduce-scatter once: 2 (8 L + 5) + 1, 43 at L = 2) beside the
+            profile's price of one (links.tp_collective, else links.all_to_all: latency + the
+            rank's rows / rate), and what is left per collective;
+  wait      the profile's TP wait (links.tp_wait: b seconds per second of compute) times the
+            mode's measured compute (linear_s + attention_s): the wait the simulator charges
+            a step, beside what the measured TP time leaves over the collectives' price.
 Usage: scripts/tp_collective_report.py DIR
 """
 import glob
@@ -39,7 +44,8 @@ def main(out):
         tp, layers, width = f["tp"], f["layers"], f["width"]
         if not re.match(r"tp2x", name) or tp != 2:
             continue
-        count = 2 * (4 * layers + 2) + 2
+        count = 2 * (8 * layers + 5) + 1
+        b = hw.get("links", {}).get("tp_wait", {}).get("seconds_per_compute_second", 0.0)
         rows_bytes = f["tokens_per_rank"] // tp * width * 4
         one, fit = price(hw, rows_bytes)
         for m in j["modes"]:
@@ -52,6 +58,9 @@ def main(out):
                 per = m["tp_comm_s"] / count
                 line += (f"  per collective ({count}): measured {per * 1e3:.3f} ms, profile {fit} "
                          f"{one * 1e3:.3f} ms, left {(per - one) * 1e3:.3f} ms")
+                compute = m["linear_s"] + m["attention_s"]
+                line += (f"  wait: left {(m['tp_comm_s'] - count * one) * 1e3:.1f} ms a step, "
+                         f"tp_wait {b:.4f} x compute {compute:.3f} s = {b * compute * 1e3:.1f} ms")
             print(line)
 
 

@@ -106,6 +106,30 @@ Status check_link(const LinkProfile& l, const std::string& pre) {
   return {};
 }
 
+Status check_tp_wait(const TpWaitProfile& w, const std::string& pre) {
+  const double b = w.seconds_per_compute_second;
+  if (!std::isfinite(b) || b < 0 || b > kMaxTpWaitSlope) {
+    return Status::invalid_argument(pre + ".seconds_per_compute_second must be in [0, 1] (got " + num(b) + ")");
+  }
+  if (w.points.size() < 2 || w.points.size() > kMaxTpWaitPoints) {
+    return Status::invalid_argument(pre + ".points must hold 2 to " + std::to_string(kMaxTpWaitPoints) + " points");
+  }
+  for (size_t i = 0; i < w.points.size(); ++i) {
+    const std::string at = pre + ".points[" + std::to_string(i) + "]";
+    if (!sane_seconds(w.points[i].compute_seconds)) {
+      return Status::invalid_argument(at + ".compute_seconds must be a time in [1e-09, 1e+06] (got " +
+                                      num(w.points[i].compute_seconds) + ")");
+    }
+    if (i > 0 && !(w.points[i].compute_seconds > w.points[i - 1].compute_seconds)) {
+      return Status::invalid_argument(at + ".compute_seconds must be larger than the previous point's");
+    }
+    if (!sane_seconds(w.points[i].seconds)) {
+      return Status::invalid_argument(at + ".seconds must be a time in [1e-09, 1e+06] (got " + num(w.points[i].seconds) + ")");
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 std::vector<GemmRecord> profile_gemm_list(const ProfileShape& shape) {
@@ -145,6 +169,22 @@ LinkProfile fit_link(std::vector<LinkPoint> points, double wire_factor) {
   l.latency_seconds = std::min(intercept, kMaxLinkLatency);
   l.bytes_per_second = slope > 0 ? std::clamp(1.0 / slope, kMinLinkBandwidth, kMaxLinkBandwidth) : kMaxLinkBandwidth;
   return l;
+}
+
+TpWaitProfile fit_tp_wait(std::vector<TpWaitPoint> points) {
+  TpWaitProfile w;
+  w.points = std::move(points);
+  // Ordinary least squares of seconds on compute seconds (the points span about one decade of
+  // compute, and the wait is absolute), sums in point order (deterministic).
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const TpWaitPoint& p : w.points) {
+    n += 1, sx += p.compute_seconds, sy += p.seconds, sxx += p.compute_seconds * p.compute_seconds,
+        sxy += p.compute_seconds * p.seconds;
+  }
+  const double det = n * sxx - sx * sx;
+  const double slope = det > 0 ? (n * sxy - sx * sy) / det : 0.0;
+  w.seconds_per_compute_second = std::isfinite(slope) ? std::clamp(slope, 0.0, kMaxTpWaitSlope) : 0.0;
+  return w;
 }
 
 const GemmRecord& HardwareProfile::gemm(const std::string& layer, GemmPass pass) const {
@@ -244,6 +284,8 @@ Status HardwareProfile::validate(const std::string& source) const {
     return bad("links.tp_collective needs machine.ranks >= " + std::to_string(kTpProfileGroup));
   }
   if (tp_collective) DISTCA_RETURN_IF_ERROR(check_link(*tp_collective, pre + "links.tp_collective"));
+  if (tp_wait && !tp_collective) return bad("links.tp_wait needs links.tp_collective");
+  if (tp_wait) DISTCA_RETURN_IF_ERROR(check_tp_wait(*tp_wait, pre + "links.tp_wait"));
   return {};
 }
 
@@ -294,11 +336,18 @@ nlohmann::json to_json(const HardwareProfile& p) {
     }
     j["elementwise"] = e;
   }
-  if (p.all_to_all || p.p2p || p.tp_collective) {
+  if (p.all_to_all || p.p2p || p.tp_collective || p.tp_wait) {
     nlohmann::json links = nlohmann::json::object();
     if (p.all_to_all) links["all_to_all"] = link_json(*p.all_to_all);
     if (p.p2p) links["p2p"] = link_json(*p.p2p);
     if (p.tp_collective) links["tp_collective"] = link_json(*p.tp_collective);
+    if (p.tp_wait) {
+      nlohmann::json pts = nlohmann::json::array();
+      for (const TpWaitPoint& w : p.tp_wait->points) {
+        pts.push_back({{"compute_seconds", w.compute_seconds}, {"seconds", w.seconds}});
+      }
+      links["tp_wait"] = {{"seconds_per_compute_second", p.tp_wait->seconds_per_compute_second}, {"points", pts}};
+    }
     j["links"] = links;
   }
   return j;
@@ -401,22 +450,52 @@ Result<std::vector<std::vector<double>>> read_grid(const Reader& r, const nlohma
   return out;
 }
 
+// The array `path`.points of `o` (at most `max`), each element an object read by
+// read_one(element, its path).
+template <class Point, class ReadOne>
+Result<std::vector<Point>> read_points(const Reader& r, const nlohmann::json& o, const std::string& path, size_t max,
+                                       ReadOne read_one) {
+  DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* pts, r.array(o, path + ".points", "points", max));
+  std::vector<Point> out;
+  for (size_t i = 0; i < pts->size(); ++i) {
+    const std::string at = path + ".points[" + std::to_string(i) + "]";
+    const nlohmann::json& p = (*pts)[i];
+    if (!p.is_object()) return r.bad(at, "must be an object");
+    DISTCA_ASSIGN_OR_RETURN(Point x, read_one(p, at));
+    out.push_back(x);
+  }
+  return out;
+}
+
 Result<LinkProfile> read_link(const Reader& r, const nlohmann::json& links, const std::string& path, const char* key) {
   DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* o, r.object(links, path, key));
   LinkProfile l;
   DISTCA_ASSIGN_OR_RETURN(l.latency_seconds, r.number(*o, path + ".latency_seconds", "latency_seconds"));
   DISTCA_ASSIGN_OR_RETURN(l.bytes_per_second, r.number(*o, path + ".bytes_per_second", "bytes_per_second"));
-  DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* pts, r.array(*o, path + ".points", "points", kMaxLinkPoints));
-  for (size_t i = 0; i < pts->size(); ++i) {
-    const std::string at = path + ".points[" + std::to_string(i) + "]";
-    const nlohmann::json& p = (*pts)[i];
-    if (!p.is_object()) return r.bad(at, "must be an object");
+  auto one = [&](const nlohmann::json& p, const std::string& at) -> Result<LinkPoint> {
     LinkPoint lp;
     DISTCA_ASSIGN_OR_RETURN(lp.bytes, r.integer(p, at + ".bytes", "bytes"));
     DISTCA_ASSIGN_OR_RETURN(lp.seconds, r.number(p, at + ".seconds", "seconds"));
-    l.points.push_back(lp);
-  }
+    return lp;
+  };
+  DISTCA_ASSIGN_OR_RETURN(l.points, read_points<LinkPoint>(r, *o, path, kMaxLinkPoints, one));
   return l;
+}
+
+Result<TpWaitProfile> read_tp_wait(const Reader& r, const nlohmann::json& links) {
+  const std::string path = "links.tp_wait";
+  DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* o, r.object(links, path, "tp_wait"));
+  TpWaitProfile w;
+  DISTCA_ASSIGN_OR_RETURN(w.seconds_per_compute_second,
+                          r.number(*o, path + ".seconds_per_compute_second", "seconds_per_compute_second"));
+  auto one = [&](const nlohmann::json& p, const std::string& at) -> Result<TpWaitPoint> {
+    TpWaitPoint tp;
+    DISTCA_ASSIGN_OR_RETURN(tp.compute_seconds, r.number(p, at + ".compute_seconds", "compute_seconds"));
+    DISTCA_ASSIGN_OR_RETURN(tp.seconds, r.number(p, at + ".seconds", "seconds"));
+    return tp;
+  };
+  DISTCA_ASSIGN_OR_RETURN(w.points, read_points<TpWaitPoint>(r, *o, path, kMaxTpWaitPoints, one));
+  return w;
 }
 
 }  // namespace
@@ -512,6 +591,9 @@ Result<HardwareProfile> hardware_profile_from_json(const nlohmann::json& j, cons
     DISTCA_ASSIGN_OR_RETURN(p.p2p, read_link(r, *links, "links.p2p", "p2p"));
     if (links->contains("tp_collective")) {  // optional: absent in files written before it
       DISTCA_ASSIGN_OR_RETURN(p.tp_collective, read_link(r, *links, "links.tp_collective", "tp_collective"));
+    }
+    if (links->contains("tp_wait")) {  // optional: absent in files written before it
+      DISTCA_ASSIGN_OR_RETURN(p.tp_wait, read_tp_wait(r, *links));
     }
   }
   DISTCA_RETURN_IF_ERROR(p.validate(source));

@@ -35,6 +35,7 @@
 
 #include "distca/plan/chunking.h"
 #include "distca/plan/doc_index.h"
+#include "distca/plan/nano_split.h"
 #include "distca/plan/plan.h"
 #include "distca/plan/schedule.h"
 #include "distca/plan/traffic.h"
@@ -46,6 +47,10 @@ namespace {
 // One unit's figures for one micro-batch, one layer.
 struct UnitWork {
   double tokens = 0;
+  // Rows of nano-batch 0 (the runtime's split_nano_batches at the attention tile): the
+  // trainer runs a micro-batch's layer phases, and so its TP collectives, per nano-batch in
+  // every mode (colocated too); cp modes run it whole (nano0 = tokens).
+  double nano0 = 0;
   double attention_seconds = 0;  // forward + backward
   double pairs = 0;              // causal pairs served
   double fwd_sent = 0, fwd_recv = 0, bwd_sent = 0, bwd_recv = 0;  // bytes
@@ -255,7 +260,17 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
     w.attention_seconds += R.cost.task_cost(qb - qa, qb);
     w.pairs += static_cast<double>(task_pairs(q, task.q_end));
   }
-  for (int64_t r = 0; r < R.units_per_stage; ++r) out[static_cast<size_t>(r)].tokens = static_cast<double>(s.batch.rank_tokens(r));
+  for (int64_t r = 0; r < R.units_per_stage; ++r) {
+    UnitWork& w = out[static_cast<size_t>(r)];
+    w.tokens = static_cast<double>(s.batch.rank_tokens(r));
+    w.nano0 = w.tokens;
+  }
+  if (!cp && R.tp_explicit) {
+    DISTCA_ASSIGN_OR_RETURN(const NanoSplit nano, split_nano_batches(s.batch, R.o.attention_tile));
+    for (int64_t r = 0; r < R.units_per_stage; ++r) {
+      out[static_cast<size_t>(r)].nano0 = static_cast<double>(nano.tokens[static_cast<size_t>(r)][0]);
+    }
+  }
   // With checkpointing the backward's recompute fetches (or gathers) the K/V again.
   if (R.o.activation_checkpointing) ps.comm_bytes_backward += ps.comm_bytes_forward - fwd_bytes_before;
   std::vector<double> loads;
@@ -266,6 +281,18 @@ Status layout_microbatch(const Rates& R, const Batch& b, int64_t c, std::vector<
   ps.load_before_max_over_mean =
       std::max(ps.load_before_max_over_mean, max_over_mean(colocated_loads(b, &R.cost)));
   return Status::ok_status();
+}
+
+// The TP collectives of layer slot k of a colocated op (Rates::tp_slot): one set per non-empty
+// nano-batch of the unit's rows, as the trainer issues them.
+Rates::TpCost colocated_tp(const Rates& R, const UnitWork& w, bool bwd, int64_t k, int64_t s) {
+  if (!(w.nano0 > 0 && w.nano0 < w.tokens)) return R.tp_slot(0, w.tokens, w.tokens, bwd, k, s);
+  Rates::TpCost c = R.tp_slot(0, w.nano0, w.tokens, bwd, k, s);
+  const Rates::TpCost pong = R.tp_slot(w.nano0, w.tokens - w.nano0, w.tokens, bwd, k, s);
+  c.seconds += pong.seconds;
+  c.bytes += pong.bytes;
+  c.wait_per_compute = std::max(c.wait_per_compute, pong.wait_per_compute);
+  return c;
 }
 
 // One colocated op (micro-batch j, forward or backward) of unit i of stage s, starting at t: the
@@ -303,7 +330,7 @@ double run_unit_op(const Rates& R, const Work& work, Recorder& rec, int64_t s, i
     // Durations as the recorder charged them (wall seconds under processor sharing).
     double lin = rec.linear(u, t + pre, (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * w.tokens,
                             lin_name, j);
-    lin += rec.tp(u, t + pre + lin, R.tp_slot(0, w.tokens, w.tokens, bwd, k, s), j);
+    lin += rec.tp(u, t + pre + lin, colocated_tp(R, w, bwd, k, s), j);
     const double t_att = t + pre + lin + x0;
     if (refetch) {
       rec.comm(u, t_att - x0, x0, w.fwd_sent, w.fwd_recv, "K/V re-fetch (recompute)", j);
@@ -318,7 +345,7 @@ double run_unit_op(const Rates& R, const Work& work, Recorder& rec, int64_t s, i
     }
     t = std::max(t, t_att + att + (bwd ? xr : 0.0));
   }
-  t += rec.tp(u, t, R.tp_slot(0, w.tokens, w.tokens, bwd, layers, s), j);  // the tail after the last layer
+  t += rec.tp(u, t, colocated_tp(R, w, bwd, layers, s), j);  // the tail after the last layer
   if (last && !bwd) lm();
   return t;
 }

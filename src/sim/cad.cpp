@@ -186,7 +186,8 @@ class TickRunner {
       const bool own = s.unit_dir[i] >= 0;
       clock_[i] += rec_.linear(static_cast<int64_t>(i), clock_[i], dur, names[own && s.unit_dir[i] == 1 ? 1 : 0][x],
                                own ? s.unit_mb[i] : mb);
-      clock_[i] += rec_.tp(static_cast<int64_t>(i), clock_[i], {s.tp_seconds[x][i], s.tp_bytes[x][i]}, own ? s.unit_mb[i] : mb);
+      const Rates::TpCost tp{s.tp_seconds[x][i], s.tp_bytes[x][i], R_.tp_wait};
+      clock_[i] += rec_.tp(static_cast<int64_t>(i), clock_[i], tp, own ? s.unit_mb[i] : mb);
     }
   }
   void attention(const Vec& seconds, const Collective& after, const char* name, int64_t mb) {

@@ -87,6 +87,9 @@ struct Rates {
   // they are folded into mfu.
   bool tp_explicit = false;
   Link tp_link;
+  // The TP peers' wait (HardwareProfile::tp_wait, 0 without it): seconds a TP collective adds
+  // per second of the unit's compute since its previous collective (Recorder::tp).
+  double tp_wait = 0;
   // The TP collectives of one layer slot (cad.cpp's slots; slot k of a stage of n layers:
   // k = 0 the pre-attention part of the first layer, k = n the tail after the last, between
   // them a whole layer; a backward slot k mirrors slot n - k) for the nano-batch of rows
@@ -96,6 +99,7 @@ struct Rates {
   // micro-batch: slot 0 of stage 0 charges it to the nano-batch with first = 0.
   struct TpCost {
     double seconds = 0, bytes = 0;
+    double wait_per_compute = 0;  // tp_wait where the slot has collectives
   };
   TpCost tp_slot(double first, double rows, double total, bool bwd, int64_t k, int64_t stage) const;
   // Seconds of a point-to-point transfer of `bytes` between two units (0 bytes: 0).
@@ -125,7 +129,9 @@ class Recorder {
   double attention(int64_t u, double start, double dur, const char* name, int64_t mb);
   // Tensor parallelism's collectives of unit u from `start` (Rates::tp_slot): synchronous
   // inside the layer, so in flight and waited for (exposed) alike; their bytes go to
-  // UnitStats::tp_bytes. Returns the seconds (0 for none).
+  // UnitStats::tp_bytes. With collectives (c.seconds > 0) they also carry the TP peers' wait,
+  // c.wait_per_compute x the unit's compute (wall seconds) recorded since its previous
+  // collectives. Returns the seconds (0 for none).
   double tp(int64_t u, double start, const Rates::TpCost& c, int64_t mb);
   // A collective (or transfer) involving u in flight over [start, start + dur).
   void comm(int64_t u, double start, double dur, double sent, double recv, const char* name, int64_t mb);
@@ -144,6 +150,7 @@ class Recorder {
   double compute(int64_t u, double start, double dur, const char* name, int64_t mb, double UnitStats::*bucket);
   void keep_event(int64_t u, int64_t track, const char* name, double start, double dur, int64_t mb);
   std::vector<UnitStats> stats_;
+  std::vector<double> compute_since_tp_;  // [unit] compute seconds since its last TP collectives
   std::vector<TraceEvent> events_;
   bool keep_ = false;
   Sharing* sharing_ = nullptr;

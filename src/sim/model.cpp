@@ -118,6 +118,7 @@ void Rates::apply_hardware_profile(const HardwareProfile& hp) {
     const auto messages = static_cast<double>(kTpProfileGroup - 1);
     tp_link = Link{hp.tp_collective->bytes_per_second, hp.tp_collective->latency_seconds / messages};
   }
+  if (hp.tp_wait) tp_wait = hp.tp_wait->seconds_per_compute_second;
 }
 
 namespace {
@@ -161,6 +162,7 @@ Rates::TpCost Rates::tp_slot(double first, double rows, double total, bool bwd, 
   // norm's all-gather and the down projection's reduce-scatter (backward: the mirror).
   const int64_t pre = 1, post = 3;
   rows_collective(first, rows, k == 0 ? (bwd ? post : pre) : (k == n ? (bwd ? pre : post) : pre + post));
+  if (rows > 0) c.wait_per_compute = tp_wait;
   const bool head_slot = stage == pp - 1 && o.lm_head && k == (bwd ? 0 : n);
   if (head_slot) {
     // The final norm's all-gather (backward: its reduce-scatter); the vocabulary-parallel
@@ -241,7 +243,10 @@ void run_grad_sync(const Rates& R, Recorder& rec, const std::vector<double>& sta
 }
 
 Recorder::Recorder(int64_t units, bool keep_events, Sharing* sharing)
-    : stats_(static_cast<size_t>(units)), keep_(keep_events), sharing_(sharing) {}
+    : stats_(static_cast<size_t>(units)),
+      compute_since_tp_(static_cast<size_t>(units), 0.0),
+      keep_(keep_events),
+      sharing_(sharing) {}
 
 double Recorder::compute(int64_t u, double start, double dur, const char* name, int64_t mb,
                          double UnitStats::*bucket) {
@@ -250,6 +255,7 @@ double Recorder::compute(int64_t u, double start, double dur, const char* name, 
   auto& s = stats_[static_cast<size_t>(u)];
   s.*bucket += dur;
   s.busy += dur;
+  compute_since_tp_[static_cast<size_t>(u)] += dur;
   if (keep_) keep_event(u, kComputeTrack, name, start, dur, mb);
   return dur;
 }
@@ -273,9 +279,12 @@ double Recorder::attention(int64_t u, double start, double dur, const char* name
 double Recorder::tp(int64_t u, double start, const Rates::TpCost& c, int64_t mb) {
   stats_[static_cast<size_t>(u)].tp_bytes += c.bytes;
   if (!(c.seconds > 0)) return 0.0;
-  comm(u, start, c.seconds, 0, 0, "TP collectives", mb);
-  wait(u, start, start + c.seconds, start);
-  return c.seconds;
+  double& since = compute_since_tp_[static_cast<size_t>(u)];
+  const double seconds = c.seconds + c.wait_per_compute * since;
+  since = 0;
+  comm(u, start, seconds, 0, 0, "TP collectives", mb);
+  wait(u, start, start + seconds, start);
+  return seconds;
 }
 
 void Recorder::comm(int64_t u, double start, double dur, double sent, double recv, const char* name, int64_t mb) {

@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <span>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "distca/comm/group.h"
@@ -90,36 +92,66 @@ std::vector<int64_t> tp_rows_per_rank(int64_t tokens) {
   return rows;
 }
 
-// Tensor parallelism's collectives as the trainer runs them (trainer.cpp): groups of
-// kTpProfileGroup consecutive ranks (TP innermost), each a GroupCommunicator on `c` with the
-// trainer's tag, timed by its TimedCommunicator, every group at once; a rank past the last
-// whole group takes part in the barriers only. Per size, a barrier, then per repeat what a
-// layer does: a product (the wq forward at the profile's shapes: every rank the same work,
-// so a peer arrives late only by this machine's noise), then the model's all-gather and
-// reduce-scatter of `r` rows per rank of `hidden` floats back to back (as the output
-// projection's reduce-scatter and the next norm's all-gather are). The point is the mean over
-// the grouped ranks of each rank's mean over repeats of the two collectives' seconds.
-Result<std::vector<LinkPoint>> measure_tp_collectives(comm::Communicator& c, const ProfileShape& shape, int repeats) {
-  const int g = static_cast<int>(kTpProfileGroup), groups = c.size() / g;
-  const bool grouped = c.rank() < groups * g;
-  std::unique_ptr<comm::GroupCommunicator> group;
-  if (grouped) {
+// The profile's TP groups: kTpProfileGroup consecutive ranks (TP innermost), each a
+// GroupCommunicator on `c` with the trainer's tag; a rank past the last whole group holds
+// none (it takes part in the barriers only).
+struct TpGroup {
+  int groups = 0;  // whole groups on `c`
+  std::unique_ptr<comm::GroupCommunicator> comm;  // null: not grouped
+};
+Result<TpGroup> tp_group(comm::Communicator& c) {
+  const int g = static_cast<int>(kTpProfileGroup);
+  TpGroup t;
+  t.groups = c.size() / g;
+  if (c.rank() < t.groups * g) {
     std::vector<int> members;
     for (int i = 0; i < g; ++i) members.push_back(c.rank() - c.rank() % g + i);
-    DISTCA_ASSIGN_OR_RETURN(group, comm::GroupCommunicator::create(c, std::move(members), kTpTag));
+    DISTCA_ASSIGN_OR_RETURN(t.comm, comm::GroupCommunicator::create(c, std::move(members), kTpTag));
   }
-  const int64_t width = shape.hidden, q_dim = shape.n_heads * shape.head_dim, m = shape.tokens;
-  std::vector<float> x(static_cast<size_t>(m * width), 0.5f), w(static_cast<size_t>(q_dim * width), 0.25f);
-  std::vector<float> y(static_cast<size_t>(m * q_dim));
+  return t;
+}
+
+// The grouped ranks' mean of `mine` (every rank of `c` calls it).
+Result<double> grouped_mean(comm::Communicator& c, const TpGroup& t, double mine) {
+  DISTCA_ASSIGN_OR_RETURN(std::vector<double> every, c.all_gather_value(mine));
+  every.resize(static_cast<size_t>(t.groups) * static_cast<size_t>(kTpProfileGroup));
+  return mean_of(every);
+}
+
+// A layer's product as the profile times it between TP collectives: the wq forward at the
+// profile's shapes (every rank the same work).
+struct WqProduct {
+  explicit WqProduct(const ProfileShape& s)
+      : m(s.tokens), q_dim(s.n_heads * s.head_dim), width(s.hidden),
+        x(static_cast<size_t>(m * width), 0.5f), w(static_cast<size_t>(q_dim * width), 0.25f),
+        y(static_cast<size_t>(m * q_dim)) {}
+  void run() {
+    kernels::gemm_tiled<float>(false, true, m, q_dim, width, 1.0f, x.data(), width, w.data(), width, 0.0f, y.data(),
+                               q_dim);
+  }
+  int64_t m, q_dim, width;
+  std::vector<float> x, w, y;
+};
+
+// Tensor parallelism's collectives as the trainer runs them (trainer.cpp): on every TP group
+// (tp_group) at once, timed by the trainer's TimedCommunicator. Per size, a barrier, then per
+// repeat what a layer does: a product (WqProduct: every rank the same work, so a peer arrives
+// late only by this machine's noise), then the model's all-gather and reduce-scatter of `r`
+// rows per rank of `hidden` floats back to back (as the output projection's reduce-scatter
+// and the next norm's all-gather are). The point is the mean over the grouped ranks of each
+// rank's mean over repeats of the two collectives' seconds.
+Result<std::vector<LinkPoint>> measure_tp_collectives(comm::Communicator& c, const ProfileShape& shape, int repeats) {
+  DISTCA_ASSIGN_OR_RETURN(TpGroup t, tp_group(c));
+  const int64_t g = kTpProfileGroup, width = shape.hidden;
+  WqProduct product(shape);
   std::vector<LinkPoint> points;
   for (const int64_t r : tp_rows_per_rank(shape.tokens)) {
     const int64_t n = r * g;
     std::vector<float> all(static_cast<size_t>(n * width), 1.0f), out(static_cast<size_t>(r * width));
     auto once = [&]() -> Result<double> {
-      if (!grouped) return 0.0;
-      kernels::gemm_tiled<float>(false, true, m, q_dim, width, 1.0f, x.data(), width, w.data(), width, 0.0f,
-                                 y.data(), q_dim);
-      TimedCommunicator timed(*group);
+      if (!t.comm) return 0.0;
+      product.run();
+      TimedCommunicator timed(*t.comm);
       DISTCA_RETURN_IF_ERROR(model::tp_all_gather_rows<float>(timed, all.data(), n, width));
       DISTCA_RETURN_IF_ERROR(model::tp_reduce_scatter_rows<float>(timed, all.data(), out.data(), n, width));
       return timed.seconds() / 2;
@@ -128,15 +160,59 @@ Result<std::vector<LinkPoint>> measure_tp_collectives(comm::Communicator& c, con
     DISTCA_RETURN_IF_ERROR(once().status());  // warm-up (connections, registration)
     std::vector<double> mine;
     for (int k = 0; k < repeats; ++k) {
-      DISTCA_ASSIGN_OR_RETURN(const double t, once());
-      mine.push_back(t);
+      DISTCA_ASSIGN_OR_RETURN(const double s, once());
+      mine.push_back(s);
     }
     // The mean, not the median: the trainer pays every collective, its slow tail included.
-    DISTCA_ASSIGN_OR_RETURN(std::vector<double> every, c.all_gather_value(mean_of(mine)));
-    every.resize(static_cast<size_t>(groups * g));  // the grouped ranks
-    points.push_back({r * width * static_cast<int64_t>(sizeof(float)), std::max(mean_of(every), kMinTaskSeconds)});
+    DISTCA_ASSIGN_OR_RETURN(const double mean, grouped_mean(c, t, mean_of(mine)));
+    points.push_back({r * width * static_cast<int64_t>(sizeof(float)), std::max(mean, kMinTaskSeconds)});
   }
   return points;
+}
+
+// Products run back to back before each collective of measure_tp_wait: about one decade of
+// compute from one product, as a layer's phases between two TP collectives span.
+constexpr int kTpWaitProducts[] = {1, 4, 16};
+
+// The TP peers' wait (HardwareProfile::tp_wait): on every TP group at once, per count k of
+// kTpWaitProducts, a barrier, then per repeat k products (WqProduct, timed: the compute) and
+// one all-gather of one row per rank (latency-bound: what it adds beyond the transfer is the
+// wait for the peer), as the trainer's layers follow their compute with a collective, with no
+// barrier between repeats (the trainer has none). Point: the grouped ranks' mean of each
+// rank's median compute (a preempted repeat must not reorder the counts) and mean collective
+// seconds (the trainer pays the slow tail). Null when the compute did not grow with k (the
+// fit needs increasing compute).
+Result<std::optional<TpWaitProfile>> measure_tp_wait(comm::Communicator& c, const ProfileShape& shape, int repeats) {
+  DISTCA_ASSIGN_OR_RETURN(TpGroup t, tp_group(c));
+  const int64_t g = kTpProfileGroup, width = shape.hidden;
+  WqProduct product(shape);
+  std::vector<float> all(static_cast<size_t>(g * width), 1.0f);
+  std::vector<TpWaitPoint> points;
+  for (const int k : kTpWaitProducts) {
+    auto once = [&]() -> Result<std::pair<double, double>> {
+      if (!t.comm) return std::pair{0.0, 0.0};
+      const double t0 = monotonic_seconds();
+      for (int i = 0; i < k; ++i) product.run();
+      const double compute = monotonic_seconds() - t0;
+      TimedCommunicator timed(*t.comm);
+      DISTCA_RETURN_IF_ERROR(model::tp_all_gather_rows<float>(timed, all.data(), g, width));
+      return std::pair{compute, timed.seconds()};
+    };
+    DISTCA_RETURN_IF_ERROR(c.barrier());
+    DISTCA_RETURN_IF_ERROR(once().status());  // warm-up
+    std::vector<double> compute, seconds;
+    for (int i = 0; i < repeats; ++i) {
+      DISTCA_ASSIGN_OR_RETURN(const auto cs, once());
+      compute.push_back(cs.first);
+      seconds.push_back(cs.second);
+    }
+    DISTCA_ASSIGN_OR_RETURN(const double mc, grouped_mean(c, t, median(compute)));
+    DISTCA_ASSIGN_OR_RETURN(const double ms, grouped_mean(c, t, mean_of(seconds)));
+    const TpWaitPoint p{std::max(mc, kMinTaskSeconds), std::max(ms, kMinTaskSeconds)};
+    if (!points.empty() && !(p.compute_seconds > points.back().compute_seconds)) return std::optional<TpWaitProfile>{};
+    points.push_back(p);
+  }
+  return std::optional<TpWaitProfile>{fit_tp_wait(std::move(points))};
 }
 
 // A barrier whose waiters sleep: a zero-byte exchange with every rank, tested every 200 us.
@@ -266,6 +342,7 @@ Status measure_profile(comm::Communicator* c, const ProfileRun& run, const Progr
         DISTCA_ASSIGN_OR_RETURN(std::vector<LinkPoint> tp,
                                 measure_tp_collectives(*c, run.shape, run.link_repeats));
         hp.tp_collective = fit_link(std::move(tp), 1.0);
+        DISTCA_ASSIGN_OR_RETURN(hp.tp_wait, measure_tp_wait(*c, run.shape, run.link_repeats));
       }
     }
   }

@@ -27,6 +27,7 @@ HardwareProfile make_profile(int64_t ranks) {
     p.all_to_all = l;
     p.p2p = l;
     p.tp_collective = LinkProfile{5e-4, 2e9, {{1024, 5e-4 + 1024 / 2e9}, {1 << 20, 5e-4 + (1 << 20) / 2e9}}};
+    p.tp_wait = TpWaitProfile{0.05, {{1e-3, 1e-4 + 0.05e-3}, {4e-3, 1e-4 + 0.2e-3}, {16e-3, 1e-4 + 0.8e-3}}};
     // The element-wise figures (optional): on the two-rank profile only, so the round trip
     // sees both a file with them and one without.
     ElementwiseProfile e;
@@ -56,6 +57,12 @@ TEST(HardwareProfile, RoundTripKeepsEveryField) {
       ASSERT_EQ(q->tp_collective->points.size(), 2u);
       EXPECT_EQ(q->tp_collective->points[1].bytes, 1 << 20);
     }
+    ASSERT_EQ(q->tp_wait.has_value(), ranks > 1);
+    if (ranks > 1) {
+      EXPECT_EQ(q->tp_wait->seconds_per_compute_second, 0.05);
+      ASSERT_EQ(q->tp_wait->points.size(), 3u);
+      EXPECT_EQ(q->tp_wait->points[2].compute_seconds, 16e-3);
+    }
     ASSERT_EQ(q->elementwise.has_value(), ranks > 1);
     if (ranks > 1) {
       EXPECT_EQ(q->elementwise->layer_backward.alone, 3e-7);
@@ -83,6 +90,7 @@ TEST(HardwareProfile, TpCollectiveIsOptional) {
   nlohmann::json old = to_json(make_profile(2));
   ASSERT_TRUE(old["links"].contains("tp_collective"));
   old["links"].erase("tp_collective");
+  old["links"].erase("tp_wait");  // written with it, so absent from those files too
   auto q = hardware_profile_from_json(old, "p.json");
   ASSERT_TRUE(q.ok()) << q.status().message();
   EXPECT_FALSE(q->tp_collective.has_value());
@@ -95,6 +103,57 @@ TEST(HardwareProfile, TpCollectiveIsOptional) {
   HardwareProfile one = make_profile(1);
   one.tp_collective = make_profile(2).tp_collective;
   EXPECT_NE(one.validate("p").message().find("links.tp_collective needs machine.ranks >= 2"), std::string::npos);
+}
+
+TEST(HardwareProfile, TpWaitIsOptionalAndChecked) {
+  // A file written before the field (version 1 still) loads without it: the simulator then
+  // charges no TP wait (Rates::tp_wait 0).
+  nlohmann::json old = to_json(make_profile(2));
+  ASSERT_TRUE(old["links"].contains("tp_wait"));
+  old["links"].erase("tp_wait");
+  auto q = hardware_profile_from_json(old, "p.json");
+  ASSERT_TRUE(q.ok()) << q.status().message();
+  EXPECT_FALSE(q->tp_wait.has_value());
+  struct Case {
+    const char* key;
+    nlohmann::json value;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"seconds_per_compute_second", 1.5, "links.tp_wait.seconds_per_compute_second must be in [0, 1]"},
+      {"seconds_per_compute_second", -0.1, "links.tp_wait.seconds_per_compute_second must be in [0, 1]"},
+      {"seconds_per_compute_second", "x", "links.tp_wait.seconds_per_compute_second"},
+      {"points", nlohmann::json::array({{{"compute_seconds", 1e-3}, {"seconds", 1e-4}}}),
+       "links.tp_wait.points must hold 2 to 16 points"},
+      {"points",
+       nlohmann::json::array({{{"compute_seconds", 2e-3}, {"seconds", 1e-4}}, {{"compute_seconds", 1e-3}, {"seconds", 1e-4}}}),
+       "links.tp_wait.points[1].compute_seconds must be larger than the previous point's"},
+      {"points",
+       nlohmann::json::array({{{"compute_seconds", 1e-3}, {"seconds", 0.0}}, {{"compute_seconds", 2e-3}, {"seconds", 1e-4}}}),
+       "links.tp_wait.points[0].seconds must be a time"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json bad = to_json(make_profile(2));
+    bad["links"]["tp_wait"][c.key] = c.value;
+    auto b = hardware_profile_from_json(bad, "p.json");
+    ASSERT_FALSE(b.ok()) << c.message;
+    EXPECT_NE(b.status().message().find(c.message), std::string::npos) << b.status().message();
+  }
+  // Only beside the collective fit it adds to.
+  HardwareProfile p = make_profile(2);
+  p.tp_collective.reset();
+  EXPECT_NE(p.validate("p").message().find("links.tp_wait needs links.tp_collective"), std::string::npos);
+}
+
+TEST(HardwareProfile, TpWaitFitRecoversTheSlope) {
+  // seconds = 2e-4 + 0.03 compute exactly: the slope comes back; a wait that shrinks with the
+  // compute (noise) is clamped to 0, one above 1 to 1.
+  std::vector<TpWaitPoint> pts;
+  for (double c : {1e-3, 4e-3, 16e-3}) pts.push_back({c, 2e-4 + 0.03 * c});
+  EXPECT_NEAR(fit_tp_wait(pts).seconds_per_compute_second, 0.03, 1e-12);
+  EXPECT_EQ(fit_tp_wait(pts).points.size(), 3u);
+  EXPECT_EQ(fit_tp_wait({{1e-3, 5e-4}, {4e-3, 3e-4}, {16e-3, 1e-4}}).seconds_per_compute_second, 0.0);
+  EXPECT_EQ(fit_tp_wait({{1e-3, 1e-3}, {2e-3, 5e-3}}).seconds_per_compute_second, 1.0);
 }
 
 TEST(HardwareProfile, AloneWaitersIsOptionalAndRoundTrips) {

@@ -59,6 +59,12 @@ TEST(ProfileMpi, TwoRanksWriteLinksAndConcurrentFigures) {
   ASSERT_EQ(hp->tp_collective->points.size(), 2u);
   EXPECT_EQ(hp->tp_collective->points[0].bytes, 32 * 4);
   EXPECT_EQ(hp->tp_collective->points[1].bytes, 16 * 32 * 4);
+  // The TP peers' wait: one point per count of products (1, 4, 16), compute growing with it
+  // (validate() checked it strictly increases), a slope in [0, 1].
+  ASSERT_TRUE(hp->tp_wait.has_value());
+  ASSERT_EQ(hp->tp_wait->points.size(), 3u);
+  EXPECT_GT(hp->tp_wait->points[2].compute_seconds, 2 * hp->tp_wait->points[0].compute_seconds);
+  EXPECT_GE(hp->tp_wait->seconds_per_compute_second, 0.0);
   // Only rank 0 writes: no temporary file of either rank is left.
   for (const auto& e : std::filesystem::directory_iterator(tmp("").parent_path())) {
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();

@@ -135,5 +135,83 @@ TEST(SimTensorParallel, MeasuredCollectiveFitPricesEveryCollective) {
   EXPECT_NEAR(f->per_unit[0].comm / lat, 22.0, 1e-6);
 }
 
+// The trainer runs a micro-batch's layer phases as two nano-batches in every mode, colocated
+// too (train/step.cpp: the runner's ping and pong linear; split_nano_batches at the attention
+// tile), so its TP collectives are per nano-batch: a step of one micro-batch whose document is
+// cut issues 2 (2 (4 L + 1) + 1) rows collectives (each nano-batch's layers, final norm and
+// embedding backward), the embedding's forward reduce-scatter once, and each nano-batch's two
+// cross-entropy all-gathers: 43 at L = 2 (counted at the trainer's TP communicator, `distca
+// train --tp 2 --mode colocated`: 49 calls a step, of which 6 are the all-reduces after the
+// backward). Hand count on one 64-token document cut at 48 (nano_cut_long(64, 16)): ping rows
+// [0, 48) of which TP rank 0 holds 32 and rank 1 16, pong [48, 64) all rank 1's.
+TEST(SimTensorParallel, ColocatedChargesEveryNanoBatchsCollectives) {
+  SimOptions o = tp_options(2);
+  o.attention_tile = 16;
+  HardwareProfile p = *o.hardware_profile;
+  p.tp_collective = LinkProfile{6e-4, 3e9, {{1024, 6e-4 + 1024 / 3e9}, {1 << 20, 6e-4 + (1 << 20) / 3e9}}};
+  o.hardware_profile = std::make_shared<const HardwareProfile>(std::move(p));
+  auto r = simulate(o, {Batch{1, 64, {{{0, 0, 64, 64}}}}});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const UnitStats& u = r->per_unit[0];
+  const double lat = 6e-4, bw = 3e9, row = 256;
+  // The slower side of a collective: max over ranks of max(own rows, the range's others).
+  const double ping = lat + 32 * row / bw, pong = lat + 16 * row / bw, whole = lat + 32 * row / bw;
+  const double ce = (lat + 8 * 48 / bw) + (lat + 16 * 48 / bw) + (lat + 8 * 16 / bw) + (lat + 16 * 16 / bw);
+  EXPECT_NEAR(u.comm, 19 * ping + 19 * pong + whole + ce, 1e-12);
+  // Bytes as the unsplit step's: every row crosses once per collective.
+  EXPECT_DOUBLE_EQ(u.tp_bytes, 20.0 * 64 * 256 + 2.0 * (8 * 64 + 16 * 64));
+  // 43 collectives: with a large rate the latency alone, 43 times.
+  HardwareProfile q = *o.hardware_profile;
+  q.tp_collective->bytes_per_second = 1e15;
+  o.hardware_profile = std::make_shared<const HardwareProfile>(std::move(q));
+  auto f = simulate(o, {Batch{1, 64, {{{0, 0, 64, 64}}}}});
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_NEAR(f->per_unit[0].comm / lat, 43.0, 1e-6);
+}
+
+// The TP peers' wait (links.tp_wait, fit b seconds per second of compute): every charge of TP
+// collectives also carries b x the unit's compute since its previous charge. Every compute
+// interval of this step precedes some collective (the forward's LM head the backward's first,
+// and the backward ends with the embedding's all-gather; the fixture has no optimizer
+// figure), so the step's TP time grows by exactly b x (linear + attention), and the step by
+// the same: the collectives are synchronous. With the wait 0 the step is the one without the
+// field (old profiles), bit for bit.
+TEST(SimTensorParallel, MeasuredWaitChargesTheComputeSinceThePreviousCollective) {
+  for (StrategyKind kind : {StrategyKind::kColocated, StrategyKind::kCad}) {
+    SimOptions o = tp_options(2);
+    o.strategy.kind = kind;
+    HardwareProfile p = *o.hardware_profile;
+    p.tp_collective = LinkProfile{6e-4, 3e9, {{1024, 6e-4 + 1024 / 3e9}, {1 << 20, 6e-4 + (1 << 20) / 3e9}}};
+    o.hardware_profile = std::make_shared<const HardwareProfile>(p);
+    auto base = simulate(o, {one_document()});
+    ASSERT_TRUE(base.ok()) << base.status().message();
+    const double b = 0.05;
+    for (double slope : {0.0, b}) {
+      HardwareProfile q = p;
+      q.tp_wait = TpWaitProfile{slope, {{1e-3, 1e-4}, {4e-3, 1e-4 + 3e-3 * slope}}};
+      ASSERT_TRUE(q.validate("q").ok()) << q.validate("q").message();
+      SimOptions w = o;
+      w.hardware_profile = std::make_shared<const HardwareProfile>(std::move(q));
+      auto r = simulate(w, {one_document()});
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      const UnitStats& u0 = base->per_unit[0];
+      const UnitStats& u = r->per_unit[0];
+      EXPECT_EQ(u.linear, u0.linear);  // the wait is no compute
+      EXPECT_EQ(u.attention, u0.attention);
+      const double wait = slope * (u0.linear + u0.attention);
+      if (slope == 0) {
+        EXPECT_EQ(u.comm, u0.comm);
+        EXPECT_EQ(r->iteration_seconds, base->iteration_seconds);
+        continue;
+      }
+      ASSERT_GT(wait, 0);
+      EXPECT_NEAR(u.comm, u0.comm + wait, 1e-12) << static_cast<int>(kind);
+      EXPECT_NEAR(u.comm_blocked, u0.comm_blocked + wait, 1e-12);
+      EXPECT_NEAR(r->iteration_seconds, base->iteration_seconds + wait, 1e-12);
+      EXPECT_DOUBLE_EQ(u.tp_bytes, u0.tp_bytes);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace distca::sim

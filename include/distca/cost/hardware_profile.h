@@ -84,6 +84,25 @@ struct GemmRecord {
 // backward_weight), with their (m, n, k) at `shape` and zero seconds.
 std::vector<GemmRecord> profile_gemm_list(const ProfileShape& shape);
 
+// The TP peers' wait (JSON links.tp_wait): a TP collective entered after `compute_seconds` of
+// a product (every TP rank the same work) takes `seconds` on average over the ranks - the
+// faster rank waits for the slower one's compute to end, so the mean grows with the compute
+// since the previous collective. seconds_per_compute_second: the least-squares slope of
+// seconds on compute_seconds over `points` (clamped to [0, kMaxTpWaitSlope]): the wait one
+// collective adds per second of compute since the rank's previous collective.
+inline constexpr double kMaxTpWaitSlope = 1.0;
+inline constexpr size_t kMaxTpWaitPoints = 16;
+struct TpWaitPoint {
+  double compute_seconds = 0;
+  double seconds = 0;
+};
+struct TpWaitProfile {
+  double seconds_per_compute_second = 0;
+  std::vector<TpWaitPoint> points;  // strictly increasing compute_seconds, at least 2
+};
+// The fit described above; points as TpWaitProfile::points.
+TpWaitProfile fit_tp_wait(std::vector<TpWaitPoint> points);
+
 // One exchange size: `bytes` per message (all-to-all: to each other rank, ranks - 1
 // messages per rank; p2p: to the one peer), and its seconds: per repeat the slowest rank's
 // time of the whole exchange, then the median over repeats.
@@ -160,6 +179,9 @@ struct HardwareProfile {
   // ranks of each rank's mean over repeats (the trainer pays the slow tail too). Fit with wire
   // factor 1.
   std::optional<LinkProfile> tp_collective;
+  // JSON links.tp_wait, optional (absent in files written before it: the simulator then
+  // charges no wait beyond tp_collective's; written with tp_collective, refused without it).
+  std::optional<TpWaitProfile> tp_wait;
 
   // The record of (layer, pass); precondition: validate() passed.
   const GemmRecord& gemm(const std::string& layer, GemmPass pass) const;
