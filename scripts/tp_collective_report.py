@@ -8,7 +8,7 @@ For every tp<T>x<D>-<workload>.json in DIR (bench train JSON, TP 2) and the prof
   per coll. colocated only: the measured seconds per collective (tp_comm_s over the step's
             collectives: every mode runs a micro-batch as two nano-batches, each with its
             own 2 (4 L + 1) + 1 rows collectives and the cross-entropy's 2, plus the
-            embedding's forward reduce-scatter once: 2 (8 L + 5) + 1, 43 at L = 2) beside the
+            embedding's forward reduce-scatter once per side of the sequence cut: 2 (8 L + 6), 44 at L = 2) beside the
             profile's price of one (links.tp_collective, else links.all_to_all: latency + the
             rank's rows / rate), and what is left per collective;
   wait      the profile's TP wait (links.tp_wait: b seconds per second of compute) times the
@@ -44,7 +44,7 @@ def main(out):
         tp, layers, width = f["tp"], f["layers"], f["width"]
         if not re.match(r"tp2x", name) or tp != 2:
             continue
-        count = 2 * (8 * layers + 5) + 1
+        count = 2 * (8 * layers + 6)
         b = hw.get("links", {}).get("tp_wait", {}).get("seconds_per_compute_second", 0.0)
         rows_bytes = f["tokens_per_rank"] // tp * width * 4
         one, fit = price(hw, rows_bytes)

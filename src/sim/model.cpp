@@ -123,14 +123,26 @@ void Rates::apply_hardware_profile(const HardwareProfile& hp) {
 
 namespace {
 
-// Rows [first, first + rows) of a micro-batch of `total` rows held by TP rank p of G: its
-// share even_split(total, G, p) (model::even_split, the runtime's tp_rows) inside the range.
-double tp_rank_rows(double first, double rows, double total, int64_t G, int64_t p) {
-  const auto n = static_cast<int64_t>(total);
-  const int64_t base = n / G, extra = n % G;
-  const auto b = static_cast<double>(p * base + std::min(p, extra));
-  const double e = b + static_cast<double>(base + (p < extra ? 1 : 0));
-  return std::max(0.0, std::min(e, first + rows) - std::max(b, first));
+// Rows [first, first + rows) of a micro-batch of `total` rows held by TP rank p of G, as the
+// runtime splits them (model::tp_sp_pieces): without a sequence cut (cut <= 0 or >= total) its
+// share even_split(total, G, p); with one, its even share of [0, cut) (the remainder on the
+// last ranks) and of [cut, total) (the remainder on the first ranks).
+double tp_rank_rows(double first, double rows, double total, double cut, int64_t G, int64_t p) {
+  auto overlap = [&](double b, double e) { return std::max(0.0, std::min(e, first + rows) - std::max(b, first)); };
+  auto share = [&](int64_t n, int64_t q) {  // rank q's [begin, end) of even_split(n, G)
+    const int64_t base = n / G, extra = n % G;
+    const int64_t b = q * base + std::min(q, extra);
+    return std::pair<double, double>{static_cast<double>(b), static_cast<double>(b + base + (q < extra ? 1 : 0))};
+  };
+  const auto n = static_cast<int64_t>(total), c = static_cast<int64_t>(cut);
+  if (c <= 0 || c >= n) {
+    const auto [b, e] = share(n, p);
+    return overlap(b, e);
+  }
+  // [0, c) mirrored: rank p holds what rank G - 1 - p would hold of the reversed range.
+  const auto [rb, re] = share(c, G - 1 - p);
+  const auto [sb, se] = share(n - c, p);
+  return overlap(cut - re, cut - rb) + overlap(cut + sb, cut + se);
 }
 
 }  // namespace
@@ -146,11 +158,16 @@ Rates::TpCost Rates::tp_slot(double first, double rows, double total, bool bwd, 
   // slowest side of the slowest rank moves max((G - 1) r_p, rows - r_p) rows, in G - 1
   // messages each way, and the G ranks send (G - 1) rows rows together.
   const double row = static_cast<double>(o.model.hidden * o.dtype_bytes);
+  // Without pipeline stages the trainer cuts each TP rank's sequence-parallel rows at the
+  // nano-batch boundary (train/step.cpp's sp_cut): a range that is one nano-batch of a split
+  // micro-batch ends or starts at the cut.
+  const bool split = pp == 1 && rows < total;
+  const double cut = split ? (first == 0 ? rows : first) : 0.0;
   auto rows_collective = [&](double f, double r, int64_t count) {
     if (!(r > 0)) return;
     double side = 0;
     for (int64_t p = 0; p < G; ++p) {
-      const double mine = tp_rank_rows(f, r, total, G, p);
+      const double mine = tp_rank_rows(f, r, total, cut, G, p);
       side = std::max(side, std::max(peers * mine, r - mine));
     }
     const double one = all_to_all_unit_seconds(tp_link, side * row, side * row, G - 1, G - 1);
@@ -177,10 +194,11 @@ Rates::TpCost Rates::tp_slot(double first, double rows, double total, bool bwd, 
       }
     }
   }
-  // The embedding: forward a reduce-scatter of the whole micro-batch (charged with the range
-  // that starts it), backward an all-gather of the range's input gradient.
+  // The embedding: backward an all-gather of the range's input gradient; forward a
+  // reduce-scatter of the whole micro-batch (charged with the range that starts it), or with
+  // a sequence cut one per side of it (model::Llama::embed_forward), each with its range.
   if (stage == 0 && k == (bwd ? n : 0)) {
-    if (bwd) {
+    if (bwd || split) {
       rows_collective(first, rows, 1);
     } else if (first == 0) {
       rows_collective(0.0, total, 1);
