@@ -28,27 +28,7 @@ double problem_memory_bytes(int64_t total_q, int64_t total_kv, int32_t n_heads, 
 }
 
 KernelTiming time_kernels(AttentionProblem& prob, int repeats, double min_seconds) {
-  const AttentionParams p = params_for(prob);
-  KernelTiming t;
-  t.forward_flops = attention_forward_flops(p);
-  t.backward_flops = attention_backward_flops(p);
-  const double start = monotonic_seconds();
-  attention_forward(p);  // warm-up (page faults, BLAS buffers)
-  attention_backward(p);
-  std::vector<double> fwd, bwd;
-  for (int r = 0; r < std::max(1, repeats); ++r) {
-    const double t0 = monotonic_seconds();
-    attention_forward(p);
-    const double t1 = monotonic_seconds();
-    attention_backward(p);
-    const double t2 = monotonic_seconds();
-    fwd.push_back(t1 - t0);
-    bwd.push_back(t2 - t1);
-    if (monotonic_seconds() - start > min_seconds) break;
-  }
-  t.forward_seconds = median(fwd);
-  t.backward_seconds = median(bwd);
-  return t;
+  return time_kernels_in_step(prob, repeats, min_seconds, {}).value();  // no sync hooks: cannot fail
 }
 
 int profile_repetitions(double warm_seconds, int repeats, double min_seconds) {
@@ -220,8 +200,7 @@ std::string describe(const AttentionGrids& g, const Suspect& s) {
 }
 
 // The guard's rounds (profile_attention_grid).
-Status guard_grid(const ProfileOptions& opt, const CellTimer& time_cell,
-                  const std::function<void(const std::string&)>& progress, AttentionGrids& g) {
+Status guard_grid(const ProfileOptions& opt, const CellTimer& time_cell, const ProfileLog& notice, AttentionGrids& g) {
   for (int round = 0; round < opt.guard_rounds; ++round) {
     const std::vector<Suspect> found = suspects(g, opt.guard_tolerance);
     if (found.empty()) return {};
@@ -234,12 +213,12 @@ Status guard_grid(const ProfileOptions& opt, const CellTimer& time_cell,
       const double fresh = std::max(s.backward ? again.backward_seconds : again.forward_seconds, kMinTaskSeconds);
       double& cell = (s.backward ? g.backward : g.forward).seconds[s.i][s.j];
       cell = std::min(cell, fresh);
-      if (progress) progress(describe(g, s) + "; measured again: " + ms(fresh));
+      if (notice) notice(describe(g, s) + "; measured again: " + ms(fresh));
     }
   }
-  if (progress) {
+  if (notice) {
     for (const Suspect& s : suspects(g, opt.guard_tolerance)) {
-      progress(describe(g, s) + " after " + std::to_string(opt.guard_rounds) + " re-measurements: kept");
+      notice(describe(g, s) + " after " + std::to_string(opt.guard_rounds) + " re-measurements: kept");
     }
   }
   return {};
@@ -248,7 +227,7 @@ Status guard_grid(const ProfileOptions& opt, const CellTimer& time_cell,
 }  // namespace
 
 Result<AttentionGrids> profile_attention_grid(const ProfileOptions& opt, const CellTimer& time_cell,
-                                              const std::function<void(const std::string&)>& progress) {
+                                              const ProfileLog& progress, const ProfileLog& notice) {
   CostTable table;
   table.n_heads = opt.n_heads;
   table.n_kv_heads = opt.n_kv_heads;
@@ -280,15 +259,14 @@ Result<AttentionGrids> profile_attention_grid(const ProfileOptions& opt, const C
       }
     }
   }
-  DISTCA_RETURN_IF_ERROR(guard_grid(opt, time_cell, progress, g));
+  DISTCA_RETURN_IF_ERROR(guard_grid(opt, time_cell, notice, g));
   DISTCA_RETURN_IF_ERROR(g.forward.validate("profile (forward)"));
   DISTCA_RETURN_IF_ERROR(g.backward.validate("profile (backward)"));
   return g;
 }
 
-Result<AttentionGrids> profile_attention_split(const ProfileOptions& opt,
-                                               const std::function<void(const std::string&)>& progress,
-                                               const ProfileSync& sync) {
+Result<AttentionGrids> profile_attention_split(const ProfileOptions& opt, const ProfileLog& progress,
+                                               const ProfileSync& sync, const ProfileLog& notice) {
   const std::vector<int64_t> qs = grid_lengths(opt.q_lens), kvs = grid_lengths(opt.kv_lens);
   auto time_cell = [&](int64_t ql, int64_t kl) -> Result<KernelTiming> {
     const auto i = static_cast<uint64_t>(std::find(qs.begin(), qs.end(), ql) - qs.begin());
@@ -296,7 +274,7 @@ Result<AttentionGrids> profile_attention_split(const ProfileOptions& opt,
     AttentionProblem prob = make_problem({{ql, kl}}, opt.n_heads, opt.n_kv_heads, opt.head_dim, opt.seed + i * 1000 + j);
     return time_kernels_in_step(prob, opt.repeats, opt.min_seconds, sync);
   };
-  return profile_attention_grid(opt, time_cell, progress);
+  return profile_attention_grid(opt, time_cell, progress, notice);
 }
 
 double profile_gemm_bytes(const GemmRecord& g) {

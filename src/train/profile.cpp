@@ -252,10 +252,12 @@ HardwareProfile new_hardware_profile(const ProfileRun& run, int64_t ranks, int t
   return hp;
 }
 
-Status measure_profile(comm::Communicator* c, const ProfileRun& run, const Progress& progress, HardwareProfile& hp) {
+Status measure_profile(comm::Communicator* c, const ProfileRun& run, const Progress& progress, HardwareProfile& hp,
+                       const Progress& notice) {
   const bool lead = c == nullptr || c->rank() == 0;
   const Progress shown = lead ? progress : Progress{};
-  DISTCA_ASSIGN_OR_RETURN(kernels::AttentionGrids grids, kernels::profile_attention_split(run.attention, shown, in_step(c)));
+  DISTCA_ASSIGN_OR_RETURN(kernels::AttentionGrids grids,
+                          kernels::profile_attention_split(run.attention, shown, in_step(c), lead ? notice : Progress{}));
   hp.attention_forward = std::move(grids.forward);
   hp.attention_backward = std::move(grids.backward);
   hp.attention_concurrent = c != nullptr;

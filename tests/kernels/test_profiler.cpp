@@ -119,7 +119,7 @@ ProfileOptions grid_to_2048() {
 TEST(ProfileGuard, SlowMeasurementIsMeasuredAgainAndReplaced) {
   InjectedTimer inj;
   std::vector<std::string> log;
-  const auto g = profile_attention_grid(grid_to_2048(), inj.timer(), [&](const std::string& s) { log.push_back(s); });
+  const auto g = profile_attention_grid(grid_to_2048(), inj.timer(), {}, [&](const std::string& s) { log.push_back(s); });
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   const size_t last = 4;
   EXPECT_DOUBLE_EQ(g.value().backward.seconds[last][last], InjectedTimer::clean_backward(2048, 2048));
@@ -159,7 +159,7 @@ TEST(ProfileGuard, PersistentSlowCellKeptAfterTheRoundsAndSaidSo) {
   inj.slow_cell = {512, 1024};  // an inner cell, slow on every measurement
   inj.slow_times = 100;
   std::vector<std::string> log;
-  const auto g = profile_attention_grid(grid_to_2048(), inj.timer(), [&](const std::string& s) { log.push_back(s); });
+  const auto g = profile_attention_grid(grid_to_2048(), inj.timer(), {}, [&](const std::string& s) { log.push_back(s); });
   ASSERT_TRUE(g.ok());
   EXPECT_EQ(inj.calls[inj.slow_cell], 1 + 2);  // two rounds
   EXPECT_DOUBLE_EQ(g.value().backward.seconds[2][3], 1.63 * InjectedTimer::clean_backward(512, 1024));

@@ -29,9 +29,8 @@ struct KernelTiming {
   double forward_flops = 0;     // pairs-based (attention.h)
   double backward_flops = 0;
 };
-// Runs forward then backward `repeats` times (after one warm-up) and reports medians. Stops
-// early once `min_seconds` of total time have been spent and at least one timed repetition
-// ran (so large problems are not repeated needlessly).
+// time_kernels_in_step (below) in one process: one warm-up, then profile_repetitions timed
+// forward + backward runs, their medians.
 KernelTiming time_kernels(AttentionProblem& prob, int repeats, double min_seconds);
 
 // The ranks of one profile run measuring together. The kernels layer cannot name a
@@ -100,21 +99,22 @@ std::vector<std::vector<double>> neighbour_fit(const CostTable& t);
 // forward or backward seconds exceed (1 + guard_tolerance) x its neighbour_fit in that table
 // is measured again and keeps the lower reading of that pass (other load only ever slows a
 // measurement), in rounds, until none is above its fit or guard_rounds have run. `progress`
-// (optional) gets a line per cell, one per re-measurement ("attention q_len 2048 kv_len 2048
-// backward: 99.300 ms, 1.63x its neighbours' fit 60.900 ms; measured again: 61.200 ms") and
-// one per cell still above its fit after the last round ("... kept").
+// (optional) gets a line per cell; `notice` (optional) a line per re-measurement ("attention
+// q_len 2048 kv_len 2048 backward: 99.300000 ms, 1.63x its neighbours' fit 60.900000 ms;
+// measured again: 61.200000 ms") and one per cell still above its fit after the last round
+// ("... after 2 re-measurements: kept").
 using CellTimer = std::function<Result<KernelTiming>(int64_t q_len, int64_t kv_len)>;
 struct AttentionGrids {
   CostTable forward;
   CostTable backward;
 };
+using ProfileLog = std::function<void(const std::string&)>;
 Result<AttentionGrids> profile_attention_grid(const ProfileOptions& opt, const CellTimer& time_cell,
-                                              const std::function<void(const std::string&)>& progress);
+                                              const ProfileLog& progress, const ProfileLog& notice = {});
 // profile_attention_grid with the kernels: each cell a make_problem of one task timed by
 // time_kernels_in_step with `sync`.
-Result<AttentionGrids> profile_attention_split(const ProfileOptions& opt,
-                                               const std::function<void(const std::string&)>& progress,
-                                               const ProfileSync& sync = {});
+Result<AttentionGrids> profile_attention_split(const ProfileOptions& opt, const ProfileLog& progress,
+                                               const ProfileSync& sync = {}, const ProfileLog& notice = {});
 
 // Times one linear-layer product of a hardware profile (cost/hardware_profile.h, GemmPass) as
 // the model runs it: gemm_tiled (kernels/blas.h) on the calling thread's OpenMP team, OpenBLAS
