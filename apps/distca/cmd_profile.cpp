@@ -161,9 +161,12 @@ int run(const ProfileFlags& f) {
   HardwareProfile hp = train::new_hardware_profile(*plan, ranks, threads);
   auto measure = [&](comm::Communicator* c) {
     const bool show = (c == nullptr || c->rank() == 0) && stderr_is_terminal();
+    const bool lead = c == nullptr || c->rank() == 0;
     Status st = train::measure_profile(c, *plan, show ? [](const std::string& line) {
       std::fprintf(stderr, "\r%-60s", line.c_str());
-    } : std::function<void(const std::string&)>{}, hp);
+    } : std::function<void(const std::string&)>{}, hp, lead ? [show](const std::string& line) {
+      std::fprintf(stderr, "%sdistca: profile: %s\n", show ? "\r" : "", line.c_str());
+    } : std::function<void(const std::string&)>{});
     if (st.ok() && show) std::fprintf(stderr, "\r%60s\r", "");
     return st;
   };

@@ -41,6 +41,12 @@ std::function<Status()> barrier_of(comm::Communicator* c) {
   return [c] { return c->barrier(); };
 }
 
+// The attention cells' sync: every rank's barrier and all-gather (none for one process).
+kernels::ProfileSync in_step(comm::Communicator* c) {
+  if (c == nullptr) return {};
+  return {[c] { return c->barrier(); }, [c](double mine) { return c->all_gather_value(mine); }};
+}
+
 // One exchange of every size on every rank at once: the median over repetitions of the
 // slowest rank's seconds. all_to_all: `bytes` to every other rank; else a ring: `bytes` to
 // rank + 1, from rank - 1.
@@ -322,10 +328,12 @@ HardwareProfile new_hardware_profile(const ProfileRun& run, int64_t ranks, int t
   return hp;
 }
 
-Status measure_profile(comm::Communicator* c, const ProfileRun& run, const Progress& progress, HardwareProfile& hp) {
+Status measure_profile(comm::Communicator* c, const ProfileRun& run, const Progress& progress, HardwareProfile& hp,
+                       const Progress& notice) {
   const bool lead = c == nullptr || c->rank() == 0;
   const Progress shown = lead ? progress : Progress{};
-  DISTCA_ASSIGN_OR_RETURN(kernels::AttentionGrids grids, kernels::profile_attention_split(run.attention, shown, barrier_of(c)));
+  DISTCA_ASSIGN_OR_RETURN(kernels::AttentionGrids grids,
+                          kernels::profile_attention_split(run.attention, shown, in_step(c), lead ? notice : Progress{}));
   hp.attention_forward = std::move(grids.forward);
   hp.attention_backward = std::move(grids.backward);
   hp.attention_concurrent = c != nullptr;

@@ -29,10 +29,30 @@ struct KernelTiming {
   double forward_flops = 0;     // pairs-based (attention.h)
   double backward_flops = 0;
 };
-// Runs forward then backward `repeats` times (after one warm-up) and reports medians. Stops
-// early once `min_seconds` of total time have been spent and at least one timed repetition
-// ran (so large problems are not repeated needlessly).
+// time_kernels_in_step (below) in one process: one warm-up, then profile_repetitions timed
+// forward + backward runs, their medians.
 KernelTiming time_kernels(AttentionProblem& prob, int repeats, double min_seconds);
+
+// The ranks of one profile run measuring together. The kernels layer cannot name a
+// communicator, so the caller passes its barrier and all-gather; both empty for one process.
+struct ProfileSync {
+  std::function<Status()> barrier;                                // every rank, before each timed repetition
+  std::function<Result<std::vector<double>>(double)> all_gather;  // every rank's value, in rank order
+};
+
+// Timed repetitions of a profile cell whose warm-up took `warm_seconds`: enough that warm-up
+// and repetitions span `min_seconds`, never more than `repeats` and never fewer than
+// min(repeats, kMinProfileRepeats), so the median outvotes one disturbed repetition.
+inline constexpr int kMinProfileRepeats = 3;
+int profile_repetitions(double warm_seconds, int repeats, double min_seconds);
+
+// time_kernels for a profile cell, every rank of `sync` at once and in step: one warm-up (its
+// seconds, the slowest rank's, fix the count: profile_repetitions), then each timed repetition
+// behind sync.barrier, so no rank measures while another runs something else; the result is
+// the median over ranks of each rank's median. `clock` (seconds, monotonic_seconds when empty)
+// reads the time. Errors: the sync hooks'.
+Result<KernelTiming> time_kernels_in_step(AttentionProblem& prob, int repeats, double min_seconds,
+                                          const ProfileSync& sync, const std::function<double()>& clock = {});
 
 // One product of an sgemm probe: (rows x k) times (k x n), row-major, no transposes.
 struct SgemmShape {
@@ -53,20 +73,48 @@ struct ProfileOptions {
   int repeats = 3;
   double min_seconds = 0.5;  // per grid point
   uint64_t seed = 1;
+  // The guard (profile_attention_grid): a cell more than guard_tolerance above its neighbours'
+  // fit is measured again, at most guard_rounds times (0: no guard).
+  double guard_tolerance = 0.15;
+  int guard_rounds = 2;
 };
 std::vector<int64_t> power_of_two_lengths(int64_t lo, int64_t hi);
 
+// The work the guard compares cells by: the task's causal pairs plus kGuardRowPairs per query
+// row (a row's fixed cost: softmax normalisation, its tile's diagonal; least-squares fits of
+// this kernel's measured tables put it at 40-70 pairs, and with it a clean table's cells sit
+// within 1.12x of their neighbours').
+inline constexpr double kGuardRowPairs = 64;
+double guard_work(int64_t q_len, int64_t kv_len);
+
+// Each measured cell's (q <= kv, seconds > 0) neighbours' fit: the median, over the measured
+// cells among the up to 8 around it in the grid, of that cell's seconds scaled by the ratio of
+// guard_work; 0 for a cell without a measured neighbour or not measured itself.
+std::vector<std::vector<double>> neighbour_fit(const CostTable& t);
+
 // Forward and backward seconds at every grid point with q <= kv, kept apart (their sum is the
 // cost table: HardwareProfile::attention_total); tables' hardware: CPU model, OpenMP threads,
-// BLAS. `progress` (optional) is called after each point. `sync` (optional) runs before each point (ranks of a profile run start
-// every point together); an error from it stops the run and is returned.
+// BLAS. `time_cell` measures one cell (every rank of a profile run calls it for the same cells
+// in the same order: its result must be the same on every rank). Then the guard: a cell whose
+// forward or backward seconds exceed (1 + guard_tolerance) x its neighbour_fit in that table
+// is measured again and keeps the lower reading of that pass (other load only ever slows a
+// measurement), in rounds, until none is above its fit or guard_rounds have run. `progress`
+// (optional) gets a line per cell; `notice` (optional) a line per re-measurement ("attention
+// q_len 2048 kv_len 2048 backward: 99.300000 ms, 1.63x its neighbours' fit 60.900000 ms;
+// measured again: 61.200000 ms") and one per cell still above its fit after the last round
+// ("... after 2 re-measurements: kept").
+using CellTimer = std::function<Result<KernelTiming>(int64_t q_len, int64_t kv_len)>;
 struct AttentionGrids {
   CostTable forward;
   CostTable backward;
 };
-Result<AttentionGrids> profile_attention_split(const ProfileOptions& opt,
-                                               const std::function<void(const std::string&)>& progress,
-                                               const std::function<Status()>& sync = {});
+using ProfileLog = std::function<void(const std::string&)>;
+Result<AttentionGrids> profile_attention_grid(const ProfileOptions& opt, const CellTimer& time_cell,
+                                              const ProfileLog& progress, const ProfileLog& notice = {});
+// profile_attention_grid with the kernels: each cell a make_problem of one task timed by
+// time_kernels_in_step with `sync`.
+Result<AttentionGrids> profile_attention_split(const ProfileOptions& opt, const ProfileLog& progress,
+                                               const ProfileSync& sync = {}, const ProfileLog& notice = {});
 
 // Times one linear-layer product of a hardware profile (cost/hardware_profile.h, GemmPass) as
 // the model runs it: gemm_tiled (kernels/blas.h) on the calling thread's OpenMP team, OpenBLAS

@@ -45,8 +45,11 @@ double profile_run_bytes(const ProfileRun& run, int64_t ranks);
 HardwareProfile new_hardware_profile(const ProfileRun& run, int64_t ranks, int threads);
 
 // The whole measurement on this rank (c: null for one process) into `hp` (rank 0's view
-// holds the figures). `progress`, when set, is called on rank 0 with a line per step.
+// holds the figures). `progress`, when set, is called on rank 0 with a line per step;
+// `notice`, when set, on rank 0 with what a person should read after the run (the attention
+// guard's re-measurements, kernels::profile_attention_grid).
 Status measure_profile(comm::Communicator* c, const ProfileRun& run,
-                       const std::function<void(const std::string&)>& progress, HardwareProfile& hp);
+                       const std::function<void(const std::string&)>& progress, HardwareProfile& hp,
+                       const std::function<void(const std::string&)>& notice = {});
 
 }  // namespace distca::train
