@@ -78,25 +78,17 @@ PyBatch from_lengths(std::vector<int64_t> lengths, int64_t ranks, int64_t tokens
   return wrap(std::move(b));
 }
 
-// What `--batch FILE` accepts (batches_from_json, the CLI's reader), wrapped.
-std::vector<PyBatch> batches_of(const nlohmann::json& j, const std::string& ctx, const std::string& file) {
+// Batches read (the CLI's readers), wrapped; `file` the file they came from ("" none).
+std::vector<PyBatch> wrap_all(std::vector<Batch> batches, const std::string& file) {
   std::vector<PyBatch> out;
-  for (Batch& b : take(batches_from_json(j, ctx))) {
+  for (Batch& b : batches) {
     out.push_back(wrap(std::move(b)));
     out.back().batch_file = file;
   }
   return out;
 }
 
-std::vector<PyBatch> load_batches(const std::string& path) {
-  // The CLI's order: the file's kind first (check_batch_file_memory), then its content.
-  check(check_input_file(path).with_context("--batch"));
-  const std::string ctx = "--batch " + path;
-  check(check_json_file_memory(path, ctx));
-  auto j = read_json_fields(path);
-  if (!j.ok()) raise_status(Status(j.status().code(), ctx + ": " + j.status().message()));
-  return batches_of(*j, ctx, path);
-}
+std::vector<PyBatch> load_batches(const std::string& path) { return wrap_all(take(read_batch_file(path)), path); }
 
 PyBatch workload(const std::string& dist, int64_t ranks, int64_t tokens_per_rank, uint64_t seed,
                  const std::string& layout, int64_t max_doc_len, double long_prob, int64_t batch) {
@@ -170,7 +162,7 @@ applied to the lengths before packing.
           [](const std::string& text) {
             auto j = parse_json_fields(text, "batch JSON");
             if (!j.ok()) raise_status(j.status());
-            auto list = batches_of(*j, "batch JSON", "");
+            auto list = wrap_all(take(batches_from_json(*j, "batch JSON")), "");
             if (list.size() != 1) raise_value_error("batch JSON holds " + std::to_string(list.size()) + " batches");
             list[0].batch_file.clear();
             return list[0];

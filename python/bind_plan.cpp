@@ -281,26 +281,12 @@ PyPlan make(const PyBatch& batch, const py::object& model, const std::string& sc
   const std::string what = plan_what(batch);
   check(check_memory(plan_schedule_bytes(*batch.batch, spec),
                      what + (spec.kind == SchedulerKind::kPerCp ? " --scheduler " + spec.name() : "")));
-  Status st;
+  Result<Plan> plan = Status::internal("not planned");
   {
     py::gil_scoped_release release;
-    const auto t0 = std::chrono::steady_clock::now();
-    auto schedule = run_scheduler(spec, *batch.batch, s->setup.options);
-    const auto t1 = std::chrono::steady_clock::now();
-    if (schedule.ok()) {
-      st = check_memory(plan_layout_bytes(*batch.batch, plan_size(*schedule)), what + " (the plan's layouts)");
-    } else {
-      st = schedule.status();
-    }
-    if (st.ok()) {
-      const auto t2 = std::chrono::steady_clock::now();
-      auto r = detail::build_plan_from(std::move(*schedule), *batch.batch, spec, s->setup.options, nullptr);
-      s->plan_seconds = std::chrono::duration<double>((t1 - t0) + (std::chrono::steady_clock::now() - t2)).count();
-      if (r.ok()) s->plan = std::move(r).value();
-      else st = r.status();
-    }
+    plan = make_plan_within_memory(*batch.batch, spec, s->setup.options, 0, what, &s->plan_seconds);
   }
-  check(st);
+  s->plan = take(std::move(plan));
   return PyPlan{std::move(s)};
 }
 

@@ -34,9 +34,9 @@ using namespace train;  // bench_spec, make_config, pipeline_modes, RankFigures,
 // The simulator's prediction of one mode (sim::predict_training, sim/request.h: one unit per
 // rank, f.pp stages, the batches as micro-batches): hw a measured hardware profile
 // (--hardware) or null (then the local-cpu preset's links and the linear layers at
-// sgemm_mean); table (--cost-table) or null. `ok` false: the simulator's refusal in `error`.
+// sgemm_mean); table (--cost-table) or null. `ok` false: the simulator's refusal in `error`;
+// sim::to_json gives the report's "sim" object.
 using SimFigures = sim::TrainingOutcome;
-nlohmann::json sim_json(const SimFigures& sim, double measured_s);
 
 SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, double sgemm_mean,
                    const ProfiledCostModel* table, const std::shared_ptr<const HardwareProfile>& hw_profile,

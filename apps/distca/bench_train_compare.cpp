@@ -147,7 +147,7 @@ int report_compare(const TrainBenchFlags& f, int64_t ranks, const train::Compare
     std::string sim;
     if (hw) {
       const SimFigures p = predict_entry(f, ranks, o.modes[e], data, hw);
-      j["modes"][e]["sim"] = sim_json(p, r.median_s);
+      j["modes"][e]["sim"] = sim::to_json(p, r.median_s);
       char b[96];
       if (p.ok) {
         std::snprintf(b, sizeof(b), "  %7.3f %8.2f", p.step_s, r.median_s > 0 ? p.step_s / r.median_s : 0.0);

@@ -1,8 +1,8 @@
 // `distca bench train --pp P`: the pipeline benchmark (train::run_pipeline_bench, train/bench.h)
 // launched, and its report: each stage's idle fraction, the FLOP-ideal and the simulator's
 // prediction for the same configuration (docs/benchmarks.md, "Pipelines (bench train --pp)").
-// Also the pieces both halves of bench train share (bench_train.h): predict, the JSON of the
-// simulator's figures, the report's writing.
+// Also the pieces both halves of bench train share (bench_train.h): predict and the report's
+// writing.
 //
 // Idle of a rank in a step: 1 - (linear + attention) / the step's time; linear holds the layer
 // phases, the embedding and the optimizer, attention the kernels and row packing (served rows
@@ -156,7 +156,7 @@ nlohmann::json pipe_mode_row(std::string& out, const PipeContext& c, const Mode&
           {"rank_idle", rank_idle},
           {"rank_exposed", rank_exposed},
           {"mean_exposed", mean_of(rank_exposed)},
-          {"sim", sim_json(sim, t)}};
+          {"sim", sim::to_json(sim, t)}};
 }
 
 void print_pipe_summary(std::string& out, nlohmann::json& j, const PipeContext& c, const PipeFigures& fig,
@@ -238,8 +238,6 @@ SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, do
   run.attention_table = table;
   return sim::predict_outcome(run, batches);
 }
-
-nlohmann::json sim_json(const SimFigures& sim, double measured_s) { return sim::to_json(sim, measured_s); }
 
 int run_pipeline(const TrainBenchFlags& f) {
   // The cost table is read before any work (a bad one refuses at once, on every rank).

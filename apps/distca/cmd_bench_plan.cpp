@@ -239,7 +239,7 @@ int run(const Flags& f) {
   const int64_t sweep_servers = f.quick ? 64 : 256;
   if (f.no_sweep) dists.clear();
   st = check_bench_memory(b, configs, sweep_servers, dists);
-  if (!st.ok()) return st.code() == StatusCode::kOutOfMemory ? fail_input(st.message()) : fail(st);
+  if (!st.ok()) return fail(st);
 
   b.out = {{"bench", "plan"}, {"model", f.model}, {"layout", f.layout},
            {"tolerance", f.tolerance}, {"wide_tolerance", f.wide_tolerance}, {"batches", b.batches}, {"seed", f.seed},
@@ -254,7 +254,7 @@ int run(const Flags& f) {
   }
   for (const Config& c : configs) {
     st = run_config(b, c);
-    if (!st.ok()) return st.code() == StatusCode::kOutOfMemory ? fail_input(st.message()) : fail(st);
+    if (!st.ok()) return fail(st);
   }
   if (!b.to_stdout && !dists.empty()) {
     std::printf("\ntolerance sweep, %lld servers x 512K tokens, median forward GB (balanced batches)\n",

@@ -28,10 +28,12 @@
 #include "distca/core/io.h"
 #include "distca/core/rng.h"
 #include "distca/core/trace.h"
+#include "distca/cost/analytic.h"
 #include "distca/kernels/attention.h"
 #include "distca/kernels/blas.h"
 #include "distca/runtime/pingpong.h"
 #include "distca/runtime/tick_runner.h"
+#include "distca/train/bench.h"
 
 namespace distca::cli::cmd_bench_step {
 namespace {
@@ -57,20 +59,13 @@ struct StepFlags {
   std::string servers = "both";  // keep | stateless | both (cad pingpong with stateless servers)
 };
 
-// Rank 0: one document of long_doc tokens; ranks 1..n-1: long_doc / short_doc documents each.
+// Rank 0: one document of long_doc tokens; ranks 1..n-1: long_doc / short_doc documents each
+// (bench train's skewed batch at long_doc tokens per rank).
 Batch skewed_batch(const StepFlags& f, int n) {
-  Batch b;
-  b.ranks = n;
-  b.tokens_per_rank = f.long_doc;
-  b.per_rank.resize(static_cast<size_t>(n));
-  b.per_rank[0].push_back({0, 0, f.long_doc, f.long_doc});
-  int64_t id = 1;
-  for (int r = 1; r < n; ++r) {
-    for (int64_t t = 0; t + f.short_doc <= f.long_doc; t += f.short_doc) {
-      b.per_rank[static_cast<size_t>(r)].push_back({id++, 0, f.short_doc, f.short_doc});
-    }
-  }
-  return b;
+  train::BenchOptions o;
+  o.tokens = f.long_doc;
+  o.short_doc = f.short_doc;
+  return train::dp_batch(o, n);
 }
 
 struct Config {
@@ -133,7 +128,6 @@ Status run_rank(comm::Communicator& comm, const StepFlags& f, std::vector<Measur
     }
   };
   const double linear_flops_per_token = 2.0 * static_cast<double>(W * W) * 3.0;  // fwd + 2x bwd
-  const double attn_flops_per_pair = 4.0 * f.head_dim * f.heads * 3.5;          // fwd + 2.5x bwd
 
   std::vector<Config> configs;
   for (const char* s : {"colocated", "cad"}) {
@@ -155,7 +149,8 @@ Status run_rank(comm::Communicator& comm, const StepFlags& f, std::vector<Measur
     Measured m;
     m.config = c;
     for (int64_t p = 0; p < n; ++p) {
-      const double flops = f.layers * np.full.metrics.loads[static_cast<size_t>(p)] * attn_flops_per_pair +
+      const double pairs = np.full.metrics.loads[static_cast<size_t>(p)];
+      const double flops = f.layers * (attention_forward_flops(opt.model, pairs) + attention_backward_flops(opt.model, pairs)) +
                            (f.layers + 1) * static_cast<double>(batch.rank_tokens(p)) * linear_flops_per_token;
       m.ideal_flops_max = std::max(m.ideal_flops_max, flops);
     }
@@ -341,12 +336,8 @@ Runner setup(CLI::App& app) {
     if (f->heads % f->kv_heads != 0) return fail_input("--kv-heads must divide --heads");
     if (f->short_doc > f->long_doc) return fail_input("--short-doc must not exceed --long-doc");
     // Outputs are checked before any work (and, under mpirun, on every rank alike).
-    if (Status st = check_distinct_outputs({{"--json", f->json, true}, {"--trace", f->trace}}); !st.ok()) {
+    if (Status st = check_outputs({{"--json", f->json, true}, {"--trace", f->trace}}); !st.ok()) {
       return fail_input(st.message());
-    }
-    if (Status st = check_output_flag("--json", f->json); !st.ok()) return fail_input(st.message());
-    if (!f->trace.empty()) {
-      if (Status st = check_output_path(f->trace); !st.ok()) return fail_input("--trace: " + st.message());
     }
     if (f->mode != "all") {
       auto m = runtime::parse_overlap_mode(f->mode);

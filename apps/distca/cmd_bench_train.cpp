@@ -196,7 +196,7 @@ void sim_rows(std::string& out, nlohmann::json& j, const TrainBenchFlags& f, int
     } else {
       appendf(out, " %s: %s%s", kModes[mi].name, sim.error.c_str(), mi + 1 < kModes.size() ? ";" : "\n");
     }
-    j["modes"][mi]["sim"] = sim_json(sim, t);
+    j["modes"][mi]["sim"] = sim::to_json(sim, t);
   }
   j["simulator"] = {{"hardware", "hardware profile " + f.hardware}};
 }
@@ -351,13 +351,7 @@ Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
   if (f.backend == "local" && detect_launcher().size > 1) {
     return Status::invalid_argument("--backend local under mpirun would run one independent benchmark per process; add --backend mpi");
   }
-  DISTCA_RETURN_IF_ERROR(check_distinct_outputs({{"--json", f.json, true}, {"--trace", f.trace}}));
-  if (!f.json.empty() && f.json != "-") {
-    if (Status st = check_output_path(f.json); !st.ok()) return Status::invalid_argument("--json: " + st.message());
-  }
-  if (!f.trace.empty()) {
-    if (Status st = check_output_path(f.trace); !st.ok()) return Status::invalid_argument("--trace: " + st.message());
-  }
+  DISTCA_RETURN_IF_ERROR(check_outputs({{"--json", f.json, true}, {"--trace", f.trace}}));
   // The trainer's own checks (model, workload) for every mode.
   const int64_t ranks = run_ranks(f);
   if (f.pp > 1 && !f.trace.empty()) return Status::invalid_argument("--trace is not recorded with --pp (yet)");

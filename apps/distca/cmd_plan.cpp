@@ -168,30 +168,6 @@ int report(const Options& o, const std::string& model_name, const std::vector<nl
   return kExitOk;
 }
 
-// The workload's checks before any batch is drawn or read: its flags, the topology, percp's
-// degree, and the memory the plans will hold (drawn: estimated from the flags; a batch file:
-// from its size). kExitOk, or the exit code after the one line.
-int check_workload_before_work(const Options& o, const SchedulerSpec& spec, const std::string& what) {
-  if (o.workload.batch_file.empty()) {
-    Status st = o.workload.options.validate();
-    if (!st.ok()) return fail(st);
-    auto topology = topology_from_flags(o.ranks_per_host, o.host_map, o.inter_host_price, o.workload.options.ranks);
-    if (!topology.ok()) return fail(topology.status());
-    if (spec.kind == SchedulerKind::kPerCp && o.workload.options.ranks % spec.cp_degree != 0) {
-      return fail_input("--scheduler " + spec.name() + ": CP degree " + std::to_string(spec.cp_degree) +
-                        " does not divide --ranks " + std::to_string(o.workload.options.ranks));
-    }
-    auto shape = estimate_shape(o.workload);
-    if (!shape.ok()) return fail(shape.status());
-    st = check_memory(plan_upfront_bytes(*shape, o.full), what);
-    if (!st.ok()) return fail_before_work(st);
-  } else {
-    Status st = check_batch_file_memory(o.workload);
-    if (!st.ok()) return fail_before_work(st);
-  }
-  return kExitOk;
-}
-
 // What the flags say about planning, every flag checked before any batch is drawn; filled in
 // place (options.cost points into it).
 struct Setup {
@@ -218,7 +194,7 @@ int plan_batch(const Options& o, Setup& s, const Batch& b, double held, const st
   ScheduleOptions& options = s.plan.options;
   if (spec.kind == SchedulerKind::kPerCp) {
     Status st = check_memory(held + plan_schedule_bytes(b, spec), what + " --scheduler " + spec.name());
-    if (!st.ok()) return fail_before_work(st);
+    if (!st.ok()) return fail(st);
   }
   const double t0 = monotonic_seconds();
   nlohmann::json auto_json;
@@ -228,19 +204,11 @@ int plan_batch(const Options& o, Setup& s, const Batch& b, double held, const st
     options.tolerance = choice->tolerance;
     auto_json = {{"candidates", kAutoTolerances}, {"predicted_seconds", choice->predicted}};
   }
-  auto schedule = run_scheduler(spec, b, options);
-  if (!schedule.ok()) return fail(schedule.status());
-  const double t1 = monotonic_seconds();
-  // The layouts' size depends on where the tasks went: checked before they are built.
-  Status st = check_memory(held + plan_layout_bytes(b, plan_size(*schedule)), what + " (the plan's layouts)");
-  if (!st.ok()) return fail_before_work(st);
-  const double t2 = monotonic_seconds();
-  // As make_plan builds it (the schedule's batch handed over, checked once): plan_seconds is
-  // what a training step pays for this plan, less the memory check above.
-  auto plan = detail::build_plan_from(std::move(*schedule), b, spec, options, nullptr);
-  const double t3 = monotonic_seconds();
-  const double seconds = (t1 - t0) + (t3 - t2);
+  const double choosing = monotonic_seconds() - t0;  // --tolerance auto's share of plan_seconds
+  double seconds = 0;
+  auto plan = make_plan_within_memory(b, spec, options, held, what, &seconds);
   if (!plan.ok()) return fail(plan.status());
+  seconds += choosing;
   // Every plan is checked before it is reported; a failure here is a planner bug.
   Status valid = validate_plan(*plan, b, options.cost);
   if (!valid.ok()) return fail(Status::internal("the plan failed validation: " + valid.message()));
@@ -256,19 +224,26 @@ int run(const Options& o) {
   Setup s;
   if (Status st = make_setup(o, s); !st.ok()) return fail(st);
   const std::string what = shape_flags(o.workload) + (o.full ? " --full" : "");
-  if (const int rc = check_workload_before_work(o, s.plan.spec, what); rc != kExitOk) return rc;
-  auto batches = resolve_batches(o.workload);
+  const SchedulerSpec& spec = s.plan.spec;
+  // Drawn batches: the topology and percp's degree checked from the flags, before any is drawn.
+  auto check = [&]() -> Status {
+    DISTCA_RETURN_IF_ERROR(
+        topology_from_flags(o.ranks_per_host, o.host_map, o.inter_host_price, o.workload.options.ranks).status());
+    if (spec.kind == SchedulerKind::kPerCp && o.workload.options.ranks % spec.cp_degree != 0) {
+      return Status::invalid_argument("--scheduler " + spec.name() + ": CP degree " + std::to_string(spec.cp_degree) +
+                                      " does not divide --ranks " + std::to_string(o.workload.options.ranks));
+    }
+    return Status::ok_status();
+  };
+  auto batches = load_batches(o.workload, [&](const BatchShape& b) { return plan_upfront_bytes(b, o.full); }, what, check);
   if (!batches.ok()) return fail(batches.status());
   for (const Batch& b : *batches) {
     auto topology = topology_from_flags(o.ranks_per_host, o.host_map, o.inter_host_price, b.ranks);
     if (!topology.ok()) return fail(topology.status());
     s.plan.options.topology = std::move(topology).value();
-    if (Status st = s.plan.options.validate(b, s.plan.spec); !st.ok()) return fail(st);
+    if (Status st = s.plan.options.validate(b, spec); !st.ok()) return fail(st);
   }
   const BatchShape shape = shape_of(*batches);
-  if (!o.workload.batch_file.empty()) {
-    if (Status st = check_memory(plan_upfront_bytes(shape, o.full), what); !st.ok()) return fail_before_work(st);
-  }
   const double held = plan_held_bytes(shape, o.full);
   std::vector<nlohmann::json> summaries;
   for (const Batch& b : *batches) {

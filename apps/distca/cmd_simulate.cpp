@@ -325,14 +325,7 @@ int run(const Options& o) {
   // Every flag is checked before any batch is drawn, the outputs first.
   if (o.gpus <= 0) return fail_input(given(o, "--gpus") ? "--gpus must be positive (got " + std::to_string(o.gpus) + ")"
                                                        : "--gpus N is required (or --sweep NAME)");
-  if (Status st = check_distinct_outputs({{"--json", o.json_path, true}, {"--trace", o.trace_path}}); !st.ok()) {
-    return fail(st);
-  }
-  if (!o.trace_path.empty()) {
-    Status out = check_output_path(o.trace_path).with_context("--trace");
-    if (!out.ok()) return fail(out);
-  }
-  if (Status out = check_output_flag("--json", o.json_path); !out.ok()) return fail(out);
+  if (Status st = check_outputs({{"--json", o.json_path, true}, {"--trace", o.trace_path}}); !st.ok()) return fail(st);
   auto setup = sim::make_sim_options(make_request(o));
   if (!setup.ok()) return fail(setup.status());
   const sim::SimOptions& so = setup->options;

@@ -70,21 +70,6 @@ std::string eta(double s) {
   return b;
 }
 
-bool is_input_error(const Status& st) {
-  switch (st.code()) {
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kNotFound:
-    case StatusCode::kCorrupt:
-    case StatusCode::kOutOfMemory:  // a refused memory estimate is bad input (too large flags)
-      return true;
-    default:
-      return false;
-  }
-}
-
-int report(const Status& st) { return is_input_error(st) ? fail_input(st.message()) : fail(st); }
-int exit_code(const Status& st) { return st.ok() ? kExitOk : is_input_error(st) ? kExitBadInput : kExitFailure; }
-
 // The config from --config and the flags given, checked against the launcher's environment
 // before any work: kExitOk when it may run, else the exit code (only the launcher's rank 0, or
 // a process without one, speaks).
@@ -92,7 +77,7 @@ int make_config(const Options& o, const Launcher& launcher, TrainConfig& cfg, bo
   const auto early_fail = [&](const std::string& msg) { return launcher.rank <= 0 ? fail_input(msg) : kExitBadInput; };
   if (!o.config_file.empty()) {
     Status st = train::apply_toml_file(o.config_file, cfg);
-    if (!st.ok()) return launcher.rank <= 0 ? report(st) : exit_code(st);
+    if (!st.ok()) return launcher.rank <= 0 ? fail(st) : exit_code(st);
   }
   ranks_given = false;
   for (const auto& [opt, set] : o.setters) {
@@ -288,9 +273,8 @@ int run(const Options& o) {
   // Ranks as threads or processes: BLAS on one thread each (kernels/blas.h).
   const kernels::ScopedBlasThreads one_blas_thread(1);
   const comm::Launched launched = comm::launch(lo, settings, prepare_process, run_rank);
-  const Status& st = launched.status;
   if (progress.show) std::fprintf(stderr, "\n");
-  if (!st.ok()) return launched.speaks ? report(st) : exit_code(st);
+  if (!launched.status.ok()) return launch_failed(launched);
   if (!launched.speaks) return kExitOk;
   if (!backend_mpi) rss = {max_rss_bytes()};
   if (!progress.metrics_status.ok()) return fail(progress.metrics_status);

@@ -65,23 +65,8 @@ int run(const Options& o) {
   auto model = model_flag(o.model);
   if (!model.ok()) return fail(model.status());
   const std::string what = shape_flags(o.workload) + (o.full ? " --full" : "");
-  if (o.workload.batch_file.empty()) {
-    Status st = o.workload.options.validate();
-    if (!st.ok()) return fail(st);
-    auto shape = estimate_shape(o.workload);
-    if (!shape.ok()) return fail(shape.status());
-    st = check_memory(workload_bytes(*shape, o.full), what);
-    if (!st.ok()) return fail_before_work(st);
-  } else {
-    Status st = check_batch_file_memory(o.workload);
-    if (!st.ok()) return fail_before_work(st);
-  }
-  auto batches = resolve_batches(o.workload);
+  auto batches = load_batches(o.workload, [&](const BatchShape& s) { return workload_bytes(s, o.full); }, what);
   if (!batches.ok()) return fail(batches.status());
-  if (!o.workload.batch_file.empty()) {
-    const Status st = check_memory(workload_bytes(shape_of(*batches), o.full), what);
-    if (!st.ok()) return fail_before_work(st);
-  }
 
   nlohmann::json out;
   if (o.workload.batch_file.empty()) {

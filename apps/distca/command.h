@@ -22,6 +22,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "distca/core/io.h"
 #include "distca/core/specs.h"
 #include "distca/core/status.h"
 
@@ -65,8 +66,10 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitBadInput = 2;
 
-// Prints "distca: error: <message>" to stderr and returns the exit code for the status
-// (2 for invalid argument / not found / corrupt input, 1 otherwise).
+// The exit code for a status: 0 when OK, 2 for bad input (invalid argument, not found, corrupt
+// input, a memory estimate over the limit), 1 otherwise.
+int exit_code(const Status& status);
+// Prints "distca: error: <message>" to stderr and returns exit_code(status).
 int fail(const Status& status);
 // Same, for a plain message about bad input (exit 2).
 int fail_input(const std::string& message);
@@ -74,6 +77,10 @@ int fail_input(const std::string& message);
 // An output flag that takes FILE or - (stdout): OK when `path` is empty or "-", else
 // check_output_path's refusal prefixed with the flag ("--json: ...").
 Status check_output_flag(const std::string& flag, const std::string& path);
+// Every output flag of a command, before any work: no two land in the same file
+// (check_distinct_outputs), then each given path in turn can be written (check_output_path;
+// "-" is stdout where dash_is_stdout), a refusal prefixed with its flag ("--trace: ...").
+Status check_outputs(const std::vector<NamedOutput>& outputs);
 // Writes `text` to stdout when `path` is "-", else to the file atomically; nothing when empty.
 Status write_output_flag(const std::string& path, const std::string& text);
 // --model NAME: the preset; a refusal starts "--model: ".

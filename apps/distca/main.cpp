@@ -39,28 +39,27 @@ bool register_command(Command command) {
 
 const std::vector<Command>& registered_commands() { return registry(); }
 
-namespace {
-
-int exit_code_for(const Status& status) {
+int exit_code(const Status& status) {
   switch (status.code()) {
+    case StatusCode::kOk:
+      return kExitOk;
     case StatusCode::kInvalidArgument:
     case StatusCode::kNotFound:
     case StatusCode::kCorrupt:
+    case StatusCode::kOutOfMemory:  // a refused memory estimate: the flags ask for too much
       return kExitBadInput;
     default:
       return kExitFailure;
   }
 }
 
-}  // namespace
-
 int fail(const Status& status) {
   std::fprintf(stderr, "distca: error: %s\n", status.message().c_str());
-  return exit_code_for(status);
+  return exit_code(status);
 }
 
 int launch_failed(const comm::Launched& launched) {
-  return launched.speaks ? fail(launched.status) : exit_code_for(launched.status);
+  return launched.speaks ? fail(launched.status) : exit_code(launched.status);
 }
 
 int fail_input(const std::string& message) {
@@ -71,6 +70,15 @@ int fail_input(const std::string& message) {
 Status check_output_flag(const std::string& flag, const std::string& path) {
   if (path.empty() || path == "-") return Status::ok_status();
   return check_output_path(path).with_context(flag);
+}
+
+Status check_outputs(const std::vector<NamedOutput>& outputs) {
+  DISTCA_RETURN_IF_ERROR(check_distinct_outputs(outputs));
+  for (const NamedOutput& o : outputs) {
+    if (o.path.empty() || (o.dash_is_stdout && o.path == "-")) continue;
+    DISTCA_RETURN_IF_ERROR(check_output_path(o.path).with_context(o.flag));
+  }
+  return Status::ok_status();
 }
 
 Status write_output_flag(const std::string& path, const std::string& text) {

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "distca/core/io.h"
+#include "distca/core/memory.h"
 #include "distca/data/json_field.h"
 
 namespace distca::cli {
@@ -43,26 +44,26 @@ Result<std::vector<Batch>> resolve_batches(const WorkloadFlags& f) {
   return batches_from_json(*j, ctx);
 }
 
-int fail_before_work(const Status& status) {
-  return status.code() == StatusCode::kOutOfMemory ? fail_input(status.message()) : fail(status);
-}
-
-Result<BatchShape> estimate_shape(const WorkloadFlags& f) {
+Result<std::vector<Batch>> load_batches(const WorkloadFlags& f, const std::function<double(const BatchShape&)>& bytes,
+                                        const std::string& what, const std::function<Status()>& check) {
+  if (!f.batch_file.empty()) {
+    DISTCA_ASSIGN_OR_RETURN(std::vector<Batch> batches, read_batch_file(f.batch_file));
+    DISTCA_RETURN_IF_ERROR(check_memory(bytes(shape_of(batches)), what));
+    return batches;
+  }
+  DISTCA_RETURN_IF_ERROR(f.options.validate());
+  if (check) DISTCA_RETURN_IF_ERROR(check());
   WorkloadOptions o = f.options;
   DISTCA_ASSIGN_OR_RETURN(o.layout, parse_layout(f.layout));
-  return distca::estimate_shape(o);
+  DISTCA_ASSIGN_OR_RETURN(const BatchShape shape, estimate_shape(o));
+  DISTCA_RETURN_IF_ERROR(check_memory(bytes(shape), what));
+  return make_batches(o);
 }
 
 std::string shape_flags(const WorkloadFlags& f) {
   if (!f.batch_file.empty()) return "--batch " + f.batch_file;
   return "--ranks " + std::to_string(f.options.ranks) + " --tokens-per-rank " +
          std::to_string(f.options.tokens_per_rank) + " --batches " + std::to_string(f.options.batches);
-}
-
-Status check_batch_file_memory(const WorkloadFlags& f) {
-  if (f.batch_file.empty()) return Status::ok_status();
-  DISTCA_RETURN_IF_ERROR(check_input_file(f.batch_file).with_context("--batch"));
-  return check_json_file_memory(f.batch_file, "--batch " + f.batch_file);
 }
 
 }  // namespace distca::cli

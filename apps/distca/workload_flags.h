@@ -5,7 +5,7 @@
 //   auto flags = std::make_shared<WorkloadFlags>();
 //   add_workload_flags(sub, *flags);
 //   return [flags] {
-//     auto batches = resolve_batches(*flags);
+//     auto batches = load_batches(*flags, bytes, what);  // every check first
 //     if (!batches.ok()) return cli::fail(batches.status());  // one line, exit 2
 //     ...
 //   };
@@ -23,6 +23,7 @@
 // Thread safety: call from the CLI's main thread.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,20 +52,15 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& flags);
 // Errors are one line naming the flag (--ranks, --dist, --batch ...).
 Result<std::vector<Batch>> resolve_batches(const WorkloadFlags& flags);
 
-// Memory estimates (docs/workloads.md, "Memory"; data/batch_memory.h). Generated batches are
-// estimated from the flags alone; batches read from --batch are measured once read (their
-// file was bounded first by check_batch_file_memory).
-// Precondition: flags.batch_file is empty and flags.options.validate() is OK.
-Result<BatchShape> estimate_shape(const WorkloadFlags& flags);
 // The flags that drive the estimate, for check_memory's message:
 // "--ranks 8 --tokens-per-rank 16 --batches 1" or "--batch FILE".
 std::string shape_flags(const WorkloadFlags& flags);
-// --batch FILE: the parsed document of the file (about 16 bytes of memory per byte of JSON)
-// must fit before it is read. OK when no file is given.
-Status check_batch_file_memory(const WorkloadFlags& flags);
-
-// A refusal before any work: a memory estimate over the limit is bad input (exit 2, the
-// message names the flags), anything else goes through cli::fail.
-int fail_before_work(const Status& status);
+// The batches, each check before the work it covers. Drawn: the options, then `check` (the
+// command's own checks of the flags; may be empty), then the memory of bytes(the shape the
+// flags give, docs/workloads.md "Memory"); a file: read_batch_file (data/batch_memory.h),
+// then the memory of bytes(its batches' shape). `what` names the flags in a memory refusal
+// (out_of_memory); the other errors name their flag.
+Result<std::vector<Batch>> load_batches(const WorkloadFlags& flags, const std::function<double(const BatchShape&)>& bytes,
+                                        const std::string& what, const std::function<Status()>& check = {});
 
 }  // namespace distca::cli

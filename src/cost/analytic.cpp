@@ -49,14 +49,6 @@ TrainingFlops training_step_flops(const ModelSpec& m, double tokens, double pair
   return {3.0 * tokens * per_token, layers * (attention_forward_flops(m, pairs) + attention_backward_flops(m, pairs))};
 }
 
-double max_hidden_shards(double linear_seconds_per_token, double link_bytes_per_second,
-                         double q_bytes_per_token, double kv_bytes_per_token) {
-  DISTCA_CHECK(kv_bytes_per_token > 0);
-  return 2.0 * (linear_seconds_per_token * link_bytes_per_second - q_bytes_per_token) /
-             kv_bytes_per_token -
-         1.0;
-}
-
 double linear_seconds_per_token(const ModelSpec& m, const HardwareSpec& hw, double mfu) {
   DISTCA_CHECK(mfu > 0 && hw.peak_flops > 0);
   return linear_forward_flops_per_token(m) / (mfu * hw.peak_flops);

@@ -4,7 +4,11 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
+#include "distca/core/io.h"
 #include "distca/core/memory.h"
+#include "distca/data/json_field.h"
 
 namespace distca {
 
@@ -55,6 +59,15 @@ Status check_json_file_memory(const std::string& path, const std::string& what) 
   // value in a map node); 16x leaves a margin.
   constexpr double kDomPerByte = 16;
   return check_memory(kDomPerByte * static_cast<double>(st.st_size), what);
+}
+
+Result<std::vector<Batch>> read_batch_file(const std::string& path) {
+  DISTCA_RETURN_IF_ERROR(check_input_file(path).with_context("--batch"));
+  const std::string ctx = "--batch " + path;
+  DISTCA_RETURN_IF_ERROR(check_json_file_memory(path, ctx));
+  auto j = read_json_fields(path);
+  if (!j.ok()) return Status(j.status().code(), ctx + ": " + j.status().message());
+  return batches_from_json(*j, ctx);
 }
 
 }  // namespace distca

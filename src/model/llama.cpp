@@ -6,7 +6,6 @@
 #include <string>
 #include <utility>
 
-#include <nlohmann/json.hpp>
 
 #include "distca/core/rng.h"
 #include "distca/model/layers.h"
@@ -52,22 +51,6 @@ Status LlamaOptions::validate() const {
     return Status::invalid_argument("init_std must be a finite positive number");
   }
   return Status::ok_status();
-}
-
-Result<LlamaOptions> llama_options_from_json(const nlohmann::json& j) {
-  if (!j.is_object()) return Status::invalid_argument("model options must be a JSON object");
-  LlamaOptions o;
-  for (const auto& [key, field] : {std::pair<const char*, double*>{"rope_theta", &o.rope_theta},
-                                   {"rms_eps", &o.rms_eps},
-                                   {"init_std", &o.init_std}}) {
-    if (!j.contains(key)) continue;
-    if (!j.at(key).is_number()) {
-      return Status::invalid_argument(std::string(key) + " must be a number");
-    }
-    *field = j.at(key).get<double>();
-  }
-  DISTCA_RETURN_IF_ERROR(o.validate());
-  return o;
 }
 
 std::vector<TensorInfo> param_layout(const ModelSpec& spec) {

@@ -108,18 +108,6 @@ const HeldRun& DocumentIndex::run_at(int64_t doc, int64_t pos) const {
   return run_at_slot(s, pos);
 }
 
-int64_t DocumentIndex::rows_held_by(int64_t doc, int64_t begin, int64_t end, int64_t rank) const {
-  int64_t held = 0;
-  for (const HeldRun& r : runs(doc)) {
-    if (r.begin >= end) break;
-    if (r.rank != rank) continue;
-    const int64_t lo = std::max(begin, r.begin);
-    const int64_t hi = std::min(end, r.end);
-    if (hi > lo) held += hi - lo;
-  }
-  return held;
-}
-
 int64_t DocumentIndex::local_row(int64_t rank, int64_t doc, int64_t pos) const {
   const int64_t s = slot(doc);
   if (s < 0 || pos < 0 || pos >= lens_[static_cast<size_t>(s)]) return -1;

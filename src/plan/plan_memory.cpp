@@ -1,5 +1,9 @@
 #include "distca/plan/plan_memory.h"
 
+#include <utility>
+
+#include "distca/core/clock.h"
+#include "distca/core/memory.h"
 #include "distca/plan/schedule.h"
 
 namespace distca {
@@ -36,6 +40,20 @@ double plan_schedule_bytes(const Batch& b, const SchedulerSpec& spec) {
 double plan_layout_bytes(const Batch& b, const PlanSize& z) {
   return plan_bytes(static_cast<double>(b.ranks), pieces_of(b), static_cast<double>(z.tasks),
                     static_cast<double>(z.q_blocks), static_cast<double>(z.kv_blocks));
+}
+
+Result<Plan> make_plan_within_memory(const Batch& batch, const SchedulerSpec& spec, const ScheduleOptions& options,
+                                     double held, const std::string& what, double* seconds) {
+  const double t0 = monotonic_seconds();
+  DISTCA_ASSIGN_OR_RETURN(Schedule schedule, run_scheduler(spec, batch, options));
+  const double t1 = monotonic_seconds();
+  // The layouts' size depends on where the tasks went: checked before they are built.
+  DISTCA_RETURN_IF_ERROR(check_memory(held + plan_layout_bytes(batch, plan_size(schedule)), what + " (the plan's layouts)"));
+  const double t2 = monotonic_seconds();
+  // The schedule's batch handed over and the input checked once, as make_plan builds it.
+  Result<Plan> plan = detail::build_plan_from(std::move(schedule), batch, spec, options, nullptr);
+  *seconds = (t1 - t0) + (monotonic_seconds() - t2);
+  return plan;
 }
 
 double plan_json_bytes(double ranks) {

@@ -9,7 +9,6 @@
 #include <iostream>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 
 #include "distca/core/rng.h"
 #include "distca/model/local_attention.h"
@@ -328,18 +327,6 @@ TEST(LlamaValidation, RefusesBadInputs) {
   LlamaOptions opt;
   opt.rope_theta = 0;
   EXPECT_FALSE(Llama<float>::create(tiny_spec(), 8, 1, opt).ok());
-}
-
-TEST(LlamaOptionsJson, ReadsKnownKeysAndValidates) {
-  auto o = llama_options_from_json(nlohmann::json{{"rope_theta", 500000.0}, {"other", 1}});
-  ASSERT_TRUE(o.ok());
-  EXPECT_EQ(o->rope_theta, 500000.0);
-  EXPECT_EQ(o->rms_eps, 1e-5);
-  EXPECT_EQ(o->init_std, 0.02);
-  EXPECT_FALSE(llama_options_from_json(nlohmann::json{{"rms_eps", -1.0}}).ok());
-  const Status st = llama_options_from_json(nlohmann::json{{"init_std", "x"}}).status();
-  EXPECT_NE(st.message().find("init_std"), std::string::npos);
-  EXPECT_FALSE(llama_options_from_json(nlohmann::json::array()).ok());
 }
 
 TEST(LlamaLayout, ParameterCountsAndMemory) {

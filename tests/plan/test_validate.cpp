@@ -98,12 +98,6 @@ TEST(DocumentIndex, MatchesARowByRowMap) {
     for (int trial = 0; trial < 50; ++trial) {
       const int64_t doc = index.doc_ids()[rng.uniform_int(index.doc_ids().size())];
       const int64_t L = index.doc_len(doc);
-      int64_t lo = test::pick(rng, 0, L), hi = test::pick(rng, 0, L);
-      if (lo > hi) std::swap(lo, hi);
-      const int64_t rank = test::pick(rng, 0, b.ranks - 1);
-      int64_t held = 0;
-      for (int64_t i = lo; i < hi; ++i) held += where.at({doc, i}).first == rank;
-      ASSERT_EQ(index.rows_held_by(doc, lo, hi, rank), held);
       const int64_t pos = test::pick(rng, 0, L - 1);
       const auto [owner, local] = where.at({doc, pos});
       ASSERT_EQ(index.run_at(doc, pos).rank, owner);

@@ -46,13 +46,6 @@ struct RowBytes {
 };
 RowBytes row_bytes(const ModelSpec& m, int64_t dtype_bytes);
 
-// Appendix A of the paper: a document split into s shards hides its traffic behind linear
-// compute if s <= 2 (t B - h_q) / h_kv - 1, with t the linear seconds per token, B the link's
-// bytes/s, h_q the Q bytes per token and h_kv the K+V bytes per token. Returns that bound
-// (a real number; below 1 means disaggregation cannot be hidden at all).
-double max_hidden_shards(double linear_seconds_per_token, double link_bytes_per_second,
-                         double q_bytes_per_token, double kv_bytes_per_token);
-
 // Linear seconds per token per layer (forward) at the given model FLOP utilisation.
 double linear_seconds_per_token(const ModelSpec& m, const HardwareSpec& hw, double mfu);
 

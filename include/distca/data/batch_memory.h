@@ -41,4 +41,9 @@ double batch_json_bytes(const BatchShape& shape);
 // examined (its reader then says why).
 Status check_json_file_memory(const std::string& path, const std::string& what);
 
+// `--batch FILE` as the CLI and Python read it: the file's kind (check_input_file), the memory
+// of its parsed document (check_json_file_memory), then its batches (batches_from_json, each
+// validated). Errors name "--batch" and the file.
+Result<std::vector<Batch>> read_batch_file(const std::string& path);
+
 }  // namespace distca

@@ -178,8 +178,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 #include "distca/comm/communicator.h"
 #include "distca/core/specs.h"
 #include "distca/core/status.h"
@@ -195,10 +193,6 @@ struct LlamaOptions {
   // rope_theta > 1, rms_eps > 0, init_std > 0, all finite; the message names the field.
   Status validate() const;
 };
-
-// Reads the keys "rope_theta", "rms_eps", "init_std" of a JSON object (absent keys keep the
-// defaults, unknown keys are ignored), then validates.
-Result<LlamaOptions> llama_options_from_json(const nlohmann::json& j);
 
 // One tensor of the parameter buffer.
 struct TensorInfo {

@@ -56,8 +56,6 @@ class DocumentIndex {
   std::span<const HeldRun> runs(int64_t doc) const;
   // The run containing row pos. Precondition: 0 <= pos < doc_len(doc).
   const HeldRun& run_at(int64_t doc, int64_t pos) const;
-  // Rows of [begin, end) that `rank` holds. Precondition: 0 <= begin <= end <= doc_len(doc).
-  int64_t rows_held_by(int64_t doc, int64_t begin, int64_t end, int64_t rank) const;
   // Local row of (doc, pos) on `rank`, or -1 when that rank does not hold it.
   int64_t local_row(int64_t rank, int64_t doc, int64_t pos) const;
 

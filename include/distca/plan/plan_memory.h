@@ -5,6 +5,9 @@
 // Thread safety: plain functions of their arguments.
 #pragma once
 
+#include <string>
+
+#include "distca/core/status.h"
 #include "distca/data/batch.h"
 #include "distca/plan/plan.h"
 
@@ -21,6 +24,14 @@ double plan_schedule_bytes(const Batch& batch, const SchedulerSpec& spec);
 
 // Once the schedule is known, before build_plan allocates: its tasks and row blocks.
 double plan_layout_bytes(const Batch& batch, const PlanSize& size);
+
+// make_plan as `distca plan` and distca.plan run it, the layouts' memory checked between its two
+// phases: the schedule (run_scheduler), then check_memory(held + plan_layout_bytes, what +
+// " (the plan's layouts)") before build_plan allocates, then the plan. `*seconds`: the two
+// phases' wall time, less the check (what a training step pays for the plan). Errors:
+// run_scheduler's, the check's (out_of_memory), build_plan's.
+Result<Plan> make_plan_within_memory(const Batch& batch, const SchedulerSpec& spec, const ScheduleOptions& options,
+                                     double held, const std::string& what, double* seconds);
 
 // The plan as JSON (plan_to_json, `--json --full`, distca's Plan.to_dict): the exchange
 // arrays are dense [ranks] per rank, so it is quadratic in ranks (6 KB per pair of ranks,
