@@ -98,7 +98,7 @@ TEST_F(TrainHardening, TopologyAndAutoToleranceCombinationsAreRefused) {
            // --mode wlb reads the profile for its chunking: a bad one is refused before work.
            {"--mode wlb --hardware " + (dir_ / "missing.json").string() + ck, "missing.json"},
            {"--mode wlb --hardware " + (dir_ / "small.toml").string() + ck, "--hardware: "},
-           {"--mode percp --cp 2" + hw + ck, "--hardware is used only with --tolerance auto or --mode wlb"},
+           {"--mode percp --cp 2" + hw + ck, "--hardware is used only with --tolerance auto, --kv-once auto or --mode wlb"},
            {"--ranks-per-host 3" + ck, "--ranks-per-host 3 must be >= 1 and divide"},
            {"--host-map 0,1,1" + ck, "--host-map: 3 hosts given for 2 ranks"},
            {"--host-map mpi" + ck, "--host-map mpi needs --backend mpi"},
