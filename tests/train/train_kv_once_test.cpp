@@ -15,10 +15,7 @@ namespace {
 
 TrainResult train(TrainConfig c, const std::string& kv_once) {
   c.kv_once = kv_once;
-  TrainResult r;
-  const Status st = run_training_local(c, {}, &r);
-  EXPECT_TRUE(st.ok()) << kv_once << ": " << st.to_string();
-  return r;
+  return testing::train_local(c);
 }
 
 // The same losses, gradient norms and parameters (the bytes sent may differ).
