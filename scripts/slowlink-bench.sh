@@ -4,9 +4,12 @@
 # 2-host lab (scripts/netlab.sh, one rank per host), `distca profile --hardware-out` in it (the
 # link the planner prices), then `distca bench train --tolerance auto --hardware PROFILE` and,
 # beside it, the same at a fixed tolerance. Prints pingpong's paired speedup over colocated and
-# its exposed share per run; OUT keeps every JSON and log.
+# its exposed share per run; OUT keeps every JSON and log. `--kv-once "on off"` runs each
+# tolerance with each K/V-once setting (bench train --kv-once), in turn, `--repeats N` times
+# (an A/B on a noisy machine: the pairs' ratios are printed per repeat).
 #
 # Usage: scripts/slowlink-bench.sh [--out DIR] [--rates "0.25gbit 1gbit"] [--tolerances "auto 0.05"]
+#                                  [--kv-once "on off auto"] [--repeats N]
 #                                  [--prefix P] [--train-args "ARGS"] [--distca PATH]
 # Always takes its lab down, also on failure or INT/TERM.
 set -euo pipefail
@@ -15,6 +18,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 out=slowlink-bench
 rates="0.25gbit 1gbit"
 tolerances="auto"
+kv_once="on"
+repeats=1
 prefix=distca-slow
 train_args="--tokens-per-rank 8192 --rounds 2 --steps 3"
 distca=$here/../build/release/apps/distca
@@ -24,6 +29,8 @@ while [ $# -gt 0 ]; do
     --out) out=${2:?}; shift 2 ;;
     --rates) rates=${2:?}; shift 2 ;;
     --tolerances) tolerances=${2:?}; shift 2 ;;
+    --kv-once) kv_once=${2:?}; shift 2 ;;
+    --repeats) repeats=${2:?}; shift 2 ;;
     --prefix) prefix=${2:?}; shift 2 ;;
     --train-args) train_args=${2?}; shift 2 ;;
     --distca) distca=${2:?}; shift 2 ;;
@@ -31,6 +38,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 for t in $tolerances; do [[ $t =~ ^(auto|0(\.[0-9]+)?|1)$ ]] || bad "--tolerances: $t is not auto or a number from 0 to 1"; done
+for k in $kv_once; do [[ $k =~ ^(on|off|auto)$ ]] || bad "--kv-once: $k is not on, off or auto"; done
+[[ $repeats =~ ^[1-9][0-9]?$ ]] || bad "--repeats: $repeats is not a count from 1 to 99"
 [ -x "$distca" ] || bad "no distca at $distca (cmake --build --preset release --target distca)"
 LAB=$here/netlab.sh
 mkdir -p "$out"
@@ -48,31 +57,17 @@ for r in $rates; do
   run() { "$LAB" run --prefix "$prefix" --per-host 1 --btl tcp,vader,self -- "$distca" "$@"; }
   hw=$out/profile-$r.json
   [ -s "$hw" ] || run profile --hardware-out "$hw" --max-len 8192 --min-seconds 0.05 >"$out/profile-$r.log" 2>&1
-  for t in $tolerances; do
-    j=$out/train-$r-t$t.json
-    # shellcheck disable=SC2086
-    [ -s "$j" ] || run bench train --backend mpi $train_args --tolerance "$t" --hardware "$hw" --json "$j" \
-      >"$out/train-$r-t$t.log" 2>&1
+  for i in $(seq 1 "$repeats"); do
+    for t in $tolerances; do
+      for k in $kv_once; do
+        n=train-$r-t$t-kv$k-$i
+        # shellcheck disable=SC2086
+        [ -s "$out/$n.json" ] || run bench train --backend mpi $train_args --tolerance "$t" --kv-once "$k" \
+          --hardware "$hw" --json "$out/$n.json" >"$out/$n.log" 2>&1 || echo "slowlink-bench: $n failed (see $out/$n.log)" >&2
+      done
+    done
   done
   cleanup
 done
 
-python3 - "$out" $rates -- $tolerances <<'PY'
-import json, sys
-out, rest = sys.argv[1], sys.argv[2:]
-rates, tols = rest[:rest.index("--")], rest[rest.index("--") + 1:]
-print("| link | tolerance | colocated s | pingpong s | signal s | pingpong x colocated (paired) | exposed (paired) |")
-print("|---|---|---|---|---|---|---|")
-for r in rates:
-    for t in tols:
-        try:
-            j = json.load(open(f"{out}/train-{r}-t{t}.json"))
-        except OSError:
-            print(f"| {r} | {t} | missing: see {out}/train-{r}-t{t}.log |||||")
-            continue
-        m = {x["name"]: x["median_s"] for x in j["modes"]}
-        sp = j.get("speedup_paired", {}).get("pingpong")
-        ex = j.get("exposed_paired")
-        print(f"| {r} | {t} | {m.get('colocated', 0):.3f} | {m.get('cad pingpong', 0):.3f} | {m.get('cad signal', 0):.3f} "
-              f"| {sp if sp is None else f'{sp:.3f}'} | {ex if ex is None else f'{100 * ex:.1f}%'} |")
-PY
+python3 "$here/slowlink_report.py" "$out" "$repeats" $rates -- $tolerances -- $kv_once

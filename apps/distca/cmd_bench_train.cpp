@@ -317,7 +317,7 @@ Result<std::shared_ptr<const HardwareProfile>> load_hardware_flag(const TrainBen
   if (f.hardware.empty()) return std::shared_ptr<const HardwareProfile>();
   auto hp = load_hardware_profile(f.hardware);
   if (!hp.ok()) return Status::invalid_argument("--hardware: " + hp.status().message());
-  if (f.tolerance_auto) {  // the profile must hold what choose_tolerance reads (link figures)
+  if (f.tolerance_auto || f.kv_once == "auto") {  // the profile must hold what the timeline reads (link figures)
     std::unique_ptr<AttentionCostModel> table;
     DISTCA_RETURN_IF_ERROR(auto_tolerance_model(*hp, {}, true, &table).status());
   }
@@ -468,6 +468,10 @@ Runner setup(CLI::App& app) {
                "single-stream, cad pingpong (step time, idle, exposed communication, bytes, peak memory per rank)");
   app.add_option("--seed", f->seed, "--compare: the seed of the drawn documents (default 1)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 62));
+  app.add_option("--kv-once", f->kv_once,
+                 "cad modes: on (default): K/V once per server across the nano-batch pair | off | auto (per batch "
+                 "from the ping-pong timeline of --hardware's link); the same bits")
+      ->check(CLI::IsMember({"on", "off", "auto"}));
   app.add_option("--hardware", f->hardware,
                  "the simulator's hardware profile of this machine (`distca profile --hardware-out`: GEMM rates, "
                  "attention, links): its prediction beside every mode's measured step");
@@ -489,6 +493,10 @@ Runner setup(CLI::App& app) {
     }
     if (g.tolerance_auto && (g.pp > 1 || g.compare)) {
       return first ? fail_input("--tolerance auto applies to --pp 1 without --compare") : kExitBadInput;
+    }
+    if (g.kv_once == "auto" && (g.hardware.empty() || g.pp > 1 || g.compare)) {
+      return first ? fail_input("--kv-once auto needs --hardware FILE and applies to --pp 1 without --compare")
+                   : kExitBadInput;
     }
     if (!g.compare && (drawn || seed_opt->count() > 0)) {
       return first ? fail_input(std::string(drawn ? "--workload " + g.workload : "--seed") + " applies to --compare")

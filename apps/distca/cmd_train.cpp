@@ -353,6 +353,9 @@ Runner setup(CLI::App& sub) {
         DISTCA_ASSIGN_OR_RETURN(c.overlap, runtime::parse_overlap_mode(op->overlap, "--overlap"));
         return {};
       });
+  DISTCA_FLAG("--kv-once", kv_once,
+              "cad pingpong: on (default): send each K/V row once per server across the nano-batch pair | off | "
+              "auto (per micro-batch from the ping-pong timeline of --hardware's link); same bits");
   DISTCA_FLAG("--cp", cp, "wlb, percp: context-parallel group size, dividing ranks / pp (default 1)");
   add("--wlb-cap", o->wlb_cap, "wlb: tokens per rank at most this x the mean, >= 1 (default 1.2)", [op](TrainConfig& c) {
     c.wlb_cap = op->wlb_cap;

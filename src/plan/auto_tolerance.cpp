@@ -100,8 +100,9 @@ Status AutoToleranceModel::validate() const {
   }
   const auto bad = [](double v) { return !std::isfinite(v) || v < 0; };
   if (bad(linear_forward_seconds_per_row) || bad(linear_backward_seconds_per_row) ||
-      bad(attention_backward_share) || attention_backward_share > 1) {
-    return Status::invalid_argument("--tolerance auto: linear seconds must be finite and >= 0, the backward share in [0, 1]");
+      bad(attention_backward_share) || attention_backward_share > 1 || bad(message_seconds) || message_seconds > 1) {
+    return Status::invalid_argument("--tolerance auto: linear seconds must be finite and >= 0, the backward share in "
+                                    "[0, 1], the seconds per message in [0, 1]");
   }
   return Status::ok_status();
 }
@@ -125,6 +126,7 @@ Result<AutoToleranceModel> auto_tolerance_model(const HardwareProfile& profile, 
   m.linear_backward_seconds_per_row = linear_seconds_per_row(profile, true);
   const double ratio = profile.attention_backward_ratio();
   m.attention_backward_share = std::isfinite(ratio) && ratio >= 0 ? ratio / (1 + ratio) : 0.5;
+  m.message_seconds = std::clamp(link->latency_seconds, 0.0, 1.0);
   DISTCA_RETURN_IF_ERROR(m.validate());
   return m;
 }
@@ -178,6 +180,16 @@ Result<AutoToleranceChoice> choose_tolerance(const Batch& batch, const Scheduler
   choice.cut_fraction = choice.cuts.empty() ? 0 : choice.cuts[best];
   choice.predicted_seconds = choice.predicted[best];
   return choice;
+}
+
+bool kv_once_pays(const NanoPlans& plans, const AutoToleranceModel& model, int64_t layers) {
+  if (!model.pingpong()) return true;
+  AutoToleranceModel m = model;
+  m.kv_once = true;
+  const double on = predict_pingpong(plans, m, layers).seconds;
+  m.kv_once = false;
+  const double off = predict_pingpong(plans, m, layers).seconds;
+  return !(off < (1 - kAutoToleranceMargin) * on);
 }
 
 }  // namespace distca

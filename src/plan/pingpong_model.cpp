@@ -34,19 +34,16 @@ NanoFigures figures(const Plan& plan, const std::vector<std::array<int64_t, 2>>&
   return f;
 }
 
-// An exchange as the timeline sees it: bytes per (sender, receiver), by link class.
+// An exchange as the timeline sees it: [rank] (peer, bytes) sent.
 struct Transfer {
-  // [rank] (peer, bytes) sent; and each rank's totals sent and received per link class.
   std::vector<std::vector<std::pair<size_t, int64_t>>> sends;
-  std::vector<std::array<int64_t, 2>> out, in;  // [rank][0 intra, 1 inter]
 };
 
 // `wire` ([ranks], optional): one more exchange per rank (the K/V wire of plan/kv_once.h).
 Transfer transfer(const Plan& plan, std::initializer_list<ExchangeKind> kinds,
                   const std::vector<Exchange>* wire = nullptr) {
   const size_t n = plan.ranks.size();
-  Transfer t{std::vector<std::vector<std::pair<size_t, int64_t>>>(n), std::vector<std::array<int64_t, 2>>(n, {0, 0}),
-             std::vector<std::array<int64_t, 2>>(n, {0, 0})};
+  Transfer t{std::vector<std::vector<std::pair<size_t, int64_t>>>(n)};
   for (size_t r = 0; r < n; ++r) {
     std::vector<const Exchange*> exchanges;
     for (const ExchangeKind k : kinds) exchanges.push_back(&plan.ranks[r].exchange(k));
@@ -55,35 +52,53 @@ Transfer transfer(const Plan& plan, std::initializer_list<ExchangeKind> kinds,
       const Exchange& e = *ex;
       for (const auto& [p, rows] : e.send_counts.entries()) {
         if (rows <= 0) continue;
-        const int64_t bytes = rows * e.row_bytes;
-        const size_t c = plan.hosts.empty() || plan.hosts[r] != plan.hosts[p] ? 1 : 0;
-        t.sends[r].emplace_back(p, bytes);
-        t.out[r][c] += bytes;
-        t.in[p][c] += bytes;
+        t.sends[r].emplace_back(p, rows * e.row_bytes);
       }
     }
   }
   return t;
 }
 
+// The link as the timeline sees it: per rank and link class an outgoing and an incoming
+// direction, each carrying one message at a time in the order posted (tbf's queue on each
+// end of a host's link; both directions carry at once). A message from s to p starts once
+// both have posted the exchange (MPI's rendezvous moves a large message only after the
+// receive is matched) and both directions are free, and lasts message_seconds plus its bytes
+// over the class's rate; an exchange completes on a rank when every message it sends or
+// receives has (the runner's wait covers both, and every pair exchanges a message, empty or
+// not, so an exchange also waits for peers that send it nothing).
 class Timeline {
  public:
   Timeline(const Plan& plan, const AutoToleranceModel& m, bool free)
-      : hosts_(plan.hosts), free_(free), clock_(plan.ranks.size(), 0.0) {
+      : hosts_(plan.hosts),
+        free_(free),
+        message_seconds_(m.message_seconds),
+        clock_(plan.ranks.size(), 0.0),
+        out_free_(plan.ranks.size(), {0.0, 0.0}),
+        in_free_(plan.ranks.size(), {0.0, 0.0}) {
     // Without hosts every byte crosses the measured link (auto_tolerance.h).
     rate_[1] = m.inter_host_bytes_per_second;
     rate_[0] = plan.hosts.empty() ? m.inter_host_bytes_per_second : m.intra_host_bytes_per_second;
   }
 
-  // Every rank posts `t` now; returns when it completes on each rank.
-  std::vector<double> post(const Transfer& t) const {
+  // Every rank posts `t` at its clock; returns when it completes on each rank.
+  std::vector<double> post(const Transfer& t) {
+    const size_t n = clock_.size();
     std::vector<double> done = clock_;
-    for (size_t s = 0; s < t.sends.size(); ++s) {
-      for (const auto& [p, bytes] : t.sends[s]) {
+    std::vector<std::vector<int64_t>> bytes(n, std::vector<int64_t>(n, 0));
+    for (size_t s = 0; s < n; ++s) {
+      for (const auto& [p, b] : t.sends[s]) bytes[s][p] += b;
+    }
+    for (size_t s = 0; s < n; ++s) {
+      for (size_t p = 0; p < n; ++p) {
+        if (p == s) continue;
         const size_t c = hosts_.empty() || hosts_[s] != hosts_[p] ? 1 : 0;
-        const double seconds =
-            free_ ? 0.0 : static_cast<double>(std::max(t.out[s][c], t.in[p][c])) / rate_[c];
-        done[p] = std::max(done[p], clock_[s] + seconds);
+        const double start = std::max({clock_[s], clock_[p], out_free_[s][c], in_free_[p][c]});
+        const double busy = free_ ? 0.0 : static_cast<double>(bytes[s][p]) / rate_[c];
+        out_free_[s][c] = in_free_[p][c] = start + busy;
+        const double end = start + busy + message_seconds_;
+        done[s] = std::max(done[s], end);
+        done[p] = std::max(done[p], end);
       }
     }
     return done;
@@ -99,8 +114,10 @@ class Timeline {
  private:
   const std::vector<int64_t>& hosts_;
   const bool free_;
+  const double message_seconds_;
   std::array<double, 2> rate_{};
   std::vector<double> clock_;
+  std::vector<std::array<double, 2>> out_free_, in_free_;  // [rank][class]: the direction is free from
 };
 
 double simulate(const NanoPlans& plans, const AutoToleranceModel& m, int64_t layers, bool free) {
@@ -109,7 +126,8 @@ double simulate(const NanoPlans& plans, const AutoToleranceModel& m, int64_t lay
   std::array<Transfer, 2> dispatch, ret, back_dispatch, back_ret;
   const std::array<std::vector<Exchange>, 2> kv = nano_kv_wire(plans, false);
   for (size_t x = 0; x < 2; ++x) {
-    dispatch[x] = transfer(plans.nano[x], {ExchangeKind::kQ}, &kv[x]);
+    dispatch[x] = m.kv_once ? transfer(plans.nano[x], {ExchangeKind::kQ}, &kv[x])
+                            : transfer(plans.nano[x], {ExchangeKind::kQ, ExchangeKind::kKv});
     ret[x] = transfer(plans.nano[x], {ExchangeKind::kOLse});
     back_dispatch[x] = transfer(plans.nano[x], {ExchangeKind::kDO});
     back_ret[x] = transfer(plans.nano[x], {ExchangeKind::kDQ, ExchangeKind::kDKv});

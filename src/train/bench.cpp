@@ -63,6 +63,10 @@ TrainConfig make_config(const BenchOptions& f, int64_t ranks, const BenchMode& m
     c.tolerance_auto = true;
     c.hardware = f.hardware;
   }
+  if (c.mode == TrainMode::kCad) {
+    c.kv_once = f.kv_once;
+    if (f.kv_once == "auto") c.hardware = f.hardware;
+  }
   c.steps = f.steps;
   c.tokens_per_rank = f.tokens;
   // The data come from DataSource::fixed; dist and max_doc_len only describe them to the
@@ -203,7 +207,7 @@ comm::Settings bench_settings(const BenchOptions& f) {
   s.add("--vocab", f.vocab).add("--tokens-per-rank", f.tokens).add("--long-doc", f.long_doc);
   s.add("--short-doc", f.short_doc).add("--workload", f.workload).add("--rounds", f.rounds).add("--steps", f.steps);
   s.add("--warmup-steps", f.warmup_steps).add("--tolerance", f.tolerance).add("--pp", f.pp).add("--tp", f.tp);
-  s.add("--tolerance auto", f.tolerance_auto);
+  s.add("--tolerance auto", f.tolerance_auto).add("--kv-once", f.kv_once);
   s.add("--compare", f.compare).add("--seed", f.seed);
   s.add("--micro-batches", f.micro_batches).add("--trace given", !f.trace.empty());
   return s;
@@ -214,7 +218,7 @@ nlohmann::json bench_flags_json(const BenchOptions& f) {
           {"vocab", f.vocab},         {"tokens_per_rank", f.tokens}, {"long_doc", long_doc(f)},
           {"short_doc", f.short_doc}, {"tolerance", f.tolerance},  {"pp", f.pp},
           {"micro_batches", f.micro_batches}, {"workload", f.workload}, {"tolerance_auto", f.tolerance_auto},
-          {"tp", f.tp}};
+          {"tp", f.tp}, {"kv_once", f.kv_once}};
 }
 
 Result<BenchOptions> bench_flags_from_json(const nlohmann::json& j) {
@@ -242,6 +246,13 @@ Result<BenchOptions> bench_flags_from_json(const nlohmann::json& j) {
   if (j.contains("tolerance_auto")) {  // absent in files written before the flag existed
     if (!j["tolerance_auto"].is_boolean()) return Status::invalid_argument("bench_flags.tolerance_auto: not a boolean");
     f.tolerance_auto = j["tolerance_auto"].get<bool>();
+  }
+  if (j.contains("kv_once")) {  // absent in files written before the flag existed: on
+    if (!j["kv_once"].is_string()) return Status::invalid_argument("bench_flags.kv_once: not a string");
+    f.kv_once = j["kv_once"].get<std::string>();
+    if (f.kv_once != "on" && f.kv_once != "off" && f.kv_once != "auto") {
+      return Status::invalid_argument("bench_flags.kv_once: not on, off or auto");
+    }
   }
   if (!j.contains("workload") || !j["workload"].is_string()) return Status::invalid_argument("bench_flags.workload: missing or not a string");
   f.workload = j["workload"].get<std::string>();

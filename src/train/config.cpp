@@ -41,8 +41,17 @@ Status TrainConfig::validate_topology_and_auto() const {
       DISTCA_RETURN_IF_ERROR(topology_from_flags(ranks_per_host, host_map, inter_host_price, ranks).status());
     }
   }
+  if (kv_once != "on" && mode != TrainMode::kCad) {
+    return bad("--kv-once", std::string("applies to --mode cad only (got --mode ") + train_mode_name(mode) + ")");
+  }
+  if (kv_once == "auto") {
+    if (pp != 1) return bad("--kv-once auto", "needs --pp 1");
+    if (hardware.empty()) return bad("--kv-once auto", "needs --hardware FILE (the link and attention figures)");
+  }
   if (!tolerance_auto) {
-    if (!hardware.empty() && mode != TrainMode::kWlb) return bad("--hardware", "is used only with --tolerance auto or --mode wlb");
+    if (!hardware.empty() && mode != TrainMode::kWlb && kv_once != "auto") {
+      return bad("--hardware", "is used only with --tolerance auto, --kv-once auto or --mode wlb");
+    }
     return {};
   }
   if (mode != TrainMode::kCad) return bad("--tolerance auto", "needs --mode cad (colocated has no balance band)");
@@ -149,6 +158,9 @@ Status TrainConfig::validate() const {
   if (overlap && mode != TrainMode::kCad) {
     return bad("--overlap", std::string("applies to --mode cad only (") + train_mode_name(mode) +
                                 " runs no attention exchange to overlap)");
+  }
+  if (kv_once != "on" && kv_once != "off" && kv_once != "auto") {
+    return bad("--kv-once", "must be on, off or auto (got '" + kv_once + "')");
   }
   if (plan_ahead != "on" && plan_ahead != "off") {
     return bad("--plan-ahead", "must be on or off (got '" + plan_ahead + "')");
@@ -369,7 +381,7 @@ Status apply_toml_text(const std::string& text, const std::string& origin, Train
     DISTCA_KEY(seed) DISTCA_KEY(data) DISTCA_KEY(copy_vocab) DISTCA_KEY(tokens_per_rank) DISTCA_KEY(dist)
     DISTCA_KEY(max_doc_len) DISTCA_KEY(checkpoint_dir) DISTCA_KEY(checkpoint_every)
     DISTCA_KEY(metrics) DISTCA_KEY(overlap) DISTCA_KEY(trace) DISTCA_KEY(pp) DISTCA_KEY(tp) DISTCA_KEY(micro_batches)
-    DISTCA_KEY(plan_ahead) DISTCA_KEY(hardware) DISTCA_KEY(ranks_per_host) DISTCA_KEY(host_map)
+    DISTCA_KEY(plan_ahead) DISTCA_KEY(kv_once) DISTCA_KEY(hardware) DISTCA_KEY(ranks_per_host) DISTCA_KEY(host_map)
     DISTCA_KEY(inter_host_price) DISTCA_KEY(cp) DISTCA_KEY(wlb_cap) DISTCA_KEY(cp_threshold)
 #undef DISTCA_KEY
     if (key == "model_overrides") {

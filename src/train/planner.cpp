@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <string>
 #include <utility>
 
+#include "distca/plan/auto_tolerance.h"
 #include "distca/plan/pipeline_schedule.h"
 
 namespace distca::train {
@@ -87,7 +89,7 @@ Result<PlanUnit> plan_unit(const PlanContext& ctx, int64_t step, int64_t index, 
     if (!laid.ok()) return laid.status().with_context(at);
     ScheduleOptions sopt = ctx.sopt;
     double cut_fraction = 0;  // the L / sqrt(2) rule
-    if (ctx.auto_model) {
+    if (ctx.auto_model && ctx.tolerance_auto) {
       // Every rank plans the same batch: the same choice everywhere, no collective.
       auto choice = choose_tolerance(*laid, ctx.sspec, sopt, *ctx.auto_model);
       if (!choice.ok()) return choice.status().with_context(at);
@@ -97,7 +99,13 @@ Result<PlanUnit> plan_unit(const PlanContext& ctx, int64_t step, int64_t index, 
     auto planned = plan_nano_batches(*laid, ctx.sspec, sopt, cut_fraction);
     if (!planned.ok()) return planned.status().with_context(at);
     u.micro.emplace(std::move(planned).value());
+    // Also a pure function of the batch: every rank's runner agrees.
+    u.kv_once = ctx.kv_once != "off";
+    if (ctx.kv_once == "auto" && ctx.auto_model) {
+      u.kv_once = kv_once_pays(*u.micro, *ctx.auto_model, std::max<int64_t>(1, sopt.model.n_layers));
+    }
   } else {
+    u.kv_once = ctx.kv_once != "off";
     // one_f_one_b_ticks is cheap next to a plan; recomputing it keeps a unit a pure function.
     const std::vector<std::vector<PipeOp>> ticks = one_f_one_b_ticks(ctx.pp, ctx.micro_batches);
     const std::array<Tick, 2> dirs = tick_directions(ticks[static_cast<size_t>(index)]);

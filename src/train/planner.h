@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -54,6 +55,7 @@ struct PlannedDirection {
 struct PlanUnit {
   int64_t step = 0, index = 0;
   std::optional<NanoPlans> micro;  // per micro-batch: micro-batch `index`'s plans
+  bool kv_once = true;             // the runner sends K/V once per server across the pair
   PlannedDirection forward, backward;       // pooled ticks: tick `index`'s directions
   double seconds = 0;                       // wall time of making it (on whichever thread)
 };
@@ -68,6 +70,9 @@ struct PlanContext {
   // to (immutable, shared with the planning thread); null: sopt.tolerance as it is.
   std::shared_ptr<const AttentionCostModel> auto_table;
   std::shared_ptr<const AutoToleranceModel> auto_model;
+  bool tolerance_auto = false;  // auto_model chooses the band (else only --kv-once auto reads it)
+  // TrainConfig::kv_once: "on", "off", or "auto" (kv_once_pays on auto_model; on without it).
+  std::string kv_once = "on";
   // wlb and percp: each micro-batch's batch is re-laid before it is planned (wlb_repack with
   // `chunking`, or percp_repack over groups of chunking.cp); kColocated/kCad: as loaded. wlb
   // under --pp re-packs the step's micro-batches together (repacks_across_micro_batches).

@@ -22,6 +22,7 @@ comm::Settings run_settings(const TrainConfig& c) {
   s.add("--ranks-per-host", c.ranks_per_host).add("--host-map", c.host_map).add("--inter-host-price", c.inter_host_price);
   s.add("--overlap", cad ? runtime::overlap_mode_name(c.overlap_or_default())
                          : c.overlap ? runtime::overlap_mode_name(*c.overlap) : "");
+  s.add("--kv-once", c.kv_once);
   s.add("--pp", c.pp).add("--micro-batches", c.micro_batches).add("--plan-ahead", c.plan_ahead);
   s.add("--steps", c.steps).add("--lr", c.lr).add("--min-lr", c.min_lr).add("--warmup", c.warmup);
   s.add("--weight-decay", c.weight_decay).add("--clip", c.clip).add("--seed", c.seed);

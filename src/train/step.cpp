@@ -408,7 +408,8 @@ class StepRun {
         u.cp_runner = std::make_unique<CpRunner>(std::move(att), *s_.cp_comm, *s_.dp_comm, trace_, world_.rank());
         return RunnerRef{nullptr, u.cp_runner.get()};
       }
-      DISTCA_ASSIGN_OR_RETURN(u.runner, runtime::TickRunner::create(*s_.dp_comm, *u.plans, s_.dims, s_.overlap, trace_));
+      DISTCA_ASSIGN_OR_RETURN(u.runner, runtime::TickRunner::create(*s_.dp_comm, *u.plans, s_.dims, s_.overlap, trace_,
+                                                                    false, unit.kv_once));
       return RunnerRef{u.runner.get(), nullptr};
     }
     DISTCA_ASSIGN_OR_RETURN(unit_, take_plan(planner_, step_, t, batches_, m_));
@@ -419,7 +420,8 @@ class StepRun {
       if (p != nullptr) planned.push_back(p);
     }
     DISTCA_RETURN_IF_ERROR(account(planned, world_.rank()));
-    DISTCA_ASSIGN_OR_RETURN(tick_runner_, runtime::TickRunner::create_tick(world_, f, b, s_.dims, s_.overlap, trace_));
+    DISTCA_ASSIGN_OR_RETURN(tick_runner_, runtime::TickRunner::create_tick(world_, f, b, s_.dims, s_.overlap, trace_,
+                                                                            unit_.kv_once));
     return RunnerRef{tick_runner_.get(), nullptr};
   }
 

@@ -51,6 +51,8 @@ struct RankSetup {
   // --tolerance auto: the model and its cost table (PlanContext shares them), else null.
   std::shared_ptr<const AttentionCostModel> auto_table;
   std::shared_ptr<const AutoToleranceModel> auto_model;
+  bool tolerance_auto = false;  // auto_model chooses the band (else it serves --kv-once auto only)
+  std::string kv_once = "on";   // TrainConfig::kv_once
   ChunkingOptions chunking;  // wlb, percp: the re-pack's options (planner.h, PlanContext)
   std::shared_ptr<const AttentionCostModel> chunking_table;  // wlb --hardware: what chunking.cost points to
   runtime::AttentionDims dims;

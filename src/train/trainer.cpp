@@ -55,6 +55,8 @@ std::unique_ptr<StepPlanner> start_planner(const TrainConfig& config, const Rank
   pctx.pooled_ticks = config.mode == TrainMode::kCad && s.pp > 1;
   pctx.auto_table = s.auto_table;
   pctx.auto_model = s.auto_model;
+  pctx.tolerance_auto = s.tolerance_auto;
+  pctx.kv_once = s.kv_once;
   pctx.relayout = config.mode;
   pctx.chunking = s.chunking;
   pctx.chunking_table = s.chunking_table;
@@ -76,7 +78,9 @@ Status set_up_topology(const TrainConfig& config, comm::Communicator& world, Ran
     DISTCA_ASSIGN_OR_RETURN(s.sopt.topology, topology_from_flags(config.ranks_per_host, config.host_map,
                                                                  config.inter_host_price, config.ranks));
   }
-  if (!config.tolerance_auto) return {};
+  s.tolerance_auto = config.tolerance_auto;
+  s.kv_once = config.kv_once;
+  if (!config.tolerance_auto && config.kv_once != "auto") return {};
   DISTCA_ASSIGN_OR_RETURN(HardwareProfile profile, load_hardware_profile(config.hardware));
   std::unique_ptr<AttentionCostModel> table;
   DISTCA_ASSIGN_OR_RETURN(AutoToleranceModel m,

@@ -235,11 +235,15 @@ TEST_F(CliBenchTrainTest, ToleranceAutoRunsAndBadCombinationsAreRefused) {
           "--tolerance auto applies to --pp 1 without --compare");
   refused({{"--tolerance", "auto"}, {"--hardware", profile}, {"--compare", " "}},
           "--tolerance auto applies to --pp 1 without --compare");
+  refused({{"--kv-once", "auto"}}, "--kv-once auto needs --hardware FILE");
+  refused({{"--kv-once", "sometimes"}}, "--kv-once");
+  refused({{"--kv-once", "auto"}, {"--hardware", no_links}}, "needs a profile with link figures");
   const std::string json = (dir_ / "auto.json").string();
-  const CliRun r = run(tiny_with({{"--tolerance", "auto"}, {"--hardware", profile}, {"--json", json}}), 600);
+  const CliRun r = run(tiny_with({{"--tolerance", "auto"}, {"--kv-once", "auto"}, {"--hardware", profile}, {"--json", json}}), 600);
   ASSERT_EQ(r.code, 0) << r.err << r.out;
   const nlohmann::json j = nlohmann::json::parse(slurp(json));
   EXPECT_TRUE(j.at("bench_flags").at("tolerance_auto").get<bool>()) << j["bench_flags"].dump();
+  EXPECT_EQ(j.at("bench_flags").at("kv_once"), "auto") << j["bench_flags"].dump();
   ASSERT_EQ(j.at("modes").size(), 4u);
 }
 

@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "distca/cost/analytic.h"
 #include "distca/plan/auto_tolerance.h"
+#include "distca/plan/kv_once.h"
 #include "distca/plan/pingpong_model.h"
 #include "distca/plan/plan_json.h"
 #include "plan_test_util.h"
@@ -205,6 +207,156 @@ TEST(PingPongModel, ChoiceIsTheBestTimelineOverTolerancesAndCuts) {
   }
   EXPECT_GT(other_cuts, 0);   // the link-aware cut is exercised
   EXPECT_GT(other_bands, 0);  // and a band other than the default
+}
+
+// Bytes rank `from` sends rank `to` in nano plan x's exchanges `kinds`, plus `wire` when given.
+int64_t pair_bytes(const Plan& plan, std::initializer_list<ExchangeKind> kinds, const std::vector<Exchange>* wire,
+                   size_t from, size_t to) {
+  int64_t n = 0;
+  std::vector<const Exchange*> all;
+  for (const ExchangeKind k : kinds) all.push_back(&plan.ranks[from].exchange(k));
+  if (wire != nullptr) all.push_back(&(*wire)[from]);
+  for (const Exchange* e : all) n += e->send_counts[to] * e->row_bytes;
+  return n;
+}
+
+// Two ranks, one layer, written out step by step from the contract (pingpong_model.h): each
+// exchange is one message each way, starting once both ranks posted and the direction is
+// free, lasting message_seconds + bytes / rate, and completing on both ranks with the later
+// message. Checked with and without the K/V wire, on a slow and a fast link, and with the link
+// free (signal).
+TEST(PingPongModel, TwoRanksOneLayerByHand) {
+  const LinearSeconds seconds;
+  const Batch b = bench_batch(2, 4096);
+  auto plans = plan_nano_batches(b, SchedulerSpec{}, opts(0.05));
+  ASSERT_TRUE(plans.ok());
+  const std::array<std::vector<Exchange>, 2> wire = nano_kv_wire(*plans, false);
+  for (const bool kv_once : {true, false}) {
+    for (const double rate : {2e6, 2e8}) {
+      for (const bool free : {false, true}) {
+        AutoToleranceModel m = model(&seconds, rate);
+        m.kv_once = kv_once;
+        m.message_seconds = 3e-4;
+        // Per nano-batch x and rank r: linear and attention seconds.
+        double lf[2][2], lb[2][2], af[2][2], ab[2][2];
+        // Per exchange (dispatch, return, backward dispatch, backward return) and nano-batch:
+        // bytes 0 -> 1 and 1 -> 0.
+        int64_t bytes[4][2][2];
+        for (size_t x = 0; x < 2; ++x) {
+          const Plan& nano = plans->nano[x];
+          for (size_t r = 0; r < 2; ++r) {
+            const double rows = static_cast<double>(plans->split.tokens[r][x]);
+            lf[x][r] = rows * 2e-5;
+            lb[x][r] = rows * 4e-5;
+            double att = 0;
+            for (const ServerTask& t : nano.servers[r].tasks) {
+              att += 1e-9 * static_cast<double>(causal_pairs(t.task.q_begin, t.task.q_end));
+            }
+            af[x][r] = 0.3 * att;
+            ab[x][r] = 0.7 * att;
+            const size_t o = 1 - r;
+            bytes[0][x][r] = kv_once ? pair_bytes(nano, {ExchangeKind::kQ}, &wire[x], r, o)
+                                     : pair_bytes(nano, {ExchangeKind::kQ, ExchangeKind::kKv}, nullptr, r, o);
+            bytes[1][x][r] = pair_bytes(nano, {ExchangeKind::kOLse}, nullptr, r, o);
+            bytes[2][x][r] = pair_bytes(nano, {ExchangeKind::kDO}, nullptr, r, o);
+            bytes[3][x][r] = pair_bytes(nano, {ExchangeKind::kDQ, ExchangeKind::kDKv}, nullptr, r, o);
+            if (free) bytes[0][x][r] = bytes[1][x][r] = bytes[2][x][r] = bytes[3][x][r] = 0;
+          }
+        }
+        double c0 = 0, c1 = 0;            // the ranks' clocks
+        double out0 = 0, out1 = 0;        // rank 0 -> 1 and 1 -> 0 directions free from
+        auto post = [&](int e, int x) {  // the completion time on both ranks
+          const double s01 = std::max({c0, c1, out0}), s10 = std::max({c0, c1, out1});
+          out0 = s01 + static_cast<double>(bytes[e][x][0]) / rate;
+          out1 = s10 + static_cast<double>(bytes[e][x][1]) / rate;
+          return std::max(out0, out1) + 3e-4;
+        };
+        auto run = [&](const double (&t)[2][2], int x) { c0 += t[x][0], c1 += t[x][1]; };
+        auto wait = [&](double done) { c0 = std::max(c0, done), c1 = std::max(c1, done); };
+        run(lf, 0);
+        const double d0 = post(0, 0);
+        run(lf, 1);
+        const double d1 = post(0, 1);
+        wait(d0);
+        run(af, 0);
+        const double o0 = post(1, 0);
+        wait(d1);
+        run(af, 1);
+        const double o1 = post(1, 1);
+        wait(o0);
+        run(lf, 0);
+        wait(o1);
+        run(lf, 1);
+        run(lb, 1);  // backward: pong first
+        const double e1 = post(2, 1);
+        run(lb, 0);
+        const double e0 = post(2, 0);
+        wait(e1);
+        run(ab, 1);
+        const double r1 = post(3, 1);
+        wait(e0);
+        run(ab, 0);
+        const double r0 = post(3, 0);
+        wait(r1);
+        run(lb, 1);
+        wait(r0);
+        run(lb, 0);
+        const double want = std::max(c0, c1);
+        const PingPongPrediction p = predict_pingpong(*plans, m, 1);
+        EXPECT_NEAR(free ? p.signal_seconds : p.seconds, want, 1e-12 * want) << kv_once << " " << rate << " " << free;
+      }
+    }
+  }
+}
+
+class NoSeconds final : public AttentionCostModel {
+ public:
+  double task_cost(int64_t, int64_t) const override { return 0; }
+  std::string unit() const override { return "seconds"; }
+};
+
+// The messages' fixed cost, with (next to) no compute to hide it: each layer's dispatch and
+// return follow each other in both directions (ping's and pong's side by side), so the signal
+// step is 2 x 2 x layers messages long.
+TEST(PingPongModel, MessagesCostTheirLatencyEvenWithoutBytes) {
+  const NoSeconds none;
+  const Batch b = bench_batch(2, 4096);
+  auto plans = plan_nano_batches(b, SchedulerSpec{}, opts(0.05));
+  ASSERT_TRUE(plans.ok());
+  AutoToleranceModel m = model(&none, 1e9);
+  m.linear_forward_seconds_per_row = 1e-15;
+  m.linear_backward_seconds_per_row = 0;
+  m.message_seconds = 1e-3;
+  for (const int64_t layers : {1, 3}) {
+    const PingPongPrediction p = predict_pingpong(*plans, m, layers);
+    EXPECT_NEAR(p.signal_seconds, 4e-3 * static_cast<double>(layers), 1e-9) << layers;
+    EXPECT_GT(p.seconds, p.signal_seconds);
+  }
+}
+
+// --kv-once auto: on unless the timeline predicts off faster by the margin; on a free link on.
+TEST(PingPongModel, KvOncePaysFollowsTheTimeline) {
+  const LinearSeconds seconds;
+  for (const int64_t ranks : {2, 4}) {
+    const Batch b = bench_batch(ranks, 4096);
+    auto plans = plan_nano_batches(b, SchedulerSpec{}, opts(0.05));
+    ASSERT_TRUE(plans.ok());
+    for (const double rate : {1e6, 3e7, 1e9, kMaxLinkBandwidth}) {
+      AutoToleranceModel m = model(&seconds, rate);
+      const double on = predict_pingpong(*plans, m, 2).seconds;
+      m.kv_once = false;
+      const double off = predict_pingpong(*plans, m, 2).seconds;
+      EXPECT_EQ(kv_once_pays(*plans, m, 2), !(off < (1 - kAutoToleranceMargin) * on)) << ranks << " " << rate;
+      if (rate == kMaxLinkBandwidth) {
+        EXPECT_TRUE(kv_once_pays(*plans, m, 2));
+      }
+    }
+  }
+  AutoToleranceModel single = model(&seconds, 1e6);
+  single.overlap = false;  // no timeline: on
+  auto plans = plan_nano_batches(bench_batch(2, 4096), SchedulerSpec{}, opts(0.05));
+  ASSERT_TRUE(plans.ok());
+  EXPECT_TRUE(kv_once_pays(*plans, single, 2));
 }
 
 // Where the link costs nothing (the fastest rate a model takes), auto plans the batch exactly

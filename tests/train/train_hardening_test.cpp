@@ -98,7 +98,10 @@ TEST_F(TrainHardening, TopologyAndAutoToleranceCombinationsAreRefused) {
            // --mode wlb reads the profile for its chunking: a bad one is refused before work.
            {"--mode wlb --hardware " + (dir_ / "missing.json").string() + ck, "missing.json"},
            {"--mode wlb --hardware " + (dir_ / "small.toml").string() + ck, "--hardware: "},
-           {"--mode percp --cp 2" + hw + ck, "--hardware is used only with --tolerance auto or --mode wlb"},
+           {"--mode percp --cp 2" + hw + ck, "--hardware is used only with --tolerance auto, --kv-once auto or --mode wlb"},
+           {"--kv-once sometimes" + ck, "--kv-once must be on, off or auto (got 'sometimes')"},
+           {"--kv-once auto" + ck, "--kv-once auto needs --hardware"},
+           {"--kv-once off --mode colocated" + ck, "--kv-once applies to --mode cad only"},
            {"--ranks-per-host 3" + ck, "--ranks-per-host 3 must be >= 1 and divide"},
            {"--host-map 0,1,1" + ck, "--host-map: 3 hosts given for 2 ranks"},
            {"--host-map mpi" + ck, "--host-map mpi needs --backend mpi"},
@@ -121,6 +124,12 @@ TEST_F(TrainHardening, TopologyOneHostSameBitsAndAutoToleranceRuns) {
   ASSERT_EQ(two.code, 0) << two.err;
   const CliRun again = run("--config " + cfg_ + " --ranks-per-host 1 --tolerance auto" + hw);
   EXPECT_EQ(two.out.substr(two.out.find("final loss")), again.out.substr(again.out.find("final loss")));
+  // --kv-once moves K/V at other times, never other numbers.
+  for (const std::string& kv : {std::string(" --kv-once off"), " --kv-once auto" + hw}) {
+    const CliRun k = run("--config " + cfg_ + kv);
+    ASSERT_EQ(k.code, 0) << kv << k.err;
+    EXPECT_EQ(plain.out.substr(plain.out.find("final loss")), k.out.substr(k.out.find("final loss"))) << kv;
+  }
 }
 
 // Rewrites `src` after `change` with a valid checksum (serialize_checkpoint computes it).

@@ -33,6 +33,7 @@
 #include "distca/cost/cost_model.h"
 #include "distca/cost/hardware_profile.h"
 #include "distca/data/batch.h"
+#include "distca/plan/nano_plan.h"
 #include "distca/plan/schedule.h"
 
 namespace distca {
@@ -64,6 +65,11 @@ struct AutoToleranceModel {
   double linear_forward_seconds_per_row = 0;
   double linear_backward_seconds_per_row = 0;
   double attention_backward_share = 0.5;
+  // The ping-pong timeline's dispatches carry the pair's K/V wire (plan/kv_once.h, the
+  // runner's default) or each nano plan's own kKv exchange.
+  bool kv_once = true;
+  // The ping-pong timeline's fixed seconds per message (the link fit's intercept).
+  double message_seconds = 0;
   bool pingpong() const { return overlap && linear_forward_seconds_per_row + linear_backward_seconds_per_row > 0; }
   Status validate() const;
 };
@@ -72,8 +78,9 @@ struct AutoToleranceModel {
 // point-to-point link (all-to-all when it has no p2p fit) as the inter-host rate, and that
 // rate times topology.inter_host_price inside a host (the price says how much faster a host's
 // own links are); the linear seconds per row from its GEMMs of one layer (concurrent figures,
-// over the profile's rows) plus its element-wise per-token figures when it has them, and the
-// backward share from its median backward / forward attention ratio. `table` receives the cost model `seconds` points to. Refuses a profile
+// over the profile's rows) plus its element-wise per-token figures when it has them, the
+// backward share from its median backward / forward attention ratio, and the link's latency
+// (its fit's intercept) as the seconds per message. `table` receives the cost model `seconds` points to. Refuses a profile
 // without link figures (profiled with one rank), naming `flag`.
 Result<AutoToleranceModel> auto_tolerance_model(const HardwareProfile& profile, const HostTopology& topology,
                                                 bool overlap, std::unique_ptr<AttentionCostModel>* table,
@@ -99,5 +106,11 @@ struct AutoToleranceChoice {
 // options.tolerance is ignored. Errors: what run_scheduler refuses, an invalid model.
 Result<AutoToleranceChoice> choose_tolerance(const Batch& batch, const SchedulerSpec& spec,
                                              const ScheduleOptions& options, const AutoToleranceModel& model);
+
+// `--kv-once auto`: whether the runner should send K/V once per server across `plans`' pair.
+// The ping-pong timeline (plan/pingpong_model.h) predicts the step with the wire and with each
+// plan's own K/V; on unless off is predicted more than kAutoToleranceMargin faster (a free link
+// keeps the default). Without model.pingpong(): on. Pure, like choose_tolerance.
+bool kv_once_pays(const NanoPlans& plans, const AutoToleranceModel& model, int64_t layers);
 
 }  // namespace distca

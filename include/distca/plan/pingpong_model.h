@@ -14,15 +14,21 @@
 //   attend(x)  = the forward (or backward) seconds of r's server tasks of nano plan x: the
 //                cost model's forward+backward seconds times (1 - backward_share) (or
 //                backward_share);
-//   exchange E posted by every rank p at post_p: it completes on rank r at
-//                max(post_r, max over p sending to r of post_p + T(p, r)), where
-//                T(p, r) = max(bytes p sends, bytes r receives) on that link class / its rate
-//                (between hosts, or inside a host when the plan has hosts). Bytes are the
-//                plan's exchanges as planned (K/V relays are not modelled), the dispatch
-//                being q + the nano-batch's part of the pair's K/V wire (plan/kv_once.h:
-//                ping carries every ping row a server needs for either nano-batch, pong only
-//                pong rows), the forward return o_lse, the backward dispatch do and return
-//                dq + dkv (servers keep their forward state).
+//   exchange E posted by every rank: every pair (s, p) of ranks exchanges one message (empty
+//                or not, as the runtime does), carried by s's outgoing and p's incoming
+//                direction of their link class (between hosts, or inside a host when the plan
+//                has hosts), one message at a time per direction in the order posted. It starts
+//                at max(post_s, post_p, both directions free) (rendezvous: MPI moves a large
+//                message once the receive is posted) and ends model.message_seconds + its bytes
+//                / the class's rate later; E completes on a rank when every message it sends
+//                or receives has. So an exchange waits for its slowest peer, and an exchange
+//                posted while another is on the link queues behind it. Bytes are the plan's
+//                exchanges as planned (K/V relays are not modelled), the dispatch being q + K/V:
+//                with model.kv_once the nano-batch's part of the pair's K/V wire
+//                (plan/kv_once.h: ping carries every ping row a server needs for either
+//                nano-batch, pong only pong rows), else its own plan's kKv; the forward return
+//                o_lse, the backward dispatch do and return dq + dkv (servers keep their
+//                forward state). The signal step moves no bytes and keeps the messages.
 // Forward, layer l = 0 .. L-1, each rank in order: [l > 0: wait ping O(l-1)] linear(ping);
 // post ping dispatch; [l > 0: wait pong O(l-1)] linear(pong); post pong dispatch; wait ping's;
 // attend(ping); post ping O; wait pong's; attend(pong); post pong O. Then wait ping O,

@@ -55,6 +55,8 @@ struct BenchOptions {
   // --tolerance auto: the cad modes choose the band per batch (plan/auto_tolerance.h) from
   // `hardware` (then also their link and attention figures); pp 1, not --compare.
   bool tolerance_auto = false;
+  // The cad modes' TrainConfig::kv_once: on | off | auto (auto needs `hardware`, pp 1).
+  std::string kv_once = "on";
   double mpi_timeout = 300;
   std::string json;              // FILE or "-"
   std::string trace;             // Chrome trace of the last round's cad pingpong, last step

@@ -72,6 +72,11 @@ struct TrainConfig {
   // cad mode only: pingpong | single-stream | signal (runtime/pingpong.h); unset: pingpong.
   // Refused with --mode colocated, which has no exchange to overlap.
   std::optional<runtime::OverlapMode> overlap;
+  // cad mode, ping-pong: K/V once per server across the nano-batch pair (docs/runtime.md, "K/V
+  // once per server"): "on", "off", or "auto" (per micro-batch from the ping-pong timeline of
+  // `hardware`'s link, plan/auto_tolerance.h kv_once_pays; on without `hardware` or under
+  // --pp > 1). The same bits either way: only the bytes' timing changes.
+  std::string kv_once = "on";
   // wlb and percp: context-parallel group size, dividing the data-parallel ranks (dp()); 1
   // (no CP) otherwise. percp needs cp >= 2.
   int64_t cp = 1;
