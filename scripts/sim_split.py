@@ -24,6 +24,8 @@ def split(doc):
         step = m["median_s"]
         ranks = []
         for r, idle in enumerate(m["rank_idle"]):
+            if isinstance(idle, list):  # bench train --compare: one figure per stage of the rank
+                idle = sum(idle) / len(idle) if idle else 0.0
             busy_sim = sim["rank_busy_s"][r] if r < len(sim["rank_busy_s"]) else None
             idle_sim = sim["rank_idle"][r] if r < len(sim["rank_idle"]) else None
             ranks.append((r, step * (1.0 - idle), busy_sim, idle, idle_sim))
