@@ -18,17 +18,6 @@ TrainResult train(TrainConfig c, const std::string& kv_once) {
   return testing::train_local(c);
 }
 
-// The same losses, gradient norms and parameters (the bytes sent may differ).
-void expect_same_numbers(const TrainResult& a, const TrainResult& b, const std::string& what) {
-  ASSERT_EQ(a.steps.size(), b.steps.size()) << what;
-  for (size_t i = 0; i < a.steps.size(); ++i) {
-    EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << what << " step " << i;
-    EXPECT_EQ(a.steps[i].grad_norm, b.steps[i].grad_norm) << what << " step " << i;
-  }
-  EXPECT_FALSE(a.final_params.empty()) << what;
-  EXPECT_TRUE(a.final_params == b.final_params) << what;
-}
-
 TrainConfig base_config() {
   TrainConfig c = testing::small_model_config(2);
   c.steps = 3;
@@ -58,7 +47,7 @@ TEST(KvOnce, OffGivesTheBitsOfOnAndSendsMoreKv) {
     c.micro_batches = k.micro_batches;
     const TrainResult on = train(c, "on");
     const TrainResult off = train(c, "off");
-    expect_same_numbers(on, off, k.what);
+    testing::expect_same_numbers(on, off, k.what);
     for (size_t i = 0; i < on.steps.size() && i < off.steps.size(); ++i) {
       EXPECT_LE(on.steps[i].bytes_sent, off.steps[i].bytes_sent) << k.what << " step " << i;
       saved += off.steps[i].bytes_sent - on.steps[i].bytes_sent;

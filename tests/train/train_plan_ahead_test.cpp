@@ -237,17 +237,14 @@ TrainResult train(TrainConfig c, const std::string& plan_ahead, const TrainHooks
 }
 
 void expect_bitwise(const TrainResult& a, const TrainResult& b, const std::string& what) {
+  testing::expect_same_numbers(a, b, what);
   ASSERT_EQ(a.steps.size(), b.steps.size()) << what;
   for (size_t i = 0; i < a.steps.size(); ++i) {
     EXPECT_EQ(a.steps[i].step, b.steps[i].step) << what;
-    EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << what << " step " << i;
     EXPECT_EQ(a.steps[i].report_loss, b.steps[i].report_loss) << what << " step " << i;
-    EXPECT_EQ(a.steps[i].grad_norm, b.steps[i].grad_norm) << what << " step " << i;
     EXPECT_EQ(a.steps[i].imbalance_after, b.steps[i].imbalance_after) << what << " step " << i;
     EXPECT_EQ(a.steps[i].bytes_sent, b.steps[i].bytes_sent) << what << " step " << i;
   }
-  EXPECT_FALSE(a.final_params.empty()) << what;
-  EXPECT_TRUE(a.final_params == b.final_params) << what;
 }
 
 TrainConfig base_config() {

@@ -6,12 +6,25 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <string>
 
 #include "distca/train/checkpoint.h"
 #include "distca/train/config.h"
 #include "distca/train/trainer.h"
 
 namespace distca::train::testing {
+
+// Two runs gave the same numbers: every step's loss and gradient norm, and the final
+// parameters, bit for bit (what they sent may differ).
+inline void expect_same_numbers(const TrainResult& a, const TrainResult& b, const std::string& what) {
+  ASSERT_EQ(a.steps.size(), b.steps.size()) << what;
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << what << " step " << i;
+    EXPECT_EQ(a.steps[i].grad_norm, b.steps[i].grad_norm) << what << " step " << i;
+  }
+  EXPECT_FALSE(a.final_params.empty()) << what;
+  EXPECT_TRUE(a.final_params == b.final_params) << what;
+}
 
 // The embedded default with a model of `layers` layers of width 64 (4 heads of 16, 2 K/V
 // heads, ffn 128, vocabulary 64).
