@@ -21,7 +21,9 @@
 # skipped, so a run cut short is finished by the same command; delete a file to redo its step.
 # Every step prints its wall seconds. Run from the repository root after a release build, on a
 # quiet machine. TPR and STEPS override the DP 2 steps' tokens per rank (16384; the profile's
-# --max-len follows it) and steps per mode (2: one warm-up, one timed). SMOKE=1 runs every step
+# --max-len follows it) and steps per mode (2: one warm-up, one timed). ROUNDS (1) sets
+# every step's rounds: the modes run in a fixed order, so with one round a machine that slows
+# down during the run reads as a slower mode; with 3 the compare pairs the modes round by round. SMOKE=1 runs every step
 # at tiny shapes (width 128, 2 layers, 1024 tokens per rank; a few minutes on a loaded machine)
 # to check the script, not to measure.
 #
@@ -105,21 +107,21 @@ one_step() {
     dp2-pretrain | dp2-prolong)
       needs "$out/hw2.json" profile2
       run 2 bench train --compare --backend mpi --width "$w2" --workload "${s#dp2-}" --seed 1 --tokens-per-rank "$tpr" \
-        --rounds 1 --steps "${STEPS:-2}" --warmup-steps 1 --hardware "$out/hw2.json" --json "$out/$s.json" \
+        --rounds "${ROUNDS:-1}" --steps "${STEPS:-2}" --warmup-steps 1 --hardware "$out/hw2.json" --json "$out/$s.json" \
         2>&1 | tee "$out/$s.log" ;;
     dp2pp2)
       needs "$out/hw4.json" profile4
       run 4 bench train --compare --backend mpi --width "$w4" --pp 2 --micro-batches 2 --workload prolong --seed 1 \
-        --tokens-per-rank "$tpr4" --rounds 1 --steps 3 --warmup-steps 1 --hardware "$out/hw4.json" \
+        --tokens-per-rank "$tpr4" --rounds "${ROUNDS:-1}" --steps 3 --warmup-steps 1 --hardware "$out/hw4.json" \
         --json "$out/$s.json" 2>&1 | tee "$out/$s.log" ;;
     dp4-pretrain)
       needs "$out/hw4.json" profile4
       run 4 bench train --compare --backend mpi --width "$w4" --workload pretrain --seed 1 --tokens-per-rank "$tpr4" \
-        --rounds 1 --steps 3 --warmup-steps 1 --hardware "$out/hw4.json" --json "$out/$s.json" 2>&1 | tee "$out/$s.log" ;;
+        --rounds "${ROUNDS:-1}" --steps 3 --warmup-steps 1 --hardware "$out/hw4.json" --json "$out/$s.json" 2>&1 | tee "$out/$s.log" ;;
     dp2pp2-pretrain)
       needs "$out/hw4.json" profile4
       run 4 bench train --compare --backend mpi --width "$w4" --pp 2 --micro-batches 2 --workload pretrain --seed 1 \
-        --tokens-per-rank "$tpr4" --rounds 1 --steps 3 --warmup-steps 1 --hardware "$out/hw4.json" \
+        --tokens-per-rank "$tpr4" --rounds "${ROUNDS:-1}" --steps 3 --warmup-steps 1 --hardware "$out/hw4.json" \
         --json "$out/$s.json" 2>&1 | tee "$out/$s.log" ;;
   esac
   echo "== $s: $((SECONDS - start)) s"
