@@ -56,6 +56,7 @@ void fold_run(const TrainConfig& cfg, const ModelSpec& spec, const TrainResult& 
   run.rank_idle.resize(ranks);
   run.rank_exposed.resize(ranks);
   run.rank_attention_exposed.resize(ranks);
+  run.rank_metrics.resize(ranks);
   for (size_t s = static_cast<size_t>(warmup); s < r.steps.size(); ++s) {
     const double t = r.steps[s].seconds;  // rank 0's: the job's step (it ends in a barrier)
     mine.push_back(t);
@@ -66,6 +67,7 @@ void fold_run(const TrainConfig& cfg, const ModelSpec& spec, const TrainResult& 
       run.rank_idle[k].push_back(t > 0 ? 1.0 - m.busy_s() / t : 0.0);
       run.rank_exposed[k].push_back(t > 0 ? m.comm_s / t : 0.0);
       run.rank_attention_exposed[k].push_back(t > 0 ? m.attention_comm_s / t : 0.0);
+      run.rank_metrics[k].push_back(m);
       // bytes_sent is the last layer's; every layer of a stage runs the same plan.
       const model::StageRange layers = model::stage_layers(spec.n_layers, cfg.pp, static_cast<int64_t>(k) / dp);
       bytes += static_cast<double>(m.bytes_sent) * static_cast<double>(layers.last - layers.first);
@@ -280,6 +282,27 @@ std::vector<CompareRow> summarize_compare(const CompareOptions& o, const Compare
   return rows;
 }
 
+namespace {
+
+// [rank][timed step] each rank's own time split (CompareRun::rank_metrics), in seconds.
+nlohmann::json rank_time_split(const std::vector<std::vector<StepMetrics>>& per_rank) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& steps : per_rank) {
+    nlohmann::json rank = nlohmann::json::array();
+    for (const StepMetrics& m : steps) {
+      rank.push_back({{"step_s", m.seconds},        {"linear_s", m.linear_s},
+                      {"attention_s", m.attention_s}, {"optimizer_s", m.optimizer_s},
+                      {"comm_s", m.comm_s},           {"attention_comm_s", m.attention_comm_s},
+                      {"wait_s", m.wait_s},           {"plan_s", m.plan_s},
+                      {"plan_wait_s", m.plan_wait_s}, {"bytes_sent", m.bytes_sent}});
+    }
+    out.push_back(std::move(rank));
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json compare_json(const CompareOptions& o, const CompareResult& res, const std::vector<CompareRow>& rows,
                             const std::vector<uint64_t>& expected, const std::vector<double>& imbalance) {
   const TrainConfig& c = o.base;
@@ -338,6 +361,7 @@ nlohmann::json compare_json(const CompareOptions& o, const CompareResult& res, c
                           {"rank_idle", run.rank_idle},
                           {"rank_exposed", run.rank_exposed},
                           {"rank_attention_exposed", run.rank_attention_exposed},
+                          {"rank_time_split", rank_time_split(run.rank_metrics)},
                           {"step_checksums", run.checksums},
                           {"same_documents", run.same_over_rounds && run.checksums == expected}});
   }

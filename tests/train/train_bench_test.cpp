@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "distca/comm/local.h"
 #include "distca/kernels/blas.h"
@@ -132,6 +133,36 @@ TEST(RunCompare, EveryModeTrainsTheDataDocumentsAndAccountsItsBuffers) {
       if (o.modes[e].mode == TrainMode::kPerCp) {
         EXPECT_GT(attention, 0) << o.modes[e].label;
       }
+    }
+    // Each rank's own time split is kept per timed step (not rank 0's copied to every rank):
+    // its busy time is what its idle figure was computed from, its exposed communication is its
+    // comm_s, and the JSON carries the same numbers per rank and step.
+    const std::vector<CompareRow> rows = summarize_compare(o, *res);
+    const nlohmann::json j = compare_json(o, *res, rows, expected, std::vector<double>(3, 1.0));
+    for (size_t e = 0; e < o.modes.size(); ++e) {
+      const CompareRun& run = res->runs[e];
+      ASSERT_EQ(run.rank_metrics.size(), 2u) << o.modes[e].label;
+      const nlohmann::json& split = j["modes"][e]["rank_time_split"];
+      ASSERT_EQ(split.size(), 2u);
+      for (size_t k = 0; k < 2; ++k) {
+        ASSERT_EQ(run.rank_metrics[k].size(), run.rank_idle[k].size());
+        ASSERT_EQ(split[k].size(), run.rank_idle[k].size());
+        for (size_t i = 0; i < run.rank_idle[k].size(); ++i) {
+          const StepMetrics& m = run.rank_metrics[k][i];
+          const double step = run.step_s[static_cast<size_t>(i)];
+          EXPECT_GT(m.busy_s(), 0) << o.modes[e].label;
+          EXPECT_NEAR(run.rank_idle[k][i], 1.0 - m.busy_s() / step, 1e-12) << o.modes[e].label;
+          EXPECT_NEAR(run.rank_exposed[k][i], m.comm_s / step, 1e-12) << o.modes[e].label;
+          EXPECT_DOUBLE_EQ(split[k][i]["linear_s"].get<double>(), m.linear_s);
+          EXPECT_DOUBLE_EQ(split[k][i]["attention_s"].get<double>(), m.attention_s);
+          EXPECT_DOUBLE_EQ(split[k][i]["comm_s"].get<double>(), m.comm_s);
+          EXPECT_DOUBLE_EQ(split[k][i]["plan_wait_s"].get<double>(), m.plan_wait_s);
+          EXPECT_DOUBLE_EQ(split[k][i]["step_s"].get<double>(), m.seconds);
+        }
+      }
+      // The ranks' linear work differs (rank 1 holds other tokens than rank 0), so a split
+      // copied from rank 0 to every rank would show here.
+      EXPECT_NE(run.rank_metrics[0][0].linear_s, run.rank_metrics[1][0].linear_s) << o.modes[e].label;
     }
     // The same config alone: its buffer estimate is params x 4 + one slot's activations + the
     // dispatcher's peak, which is what the accounting sums when one micro-batch is live at once.

@@ -32,6 +32,7 @@
 #include "distca/runtime/overlap_mode.h"
 #include "distca/train/config.h"
 #include "distca/train/data.h"
+#include "distca/train/trainer.h"
 
 namespace distca::train {
 
@@ -74,6 +75,10 @@ struct CompareRun {
   // communication: the dispatcher's exchanges, or wlb's and percp's CP collectives, whose
   // trace wait spans add up to it).
   std::vector<std::vector<double>> rank_idle, rank_exposed, rank_attention_exposed;
+  // [rank][timed step of every round]: each rank's own StepMetrics (its seconds, linear,
+  // attention, optimizer, comm, attention_comm, wait, plan and plan_wait times), so a step's
+  // time reads per rank as compute, idle behind the slowest rank, exposed exchange and overhead.
+  std::vector<std::vector<StepMetrics>> rank_metrics;
   std::vector<double> attention_bytes;  // [timed step] every rank's exchange bytes, every layer
   std::vector<int64_t> accounted_peak;  // [rank] max over rounds
   std::vector<int64_t> resident_peak;   // [rank] max over rounds; empty unless resident
