@@ -316,6 +316,37 @@ class NoSeconds final : public AttentionCostModel {
   std::string unit() const override { return "seconds"; }
 };
 
+// bytes[e][x][s * 4 + p]: exchange e (dispatch, return, backward dispatch, backward return) of
+// nano-batch x from rank s to rank p of 4, each plan's own K/V with its relays applied to the
+// dispatch (the relay's share moves from the holder to the relay); `relayed` counts the
+// relayed blocks, `both_send` the dispatches in which ranks 0 and 1 both send to host 1.
+using HandBytes = std::array<std::array<std::vector<int64_t>, 2>, 4>;
+HandBytes two_host_bytes(const NanoPlans& plans, const std::vector<int64_t>& host, size_t& relayed, size_t& both_send) {
+  HandBytes bytes;
+  relayed = both_send = 0;
+  for (size_t x = 0; x < 2; ++x) {
+    const Plan& nano = plans.nano[x];
+    for (auto& e : bytes) e[x].assign(16, 0);
+    for (size_t s = 0; s < 4; ++s) {
+      for (size_t p = 0; p < 4; ++p) {
+        if (s == p) continue;
+        bytes[0][x][s * 4 + p] = pair_bytes(nano, {ExchangeKind::kQ, ExchangeKind::kKv}, nullptr, s, p);
+        bytes[1][x][s * 4 + p] = pair_bytes(nano, {ExchangeKind::kOLse}, nullptr, s, p);
+        bytes[2][x][s * 4 + p] = pair_bytes(nano, {ExchangeKind::kDO}, nullptr, s, p);
+        bytes[3][x][s * 4 + p] = pair_bytes(nano, {ExchangeKind::kDQ, ExchangeKind::kDKv}, nullptr, s, p);
+      }
+    }
+    for (const RelayedBlock& r : kv_relay(nano, host)) {
+      const int64_t n = r.rows * nano.ranks[static_cast<size_t>(r.server)].exchange(ExchangeKind::kKv).row_bytes;
+      bytes[0][x][static_cast<size_t>(r.holder * 4 + r.server)] -= n;
+      bytes[0][x][static_cast<size_t>(r.relay * 4 + r.server)] += n;
+      ++relayed;
+    }
+    both_send += bytes[0][x][0 * 4 + 2] + bytes[0][x][0 * 4 + 3] > 0 && bytes[0][x][1 * 4 + 2] + bytes[0][x][1 * 4 + 3] > 0;
+  }
+  return bytes;
+}
+
 // Two ranks per host, one layer, written out from the contract (pingpong_model.h) with the
 // links as hosts have them: between hosts a host's ranks share its one outgoing and one
 // incoming direction (tbf on the host's end), inside a host each rank has its own; K/V blocks
@@ -337,31 +368,8 @@ TEST(PingPongModel, TwoHostsOfTwoRanksOneLayerByHand) {
   m.intra_host_bytes_per_second = intra;
   m.message_seconds = msg;
   m.kv_once = false;
-  // bytes[e][x][s][p]: exchange e (dispatch, return, backward dispatch, backward return) of
-  // nano-batch x from s to p, relays applied to the dispatch's K/V.
-  std::vector<int64_t> zero(16, 0);
-  std::array<std::array<std::vector<int64_t>, 2>, 4> bytes;
   size_t relayed = 0, both_send = 0;
-  for (size_t x = 0; x < 2; ++x) {
-    const Plan& nano = plans->nano[x];
-    for (auto& e : bytes) e[x] = zero;
-    for (size_t s = 0; s < 4; ++s) {
-      for (size_t p = 0; p < 4; ++p) {
-        if (s == p) continue;
-        bytes[0][x][s * 4 + p] = pair_bytes(nano, {ExchangeKind::kQ, ExchangeKind::kKv}, nullptr, s, p);
-        bytes[1][x][s * 4 + p] = pair_bytes(nano, {ExchangeKind::kOLse}, nullptr, s, p);
-        bytes[2][x][s * 4 + p] = pair_bytes(nano, {ExchangeKind::kDO}, nullptr, s, p);
-        bytes[3][x][s * 4 + p] = pair_bytes(nano, {ExchangeKind::kDQ, ExchangeKind::kDKv}, nullptr, s, p);
-      }
-    }
-    for (const RelayedBlock& r : kv_relay(nano, host)) {
-      const int64_t n = r.rows * nano.ranks[static_cast<size_t>(r.server)].exchange(ExchangeKind::kKv).row_bytes;
-      bytes[0][x][static_cast<size_t>(r.holder * 4 + r.server)] -= n;
-      bytes[0][x][static_cast<size_t>(r.relay * 4 + r.server)] += n;
-      ++relayed;
-    }
-    both_send += bytes[0][x][0 * 4 + 2] + bytes[0][x][0 * 4 + 3] > 0 && bytes[0][x][1 * 4 + 2] + bytes[0][x][1 * 4 + 3] > 0;
-  }
+  const HandBytes bytes = two_host_bytes(*plans, host, relayed, both_send);
   ASSERT_GT(both_send, 0u);  // host 0's two ranks share its link in a dispatch
   ASSERT_GT(relayed, 0u);    // and a K/V block is relayed
   double c[4] = {0, 0, 0, 0};
