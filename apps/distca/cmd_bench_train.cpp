@@ -472,6 +472,9 @@ Runner setup(CLI::App& app) {
                  "cad modes: on (default): K/V once per server across the nano-batch pair | off | auto (per batch "
                  "from the ping-pong timeline of --hardware's link); the same bits")
       ->check(CLI::IsMember({"on", "off", "auto"}));
+  app.add_option("--ranks-per-host", f->ranks_per_host,
+                 "cad modes: ranks [h*N, (h+1)*N) share host h (topology-aware placement, K/V relays; --pp 1)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--hardware", f->hardware,
                  "the simulator's hardware profile of this machine (`distca profile --hardware-out`: GEMM rates, "
                  "attention, links): its prediction beside every mode's measured step");
@@ -497,6 +500,9 @@ Runner setup(CLI::App& app) {
     if (g.kv_once == "auto" && (g.hardware.empty() || g.pp > 1 || g.compare)) {
       return first ? fail_input("--kv-once auto needs --hardware FILE and applies to --pp 1 without --compare")
                    : kExitBadInput;
+    }
+    if (g.ranks_per_host != 0 && g.compare) {
+      return first ? fail_input("--ranks-per-host applies to bench train without --compare") : kExitBadInput;
     }
     if (!g.compare && (drawn || seed_opt->count() > 0)) {
       return first ? fail_input(std::string(drawn ? "--workload " + g.workload : "--seed") + " applies to --compare")

@@ -7,6 +7,7 @@
 
 #include "distca/core/check.h"
 #include "distca/plan/kv_once.h"
+#include "distca/plan/topology_relay.h"
 
 namespace distca {
 namespace {
@@ -59,9 +60,23 @@ Transfer transfer(const Plan& plan, std::initializer_list<ExchangeKind> kinds,
   return t;
 }
 
-// The link as the timeline sees it: per rank and link class an outgoing and an incoming
-// direction, each carrying one message at a time in the order posted (tbf's queue on each
-// end of a host's link; both directions carry at once). A message from s to p starts once
+// K/V relays (plan/topology_relay.h) on a dispatch: a relayed block leaves its holder once,
+// for the relay, and reaches the host's other servers from the relay inside the host. The
+// runtime forwards it in a second exchange after the first; the timeline counts it in the
+// dispatch (a host's own link is fast next to the one between hosts).
+void relay(Transfer& t, const std::vector<RelayedBlock>& blocks, const std::vector<const Exchange*>& kv) {
+  for (const RelayedBlock& b : blocks) {
+    const int64_t bytes = b.rows * kv[static_cast<size_t>(b.server)]->row_bytes;
+    t.sends[static_cast<size_t>(b.holder)].emplace_back(static_cast<size_t>(b.server), -bytes);
+    t.sends[static_cast<size_t>(b.relay)].emplace_back(static_cast<size_t>(b.server), bytes);
+  }
+}
+
+// The link as the timeline sees it: an outgoing and an incoming direction per link class,
+// each carrying one message at a time in the order posted (tbf's queue on each end of a
+// host's link; both directions carry at once). Between hosts the directions are the host's:
+// its ranks share its one link (a NIC, tbf on the host's end), so two ranks of a host sending
+// across wait for each other; inside a host (or without hosts) each rank has its own. A message from s to p starts once
 // both have posted the exchange (MPI's rendezvous moves a large message only after the
 // receive is matched) and both directions are free, and lasts message_seconds plus its bytes
 // over the class's rate; an exchange completes on a rank when every message it sends or
@@ -79,6 +94,9 @@ class Timeline {
     // Without hosts every byte crosses the measured link (auto_tolerance.h).
     rate_[1] = m.inter_host_bytes_per_second;
     rate_[0] = plan.hosts.empty() ? m.inter_host_bytes_per_second : m.intra_host_bytes_per_second;
+    // Class 1 directions: the host's (plan.hosts is canonical: ids in [0, ranks)), or the rank's.
+    endpoint_.resize(clock_.size());
+    for (size_t r = 0; r < endpoint_.size(); ++r) endpoint_[r] = plan.hosts.empty() ? r : static_cast<size_t>(plan.hosts[r]);
   }
 
   // Every rank posts `t` at its clock; returns when it completes on each rank.
@@ -93,9 +111,11 @@ class Timeline {
       for (size_t p = 0; p < n; ++p) {
         if (p == s) continue;
         const size_t c = hosts_.empty() || hosts_[s] != hosts_[p] ? 1 : 0;
-        const double start = std::max({clock_[s], clock_[p], out_free_[s][c], in_free_[p][c]});
+        double& out = out_free_[c == 1 ? endpoint_[s] : s][c];
+        double& in = in_free_[c == 1 ? endpoint_[p] : p][c];
+        const double start = std::max({clock_[s], clock_[p], out, in});
         const double busy = free_ ? 0.0 : static_cast<double>(bytes[s][p]) / rate_[c];
-        out_free_[s][c] = in_free_[p][c] = start + busy;
+        out = in = start + busy;
         const double end = start + busy + message_seconds_;
         done[s] = std::max(done[s], end);
         done[p] = std::max(done[p], end);
@@ -117,7 +137,9 @@ class Timeline {
   const double message_seconds_;
   std::array<double, 2> rate_{};
   std::vector<double> clock_;
-  std::vector<std::array<double, 2>> out_free_, in_free_;  // [rank][class]: the direction is free from
+  // [rank][class]: the direction is free from; class 1 at index endpoint_[rank].
+  std::vector<std::array<double, 2>> out_free_, in_free_;
+  std::vector<size_t> endpoint_;  // [rank] the index of its host's class-1 directions
 };
 
 double simulate(const NanoPlans& plans, const AutoToleranceModel& m, int64_t layers, bool free) {
@@ -128,6 +150,12 @@ double simulate(const NanoPlans& plans, const AutoToleranceModel& m, int64_t lay
   for (size_t x = 0; x < 2; ++x) {
     dispatch[x] = m.kv_once ? transfer(plans.nano[x], {ExchangeKind::kQ}, &kv[x])
                             : transfer(plans.nano[x], {ExchangeKind::kQ, ExchangeKind::kKv});
+    // The K/V as it travels (the wire, or the nano plan's own), relayed as the runtime does.
+    std::vector<const Exchange*> travels;
+    for (size_t r = 0; r < plans.full.ranks.size(); ++r) {
+      travels.push_back(m.kv_once ? &kv[x][r] : &plans.nano[x].ranks[r].exchange(ExchangeKind::kKv));
+    }
+    relay(dispatch[x], kv_relay(m.kv_once ? plans.full : plans.nano[x], travels, plans.full.hosts), travels);
     ret[x] = transfer(plans.nano[x], {ExchangeKind::kOLse});
     back_dispatch[x] = transfer(plans.nano[x], {ExchangeKind::kDO});
     back_ret[x] = transfer(plans.nano[x], {ExchangeKind::kDQ, ExchangeKind::kDKv});

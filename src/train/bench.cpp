@@ -66,6 +66,7 @@ TrainConfig make_config(const BenchOptions& f, int64_t ranks, const BenchMode& m
   if (c.mode == TrainMode::kCad) {
     c.kv_once = f.kv_once;
     if (f.kv_once == "auto") c.hardware = f.hardware;
+    c.ranks_per_host = f.ranks_per_host;
   }
   c.steps = f.steps;
   c.tokens_per_rank = f.tokens;
@@ -207,7 +208,7 @@ comm::Settings bench_settings(const BenchOptions& f) {
   s.add("--vocab", f.vocab).add("--tokens-per-rank", f.tokens).add("--long-doc", f.long_doc);
   s.add("--short-doc", f.short_doc).add("--workload", f.workload).add("--rounds", f.rounds).add("--steps", f.steps);
   s.add("--warmup-steps", f.warmup_steps).add("--tolerance", f.tolerance).add("--pp", f.pp).add("--tp", f.tp);
-  s.add("--tolerance auto", f.tolerance_auto).add("--kv-once", f.kv_once);
+  s.add("--tolerance auto", f.tolerance_auto).add("--kv-once", f.kv_once).add("--ranks-per-host", f.ranks_per_host);
   s.add("--compare", f.compare).add("--seed", f.seed);
   s.add("--micro-batches", f.micro_batches).add("--trace given", !f.trace.empty());
   return s;
@@ -218,7 +219,7 @@ nlohmann::json bench_flags_json(const BenchOptions& f) {
           {"vocab", f.vocab},         {"tokens_per_rank", f.tokens}, {"long_doc", long_doc(f)},
           {"short_doc", f.short_doc}, {"tolerance", f.tolerance},  {"pp", f.pp},
           {"micro_batches", f.micro_batches}, {"workload", f.workload}, {"tolerance_auto", f.tolerance_auto},
-          {"tp", f.tp}, {"kv_once", f.kv_once}};
+          {"tp", f.tp}, {"kv_once", f.kv_once}, {"ranks_per_host", f.ranks_per_host}};
 }
 
 Result<BenchOptions> bench_flags_from_json(const nlohmann::json& j) {
@@ -240,6 +241,8 @@ Result<BenchOptions> bench_flags_from_json(const nlohmann::json& j) {
   DISTCA_RETURN_IF_ERROR(integer("pp", f.pp, 1, 64));
   DISTCA_RETURN_IF_ERROR(integer("micro_batches", f.micro_batches, 0, 4096));
   if (j.contains("tp")) DISTCA_RETURN_IF_ERROR(integer("tp", f.tp, 1, 64));  // absent: recorded before --tp, 1
+  // Absent: recorded before --ranks-per-host, none.
+  if (j.contains("ranks_per_host")) DISTCA_RETURN_IF_ERROR(integer("ranks_per_host", f.ranks_per_host, 0, 1 << 20));
   if (!j.contains("tolerance") || !j["tolerance"].is_number()) return Status::invalid_argument("bench_flags.tolerance: missing or not a number");
   f.tolerance = j["tolerance"].get<double>();
   if (!(f.tolerance >= 0 && f.tolerance <= 1)) return Status::invalid_argument("bench_flags.tolerance: out of range");

@@ -247,6 +247,23 @@ TEST_F(CliBenchTrainTest, ToleranceAutoRunsAndBadCombinationsAreRefused) {
   ASSERT_EQ(j.at("modes").size(), 4u);
 }
 
+// --ranks-per-host N: the cad modes' topology (placement, K/V relays, and the timeline of
+// --tolerance auto per host), recorded in bench_flags; refused where the trainer has none.
+TEST_F(CliBenchTrainTest, RanksPerHostReachesTheCadModes) {
+  const std::string profile = std::string(DISTCA_SOURCE_DIR) + "/tests/sim/data/hardware-profile-2rank.json";
+  expect_refused(tiny_with({{"--ranks", "4"}, {"--ranks-per-host", "3"}}), "--ranks-per-host 3 must be >= 1 and divide");
+  expect_refused(tiny_with({{"--ranks-per-host", "1"}, {"--compare", " "}}), "--ranks-per-host applies to bench train without --compare");
+  expect_refused(tiny_with({{"--ranks", "4"}, {"--ranks-per-host", "2"}, {"--pp", "2"}, {"--layers", "2"}}),
+                 "--ranks-per-host / --host-map");
+  const std::string json = (dir_ / "hosts.json").string();
+  const CliRun r = run(tiny_with({{"--ranks", "4"}, {"--ranks-per-host", "2"}, {"--tolerance", "auto"},
+                                  {"--hardware", profile}, {"--json", json}}), 600);
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(j.at("bench_flags").at("ranks_per_host"), 2) << j["bench_flags"].dump();
+  ASSERT_EQ(j.at("modes").size(), 4u);
+}
+
 // --workload uniform: every rank one document of 256, so the FLOP-ideal speedup is 1; the
 // simulator's per-rank idle and exposed communication beside the measured ones, with the idle
 // 1 - busy / step from its own busy seconds.

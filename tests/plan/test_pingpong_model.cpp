@@ -14,6 +14,7 @@
 #include "distca/plan/kv_once.h"
 #include "distca/plan/pingpong_model.h"
 #include "distca/plan/plan_json.h"
+#include "distca/plan/topology_relay.h"
 #include "plan_test_util.h"
 
 namespace distca {
@@ -314,6 +315,130 @@ class NoSeconds final : public AttentionCostModel {
   double task_cost(int64_t, int64_t) const override { return 0; }
   std::string unit() const override { return "seconds"; }
 };
+
+// bytes[e][x][s * 4 + p]: exchange e (dispatch, return, backward dispatch, backward return) of
+// nano-batch x from rank s to rank p of 4, each plan's own K/V with its relays applied to the
+// dispatch (the relay's share moves from the holder to the relay); `relayed` counts the
+// relayed blocks, `both_send` the dispatches in which ranks 0 and 1 both send to host 1.
+using HandBytes = std::array<std::array<std::vector<int64_t>, 2>, 4>;
+HandBytes two_host_bytes(const NanoPlans& plans, const std::vector<int64_t>& host, size_t& relayed, size_t& both_send) {
+  HandBytes bytes;
+  relayed = both_send = 0;
+  for (size_t x = 0; x < 2; ++x) {
+    const Plan& nano = plans.nano[x];
+    for (auto& e : bytes) e[x].assign(16, 0);
+    for (size_t s = 0; s < 4; ++s) {
+      for (size_t p = 0; p < 4; ++p) {
+        if (s == p) continue;
+        bytes[0][x][s * 4 + p] = pair_bytes(nano, {ExchangeKind::kQ, ExchangeKind::kKv}, nullptr, s, p);
+        bytes[1][x][s * 4 + p] = pair_bytes(nano, {ExchangeKind::kOLse}, nullptr, s, p);
+        bytes[2][x][s * 4 + p] = pair_bytes(nano, {ExchangeKind::kDO}, nullptr, s, p);
+        bytes[3][x][s * 4 + p] = pair_bytes(nano, {ExchangeKind::kDQ, ExchangeKind::kDKv}, nullptr, s, p);
+      }
+    }
+    for (const RelayedBlock& r : kv_relay(nano, host)) {
+      const int64_t n = r.rows * nano.ranks[static_cast<size_t>(r.server)].exchange(ExchangeKind::kKv).row_bytes;
+      bytes[0][x][static_cast<size_t>(r.holder * 4 + r.server)] -= n;
+      bytes[0][x][static_cast<size_t>(r.relay * 4 + r.server)] += n;
+      ++relayed;
+    }
+    both_send += bytes[0][x][0 * 4 + 2] + bytes[0][x][0 * 4 + 3] > 0 && bytes[0][x][1 * 4 + 2] + bytes[0][x][1 * 4 + 3] > 0;
+  }
+  return bytes;
+}
+
+// Two ranks per host, one layer, written out from the contract (pingpong_model.h) with the
+// links as hosts have them: between hosts a host's ranks share its one outgoing and one
+// incoming direction (tbf on the host's end), inside a host each rank has its own; K/V blocks
+// a host's second server needs go once across, to the relay (plan/topology_relay.h), and on
+// from it inside the host. Ranks 0 and 1 each hold a long document, ranks 2 and 3 short ones,
+// planned with the topology. A timeline with a link per rank (the old model) differs.
+TEST(PingPongModel, TwoHostsOfTwoRanksOneLayerByHand) {
+  const LinearSeconds seconds;
+  Batch b = bench_batch(4, 4096);
+  b.per_rank[1] = {{1000, 0, 4096, 4096}};
+  const std::vector<int64_t> host = {0, 0, 1, 1};
+  ScheduleOptions o = opts(0.0);
+  o.topology.host = host;
+  o.topology.inter_host_price = 1;  // both of host 0's ranks send across
+  auto plans = plan_nano_batches(b, SchedulerSpec{}, o);
+  ASSERT_TRUE(plans.ok()) << plans.status().to_string();
+  const double inter = 2e6, intra = 5e7, msg = 2e-4;
+  AutoToleranceModel m = model(&seconds, inter);
+  m.intra_host_bytes_per_second = intra;
+  m.message_seconds = msg;
+  m.kv_once = false;
+  size_t relayed = 0, both_send = 0;
+  const HandBytes bytes = two_host_bytes(*plans, host, relayed, both_send);
+  ASSERT_GT(both_send, 0u);  // host 0's two ranks share its link in a dispatch
+  ASSERT_GT(relayed, 0u);    // and a K/V block is relayed
+  double c[4] = {0, 0, 0, 0};
+  // [class][endpoint]: class 1 (between hosts) by host, class 0 by rank.
+  double out[2][4] = {}, in[2][4] = {};
+  auto post = [&](int e, size_t x) {
+    std::array<double, 4> done = {c[0], c[1], c[2], c[3]};
+    for (size_t s = 0; s < 4; ++s) {
+      for (size_t p = 0; p < 4; ++p) {
+        if (s == p) continue;
+        const int k = host[s] != host[p] ? 1 : 0;
+        const size_t so = k == 1 ? static_cast<size_t>(host[s]) : s, pi = k == 1 ? static_cast<size_t>(host[p]) : p;
+        const double start = std::max({c[s], c[p], out[k][so], in[k][pi]});
+        out[k][so] = in[k][pi] = start + static_cast<double>(bytes[e][x][s * 4 + p]) / (k == 1 ? inter : intra);
+        done[s] = std::max(done[s], out[k][so] + msg);
+        done[p] = std::max(done[p], out[k][so] + msg);
+      }
+    }
+    return done;
+  };
+  auto wait = [&](const std::array<double, 4>& d) {
+    for (size_t r = 0; r < 4; ++r) c[r] = std::max(c[r], d[r]);
+  };
+  // Per rank: linear (forward 2e-5, backward 4e-5 per row) and attention (0.3 forward, 0.7 backward).
+  auto run = [&](size_t x, bool linear, bool backward) {
+    for (size_t r = 0; r < 4; ++r) {
+      if (linear) {
+        c[r] += static_cast<double>(plans->split.tokens[r][x]) * (backward ? 4e-5 : 2e-5);
+        continue;
+      }
+      double att = 0;
+      for (const ServerTask& t : plans->nano[x].servers[r].tasks) {
+        att += 1e-9 * static_cast<double>(causal_pairs(t.task.q_begin, t.task.q_end));
+      }
+      c[r] += (backward ? 0.7 : 0.3) * att;
+    }
+  };
+  run(0, true, false);
+  const auto d0 = post(0, 0);
+  run(1, true, false);
+  const auto d1 = post(0, 1);
+  wait(d0);
+  run(0, false, false);
+  const auto o0 = post(1, 0);
+  wait(d1);
+  run(1, false, false);
+  const auto o1 = post(1, 1);
+  wait(o0);
+  run(0, true, false);
+  wait(o1);
+  run(1, true, false);
+  run(1, true, true);  // backward: pong first
+  const auto e1 = post(2, 1);
+  run(0, true, true);
+  const auto e0 = post(2, 0);
+  wait(e1);
+  run(1, false, true);
+  const auto r1 = post(3, 1);
+  wait(e0);
+  run(0, false, true);
+  const auto r0 = post(3, 0);
+  wait(r1);
+  run(1, true, true);
+  wait(r0);
+  run(0, true, true);
+  const double want = *std::max_element(c, c + 4);
+  const PingPongPrediction p = predict_pingpong(*plans, m, 1);
+  EXPECT_NEAR(p.seconds, want, 1e-12 * want) << "relayed blocks " << relayed;
+}
 
 // The messages' fixed cost, with (next to) no compute to hide it: each layer's dispatch and
 // return follow each other in both directions (ping's and pong's side by side), so the signal

@@ -17,13 +17,17 @@
 //   exchange E posted by every rank: every pair (s, p) of ranks exchanges one message (empty
 //                or not, as the runtime does), carried by s's outgoing and p's incoming
 //                direction of their link class (between hosts, or inside a host when the plan
-//                has hosts), one message at a time per direction in the order posted. It starts
+//                has hosts; between hosts the directions are the HOST's, shared by its ranks as
+//                one NIC is, inside a host each rank's), one message at a time per direction in
+//                the order posted. It starts
 //                at max(post_s, post_p, both directions free) (rendezvous: MPI moves a large
 //                message once the receive is posted) and ends model.message_seconds + its bytes
 //                / the class's rate later; E completes on a rank when every message it sends
 //                or receives has. So an exchange waits for its slowest peer, and an exchange
 //                posted while another is on the link queues behind it. Bytes are the plan's
-//                exchanges as planned (K/V relays are not modelled), the dispatch being q + K/V:
+//                exchanges with K/V relays applied (plan/topology_relay.h: a block a host's
+//                servers need crosses once, to the relay, and goes on from it inside the host
+//                within the same dispatch), the dispatch being q + K/V:
 //                with model.kv_once the nano-batch's part of the pair's K/V wire
 //                (plan/kv_once.h: ping carries every ping row a server needs for either
 //                nano-batch, pong only pong rows), else its own plan's kKv; the forward return

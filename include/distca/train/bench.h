@@ -57,6 +57,9 @@ struct BenchOptions {
   bool tolerance_auto = false;
   // The cad modes' TrainConfig::kv_once: on | off | auto (auto needs `hardware`, pp 1).
   std::string kv_once = "on";
+  // The cad modes' TrainConfig::ranks_per_host (topology-aware placement and K/V relays; the
+  // timeline of --tolerance auto prices each host's link): 0 none.
+  int64_t ranks_per_host = 0;
   double mpi_timeout = 300;
   std::string json;              // FILE or "-"
   std::string trace;             // Chrome trace of the last round's cad pingpong, last step
