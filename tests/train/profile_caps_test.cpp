@@ -4,11 +4,13 @@
 // the profile records is read from the process's cgroup (a fake file system).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 
+#include "distca/core/clock.h"
 #include "distca/kernels/profiler.h"
 #include "distca/train/profile.h"
 
