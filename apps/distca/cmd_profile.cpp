@@ -39,6 +39,7 @@ struct ProfileFlags {
   int64_t max_len = 32768;
   int repeats = 3;
   double min_seconds = 0.5;
+  double min_call_seconds = kernels::kDefaultMinCallSeconds;
   // --hardware-out: the model whose linear layers are timed (bench train's defaults).
   int64_t width = 512;
   int64_t ffn = 0;  // 0: bench train's rule, about 8/3 of the width on a multiple of 64
@@ -105,6 +106,9 @@ Result<Plan> make_plan(const ProfileFlags& f, const Launcher& launcher) {
   const int64_t max_len = p.hardware && !given(f, "--max-len") ? std::max<int64_t>(f.min_len, 8192) : f.max_len;
   if (max_len < f.min_len) return bad("--max-len must be >= --min-len");
   if (!std::isfinite(f.min_seconds) || f.min_seconds < 0) return bad("--min-seconds: must be a finite number >= 0");
+  if (!std::isfinite(f.min_call_seconds) || f.min_call_seconds < 0 || f.min_call_seconds > 10) {
+    return bad("--min-call-seconds: must be a number in 0..10");
+  }
   if (p.hardware) {
     if (f.vocab < 2 || f.vocab > (int64_t{1} << 24)) return bad("--vocab must be in 2..16777216");
     if (f.tokens < 1 || f.tokens > (int64_t{1} << 20)) return bad("--tokens must be in 1..1048576");
@@ -114,6 +118,8 @@ Result<Plan> make_plan(const ProfileFlags& f, const Launcher& launcher) {
   opt.kv_lens = opt.q_lens;
   opt.repeats = f.repeats;
   opt.min_seconds = f.min_seconds;
+  opt.min_call_seconds = f.min_call_seconds;
+  p.min_call_seconds = f.min_call_seconds;
   p.gemm_repeats = f.gemm_repeats;
   p.link_repeats = f.link_repeats;
   p.what = f.model.empty() ? "--heads " + std::to_string(opt.n_heads) + " --kv-heads " + std::to_string(opt.n_kv_heads) +
@@ -128,7 +134,8 @@ comm::Settings profile_settings(const ProfileFlags& f) {
   comm::Settings s;
   s.add("command", "profile").add("--model", f.model).add("--heads", f.heads).add("--kv-heads", f.kv_heads);
   s.add("--head-dim", f.head_dim).add("--min-len", f.min_len).add("--max-len", f.max_len).add("--repeats", f.repeats);
-  s.add("--min-seconds", f.min_seconds).add("--width", f.width).add("--ffn", f.ffn).add("--vocab", f.vocab);
+  s.add("--min-seconds", f.min_seconds).add("--min-call-seconds", f.min_call_seconds);
+  s.add("--width", f.width).add("--ffn", f.ffn).add("--vocab", f.vocab);
   s.add("--tokens", f.tokens).add("--gemm-repeats", f.gemm_repeats).add("--link-repeats", f.link_repeats);
   s.add("--hardware-out given", !f.hardware_out.empty());
   return s;
@@ -220,6 +227,9 @@ Runner setup(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_option("--repeats", f->repeats, "timed repetitions per point (median; default 3)")->check(CLI::Range(1, 100));
   app.add_option("--min-seconds", f->min_seconds, "stop repeating a point after this long, finite >= 0 (default 0.5)");
+  app.add_option("--min-call-seconds", f->min_call_seconds,
+                 "time each measurement (attention pass, GEMM, element-wise run) over back-to-back calls "
+                 "spanning at least this long, 0..10 (default 0.02: 10 CPU-cap periods of rank-cap.sh)");
   app.add_option("--width", f->width, "--hardware-out: model width (default 512, as bench train)");
   app.add_option("--ffn", f->ffn, "--hardware-out: SwiGLU width (default: bench train's, about 8/3 of --width)");
   app.add_option("--vocab", f->vocab, "--hardware-out: vocabulary (default 512)");

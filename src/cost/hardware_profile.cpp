@@ -228,6 +228,9 @@ Status HardwareProfile::validate(const std::string& source) const {
                          {"machine.threads_per_rank", threads_per_rank}}) {
     if (v < 1 || v > kMaxProfileCount) return bad(std::string(name) + " must be in 1..65536 (got " + std::to_string(v) + ")");
   }
+  if (!std::isfinite(cpu_quota) || cpu_quota < 0 || cpu_quota > static_cast<double>(cores)) {
+    return bad("machine.cpu_quota must be in 0..machine.cores (got " + num(cpu_quota) + ")");
+  }
   const ProfileShape& s = shape;
   DISTCA_RETURN_IF_ERROR(s.validate(pre));
   if (gemms.size() != kProfileLayerCount * 3) {
@@ -305,6 +308,7 @@ nlohmann::json to_json(const HardwareProfile& p) {
   j["version"] = kHardwareProfileVersion;
   j["machine"] = {{"cpu", p.cpu}, {"cores", p.cores}, {"ranks", p.ranks}, {"threads_per_rank", p.threads_per_rank},
                   {"blas", p.blas}, {"alone_waiters", p.alone_waiters_sleep ? "sleep" : "spin"}};
+  if (p.cpu_quota > 0) j["machine"]["cpu_quota"] = p.cpu_quota;
   const ProfileShape& s = p.shape;
   j["model"] = {{"hidden", s.hidden}, {"n_heads", s.n_heads}, {"n_kv_heads", s.n_kv_heads}, {"head_dim", s.head_dim},
                 {"ffn", s.ffn},       {"vocab", s.vocab},     {"tokens", s.tokens}};
@@ -527,6 +531,9 @@ Result<HardwareProfile> hardware_profile_from_json(const nlohmann::json& j, cons
       return r.bad("machine.alone_waiters", "must be \"sleep\" or \"spin\" (got \"" + w + "\")");
     }
     p.alone_waiters_sleep = w == "sleep";
+  }
+  if (machine->contains("cpu_quota")) {  // optional: absent when uncapped, and in older files
+    DISTCA_ASSIGN_OR_RETURN(p.cpu_quota, r.number(*machine, "machine.cpu_quota", "cpu_quota"));
   }
 
   DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* model, r.object(j, "model", "model"));

@@ -50,7 +50,8 @@ Result<double> median_over_ranks(const ProfileSync& sync, double mine) {
 }  // namespace
 
 Result<KernelTiming> time_kernels_in_step(AttentionProblem& prob, int repeats, double min_seconds,
-                                          const ProfileSync& sync, const std::function<double()>& clock) {
+                                          const ProfileSync& sync, const std::function<double()>& clock,
+                                          double min_call_seconds) {
   const std::function<double()> now = clock ? clock : std::function<double()>(monotonic_seconds);
   const AttentionParams p = params_for(prob);
   KernelTiming t;
@@ -69,13 +70,10 @@ Result<KernelTiming> time_kernels_in_step(AttentionProblem& prob, int repeats, d
   std::vector<double> fwd, bwd;
   for (int r = 0; r < n; ++r) {
     if (sync.barrier) DISTCA_RETURN_IF_ERROR(sync.barrier());
-    const double t0 = now();
-    attention_forward(p);
-    const double t1 = now();
-    attention_backward(p);
-    const double t2 = now();
-    fwd.push_back(t1 - t0);
-    bwd.push_back(t2 - t1);
+    const CallTiming f = time_calls([&] { attention_forward(p); }, min_call_seconds, now, now());
+    const CallTiming b = time_calls([&] { attention_backward(p); }, min_call_seconds, now, f.end);
+    fwd.push_back(f.per_call);
+    bwd.push_back(b.per_call);
   }
   DISTCA_ASSIGN_OR_RETURN(t.forward_seconds, median_over_ranks(sync, median(fwd)));
   DISTCA_ASSIGN_OR_RETURN(t.backward_seconds, median_over_ranks(sync, median(bwd)));
@@ -272,7 +270,7 @@ Result<AttentionGrids> profile_attention_split(const ProfileOptions& opt, const 
     const auto i = static_cast<uint64_t>(std::find(qs.begin(), qs.end(), ql) - qs.begin());
     const auto j = static_cast<uint64_t>(std::find(kvs.begin(), kvs.end(), kl) - kvs.begin());
     AttentionProblem prob = make_problem({{ql, kl}}, opt.n_heads, opt.n_kv_heads, opt.head_dim, opt.seed + i * 1000 + j);
-    return time_kernels_in_step(prob, opt.repeats, opt.min_seconds, sync);
+    return time_kernels_in_step(prob, opt.repeats, opt.min_seconds, sync, {}, opt.min_call_seconds);
   };
   return profile_attention_grid(opt, time_cell, progress, notice);
 }
@@ -282,7 +280,9 @@ double profile_gemm_bytes(const GemmRecord& g) {
                 static_cast<double>(g.m) * static_cast<double>(g.n));
 }
 
-Result<double> time_profile_gemm(const GemmRecord& g, int repeats, const std::function<Status()>& sync, uint64_t seed) {
+Result<double> time_profile_gemm(const GemmRecord& g, int repeats, const std::function<Status()>& sync, uint64_t seed,
+                                 double min_call_seconds, const std::function<double()>& clock) {
+  const std::function<double()> now = clock ? clock : std::function<double()>(monotonic_seconds);
   // Operands as model/layers.cpp stores them: forward x (m, k) and w (n, k) (NT); backward
   // data dy (m, k) and w (k, n) (NN); backward weight dy (k, m) and x (k, n) (TN).
   const bool ta = g.pass == GemmPass::kBackwardWeight;
@@ -302,9 +302,7 @@ Result<double> time_profile_gemm(const GemmRecord& g, int repeats, const std::fu
   std::vector<double> t;
   for (int r = 0; r < std::max(1, repeats); ++r) {
     if (sync) DISTCA_RETURN_IF_ERROR(sync());
-    const double t0 = monotonic_seconds();
-    call();
-    t.push_back(monotonic_seconds() - t0);
+    t.push_back(time_calls(call, min_call_seconds, now, now()).per_call);
   }
   return std::max(median(std::move(t)), kMinTaskSeconds);
 }

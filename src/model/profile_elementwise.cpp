@@ -4,11 +4,11 @@
 #include "distca/core/stats.h"
 
 #include <algorithm>
-#include <chrono>
 #include <span>
 #include <vector>
 
 #include "distca/core/check.h"
+#include "distca/core/clock.h"
 #include "distca/core/rng.h"
 #include "distca/model/layers.h"
 #include "distca/model/optimizer.h"
@@ -17,16 +17,15 @@ namespace distca::model {
 namespace {
 
 // One untimed run (first touch of the buffers, as the trainer's first step pays), then
-// `repeats` timed runs, each after `sync`: the median seconds.
-template <class F>
-Result<double> time_median(int repeats, const std::function<Status()>& sync, F&& fn) {
+// `repeats` timed measurements, each after `sync` and over at least `min_call_seconds`
+// (time_calls: back-to-back runs): the median seconds per run.
+Result<double> time_median(int repeats, const std::function<Status()>& sync, double min_call_seconds,
+                           const std::function<void()>& fn) {
   fn();
   std::vector<double> t;
   for (int r = 0; r < repeats; ++r) {
     if (sync) DISTCA_RETURN_IF_ERROR(sync());
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    t.push_back(time_calls(fn, min_call_seconds, monotonic_seconds, monotonic_seconds()).per_call);
   }
   return median(std::move(t));
 }
@@ -58,7 +57,8 @@ double elementwise_profile_bytes(const ModelSpec& s, int64_t tokens) {
 }
 
 Result<ElementwiseSeconds> time_elementwise(const ModelSpec& s, int64_t tokens, int repeats,
-                                            const std::function<Status()>& sync, uint64_t seed) {
+                                            const std::function<Status()>& sync, uint64_t seed,
+                                            double min_call_seconds) {
   DISTCA_CHECK(tokens >= 1 && repeats >= 1 && s.head_dim % 2 == 0);
   const int64_t n = tokens, h = s.hidden, qd = s.q_dim(), kvd = s.kv_dim(), f = s.ffn, v = s.vocab;
   const int64_t hd = s.head_dim;
@@ -76,7 +76,7 @@ Result<ElementwiseSeconds> time_elementwise(const ModelSpec& s, int64_t tokens, 
   std::vector<float> g = filled(rng, n * f, 1.0), u = filled(rng, n * f, 1.0), a(static_cast<size_t>(n * f));
 
   ElementwiseSeconds out;
-  DISTCA_ASSIGN_OR_RETURN(double fwd, time_median(repeats, sync, [&] {
+  DISTCA_ASSIGN_OR_RETURN(double fwd, time_median(repeats, sync, min_call_seconds, [&] {
     rmsnorm_forward<float>(xn.data(), rstd.data(), x.data(), gain.data(), n, h, kEps);
     rope_apply<float>(q.data(), cos_t.data(), sin_t.data(), n, s.n_heads, hd, +1);
     rope_apply<float>(k.data(), cos_t.data(), sin_t.data(), n, s.n_kv_heads, hd, +1);
@@ -90,7 +90,7 @@ Result<ElementwiseSeconds> time_elementwise(const ModelSpec& s, int64_t tokens, 
   // Backward: dx, dxn (n, h), dgain (h), da, dg, du (n, f); dq, dk rotate q, k back in place.
   std::vector<float> dx(static_cast<size_t>(n * h)), dxn = filled(rng, n * h, 1.0), dgain(static_cast<size_t>(h));
   std::vector<float> da = filled(rng, n * f, 1.0), dg(static_cast<size_t>(n * f)), du(static_cast<size_t>(n * f));
-  DISTCA_ASSIGN_OR_RETURN(double bwd, time_median(repeats, sync, [&] {
+  DISTCA_ASSIGN_OR_RETURN(double bwd, time_median(repeats, sync, min_call_seconds, [&] {
     swiglu_backward<float>(dg.data(), du.data(), da.data(), g.data(), u.data(), n, f);
     rmsnorm_backward<float>(dx.data(), dgain.data(), dxn.data(), x_mid.data(), rstd.data(), gain.data(), n, h);
     rope_apply<float>(q.data(), cos_t.data(), sin_t.data(), n, s.n_heads, hd, -1);
@@ -104,12 +104,12 @@ Result<ElementwiseSeconds> time_elementwise(const ModelSpec& s, int64_t tokens, 
   std::vector<float> logits = filled(rng, n * v, 1.0), loss(static_cast<size_t>(n));
   std::vector<int32_t> targets(static_cast<size_t>(n));
   for (int32_t& t : targets) t = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(v)));
-  DISTCA_ASSIGN_OR_RETURN(double lf, time_median(repeats, sync, [&] {
+  DISTCA_ASSIGN_OR_RETURN(double lf, time_median(repeats, sync, min_call_seconds, [&] {
     rmsnorm_forward<float>(xn.data(), rstd.data(), x.data(), gain.data(), n, h, kEps);
     (void)cross_entropy_forward<float>(loss.data(), logits.data(), targets.data(), n, v);
   }));
   out.loss_forward = lf / static_cast<double>(n);
-  DISTCA_ASSIGN_OR_RETURN(double lb, time_median(repeats, sync, [&] {
+  DISTCA_ASSIGN_OR_RETURN(double lb, time_median(repeats, sync, min_call_seconds, [&] {
     cross_entropy_backward<float>(logits.data(), logits.data(), targets.data(), n, v, 1.0 / static_cast<double>(n));
     std::fill(dx.begin(), dx.end(), 0.0F);
     rmsnorm_backward<float>(dx.data(), dgain.data(), dxn.data(), x.data(), rstd.data(), gain.data(), n, h);
@@ -122,7 +122,7 @@ Result<ElementwiseSeconds> time_elementwise(const ModelSpec& s, int64_t tokens, 
   std::vector<float> params = filled(rng, np, 0.02), grads = filled(rng, np, 1e-3);
   DISTCA_ASSIGN_OR_RETURN(AdamW opt, AdamW::create(np, {ParamGroup{0, np, true}}));
   Status step_status;
-  DISTCA_ASSIGN_OR_RETURN(double os, time_median(repeats, sync, [&] {
+  DISTCA_ASSIGN_OR_RETURN(double os, time_median(repeats, sync, min_call_seconds, [&] {
     clip_to_norm(grads, 1.0001, 1.0);
     if (Status st = opt.step(params, grads, 1e-4); !st.ok() && step_status.ok()) step_status = st;
   }));

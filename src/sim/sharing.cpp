@@ -13,6 +13,13 @@ namespace distca::sim {
 
 namespace {
 
+// The cores one computing rank of the profile keeps busy: its threads, or its CPU quota when
+// that is less (a capped rank never runs faster than its quota, however many threads it has).
+double rank_demand(const HardwareProfile& p) {
+  const double T = static_cast<double>(std::max<int64_t>(p.threads_per_rank, 1));
+  return p.cpu_quota > 0 ? std::min(T, p.cpu_quota) : T;
+}
+
 // The cores the profile's concurrent figures saw, over all its ranks: machine.cores, or in an
 // oversubscribed profile timed with sleeping waiters ranks x threads x alone / concurrent.
 // Alone, rank 0 had T cores of its own (the others slept); at once, each rank had its share
@@ -22,7 +29,10 @@ namespace {
 // runs first finish on a core of their own while the others wait for theirs).
 double concurrent_cores(const HardwareProfile& p) {
   const auto cores = static_cast<double>(p.cores);
-  const double T = static_cast<double>(std::max<int64_t>(p.threads_per_rank, 1));
+  const double T = rank_demand(p);
+  // Under a CPU quota each rank had its quota whether the others computed or not: the run
+  // had what the quotas add up to (at most the cores), not what alone / concurrent suggests.
+  if (p.cpu_quota > 0) return std::min(cores, static_cast<double>(p.ranks) * T);
   // Only an oversubscribed run shares cores; with a core per rank what slows the concurrent
   // figures (memory bandwidth, caches) is not a share of a core.
   if (!p.alone_waiters_sleep || static_cast<double>(p.ranks) * T <= cores) return cores;
@@ -70,7 +80,7 @@ Result<HostModel> host_model(const SimOptions& o) {
     return h;
   }
   const auto G = static_cast<double>(std::max<int64_t>(o.cluster.gpus_per_node, 1));
-  const auto T = static_cast<double>(std::max<int64_t>(p->threads_per_rank, 1));
+  const double T = rank_demand(*p);
   const int64_t ranks = o.host_ranks > 0 ? o.host_ranks : p->ranks;
   // A unit is G ranks' worth (the engines' rates are G x a rank's): a host of `ranks` ranks
   // holds ranks / G units (at least one), each keeping G x T cores busy while it computes.

@@ -5,6 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <memory>
 #include <optional>
 #include <span>
@@ -238,13 +242,13 @@ Status measure_gemms(comm::Communicator* c, const ProfileRun& run, const Progres
   const bool lead = c == nullptr || c->rank() == 0;
   uint64_t seed = 100 + static_cast<uint64_t>(c != nullptr ? c->rank() : 0);
   for (GemmRecord& g : hp.gemms) {
-    DISTCA_ASSIGN_OR_RETURN(double mine, kernels::time_profile_gemm(g, run.gemm_repeats, sync, seed++));
+    DISTCA_ASSIGN_OR_RETURN(double mine, kernels::time_profile_gemm(g, run.gemm_repeats, sync, seed++, run.min_call_seconds));
     g.seconds_concurrent = mine;
     if (c != nullptr) {
       DISTCA_ASSIGN_OR_RETURN(std::vector<double> all, c->all_gather_value(mine));
       g.seconds_concurrent = median(all);
       if (lead) {
-        DISTCA_ASSIGN_OR_RETURN(g.seconds_alone, kernels::time_profile_gemm(g, run.gemm_repeats, {}, seed++));
+        DISTCA_ASSIGN_OR_RETURN(g.seconds_alone, kernels::time_profile_gemm(g, run.gemm_repeats, {}, seed++, run.min_call_seconds));
       }
       DISTCA_RETURN_IF_ERROR(sleeping_barrier(*c));
     } else {
@@ -267,7 +271,7 @@ Status measure_elementwise(comm::Communicator* c, const ProfileRun& run, Hardwar
   const bool lead = c == nullptr || c->rank() == 0;
   const uint64_t seed = 500 + static_cast<uint64_t>(c != nullptr ? c->rank() : 0);
   DISTCA_ASSIGN_OR_RETURN(model::ElementwiseSeconds mine,
-                          model::time_elementwise(spec, hp.shape.tokens, run.gemm_repeats, barrier_of(c), seed));
+                          model::time_elementwise(spec, hp.shape.tokens, run.gemm_repeats, barrier_of(c), seed, run.min_call_seconds));
   model::ElementwiseSeconds alone = mine, concurrent = mine;
   if (c != nullptr) {
     for (double model::ElementwiseSeconds::*field :
@@ -278,7 +282,7 @@ Status measure_elementwise(comm::Communicator* c, const ProfileRun& run, Hardwar
       concurrent.*field = median(all);
     }
     if (lead) {
-      DISTCA_ASSIGN_OR_RETURN(alone, model::time_elementwise(spec, hp.shape.tokens, run.gemm_repeats, {}, seed));
+      DISTCA_ASSIGN_OR_RETURN(alone, model::time_elementwise(spec, hp.shape.tokens, run.gemm_repeats, {}, seed, run.min_call_seconds));
     }
     DISTCA_RETURN_IF_ERROR(sleeping_barrier(*c));
   }
@@ -292,7 +296,99 @@ Status measure_elementwise(comm::Communicator* c, const ProfileRun& run, Hardwar
   return {};
 }
 
+// The lines of `text`, split into fields by `sep`.
+std::vector<std::vector<std::string>> fields_of(const std::string& text, char sep) {
+  std::vector<std::vector<std::string>> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> f;
+    std::istringstream ls(line);
+    for (std::string x; std::getline(ls, x, sep);) f.push_back(x);
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+// `path` ("/a/b") and its ancestors ("/a", "/"), deepest first.
+std::vector<std::string> path_and_ancestors(std::string path) {
+  std::vector<std::string> out;
+  while (!path.empty() && path != "/") {
+    out.push_back(path);
+    path = path.substr(0, path.rfind('/'));
+  }
+  out.push_back("/");
+  return out;
+}
+
+// The least quota (cores) of the cgroups `mount` + each of `paths`; `quota_of` reads one
+// directory's (nullopt: none set or unreadable).
+double least_quota(const std::string& mount, const std::string& path,
+                   const std::function<std::optional<double>(const std::string&)>& quota_of) {
+  double least = 0;
+  for (const std::string& p : path_and_ancestors(path)) {
+    const std::optional<double> q = quota_of(mount + (p == "/" ? "" : p));
+    if (q && *q > 0 && (least == 0 || *q < least)) least = *q;
+  }
+  return least;
+}
+
+std::optional<double> to_number(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str()) return std::nullopt;
+  return v;
+}
+
 }  // namespace
+
+double cgroup_cpu_quota(const ReadText& read_given) {
+  const ReadText read = read_given ? read_given : [](const std::string& path) -> std::optional<std::string> {
+    std::ifstream in(path);
+    if (!in) return std::nullopt;
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+  };
+  const std::optional<std::string> cgroup = read("/proc/self/cgroup"), mounts = read("/proc/mounts");
+  if (!cgroup || !mounts) return 0;
+  std::string v2_mount, v1_mount, v2_path, v1_path;
+  for (const auto& m : fields_of(*mounts, ' ')) {
+    if (m.size() < 4) continue;
+    if (m[2] == "cgroup2" && v2_mount.empty()) v2_mount = m[1];
+    const std::string opts = "," + m[3] + ",";
+    if (m[2] == "cgroup" && opts.find(",cpu,") != std::string::npos && v1_mount.empty()) v1_mount = m[1];
+  }
+  for (const auto& c : fields_of(*cgroup, ':')) {
+    if (c.size() < 3) continue;
+    if (c[0] == "0" && c[1].empty()) v2_path = c[2];
+    if (("," + c[1] + ",").find(",cpu,") != std::string::npos) v1_path = c[2];
+  }
+  double least = 0;
+  auto keep = [&](double q) {
+    if (q > 0 && (least == 0 || q < least)) least = q;
+  };
+  if (!v2_mount.empty() && !v2_path.empty()) {
+    keep(least_quota(v2_mount, v2_path, [&](const std::string& dir) -> std::optional<double> {
+      const std::optional<std::string> t = read(dir + "/cpu.max");
+      if (!t) return std::nullopt;
+      const auto f = fields_of(*t, ' ');
+      if (f.empty() || f[0].size() < 2) return std::nullopt;
+      const std::optional<double> quota = to_number(f[0][0]), period = to_number(f[0][1]);
+      if (!quota || !period || *period <= 0) return std::nullopt;  // "max": none
+      return *quota / *period;
+    }));
+  }
+  if (!v1_mount.empty() && !v1_path.empty()) {
+    keep(least_quota(v1_mount, v1_path, [&](const std::string& dir) -> std::optional<double> {
+      const std::optional<std::string> q = read(dir + "/cpu.cfs_quota_us"), p = read(dir + "/cpu.cfs_period_us");
+      if (!q || !p) return std::nullopt;
+      const std::optional<double> quota = to_number(*q), period = to_number(*p);
+      if (!quota || !period || *quota <= 0 || *period <= 0) return std::nullopt;  // -1: none
+      return *quota / *period;
+    }));
+  }
+  return least;
+}
 
 double profile_run_bytes(const ProfileRun& run, int64_t ranks) {
   const kernels::ProfileOptions& a = run.attention;
@@ -337,6 +433,13 @@ Status measure_profile(comm::Communicator* c, const ProfileRun& run, const Progr
   hp.attention_forward = std::move(grids.forward);
   hp.attention_backward = std::move(grids.backward);
   hp.attention_concurrent = c != nullptr;
+  // The ranks' CPU quota (scripts/rank-cap.sh): the least over ranks, 0 when any rank had none.
+  hp.cpu_quota = cgroup_cpu_quota();
+  if (c != nullptr) {
+    DISTCA_ASSIGN_OR_RETURN(std::vector<double> quotas, c->all_gather_value(hp.cpu_quota));
+    hp.cpu_quota = *std::min_element(quotas.begin(), quotas.end());
+  }
+  hp.cpu_quota = std::min(hp.cpu_quota, static_cast<double>(hp.cores));
   if (run.hardware) {
     DISTCA_RETURN_IF_ERROR(measure_gemms(c, run, shown, hp));
     if (shown) shown("element-wise work, optimizer");

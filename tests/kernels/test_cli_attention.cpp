@@ -258,6 +258,9 @@ TEST_F(CliAttention, ProfileChecksItsSettingsAndOutputFirst) {
   const std::vector<Case> cases = {
       {"--min-seconds nan", "--min-seconds"},
       {"--min-seconds inf", "--min-seconds"},
+      {"--min-call-seconds nan", "--min-call-seconds"},
+      {"--min-call-seconds -1", "--min-call-seconds"},
+      {"--min-call-seconds 11", "--min-call-seconds"},
       {"--out " + dir_ + "/missing/table.json", "--out"},
       {"--out " + dir_, "--out"},  // a directory
   };

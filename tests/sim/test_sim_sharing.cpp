@@ -160,6 +160,45 @@ TEST(SimSharing, AConcurrentFigureAboveTheFairShareIsSlowedToIt) {
   }
 }
 
+TEST(SimSharing, ACappedProfileSharesNothing) {
+  // 4 ranks on 2 cores, each capped at half a core (rank-cap.sh --cpus 0.5): alone and at once
+  // alike (a rank alone gets no more than its quota), timed with sleeping waiters. Without the
+  // quota the alone figures say the run had 4 x 1.1 cores, clamped to 2: 4 computing units
+  // would run at half the concurrent rates. With it each rank is a device of half a core whose
+  // rates do not depend on what the others do: every bit as on an unshared host.
+  HardwareProfile hp = *make_profile(4, 2);
+  hp.alone_waiters_sleep = true;
+  for (GemmRecord& g : hp.gemms) g.seconds_alone = g.seconds_concurrent / 1.1;
+  hp.cpu_quota = 0.5;
+  ASSERT_TRUE(hp.validate("test").ok());
+  auto capped = std::make_shared<const HardwareProfile>(hp);
+  auto unshared = simulate(options(4, 1, 2, make_profile(4, 4)), {four_units()});
+  auto a = simulate(options(4, 1, 2, capped), {four_units()});
+  ASSERT_TRUE(a.ok() && unshared.ok());
+  EXPECT_EQ(a->iteration_seconds, unshared->iteration_seconds);
+  for (size_t u = 0; u < a->per_unit.size(); ++u) EXPECT_EQ(a->per_unit[u].busy, unshared->per_unit[u].busy);
+  // The quota survives the file (and a file without it reads 0).
+  const Result<HardwareProfile> back = hardware_profile_from_json(to_json(hp), "test");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->cpu_quota, 0.5);
+  nlohmann::json bad = to_json(hp);
+  bad["machine"]["cpu_quota"] = 3.0;  // above machine.cores
+  EXPECT_FALSE(hardware_profile_from_json(bad, "test").ok());
+  hp.cpu_quota = 0;  // the same figures read as an oversubscribed host
+  EXPECT_FALSE(to_json(hp)["machine"].contains("cpu_quota"));
+  auto b = simulate(options(4, 1, 2, std::make_shared<const HardwareProfile>(hp)), {four_units()});
+  ASSERT_TRUE(b.ok());
+  EXPECT_GT(b->iteration_seconds, 1.2 * unshared->iteration_seconds);
+  // A simulated host of 8 such ranks on the 2 cores (quotas adding up to 4): shared again,
+  // 8 busy units at 2 / (8 x 0.5) of their rate.
+  SimOptions eight = options(8, 1, 2, capped);
+  eight.host_ranks = 8;
+  auto c = simulate(eight, {balanced(8)});
+  auto ref = simulate(options(8, 1, 2, make_profile(8, 8)), {balanced(8)});
+  ASSERT_TRUE(c.ok() && ref.ok());
+  EXPECT_NEAR(c->per_unit[0].busy, 2 * ref->per_unit[0].busy, 1e-8 * ref->per_unit[0].busy);
+}
+
 TEST(SimSharing, AnUnsharedHostChangesNoBit) {
   // 2 ranks on 2 cores (every rank had its core): sharing is off, one plain run per engine.
   for (const char* strategy : {"colocated", "cad", "cad:single-stream", "wlb"}) {

@@ -156,6 +156,12 @@ struct HardwareProfile {
   // its own. false ("spin", and files written before the field): they spun in the
   // communicator's barrier, taking cores whenever the scheduler let them.
   bool alone_waiters_sleep = false;
+  // The CPU quota every rank ran under, in cores (JSON machine.cpu_quota, optional: 0, or
+  // absent, when some rank had none): the CFS quota over period of the rank's cgroup, the
+  // least along its path (scripts/rank-cap.sh's --cpus). A capped rank computes at its quota
+  // whether the others compute or wait, as a device does (docs/simulation-model.md,
+  // "Processor sharing").
+  double cpu_quota = 0;
   ProfileShape shape;
   // Every (layer, pass) of kProfileLayers x GemmPass exactly once, shapes from `shape`.
   std::vector<GemmRecord> gemms;

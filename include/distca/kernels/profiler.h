@@ -49,10 +49,13 @@ int profile_repetitions(double warm_seconds, int repeats, double min_seconds);
 // time_kernels for a profile cell, every rank of `sync` at once and in step: one warm-up (its
 // seconds, the slowest rank's, fix the count: profile_repetitions), then each timed repetition
 // behind sync.barrier, so no rank measures while another runs something else; the result is
-// the median over ranks of each rank's median. `clock` (seconds, monotonic_seconds when empty)
-// reads the time. Errors: the sync hooks'.
+// the median over ranks of each rank's median. Each repetition times the forward, then the
+// backward, over at least `min_call_seconds` each (time_calls, core/clock.h: back-to-back
+// calls, seconds per call; 0: one call). `clock` (seconds, monotonic_seconds when empty) reads
+// the time. Errors: the sync hooks'.
 Result<KernelTiming> time_kernels_in_step(AttentionProblem& prob, int repeats, double min_seconds,
-                                          const ProfileSync& sync, const std::function<double()>& clock = {});
+                                          const ProfileSync& sync, const std::function<double()>& clock = {},
+                                          double min_call_seconds = 0);
 
 // One product of an sgemm probe: (rows x k) times (k x n), row-major, no transposes.
 struct SgemmShape {
@@ -66,12 +69,18 @@ double measure_sgemm_flops(int64_t rows, const std::vector<SgemmShape>& shapes, 
 // The bytes measure_sgemm_flops allocates for these shapes.
 int64_t sgemm_probe_bytes(int64_t rows, const std::vector<SgemmShape>& shapes);
 
+// `distca profile --min-call-seconds`'s default (ProfileOptions::min_call_seconds).
+inline constexpr double kDefaultMinCallSeconds = 0.02;
+
 struct ProfileOptions {
   int32_t n_heads = 1, n_kv_heads = 1, head_dim = 128;
   std::vector<int64_t> q_lens;   // default: powers of two 128 .. 32768
   std::vector<int64_t> kv_lens;  // default: same
   int repeats = 3;
   double min_seconds = 0.5;  // per grid point
+  // Each timed repetition's calls span at least this long (time_kernels_in_step): 10 CFS
+  // periods of scripts/rank-cap.sh's default 2 ms, so a capped rank's figure is its share.
+  double min_call_seconds = kDefaultMinCallSeconds;
   uint64_t seed = 1;
   // The guard (profile_attention_grid): a cell more than guard_tolerance above its neighbours'
   // fit is measured again, at most guard_rounds times (0: no guard).
@@ -119,9 +128,11 @@ Result<AttentionGrids> profile_attention_split(const ProfileOptions& opt, const 
 // Times one linear-layer product of a hardware profile (cost/hardware_profile.h, GemmPass) as
 // the model runs it: gemm_tiled (kernels/blas.h) on the calling thread's OpenMP team, OpenBLAS
 // on one thread, fp32, dense operands with random values from Rng(seed). One warm-up call, then
-// `repeats` timed calls, `sync` (optional) before each; returns the median seconds.
+// `repeats` timed measurements, `sync` (optional) before each, each over at least
+// `min_call_seconds` (time_calls: back-to-back calls, seconds per call; 0: one call) on
+// `clock` (monotonic_seconds when empty); returns the median seconds per call.
 Result<double> time_profile_gemm(const GemmRecord& g, int repeats, const std::function<Status()>& sync,
-                                 uint64_t seed);
+                                 uint64_t seed, double min_call_seconds = 0, const std::function<double()>& clock = {});
 // Bytes time_profile_gemm allocates for g (its three operands).
 double profile_gemm_bytes(const GemmRecord& g);
 

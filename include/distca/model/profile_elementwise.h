@@ -46,9 +46,11 @@ double elementwise_profile_bytes(const ModelSpec& spec, int64_t tokens);
 
 // Times every figure above. `sync`, when set, runs before every timed run (a barrier: every
 // rank starts each run together, as the profile's concurrent GEMMs do); `seed` fills the
-// inputs. Preconditions: spec valid with even head_dim, tokens >= 1, repeats >= 1. Errors:
-// what `sync` returns.
+// inputs; each timed run repeats its work back to back over at least `min_call_seconds`
+// (core/clock.h time_calls; 0: once) and counts per run. Preconditions: spec valid with even
+// head_dim, tokens >= 1, repeats >= 1. Errors: what `sync` returns.
 Result<ElementwiseSeconds> time_elementwise(const ModelSpec& spec, int64_t tokens, int repeats,
-                                            const std::function<Status()>& sync, uint64_t seed);
+                                            const std::function<Status()>& sync, uint64_t seed,
+                                            double min_call_seconds = 0);
 
 }  // namespace distca::model

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "distca/comm/communicator.h"
@@ -34,7 +35,18 @@ struct ProfileRun {
   bool hardware = false;
   int gemm_repeats = 5;   // timed calls per GEMM and element-wise figure (median)
   int link_repeats = 10;  // exchanges per message size (median)
+  // Each timed GEMM and element-wise measurement spans at least this long (kernels::time_calls
+  // via time_profile_gemm, model::time_elementwise); attention's is attention.min_call_seconds.
+  double min_call_seconds = kernels::kDefaultMinCallSeconds;
 };
+
+// The CPU quota of the calling process, in cores: the least CFS quota / period over its CPU
+// cgroup and that cgroup's ancestors, in the cgroup v2 hierarchy (cpu.max "QUOTA PERIOD") and
+// in the v1 hierarchy that carries the cpu controller (cpu.cfs_quota_us / cpu.cfs_period_us),
+// found through /proc/self/cgroup and /proc/mounts; 0 when no quota is set or nothing can be
+// read. `read` returns a file's text (nullopt: unreadable); the default reads the file system.
+using ReadText = std::function<std::optional<std::string>(const std::string& path)>;
+double cgroup_cpu_quota(const ReadText& read = {});
 
 // What the run allocates at most with `ranks` ranks: the largest attention problem, the
 // largest GEMM's operands, the element-wise buffers or the link buffers (one at a time).
