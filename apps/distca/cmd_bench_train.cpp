@@ -419,6 +419,23 @@ int run(const TrainBenchFlags& f, bool ranks_given) {
   return report_data_parallel(f, launched.group.size, fig, hw);
 }
 
+// The first refusal among flags that are valid alone but not together (before --compare's
+// defaults apply), or nullopt.
+std::optional<std::string> combination_error(const TrainBenchFlags& g, bool drawn, bool seed_given) {
+  if (g.tolerance_auto && g.hardware.empty()) {
+    return "--tolerance auto needs --hardware FILE (the link and attention figures)";
+  }
+  if (g.tolerance_auto && (g.pp > 1 || g.compare)) return "--tolerance auto applies to --pp 1 without --compare";
+  if (g.kv_once == "auto" && (g.hardware.empty() || g.pp > 1 || g.compare)) {
+    return "--kv-once auto needs --hardware FILE and applies to --pp 1 without --compare";
+  }
+  if (g.ranks_per_host != 0 && g.compare) return "--ranks-per-host applies to bench train without --compare";
+  if (!g.compare && (drawn || seed_given)) {
+    return std::string(drawn ? "--workload " + g.workload : "--seed") + " applies to --compare";
+  }
+  return std::nullopt;
+}
+
 Runner setup(CLI::App& app) {
   auto f = std::make_shared<TrainBenchFlags>();
   app.add_option("--backend", f->backend, "local (rank threads) or mpi (under mpirun)")
@@ -491,23 +508,7 @@ Runner setup(CLI::App& app) {
     if (!tol.ok()) return first ? fail_input(tol.status().message()) : kExitBadInput;
     g.tolerance_auto = !tol->has_value();
     g.tolerance = tol->value_or(g.tolerance);
-    if (g.tolerance_auto && g.hardware.empty()) {
-      return first ? fail_input("--tolerance auto needs --hardware FILE (the link and attention figures)") : kExitBadInput;
-    }
-    if (g.tolerance_auto && (g.pp > 1 || g.compare)) {
-      return first ? fail_input("--tolerance auto applies to --pp 1 without --compare") : kExitBadInput;
-    }
-    if (g.kv_once == "auto" && (g.hardware.empty() || g.pp > 1 || g.compare)) {
-      return first ? fail_input("--kv-once auto needs --hardware FILE and applies to --pp 1 without --compare")
-                   : kExitBadInput;
-    }
-    if (g.ranks_per_host != 0 && g.compare) {
-      return first ? fail_input("--ranks-per-host applies to bench train without --compare") : kExitBadInput;
-    }
-    if (!g.compare && (drawn || seed_opt->count() > 0)) {
-      return first ? fail_input(std::string(drawn ? "--workload " + g.workload : "--seed") + " applies to --compare")
-                   : kExitBadInput;
-    }
+    if (const auto e = combination_error(g, drawn, seed_opt->count() > 0)) return first ? fail_input(*e) : kExitBadInput;
     if (g.compare) {
       if (workload_opt->count() > 0 && !drawn) {
         return first ? fail_input("--compare draws its documents: --workload pretrain or prolong (got " + g.workload + ")")

@@ -502,6 +502,27 @@ Result<TpWaitProfile> read_tp_wait(const Reader& r, const nlohmann::json& links)
   return w;
 }
 
+// The profile's "machine" object into p's machine fields.
+Status read_machine(const Reader& r, const nlohmann::json& j, HardwareProfile& p) {
+  DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* machine, r.object(j, "machine", "machine"));
+  DISTCA_ASSIGN_OR_RETURN(p.cpu, r.string(*machine, "machine.cpu", "cpu"));
+  DISTCA_ASSIGN_OR_RETURN(p.cores, r.integer(*machine, "machine.cores", "cores"));
+  DISTCA_ASSIGN_OR_RETURN(p.ranks, r.integer(*machine, "machine.ranks", "ranks"));
+  DISTCA_ASSIGN_OR_RETURN(p.threads_per_rank, r.integer(*machine, "machine.threads_per_rank", "threads_per_rank"));
+  DISTCA_ASSIGN_OR_RETURN(p.blas, r.string(*machine, "machine.blas", "blas"));
+  if (machine->contains("alone_waiters")) {  // optional: absent in files written before it
+    DISTCA_ASSIGN_OR_RETURN(std::string w, r.string(*machine, "machine.alone_waiters", "alone_waiters"));
+    if (w != "sleep" && w != "spin") {
+      return r.bad("machine.alone_waiters", "must be \"sleep\" or \"spin\" (got \"" + w + "\")");
+    }
+    p.alone_waiters_sleep = w == "sleep";
+  }
+  if (machine->contains("cpu_quota")) {  // optional: absent when uncapped, and in older files
+    DISTCA_ASSIGN_OR_RETURN(p.cpu_quota, r.number(*machine, "machine.cpu_quota", "cpu_quota"));
+  }
+  return Status::ok_status();
+}
+
 }  // namespace
 
 Result<HardwareProfile> hardware_profile_from_json(const nlohmann::json& j, const std::string& source) {
@@ -519,22 +540,7 @@ Result<HardwareProfile> hardware_profile_from_json(const nlohmann::json& j, cons
                                 " (the only hardware-profile version this build reads)");
   }
   HardwareProfile p;
-  DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* machine, r.object(j, "machine", "machine"));
-  DISTCA_ASSIGN_OR_RETURN(p.cpu, r.string(*machine, "machine.cpu", "cpu"));
-  DISTCA_ASSIGN_OR_RETURN(p.cores, r.integer(*machine, "machine.cores", "cores"));
-  DISTCA_ASSIGN_OR_RETURN(p.ranks, r.integer(*machine, "machine.ranks", "ranks"));
-  DISTCA_ASSIGN_OR_RETURN(p.threads_per_rank, r.integer(*machine, "machine.threads_per_rank", "threads_per_rank"));
-  DISTCA_ASSIGN_OR_RETURN(p.blas, r.string(*machine, "machine.blas", "blas"));
-  if (machine->contains("alone_waiters")) {  // optional: absent in files written before it
-    DISTCA_ASSIGN_OR_RETURN(std::string w, r.string(*machine, "machine.alone_waiters", "alone_waiters"));
-    if (w != "sleep" && w != "spin") {
-      return r.bad("machine.alone_waiters", "must be \"sleep\" or \"spin\" (got \"" + w + "\")");
-    }
-    p.alone_waiters_sleep = w == "sleep";
-  }
-  if (machine->contains("cpu_quota")) {  // optional: absent when uncapped, and in older files
-    DISTCA_ASSIGN_OR_RETURN(p.cpu_quota, r.number(*machine, "machine.cpu_quota", "cpu_quota"));
-  }
+  DISTCA_RETURN_IF_ERROR(read_machine(r, j, p));
 
   DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* model, r.object(j, "model", "model"));
   ProfileShape& s = p.shape;
