@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "distca/core/check.h"
+#include "distca/kernels/blas.h"
 #include "distca/model/layers.h"
 
 namespace distca::model {
@@ -99,6 +100,20 @@ Status gather_parts(comm::Communicator& tp, T* all, const std::vector<RowRange>&
   return tp.all_to_all_v(a);
 }
 
+// The rank-order sum of scatter_parts and the overlapped reduce-scatter: out (count) =
+// ((a_0 + a_1) + a_2) + ..., a_p being `own` for p == rank and slot p of `recv` otherwise.
+template <class T>
+void sum_rank_order(T* out, const T* own, const T* recv, int rank, int size, int64_t count) {
+  for (int p = 0; p < size; ++p) {
+    const T* addend = p == rank ? own : recv + static_cast<int64_t>(p) * count;
+    if (p == 0) {
+      std::copy_n(addend, count, out);
+    } else {
+      add_inplace<T>(out, addend, count);
+    }
+  }
+}
+
 // partial: (n, width) this rank's addend of every row; out: (parts[rank].size(), width) the
 // sum over ranks p in rank order of partial_p's rows parts[rank].
 template <class T>
@@ -128,18 +143,191 @@ Status scatter_parts(comm::Communicator& tp, const T* partial, T* out,
   a.recv_displs = recv_displs;
   a.label = "tp reduce_scatter";
   DISTCA_RETURN_IF_ERROR(tp.all_to_all_v(a));
-  const T* own = partial + mine.begin * width;
-  for (int p = 0; p < size; ++p) {
-    const T* addend = p == rank ? own : recv.data() + static_cast<int64_t>(p) * count;
-    if (p == 0) {
-      std::copy_n(addend, count, out);
-    } else {
-      add_inplace<T>(out, addend, count);
-    }
-  }
+  sum_rank_order<T>(out, partial + mine.begin * width, recv.data(), rank, size, count);
   return Status::ok_status();
 }
 
+
+// The point-to-point exchanges of one overlapped collective. Every one is completed before
+// the collective returns (communicator.h: an exchange must not be dropped unfinished), and
+// on a failure the group is failed first so that no wait can hang.
+class InFlight {
+ public:
+  explicit InFlight(comm::Communicator& c) : c_(c) {}
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+  ~InFlight() { DISTCA_CHECK_MSG(all_done_, "an overlapped TP collective left an exchange unfinished"); }
+
+  // Starts a send (is_send) or a receive of `count` elements at `data` with rank `peer`;
+  // returns its slot. On a start failure: fails the group and completes the rest.
+  template <class T>
+  Result<size_t> start(bool is_send, T* data, int64_t count, int peer, const char* label) {
+    const auto bytes = static_cast<size_t>(count) * sizeof(T);
+    Result<std::unique_ptr<comm::Exchange>> ex =
+        is_send ? c_.start_send(std::span<const std::byte>(reinterpret_cast<const std::byte*>(data), bytes),
+                                peer, kTpOverlapTag, label)
+                : c_.start_recv(std::span<std::byte>(reinterpret_cast<std::byte*>(data), bytes), peer,
+                                kTpOverlapTag, label);
+    if (!ex.ok()) return abort(ex.status());
+    ex_.push_back(std::move(*ex));
+    all_done_ = false;
+    return ex_.size() - 1;
+  }
+  bool test(size_t slot) { return ex_[slot]->test(); }
+  // Waits for one exchange; on its failure fails the group and completes the rest.
+  Status wait(size_t slot) {
+    Status st = ex_[slot]->wait();
+    return st.ok() ? st : abort(st);
+  }
+  Status wait_all() {
+    for (auto& e : ex_) {
+      if (Status st = e->wait(); !st.ok()) return abort(st);
+    }
+    all_done_ = true;
+    return Status::ok_status();
+  }
+
+ private:
+  Status abort(const Status& cause) {
+    c_.fail(cause);
+    for (auto& e : ex_) (void)e->wait();
+    all_done_ = true;
+    return cause;
+  }
+  comm::Communicator& c_;
+  std::vector<std::unique_ptr<comm::Exchange>> ex_;
+  bool all_done_ = true;
+};
+
+// The row tiles of the model's products (gemm_tiled: kernels::kGemmTileRows rows) over n rows.
+// The overlapped collectives run their products on whole tiles only: a product over fewer rows
+// than a tile computes some elements with another kernel path (OpenBLAS, Haswell kernels: a
+// row split inside a tile changes 6-13% of the elements by rounding), while a product over
+// whole tiles makes the very BLAS calls of the one product over all n rows, so the overlapped
+// path has the blocking path's bits.
+class RowTiles {
+ public:
+  explicit RowTiles(int64_t n) : n_(n), done_(static_cast<size_t>((n + kTile - 1) / kTile), false) {}
+  // Runs rows(r) on every tile not yet done that ready(tile rows) accepts, runs of consecutive
+  // tiles merged into one call.
+  template <class Ready, class Rows>
+  void run(Ready&& ready, Rows&& rows) {
+    int64_t run_begin = -1;
+    for (size_t i = 0; i <= done_.size(); ++i) {
+      const int64_t b = static_cast<int64_t>(i) * kTile;
+      const bool take = i < done_.size() && !done_[i] && ready(RowRange{b, std::min(n_, b + kTile)});
+      if (take) {
+        done_[i] = true;
+        if (run_begin < 0) run_begin = b;
+      } else if (run_begin >= 0) {
+        rows(RowRange{run_begin, std::min(n_, b)});
+        run_begin = -1;
+      }
+    }
+  }
+
+ private:
+  static constexpr int64_t kTile = kernels::kGemmTileRows;
+  int64_t n_;
+  std::vector<bool> done_;
+};
+
+bool meets(RowRange a, RowRange b) { return std::max(a.begin, b.begin) < std::min(a.end, b.end); }
+
+// An all-gather of the row blocks parts[p] of all (n, width) overlapped with the work on
+// them: rows(r) runs on the row tiles (RowTiles) as their rows become available: the ones
+// within the rank's own block first, then as each peer's block arrives (whichever test()
+// reports first, else the next in the order rank - 1, rank - 2, ...) the tiles it completes.
+// Every rank sends its block straight to every other rank (all-pairs: T - 1 messages of its
+// block, as the blocking gather_parts). Blocking (overlap false): gather_parts, then
+// rows({0, n}) once. Each row's work depends on that row only, so the order of the calls
+// cannot change their results.
+template <class T, class Rows>
+Status gather_then(comm::Communicator& tp, T* all, const std::vector<RowRange>& parts, int64_t width,
+                   bool overlap, Rows&& rows) {
+  const int size = tp.size(), rank = tp.rank();
+  if (!overlap || size == 1) {
+    if (size > 1) DISTCA_RETURN_IF_ERROR(gather_parts<T>(tp, all, parts, width));
+    rows(RowRange{parts.front().begin, parts.back().end});
+    return Status::ok_status();
+  }
+  const RowRange mine = parts[static_cast<size_t>(rank)];
+  InFlight f(tp);
+  std::vector<std::pair<int, size_t>> pending;  // (peer, slot of its receive)
+  for (int k = 1; k < size; ++k) {
+    const int p = (rank - k + size) % size;
+    const RowRange r = parts[static_cast<size_t>(p)];
+    if (r.size() == 0) continue;
+    DISTCA_ASSIGN_OR_RETURN(size_t slot, f.start(false, all + r.begin * width, r.size() * width, p, "tp all_gather"));
+    pending.emplace_back(p, slot);
+  }
+  for (int k = 1; k < size && mine.size() > 0; ++k) {
+    DISTCA_RETURN_IF_ERROR(
+        f.start(true, all + mine.begin * width, mine.size() * width, (rank + k) % size, "tp all_gather").status());
+  }
+  std::vector<bool> arrived(static_cast<size_t>(size), false);
+  arrived[static_cast<size_t>(rank)] = true;
+  RowTiles tiles(parts.back().end);
+  auto ready = [&](RowRange t) {
+    for (int p = 0; p < size; ++p) {
+      if (!arrived[static_cast<size_t>(p)] && meets(parts[static_cast<size_t>(p)], t)) return false;
+    }
+    return true;
+  };
+  tiles.run(ready, rows);
+  while (!pending.empty()) {
+    auto it = std::find_if(pending.begin(), pending.end(), [&](const auto& e) { return f.test(e.second); });
+    if (it == pending.end()) {
+      it = pending.begin();
+      DISTCA_RETURN_IF_ERROR(f.wait(it->second));
+    }
+    arrived[static_cast<size_t>(it->first)] = true;
+    pending.erase(it);
+    tiles.run(ready, rows);
+  }
+  tiles.run([](RowRange) { return true; }, rows);  // blocks of no rows complete no tile
+  return f.wait_all();
+}
+
+// A reduce-scatter of partial (n, width) overlapped with the work that writes it: rows(r)
+// writes partial's rows r (called on whole row tiles, RowTiles); out (parts[rank].size(),
+// width) receives the rank-order sum of every rank's partial over the rank's rows (as
+// scatter_parts, the same bits). Overlapped: every peer's block is computed (the tiles it
+// meets) and sent at once, peers in the order rank + 1, rank + 2, ... (so no two ranks start
+// with the same destination), then the rest (the rank's own block), then after() (work that
+// needs no exchanged rows: the weight gradients), then the wait and the sum. Blocking:
+// rows({0, n}), after(), scatter_parts.
+template <class T, class Rows, class After>
+Status compute_then_scatter(comm::Communicator& tp, T* partial, T* out, const std::vector<RowRange>& parts,
+                            int64_t width, bool overlap, Rows&& rows, After&& after) {
+  const int size = tp.size(), rank = tp.rank();
+  if (!overlap || size == 1) {
+    rows(RowRange{parts.front().begin, parts.back().end});
+    after();
+    return scatter_parts<T>(tp, partial, out, parts, width);
+  }
+  const RowRange mine = parts[static_cast<size_t>(rank)];
+  const int64_t count = mine.size() * width;
+  std::vector<T> recv(static_cast<size_t>(count * size));
+  InFlight f(tp);
+  for (int p = 0; p < size && count > 0; ++p) {
+    if (p == rank) continue;
+    DISTCA_RETURN_IF_ERROR(f.start(false, recv.data() + p * count, count, p, "tp reduce_scatter").status());
+  }
+  RowTiles tiles(parts.back().end);
+  for (int k = 1; k < size; ++k) {
+    const int p = (rank + k) % size;
+    const RowRange r = parts[static_cast<size_t>(p)];
+    if (r.size() == 0) continue;
+    tiles.run([&](RowRange t) { return meets(r, t); }, rows);
+    DISTCA_RETURN_IF_ERROR(f.start(true, partial + r.begin * width, r.size() * width, p, "tp reduce_scatter").status());
+  }
+  tiles.run([](RowRange) { return true; }, rows);
+  after();
+  DISTCA_RETURN_IF_ERROR(f.wait_all());
+  sum_rank_order<T>(out, partial + mine.begin * width, recv.data(), rank, size, count);
+  return Status::ok_status();
+}
 }  // namespace
 
 Status check_tp(const ModelSpec& spec, int64_t tp) {
@@ -301,70 +489,98 @@ Status tp_all_reduce_replicated(comm::Communicator& tp, std::span<double> grads)
   return tp.all_reduce_sum(grads);
 }
 
-// RMSNorm of the rank's rows into its rows of the gathered buffer, then the all-gather.
+namespace {
+
+// dx (rows, in) (+)= dy (rows, out) @ w (out, in): linear_backward's input gradient alone.
 template <class T>
-Status norm_and_gather(comm::Communicator& tp, const TpStep<T>& s, const T* x, const T* gain,
-                       T* rstd, T* xn_all, int64_t h) {
-  const RowRange mine = tp_range_rows(s, tp.size(), tp.rank());
-  rmsnorm_forward<T>(xn_all + mine.begin * h, rstd, x, gain, mine.size(), h, s.rms_eps);
-  return gather_parts<T>(tp, xn_all, step_parts(s, tp.size()), h);
+void linear_dx(T* dx, const T* dy, const T* w, int64_t rows, int64_t in, int64_t out, bool accumulate) {
+  gemm<T>(false, false, rows, in, out, T(1), dy, w, accumulate ? T(1) : T(0), dx);
+}
+// dw (out, in) += dy^T (out, n) @ x (n, in): linear_backward's weight gradient alone, over all
+// n rows in one product (splitting its inner dimension by rows would change its bits).
+template <class T>
+void linear_dw(T* dw, const T* dy, const T* x, int64_t n, int64_t in, int64_t out) {
+  gemm<T>(true, false, out, in, n, T(1), dy, x, T(1), dw);
 }
 
-// out (n_r, h) = residual + reduce_scatter(act (n, in) @ w (h, in)^T).
+// RMSNorm of the rank's rows into its rows of the gathered buffer, then the all-gather, with
+// rows(r) (the column-parallel products of the rows r) overlapped with it (gather_then).
+template <class T, class Rows>
+Status norm_gather_then(comm::Communicator& tp, const TpStep<T>& s, const T* x, const T* gain, T* rstd,
+                        T* xn_all, int64_t h, Rows&& rows) {
+  const RowRange mine = tp_range_rows(s, tp.size(), tp.rank());
+  rmsnorm_forward<T>(xn_all + mine.begin * h, rstd, x, gain, mine.size(), h, s.rms_eps);
+  return gather_then<T>(tp, xn_all, step_parts(s, tp.size()), h, s.overlap, rows);
+}
+
+// out (n_r, h) = residual + reduce_scatter(act (n, in) @ w (h, in)^T), the product computed
+// block by block as compute_then_scatter sends it.
 template <class T>
-Status row_parallel_residual(comm::Communicator& tp, const TpStep<T>& s, const T* act,
-                             const T* w, int64_t in, int64_t h, const T* residual, T* out) {
+Status row_parallel_residual(comm::Communicator& tp, const TpStep<T>& s, const T* act, const T* w,
+                             int64_t in, int64_t h, const T* residual, T* out) {
   std::vector<T> partial(static_cast<size_t>(s.n * h));
-  linear_forward<T>(partial.data(), act, w, s.n, in, h);
-  DISTCA_RETURN_IF_ERROR(scatter_parts<T>(tp, partial.data(), out, step_parts(s, tp.size()), h));
+  auto rows = [&](RowRange r) { linear_forward<T>(partial.data() + r.begin * h, act + r.begin * in, w, r.size(), in, h); };
+  DISTCA_RETURN_IF_ERROR(
+      compute_then_scatter<T>(tp, partial.data(), out, step_parts(s, tp.size()), h, s.overlap, rows, [] {}));
   add_inplace<T>(out, residual, tp_range_rows(s, tp.size(), tp.rank()).size() * h);
   return Status::ok_status();
 }
 
+// dy (n_r, h) gathered into all (n, h) (the gradient every rank's column slice needs), with
+// rows(r) overlapped with it (gather_then).
+template <class T, class Rows>
+Status gather_grad_then(comm::Communicator& tp, const TpStep<T>& s, const T* dy, int64_t h, std::vector<T>& all,
+                        Rows&& rows) {
+  all.assign(static_cast<size_t>(s.n * h), T(0));
+  const RowRange mine = tp_range_rows(s, tp.size(), tp.rank());
+  std::copy_n(dy, mine.size() * h, all.data() + mine.begin * h);
+  return gather_then<T>(tp, all.data(), step_parts(s, tp.size()), h, s.overlap, rows);
+}
+
+// dxn_all (n, h): rows(r) writes this rank's partial d(normed input) of the rows r; it is
+// reduce-scattered as it is written, after() (the weight gradients) runs while the blocks
+// travel, then the norm's backward on the rank's rows accumulates into dx (n_r, h) and dgain.
+template <class T, class Rows, class After>
+Status scatter_norm_backward(comm::Communicator& tp, const TpStep<T>& s, T* dxn_all, Rows&& rows, After&& after,
+                             const T* x, const T* rstd, const T* gain, T* dgain, T* dx, int64_t h) {
+  const RowRange mine = tp_range_rows(s, tp.size(), tp.rank());
+  std::vector<T> dxn(static_cast<size_t>(mine.size() * h));
+  DISTCA_RETURN_IF_ERROR(
+      compute_then_scatter<T>(tp, dxn_all, dxn.data(), step_parts(s, tp.size()), h, s.overlap, rows, after));
+  rmsnorm_backward<T>(dx, dgain, dxn.data(), x, rstd, gain, mine.size(), h);
+  return Status::ok_status();
+}
+
+}  // namespace
+
 template <class T>
 Status tp_attention_in_forward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
                                const TpLayerTensors<const T>& w, const TpLayerActs<T>& a) {
-  DISTCA_RETURN_IF_ERROR(norm_and_gather<T>(tp, s, a.x, w.attn_norm, a.rstd1, a.xn1, d.h));
-  linear_forward<T>(a.q, a.xn1, w.wq, s.n, d.h, d.qd());
-  linear_forward<T>(a.k, a.xn1, w.wk, s.n, d.h, d.kvd());
-  linear_forward<T>(a.v, a.xn1, w.wv, s.n, d.h, d.kvd());
-  rope_apply<T>(a.q, s.rope_cos, s.rope_sin, s.n, d.heads, d.hd, +1);
-  rope_apply<T>(a.k, s.rope_cos, s.rope_sin, s.n, d.kv_heads, d.hd, +1);
-  return Status::ok_status();
+  const int64_t h = d.h, qd = d.qd(), kvd = d.kvd(), half = d.hd / 2;
+  auto qkv = [&](RowRange r) {
+    const int64_t b = r.begin, m = r.size();
+    linear_forward<T>(a.q + b * qd, a.xn1 + b * h, w.wq, m, h, qd);
+    linear_forward<T>(a.k + b * kvd, a.xn1 + b * h, w.wk, m, h, kvd);
+    linear_forward<T>(a.v + b * kvd, a.xn1 + b * h, w.wv, m, h, kvd);
+    rope_apply<T>(a.q + b * qd, s.rope_cos + b * half, s.rope_sin + b * half, m, d.heads, d.hd, +1);
+    rope_apply<T>(a.k + b * kvd, s.rope_cos + b * half, s.rope_sin + b * half, m, d.kv_heads, d.hd, +1);
+  };
+  return norm_gather_then<T>(tp, s, a.x, w.attn_norm, a.rstd1, a.xn1, h, qkv);
 }
 
 template <class T>
 Status tp_attention_out_mlp_forward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
                                     const TpLayerTensors<const T>& w, const TpLayerActs<T>& a) {
-  DISTCA_RETURN_IF_ERROR(row_parallel_residual<T>(tp, s, a.o, w.wo, d.qd(), d.h, a.x, a.x_mid));
-  DISTCA_RETURN_IF_ERROR(norm_and_gather<T>(tp, s, a.x_mid, w.ffn_norm, a.rstd2, a.xn2, d.h));
-  linear_forward<T>(a.g, a.xn2, w.w1, s.n, d.h, d.f());
-  linear_forward<T>(a.u, a.xn2, w.w3, s.n, d.h, d.f());
-  swiglu_forward<T>(a.a, a.g, a.u, s.n, d.f());
-  return row_parallel_residual<T>(tp, s, a.a, w.w2, d.f(), d.h, a.x_mid, a.out);
-}
-
-// dy (n_r, h) gathered into (n, h): the gradient every rank's column slice needs.
-template <class T>
-Status gather_grad(comm::Communicator& tp, const TpStep<T>& s, const T* dy, int64_t h,
-                   std::vector<T>& all) {
-  all.assign(static_cast<size_t>(s.n * h), T(0));
-  const RowRange mine = tp_range_rows(s, tp.size(), tp.rank());
-  std::copy_n(dy, mine.size() * h, all.data() + mine.begin * h);
-  return gather_parts<T>(tp, all.data(), step_parts(s, tp.size()), h);
-}
-
-// dxn_all (n, h): this rank's partial d(normed input) for every row; reduce-scatters it and
-// runs the norm's backward on the rank's rows, accumulating into dx (n_r, h) and dgain.
-template <class T>
-Status scatter_norm_backward(comm::Communicator& tp, const TpStep<T>& s, const T* dxn_all,
-                             const T* x, const T* rstd, const T* gain, T* dgain, T* dx,
-                             int64_t h) {
-  const RowRange mine = tp_range_rows(s, tp.size(), tp.rank());
-  std::vector<T> dxn(static_cast<size_t>(mine.size() * h));
-  DISTCA_RETURN_IF_ERROR(scatter_parts<T>(tp, dxn_all, dxn.data(), step_parts(s, tp.size()), h));
-  rmsnorm_backward<T>(dx, dgain, dxn.data(), x, rstd, gain, mine.size(), h);
-  return Status::ok_status();
+  const int64_t h = d.h, f = d.f();
+  DISTCA_RETURN_IF_ERROR(row_parallel_residual<T>(tp, s, a.o, w.wo, d.qd(), h, a.x, a.x_mid));
+  auto gate_up = [&](RowRange r) {
+    const int64_t b = r.begin, m = r.size();
+    linear_forward<T>(a.g + b * f, a.xn2 + b * h, w.w1, m, h, f);
+    linear_forward<T>(a.u + b * f, a.xn2 + b * h, w.w3, m, h, f);
+    swiglu_forward<T>(a.a + b * f, a.g + b * f, a.u + b * f, m, f);
+  };
+  DISTCA_RETURN_IF_ERROR(norm_gather_then<T>(tp, s, a.x_mid, w.ffn_norm, a.rstd2, a.xn2, h, gate_up));
+  return row_parallel_residual<T>(tp, s, a.a, w.w2, f, h, a.x_mid, a.out);
 }
 
 template <class T>
@@ -373,20 +589,33 @@ Status tp_attention_out_mlp_backward(comm::Communicator& tp, const TpDims& d,
                                      const TpLayerTensors<T>& g, const TpLayerActs<T>& a,
                                      T* dx, T* d_o) {
   const int64_t n = s.n, h = d.h, f = d.f();
-  std::vector<T> dy_all, da(static_cast<size_t>(n * f)), dg(da.size()), du(da.size());
+  std::vector<T> dy_all, dxn_all(static_cast<size_t>(n * h)), da(static_cast<size_t>(n * f)), dg(da.size()),
+      du(da.size());
   // Feed-forward block: dx holds d(out); the residual passes it to x_mid unchanged.
-  DISTCA_RETURN_IF_ERROR(gather_grad<T>(tp, s, dx, h, dy_all));
-  linear_backward<T>(da.data(), g.w2, dy_all.data(), a.a, w.w2, n, f, h, false);
-  swiglu_backward<T>(dg.data(), du.data(), da.data(), a.g, a.u, n, f);
-  // d(out) is read: its buffer takes the partial d(xn) (written, not accumulated, first).
-  T* dxn_all = dy_all.data();
-  linear_backward<T>(dxn_all, g.w1, dg.data(), a.xn2, w.w1, n, h, f, false);
-  linear_backward<T>(dxn_all, g.w3, du.data(), a.xn2, w.w3, n, h, f, true);
-  DISTCA_RETURN_IF_ERROR(scatter_norm_backward<T>(tp, s, dxn_all, a.x_mid, a.rstd2,
+  auto down = [&](RowRange r) {
+    const int64_t b = r.begin, m = r.size();
+    linear_dx<T>(da.data() + b * f, dy_all.data() + b * h, w.w2, m, f, h, false);
+    swiglu_backward<T>(dg.data() + b * f, du.data() + b * f, da.data() + b * f, a.g + b * f, a.u + b * f, m, f);
+  };
+  DISTCA_RETURN_IF_ERROR(gather_grad_then<T>(tp, s, dx, h, dy_all, down));
+  auto gate_up = [&](RowRange r) {
+    const int64_t b = r.begin, m = r.size();
+    linear_dx<T>(dxn_all.data() + b * h, dg.data() + b * f, w.w1, m, h, f, false);
+    linear_dx<T>(dxn_all.data() + b * h, du.data() + b * f, w.w3, m, h, f, true);
+  };
+  auto weights = [&] {
+    linear_dw<T>(g.w2, dy_all.data(), a.a, n, f, h);
+    linear_dw<T>(g.w1, dg.data(), a.xn2, n, h, f);
+    linear_dw<T>(g.w3, du.data(), a.xn2, n, h, f);
+  };
+  DISTCA_RETURN_IF_ERROR(scatter_norm_backward<T>(tp, s, dxn_all.data(), gate_up, weights, a.x_mid, a.rstd2,
                                                   w.ffn_norm, g.ffn_norm, dx, h));
   // Attention output projection: dx now holds d(x_mid).
-  DISTCA_RETURN_IF_ERROR(gather_grad<T>(tp, s, dx, h, dy_all));
-  linear_backward<T>(d_o, g.wo, dy_all.data(), a.o, w.wo, n, d.qd(), h, false);
+  auto out_proj = [&](RowRange r) {
+    linear_dx<T>(d_o + r.begin * d.qd(), dy_all.data() + r.begin * h, w.wo, r.size(), d.qd(), h, false);
+  };
+  DISTCA_RETURN_IF_ERROR(gather_grad_then<T>(tp, s, dx, h, dy_all, out_proj));
+  linear_dw<T>(g.wo, dy_all.data(), a.o, n, d.qd(), h);
   return Status::ok_status();
 }
 
@@ -394,14 +623,22 @@ template <class T>
 Status tp_attention_in_backward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
                                 const TpLayerTensors<const T>& w, const TpLayerTensors<T>& g,
                                 const TpLayerActs<T>& a, T* dq, T* dk, const T* dv, T* dx) {
-  const int64_t n = s.n, h = d.h;
+  const int64_t n = s.n, h = d.h, qd = d.qd(), kvd = d.kvd();
   std::vector<T> dxn_all(static_cast<size_t>(n * h));
   rope_apply<T>(dq, s.rope_cos, s.rope_sin, n, d.heads, d.hd, -1);
   rope_apply<T>(dk, s.rope_cos, s.rope_sin, n, d.kv_heads, d.hd, -1);
-  linear_backward<T>(dxn_all.data(), g.wq, dq, a.xn1, w.wq, n, h, d.qd(), false);
-  linear_backward<T>(dxn_all.data(), g.wk, dk, a.xn1, w.wk, n, h, d.kvd(), true);
-  linear_backward<T>(dxn_all.data(), g.wv, dv, a.xn1, w.wv, n, h, d.kvd(), true);
-  return scatter_norm_backward<T>(tp, s, dxn_all.data(), a.x, a.rstd1, w.attn_norm,
+  auto qkv = [&](RowRange r) {
+    const int64_t b = r.begin, m = r.size();
+    linear_dx<T>(dxn_all.data() + b * h, dq + b * qd, w.wq, m, h, qd, false);
+    linear_dx<T>(dxn_all.data() + b * h, dk + b * kvd, w.wk, m, h, kvd, true);
+    linear_dx<T>(dxn_all.data() + b * h, dv + b * kvd, w.wv, m, h, kvd, true);
+  };
+  auto weights = [&] {
+    linear_dw<T>(g.wq, dq, a.xn1, n, h, qd);
+    linear_dw<T>(g.wk, dk, a.xn1, n, h, kvd);
+    linear_dw<T>(g.wv, dv, a.xn1, n, h, kvd);
+  };
+  return scatter_norm_backward<T>(tp, s, dxn_all.data(), qkv, weights, a.x, a.rstd1, w.attn_norm,
                                   g.attn_norm, dx, h);
 }
 
@@ -421,8 +658,10 @@ Status tp_embedding_forward(comm::Communicator& tp, const TpDims& d, const TpSte
 template <class T>
 Status tp_embedding_backward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
                              const int32_t* tokens, const T* dx, T* demb) {
+  // Blocking: the rows' gradients are added to demb in row order (a token may repeat), so no
+  // row can be added before the rows above it have arrived; nothing else to overlap with.
   std::vector<T> all;
-  DISTCA_RETURN_IF_ERROR(gather_grad<T>(tp, s, dx, d.h, all));
+  DISTCA_RETURN_IF_ERROR(gather_grad_then<T>(tp, s, dx, d.h, all, [](RowRange) {}));
   for (int64_t t = 0; t < s.n; ++t) {
     const int64_t v = tokens[t];
     if (v >= d.vocab.begin && v < d.vocab.end) {
@@ -512,8 +751,11 @@ template <class T>
 Status tp_head_forward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
                        const T* final_norm, const T* lm_head, const TpHeadActs<T>& a,
                        const int32_t* targets) {
-  DISTCA_RETURN_IF_ERROR(norm_and_gather<T>(tp, s, a.x, final_norm, a.rstd, a.xn, d.h));
-  linear_forward<T>(a.logits, a.xn, lm_head, s.n, d.h, d.vocab.size());
+  const int64_t h = d.h, vr = d.vocab.size();
+  auto logits = [&](RowRange r) {
+    linear_forward<T>(a.logits + r.begin * vr, a.xn + r.begin * h, lm_head, r.size(), h, vr);
+  };
+  DISTCA_RETURN_IF_ERROR(norm_gather_then<T>(tp, s, a.x, final_norm, a.rstd, a.xn, h, logits));
   return tp_vocab_cross_entropy_forward<T>(tp, d, s.n, a.logits, targets, a.loss, a.stats);
 }
 
@@ -522,12 +764,15 @@ Status tp_head_backward(comm::Communicator& tp, const TpDims& d, const TpStep<T>
                         const T* final_norm, const T* lm_head, T* g_final_norm, T* g_lm_head,
                         const TpHeadActs<T>& a, const int32_t* targets, double scale, T* dx) {
   tp_vocab_cross_entropy_backward<T>(d, s.n, a.logits, a.logits, a.stats, targets, scale);
-  std::vector<T> dxn_all(static_cast<size_t>(s.n * d.h));
-  linear_backward<T>(dxn_all.data(), g_lm_head, a.logits, a.xn, lm_head, s.n, d.h,
-                     d.vocab.size(), false);
-  std::fill_n(dx, tp_range_rows(s, tp.size(), tp.rank()).size() * d.h, T(0));
-  return scatter_norm_backward<T>(tp, s, dxn_all.data(), a.x, a.rstd, final_norm, g_final_norm,
-                                  dx, d.h);
+  const int64_t h = d.h, vr = d.vocab.size();
+  std::vector<T> dxn_all(static_cast<size_t>(s.n * h));
+  auto rows = [&](RowRange r) {
+    linear_dx<T>(dxn_all.data() + r.begin * h, a.logits + r.begin * vr, lm_head, r.size(), h, vr, false);
+  };
+  auto weights = [&] { linear_dw<T>(g_lm_head, a.logits, a.xn, s.n, h, vr); };
+  std::fill_n(dx, tp_range_rows(s, tp.size(), tp.rank()).size() * h, T(0));
+  return scatter_norm_backward<T>(tp, s, dxn_all.data(), rows, weights, a.x, a.rstd, final_norm, g_final_norm,
+                                  dx, h);
 }
 
 #define DISTCA_MODEL_INSTANTIATE_TP(T)                                                         \

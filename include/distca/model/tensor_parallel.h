@@ -155,7 +155,13 @@ void tp_shard_params(const ModelSpec& spec, const TpDims& d, const T* full, T* s
 template <class T>
 void tp_unshard_params(const ModelSpec& spec, const TpDims& d, const T* shard, T* full);
 
-// The sequence-parallel collectives over the rows of tp_rows(n, T, r).
+// The point-to-point tag of the overlapped collectives (every TP function taking a
+// Communicator sends and receives on it; the caller keeps it free on the TP communicator's
+// ranks). Each function completes all of its messages before it returns.
+inline constexpr int kTpOverlapTag = comm::kP2pTagLimit - 1;
+
+// The sequence-parallel collectives over the rows of tp_rows(n, T, r), blocking (one
+// all-to-all-v each; the layer functions use the overlapped forms, "Overlap" above).
 // all: (n, width); on entry the rank's own rows hold its values; on return all rows do.
 template <class T>
 Status tp_all_gather_rows(comm::Communicator& tp, T* all, int64_t n, int64_t width);
@@ -200,6 +206,9 @@ struct TpStep {
   double rms_eps = 1e-5;
   int64_t total = 0, first = 0;
   int64_t cut = 0;
+  // true: the layer functions overlap each collective with the products next to it ("Overlap"
+  // above); false: the blocking reference (each collective whole, between the products).
+  bool overlap = true;
 };
 // Rank `rank`'s rows of a step's range, relative to the range: [first, first + n) intersected
 // with the rank's pieces, shifted by -first (an empty range where they do not meet).
