@@ -12,7 +12,8 @@
 //          StepMetrics::tp_comm_s),
 // and the bytes rank 0 sent. The two modes' outputs must be the same bits (checked, rank 0).
 //   mpirun --oversubscribe --allow-run-as-root --bind-to none -x OMP_NUM_THREADS=1 -np 2
-//     build/release/bench/bench_tp_overlap [ROWS REPEATS]   (default 4096 9)
+//     build/release/bench/bench_tp_overlap [ROWS REPEATS [MAX_POLL_US]]   (default 4096 9;
+//     MAX_POLL_US: the progress thread's longest pause, MpiOptions::max_poll_interval_us)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -107,7 +108,9 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto made = comm::make_mpi_communicator(&argc, &argv, {});
+  comm::MpiOptions options;  // the trainer's defaults unless MAX_POLL_US is given
+  if (argc > 3) options.max_poll_interval_us = std::max(options.poll_interval_us, std::atoi(argv[3]));
+  auto made = comm::make_mpi_communicator(&argc, &argv, options);
   if (!made.ok()) die(nullptr, made.status());
   comm::Communicator& world = **made;
   const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 4096;
@@ -149,8 +152,8 @@ int main(int argc, char** argv) {
     same_bits = same_bits && bits[0] == bits[1];
   }
   if (world.rank() == 0) {
-    std::printf("bench_tp_overlap: TP %d, %lld rows, %d repeats; rank 0, medians, ms\n", tp.size(),
-                static_cast<long long>(rows), repeats);
+    std::printf("bench_tp_overlap: TP %d, %lld rows, %d repeats, progress pause up to %d us; rank 0, medians, ms\n",
+                tp.size(), static_cast<long long>(rows), repeats, options.max_poll_interval_us);
     std::printf("%-10s %10s %10s %8s %12s\n", "mode", "layer", "comm", "comm %", "sent MiB");
     for (int mode = 0; mode < 2; ++mode) {
       const double l = median(wall[mode]), c = median(comm_s[mode]);
