@@ -124,7 +124,9 @@ int main(int argc, char** argv) {
   spec.ffn = 1344;
   spec.vocab = 512;
   if (world.size() < 2 || !model::check_tp(spec, world.size()).ok() || rows < world.size() || repeats <= 0) {
-    if (world.rank() == 0) std::fprintf(stderr, "bench_tp_overlap: needs 2, 4 or 8 ranks and ROWS >= ranks, REPEATS > 0\n");
+    if (world.rank() == 0) {
+      std::fprintf(stderr, "bench_tp_overlap: needs 2, 4 or 8 ranks and ROWS >= ranks, REPEATS > 0\n");
+    }
     return 2;
   }
   std::vector<int> members(static_cast<size_t>(world.size()));
