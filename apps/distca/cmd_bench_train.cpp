@@ -201,9 +201,9 @@ void sim_rows(std::string& out, nlohmann::json& j, const TrainBenchFlags& f, int
   j["simulator"] = {{"hardware", "hardware profile " + f.hardware}};
 }
 
-// Tensor parallelism: its collectives are synchronous inside the layer (each product waits
-// for its rows), so - as Megatron-LM counts un-overlapped TP communication - they are exposed
-// communication: in comm and exp. signal mode shrinks the attention exchanges only, so
+// Tensor parallelism: the time a rank waits in its collectives (the blocking ones whole, the
+// layers' overlapped ones where their products did not hide them; train/timed_comm.h) is -
+// as Megatron-LM counts un-overlapped TP communication - exposed communication: in comm and exp. signal mode shrinks the attention exchanges only, so
 // (pingpong - signal) / pingpong leaves them out; the total is pingpong's exp.
 void print_tp_summary(std::string& out, nlohmann::json& j, const Figures& fig) {
   const ModeFigures& pp = fig.modes[kPingPong];
@@ -212,8 +212,8 @@ void print_tp_summary(std::string& out, nlohmann::json& j, const Figures& fig) {
   const double total = mean_of(pp.per_rank.median_exposed());
   j["tp_comm_share"] = tp;
   j["exposed_total"] = total;
-  appendf(out, "tensor parallel (cad pingpong): TP collectives %.1f%% of the step (rank 0; synchronous inside the layer, "
-               "counted as exposed: in comm and exp); exposed communication in all %.1f%% (exp, mean over ranks: TP "
+  appendf(out, "tensor parallel (cad pingpong): TP collectives %.1f%% of the step (rank 0; the waits the "
+               "products did not hide, counted as exposed: in comm and exp); exposed communication in all %.1f%% (exp, mean over ranks: TP "
                "collectives, attention exchanges, all-reduces); plan load max/mean %.3f\n",
           100 * tp, 100 * total, median(pp.imbalance));
 }

@@ -131,10 +131,10 @@ ModelMemory stage_memory(const ModelSpec& spec, StageRange stage, int64_t slots,
       (stage.size() * (share(w.layer_sp()) + w.layer_rows()) + share(w.final_sp(head)) + w.final_rows(head) + loss_width) *
       bytes_per_element;
   // TP: the layer functions' temporaries (tensor_parallel.cpp) at their largest, in the
-  // feed-forward backward: the gathered d(out), later the partial d(xn) in the same buffer
-  // (n, h), the reduce-scatter's receive buffer (about (n, h)) and output (n_r, h), da, dg, du
-  // (n, f_r).
-  const int64_t tp_temps = tp == 1 ? 0 : 2 * w.h + share(w.h) + 3 * w.f;
+  // feed-forward backward: the gathered d(out) (n, h) and the partial d(xn) (n, h) beside it
+  // (the overlapped reduce-scatter computes d(w2) from d(out) while d(xn) travels), the
+  // reduce-scatter's receive buffer (about (n, h)) and output (n_r, h), da, dg, du (n, f_r).
+  const int64_t tp_temps = tp == 1 ? 0 : 3 * w.h + share(w.h) + 3 * w.f;
   m.scratch_bytes_per_token = (share(w.h) + w.scratch_rows() + tp_temps) * bytes_per_element;
   m.slots = slots;
   return m;

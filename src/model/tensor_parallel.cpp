@@ -7,14 +7,16 @@
 
 #include "distca/core/check.h"
 #include "distca/model/layers.h"
+#include "tp_collectives.h"
 
 namespace distca::model {
 namespace {
 
-template <class T>
-void add_inplace(T* y, const T* x, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) y[i] += x[i];
-}
+using tp_detail::add_inplace;
+using tp_detail::compute_then_scatter;
+using tp_detail::gather_parts;
+using tp_detail::gather_then;
+using tp_detail::scatter_parts;
 
 // Copies the block rows [r0, r0 + rows) x columns [c0, c0 + cols) of a row-major matrix of
 // src_cols columns to rows [d_r0, ..) x columns [d_c0, ..) of one of dst_cols columns.
@@ -48,17 +50,6 @@ void move_tensors(const ModelSpec& spec, const TpDims& d, T* full, T* shard, boo
 // Layer 0's tensors are entries [1, 10) of the layout; every layer has the same shapes.
 constexpr size_t kLayerFirst = 1, kLayerEnd = 10;
 
-// Byte counts and displacements of an exchange of row blocks: block p is rows parts[p].
-struct RowBlocks {
-  std::vector<size_t> counts, displs;
-  RowBlocks(const std::vector<RowRange>& parts, int64_t width, size_t elem) {
-    for (const RowRange& r : parts) {
-      counts.push_back(static_cast<size_t>(r.size() * width) * elem);
-      displs.push_back(static_cast<size_t>(r.begin * width) * elem);
-    }
-  }
-};
-
 // The rows of every rank: tp_rows(n, tp, p) (a whole step), or a range's shares.
 std::vector<RowRange> even_parts(int64_t n, int tp) {
   std::vector<RowRange> out;
@@ -70,74 +61,6 @@ std::vector<RowRange> step_parts(const TpStep<T>& s, int tp) {
   std::vector<RowRange> out;
   for (int p = 0; p < tp; ++p) out.push_back(tp_range_rows(s, tp, p));
   return out;
-}
-
-// all: (n, width); rank p's rows parts[p] are sent to every other rank.
-template <class T>
-Status gather_parts(comm::Communicator& tp, T* all, const std::vector<RowRange>& parts,
-                    int64_t width) {
-  const int size = tp.size(), rank = tp.rank();
-  const RowBlocks blocks(parts, width, sizeof(T));
-  // The own block is sent to every other rank (send blocks may overlap) and received from no
-  // one, so no receive block overlaps it.
-  std::vector<size_t> send_counts(static_cast<size_t>(size)), send_displs(send_counts.size());
-  std::vector<size_t> recv_counts = blocks.counts;
-  const auto self = static_cast<size_t>(rank);
-  for (size_t p = 0; p < send_counts.size(); ++p) {
-    send_counts[p] = p == self ? 0 : blocks.counts[self];
-    send_displs[p] = blocks.displs[self];
-  }
-  recv_counts[self] = 0;
-  comm::AllToAllV a;
-  a.send = reinterpret_cast<const std::byte*>(all);
-  a.send_counts = send_counts;
-  a.send_displs = send_displs;
-  a.recv = reinterpret_cast<std::byte*>(all);
-  a.recv_counts = recv_counts;
-  a.recv_displs = blocks.displs;
-  a.label = "tp all_gather";
-  return tp.all_to_all_v(a);
-}
-
-// partial: (n, width) this rank's addend of every row; out: (parts[rank].size(), width) the
-// sum over ranks p in rank order of partial_p's rows parts[rank].
-template <class T>
-Status scatter_parts(comm::Communicator& tp, const T* partial, T* out,
-                     const std::vector<RowRange>& parts, int64_t width) {
-  const int size = tp.size(), rank = tp.rank();
-  const RowBlocks blocks(parts, width, sizeof(T));
-  const auto self = static_cast<size_t>(rank);
-  const RowRange mine = parts[self];
-  const int64_t count = mine.size() * width;
-  // Every peer's addend for this rank's rows lands in its own slot of `recv`, then the slots
-  // are summed in rank order (the own addend read in place).
-  std::vector<T> recv(static_cast<size_t>(count * size));
-  std::vector<size_t> recv_counts(blocks.counts.size()), recv_displs(blocks.counts.size());
-  for (size_t p = 0; p < recv_counts.size(); ++p) {
-    recv_counts[p] = p == self ? 0 : blocks.counts[self];
-    recv_displs[p] = p * static_cast<size_t>(count) * sizeof(T);
-  }
-  std::vector<size_t> send_counts = blocks.counts;
-  send_counts[self] = 0;
-  comm::AllToAllV a;
-  a.send = reinterpret_cast<const std::byte*>(partial);
-  a.send_counts = send_counts;
-  a.send_displs = blocks.displs;
-  a.recv = reinterpret_cast<std::byte*>(recv.data());
-  a.recv_counts = recv_counts;
-  a.recv_displs = recv_displs;
-  a.label = "tp reduce_scatter";
-  DISTCA_RETURN_IF_ERROR(tp.all_to_all_v(a));
-  const T* own = partial + mine.begin * width;
-  for (int p = 0; p < size; ++p) {
-    const T* addend = p == rank ? own : recv.data() + static_cast<int64_t>(p) * count;
-    if (p == 0) {
-      std::copy_n(addend, count, out);
-    } else {
-      add_inplace<T>(out, addend, count);
-    }
-  }
-  return Status::ok_status();
 }
 
 }  // namespace
@@ -301,70 +224,100 @@ Status tp_all_reduce_replicated(comm::Communicator& tp, std::span<double> grads)
   return tp.all_reduce_sum(grads);
 }
 
-// RMSNorm of the rank's rows into its rows of the gathered buffer, then the all-gather.
+namespace {
+
+// dx (rows, in) (+)= dy (rows, out) @ w (out, in): linear_backward's input gradient alone.
 template <class T>
-Status norm_and_gather(comm::Communicator& tp, const TpStep<T>& s, const T* x, const T* gain,
-                       T* rstd, T* xn_all, int64_t h) {
-  const RowRange mine = tp_range_rows(s, tp.size(), tp.rank());
-  rmsnorm_forward<T>(xn_all + mine.begin * h, rstd, x, gain, mine.size(), h, s.rms_eps);
-  return gather_parts<T>(tp, xn_all, step_parts(s, tp.size()), h);
+void linear_dx(T* dx, const T* dy, const T* w, int64_t rows, int64_t in, int64_t out, bool accumulate) {
+  gemm<T>(false, false, rows, in, out, T(1), dy, w, accumulate ? T(1) : T(0), dx);
+}
+// dw (out, in) += dy^T (out, n) @ x (n, in): linear_backward's weight gradient alone, over all
+// n rows in one product (splitting its inner dimension by rows would change its bits).
+template <class T>
+void linear_dw(T* dw, const T* dy, const T* x, int64_t n, int64_t in, int64_t out) {
+  gemm<T>(true, false, out, in, n, T(1), dy, x, T(1), dw);
 }
 
-// out (n_r, h) = residual + reduce_scatter(act (n, in) @ w (h, in)^T).
+// RMSNorm of the rank's rows into its rows of the gathered buffer, then the all-gather, with
+// rows(r) (the column-parallel products of the rows r) overlapped with it (gather_then).
+template <class T, class Rows>
+Status norm_gather_then(comm::Communicator& tp, const TpStep<T>& s, const T* x, const T* gain, T* rstd,
+                        T* xn_all, int64_t h, Rows&& rows) {
+  const RowRange mine = tp_range_rows(s, tp.size(), tp.rank());
+  rmsnorm_forward<T>(xn_all + mine.begin * h, rstd, x, gain, mine.size(), h, s.rms_eps);
+  return gather_then<T>(tp, xn_all, step_parts(s, tp.size()), h, s.overlap, rows);
+}
+
+// out (n_r, h) = residual + reduce_scatter(act (n, in) @ w (h, in)^T), the product computed
+// block by block as compute_then_scatter sends it.
 template <class T>
-Status row_parallel_residual(comm::Communicator& tp, const TpStep<T>& s, const T* act,
-                             const T* w, int64_t in, int64_t h, const T* residual, T* out) {
+Status row_parallel_residual(comm::Communicator& tp, const TpStep<T>& s, const T* act, const T* w,
+                             int64_t in, int64_t h, const T* residual, T* out) {
   std::vector<T> partial(static_cast<size_t>(s.n * h));
-  linear_forward<T>(partial.data(), act, w, s.n, in, h);
-  DISTCA_RETURN_IF_ERROR(scatter_parts<T>(tp, partial.data(), out, step_parts(s, tp.size()), h));
+  auto rows = [&](RowRange r) {
+    linear_forward<T>(partial.data() + r.begin * h, act + r.begin * in, w, r.size(), in, h);
+  };
+  DISTCA_RETURN_IF_ERROR(
+      compute_then_scatter<T>(tp, partial.data(), out, step_parts(s, tp.size()), h, s.overlap, rows, [] {}));
   add_inplace<T>(out, residual, tp_range_rows(s, tp.size(), tp.rank()).size() * h);
   return Status::ok_status();
 }
 
+// dy (n_r, h) gathered into all (n, h) (the gradient every rank's column slice needs), with
+// rows(r) overlapped with it (gather_then).
+template <class T, class Rows>
+Status gather_grad_then(comm::Communicator& tp, const TpStep<T>& s, const T* dy, int64_t h, std::vector<T>& all,
+                        Rows&& rows) {
+  all.assign(static_cast<size_t>(s.n * h), T(0));
+  const RowRange mine = tp_range_rows(s, tp.size(), tp.rank());
+  std::copy_n(dy, mine.size() * h, all.data() + mine.begin * h);
+  return gather_then<T>(tp, all.data(), step_parts(s, tp.size()), h, s.overlap, rows);
+}
+
+// dxn_all (n, h): rows(r) writes this rank's partial d(normed input) of the rows r; it is
+// reduce-scattered as it is written, after() (the weight gradients) runs while the blocks
+// travel, then the norm's backward on the rank's rows accumulates into dx (n_r, h) and dgain.
+template <class T, class Rows, class After>
+Status scatter_norm_backward(comm::Communicator& tp, const TpStep<T>& s, T* dxn_all, Rows&& rows, After&& after,
+                             const T* x, const T* rstd, const T* gain, T* dgain, T* dx, int64_t h) {
+  const RowRange mine = tp_range_rows(s, tp.size(), tp.rank());
+  std::vector<T> dxn(static_cast<size_t>(mine.size() * h));
+  DISTCA_RETURN_IF_ERROR(
+      compute_then_scatter<T>(tp, dxn_all, dxn.data(), step_parts(s, tp.size()), h, s.overlap, rows, after));
+  rmsnorm_backward<T>(dx, dgain, dxn.data(), x, rstd, gain, mine.size(), h);
+  return Status::ok_status();
+}
+
+}  // namespace
+
 template <class T>
 Status tp_attention_in_forward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
                                const TpLayerTensors<const T>& w, const TpLayerActs<T>& a) {
-  DISTCA_RETURN_IF_ERROR(norm_and_gather<T>(tp, s, a.x, w.attn_norm, a.rstd1, a.xn1, d.h));
-  linear_forward<T>(a.q, a.xn1, w.wq, s.n, d.h, d.qd());
-  linear_forward<T>(a.k, a.xn1, w.wk, s.n, d.h, d.kvd());
-  linear_forward<T>(a.v, a.xn1, w.wv, s.n, d.h, d.kvd());
-  rope_apply<T>(a.q, s.rope_cos, s.rope_sin, s.n, d.heads, d.hd, +1);
-  rope_apply<T>(a.k, s.rope_cos, s.rope_sin, s.n, d.kv_heads, d.hd, +1);
-  return Status::ok_status();
+  const int64_t h = d.h, qd = d.qd(), kvd = d.kvd(), half = d.hd / 2;
+  auto qkv = [&](RowRange r) {
+    const int64_t b = r.begin, m = r.size();
+    linear_forward<T>(a.q + b * qd, a.xn1 + b * h, w.wq, m, h, qd);
+    linear_forward<T>(a.k + b * kvd, a.xn1 + b * h, w.wk, m, h, kvd);
+    linear_forward<T>(a.v + b * kvd, a.xn1 + b * h, w.wv, m, h, kvd);
+    rope_apply<T>(a.q + b * qd, s.rope_cos + b * half, s.rope_sin + b * half, m, d.heads, d.hd, +1);
+    rope_apply<T>(a.k + b * kvd, s.rope_cos + b * half, s.rope_sin + b * half, m, d.kv_heads, d.hd, +1);
+  };
+  return norm_gather_then<T>(tp, s, a.x, w.attn_norm, a.rstd1, a.xn1, h, qkv);
 }
 
 template <class T>
 Status tp_attention_out_mlp_forward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
                                     const TpLayerTensors<const T>& w, const TpLayerActs<T>& a) {
-  DISTCA_RETURN_IF_ERROR(row_parallel_residual<T>(tp, s, a.o, w.wo, d.qd(), d.h, a.x, a.x_mid));
-  DISTCA_RETURN_IF_ERROR(norm_and_gather<T>(tp, s, a.x_mid, w.ffn_norm, a.rstd2, a.xn2, d.h));
-  linear_forward<T>(a.g, a.xn2, w.w1, s.n, d.h, d.f());
-  linear_forward<T>(a.u, a.xn2, w.w3, s.n, d.h, d.f());
-  swiglu_forward<T>(a.a, a.g, a.u, s.n, d.f());
-  return row_parallel_residual<T>(tp, s, a.a, w.w2, d.f(), d.h, a.x_mid, a.out);
-}
-
-// dy (n_r, h) gathered into (n, h): the gradient every rank's column slice needs.
-template <class T>
-Status gather_grad(comm::Communicator& tp, const TpStep<T>& s, const T* dy, int64_t h,
-                   std::vector<T>& all) {
-  all.assign(static_cast<size_t>(s.n * h), T(0));
-  const RowRange mine = tp_range_rows(s, tp.size(), tp.rank());
-  std::copy_n(dy, mine.size() * h, all.data() + mine.begin * h);
-  return gather_parts<T>(tp, all.data(), step_parts(s, tp.size()), h);
-}
-
-// dxn_all (n, h): this rank's partial d(normed input) for every row; reduce-scatters it and
-// runs the norm's backward on the rank's rows, accumulating into dx (n_r, h) and dgain.
-template <class T>
-Status scatter_norm_backward(comm::Communicator& tp, const TpStep<T>& s, const T* dxn_all,
-                             const T* x, const T* rstd, const T* gain, T* dgain, T* dx,
-                             int64_t h) {
-  const RowRange mine = tp_range_rows(s, tp.size(), tp.rank());
-  std::vector<T> dxn(static_cast<size_t>(mine.size() * h));
-  DISTCA_RETURN_IF_ERROR(scatter_parts<T>(tp, dxn_all, dxn.data(), step_parts(s, tp.size()), h));
-  rmsnorm_backward<T>(dx, dgain, dxn.data(), x, rstd, gain, mine.size(), h);
-  return Status::ok_status();
+  const int64_t h = d.h, f = d.f();
+  DISTCA_RETURN_IF_ERROR(row_parallel_residual<T>(tp, s, a.o, w.wo, d.qd(), h, a.x, a.x_mid));
+  auto gate_up = [&](RowRange r) {
+    const int64_t b = r.begin, m = r.size();
+    linear_forward<T>(a.g + b * f, a.xn2 + b * h, w.w1, m, h, f);
+    linear_forward<T>(a.u + b * f, a.xn2 + b * h, w.w3, m, h, f);
+    swiglu_forward<T>(a.a + b * f, a.g + b * f, a.u + b * f, m, f);
+  };
+  DISTCA_RETURN_IF_ERROR(norm_gather_then<T>(tp, s, a.x_mid, w.ffn_norm, a.rstd2, a.xn2, h, gate_up));
+  return row_parallel_residual<T>(tp, s, a.a, w.w2, f, h, a.x_mid, a.out);
 }
 
 template <class T>
@@ -373,20 +326,33 @@ Status tp_attention_out_mlp_backward(comm::Communicator& tp, const TpDims& d,
                                      const TpLayerTensors<T>& g, const TpLayerActs<T>& a,
                                      T* dx, T* d_o) {
   const int64_t n = s.n, h = d.h, f = d.f();
-  std::vector<T> dy_all, da(static_cast<size_t>(n * f)), dg(da.size()), du(da.size());
+  std::vector<T> dy_all, dxn_all(static_cast<size_t>(n * h)), da(static_cast<size_t>(n * f)), dg(da.size()),
+      du(da.size());
   // Feed-forward block: dx holds d(out); the residual passes it to x_mid unchanged.
-  DISTCA_RETURN_IF_ERROR(gather_grad<T>(tp, s, dx, h, dy_all));
-  linear_backward<T>(da.data(), g.w2, dy_all.data(), a.a, w.w2, n, f, h, false);
-  swiglu_backward<T>(dg.data(), du.data(), da.data(), a.g, a.u, n, f);
-  // d(out) is read: its buffer takes the partial d(xn) (written, not accumulated, first).
-  T* dxn_all = dy_all.data();
-  linear_backward<T>(dxn_all, g.w1, dg.data(), a.xn2, w.w1, n, h, f, false);
-  linear_backward<T>(dxn_all, g.w3, du.data(), a.xn2, w.w3, n, h, f, true);
-  DISTCA_RETURN_IF_ERROR(scatter_norm_backward<T>(tp, s, dxn_all, a.x_mid, a.rstd2,
+  auto down = [&](RowRange r) {
+    const int64_t b = r.begin, m = r.size();
+    linear_dx<T>(da.data() + b * f, dy_all.data() + b * h, w.w2, m, f, h, false);
+    swiglu_backward<T>(dg.data() + b * f, du.data() + b * f, da.data() + b * f, a.g + b * f, a.u + b * f, m, f);
+  };
+  DISTCA_RETURN_IF_ERROR(gather_grad_then<T>(tp, s, dx, h, dy_all, down));
+  auto gate_up = [&](RowRange r) {
+    const int64_t b = r.begin, m = r.size();
+    linear_dx<T>(dxn_all.data() + b * h, dg.data() + b * f, w.w1, m, h, f, false);
+    linear_dx<T>(dxn_all.data() + b * h, du.data() + b * f, w.w3, m, h, f, true);
+  };
+  auto weights = [&] {
+    linear_dw<T>(g.w2, dy_all.data(), a.a, n, f, h);
+    linear_dw<T>(g.w1, dg.data(), a.xn2, n, h, f);
+    linear_dw<T>(g.w3, du.data(), a.xn2, n, h, f);
+  };
+  DISTCA_RETURN_IF_ERROR(scatter_norm_backward<T>(tp, s, dxn_all.data(), gate_up, weights, a.x_mid, a.rstd2,
                                                   w.ffn_norm, g.ffn_norm, dx, h));
   // Attention output projection: dx now holds d(x_mid).
-  DISTCA_RETURN_IF_ERROR(gather_grad<T>(tp, s, dx, h, dy_all));
-  linear_backward<T>(d_o, g.wo, dy_all.data(), a.o, w.wo, n, d.qd(), h, false);
+  auto out_proj = [&](RowRange r) {
+    linear_dx<T>(d_o + r.begin * d.qd(), dy_all.data() + r.begin * h, w.wo, r.size(), d.qd(), h, false);
+  };
+  DISTCA_RETURN_IF_ERROR(gather_grad_then<T>(tp, s, dx, h, dy_all, out_proj));
+  linear_dw<T>(g.wo, dy_all.data(), a.o, n, d.qd(), h);
   return Status::ok_status();
 }
 
@@ -394,14 +360,22 @@ template <class T>
 Status tp_attention_in_backward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
                                 const TpLayerTensors<const T>& w, const TpLayerTensors<T>& g,
                                 const TpLayerActs<T>& a, T* dq, T* dk, const T* dv, T* dx) {
-  const int64_t n = s.n, h = d.h;
+  const int64_t n = s.n, h = d.h, qd = d.qd(), kvd = d.kvd();
   std::vector<T> dxn_all(static_cast<size_t>(n * h));
   rope_apply<T>(dq, s.rope_cos, s.rope_sin, n, d.heads, d.hd, -1);
   rope_apply<T>(dk, s.rope_cos, s.rope_sin, n, d.kv_heads, d.hd, -1);
-  linear_backward<T>(dxn_all.data(), g.wq, dq, a.xn1, w.wq, n, h, d.qd(), false);
-  linear_backward<T>(dxn_all.data(), g.wk, dk, a.xn1, w.wk, n, h, d.kvd(), true);
-  linear_backward<T>(dxn_all.data(), g.wv, dv, a.xn1, w.wv, n, h, d.kvd(), true);
-  return scatter_norm_backward<T>(tp, s, dxn_all.data(), a.x, a.rstd1, w.attn_norm,
+  auto qkv = [&](RowRange r) {
+    const int64_t b = r.begin, m = r.size();
+    linear_dx<T>(dxn_all.data() + b * h, dq + b * qd, w.wq, m, h, qd, false);
+    linear_dx<T>(dxn_all.data() + b * h, dk + b * kvd, w.wk, m, h, kvd, true);
+    linear_dx<T>(dxn_all.data() + b * h, dv + b * kvd, w.wv, m, h, kvd, true);
+  };
+  auto weights = [&] {
+    linear_dw<T>(g.wq, dq, a.xn1, n, h, qd);
+    linear_dw<T>(g.wk, dk, a.xn1, n, h, kvd);
+    linear_dw<T>(g.wv, dv, a.xn1, n, h, kvd);
+  };
+  return scatter_norm_backward<T>(tp, s, dxn_all.data(), qkv, weights, a.x, a.rstd1, w.attn_norm,
                                   g.attn_norm, dx, h);
 }
 
@@ -421,8 +395,10 @@ Status tp_embedding_forward(comm::Communicator& tp, const TpDims& d, const TpSte
 template <class T>
 Status tp_embedding_backward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
                              const int32_t* tokens, const T* dx, T* demb) {
+  // Blocking: the rows' gradients are added to demb in row order (a token may repeat), so no
+  // row can be added before the rows above it have arrived; nothing else to overlap with.
   std::vector<T> all;
-  DISTCA_RETURN_IF_ERROR(gather_grad<T>(tp, s, dx, d.h, all));
+  DISTCA_RETURN_IF_ERROR(gather_grad_then<T>(tp, s, dx, d.h, all, [](RowRange) {}));
   for (int64_t t = 0; t < s.n; ++t) {
     const int64_t v = tokens[t];
     if (v >= d.vocab.begin && v < d.vocab.end) {
@@ -512,8 +488,11 @@ template <class T>
 Status tp_head_forward(comm::Communicator& tp, const TpDims& d, const TpStep<T>& s,
                        const T* final_norm, const T* lm_head, const TpHeadActs<T>& a,
                        const int32_t* targets) {
-  DISTCA_RETURN_IF_ERROR(norm_and_gather<T>(tp, s, a.x, final_norm, a.rstd, a.xn, d.h));
-  linear_forward<T>(a.logits, a.xn, lm_head, s.n, d.h, d.vocab.size());
+  const int64_t h = d.h, vr = d.vocab.size();
+  auto logits = [&](RowRange r) {
+    linear_forward<T>(a.logits + r.begin * vr, a.xn + r.begin * h, lm_head, r.size(), h, vr);
+  };
+  DISTCA_RETURN_IF_ERROR(norm_gather_then<T>(tp, s, a.x, final_norm, a.rstd, a.xn, h, logits));
   return tp_vocab_cross_entropy_forward<T>(tp, d, s.n, a.logits, targets, a.loss, a.stats);
 }
 
@@ -522,12 +501,15 @@ Status tp_head_backward(comm::Communicator& tp, const TpDims& d, const TpStep<T>
                         const T* final_norm, const T* lm_head, T* g_final_norm, T* g_lm_head,
                         const TpHeadActs<T>& a, const int32_t* targets, double scale, T* dx) {
   tp_vocab_cross_entropy_backward<T>(d, s.n, a.logits, a.logits, a.stats, targets, scale);
-  std::vector<T> dxn_all(static_cast<size_t>(s.n * d.h));
-  linear_backward<T>(dxn_all.data(), g_lm_head, a.logits, a.xn, lm_head, s.n, d.h,
-                     d.vocab.size(), false);
-  std::fill_n(dx, tp_range_rows(s, tp.size(), tp.rank()).size() * d.h, T(0));
-  return scatter_norm_backward<T>(tp, s, dxn_all.data(), a.x, a.rstd, final_norm, g_final_norm,
-                                  dx, d.h);
+  const int64_t h = d.h, vr = d.vocab.size();
+  std::vector<T> dxn_all(static_cast<size_t>(s.n * h));
+  auto rows = [&](RowRange r) {
+    linear_dx<T>(dxn_all.data() + r.begin * h, a.logits + r.begin * vr, lm_head, r.size(), h, vr, false);
+  };
+  auto weights = [&] { linear_dw<T>(g_lm_head, a.logits, a.xn, s.n, h, vr); };
+  std::fill_n(dx, tp_range_rows(s, tp.size(), tp.rank()).size() * h, T(0));
+  return scatter_norm_backward<T>(tp, s, dxn_all.data(), rows, weights, a.x, a.rstd, final_norm, g_final_norm,
+                                  dx, h);
 }
 
 #define DISTCA_MODEL_INSTANTIATE_TP(T)                                                         \

@@ -35,6 +35,8 @@ inline constexpr int kGatherTag = (1 << 19) + 16;
 // The TP groups and the groups of one TP index (tensor parallelism; trainer.cpp).
 inline constexpr int kTpTag = (1 << 19) + 64;
 inline constexpr int kTpSliceTag = (1 << 19) + 65;
+// The overlapped TP collectives' point-to-point messages use model::kTpOverlapTag
+// (kP2pTagLimit - 1) on the TP group, forwarded to the world: no other tag may take it.
 // wlb and percp: the stage's CP group (cp consecutive data-parallel ranks).
 inline constexpr int kCpTag = (1 << 19) + 32;
 

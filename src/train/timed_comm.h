@@ -1,8 +1,9 @@
 // The TP group's communicator as the trainer hands it to the model: every call forwarded to
-// the group, the blocking ones timed. Tensor parallelism's all-gathers and reduce-scatters
-// are synchronous inside a layer (the next product needs their rows), so their time is
-// communication the step waits for, not compute: the step moves it from linear_s to comm_s
-// (StepMetrics::tp_comm_s). Internal to the train layer.
+// the group, the blocking ones and the waits of point-to-point messages timed. Tensor
+// parallelism's all-gathers and reduce-scatters run inside a layer; what the rank spends
+// waiting for them (a blocking collective whole; an overlapped one's test() and wait() calls,
+// model/tensor_parallel.h) is communication the step waits for, not compute: the step moves
+// it from linear_s to comm_s (StepMetrics::tp_comm_s). Internal to the train layer.
 #pragma once
 
 #include <chrono>
@@ -17,9 +18,11 @@ namespace distca::train {
 
 // Forwards to `inner` (which must outlive it). seconds(): wall time this rank spent in
 // barrier() and all_to_all_v() - the calls every blocking collective of the base class
-// (all_gather, broadcast, all_reduce_sum, ...) runs on, waits for a slower peer included;
-// bytes_sent(): what those all-to-alls sent to the other ranks (its own block excluded). The
-// non-blocking calls are forwarded untimed. Not thread-safe: one rank's thread.
+// (all_gather, broadcast, all_reduce_sum, ...) runs on, waits for a slower peer included -
+// and in wait() and test() of its point-to-point exchanges (the overlapped TP collectives);
+// bytes_sent(): what those all-to-alls and point-to-point sends sent to the other ranks (its
+// own block excluded). start_all_to_all_v is forwarded untimed. Not thread-safe: one rank's
+// thread; its exchanges must be completed before it is destroyed.
 class TimedCommunicator final : public comm::Communicator {
  public:
   explicit TimedCommunicator(comm::Communicator& inner) : inner_(inner) {}
@@ -47,11 +50,12 @@ class TimedCommunicator final : public comm::Communicator {
   }
   Result<std::unique_ptr<comm::Exchange>> start_send(std::span<const std::byte> data, int peer, int tag,
                                                      const char* label = nullptr) override {
-    return inner_.start_send(data, peer, tag, label);
+    if (peer != rank()) bytes_ += static_cast<int64_t>(data.size());
+    return timed(inner_.start_send(data, peer, tag, label));
   }
   Result<std::unique_ptr<comm::Exchange>> start_recv(std::span<std::byte> data, int peer, int tag,
                                                      const char* label = nullptr) override {
-    return inner_.start_recv(data, peer, tag, label);
+    return timed(inner_.start_recv(data, peer, tag, label));
   }
   Result<std::vector<int64_t>> host_ids() override { return inner_.host_ids(); }
   void fail(const Status& cause) override { inner_.fail(cause); }
@@ -60,6 +64,33 @@ class TimedCommunicator final : public comm::Communicator {
   int64_t bytes_sent() const { return bytes_; }
 
  private:
+  // An exchange whose test() and wait() add their time to the owner's seconds_.
+  class TimedExchange final : public comm::Exchange {
+   public:
+    TimedExchange(TimedCommunicator& owner, std::unique_ptr<comm::Exchange> inner)
+        : owner_(owner), inner_(std::move(inner)) {}
+    Status wait() override {
+      const auto t0 = std::chrono::steady_clock::now();
+      Status st = inner_->wait();
+      owner_.add_time(t0);
+      return st;
+    }
+    bool test() override {
+      const auto t0 = std::chrono::steady_clock::now();
+      const bool done = inner_->test();
+      owner_.add_time(t0);
+      return done;
+    }
+
+   private:
+    TimedCommunicator& owner_;
+    std::unique_ptr<comm::Exchange> inner_;
+  };
+  Result<std::unique_ptr<comm::Exchange>> timed(Result<std::unique_ptr<comm::Exchange>> ex) {
+    if (!ex.ok()) return ex;
+    return std::unique_ptr<comm::Exchange>(new TimedExchange(*this, std::move(*ex)));
+  }
+
   void add_time(std::chrono::steady_clock::time_point t0) {
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }

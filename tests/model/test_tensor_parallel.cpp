@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "distca/comm/group.h"
@@ -39,12 +40,12 @@ std::vector<T> random_vec(int64_t count, uint64_t stream, double scale = 1.0) {
 // Everything one layer's step reads and writes, in the unsharded shapes.
 template <class T>
 struct Problem {
-  ModelSpec spec = tp_spec();
-  int64_t n = kTokens;
+  ModelSpec spec;
+  int64_t n;
   std::vector<T> params, x, o, dout, dq, dk, dv, cos_t, sin_t;
   // Outputs:
   std::vector<T> q, k, v, x_mid, out, d_o, dx, grads;
-  Problem() {
+  explicit Problem(const ModelSpec& sp = tp_spec(), int64_t tokens = kTokens) : spec(sp), n(tokens) {
     const auto full = param_layout(spec);  // tensors 1..9: layer 0; 10: layer 1's first
     const int64_t layer = full[10].offset - full[1].offset;
     params = random_vec<T>(layer, 1, 0.2);
@@ -137,11 +138,13 @@ void put_columns(std::vector<T>& a, int64_t n, int64_t width, int64_t c0, int64_
 }
 
 // Runs the TP layer on `world` ranks as TP groups of `tp` consecutive ranks (TP innermost);
-// every TP group runs the same problem. Returns the outputs assembled into the unsharded
-// shapes, from TP group `group`.
+// every TP group runs the same problem (Problem<T>(spec, n)), with the collectives overlapped
+// or blocking (TpStep::overlap). Returns the outputs assembled into the unsharded shapes, from
+// TP group `group`.
 template <class T>
-Problem<T> run_tp(int world, int tp, int group) {
-  Problem<T> in;
+Problem<T> run_tp(int world, int tp, int group, bool overlap = true, const ModelSpec& spec = tp_spec(),
+                  int64_t tokens = kTokens) {
+  Problem<T> in(spec, tokens);
   Problem<T> res = in;
   const ModelSpec& s = in.spec;
   const int64_t n = in.n, h = s.hidden, hd = s.head_dim;
@@ -172,7 +175,8 @@ Problem<T> run_tp(int world, int tp, int group) {
     const TpLayerActs<T> acts{x.data(), rstd1.data(), xn1.data(), q.data(), k.data(), v.data(),
                               o.data(), x_mid.data(), rstd2.data(), xn2.data(), gg.data(),
                               u.data(), a.data(), out.data()};
-    const TpStep<T> step{n, in.cos_t.data(), in.sin_t.data(), 1e-5};
+    TpStep<T> step{n, in.cos_t.data(), in.sin_t.data(), 1e-5};
+    step.overlap = overlap;
     DISTCA_RETURN_IF_ERROR(tp_attention_in_forward<T>(*tpc, d, step, w, acts));
     DISTCA_RETURN_IF_ERROR(tp_attention_out_mlp_forward<T>(*tpc, d, step, w, acts));
     std::vector<T> dx(in.dout.begin() + mine.begin * h, in.dout.begin() + mine.end * h);
@@ -308,6 +312,54 @@ TEST(TensorParallel, ShardsHoldTheRanksHeadsAndRebuildTheLayer) {
     tp_unshard_layer<float>(s, d, shard.data(), rebuilt.data());
   }
   EXPECT_EQ(rebuilt, p.params);
+}
+
+// 6 heads, 3 KV heads, hidden 48: TP 3 divides them (and the ffn 47 and 13 rows unevenly).
+ModelSpec tp3_spec() {
+  ModelSpec s = tp_spec();
+  s.n_heads = 6;
+  s.n_kv_heads = 3;
+  s.hidden = 48;
+  return s;
+}
+
+TEST(TensorParallel, TpThreeLayerMatchesUnsharded) {
+  Problem<double> ref(tp3_spec());
+  reference(ref);
+  expect_matches(run_tp<double>(6, 3, 1, true, tp3_spec()), ref, 1e-13);
+  Problem<float> reff(tp3_spec());
+  reference(reff);
+  expect_matches(run_tp<float>(6, 3, 0, true, tp3_spec()), reff, 1e-6);
+}
+
+// The overlapped collectives (products run on whole row tiles as their rows arrive, or before
+// their rows are sent) give the bits of the blocking reference: each tile is the same BLAS
+// call as in the one product over all rows, the weight gradients are one product over all
+// rows either way, and the reduce-scatter sums in rank order. TP 2 and TP 3; 13 rows (one
+// tile: no overlap), 261 and 300 rows (blocks that end inside tiles, tiles spanning two or
+// three ranks' blocks) and 2 rows (TP 3: a rank with none). Fails if a tile's products are
+// skipped or computed from rows not yet received, or if the partial sums are added in
+// another order.
+TEST(TensorParallel, OverlappedCollectivesGiveTheBlockingBits) {
+  struct Case {
+    int world, tp;
+    ModelSpec spec;
+    int64_t tokens;
+  };
+  for (const Case& c : {Case{4, 2, tp_spec(), kTokens}, Case{6, 3, tp3_spec(), kTokens}, Case{2, 2, tp_spec(), 261},
+                        Case{3, 3, tp3_spec(), 300}, Case{3, 3, tp3_spec(), 2}}) {
+    SCOPED_TRACE("tp " + std::to_string(c.tp) + ", " + std::to_string(c.tokens) + " rows");
+    const Problem<float> blocking = run_tp<float>(c.world, c.tp, c.world / c.tp - 1, false, c.spec, c.tokens);
+    const Problem<float> overlapped = run_tp<float>(c.world, c.tp, c.world / c.tp - 1, true, c.spec, c.tokens);
+    EXPECT_EQ(overlapped.q, blocking.q);
+    EXPECT_EQ(overlapped.k, blocking.k);
+    EXPECT_EQ(overlapped.v, blocking.v);
+    EXPECT_EQ(overlapped.x_mid, blocking.x_mid);
+    EXPECT_EQ(overlapped.out, blocking.out);
+    EXPECT_EQ(overlapped.d_o, blocking.d_o);
+    EXPECT_EQ(overlapped.dx, blocking.dx);
+    EXPECT_EQ(overlapped.grads, blocking.grads);
+  }
 }
 
 TEST(TensorParallel, SizesThatDoNotDivideTheHeadsAreRefused) {

@@ -246,7 +246,8 @@ TEST(TensorParallelModel, PhasedStepWithASequenceCutMatchesUnsharded) {
 
 // Forwards the collectives to `inner`, counting them: every blocking collective of the base
 // class (all_gather, all_reduce_sum, ...) runs on all_to_all_v, so `calls` is the group's
-// collectives. The TP layer sends no point-to-point message of its own: those are refused.
+// blocking collectives; the overlapped ones are point-to-point messages on kTpOverlapTag
+// (counted with their bytes; any other tag is refused).
 class CountingCommunicator final : public comm::Communicator {
  public:
   explicit CountingCommunicator(comm::Communicator& inner) : inner_(inner) {}
@@ -258,14 +259,21 @@ class CountingCommunicator final : public comm::Communicator {
   Result<std::unique_ptr<comm::Exchange>> start_all_to_all_v(const comm::AllToAllV& a) override {
     return ++calls, inner_.start_all_to_all_v(a);
   }
-  Result<std::unique_ptr<comm::Exchange>> start_send(std::span<const std::byte>, int, int, const char*) override {
-    return Status::internal("start_send: not a TP collective");
+  Result<std::unique_ptr<comm::Exchange>> start_send(std::span<const std::byte> data, int peer, int tag,
+                                                     const char* label) override {
+    if (tag != kTpOverlapTag) return Status::internal("start_send: not a TP collective");
+    ++sends;
+    send_bytes += static_cast<int64_t>(data.size());
+    return inner_.start_send(data, peer, tag, label);
   }
-  Result<std::unique_ptr<comm::Exchange>> start_recv(std::span<std::byte>, int, int, const char*) override {
-    return Status::internal("start_recv: not a TP collective");
+  Result<std::unique_ptr<comm::Exchange>> start_recv(std::span<std::byte> data, int peer, int tag,
+                                                     const char* label) override {
+    if (tag != kTpOverlapTag) return Status::internal("start_recv: not a TP collective");
+    ++recvs;
+    return inner_.start_recv(data, peer, tag, label);
   }
   void fail(const Status& cause) override { inner_.fail(cause); }
-  int64_t calls = 0;
+  int64_t calls = 0, sends = 0, recvs = 0, send_bytes = 0;
 
  private:
   comm::Communicator& inner_;
@@ -277,10 +285,13 @@ class CountingCommunicator final : public comm::Communicator {
 // direction two all-gathers and two reduce-scatters; the embedding's reduce-scatter (forward)
 // and all-gather (backward); the final norm's all-gather and its reduce-scatter; the
 // vocabulary-parallel cross-entropy's two all-gathers; then sync_replicated_grads' one
-// all-reduce (a reduce-scatter and an all-gather).
+// all-reduce (a reduce-scatter and an all-gather). Overlapped (one message each way per
+// collective at TP 2): the layers' eight per layer, the final norm's two and the embedding's
+// all-gather; the rest blocking. Bytes: each collective moves n h floats over the two ranks.
 TEST(TensorParallelModel, CollectivesPerStepFollowTheLayerStructure) {
   const ModelSpec spec = testing::tiny_spec();
-  std::vector<int64_t> step_calls(2), sync_calls(2);
+  std::vector<int64_t> step_calls(2), sync_calls(2), sends(2), recvs(2), bytes(2);
+  const auto n = static_cast<int64_t>(testing::three_docs(1, spec.vocab).tokens.size());
   const Status st = comm::run_local(2, [&](comm::Communicator& c) -> Status {
     DISTCA_ASSIGN_OR_RETURN(auto group, comm::GroupCommunicator::create(c, {0, 1}, 11));
     CountingCommunicator tpc(*group);
@@ -291,16 +302,22 @@ TEST(TensorParallelModel, CollectivesPerStepFollowTheLayerStructure) {
     m.zero_grads();
     DISTCA_RETURN_IF_ERROR(m.forward_backward(p.inputs(), ex, 1.0).status());
     step_calls[static_cast<size_t>(c.rank())] = tpc.calls;
+    sends[static_cast<size_t>(c.rank())] = tpc.sends;
+    recvs[static_cast<size_t>(c.rank())] = tpc.recvs;
+    bytes[static_cast<size_t>(c.rank())] = tpc.send_bytes;
     DISTCA_RETURN_IF_ERROR(m.sync_replicated_grads());
     sync_calls[static_cast<size_t>(c.rank())] = tpc.calls - step_calls[static_cast<size_t>(c.rank())];
     return Status::ok_status();
   });
   ASSERT_TRUE(st.ok()) << st.to_string();
-  const int64_t rows_collectives = 2 * (4 * spec.n_layers + 2);
+  const int64_t rows_collectives = 2 * (4 * spec.n_layers + 2), overlapped = 8 * spec.n_layers + 3;
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(step_calls[static_cast<size_t>(r)], rows_collectives + 2) << r;
+    EXPECT_EQ(step_calls[static_cast<size_t>(r)] + sends[static_cast<size_t>(r)], rows_collectives + 2) << r;
+    EXPECT_EQ(sends[static_cast<size_t>(r)], overlapped) << r;
+    EXPECT_EQ(recvs[static_cast<size_t>(r)], overlapped) << r;
     EXPECT_EQ(sync_calls[static_cast<size_t>(r)], 2) << r;
   }
+  EXPECT_EQ(bytes[0] + bytes[1], overlapped * n * spec.hidden * static_cast<int64_t>(sizeof(float)));
 }
 
 }  // namespace

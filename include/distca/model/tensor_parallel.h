@@ -32,6 +32,25 @@
 //     and 2 reduce-scatters of (n, h) elements, each moving (T-1)/T n h elements per rank
 //     (the communication volume of one all-reduce, in two halves).
 //
+// Overlap (Megatron-LM's TP communication overlap; TpStep::overlap, on by default): the layer
+// functions hide each of those collectives behind its own products instead of running it
+// between two products. All-pairs point-to-point messages on kTpOverlapTag (each rank sends
+// its block straight to each peer: T - 1 messages per rank, the bytes of the blocking form).
+//   - All-gather then column-parallel products (xn1 -> q, k, v; xn2 -> g, u, a; the final
+//     norm's xn -> logits; backward d(out) -> d(a), d(g), d(u) and d(x_mid) -> d(o)): post
+//     the receives, send the rank's rows, compute the products of the rows it holds, then of
+//     each peer's rows as they arrive.
+//   - Row-parallel products then reduce-scatter (o @ wo^T, a @ w2^T; backward the input
+//     gradients of wq, wk, wv, of w1, w3 and of the LM head): compute peer r + 1's rows and
+//     send them, then r + 2's, ..., then the rank's own, then the weight gradients (one
+//     product over all rows), then wait and add the partials in rank order as below.
+//   The products run on whole row tiles of kernels::gemm_tiled (kGemmTileRows): a tile once
+//   all its rows are there (gather) or when the first block it meets is sent (scatter). So
+//   every tile is the BLAS call the blocking form makes and the bits are the blocking form's
+//   (a product over part of a tile is not: OpenBLAS then rounds some elements differently).
+//   Not overlapped: the embedding's reduce-scatter and its backward's all-gather (nothing to
+//   hide behind; the latter adds rows to d(emb) in row order), the cross-entropy's gathers.
+//
 // Determinism: every reduction has a fixed order. A reduce-scatter sums the T partial products
 // in rank order ((p_0 + p_1) + p_2) + ..., the same bits on every backend. It is NOT the bits of
 // the unsharded layer: there one GEMM sums over the whole inner dimension in BLAS's order,
@@ -155,7 +174,13 @@ void tp_shard_params(const ModelSpec& spec, const TpDims& d, const T* full, T* s
 template <class T>
 void tp_unshard_params(const ModelSpec& spec, const TpDims& d, const T* shard, T* full);
 
-// The sequence-parallel collectives over the rows of tp_rows(n, T, r).
+// The point-to-point tag of the overlapped collectives (every TP function taking a
+// Communicator sends and receives on it; the caller keeps it free on the TP communicator's
+// ranks). Each function completes all of its messages before it returns.
+inline constexpr int kTpOverlapTag = comm::kP2pTagLimit - 1;
+
+// The sequence-parallel collectives over the rows of tp_rows(n, T, r), blocking (one
+// all-to-all-v each; the layer functions use the overlapped forms, "Overlap" above).
 // all: (n, width); on entry the rank's own rows hold its values; on return all rows do.
 template <class T>
 Status tp_all_gather_rows(comm::Communicator& tp, T* all, int64_t n, int64_t width);
@@ -200,6 +225,9 @@ struct TpStep {
   double rms_eps = 1e-5;
   int64_t total = 0, first = 0;
   int64_t cut = 0;
+  // true: the layer functions overlap each collective with the products next to it ("Overlap"
+  // above); false: the blocking reference (each collective whole, between the products).
+  bool overlap = true;
 };
 // Rank `rank`'s rows of a step's range, relative to the range: [first, first + n) intersected
 // with the rank's pieces, shifted by -first (an empty range where they do not meet).
