@@ -6,13 +6,16 @@
 // owner-driven wait() of a non-blocking exchange (the progress engine's loop), a blocking
 // barrier (Drive::kBlock), and a p2p receive on a polling communicator. Every wait must
 // complete with the right data; rank 0 prints the waiting thread's CPU time over the wait's
-// wall time for each, and with --max-cpu F fails when one exceeds F (CTest passes it under
-// DISTCA_WAIT=sleep: a sleeping wait uses a few per cent of its thread, a spinning one all the
-// core it is given). Before MPI starts, DISTCA_WAIT's parsing is checked (bad values refused
+// wall time and how often it blocked for each, and with --max-cpu F fails when one used more
+// than F of its wall time or blocked fewer than kMinBlocks times (CTest passes it under
+// DISTCA_WAIT=sleep: a sleeping wait uses a few per cent of its thread and blocks hundreds of
+// times; a spinning one takes all the core it is given and never blocks, which stays true on
+// a loaded machine where the CPU share alone could read low). Before MPI starts, DISTCA_WAIT's parsing is checked (bad values refused
 // with their one message; MpiOptions::wait over the environment), and the communicator's
 // policy must be the one DISTCA_WAIT names.
 //
 // A failed check ends the whole job through Communicator::fail ("distca: rank R failed: ...").
+#include <sys/resource.h>
 #include <time.h>
 
 #include <chrono>
@@ -38,6 +41,10 @@ using namespace distca::comm::testing;  // NOLINT(google-build-using-namespace)
   } while (0)
 
 constexpr int kLateMs = 200;
+// A sleeping wait of kLateMs blocks about once per kWaitMaxSleepUs (117-125 times on the
+// loaded 2-core VM, where a woken thread also queues for its core); a spinning one 0 or 1
+// times. 20 keeps a wide margin on both sides.
+constexpr long kMinBlocks = 20;
 
 double seconds(clockid_t clock) {
   timespec ts{};
@@ -81,19 +88,32 @@ Status check_parsing() {
   return Status::ok_status();
 }
 
-// One wait of rank 0 for peers kLateMs late: `start` begins the operation (every rank), and
-// returns the wait to run (every rank). Rank 0 gets the CPU fraction of its wait.
-template <class Start>
-Result<double> late_wait(Communicator& comm, Start start) {
+// This thread's voluntary context switches (it blocked: a sleep; a yield does not count).
+long voluntary_switches() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_nvcsw;
+}
+
+struct WaitCost {
+  double cpu_fraction = 0;  // the waiting thread's CPU time over the wait's wall time
+  long blocked = 0;         // its voluntary context switches during the wait
+};
+
+// One wait of rank 0 for peers kLateMs late: `op` starts and completes the operation (every
+// rank). Rank 0's wait is measured.
+template <class Op>
+Result<WaitCost> late_wait(Communicator& comm, Op op) {
   DISTCA_RETURN_IF_ERROR(comm.barrier());
   if (comm.rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(kLateMs));
   const double wall0 = seconds(CLOCK_MONOTONIC), cpu0 = seconds(CLOCK_THREAD_CPUTIME_ID);
-  DISTCA_RETURN_IF_ERROR(start());
+  const long switches0 = voluntary_switches();
+  DISTCA_RETURN_IF_ERROR(op());
   const double wall = seconds(CLOCK_MONOTONIC) - wall0, cpu = seconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
   if (comm.rank() == 0) {
     EXPECT_OR_RETURN(wall >= 0.5e-3 * kLateMs, "rank 0's wait for late peers took only " + std::to_string(wall) + " s");
   }
-  return cpu / wall;
+  return WaitCost{cpu / wall, voluntary_switches() - switches0};
 }
 
 Status run(MpiCommunicator& comm, MpiCommunicator& poll, double max_cpu) {
@@ -133,12 +153,18 @@ Status run(MpiCommunicator& comm, MpiCommunicator& poll, double max_cpu) {
        }},
   };
   for (const Kind& k : kinds) {
-    DISTCA_ASSIGN_OR_RETURN(const double frac, late_wait(comm, k.start));
+    DISTCA_ASSIGN_OR_RETURN(const WaitCost cost, late_wait(comm, k.start));
     if (me == 0) {
-      std::printf("comm_mpi_wait_test: %s %s: CPU %.1f%% of the wait\n", wait_policy_name(comm.info().wait), k.name,
-                  100 * frac);
-      EXPECT_OR_RETURN(max_cpu <= 0 || frac <= max_cpu, std::string(k.name) + ": the waiting thread used " +
-                                                           std::to_string(100 * frac) + "% of its wall time");
+      std::printf("comm_mpi_wait_test: %s %s: CPU %.1f%% of the wait, blocked %ld times\n",
+                  wait_policy_name(comm.info().wait), k.name, 100 * cost.cpu_fraction, cost.blocked);
+      if (max_cpu > 0) {
+        EXPECT_OR_RETURN(cost.cpu_fraction <= max_cpu, std::string(k.name) + ": the waiting thread used " +
+                                                           std::to_string(100 * cost.cpu_fraction) + "% of its wall time");
+        // A spinning thread on a loaded machine can get little CPU, but it never blocks: a
+        // sleeping one blocks at least once per kWaitMaxSleepUs after its spin window.
+        EXPECT_OR_RETURN(cost.blocked >= kMinBlocks, std::string(k.name) + ": the waiting thread blocked only " +
+                                                         std::to_string(cost.blocked) + " times");
+      }
     }
   }
   const int from = (me + n - 1) % n;
