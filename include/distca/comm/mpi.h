@@ -13,6 +13,9 @@
 // test()/wait(), so the runtime calls test() between compute chunks. p2p calls require
 // MPI_TAG_UB >= 3 * kP2pTagLimit - 1 (else they fail).
 //
+// Blocking waits poll MPI_Testsome; between empty rounds they yield or, past 500 us, sleep
+// (WaitPolicy; DISTCA_WAIT=spin|sleep, default spin; docs/runtime.md, "Waits").
+//
 // Every wait is bounded (MpiOptions::timeout_s): barrier, broadcast and the collectives are
 // all-to-all-v exchanges (barrier: zero bytes to and from every peer) driven by MPI_Testsome
 // loops, so a silent peer is named rather than waited for forever. Not bounded: MPI_Init,
