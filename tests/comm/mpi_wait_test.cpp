@@ -41,7 +41,7 @@ using namespace distca::comm::testing;  // NOLINT(google-build-using-namespace)
   } while (0)
 
 constexpr int kLateMs = 200;
-// A sleeping wait of kLateMs blocks about once per kWaitMaxSleepUs (117-125 times on the
+// A sleeping wait of kLateMs blocks about once per kWaitMaxSleepUs (85-361 times on the
 // loaded 2-core VM, where a woken thread also queues for its core); a spinning one 0 or 1
 // times. 20 keeps a wide margin on both sides.
 constexpr long kMinBlocks = 20;
