@@ -12,6 +12,7 @@
 #include <ctime>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -29,7 +30,9 @@ Result<WaitPolicy> wait_policy_from_env() {
 const char* wait_policy_name(WaitPolicy policy) { return policy == WaitPolicy::kSpin ? "spin" : "sleep"; }
 
 namespace mpi_detail {
+namespace {
 
+// The first "KEY VALUE" pair of a cgroup cpu.stat text whose key is `key`, or nullopt.
 std::optional<uint64_t> stat_value(const std::string& text, const std::string& key) {
   std::istringstream in(text);
   std::string k;
@@ -39,8 +42,6 @@ std::optional<uint64_t> stat_value(const std::string& text, const std::string& k
   }
   return std::nullopt;
 }
-
-namespace {
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);

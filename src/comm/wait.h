@@ -4,8 +4,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <optional>
-#include <string>
 
 #include "distca/comm/mpi.h"
 
@@ -45,8 +43,5 @@ class BlockingWait {
 // recorded waits and its cgroup's counters; docs/netlab.md, "caps"). Nothing when unset.
 // Errors: the file cannot be written (the caller reports them; they change no result).
 Status write_wait_stats(int rank);
-
-// The first "KEY VALUE" line of a cgroup cpu.stat text whose key is `key`, or nullopt.
-std::optional<uint64_t> stat_value(const std::string& text, const std::string& key);
 
 }  // namespace distca::comm::mpi_detail
