@@ -32,7 +32,8 @@
 # each rank a fixed share of a core, busy or idle, as a device (docs/netlab.md, "Emulating
 # devices with CPU caps"). With 4 ranks on 2 cores use CAP=0.5. OUT/cap records the caps of
 # the files in OUT; a call with other caps is refused (exit 2), so a capped profile never
-# meets an uncapped run. The issue's 4-rank figures, capped (about 6 min on 2 cores: profile 1, dp4-pretrain 2.6, dp2pp2-pretrain 2.2):
+# meets an uncapped run. Capped ranks wait with DISTCA_WAIT=sleep unless DISTCA_WAIT says
+# otherwise (rank-cap.sh; docs/netlab.md), and OUT/cap records the policy too. The issue's 4-rank figures, capped (about 6 min on 2 cores: profile 1, dp4-pretrain 2.6, dp2pp2-pretrain 2.2):
 #
 #   CAP=0.5 scripts/compare_baselines.sh OUT four
 set -euo pipefail
@@ -52,7 +53,8 @@ if [[ -n ${CAP:-} ]]; then
   [[ -z ${CAP_PERIOD_US:-} ]] || capper+=(--period-us "$CAP_PERIOD_US")
   capper+=(--)
   "${capper[@]}" true || exit 2  # bad CAP, or no writable CPU cgroup: its one line said which
-  caps="cpus $CAP per rank, period ${CAP_PERIOD_US:+$CAP_PERIOD_US us}${CAP_PERIOD_US:-the rank-cap.sh default}, weight ${CAP_WEIGHT:-10000}"
+  export DISTCA_WAIT=${DISTCA_WAIT:-sleep}
+  caps="cpus $CAP per rank, period ${CAP_PERIOD_US:+$CAP_PERIOD_US us}${CAP_PERIOD_US:-the rank-cap.sh default}, weight ${CAP_WEIGHT:-10000}, waits $DISTCA_WAIT"
 fi
 recorded=""
 if [[ -s "$out/cap" ]]; then

@@ -19,6 +19,9 @@
 #                W x 1024 / 100); default the kernel's (100): under other load, a high weight
 #                lets a rank take its share when it becomes runnable; the cap still bounds it
 # RANK_CAP_KILL_AFTER_S (environment): the seconds between a TERM and the KILL (default 10)
+# DISTCA_WAIT (environment): passed on as set; unset or empty, the program gets DISTCA_WAIT=sleep
+#                (distca's MPI waits sleep between polls instead of spinning, so a waiting rank
+#                leaves its quota unspent, as a waiting device does; docs/runtime.md, "Waits")
 #
 # The cgroup is named distca-cap.JOB.RANK.PID (JOB: Open MPI's job id or PMIx namespace, else
 # "solo"; RANK: OMPI_COMM_WORLD_RANK or PMIX_RANK, else 0), under the cgroup v2 hierarchy where
@@ -191,6 +194,7 @@ main() {
     cleanup_stale
     exit $?
   fi
+  export DISTCA_WAIT=${DISTCA_WAIT:-sleep}
   trap finish EXIT
   for s in HUP INT TERM USR1 USR2; do trap "forward $s" "$s"; done
   make_group

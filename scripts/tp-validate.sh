@@ -13,8 +13,9 @@
 # CAP=C (caps block below): then also TP 2 x DP 2 on 4 ranks, each under scripts/rank-cap.sh
 # --cpus C (CAP_PERIOD_US, CAP_WEIGHT: its --period-us, default its own, and --weight, default
 # 10000), a device's fixed share of a core
-# (docs/netlab.md, "Emulating devices with CPU caps"), with a 4-rank profile measured under the
-# same caps: OUT_DIR/hw4-capped.json, OUT_DIR/bench-tp2x2-capped.json (about 10 more minutes
+# (docs/netlab.md, "Emulating devices with CPU caps"; the ranks' MPI waits sleep, DISTCA_WAIT=sleep,
+# unless DISTCA_WAIT is set), with a 4-rank profile measured under the same caps:
+# OUT_DIR/hw4-capped.json, OUT_DIR/bench-tp2x2-capped.json (about 10 more minutes
 # at CAP=0.5 on 2 cores: the profile 2.5, bench train 8).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -21,6 +21,7 @@
 
 #include "command.h"
 #include "launcher.h"
+#include "distca/comm/mpi.h"
 #include "distca/core/io.h"
 #include "distca/core/memory.h"
 
@@ -262,6 +263,8 @@ int parse_and_run(int argc, char** argv) {
     std::fprintf(stderr, "distca: error: %s (see --help)\n", msg.c_str());
     return kExitBadInput;
   }
+  // The mpi backend's wait policy (docs/runtime.md): refused before any work, on every command.
+  if (const auto wait = distca::comm::wait_policy_from_env(); !wait.ok()) return fail_input(wait.status().message());
   if (!cli->max_memory.empty()) {
     const distca::Result<uint64_t> limit = distca::parse_byte_size(cli->max_memory);
     if (!limit.ok()) return fail_input(limit.status().message());

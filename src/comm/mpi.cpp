@@ -3,6 +3,7 @@
 #include "distca/comm/mpi.h"
 
 #include "mpi_exchange.h"
+#include "wait.h"
 
 #include <mpi.h>
 
@@ -66,6 +67,12 @@ class MpiEnvironment {
   ~MpiEnvironment() {
     int finalized = 0;
     MPI_Finalized(&finalized);
+    if (!finalized) {
+      int rank = 0;
+      (void)MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      // A diagnostic (DISTCA_WAIT_STATS): its failure changes no result, so it is only said.
+      if (Status s = write_wait_stats(rank); !s.ok()) std::fprintf(stderr, "distca: warning: %s\n", s.message().c_str());
+    }
     if (owns_ && !finalized) MPI_Finalize();
   }
 
@@ -239,7 +246,7 @@ class MpiCommunicatorImpl : public MpiCommunicator {
   // and wraps it in its handle; otherwise its test()/wait() drive it.
   std::unique_ptr<Exchange> launch(std::shared_ptr<ExchangeState> st) {
     if (info_.progress == ProgressMode::kThread && blocking_depth_ == 0) {
-      if (!engine_) engine_ = std::make_shared<ProgressEngine>(poll_interval_us_, max_poll_interval_us_);
+      if (!engine_) engine_ = std::make_shared<ProgressEngine>(poll_interval_us_, max_poll_interval_us_, info_.wait);
       engine_->add(st);
       return std::make_unique<MpiExchange>(std::move(st), engine_);
     }
@@ -266,6 +273,7 @@ class MpiCommunicatorImpl : public MpiCommunicator {
     auto st = std::make_shared<ExchangeState>();
     st->rank = rank_;
     st->timeout_s = timeout_s_;
+    st->wait = info_.wait;
     st->last_progress = Clock::now();
     st->trace = trace_;
     st->start_us = start_us;
@@ -332,6 +340,7 @@ class MpiCommunicatorImpl : public MpiCommunicator {
     auto st = std::make_shared<ExchangeState>();
     st->rank = rank_;
     st->timeout_s = timeout_s_;
+    st->wait = info_.wait;
     st->last_progress = Clock::now();
     st->requests.reserve(2 * static_cast<std::size_t>(size_));
     // A failed post leaves the earlier requests live on the caller's buffers: settle them.
@@ -398,8 +407,13 @@ Result<std::unique_ptr<MpiCommunicator>> make_mpi_communicator(int* argc, char**
     return Status::invalid_argument("mpi: timeout_s must be finite and >= 0 (got " +
                                     std::to_string(options.timeout_s) + ")");
   }
-  DISTCA_ASSIGN_OR_RETURN(auto env, MpiEnvironment::get(argc, argv));
   MpiInfo info;
+  if (options.wait) {
+    info.wait = *options.wait;
+  } else {
+    DISTCA_ASSIGN_OR_RETURN(info.wait, wait_policy_from_env());
+  }
+  DISTCA_ASSIGN_OR_RETURN(auto env, MpiEnvironment::get(argc, argv));
   info.thread_level_provided = env->provided();
   info.thread_level_name = thread_level_name(env->provided());
   const bool multiple = env->provided() >= MPI_THREAD_MULTIPLE;

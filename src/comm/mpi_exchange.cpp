@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "distca/comm/mpi.h"
+#include "wait.h"
 
 namespace distca::comm::mpi_detail {
 
@@ -118,7 +119,11 @@ namespace {
 // expected. Returns nullopt while incomplete. An error may leave requests pending (drive
 // settles them).
 std::optional<Status> drive_rounds(ExchangeState& st, Drive how) {
-  if (how == Drive::kBlock) st.last_progress = Clock::now();
+  std::optional<BlockingWait> waiting;
+  if (how == Drive::kBlock) {
+    st.last_progress = Clock::now();
+    waiting.emplace(st.wait);
+  }
   const int count = static_cast<int>(st.requests.size());
   std::vector<int> indices(st.requests.size());
   std::vector<MPI_Status> statuses(st.requests.size());
@@ -181,7 +186,11 @@ std::optional<Status> drive_rounds(ExchangeState& st, Drive how) {
       }
     }
     if (how != Drive::kBlock) return std::nullopt;
-    if (outcount == 0) std::this_thread::yield();  // the core may be the peer's or the thread's
+    if (outcount == 0) {
+      waiting->idle();
+    } else {
+      waiting->progressed();
+    }
   }
   if (st.trace) {
     st.trace->record({st.trace_name, "comm", 0, st.rank, st.start_us, st.trace->now_us()});
@@ -198,9 +207,10 @@ std::optional<Status> drive(ExchangeState& st, Drive how) {
   return result;
 }
 
-ProgressEngine::ProgressEngine(int poll_interval_us, int max_poll_interval_us)
+ProgressEngine::ProgressEngine(int poll_interval_us, int max_poll_interval_us, WaitPolicy wait)
     : poll_interval_(poll_interval_us),
       max_poll_interval_(std::max(poll_interval_us, max_poll_interval_us)),
+      wait_(wait),
       thread_([this] { loop(); }) {}
 
 ProgressEngine::~ProgressEngine() {
@@ -231,11 +241,22 @@ Status ProgressEngine::wait(const ExchangeState& st) {
   if (st.done) return st.status;
   owner_driving_ = true;
   cv_.wait(lock, [&] { return !in_round_; });
+  BlockingWait waiting(wait_);
+  auto pending = [](const std::vector<std::shared_ptr<ExchangeState>>& batch) {
+    std::size_t n = 0;
+    for (const auto& a : batch) n += a->remaining;
+    return n;
+  };
   while (!st.done) {
     std::vector<std::shared_ptr<ExchangeState>> batch = active_;
     lock.unlock();
+    const std::size_t before = pending(batch);
     auto finished = drive_batch(batch);
-    if (finished.empty()) std::this_thread::yield();  // a core shared with the peer's threads
+    if (finished.empty() && pending(batch) == before) {
+      waiting.idle();
+    } else {
+      waiting.progressed();
+    }
     lock.lock();
     complete(finished);
   }

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "distca/comm/mpi.h"
 #include "distca/core/status.h"
 #include "distca/core/trace.h"
 
@@ -59,6 +60,7 @@ struct ExchangeState {
   std::string trace_name = "all_to_all_v";
   double start_us = 0;
   double timeout_s = 0;                // > 0: no completion for this long ends the job
+  WaitPolicy wait = WaitPolicy::kSpin;  // how a kBlock drive pauses between empty rounds
   Clock::time_point last_progress;     // the start, or the latest completed request
   std::optional<P2pState> p2p;         // set for start_send / start_recv
 };
@@ -93,14 +95,15 @@ extern std::atomic<bool> g_aborting;
 // meanwhile and only one thread at a time ever drives the engine's exchanges.
 class ProgressEngine {
  public:
-  ProgressEngine(int poll_interval_us, int max_poll_interval_us);
+  ProgressEngine(int poll_interval_us, int max_poll_interval_us, WaitPolicy wait);
   ~ProgressEngine();  // joins the thread; every exchange added must be done by then
 
   void add(std::shared_ptr<ExchangeState> st);
   int64_t rounds() const { return rounds_.load(std::memory_order_relaxed); }
   bool is_done(const ExchangeState& st);
   // Rounds over every exchange in flight on the caller's thread until `st` is done, once the
-  // thread has finished the round it may be in. Timeouts as in the thread's rounds.
+  // thread has finished the round it may be in, pausing between empty rounds as the engine's
+  // WaitPolicy says (BlockingWait). Timeouts as in the thread's rounds.
   Status wait(const ExchangeState& st);
 
  private:
@@ -114,6 +117,7 @@ class ProgressEngine {
 
   const std::chrono::microseconds poll_interval_;
   const std::chrono::microseconds max_poll_interval_;
+  const WaitPolicy wait_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

@@ -102,6 +102,23 @@ TEST_F(CliRulesTest, JsonFollowedByANulByteIsRefusedAsAnyTrailingJunk) {
   EXPECT_EQ(ok.code, 0) << ok.err;
 }
 
+// DISTCA_WAIT (the mpi backend's wait policy) is read by every command before any work: a
+// bad value is one line and exit 2, with no output file written; spin and sleep run.
+TEST_F(CliRulesTest, BadWaitPolicyIsRefusedBeforeWork) {
+  const std::string cfg = small_config(), metrics = path("m.jsonl");
+  ::setenv("DISTCA_WAIT", "yield", 1);
+  expect_refused("train --config " + cfg + " --metrics " + metrics, "DISTCA_WAIT must be spin or sleep (got 'yield')",
+                 {metrics});
+  expect_refused("simulate --gpus 8 --json " + path("s.json"), "DISTCA_WAIT must be spin or sleep (got 'yield')",
+                 {dir_ / "s.json"});
+  for (const char* ok : {"spin", "sleep", ""}) {
+    ::setenv("DISTCA_WAIT", ok, 1);
+    const CliRun r = run("simulate --gpus 8 --json /dev/null", 120);
+    EXPECT_EQ(r.code, 0) << "DISTCA_WAIT='" << ok << "': " << r.err;
+  }
+  ::unsetenv("DISTCA_WAIT");
+}
+
 // Every [model_overrides] field has a range, checked before anything is sized: neither a
 // per-layer table of 10 million layers nor a rank's BLAS call sees them.
 TEST_F(CliRulesTest, ModelOverridesOutOfRangeAreRefusedBeforeAllocation) {

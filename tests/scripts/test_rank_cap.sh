@@ -7,7 +7,7 @@
 # least half of what an uncapped spinner gets beside it (skipped, said so, when the machine
 # gives an uncapped one under 1.5 C); a capped spinner beside an idle capped rank still gets at
 # most its share; the program's exit status and death by signal come back; stdin and INT reach
-# the program; a TERM to the wrapper stops the program; a program ignoring TERM is killed at
+# the program; DISTCA_WAIT reaches it as set, sleep when unset; a TERM to the wrapper stops the program; a program ignoring TERM is killed at
 # the deadline; --timeout; a process the program left behind is stopped; a KILL of the wrapper
 # takes the program with it and --cleanup then removes the stale cgroup. After each: no
 # cgroup of this test's job id and no process carrying its mark.
@@ -118,6 +118,13 @@ rc=$?
 [ $rc = 143 ] || fail "death by TERM came back as $rc, expected 143"
 out=$(echo through | "$CAP" --cpus 0.5 -- "${M[@]}" cat)
 [ "$out" = through ] || fail "stdin did not reach the program (got '$out')"
+# DISTCA_WAIT: sleep for the program when unset or empty, passed on when set.
+out=$(env -u DISTCA_WAIT "$CAP" --cpus 0.5 -- "${M[@]}" sh -c 'echo "$DISTCA_WAIT"')
+[ "$out" = sleep ] || fail "DISTCA_WAIT unset: the program got '$out', expected sleep"
+out=$(DISTCA_WAIT= "$CAP" --cpus 0.5 -- "${M[@]}" sh -c 'echo "$DISTCA_WAIT"')
+[ "$out" = sleep ] || fail "DISTCA_WAIT empty: the program got '$out', expected sleep"
+out=$(DISTCA_WAIT=spin "$CAP" --cpus 0.5 -- "${M[@]}" sh -c 'echo "$DISTCA_WAIT"')
+[ "$out" = spin ] || fail "DISTCA_WAIT=spin: the program got '$out'"
 "$CAP" --cpus 0.5 -- "${M[@]}" /no/such/program 2> /dev/null
 rc=$?
 [ $rc = 127 ] || [ $rc = 126 ] || fail "a missing program: exit $rc, expected 126 or 127"

@@ -13,6 +13,9 @@
 // test()/wait(), so the runtime calls test() between compute chunks. p2p calls require
 // MPI_TAG_UB >= 3 * kP2pTagLimit - 1 (else they fail).
 //
+// Blocking waits poll MPI_Testsome; between empty rounds they yield or, past 500 us, sleep
+// (WaitPolicy; DISTCA_WAIT=spin|sleep, default spin; docs/runtime.md, "Waits").
+//
 // Every wait is bounded (MpiOptions::timeout_s): barrier, broadcast and the collectives are
 // all-to-all-v exchanges (barrier: zero bytes to and from every peer) driven by MPI_Testsome
 // loops, so a silent peer is named rather than waited for forever. Not bounded: MPI_Init,
@@ -32,6 +35,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "distca/comm/communicator.h"
@@ -45,8 +49,37 @@ enum class ProgressMode {
   kPoll,    // progress only inside test()/wait() and other calls on this communicator
 };
 
+// How a blocking wait (Exchange::wait(), the blocking all_to_all_v and every collective and
+// barrier built on it) spends the time between MPI_Testsome rounds that complete nothing.
+// OpenMPI's shared-memory transport gives no way to block until a message arrives, so every
+// wait polls; the policy says whether the waiting thread stays runnable while it does.
+enum class WaitPolicy {
+  kSpin,   // yield between rounds: seen at once, but the thread uses its core (or its CPU cap)
+  // Yield between rounds for the first kWaitSpinUs since the wait began or last completed a
+  // request (a short wait stays as fast as kSpin), then sleep between rounds for an eighth of
+  // the time waited so far, at most kWaitMaxSleepUs: a long wait costs little CPU, and its
+  // end is seen at most 12.5% (and 0.5 ms) late.
+  kSleep,
+};
+// The spin window is long because a sleep on the development VM overshoots by 40-90 us
+// (timer and idle wake-up): sleeping from 50 us on made 64-byte exchanges 2-3x slower.
+inline constexpr int kWaitSpinUs = 500;
+inline constexpr int kWaitMaxSleepUs = 500;
+// DISTCA_WAIT=spin|sleep selects the policy; unset or empty: kSpin, which keeps uncapped
+// latency as it was (sleeping made the profile's 4 MiB exchanges 1.3-1.7x slower, loaded VM;
+// docs/runtime.md). scripts/rank-cap.sh sets sleep for its program unless DISTCA_WAIT is set:
+// under a CPU cap a spinning wait spends the rank's quota, which a waiting GPU would not.
+inline constexpr WaitPolicy kDefaultWaitPolicy = WaitPolicy::kSpin;
+
+// The policy DISTCA_WAIT names (unset or empty: kDefaultWaitPolicy); otherwise
+// invalid_argument "DISTCA_WAIT must be spin or sleep (got 'X')".
+Result<WaitPolicy> wait_policy_from_env();
+const char* wait_policy_name(WaitPolicy policy);
+
 struct MpiOptions {
   ProgressMode progress = ProgressMode::kAuto;
+  // Unset: DISTCA_WAIT (wait_policy_from_env; a bad value fails make_mpi_communicator).
+  std::optional<WaitPolicy> wait = std::nullopt;
   // Pause of the progress thread between MPI_Testsome rounds while exchanges are in flight:
   // short enough to keep transfers streaming, long enough not to steal a core from compute.
   int poll_interval_us = 20;
@@ -75,6 +108,7 @@ struct MpiInfo {
   std::string thread_level_name;  // "MPI_THREAD_MULTIPLE", ...
   ProgressMode progress = ProgressMode::kPoll;  // the mode in use (never kAuto)
   std::string library_version;    // MPI_Get_library_version, first line
+  WaitPolicy wait = kDefaultWaitPolicy;  // the policy in use
 };
 
 class MpiCommunicator : public Communicator {
