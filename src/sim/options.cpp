@@ -167,6 +167,11 @@ Status SimOptions::validate() const {
   if (dtype_bytes != 2 && dtype_bytes != 4) {
     return Status::invalid_argument("--dtype: activation bytes must be 2 or 4 (got " + std::to_string(dtype_bytes) + ")");
   }
+  if (!topology.empty() && static_cast<int64_t>(topology.host.size()) != cluster.units()) {
+    return Status::invalid_argument("--ranks-per-host: the topology names " + std::to_string(topology.host.size()) +
+                                    " units, the cluster has " + std::to_string(cluster.units()));
+  }
+  DISTCA_RETURN_IF_ERROR(topology.validate(static_cast<int64_t>(topology.host.size())));
   const int64_t ups = cluster.units_per_stage();
   if (strategy.kind == StrategyKind::kPerCp && strategy.cp_degree < 1) {
     return Status::invalid_argument("--strategy percp:C needs C >= 1");

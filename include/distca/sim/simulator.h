@@ -58,6 +58,7 @@
 #include "distca/data/batch.h"
 #include "distca/data/workload.h"
 #include "distca/plan/chunking.h"
+#include "distca/plan/topology.h"
 
 namespace distca::sim {
 
@@ -174,6 +175,12 @@ struct SimOptions {
   // profile units are devices and never share: setting either is refused. 0..65536.
   int64_t host_ranks = 0;
   int64_t host_cores = 0;
+  // Which host every unit runs on ([units], or empty: every unit a host of its own) and the
+  // price of a byte between hosts (plan/topology.h). CAD's exchanges run on the link model
+  // (plan/link_model.h): a host's units share its one link to the others, and inside a host
+  // bytes move inter_host_price times faster; the cad planner places work by it as the
+  // trainer's --ranks-per-host does (over each tick's pooled ranks). Other strategies ignore it.
+  HostTopology topology;
   // Memory the framework holds beside the model's tensors (docs/simulation-model.md,
   // "Framework memory"); FrameworkMemory{} (all zero) for a CPU run.
   FrameworkMemory framework = FrameworkMemory::gpu();
