@@ -53,7 +53,9 @@ ExchangeTimes ExchangeLinks::post(const std::vector<double>& posted, std::vector
       double& in = in_free_[c == 1 ? endpoint_[p] : p][c];
       const double start = std::max({posted[s], posted[p], out, in});
       const double busy = free ? 0.0 : bytes / rate[c];
-      out = in = start + busy;
+      // A message without bytes queues behind what its directions carry but holds neither:
+      // the sender's next message does not wait for this one's receiver.
+      if (busy > 0) out = in = start + busy;
       const double end = start + busy + rates_.message_seconds;
       t.done[s] = std::max(t.done[s], end);
       t.done[p] = std::max(t.done[p], end);

@@ -234,7 +234,13 @@ Status plan_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick
     for (const int64_t u : pooled.unit_of) so.topology.host.push_back(R.o.topology.host[static_cast<size_t>(u)]);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  DISTCA_ASSIGN_OR_RETURN(const NanoSchedule ns, schedule_nano_batches(pooled.batch, SchedulerSpec{}, so));
+  double cut_fraction = 0;  // the L / sqrt(2) rule
+  if (R.auto_model != nullptr) {  // --tolerance auto, as the trainer's planner chooses
+    DISTCA_ASSIGN_OR_RETURN(const AutoToleranceChoice c, choose_tolerance(pooled.batch, SchedulerSpec{}, so, *R.auto_model));
+    so.tolerance = c.tolerance;
+    cut_fraction = c.cut_fraction;
+  }
+  DISTCA_ASSIGN_OR_RETURN(const NanoSchedule ns, schedule_nano_batches(pooled.batch, SchedulerSpec{}, so, cut_fraction));
   ps.plan_seconds += seconds_since(t0);
   const NanoSplit& nano = ns.split;
   const Batch& planned = nano.batch;  // same ranks and units as the pooled batch

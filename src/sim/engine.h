@@ -11,6 +11,7 @@
 
 #include "distca/cost/analytic.h"
 #include "distca/cost/cost_model.h"
+#include "distca/plan/auto_tolerance.h"
 #include "distca/plan/link_model.h"
 #include "distca/plan/pipeline_schedule.h"
 #include "distca/sim/simulator.h"
@@ -79,6 +80,10 @@ struct Rates {
   // inside a host (SimOptions::topology) that rate times the topology's inter_host_price.
   LinkRates cad_links;
   std::vector<int64_t> unit_hosts;  // [units] SimOptions::topology's hosts, or empty
+  // SimOptions::tolerance_auto: the profile's model (plan/auto_tolerance.h) and the table it
+  // points at; null otherwise.
+  std::shared_ptr<const AutoToleranceModel> auto_model;
+  std::shared_ptr<const AttentionCostModel> auto_table;
   RowBytes row_bytes;
   UnitAttentionCost cost;
   std::vector<int64_t> stage_layers;  // [pp] layers of each stage (the first L % pp get one more)

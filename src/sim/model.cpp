@@ -52,6 +52,14 @@ Rates::Rates(const SimOptions& opt) : o(opt), cost(opt) {
   tp_explicit = gpus_per_unit > 1 && (o.tp_collectives || o.hardware_profile != nullptr);
   host = host_model(o).value();  // simulate() checked it
   if (o.hardware_profile != nullptr) apply_hardware_profile(*o.hardware_profile);
+  if (o.tolerance_auto) {  // validate() checked the profile and the strategy
+    std::unique_ptr<AttentionCostModel> table;
+    const bool overlap = o.strategy.cad_mode != CadMode::kSingleStream;
+    auto m = auto_tolerance_model(*o.hardware_profile, o.topology, overlap, &table);
+    DISTCA_CHECK_MSG(m.ok(), m.status().to_string().c_str());
+    auto_table = std::move(table);
+    auto_model = std::make_shared<const AutoToleranceModel>(*m);
+  }
   row_bytes = distca::row_bytes(m, o.dtype_bytes);
   stage_layers.assign(static_cast<size_t>(pp), m.n_layers / pp);
   for (int64_t s = 0; s < m.n_layers % pp; ++s) ++stage_layers[static_cast<size_t>(s)];

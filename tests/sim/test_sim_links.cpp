@@ -59,6 +59,18 @@ TEST(LinkModel, TwoRanksOfAHostShareItsLinkByHand) {
   for (const double d : sig.post({0, 0.5, 0, 0}, msgs, true).done) EXPECT_DOUBLE_EQ(d, 0.5 + kLat);
 }
 
+// An empty message queues behind the bytes on its directions but holds neither: no hosts, 4
+// ranks; 0 sends B to 1 (1 s) and 2 sends B to 3. Rank 2's empty message to rank 1 waits for
+// rank 1's incoming direction (ends 1 + lat), but 2 -> 3 after it starts at 0 and ends at
+// 1 + lat, not at 2 + lat behind it: every rank completes at 1 + lat. (At 512 units the
+// opposite rule, an empty message holding its sender until its receiver is free, chained
+// the units' queues and nearly doubled bench simulate's cad step.)
+TEST(LinkModel, AnEmptyMessageHoldsNoDirection) {
+  ExchangeLinks l(4, {}, LinkRates{kRate, kRate, kLat});
+  const ExchangeTimes t = l.post({0, 0, 0, 0}, {{0, 1, kRate}, {2, 3, kRate}});
+  for (size_t r = 0; r < 4; ++r) EXPECT_DOUBLE_EQ(t.done[r], 1 + kLat) << r;
+}
+
 // A pair's entries add up (a relay's negative entry included), whatever their order.
 TEST(LinkModel, EntriesOfAPairAddUpInAnyOrder) {
   const LinkRates rates{kRate, 8 * kRate, kLat};

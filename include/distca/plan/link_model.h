@@ -14,8 +14,10 @@
 // (s, p) order. The message from s to p starts once both have posted (MPI's rendezvous moves a
 // large message only after the receive is matched) and both directions are free, holds them
 // for bytes / the class's rate, and ends message_seconds after that (a message's fixed cost,
-// the link fit's intercept, does not hold the link). The exchange completes on a rank when
-// every message it sends or receives has.
+// the link fit's intercept, does not hold the link). A message without bytes holds neither
+// direction (it queues behind what they carry, but the sender's next message does not wait
+// for its receiver). The exchange completes on a rank when every message it sends or
+// receives has.
 //
 // Cost: O(ranks^2 + messages log messages) per exchange (every pair is a message).
 // Determinism: a pure function of the posts and messages in order. Thread safety: an object

@@ -22,7 +22,8 @@
 //                the order posted. It starts
 //                at max(post_s, post_p, both directions free) (rendezvous: MPI moves a large
 //                message once the receive is posted) and ends model.message_seconds + its bytes
-//                / the class's rate later; E completes on a rank when every message it sends
+//                / the class's rate later, holding the directions for its bytes only (an
+//                empty message holds neither; plan/link_model.h, shared with the simulator); E completes on a rank when every message it sends
 //                or receives has. So an exchange waits for its slowest peer, and an exchange
 //                posted while another is on the link queues behind it. Bytes are the plan's
 //                exchanges with K/V relays applied (plan/topology_relay.h: a block a host's
