@@ -233,6 +233,8 @@ SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, do
   run.mode = mode.mode;
   run.overlap = mode.overlap;
   run.tolerance = f.tolerance;
+  run.tolerance_auto = f.tolerance_auto;
+  run.ranks_per_host = f.ranks_per_host;
   run.sgemm_flops = sgemm_mean;
   run.hardware_profile = hw_profile;
   run.attention_table = table;

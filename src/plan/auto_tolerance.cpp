@@ -107,10 +107,17 @@ Status AutoToleranceModel::validate() const {
   return Status::ok_status();
 }
 
+std::optional<LinkRates> profile_link_rates(const HardwareProfile& profile, int64_t inter_host_price) {
+  const std::optional<LinkProfile>& link = profile.p2p ? profile.p2p : profile.all_to_all;
+  if (!link) return std::nullopt;
+  return LinkRates{link->bytes_per_second, link->bytes_per_second * static_cast<double>(inter_host_price),
+                   std::clamp(link->latency_seconds, 0.0, 1.0)};
+}
+
 Result<AutoToleranceModel> auto_tolerance_model(const HardwareProfile& profile, const HostTopology& topology,
                                                 bool overlap, std::unique_ptr<AttentionCostModel>* table,
                                                 const std::string& flag) {
-  const std::optional<LinkProfile>& link = profile.p2p ? profile.p2p : profile.all_to_all;
+  const std::optional<LinkRates> link = profile_link_rates(profile, topology.inter_host_price);
   if (!link) {
     return Status::invalid_argument(flag + ": --tolerance auto needs a profile with link figures (one measured "
                                            "under mpirun with 2 or more ranks)");
@@ -119,14 +126,14 @@ Result<AutoToleranceModel> auto_tolerance_model(const HardwareProfile& profile, 
   *table = std::make_unique<ProfiledCostModel>(profile.attention_total());
   AutoToleranceModel m;
   m.seconds = table->get();
-  m.inter_host_bytes_per_second = link->bytes_per_second;
-  m.intra_host_bytes_per_second = link->bytes_per_second * static_cast<double>(topology.inter_host_price);
+  m.inter_host_bytes_per_second = link->inter_host_bytes_per_second;
+  m.intra_host_bytes_per_second = link->intra_host_bytes_per_second;
   m.overlap = overlap;
   m.linear_forward_seconds_per_row = linear_seconds_per_row(profile, false);
   m.linear_backward_seconds_per_row = linear_seconds_per_row(profile, true);
   const double ratio = profile.attention_backward_ratio();
   m.attention_backward_share = std::isfinite(ratio) && ratio >= 0 ? ratio / (1 + ratio) : 0.5;
-  m.message_seconds = std::clamp(link->latency_seconds, 0.0, 1.0);
+  m.message_seconds = link->message_seconds;
   DISTCA_RETURN_IF_ERROR(m.validate());
   return m;
 }

@@ -88,6 +88,7 @@ KvWireBytes kv_wire_bytes(const DocumentIndex& index, const std::vector<TaskPlac
         out.recv[x][s] += bytes;
         out.total[x] += bytes;
         out.pairs[x].emplace_back(run.rank, static_cast<int64_t>(s));
+        if (bytes > 0) out.messages[x].push_back({run.rank, static_cast<int64_t>(s), bytes, index.doc_ids()[static_cast<size_t>(slot)]});
       }
     }
   }

@@ -62,4 +62,28 @@ std::vector<RelayedBlock> kv_relay(const Plan& plan, const std::vector<const Exc
   return out;
 }
 
+void relay_context(const std::vector<TaskPlacement>& tasks, const std::vector<int64_t>& hosts,
+                   std::vector<ContextMessage>& messages) {
+  if (hosts.empty() || std::all_of(hosts.begin(), hosts.end(), [&](int64_t h) { return h == hosts.front(); })) {
+    return;
+  }
+  const auto host = [&](int64_t r) { return hosts[static_cast<size_t>(r)]; };
+  // (document, host) -> (largest context end, lowest rank with it), as kv_relay chooses: its
+  // servers' tasks in rank order, the first of equal ends kept.
+  std::vector<const TaskPlacement*> by_server;
+  for (const TaskPlacement& t : tasks) by_server.push_back(&t);
+  std::stable_sort(by_server.begin(), by_server.end(),
+                   [](const TaskPlacement* a, const TaskPlacement* b) { return a->server < b->server; });
+  std::map<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>> relay;
+  for (const TaskPlacement* t : by_server) {
+    auto [it, fresh] = relay.emplace(std::make_pair(t->doc, host(t->server)), std::make_pair(t->q_end, t->server));
+    if (!fresh && t->q_end > it->second.first) it->second = {t->q_end, t->server};
+  }
+  for (ContextMessage& m : messages) {
+    if (host(m.holder) == host(m.server)) continue;
+    const int64_t r = relay.at({m.doc, host(m.server)}).second;
+    if (r != m.server) m.holder = r;
+  }
+}
+
 }  // namespace distca

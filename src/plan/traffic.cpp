@@ -32,7 +32,7 @@ int64_t Traffic::forward_max_rank() const {
 }
 
 Traffic compute_traffic(const DocumentIndex& index, const std::vector<TaskPlacement>& tasks,
-                        const RowBytes& rb, bool include_context) {
+                        const RowBytes& rb, bool include_context, std::vector<ContextMessage>* context) {
   const int64_t ranks = index.ranks();
   const auto R = static_cast<size_t>(ranks);
   Traffic t;
@@ -89,6 +89,7 @@ Traffic compute_traffic(const DocumentIndex& index, const std::vector<TaskPlacem
         t.bytes.dkv += bytes;
         add_message(t.per_rank, run.rank, static_cast<int64_t>(server), bytes, true);
         add_message(t.per_rank, static_cast<int64_t>(server), run.rank, bytes, false);
+        if (context != nullptr && bytes > 0) context->push_back({run.rank, static_cast<int64_t>(server), bytes, index.doc_ids()[static_cast<size_t>(s)]});
       }
     }
     touched.clear();

@@ -27,11 +27,11 @@ struct Slot {
   Vec linear[2], attention[2];
   Vec tp_seconds[2], tp_bytes[2];  // [x][unit] TP collectives after the linear work (Rates::tp_slot)
   Vec dispatch_sent[2], dispatch_recv[2], return_sent[2], return_recv[2];
-  // [x][direction]: the message pairs of each direction's exchange. Inside a direction the ops
-  // share one plan and one all-to-all (a pair is one message); a mixed tick's two directions
-  // are two all-to-alls (the runtime's TickRunner has a dispatcher per direction), so a pair
-  // both use is two messages.
-  PeerLists dispatch_peers[2][2], return_peers[2][2];
+  // [x][direction]: the messages of each direction's exchange (plan/link_model.h). Inside a
+  // direction the ops share one plan and one exchange (a pair's entries add up to one
+  // message); a mixed tick's two directions are two exchanges (the runtime's TickRunner has a
+  // dispatcher per direction), posted one after the other.
+  Contribution::Messages dispatch_msgs[2][2], return_msgs[2][2];
   bool has_attention = false;
   // [units] the direction (-1 none, 0 forward, 1 backward) and micro-batch of the op the
   // unit's stage runs in this slot (a stage runs at most one op per tick).
@@ -42,13 +42,8 @@ struct Slot {
     unit_mb.assign(units, -1);
     for (int x = 0; x < 2; ++x) {
       for (int d = 0; d < 2; ++d) {
-        for (PeerLists* p : {&dispatch_peers[x][d], &return_peers[x][d]}) {
-          if (p->units() == static_cast<int64_t>(units)) {
-            p->clear();
-          } else {
-            p->reset(static_cast<int64_t>(units));
-          }
-        }
+        dispatch_msgs[x][d].clear();
+        return_msgs[x][d].clear();
       }
       for (Vec* v : {&linear[x], &attention[x], &tp_seconds[x], &tp_bytes[x], &dispatch_sent[x], &dispatch_recv[x],
                      &return_sent[x], &return_recv[x]}) {
@@ -58,21 +53,24 @@ struct Slot {
   }
 };
 
-// One all-to-all on the network: in flight over [start, end).
+// One exchange on the links: in flight from `start` (every unit has posted it) until end[u]
+// on unit u.
 struct Collective {
-  double start = 0, end = 0;
+  double start = 0;
+  std::vector<double> end;
   bool valid = false;
   // [units] 1 where the unit moves bytes in it: waiting for a collective one takes no part in
   // (a unit that neither holds nor serves any of its tasks) is idle, not exposed.
   std::vector<char> part;
 };
 
-// Advances the units' clocks through layer slots: compute per unit, exchanges as collectives
-// on one network (one at a time), ping-pong overlap of one nano-batch's exchange with the
-// other's compute.
+// Advances the units' clocks through layer slots: compute per unit, exchanges on the link
+// model (plan/link_model.h, the ping-pong timeline's: per-direction queues, every pair a
+// message), ping-pong overlap of one nano-batch's exchange with the other's compute.
 class TickRunner {
  public:
-  TickRunner(const Rates& R, Recorder& rec, Vec& unit_clock) : R_(R), rec_(rec), clock_(unit_clock), U_(R.units) {}
+  TickRunner(const Rates& R, Recorder& rec, Vec& unit_clock)
+      : R_(R), rec_(rec), clock_(unit_clock), U_(R.units), links_(R.units, R.unit_hosts, R.cad_links) {}
 
   // Runs one layer slot. `dir`: the directions in it (0 forward, 1 backward, 2 both: a mixed
   // tick, whose exchanges carry both directions' bytes at once). `mb` labels events (-1:
@@ -97,9 +95,9 @@ class TickRunner {
       for (int x = 0; x < 1; ++x) {
         linear(s, x, Collective{}, kLin, mb);
         if (!s.has_attention) continue;
-        const Collective d = issue(s.dispatch_sent[x], s.dispatch_recv[x], s.dispatch_peers[x], d_name[x], mb);
+        const Collective d = issue(s.dispatch_sent[x], s.dispatch_recv[x], s.dispatch_msgs[x], dir, d_name[x], mb);
         attention(s.attention[x], d, att_name[x], mb);
-        const Collective r = issue(s.return_sent[x], s.return_recv[x], s.return_peers[x], r_name[x], mb);
+        const Collective r = issue(s.return_sent[x], s.return_recv[x], s.return_msgs[x], dir, r_name[x], mb);
         wait_all(r);
       }
       return;
@@ -113,12 +111,12 @@ class TickRunner {
     for (const int x : order) {
       linear(s, x, returns_[x], kLin, mb);
       returns_[x].valid = false;
-      if (s.has_attention) d[x] = issue(s.dispatch_sent[x], s.dispatch_recv[x], s.dispatch_peers[x], d_name[x], mb);
+      if (s.has_attention) d[x] = issue(s.dispatch_sent[x], s.dispatch_recv[x], s.dispatch_msgs[x], dir, d_name[x], mb);
     }
     if (!s.has_attention) return;
     for (const int x : order) {
       attention(s.attention[x], d[x], att_name[x], mb);
-      returns_[x] = issue(s.return_sent[x], s.return_recv[x], s.return_peers[x], r_name[x], mb);
+      returns_[x] = issue(s.return_sent[x], s.return_recv[x], s.return_msgs[x], dir, r_name[x], mb);
     }
   }
 
@@ -140,40 +138,39 @@ class TickRunner {
       clock_[i] = t + dur;
     }
     net_free_ = t + dur;
+    links_.hold_until(net_free_);
   }
 
   double net_free() const { return net_free_; }
 
  private:
-  // One exchange (network.h): every unit's part from its bytes and its messages (the peers
-  // it exchanges bytes with, per direction: see Slot); signal mode sends its messages with no
-  // payload.
-  Collective issue(const Vec& sent, const Vec& recv, const PeerLists (&peers)[2], const char* name, int64_t mb) {
+  // One exchange per direction of the slot (`dir`: 0, 1, or 2 both, forward first) on the
+  // links, posted by every unit at its clock; signal mode sends its messages with no payload.
+  // A unit that moves no bytes in it waits as idle, not exposed (Collective::part).
+  Collective issue(const Vec& sent, const Vec& recv, const Contribution::Messages (&msgs)[2], int dir,
+                   const char* name, int64_t mb) {
     const bool signal = R_.o.strategy.cad_mode == CadMode::kSignal;
-    peers[0].counts(sends_, receives_);
-    peers[1].add_counts(sends_, receives_);
-    double start = net_free_, dur = 0;
-    for (int64_t u = 0; u < U_; ++u) {
-      const auto i = static_cast<size_t>(u);
-      // The bytes (traffic.h) and the pairs (add_plan_peers) are two books of one plan.
-      DISTCA_CHECK(messages_cover_bytes(sent[i], recv[i], sends_[i], receives_[i]));
-      start = std::max(start, clock_[i]);
-      dur = std::max(dur, all_to_all_unit_seconds(R_.exchange, signal ? 0.0 : sent[i], signal ? 0.0 : recv[i],
-                                                  sends_[i], receives_[i]));
+    Collective c{0, clock_, true, std::vector<char>(static_cast<size_t>(U_), 0)};
+    for (int d = 0; d < 2; ++d) {
+      if (dir != 2 && dir != d) continue;
+      const ExchangeTimes t = links_.post(clock_, msgs[d], signal);
+      c.start = t.all_posted;
+      for (size_t i = 0; i < c.end.size(); ++i) c.end[i] = std::max(c.end[i], t.done[i]);
     }
-    Collective c{start, start + dur, true, std::vector<char>(static_cast<size_t>(U_), 0)};
     for (int64_t u = 0; u < U_; ++u) {
       const auto i = static_cast<size_t>(u);
       c.part[i] = sent[i] > 0 || recv[i] > 0;
-      if (c.part[i]) rec_.comm(u, start, dur, signal ? 0.0 : sent[i], signal ? 0.0 : recv[i], name, mb);
+      if (c.part[i]) {
+        rec_.comm(u, c.start, c.end[i] - c.start, signal ? 0.0 : sent[i], signal ? 0.0 : recv[i], name, mb);
+      }
+      net_free_ = std::max(net_free_, c.end[i]);
     }
-    net_free_ = start + dur;
     return c;
   }
   void wait_for(size_t i, const Collective& c) {
-    if (!c.valid || c.end <= clock_[i]) return;
-    if (c.part[i]) rec_.wait(static_cast<int64_t>(i), clock_[i], c.end, c.start);
-    clock_[i] = c.end;
+    if (!c.valid || c.end[i] <= clock_[i]) return;
+    if (c.part[i]) rec_.wait(static_cast<int64_t>(i), clock_[i], c.end[i], c.start);
+    clock_[i] = c.end[i];
   }
   void wait_all(const Collective& c) {
     for (size_t i = 0; i < clock_.size(); ++i) wait_for(i, c);
@@ -201,9 +198,9 @@ class TickRunner {
   Recorder& rec_;
   Vec& clock_;  // [units] when each unit's compute stream is next free
   int64_t U_;
-  double net_free_ = 0;
+  double net_free_ = 0;  // the latest end of any exchange or transfer so far
+  ExchangeLinks links_;
   Collective returns_[2];  // returns in flight from the previous slot
-  std::vector<int64_t> sends_, receives_;  // scratch of issue
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -231,8 +228,19 @@ Status plan_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick
   // The runtime's align_rows (`distca train`, `bench step`): the kernel's query tile, the grid
   // of the nano-batch cut and of every cut the scheduler makes (no task pays tile padding).
   so.align_rows = R.o.attention_tile;
+  // The topology over the pooled ranks (each a unit), as the trainer's planner has it.
+  if (!R.o.topology.empty()) {
+    so.topology.inter_host_price = R.o.topology.inter_host_price;
+    for (const int64_t u : pooled.unit_of) so.topology.host.push_back(R.o.topology.host[static_cast<size_t>(u)]);
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  DISTCA_ASSIGN_OR_RETURN(const NanoSchedule ns, schedule_nano_batches(pooled.batch, SchedulerSpec{}, so));
+  double cut_fraction = 0;  // the L / sqrt(2) rule
+  if (R.auto_model != nullptr) {  // --tolerance auto, as the trainer's planner chooses
+    DISTCA_ASSIGN_OR_RETURN(const AutoToleranceChoice c, choose_tolerance(pooled.batch, SchedulerSpec{}, so, *R.auto_model));
+    so.tolerance = c.tolerance;
+    cut_fraction = c.cut_fraction;
+  }
+  DISTCA_ASSIGN_OR_RETURN(const NanoSchedule ns, schedule_nano_batches(pooled.batch, SchedulerSpec{}, so, cut_fraction));
   ps.plan_seconds += seconds_since(t0);
   const NanoSplit& nano = ns.split;
   const Batch& planned = nano.batch;  // same ranks and units as the pooled batch
@@ -253,7 +261,7 @@ Status plan_tick(const Rates& R, const std::vector<Batch>& mbs, const Tick& tick
   if (split) {
     std::vector<std::vector<TaskPlacement>> full(static_cast<size_t>(R.pp));
     for (const TaskPlacement& t : ns.full) full[static_cast<size_t>(pooled.stage_of_doc(t.doc))].push_back(t);
-    for (const auto& f : full) wire.push_back(kv_wire_bytes(index, f, nano, R.row_bytes));
+    for (const auto& f : full) wire.push_back(relayed_kv_wire(R, pooled, index, f, nano));
   }
   for (size_t oi = 0; oi < tick.ops.size(); ++oi) {
     const PipeOp& op = tick.ops[oi];
@@ -420,8 +428,12 @@ class CadEngine {
           slot_.return_recv[x][u] += bwd ? c.bwd_return_recv[x][u] : c.fwd_return_recv[x][u];
           if (!bwd) rcd.stats()[u].attention_pairs += c.attention_pairs[x][u];
         }
-        slot_.dispatch_peers[x][bwd ? 1 : 0].merge(bwd ? c.bwd_dispatch_peers[x] : c.fwd_dispatch_peers[x]);
-        slot_.return_peers[x][bwd ? 1 : 0].merge(bwd ? c.bwd_return_peers[x] : c.fwd_return_peers[x]);
+        const Contribution::Messages& dm = bwd ? c.bwd_dispatch_msgs[x] : c.fwd_dispatch_msgs[x];
+        const Contribution::Messages& rm = bwd ? c.bwd_return_msgs[x] : c.fwd_return_msgs[x];
+        Contribution::Messages& ds = slot_.dispatch_msgs[x][bwd ? 1 : 0];
+        Contribution::Messages& rs = slot_.return_msgs[x][bwd ? 1 : 0];
+        ds.insert(ds.end(), dm.begin(), dm.end());
+        rs.insert(rs.end(), rm.begin(), rm.end());
       }
     }
   }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "distca/plan/topology_relay.h"
 #include "distca/plan/traffic.h"
 
 namespace distca::sim::detail {
@@ -12,8 +13,8 @@ using Vec = Contribution::Vec;
 
 void Contribution::init(size_t units) {
   for (int x = 0; x < 2; ++x) {
-    for (PeerLists* m : {&fwd_dispatch_peers[x], &fwd_return_peers[x], &bwd_dispatch_peers[x], &bwd_return_peers[x]}) {
-      m->reset(static_cast<int64_t>(units));
+    for (Messages* m : {&fwd_dispatch_msgs[x], &fwd_return_msgs[x], &bwd_dispatch_msgs[x], &bwd_return_msgs[x]}) {
+      Messages().swap(*m);
     }
     for (Vec* v : {&tokens[x], &attention_seconds[x], &attention_pairs[x], &fwd_dispatch_sent[x],
                    &fwd_dispatch_recv[x], &fwd_return_sent[x], &fwd_return_recv[x], &bwd_dispatch_sent[x],
@@ -29,35 +30,74 @@ void Contribution::init(size_t units) {
 namespace {
 void release(Vec& v) { Vec().swap(v); }
 
-// The message pairs of nano-batch x of `c`, by unit (fill_nano_contribution's `wire`: K/V
-// travels by the wire's pairs, forward nano-batch x's part, resent in backward all with pong).
-void fill_peers(const Rates& R, const PooledBatch& pooled, const DocumentIndex& index,
-                const std::vector<TaskPlacement>& list, int x, bool fresh_backward, const KvWireBytes* wire,
-                Contribution& c) {
-  auto wire_peers = [&](std::initializer_list<size_t> parts) {
-    PeerLists p(R.units);
-    for (const size_t part : parts) {
-      for (const auto& [h, s] : wire->pairs[part]) {
-        p.add(pooled.unit_of[static_cast<size_t>(h)], pooled.unit_of[static_cast<size_t>(s)]);
-      }
-    }
-    p.normalize();
-    return p;
+}  // namespace
+
+std::vector<int64_t> pooled_hosts(const Rates& R, const PooledBatch& pooled) {
+  std::vector<int64_t> h;
+  if (R.unit_hosts.empty()) return h;
+  for (const int64_t u : pooled.unit_of) h.push_back(R.unit_hosts[static_cast<size_t>(u)]);
+  return h;
+}
+
+KvWireBytes relayed_kv_wire(const Rates& R, const PooledBatch& pooled, const DocumentIndex& index,
+                            const std::vector<TaskPlacement>& full, const NanoSplit& split) {
+  KvWireBytes wire = kv_wire_bytes(index, full, split, R.row_bytes);
+  const std::vector<int64_t> hosts = pooled_hosts(R, pooled);
+  for (std::vector<ContextMessage>& m : wire.messages) relay_context(full, hosts, m);
+  return wire;
+}
+
+namespace {
+
+// The messages of nano-batch x of `c`, by unit, by traffic.h's byte rules: Q (and dO, dQ,
+// O + LSE) per task away from home, K/V per context message (`context`, the plan's own) or
+// by the wire's (fill_nano_contribution's `wire`: forward nano-batch x's part, resent in
+// backward all with pong); dK/dV go back the plan's own context messages reversed. The
+// forward's K/V is relayed inside a host (plan/topology_relay.h) as the runtime does; the
+// wire's by the caller (relayed_kv_wire), who knows the full plan's tasks. `context` is
+// relayed in place (its last use).
+// Not inlined: GCC 12 inlining it into fill_nano_contribution reports a false
+// -Wfree-nonheap-object on that function's vectors.
+[[gnu::noinline]] void fill_messages(const Rates& R, const PooledBatch& pooled, const std::vector<TaskPlacement>& list,
+                                     std::vector<ContextMessage>& context, int x, bool fresh_backward,
+                                     const KvWireBytes* wire, Contribution& c) {
+  const RowBytes& rb = R.row_bytes;
+  auto unit = [&](int64_t rank) { return pooled.unit_of[static_cast<size_t>(rank)]; };
+  using Messages = Contribution::Messages;
+  const auto xs = static_cast<size_t>(x);
+  Messages& fd = c.fwd_dispatch_msgs[xs];
+  Messages& fr = c.fwd_return_msgs[xs];
+  Messages& bd = c.bwd_dispatch_msgs[xs];
+  Messages& br = c.bwd_return_msgs[xs];
+  const bool resent = fresh_backward || R.o.cad_stateless;
+  for (const TaskPlacement& t : list) {
+    if (t.home == t.server) continue;
+    const auto n = static_cast<double>(t.q_end - t.q_begin);
+    const int64_t h = unit(t.home), srv = unit(t.server);
+    fd.push_back({h, srv, n * static_cast<double>(rb.q)});
+    fr.push_back({srv, h, n * static_cast<double>(rb.o + rb.lse)});
+    bd.push_back({h, srv, n * static_cast<double>(rb.o)});
+    if (resent) bd.push_back({h, srv, n * static_cast<double>(rb.q + rb.o + rb.lse)});
+    br.push_back({srv, h, n * static_cast<double>(rb.q)});
+  }
+  auto add_kv = [&](Messages& to, const std::vector<ContextMessage>& from) {
+    for (const ContextMessage& m : from) to.push_back({unit(m.holder), unit(m.server), static_cast<double>(m.bytes)});
   };
-  PeerLists dispatch(R.units), queries(R.units);
-  add_plan_peers(index, list, &pooled.unit_of, dispatch, queries);
-  c.fwd_return_peers[x] = queries.transposed();   // O + LSE back
-  c.bwd_return_peers[x] = dispatch.transposed();  // dQ and dK/dV back
-  c.bwd_dispatch_peers[x] = queries;              // dO out (with the inputs again below)
-  if (fresh_backward || R.o.cad_stateless) {
-    c.bwd_dispatch_peers[x].merge(
-        wire ? wire_peers(x == 1 ? std::initializer_list<size_t>{0, 1} : std::initializer_list<size_t>{}) : dispatch);
+  for (const ContextMessage& m : context) br.push_back({unit(m.server), unit(m.holder), static_cast<double>(m.bytes)});
+  if (resent) {
+    if (!wire) {
+      add_kv(bd, context);
+    } else if (x == 1) {
+      add_kv(bd, wire->messages[0]);
+      add_kv(bd, wire->messages[1]);
+    }
   }
   if (wire) {
-    dispatch = wire_peers({static_cast<size_t>(x)});
-    dispatch.merge(queries);
+    add_kv(fd, wire->messages[xs]);
+  } else {
+    relay_context(list, pooled_hosts(R, pooled), context);
+    add_kv(fd, context);
   }
-  c.fwd_dispatch_peers[x] = std::move(dispatch);  // Q and K/V out
 }
 
 // The plan figures of nano-batch x (its traffic `b`): the forward's bytes as they travel (K/V
@@ -84,8 +124,8 @@ void Contribution::release_forward() {
                    &fwd_return_recv[x]}) {
       release(*v);
     }
-    fwd_dispatch_peers[x].reset(fwd_dispatch_peers[x].units());
-    fwd_return_peers[x].reset(fwd_return_peers[x].units());
+    Messages().swap(fwd_dispatch_msgs[x]);
+    Messages().swap(fwd_return_msgs[x]);
   }
   release(fwd_transient);
   release(fwd_transient_kv);
@@ -98,8 +138,8 @@ void Contribution::release_exchanges() {
                    &bwd_return_recv[x]}) {
       release(*v);
     }
-    bwd_dispatch_peers[x].reset(bwd_dispatch_peers[x].units());
-    bwd_return_peers[x].reset(bwd_return_peers[x].units());
+    Messages().swap(bwd_dispatch_msgs[x]);
+    Messages().swap(bwd_return_msgs[x]);
   }
   release(bwd_transient);
   release(bwd_transient_kv);
@@ -113,7 +153,8 @@ void fill_nano_contribution(const Rates& R, const PooledBatch& pooled, const Doc
   // Pipelines plan every backward apart (one_f_one_b_ticks pools a micro-batch's backward
   // with other micro-batches than its forward), so their forward servers keep nothing.
   const bool backward_apart = R.pp > 1;
-  const Traffic t = compute_traffic(index, list, rb);
+  std::vector<ContextMessage> context;
+  const Traffic t = compute_traffic(index, list, rb, true, &context);
   // Indexed by pooled rank; scattered to units below. q: queries out and back as dQ; out:
   // O + LSE back; dout: dO out.
   Vec q_sent(ranks, 0.0), q_recv(ranks, 0.0), out_sent(ranks, 0.0), out_recv(ranks, 0.0), dout_sent(ranks, 0.0),
@@ -134,7 +175,7 @@ void fill_nano_contribution(const Rates& R, const PooledBatch& pooled, const Doc
     dout_recv[srv] += n * static_cast<double>(rb.o);
   }
   const auto xs = static_cast<size_t>(x);
-  fill_peers(R, pooled, index, list, x, fresh_backward, wire, c);
+  fill_messages(R, pooled, list, context, x, fresh_backward, wire, c);
   for (size_t rk = 0; rk < ranks; ++rk) {
     const RankBytes& b = t.per_rank[rk];
     const auto u = static_cast<size_t>(pooled.unit_of[rk]);

@@ -11,6 +11,7 @@
 
 #include "distca/plan/doc_index.h"
 #include "distca/plan/kv_once.h"
+#include "distca/plan/link_model.h"
 #include "distca/plan/pool.h"
 #include "distca/plan/schedule.h"
 #include "engine.h"
@@ -35,10 +36,12 @@ struct Contribution {
   // keeps (forward: inputs and outputs of stateless servers; backward: dO (with the inputs
   // again when stateless) and the dQ, dK/dV partials it sends back), and the K/V part of it.
   Vec fwd_transient, fwd_transient_kv, bwd_transient, bwd_transient_kv;
-  // The message pairs of the four exchanges (network.h), per nano-batch; sparse.
-  PeerLists fwd_dispatch_peers[2], fwd_return_peers[2], bwd_dispatch_peers[2], bwd_return_peers[2];
+  // The messages of the four exchanges by unit (plan/link_model.h: entries of one pair add up),
+  // per nano-batch; their sums per unit are the *_sent / *_recv figures above.
+  using Messages = std::vector<PairMessage>;
+  Messages fwd_dispatch_msgs[2], fwd_return_msgs[2], bwd_dispatch_msgs[2], bwd_return_msgs[2];
 
-  // Every field zero (no pairs) over `units` units.
+  // Every field zero (no messages) over `units` units.
   void init(size_t units);
   // Frees the forward-only fields (forward exchanges, pairs, transients, attention pairs)
   // once the op's forward tick ran; the backward's stay.
@@ -50,18 +53,29 @@ struct Contribution {
 };
 
 // Fills nano-batch x of `c` (an op on the stage whose task list is `list`, planned on
-// `pooled`, `index` its split batch): attention served, the bytes and message pairs of every
+// `pooled`, `index` its split batch): attention served, the bytes and messages of every
 // exchange per unit, and the buffers servers keep or hold. fresh_backward: a backward planned
 // anew (its servers did not run the forward: pipelines), so the inputs travel again with dO.
 // Plan figures go to `ps`: a forward plan counts its forward bytes and (pp = 1, where the
 // backward reuses its servers) its backward's; a fresh backward plan counts its backward
 // bytes with the inputs resent. `wire` (ping-pong; null: single-stream) is the K/V wire of
-// the stage's nano-batch pair (plan/kv_once.h): K/V travels by it instead of by `list`'s own
+// the stage's nano-batch pair (plan/kv_once.h), its messages relayed (plan/topology_relay.h
+// relay_context, by the stage's full task list): K/V travels by it instead of by `list`'s own
 // contexts (forward: ping's rows before the cut, pong's after; resent in backward: all with
 // pong); dK/dV go back per nano-batch, as `list` says. Precondition: c.init(R.units) ran.
 void fill_nano_contribution(const Rates& R, const PooledBatch& pooled, const DocumentIndex& index,
                             const std::vector<TaskPlacement>& list, int x, bool fresh_backward, Contribution& c,
                             PlanStats& ps, const KvWireBytes* wire = nullptr);
+
+// [pooled rank] the host of each pooled rank (Rates::unit_hosts by pooled.unit_of); empty
+// without a topology.
+std::vector<int64_t> pooled_hosts(const Rates& R, const PooledBatch& pooled);
+
+// The K/V wire of a stage's nano-batch pair (plan/kv_once.h kv_wire_bytes of its whole task
+// list `full` over `index`, split by `split`), its messages relayed inside hosts as the
+// runtime relays them (plan/topology_relay.h relay_context, the relays chosen by `full`).
+KvWireBytes relayed_kv_wire(const Rates& R, const PooledBatch& pooled, const DocumentIndex& index,
+                            const std::vector<TaskPlacement>& full, const NanoSplit& split);
 
 // The buffers of the layer step in flight in one tick (its forward ops' `fwd` and its
 // backward ops' `bwd`, both at once), per unit: transient / transient_kv ([units]) become

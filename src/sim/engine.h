@@ -11,6 +11,8 @@
 
 #include "distca/cost/analytic.h"
 #include "distca/cost/cost_model.h"
+#include "distca/plan/auto_tolerance.h"
+#include "distca/plan/link_model.h"
 #include "distca/plan/pipeline_schedule.h"
 #include "distca/sim/simulator.h"
 #include "network.h"
@@ -72,6 +74,16 @@ struct Rates {
   // (profile ranks - 1): its exchange sent ranks - 1 messages per rank).
   Link exchange;  // all-to-all, context fetch, gradient all-reduce
   Link p2p_link;  // stage-to-stage transfers (= exchange without a profile)
+  // CAD's exchanges go through the link model the ping-pong timeline uses (plan/link_model.h):
+  // between units (hosts) G x inter_node_bw and inter_node_latency per message, or the
+  // profile's (plan/auto_tolerance.h profile_link_rates: its p2p fit, G x its bandwidth);
+  // inside a host (SimOptions::topology) that rate times the topology's inter_host_price.
+  LinkRates cad_links;
+  std::vector<int64_t> unit_hosts;  // [units] SimOptions::topology's hosts, or empty
+  // SimOptions::tolerance_auto: the profile's model (plan/auto_tolerance.h) and the table it
+  // points at; null otherwise.
+  std::shared_ptr<const AutoToleranceModel> auto_model;
+  std::shared_ptr<const AttentionCostModel> auto_table;
   RowBytes row_bytes;
   UnitAttentionCost cost;
   std::vector<int64_t> stage_layers;  // [pp] layers of each stage (the first L % pp get one more)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "distca/plan/auto_tolerance.h"
 #include "engine.h"
 
 namespace distca::sim::detail {
@@ -44,10 +45,21 @@ Rates::Rates(const SimOptions& opt) : o(opt), cost(opt) {
   lm_head_bwd_per_token = 2.0 * lm_head_fwd_per_token;
   exchange = Link{static_cast<double>(gpus_per_unit) * o.cluster.hw.inter_node_bw, o.cluster.hw.inter_node_latency};
   p2p_link = exchange;
+  const auto price = static_cast<double>(o.topology.inter_host_price);
+  cad_links = {exchange.bytes_per_second, exchange.bytes_per_second * price, exchange.latency};
+  unit_hosts = o.topology.host;
   tp_link = Link{o.cluster.hw.intra_node_bw, o.cluster.hw.intra_node_latency};
   tp_explicit = gpus_per_unit > 1 && (o.tp_collectives || o.hardware_profile != nullptr);
   host = host_model(o).value();  // simulate() checked it
   if (o.hardware_profile != nullptr) apply_hardware_profile(*o.hardware_profile);
+  if (o.tolerance_auto) {  // validate() checked the profile and the strategy
+    std::unique_ptr<AttentionCostModel> table;
+    const bool overlap = o.strategy.cad_mode != CadMode::kSingleStream;
+    auto m = auto_tolerance_model(*o.hardware_profile, o.topology, overlap, &table);
+    DISTCA_CHECK_MSG(m.ok(), m.status().to_string().c_str());
+    auto_table = std::move(table);
+    auto_model = std::make_shared<const AutoToleranceModel>(*m);
+  }
   row_bytes = distca::row_bytes(m, o.dtype_bytes);
   stage_layers.assign(static_cast<size_t>(pp), m.n_layers / pp);
   for (int64_t s = 0; s < m.n_layers % pp; ++s) ++stage_layers[static_cast<size_t>(s)];
@@ -109,6 +121,9 @@ void Rates::apply_hardware_profile(const HardwareProfile& hp) {
     exchange = Link{G * hp.all_to_all->bytes_per_second, hp.all_to_all->latency_seconds / messages};
   }
   if (hp.p2p) p2p_link = Link{G * hp.p2p->bytes_per_second, hp.p2p->latency_seconds};
+  if (const std::optional<LinkRates> l = profile_link_rates(hp, o.topology.inter_host_price)) {
+    cad_links = {G * l->inter_host_bytes_per_second, G * l->intra_host_bytes_per_second, l->message_seconds};
+  }
   // TP peers exchange over one rank's link (the same fit, not G of them); where the profile
   // measured the TP collectives themselves (the trainer's group communicator and its waits),
   // that fit: a collective of kTpProfileGroup ranks sent one message per rank, so its intercept

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "distca/plan/auto_tolerance.h"
 #include "distca/cost/step_flops.h"
 #include "distca/sim/simulator.h"
 
@@ -167,6 +168,15 @@ Status SimOptions::validate() const {
   if (dtype_bytes != 2 && dtype_bytes != 4) {
     return Status::invalid_argument("--dtype: activation bytes must be 2 or 4 (got " + std::to_string(dtype_bytes) + ")");
   }
+  if (tolerance_auto && (hardware_profile == nullptr || strategy.kind != StrategyKind::kCad ||
+                         !profile_link_rates(*hardware_profile, 1))) {
+    return Status::invalid_argument("--tolerance auto needs cad with a hardware profile with link figures");
+  }
+  if (!topology.empty() && static_cast<int64_t>(topology.host.size()) != cluster.units()) {
+    return Status::invalid_argument("--ranks-per-host: the topology names " + std::to_string(topology.host.size()) +
+                                    " units, the cluster has " + std::to_string(cluster.units()));
+  }
+  DISTCA_RETURN_IF_ERROR(topology.validate(static_cast<int64_t>(topology.host.size())));
   const int64_t ups = cluster.units_per_stage();
   if (strategy.kind == StrategyKind::kPerCp && strategy.cp_degree < 1) {
     return Status::invalid_argument("--strategy percp:C needs C >= 1");

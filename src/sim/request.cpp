@@ -64,6 +64,16 @@ Result<SimSetup> make_sim_options(const SimRequest& r) {
   so.attention_efficiency = r.attention_efficiency.value_or(so.attention_efficiency);
   so.attention_tile = r.attention_tile;
   so.tolerance = r.tolerance;
+  so.tolerance_auto = r.tolerance_auto;
+  if (r.ranks_per_host != 0) {
+    if (r.ranks_per_host % so.cluster.gpus_per_node != 0) {
+      return Status::invalid_argument("--ranks-per-host " + std::to_string(r.ranks_per_host) +
+                                      " is not a whole number of units of " + std::to_string(so.cluster.gpus_per_node) +
+                                      " ranks");
+    }
+    DISTCA_ASSIGN_OR_RETURN(so.topology, topology_ranks_per_host(so.cluster.units(),
+                                                                 r.ranks_per_host / so.cluster.gpus_per_node));
+  }
   so.wlb_mem_cap = r.wlb_mem_cap;
   so.wlb_cp_threshold = r.wlb_cp_threshold;
   // Framework memory is a GPU runtime's: none on the local CPU (its preset, or a profile
@@ -100,6 +110,8 @@ SimRequest training_request(const TrainingRun& run) {
   r.tp_collectives = true;  // the sgemm rate (or the profile's) is the kernels' alone: TP's traffic is not in it
   r.attention_table = run.attention_table;
   r.tolerance = run.tolerance;
+  r.tolerance_auto = run.tolerance_auto && run.mode == "cad";
+  r.ranks_per_host = run.ranks_per_host;
   r.dtype = "fp32";
   r.shard_optimizer = false;
   r.activation_checkpointing = false;

@@ -371,5 +371,34 @@ TEST(SimRequest, AHardwareProfileFileRefusesTheOverridesItMeasured) {
   }
 }
 
+// --ranks-per-host and --tolerance auto reach the simulator: the hosts of the units (the
+// planner's topology and the links' hosts) and the band chosen per plan, for cad only; auto
+// without a profile (no link or linear rates) is refused naming the flag.
+TEST(SimRequest, TopologyAndAutoToleranceMapToTheOptions) {
+  TrainingRun run = two_rank_run("cad", "pingpong");
+  run.ranks = 4;
+  run.ranks_per_host = 2;
+  run.tolerance_auto = true;
+  run.hardware_profile = std::make_shared<const HardwareProfile>(testing::test_hardware_profile(2));
+  auto setup = make_sim_options(training_request(run));
+  ASSERT_TRUE(setup.ok()) << setup.status().message();
+  EXPECT_EQ(setup->options.topology.host, (std::vector<int64_t>{0, 0, 1, 1}));
+  EXPECT_TRUE(setup->options.tolerance_auto);
+  TrainingRun colocated = run;
+  colocated.mode = "colocated";
+  colocated.overlap = "";
+  auto c = make_sim_options(training_request(colocated));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_FALSE(c->options.tolerance_auto);
+  TrainingRun bare = run;
+  bare.hardware_profile = nullptr;
+  auto refused = make_sim_options(training_request(bare));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--tolerance auto"), std::string::npos) << refused.status().message();
+  TrainingRun odd = run;
+  odd.ranks_per_host = 3;
+  EXPECT_FALSE(make_sim_options(training_request(odd)).ok());
+}
+
 }  // namespace
 }  // namespace distca::sim

@@ -33,6 +33,7 @@
 #include "distca/cost/cost_model.h"
 #include "distca/cost/hardware_profile.h"
 #include "distca/data/batch.h"
+#include "distca/plan/link_model.h"
 #include "distca/plan/nano_plan.h"
 #include "distca/plan/schedule.h"
 
@@ -71,8 +72,19 @@ struct AutoToleranceModel {
   // The ping-pong timeline's fixed seconds per message (the link fit's intercept).
   double message_seconds = 0;
   bool pingpong() const { return overlap && linear_forward_seconds_per_row + linear_backward_seconds_per_row > 0; }
+  // The link model's rates (plan/link_model.h): the two classes and message_seconds.
+  LinkRates link_rates() const {
+    return {inter_host_bytes_per_second, intra_host_bytes_per_second, message_seconds};
+  }
   Status validate() const;
 };
+
+// The link rates a hardware profile gives the link model (plan/link_model.h), what both the
+// timeline (auto_tolerance_model) and the simulator's CAD exchanges price bytes at: its
+// point-to-point fit (all-to-all when it has none) as the inter-host rate and its intercept,
+// clamped to [0, 1] s, as the seconds per message; inside a host that rate times
+// inter_host_price. nullopt: the profile has no link figures (profiled with one rank).
+std::optional<LinkRates> profile_link_rates(const HardwareProfile& profile, int64_t inter_host_price);
 
 // The model of a hardware profile (`distca profile --hardware-out`): its attention table, its
 // point-to-point link (all-to-all when it has no p2p fit) as the inter-host rate, and that

@@ -30,6 +30,7 @@
 #include "distca/plan/doc_index.h"
 #include "distca/plan/nano_plan.h"
 #include "distca/plan/plan.h"
+#include "distca/plan/traffic.h"
 
 namespace distca {
 
@@ -50,6 +51,8 @@ struct KvWireBytes {
   std::array<int64_t, 2> total{0, 0};              // [nano] over all ranks
   // [nano] the (holder, server) rank pairs that move bytes, sorted, each once.
   std::array<std::vector<std::pair<int64_t, int64_t>>, 2> pairs;
+  // [nano] the messages: (holder, server, bytes) per (server, document, held run) moving bytes.
+  std::array<std::vector<ContextMessage>, 2> messages;
 };
 KvWireBytes kv_wire_bytes(const DocumentIndex& index, const std::vector<TaskPlacement>& full, const NanoSplit& split,
                           const RowBytes& rb);

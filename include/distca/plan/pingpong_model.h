@@ -22,7 +22,8 @@
 //                the order posted. It starts
 //                at max(post_s, post_p, both directions free) (rendezvous: MPI moves a large
 //                message once the receive is posted) and ends model.message_seconds + its bytes
-//                / the class's rate later; E completes on a rank when every message it sends
+//                / the class's rate later, holding the directions for its bytes only (an
+//                empty message holds neither; plan/link_model.h, shared with the simulator); E completes on a rank when every message it sends
 //                or receives has. So an exchange waits for its slowest peer, and an exchange
 //                posted while another is on the link queues behind it. Bytes are the plan's
 //                exchanges with K/V relays applied (plan/topology_relay.h: a block a host's
@@ -45,7 +46,12 @@
 // Determinism: pure function. Thread safety: pure (the cost model's task_cost is const).
 #pragma once
 
+#include <array>
+#include <cstddef>
+#include <vector>
+
 #include "distca/plan/auto_tolerance.h"
+#include "distca/plan/link_model.h"
 #include "distca/plan/nano_plan.h"
 
 namespace distca {
@@ -55,6 +61,12 @@ struct PingPongPrediction {
   double signal_seconds = 0;  // the same timeline with every transfer free (signal mode)
   double exposed() const { return seconds - signal_seconds; }
 };
+
+// The four exchanges of nano-batch x (0 ping, 1 pong) the timeline posts, as messages by rank
+// for the link model (plan/link_model.h): [0] the dispatch (q + K/V, the wire's part with
+// kv_once, relayed by the plan's hosts), [1] the forward return (o_lse), [2] the backward
+// dispatch (do), [3] the backward return (dq + dkv). Precondition: x < 2.
+std::array<std::vector<PairMessage>, 4> pingpong_exchanges(const NanoPlans& plans, bool kv_once, size_t x);
 
 // Preconditions: model.validate() and model.pingpong() hold, layers >= 1; plans from
 // plan_nano_batches.

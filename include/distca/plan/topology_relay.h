@@ -48,4 +48,13 @@ std::vector<RelayedBlock> kv_relay(const Plan& plan, const std::vector<int64_t>&
 std::vector<RelayedBlock> kv_relay(const Plan& plan, const std::vector<const Exchange*>& kv,
                                    const std::vector<int64_t>& hosts);
 
+// The same relays on K/V messages by rank (traffic.h ContextMessage: compute_traffic's or the
+// wire's, kv_once.h): a message from a holder on another host to a server that is not its
+// (document, host)'s relay comes from the relay instead, inside the host (the bytes the relay
+// forwards are the server's, as kv_relay's blocks say). `tasks` choose the relays as the
+// plan's servers' tasks do in kv_relay (the nano plan's, or the full plan's for the wire).
+// Unchanged when hosts is empty or names one host. Precondition: ranks < hosts.size().
+void relay_context(const std::vector<TaskPlacement>& tasks, const std::vector<int64_t>& hosts,
+                   std::vector<ContextMessage>& messages);
+
 }  // namespace distca

@@ -71,8 +71,16 @@ struct Traffic {
 // include_context == false only the query-side tensors (Q, O+LSE, dO, dQ) are counted.
 // Preconditions: every task names a document of the index, 0 <= q_begin < q_end <= doc_len,
 // 0 <= home, server < index.ranks(). (The validator checks the rest.)
+// `context` (optional): receives the forward K/V messages, one per (server, document, held
+// run) that moves bytes, in the order counted (dK/dV go back the same pairs reversed).
+struct ContextMessage {
+  int64_t holder = 0, server = 0, bytes = 0;
+  int64_t doc = 0;  // the document whose rows move
+  bool operator==(const ContextMessage&) const = default;
+};
 Traffic compute_traffic(const DocumentIndex& index, const std::vector<TaskPlacement>& tasks,
-                        const RowBytes& rb, bool include_context = true);
+                        const RowBytes& rb, bool include_context = true,
+                        std::vector<ContextMessage>* context = nullptr);
 
 // Per-document CP all-gather. Groups are `cp_degree` consecutive ranks (group g = ranks
 // [g*C, (g+1)*C)); `groups_of_doc[slot]` lists, ascending, the groups serving document

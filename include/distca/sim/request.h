@@ -45,6 +45,8 @@ struct SimRequest {
   // A table loaded by the caller instead (not owned; outlives the options); wins over cost_table.
   const ProfiledCostModel* attention_table = nullptr;
   double tolerance = 0.1;              // --tolerance
+  bool tolerance_auto = false;         // SimOptions::tolerance_auto (a training run's --tolerance auto)
+  int64_t ranks_per_host = 0;          // SimOptions::topology: units [h*N, (h+1)*N) on host h; 0 none
   double wlb_mem_cap = 1.2;            // --wlb-mem-cap
   int64_t wlb_cp_threshold = 0;        // SimOptions::wlb_cp_threshold (the trainer's --cp-threshold)
   std::string dtype = "bf16";          // --dtype: bf16 | fp32
@@ -95,6 +97,8 @@ struct TrainingRun {
   int64_t cp_threshold = 0;
   int64_t tile_rows = 128;
   double tolerance = 0.1;          // the cad scheduler's
+  bool tolerance_auto = false;     // --tolerance auto: the band and cut chosen per plan (SimOptions::tolerance_auto)
+  int64_t ranks_per_host = 0;      // --ranks-per-host (0: none): the planner's topology and the links' hosts
   // The linear layers' rate without a hardware profile: the local-cpu preset's links and this
   // peak (a measured sgemm FLOP/s) at mfu 1, attention analytic at efficiency 0.5.
   double sgemm_flops = 0;

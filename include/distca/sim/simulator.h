@@ -20,10 +20,11 @@
 // with q_len padded up to attention_tile rows (the kernel's tile; kv_len at least as long), or
 // a profiled table's seconds (cost/profiled.h; forward : backward = 1 : 2.5); backward 2.5x.
 // Communication between units: G * inter_node_bw bytes/s per unit plus inter_node_latency per
-// message; a unit's part of an all-to-all is max(k_out lat + sent / B, k_in lat + recv / B)
-// with one message per peer it exchanges bytes with (only off-unit bytes count), and a
-// collective ends for everyone when its slowest unit is done (docs/simulation-model.md,
-// "Communication").
+// message. CAD's exchanges run on the ping-pong timeline's link model (plan/link_model.h:
+// every pair a message, per-direction queues, a host's units sharing its link with
+// `topology`); the colocated context fetch and the CP collectives price a unit's part as
+// max(k_out lat + sent / B, k_in lat + recv / B) with one message per peer it exchanges bytes
+// with (docs/simulation-model.md, "Communication").
 // Memory (per GPU, at each unit's peak): parameters, fp32 gradients, optimizer, the activations
 // of the micro-batches in flight, buffers: remote rows kept from forward to backward for
 // every layer (fetched K/V without checkpointing; keeping CAD servers' Q, K/V, O + LSE) plus
@@ -58,6 +59,7 @@
 #include "distca/data/batch.h"
 #include "distca/data/workload.h"
 #include "distca/plan/chunking.h"
+#include "distca/plan/topology.h"
 
 namespace distca::sim {
 
@@ -137,11 +139,16 @@ struct SimOptions {
   // concurrent figures when the cluster has more than one unit or its host is shared (see
   // host_ranks), else the alone ones) instead of peak x mfu; attention comes from the
   // profile's table unless attention_table is set (split forward : backward as measured);
-  // exchanges between units cost the profile's all-to-all latency and bandwidth, stage-to-stage
-  // transfers its p2p figures (instead of hw.inter_node_*). docs/simulation-model.md,
+  // CAD's exchanges cost its p2p fit (plan/auto_tolerance.h profile_link_rates), the other
+  // exchanges its all-to-all latency and bandwidth, stage-to-stage transfers its p2p figures
+  // (instead of hw.inter_node_*). docs/simulation-model.md,
   // "Hardware profile". Shared, immutable.
   std::shared_ptr<const HardwareProfile> hardware_profile;
   double tolerance = 0.1;     // cad scheduler tolerance, [0, 1]
+  // cad with a hardware profile: every plan's band and nano-batch cut chosen as `--tolerance
+  // auto` chooses them (plan/auto_tolerance.h choose_tolerance, from the profile's model with
+  // `topology`), instead of `tolerance` and the L / sqrt(2) rule. Refused without a profile.
+  bool tolerance_auto = false;
   double wlb_mem_cap = 1.2;   // wlb re-pack token cap over the mean, >= 1
   // wlb:C, C > 1: documents longer than this many tokens are sharded over a CP group; 0: the
   // chunking's default rule (plan/chunking.h cp_shard_threshold, on attention_tile). >= 0.
@@ -174,6 +181,12 @@ struct SimOptions {
   // profile units are devices and never share: setting either is refused. 0..65536.
   int64_t host_ranks = 0;
   int64_t host_cores = 0;
+  // Which host every unit runs on ([units], or empty: every unit a host of its own) and the
+  // price of a byte between hosts (plan/topology.h). CAD's exchanges run on the link model
+  // (plan/link_model.h): a host's units share its one link to the others, and inside a host
+  // bytes move inter_host_price times faster; the cad planner places work by it as the
+  // trainer's --ranks-per-host does (over each tick's pooled ranks). Other strategies ignore it.
+  HostTopology topology;
   // Memory the framework holds beside the model's tensors (docs/simulation-model.md,
   // "Framework memory"); FrameworkMemory{} (all zero) for a CPU run.
   FrameworkMemory framework = FrameworkMemory::gpu();
