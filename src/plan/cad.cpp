@@ -482,16 +482,14 @@ bool run_tightening(double stop, int64_t align, bool hosts_first, State* state, 
   thread_local std::vector<Candidate> part;
   moves->clear();
   bool in_band = false;
-  int64_t n_moves = 0, iterations = 0;
+  int64_t iterations = 0;
   for (const double g : kTighten) {
     Planner planner(g, stop, align, hosts_first, state);
-    in_band = planner.run(stats, &part);
+    in_band = planner.run(stats, &part);  // its moves count every move since the restart
     moves->insert(moves->end(), part.begin(), part.end());
-    n_moves += stats->moves;
     iterations += stats->iterations;
     if (in_band) break;
   }
-  stats->moves = n_moves;
   stats->iterations = iterations;
   return in_band;
 }
@@ -506,8 +504,9 @@ Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options
   const double tol = options.tolerance;
   // Candidates: for every ladder tolerance g <= tol, the greedy planned with band g, stopped
   // at its first state inside the band of tol; the tightening candidate follows the band-0
-  // greedy below 0.05, and above it when that greedy ends outside the band. Inside the band the fewest bytes win; outside it the
-  // smallest largest load, then the fewest bytes (ties: the later candidate, the widest g).
+  // greedy below 0.05, and above it when that greedy ends outside the band. Inside the band
+  // the fewest bytes win; outside it the smallest largest load, then the fewest bytes (ties:
+  // the later candidate, the widest g).
   // The widest is tried last (most often the cheapest): the last candidate is kept as it is,
   // an earlier one is rebuilt by replaying its moves.
   // With a topology every band runs twice: as without one, and with hosts_first (Planner).
@@ -539,13 +538,16 @@ Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options
       in_band = planner.run(&st, &moves);
       // Below the ladder's 0.05 always (so the bytes stay monotone in the tolerance,
       // docs/scheduler.md), above it when the band-0 run missed the band.
-      if (run.band == 0.0 && (!in_band || tol < kTighten[0])) ladder.insert(ladder.begin() + static_cast<std::ptrdiff_t>(i) + 1, {0.0, run.hosts_first, true});
+      if (run.band == 0.0 && (!in_band || tol < kTighten[0])) {
+        ladder.insert(ladder.begin() + static_cast<std::ptrdiff_t>(i) + 1, {0.0, run.hosts_first, true});
+      }
     }
     const double top = scratch.by_load().rbegin()->first;
     // A candidate inside the band beats one outside it whatever their bytes.
     bool wins = best < 0 || (in_band && !best_in_band);
     if (!wins && in_band == best_in_band) {
-      wins = in_band ? scratch.cost() <= best_bytes : top < best_top || (top == best_top && scratch.cost() <= best_bytes);
+      const int64_t bytes = scratch.cost();
+      wins = in_band ? bytes <= best_bytes : top < best_top || (top == best_top && bytes <= best_bytes);
     }
     if (wins) {
       best = static_cast<int>(i);
