@@ -468,6 +468,31 @@ bool Planner::run(CadStats* stats, std::vector<Candidate>* moves) {
 // The planning tolerances schedule_cad tries; each one up to the requested tolerance costs one
 // more search (docs/scheduler.md has the measurements behind the choice).
 constexpr double kLadder[] = {0.0, 0.05, 0.15, 0.4};
+// The bands of the tightening candidate, widest first (docs/scheduler.md, "Tightening").
+constexpr double kTighten[] = {0.05, 0.04, 0.03, 0.02, 0.01, 0.005, 0.0};
+
+// The greedy with the band of each kTighten entry in turn, every run continuing from the state
+// the previous one left, each stopped at its first state inside the band of `stop`. A narrow
+// band from the colocated start caps every move at the mean and can stop far from it where
+// chunks are coarse; from a state inside a wider band the excess left is small and the narrow
+// band's moves fit. `moves` receives every run's moves in order; true when it ended inside the
+// band of `stop`.
+bool run_tightening(double stop, int64_t align, bool hosts_first, State* state, CadStats* stats,
+                    std::vector<Candidate>* moves) {
+  thread_local std::vector<Candidate> part;
+  moves->clear();
+  bool in_band = false;
+  int64_t iterations = 0;
+  for (const double g : kTighten) {
+    Planner planner(g, stop, align, hosts_first, state);
+    in_band = planner.run(stats, &part);  // its moves count every move since the restart
+    moves->insert(moves->end(), part.begin(), part.end());
+    iterations += stats->iterations;
+    if (in_band) break;
+  }
+  stats->iterations = iterations;
+  return in_band;
+}
 
 }  // namespace
 
@@ -478,13 +503,17 @@ Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options
   DISTCA_RETURN_IF_ERROR(scratch.init(batch, options));
   const double tol = options.tolerance;
   // Candidates: for every ladder tolerance g <= tol, the greedy planned with band g, stopped
-  // at its first state inside the band of tol; the fewest bytes win (ties: the widest g). The
-  // widest is tried last (most often the cheapest): the last candidate is kept as it is, an
-  // earlier one is rebuilt by replaying its moves.
+  // at its first state inside the band of tol; the tightening candidate follows the band-0
+  // greedy below 0.05, and above it when that greedy ends outside the band. Inside the band
+  // the fewest bytes win; outside it the smallest largest load, then the fewest bytes (ties:
+  // the later candidate, the widest g).
+  // The widest is tried last (most often the cheapest): the last candidate is kept as it is,
+  // an earlier one is rebuilt by replaying its moves.
   // With a topology every band runs twice: as without one, and with hosts_first (Planner).
   struct Run {
     double band;
     bool hosts_first;
+    bool tighten = false;
   };
   std::vector<Run> ladder;
   for (const double g : kLadder) {
@@ -495,23 +524,41 @@ Result<Schedule> schedule_cad(const Batch& batch, const ScheduleOptions& options
   thread_local std::vector<Candidate> moves, best_moves;
   int best = -1;
   int64_t best_bytes = 0;
+  double best_top = 0;
   bool best_in_band = false;
-  const int count = static_cast<int>(ladder.size());
-  for (int i = 0; i < count; ++i) {
+  for (size_t i = 0; i < ladder.size(); ++i) {
     if (i > 0) scratch.restart();
-    const Run& run = ladder[static_cast<size_t>(i)];
-    Planner planner(run.band, tol, options.align_rows, run.hosts_first, &scratch);
+    const Run run = ladder[i];
     CadStats st;
-    const bool in_band = planner.run(&st, &moves);
+    bool in_band = false;
+    if (run.tighten) {
+      in_band = run_tightening(tol, options.align_rows, run.hosts_first, &scratch, &st, &moves);
+    } else {
+      Planner planner(run.band, tol, options.align_rows, run.hosts_first, &scratch);
+      in_band = planner.run(&st, &moves);
+      // Below the ladder's 0.05 always (so the bytes stay monotone in the tolerance,
+      // docs/scheduler.md), above it when the band-0 run missed the band.
+      if (run.band == 0.0 && (!in_band || tol < kTighten[0])) {
+        ladder.insert(ladder.begin() + static_cast<std::ptrdiff_t>(i) + 1, {0.0, run.hosts_first, true});
+      }
+    }
+    const double top = scratch.by_load().rbegin()->first;
     // A candidate inside the band beats one outside it whatever their bytes.
-    if (best < 0 || (in_band && !best_in_band) || (in_band == best_in_band && scratch.cost() <= best_bytes)) {
-      best = i;
+    bool wins = best < 0 || (in_band && !best_in_band);
+    if (!wins && in_band == best_in_band) {
+      const int64_t bytes = scratch.cost();
+      wins = in_band ? bytes <= best_bytes : top < best_top || (top == best_top && bytes <= best_bytes);
+    }
+    if (wins) {
+      best = static_cast<int>(i);
       best_bytes = scratch.cost();
+      best_top = top;
       best_in_band = in_band;
       if (stats != nullptr) *stats = st;
       std::swap(moves, best_moves);
     }
   }
+  const int count = static_cast<int>(ladder.size());
   if (stats != nullptr) stats->runs = count;
   if (best != count - 1) {
     scratch.restart();

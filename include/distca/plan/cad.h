@@ -33,7 +33,7 @@ inline constexpr int64_t kMinChunkRows = 128;
 struct CadStats {
   int64_t moves = 0;              // chunks sent to another server
   int64_t iterations = 0;         // candidate searches (moves + searches that found nothing)
-  int64_t runs = 1;               // greedy runs tried (cad: one per ladder band <= tolerance)
+  int64_t runs = 1;               // candidates tried (cad: one per ladder band <= tolerance, and the tightening one)
   int64_t bytes_colocated = 0;    // forward bytes of the colocated start
   int64_t bytes_incremental = 0;  // forward bytes of the result, by the planner's own count
   int64_t cost_incremental = 0;   // the same bytes priced by ScheduleOptions::topology
