@@ -25,6 +25,7 @@
 #include "distca/core/rng.h"
 #include "distca/model/layers.h"
 #include "distca/model/tensor_parallel.h"
+#include "distca/train/bench.h"
 #include "train/timed_comm.h"
 
 namespace {
@@ -115,14 +116,8 @@ int main(int argc, char** argv) {
   comm::Communicator& world = **made;
   const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 4096;
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 9;
-  ModelSpec spec;
+  ModelSpec spec = train::bench_spec(train::BenchOptions{});
   spec.n_layers = 1;
-  spec.hidden = 512;
-  spec.n_heads = 8;
-  spec.n_kv_heads = 4;
-  spec.head_dim = 64;
-  spec.ffn = 1344;
-  spec.vocab = 512;
   if (world.size() < 2 || !model::check_tp(spec, world.size()).ok() || rows < world.size() || repeats <= 0) {
     if (world.rank() == 0) {
       std::fprintf(stderr, "bench_tp_overlap: needs 2, 4 or 8 ranks and ROWS >= ranks, REPEATS > 0\n");
