@@ -37,7 +37,7 @@ TEST(ProfileMpi, TwoRanksWriteLinksAndConcurrentFigures) {
   const std::string out = tmp("hw.json").string();
   ASSERT_EQ(sh(mpirun + DISTCA_CLI + " profile --hardware-out " + out +
                " --width 32 --head-dim 16 --ffn 64 --vocab 16 --tokens 32 --min-len 16 --max-len 32 --repeats 1"
-               " --min-seconds 0 --gemm-repeats 1 --link-repeats 2 2>" + tmp("err").string()),
+               " --min-seconds 0 --gemm-repeats 1 --link-repeats 5 2>" + tmp("err").string()),
             0);
   auto hp = distca::load_hardware_profile(out);
   ASSERT_TRUE(hp.ok()) << hp.status().message();
@@ -60,7 +60,9 @@ TEST(ProfileMpi, TwoRanksWriteLinksAndConcurrentFigures) {
   EXPECT_EQ(hp->tp_collective->points[0].bytes, 32 * 4);
   EXPECT_EQ(hp->tp_collective->points[1].bytes, 16 * 32 * 4);
   // The TP peers' wait: one point per count of products (1, 4, 16), compute growing with it
-  // (validate() checked it strictly increases), a slope in [0, 1].
+  // (validate() checked it strictly increases), a slope in [0, 1]. Five link repeats: each
+  // point's compute is a median of microsecond products, and of two a preempted repeat could
+  // reorder the counts on a loaded machine (the profile then writes no tp_wait).
   ASSERT_TRUE(hp->tp_wait.has_value());
   ASSERT_EQ(hp->tp_wait->points.size(), 3u);
   EXPECT_GT(hp->tp_wait->points[2].compute_seconds, 2 * hp->tp_wait->points[0].compute_seconds);
