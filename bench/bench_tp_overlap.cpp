@@ -12,8 +12,9 @@
 //          StepMetrics::tp_comm_s),
 // and the bytes rank 0 sent. The two modes' outputs must be the same bits (checked, rank 0).
 //   mpirun --oversubscribe --allow-run-as-root --bind-to none -x OMP_NUM_THREADS=1 -np 2
-//     build/release/bench/bench_tp_overlap [ROWS REPEATS [MAX_POLL_US]]   (default 4096 9;
-//     MAX_POLL_US: the progress thread's longest pause, MpiOptions::max_poll_interval_us)
+//     build/release/bench/bench_tp_overlap [ROWS REPEATS [MAX_POLL_US [WIDTH]]]   (default 4096 9;
+//     MAX_POLL_US: the progress thread's longest pause, MpiOptions::max_poll_interval_us, 0 the
+//     trainer's; WIDTH: bench train's --width, heads and ffn following it as there, default 512)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -110,13 +111,21 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   comm::MpiOptions options;  // the trainer's defaults unless MAX_POLL_US is given
-  if (argc > 3) options.max_poll_interval_us = std::max(options.poll_interval_us, std::atoi(argv[3]));
+  if (argc > 3 && std::atoi(argv[3]) > 0) {
+    options.max_poll_interval_us = std::max(options.poll_interval_us, std::atoi(argv[3]));
+  }
   auto made = comm::make_mpi_communicator(&argc, &argv, options);
   if (!made.ok()) die(nullptr, made.status());
   comm::Communicator& world = **made;
   const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 4096;
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 9;
-  ModelSpec spec = train::bench_spec(train::BenchOptions{});
+  train::BenchOptions shape;
+  if (argc > 4) shape.width = std::atoll(argv[4]);
+  if (shape.width < shape.head_dim || shape.width % shape.head_dim != 0) {
+    if (world.rank() == 0) std::fprintf(stderr, "bench_tp_overlap: WIDTH must be a multiple of 64\n");
+    return 2;
+  }
+  ModelSpec spec = train::bench_spec(shape);
   spec.n_layers = 1;
   if (world.size() < 2 || !model::check_tp(spec, world.size()).ok() || rows < world.size() || repeats <= 0) {
     if (world.rank() == 0) {
