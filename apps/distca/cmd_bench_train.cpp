@@ -489,6 +489,10 @@ Runner setup(CLI::App& app) {
                  "cad modes: on (default): K/V once per server across the nano-batch pair | off | auto (per batch "
                  "from the ping-pong timeline of --hardware's link); the same bits")
       ->check(CLI::IsMember({"on", "off", "auto"}));
+  app.add_option("--tp-overlap", f->tp_overlap,
+                 "with --tp: on (default): the TP collectives overlapped with the layers' products | off: blocking "
+                 "between them; the same bits")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--ranks-per-host", f->ranks_per_host,
                  "cad modes: ranks [h*N, (h+1)*N) share host h (topology-aware placement, K/V relays; --pp 1)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

@@ -372,6 +372,9 @@ Runner setup(CLI::App& sub) {
               "Pipeline stages (default 1): ranks = data-parallel replicas x stages; colocated 1F1B, cad pooled ticks");
   DISTCA_FLAG("--tp", tp,
               "Tensor-parallel ranks per layer (default 1): ranks = tp x pp x replicas, TP innermost");
+  DISTCA_FLAG("--tp-overlap", tp_overlap,
+              "on (default): overlap the TP collectives with the layers' products | off: blocking between "
+              "them (same bits)");
   DISTCA_FLAG("--micro-batches", micro_batches,
               "Micro-batches per replica per step (default 1; >= --pp; with --pp 1: gradient accumulation)");
   DISTCA_FLAG("--plan-ahead", plan_ahead,

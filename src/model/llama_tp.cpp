@@ -90,7 +90,7 @@ TpStep<T> Llama<T>::tp_step(RowRange rows) {
   const FinalActs f = final_acts();
   const int64_t half = spec_.head_dim / 2;
   return {rows.size(), f.rope_cos + rows.begin * half, f.rope_sin + rows.begin * half,
-          options_.rms_eps, cur().n, rows.begin, cur().sp_cut};
+          options_.rms_eps, cur().n, rows.begin, cur().sp_cut, options_.tp_overlap};
 }
 
 namespace {

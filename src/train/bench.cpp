@@ -77,6 +77,7 @@ TrainConfig make_config(const BenchOptions& f, int64_t ranks, const BenchMode& m
   c.copy_vocab = std::min<int64_t>(32, f.vocab);
   c.pp = f.pp;
   c.tp = f.tp;
+  c.tp_overlap = f.tp_overlap;
   c.micro_batches = f.micro_batches > 0 ? f.micro_batches : 1;
   return c;
 }
@@ -208,6 +209,7 @@ comm::Settings bench_settings(const BenchOptions& f) {
   s.add("--vocab", f.vocab).add("--tokens-per-rank", f.tokens).add("--long-doc", f.long_doc);
   s.add("--short-doc", f.short_doc).add("--workload", f.workload).add("--rounds", f.rounds).add("--steps", f.steps);
   s.add("--warmup-steps", f.warmup_steps).add("--tolerance", f.tolerance).add("--pp", f.pp).add("--tp", f.tp);
+  s.add("--tp-overlap", f.tp_overlap);
   s.add("--tolerance auto", f.tolerance_auto).add("--kv-once", f.kv_once).add("--ranks-per-host", f.ranks_per_host);
   s.add("--compare", f.compare).add("--seed", f.seed);
   s.add("--micro-batches", f.micro_batches).add("--trace given", !f.trace.empty());
@@ -219,7 +221,7 @@ nlohmann::json bench_flags_json(const BenchOptions& f) {
           {"vocab", f.vocab},         {"tokens_per_rank", f.tokens}, {"long_doc", long_doc(f)},
           {"short_doc", f.short_doc}, {"tolerance", f.tolerance},  {"pp", f.pp},
           {"micro_batches", f.micro_batches}, {"workload", f.workload}, {"tolerance_auto", f.tolerance_auto},
-          {"tp", f.tp}, {"kv_once", f.kv_once}, {"ranks_per_host", f.ranks_per_host}};
+          {"tp", f.tp}, {"tp_overlap", f.tp_overlap}, {"kv_once", f.kv_once}, {"ranks_per_host", f.ranks_per_host}};
 }
 
 Result<BenchOptions> bench_flags_from_json(const nlohmann::json& j) {
@@ -249,6 +251,11 @@ Result<BenchOptions> bench_flags_from_json(const nlohmann::json& j) {
   if (j.contains("tolerance_auto")) {  // absent in files written before the flag existed
     if (!j["tolerance_auto"].is_boolean()) return Status::invalid_argument("bench_flags.tolerance_auto: not a boolean");
     f.tolerance_auto = j["tolerance_auto"].get<bool>();
+  }
+  if (j.contains("tp_overlap")) {  // absent in files written before the flag existed: on
+    if (!j["tp_overlap"].is_string()) return Status::invalid_argument("bench_flags.tp_overlap: not a string");
+    f.tp_overlap = j["tp_overlap"].get<std::string>();
+    if (f.tp_overlap != "on" && f.tp_overlap != "off") return Status::invalid_argument("bench_flags.tp_overlap: not on or off");
   }
   if (j.contains("kv_once")) {  // absent in files written before the flag existed: on
     if (!j["kv_once"].is_string()) return Status::invalid_argument("bench_flags.kv_once: not a string");

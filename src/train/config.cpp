@@ -162,6 +162,9 @@ Status TrainConfig::validate() const {
   if (kv_once != "on" && kv_once != "off" && kv_once != "auto") {
     return bad("--kv-once", "must be on, off or auto (got '" + kv_once + "')");
   }
+  if (tp_overlap != "on" && tp_overlap != "off") {
+    return bad("--tp-overlap", "must be on or off (got '" + tp_overlap + "')");
+  }
   if (plan_ahead != "on" && plan_ahead != "off") {
     return bad("--plan-ahead", "must be on or off (got '" + plan_ahead + "')");
   }
@@ -380,7 +383,7 @@ Status apply_toml_text(const std::string& text, const std::string& origin, Train
     DISTCA_KEY(min_lr) DISTCA_KEY(warmup) DISTCA_KEY(weight_decay) DISTCA_KEY(clip)
     DISTCA_KEY(seed) DISTCA_KEY(data) DISTCA_KEY(copy_vocab) DISTCA_KEY(tokens_per_rank) DISTCA_KEY(dist)
     DISTCA_KEY(max_doc_len) DISTCA_KEY(checkpoint_dir) DISTCA_KEY(checkpoint_every)
-    DISTCA_KEY(metrics) DISTCA_KEY(overlap) DISTCA_KEY(trace) DISTCA_KEY(pp) DISTCA_KEY(tp) DISTCA_KEY(micro_batches)
+    DISTCA_KEY(metrics) DISTCA_KEY(overlap) DISTCA_KEY(trace) DISTCA_KEY(pp) DISTCA_KEY(tp) DISTCA_KEY(tp_overlap) DISTCA_KEY(micro_batches)
     DISTCA_KEY(plan_ahead) DISTCA_KEY(kv_once) DISTCA_KEY(hardware) DISTCA_KEY(ranks_per_host) DISTCA_KEY(host_map)
     DISTCA_KEY(inter_host_price) DISTCA_KEY(cp) DISTCA_KEY(wlb_cap) DISTCA_KEY(cp_threshold)
 #undef DISTCA_KEY

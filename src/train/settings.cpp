@@ -24,6 +24,7 @@ comm::Settings run_settings(const TrainConfig& c) {
                          : c.overlap ? runtime::overlap_mode_name(*c.overlap) : "");
   s.add("--kv-once", c.kv_once);
   s.add("--pp", c.pp).add("--micro-batches", c.micro_batches).add("--plan-ahead", c.plan_ahead);
+  s.add("--tp", c.tp).add("--tp-overlap", c.tp_overlap);
   s.add("--steps", c.steps).add("--lr", c.lr).add("--min-lr", c.min_lr).add("--warmup", c.warmup);
   s.add("--weight-decay", c.weight_decay).add("--clip", c.clip).add("--seed", c.seed);
   s.add("--data", c.data).add("--copy-vocab", c.copy_vocab).add("--tokens-per-rank", c.tokens_per_rank);

@@ -148,7 +148,9 @@ Result<std::unique_ptr<RankSetup>> set_up_rank(const TrainConfig& config, comm::
   // Both modes run every stage in its 1F1B order (cad as one_f_one_b_ticks), so a stage holds
   // at most min(micro-batches, pp - stage) micro-batches in flight (plan/pipeline_schedule.h).
   const int64_t slots = pipeline_slots(config, s->stage);
-  DISTCA_ASSIGN_OR_RETURN(auto model, model::Llama<float>::create(s->spec, config.rank_capacity(), config.seed, {},
+  model::LlamaOptions model_options;
+  model_options.tp_overlap = config.tp_overlap == "on";
+  DISTCA_ASSIGN_OR_RETURN(auto model, model::Llama<float>::create(s->spec, config.rank_capacity(), config.seed, model_options,
                                                                    s->layers, slots, tp));
   s->model.emplace(std::move(model));
   {

@@ -237,6 +237,7 @@ TEST_F(CliBenchTrainTest, ToleranceAutoRunsAndBadCombinationsAreRefused) {
           "--tolerance auto applies to --pp 1 without --compare");
   refused({{"--kv-once", "auto"}}, "--kv-once auto needs --hardware FILE");
   refused({{"--kv-once", "sometimes"}}, "--kv-once");
+  refused({{"--tp-overlap", "sometimes"}}, "--tp-overlap");
   refused({{"--kv-once", "auto"}, {"--hardware", no_links}}, "needs a profile with link figures");
   const std::string json = (dir_ / "auto.json").string();
   const CliRun r = run(tiny_with({{"--tolerance", "auto"}, {"--kv-once", "auto"}, {"--hardware", profile}, {"--json", json}}), 600);

@@ -73,6 +73,7 @@ TEST_F(CliRulesTest, EmptyValuesAreRefusedForEveryOptionThatTakesOne) {
   expect_refused("train --config " + cfg + " --mode colocated --overlap ''", "--overlap");
   expect_refused("train --config " + cfg + " --overlap ''", "--overlap");
   expect_refused("train --config " + cfg + " --backend ''", "--backend");
+  expect_refused("train --config " + cfg + " --tp-overlap yes", "--tp-overlap must be on or off (got 'yes')");
   expect_refused("bench train --workload ''", "--workload");
   expect_refused("bench step --mode ''", "--mode");
   expect_refused("simulate --gpus 8 --strategy ''", "--strategy");

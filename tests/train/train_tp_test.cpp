@@ -102,6 +102,32 @@ TEST(TensorParallelTraining, TpTwoByPpTwoMatchesTpOneAtRounding) {
   }
 }
 
+// --tp-overlap off (the TP collectives blocking between the products) against on (overlapped):
+// the same tiles and the same rank-order sums, so the same bits, at TP 2 x DP 2 in colocated
+// and cad pingpong and at TP 2 x PP 2 in cad (pooled ticks).
+TEST(TensorParallelTraining, TpOverlapOffGivesTheBitsOfOn) {
+  TrainConfig pp = tp_config(1, 2, TrainMode::kCad);
+  pp.pp = 2;
+  pp.micro_batches = 2;
+  pp.ranks = 4;
+  for (const TrainConfig& base : {tp_config(2, 2, TrainMode::kColocated), tp_config(2, 2, TrainMode::kCad), pp}) {
+    TrainConfig on = base, off = base;
+    on.steps = off.steps = 6;
+    off.tp_overlap = "off";
+    const TrainResult a = train(on);
+    const TrainResult b = train(off);
+    ASSERT_EQ(a.steps.size(), 6u);
+    ASSERT_EQ(b.steps.size(), a.steps.size());
+    for (size_t i = 0; i < a.steps.size(); ++i) {
+      EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << train_mode_name(base.mode) << " pp " << base.pp << " step " << i;
+    }
+    EXPECT_TRUE(a.final_params == b.final_params) << train_mode_name(base.mode) << " pp " << base.pp;
+  }
+  TrainConfig bad = tp_config(1, 2, TrainMode::kCad);
+  bad.tp_overlap = "yes";
+  EXPECT_EQ(bad.validate().message(), "--tp-overlap must be on or off (got 'yes')");
+}
+
 // A TP x PP run's checkpoints hold the whole model (each stage's TP group rebuilds its range)
 // and resuming one (each rank taking its stage's shard) continues bitwise.
 TEST(TensorParallelTraining, TpByPpCheckpointsResumeBitwise) {

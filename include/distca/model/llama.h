@@ -190,6 +190,9 @@ struct LlamaOptions {
   double rope_theta = 10000.0;  // RoPE base
   double rms_eps = 1e-5;        // RMSNorm epsilon
   double init_std = 0.02;       // standard deviation of the matrices at initialisation
+  // With a TP communicator: TpStep::overlap of every layer phase (model/tensor_parallel.h,
+  // "Overlap"); the same bits either way.
+  bool tp_overlap = true;
   // rope_theta > 1, rms_eps > 0, init_std > 0, all finite; the message names the field.
   Status validate() const;
 };

@@ -65,6 +65,7 @@ struct BenchOptions {
   std::string trace;             // Chrome trace of the last round's cad pingpong, last step
   int64_t pp = 1;                // pipeline stages
   int64_t tp = 1;                // tensor-parallel ranks per layer (--pp 1: ranks = tp x replicas)
+  std::string tp_overlap = "on";  // TrainConfig::tp_overlap: on | off
   int64_t micro_batches = 0;     // per replica and step (0: 2 x pp with --pp > 1, else 1)
   std::string cost_table;        // --pp: the simulator's attention seconds (distca profile)
   std::string hardware;          // the simulator's hardware profile (distca profile --hardware-out)

@@ -97,6 +97,10 @@ struct TrainConfig {
   // = (stage * dp + replica) * tp + t. tp must divide the model's heads and KV heads and be
   // at most its feed-forward width and vocabulary.
   int64_t tp = 1;
+  // With tp > 1: "on" overlaps each TP collective with its layer's products (Megatron-LM's TP
+  // communication overlap; model/tensor_parallel.h, "Overlap"), "off" runs them blocking
+  // between the products. The same bits either way.
+  std::string tp_overlap = "on";
   // "on": each rank makes its plans on a background thread, up to one step ahead of the step
   // that runs them; "off": inline, when the step needs them. The same plans either way, so
   // the same bits (docs/training.md, "Planning ahead").

@@ -9,7 +9,7 @@
 namespace distca::train {
 
 // In field order: --model, model_overrides.*, --mode, --scheduler, --tolerance, --overlap, --kv-once,
-// --pp, --micro-batches, --plan-ahead, --steps, the optimiser's, --seed, the data's, and
+// --pp, --micro-batches, --plan-ahead, --tp, --tp-overlap, --steps, the optimiser's, --seed, the data's, and
 // whether --checkpoint-dir and --trace are set (both add collectives), with
 // --checkpoint-every. Not included: --ranks and --backend (the group itself settles them),
 // output paths (rank 0 writes them).
