@@ -403,14 +403,8 @@ TEST(Cad, ToleranceSweepNeverBreaksTheBand) {
 // tightening candidate (docs/scheduler.md) makes a narrower tolerance either reach its band or
 // end no less balanced than 0.05 on every batch, and tolerances up to 0.01 reach 1.02.
 TEST(Cad, NarrowToleranceBalancesCoarseBatchesAtLeastAsWellAsWide) {
-  WorkloadOptions w;
-  w.dist = "pretrain";
-  w.ranks = 4;
-  w.tokens_per_rank = 4096;
-  w.max_doc_len = 4096;
-  w.batches = 20;
-  w.seed = 1;
-  auto batches = make_batches(w);
+  auto batches = make_batches(
+      {.dist = "pretrain", .ranks = 4, .tokens_per_rank = 4096, .max_doc_len = 4096, .batches = 20, .seed = 1});
   ASSERT_TRUE(batches.ok());
   double worst_narrow = 0;
   for (const Batch& b : *batches) {
