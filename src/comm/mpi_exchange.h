@@ -60,7 +60,7 @@ struct ExchangeState {
   std::string trace_name = "all_to_all_v";
   double start_us = 0;
   double timeout_s = 0;                // > 0: no completion for this long ends the job
-  WaitPolicy wait = WaitPolicy::kSpin;  // how a kBlock drive pauses between empty rounds
+  WaitPolicy wait = kDefaultWaitPolicy;  // how a kBlock drive pauses between empty rounds
   Clock::time_point last_progress;     // the start, or the latest completed request
   std::optional<P2pState> p2p;         // set for start_send / start_recv
 };

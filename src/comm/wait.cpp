@@ -1,6 +1,9 @@
 // The mpi backend's wait policy and its optional record (wait.h).
 #include "wait.h"
 
+#include "distca/core/cgroup.h"
+#include "distca/core/io.h"
+
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -10,7 +13,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -43,21 +45,8 @@ std::optional<uint64_t> stat_value(const std::string& text, const std::string& k
   return std::nullopt;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// `word` is one of the comma-separated items of `list` (a mount's options, a cgroup's controllers).
-bool has_item(const std::string& list, const std::string& word) {
-  std::istringstream in(list);
-  for (std::string item; std::getline(in, item, ',');) {
-    if (item == word) return true;
-  }
-  return false;
-}
+// A file's text, empty where it cannot be read.
+std::string text(const std::string& path) { return read_text_file(path).value_or(""); }
 
 // The CPU cgroup of this process (v1 with the cpu controller, else v2): its cpu.stat, kept
 // open, and its CFS quota per period in seconds (0: none).
@@ -68,28 +57,17 @@ struct Cgroup {
   double quota_s = 0;
 
   Cgroup() {
-    std::string v1_mount, v2_mount, v1_path, v2_path;
-    std::istringstream mounts(read_text("/proc/mounts"));
-    for (std::string dev, at, type, opts, rest; mounts >> dev >> at >> type >> opts && std::getline(mounts, rest);) {
-      if (type == "cgroup2" && v2_mount.empty()) v2_mount = at;
-      if (type == "cgroup" && has_item(opts, "cpu") && v1_mount.empty()) v1_mount = at;
-    }
-    std::istringstream groups(read_text("/proc/self/cgroup"));
-    for (std::string line; std::getline(groups, line);) {
-      const auto a = line.find(':'), b = line.find(':', a + 1);
-      if (a == std::string::npos || b == std::string::npos) continue;
-      if (line.compare(0, a, "0") == 0 && b == a + 1) v2_path = line.substr(b + 1);
-      if (has_item(line.substr(a + 1, b - a - 1), "cpu")) v1_path = line.substr(b + 1);
-    }
-    if (!v1_mount.empty() && !v1_path.empty() && stat_value(read_text(v1_mount + v1_path + "/cpu.stat"), "nr_throttled")) {
-      dir = v1_mount + v1_path;
-      const auto quota = stat_value("q " + read_text(dir + "/cpu.cfs_quota_us"), "q");  // -1 (none) fails
-      const auto period = stat_value("p " + read_text(dir + "/cpu.cfs_period_us"), "p");
+    const CpuCgroupPaths g = cpu_cgroup_paths();
+    const std::string v1 = g.v1_mount + g.v1_path;
+    if (!g.v1_mount.empty() && !g.v1_path.empty() && stat_value(text(v1 + "/cpu.stat"), "nr_throttled")) {
+      dir = v1;
+      const auto quota = stat_value("q " + text(dir + "/cpu.cfs_quota_us"), "q");  // -1 (none) fails
+      const auto period = stat_value("p " + text(dir + "/cpu.cfs_period_us"), "p");
       if (quota && period) quota_s = static_cast<double>(*quota) * 1e-6;
-    } else if (!v2_mount.empty() && !v2_path.empty()) {
-      dir = v2_mount + v2_path;
+    } else if (!g.v2_mount.empty() && !g.v2_path.empty()) {
+      dir = g.v2_mount + g.v2_path;
       v2 = true;
-      const auto quota = stat_value("q " + read_text(dir + "/cpu.max"), "q");  // "max": none
+      const auto quota = stat_value("q " + text(dir + "/cpu.max"), "q");  // "max": none
       if (quota) quota_s = static_cast<double>(*quota) * 1e-6;
     }
     if (!dir.empty()) fd = ::open((dir + "/cpu.stat").c_str(), O_RDONLY | O_CLOEXEC);
@@ -220,12 +198,11 @@ Status write_wait_stats(int rank) {
     policy = g_policy;
   }
   const Cgroup& c = cgroup();
-  const std::string text = c.fd < 0 ? "" : read_text(c.dir + "/cpu.stat");
+  const std::string stat = c.fd < 0 ? "" : text(c.dir + "/cpu.stat");
   const auto [throttles, throttled_ns] = c.throttling();
   const std::string path = std::string(stats_dir()) + "/wait-stats." + std::to_string(rank) + ".json";
-  FILE* f = std::fopen(path.c_str(), "w");
-  if (f == nullptr) return Status::internal("DISTCA_WAIT_STATS: cannot write " + path);
-  std::fprintf(f,
+  std::vector<char> json(1024 + c.dir.size());  // the figures take under 1 KiB beside the cgroup path
+  std::snprintf(json.data(), json.size(),
                "{\"rank\": %d, \"policy\": \"%s\", \"cgroup\": \"%s\", \"quota_s\": %.6f,\n"
                " \"waits\": %lld, \"sleeps\": %lld, \"wait_wall_s\": %.6f, \"wait_cpu_s\": %.6f,\n"
                " \"wait_throttles\": %llu, \"wait_throttled_s\": %.6f,\n"
@@ -239,9 +216,10 @@ Status write_wait_stats(int rank) {
                static_cast<long long>(t.segments), t.segment_wall_s, t.segment_cpu_s,
                static_cast<long long>(t.segments_throttled), 1e-9 * static_cast<double>(t.segment_throttled_ns),
                static_cast<long long>(t.short_segments), static_cast<long long>(t.short_throttled),
-               static_cast<unsigned long long>(stat_value(text, "nr_periods").value_or(0)),
+               static_cast<unsigned long long>(stat_value(stat, "nr_periods").value_or(0)),
                static_cast<unsigned long long>(throttles), 1e-9 * static_cast<double>(throttled_ns));
-  return std::fclose(f) == 0 ? Status::ok_status() : Status::internal("DISTCA_WAIT_STATS: cannot write " + path);
+  const Status st = write_file_atomic(path, json.data());
+  return st.ok() ? st : Status::internal("DISTCA_WAIT_STATS: " + st.message());
 }
 
 }  // namespace mpi_detail

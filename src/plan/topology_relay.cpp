@@ -10,6 +10,23 @@
 
 namespace distca {
 
+namespace {
+
+// (document, host) -> (largest context end, lowest rank with it): the relay of the document on
+// the host. Fed every server's tasks in rank order, the first of equal ends is kept.
+using Relays = std::map<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>>;
+void consider(Relays& relay, int64_t doc, int64_t host, int64_t q_end, int64_t server) {
+  auto [it, fresh] = relay.emplace(std::make_pair(doc, host), std::make_pair(q_end, server));
+  if (!fresh && q_end > it->second.first) it->second = {q_end, server};
+}
+
+// No relays: no topology, or every rank on one host.
+bool one_host(const std::vector<int64_t>& hosts) {
+  return hosts.empty() || std::all_of(hosts.begin(), hosts.end(), [&](int64_t h) { return h == hosts.front(); });
+}
+
+}  // namespace
+
 std::vector<RelayedBlock> kv_relay(const Plan& plan, const std::vector<int64_t>& hosts) {
   std::vector<const Exchange*> kv;
   for (const RankPlan& r : plan.ranks) kv.push_back(&r.exchange(ExchangeKind::kKv));
@@ -19,18 +36,12 @@ std::vector<RelayedBlock> kv_relay(const Plan& plan, const std::vector<int64_t>&
 std::vector<RelayedBlock> kv_relay(const Plan& plan, const std::vector<const Exchange*>& kv_of,
                                    const std::vector<int64_t>& hosts) {
   std::vector<RelayedBlock> out;
-  if (hosts.empty() || std::all_of(hosts.begin(), hosts.end(), [&](int64_t h) { return h == hosts.front(); })) {
-    return out;
-  }
+  if (one_host(hosts)) return out;
   const auto host = [&](int64_t r) { return hosts[static_cast<size_t>(r)]; };
-  // (document, host) -> (largest context end, lowest rank with it): the relay.
-  std::map<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>> relay;
+  Relays relay;
   for (size_t r = 0; r < plan.servers.size(); ++r) {
-    for (const ServerTask& st : plan.servers[r].tasks) {
-      const auto key = std::make_pair(st.task.doc, host(static_cast<int64_t>(r)));
-      auto [it, fresh] = relay.emplace(key, std::make_pair(st.task.q_end, static_cast<int64_t>(r)));
-      if (!fresh && st.task.q_end > it->second.first) it->second = {st.task.q_end, static_cast<int64_t>(r)};
-    }
+    const auto server = static_cast<int64_t>(r);
+    for (const ServerTask& st : plan.servers[r].tasks) consider(relay, st.task.doc, host(server), st.task.q_end, server);
   }
   // Where each off-host block starts in its server's kKv receive buffer: (server, holder,
   // document, first row) -> row. A server's block of a holder's piece starts where the relay's
@@ -64,21 +75,15 @@ std::vector<RelayedBlock> kv_relay(const Plan& plan, const std::vector<const Exc
 
 void relay_context(const std::vector<TaskPlacement>& tasks, const std::vector<int64_t>& hosts,
                    std::vector<ContextMessage>& messages) {
-  if (hosts.empty() || std::all_of(hosts.begin(), hosts.end(), [&](int64_t h) { return h == hosts.front(); })) {
-    return;
-  }
+  if (one_host(hosts)) return;
   const auto host = [&](int64_t r) { return hosts[static_cast<size_t>(r)]; };
-  // (document, host) -> (largest context end, lowest rank with it), as kv_relay chooses: its
-  // servers' tasks in rank order, the first of equal ends kept.
+  // As kv_relay chooses: the servers' tasks in rank order.
   std::vector<const TaskPlacement*> by_server;
   for (const TaskPlacement& t : tasks) by_server.push_back(&t);
   std::stable_sort(by_server.begin(), by_server.end(),
                    [](const TaskPlacement* a, const TaskPlacement* b) { return a->server < b->server; });
-  std::map<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>> relay;
-  for (const TaskPlacement* t : by_server) {
-    auto [it, fresh] = relay.emplace(std::make_pair(t->doc, host(t->server)), std::make_pair(t->q_end, t->server));
-    if (!fresh && t->q_end > it->second.first) it->second = {t->q_end, t->server};
-  }
+  Relays relay;
+  for (const TaskPlacement* t : by_server) consider(relay, t->doc, host(t->server), t->q_end, t->server);
   for (ContextMessage& m : messages) {
     if (host(m.holder) == host(m.server)) continue;
     const int64_t r = relay.at({m.doc, host(m.server)}).second;

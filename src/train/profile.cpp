@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "distca/comm/group.h"
+#include "distca/core/cgroup.h"
 #include "distca/core/clock.h"
 #include "distca/core/stats.h"
 #include "distca/cost/profiled.h"
@@ -297,18 +298,6 @@ Status measure_elementwise(comm::Communicator* c, const ProfileRun& run, Hardwar
 }
 
 // The lines of `text`, split into fields by `sep`.
-std::vector<std::vector<std::string>> fields_of(const std::string& text, char sep) {
-  std::vector<std::vector<std::string>> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    std::vector<std::string> f;
-    std::istringstream ls(line);
-    for (std::string x; std::getline(ls, x, sep);) f.push_back(x);
-    out.push_back(std::move(f));
-  }
-  return out;
-}
-
 // `path` ("/a/b") and its ancestors ("/a", "/"), deepest first.
 std::vector<std::string> path_and_ancestors(std::string path) {
   std::vector<std::string> out;
@@ -342,44 +331,26 @@ std::optional<double> to_number(const std::string& s) {
 }  // namespace
 
 double cgroup_cpu_quota(const ReadText& read_given) {
-  const ReadText read = read_given ? read_given : [](const std::string& path) -> std::optional<std::string> {
-    std::ifstream in(path);
-    if (!in) return std::nullopt;
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-  };
-  const std::optional<std::string> cgroup = read("/proc/self/cgroup"), mounts = read("/proc/mounts");
-  if (!cgroup || !mounts) return 0;
-  std::string v2_mount, v1_mount, v2_path, v1_path;
-  for (const auto& m : fields_of(*mounts, ' ')) {
-    if (m.size() < 4) continue;
-    if (m[2] == "cgroup2" && v2_mount.empty()) v2_mount = m[1];
-    const std::string opts = "," + m[3] + ",";
-    if (m[2] == "cgroup" && opts.find(",cpu,") != std::string::npos && v1_mount.empty()) v1_mount = m[1];
-  }
-  for (const auto& c : fields_of(*cgroup, ':')) {
-    if (c.size() < 3) continue;
-    if (c[0] == "0" && c[1].empty()) v2_path = c[2];
-    if (("," + c[1] + ",").find(",cpu,") != std::string::npos) v1_path = c[2];
-  }
+  const ReadText read = read_given ? read_given : ReadText(read_text_file);
+  const CpuCgroupPaths g = cpu_cgroup_paths(read);
   double least = 0;
   auto keep = [&](double q) {
     if (q > 0 && (least == 0 || q < least)) least = q;
   };
-  if (!v2_mount.empty() && !v2_path.empty()) {
-    keep(least_quota(v2_mount, v2_path, [&](const std::string& dir) -> std::optional<double> {
+  if (!g.v2_mount.empty() && !g.v2_path.empty()) {
+    keep(least_quota(g.v2_mount, g.v2_path, [&](const std::string& dir) -> std::optional<double> {
       const std::optional<std::string> t = read(dir + "/cpu.max");
       if (!t) return std::nullopt;
-      const auto f = fields_of(*t, ' ');
-      if (f.empty() || f[0].size() < 2) return std::nullopt;
-      const std::optional<double> quota = to_number(f[0][0]), period = to_number(f[0][1]);
+      std::istringstream in(*t);
+      std::string q, p;
+      if (!(in >> q >> p)) return std::nullopt;
+      const std::optional<double> quota = to_number(q), period = to_number(p);
       if (!quota || !period || *period <= 0) return std::nullopt;  // "max": none
       return *quota / *period;
     }));
   }
-  if (!v1_mount.empty() && !v1_path.empty()) {
-    keep(least_quota(v1_mount, v1_path, [&](const std::string& dir) -> std::optional<double> {
+  if (!g.v1_mount.empty() && !g.v1_path.empty()) {
+    keep(least_quota(g.v1_mount, g.v1_path, [&](const std::string& dir) -> std::optional<double> {
       const std::optional<std::string> q = read(dir + "/cpu.cfs_quota_us"), p = read(dir + "/cpu.cfs_period_us");
       if (!q || !p) return std::nullopt;
       const std::optional<double> quota = to_number(*q), period = to_number(*p);

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "distca/comm/communicator.h"
+#include "distca/core/cgroup.h"
 #include "distca/core/status.h"
 #include "distca/cost/hardware_profile.h"
 #include "distca/kernels/profiler.h"
@@ -44,8 +45,8 @@ struct ProfileRun {
 // cgroup and that cgroup's ancestors, in the cgroup v2 hierarchy (cpu.max "QUOTA PERIOD") and
 // in the v1 hierarchy that carries the cpu controller (cpu.cfs_quota_us / cpu.cfs_period_us),
 // found through /proc/self/cgroup and /proc/mounts; 0 when no quota is set or nothing can be
-// read. `read` returns a file's text (nullopt: unreadable); the default reads the file system.
-using ReadText = std::function<std::optional<std::string>(const std::string& path)>;
+// read (core/cgroup.h finds the groups). `read` returns a file's text (nullopt: unreadable);
+// the default reads the file system.
 double cgroup_cpu_quota(const ReadText& read = {});
 
 // What the run allocates at most with `ranks` ranks: the largest attention problem, the
