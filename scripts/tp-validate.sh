@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Issue 29's tensor-parallel figures on this machine (docs/benchmarks.md, "Simulator
 # validation" and "bench train --tp"): the simulator against measured runs at 1 and 2 ranks
-# (dp1 = TP 1 x DP 1, dp2 = TP 1 x DP 2, tp2x1 = TP 2 x DP 1, each with its predicted / measured
-# step, idle and time blocked in communication), then bench train's default workload at
-# --tp 2 on 2 ranks (exposed communication, the TP collectives' share, balance), then the TP
+# (dp1 = TP 1 x DP 1, dp2 = TP 1 x DP 2, tp2x1 = TP 2 x DP 1 with --tp-overlap off, the
+# blocking collectives the simulator models; each with its predicted / measured step, idle and
+# time blocked in communication), then bench train's default workload at --tp 2 on 2 ranks,
+# the collectives overlapped as by default (exposed communication, the TP collectives' share,
+# balance), then the TP
 # collectives of the tp2x1 runs against the profile's measured price of one
 # (scripts/tp_collective_report.py: measured share of the step, predicted, per collective
 # measured / profile / left over, and what is left a step beside the profile's TP wait,
