@@ -151,6 +151,8 @@ Result<std::vector<Row>> replay_one(const nlohmann::json& bench, const std::stri
     r.workload = f.workload;
     r.config = Config{ranks, f.pp, f.workload, f.tp}.name();
     r.measured_s = m["median_s"].get<double>();
+    if (m.contains("linear_s") && m["linear_s"].is_number()) r.linear_measured = m["linear_s"].get<double>();
+    if (m.contains("attention_s") && m["attention_s"].is_number()) r.attention_measured = m["attention_s"].get<double>();
     DISTCA_ASSIGN_OR_RETURN(std::vector<double> idle, numbers(m, "rank_idle", static_cast<size_t>(ranks), what));
     DISTCA_ASSIGN_OR_RETURN(std::vector<double> exposed, numbers(m, "rank_exposed", static_cast<size_t>(ranks), what));
     r.idle_measured = mean_of(idle);
@@ -168,6 +170,7 @@ Result<std::vector<Row>> replay_one(const nlohmann::json& bench, const std::stri
       r.ratio = r.measured_s > 0 ? sim.step_s / r.measured_s : 0;
       r.idle_predicted = mean_of(sim.rank_idle);
       r.exposed_predicted = mean_of(sim.rank_blocked);
+      if (!sim.rank_linear_s.empty()) r.linear_predicted = sim.rank_linear_s[0], r.attention_predicted = sim.rank_attention_s[0];
       if (f.pp > 1) r.stage_idle_predicted = sim.stage_idle;
       r.step_ok = r.measured_s > 0 && std::abs(r.ratio - 1.0) <= kStepGoal;
       r.idle_ok = std::abs(r.idle_predicted - r.idle_measured) <= kIdleGoal;
@@ -406,6 +409,10 @@ nlohmann::json rows_json(const std::vector<Row>& rows) {
                         {"idle_predicted", r.idle_predicted},
                         {"exposed_measured", r.exposed_measured},
                         {"exposed_predicted", r.exposed_predicted},
+                        {"linear_measured", r.linear_measured},
+                        {"linear_predicted", r.linear_predicted},
+                        {"attention_measured", r.attention_measured},
+                        {"attention_predicted", r.attention_predicted},
                         {"step_ok", r.step_ok},
                         {"idle_ok", r.idle_ok}};
     if (r.pp > 1) {

@@ -60,6 +60,9 @@ struct Row {
   double idle_measured = 0, idle_predicted = 0;       // mean over ranks
   std::vector<double> stage_idle_measured, stage_idle_predicted;  // [stage]; pp > 1 only
   double exposed_measured = 0, exposed_predicted = 0;  // mean over ranks
+  // Rank 0's compute split (measured: StepMetrics::linear_s, attention_s; predicted:
+  // UnitStats::linear, attention): a step miss reads as compute or as waiting.
+  double linear_measured = 0, linear_predicted = 0, attention_measured = 0, attention_predicted = 0;
   bool step_ok = false, idle_ok = false;
   std::string error;  // the simulator's refusal (then no prediction)
 };

@@ -148,6 +148,8 @@ Result<TrainingPrediction> predict_training(const TrainingRun& run, const std::v
     out.rank_exposed.push_back(t > 0 ? u.exposed_comm / t : 0.0);
     out.rank_blocked.push_back(t > 0 ? u.comm_blocked / t : 0.0);
     out.rank_busy_s.push_back(u.busy);
+    out.rank_linear_s.push_back(u.linear);
+    out.rank_attention_s.push_back(u.attention);
   }
   return out;
 }
@@ -173,6 +175,8 @@ nlohmann::json to_json(const TrainingOutcome& p, double measured_s) {
           {"rank_idle", p.rank_idle},
           {"rank_exposed", p.rank_exposed},
           {"rank_busy_s", p.rank_busy_s},
+          {"rank_linear_s", p.rank_linear_s},
+          {"rank_attention_s", p.rank_attention_s},
           {"mean_idle", mean_of(p.rank_idle)},
           {"mean_exposed", mean_of(p.rank_exposed)},
           {"rank_blocked", p.rank_blocked},

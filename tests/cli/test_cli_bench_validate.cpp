@@ -173,6 +173,11 @@ TEST_F(CliBenchValidateTest, OneRankColocatedStepIsTheProfilesGemmsAndAttentionB
     EXPECT_NEAR(r.at("predicted_s").get<double>(), step, 1e-9 * step);
     EXPECT_NEAR(r.at("idle_predicted").get<double>(), 0.0, 1e-9);
     EXPECT_NEAR(r.at("exposed_predicted").get<double>(), 0.0, 1e-12);
+    // Rank 0's split: the attention layers, and the rest of the step as linear work.
+    EXPECT_NEAR(r.at("attention_predicted").get<double>(), static_cast<double>(L) * attention, 1e-9 * step);
+    EXPECT_NEAR(r.at("linear_predicted").get<double>(), step - static_cast<double>(L) * attention, 1e-9 * step);
+    EXPECT_GT(r.at("linear_measured").get<double>(), 0.0);
+    EXPECT_GT(r.at("attention_measured").get<double>(), 0.0);
   }
   EXPECT_TRUE(found) << "no dp1-skewed colocated row";
 }

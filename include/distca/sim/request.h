@@ -116,6 +116,8 @@ struct TrainingPrediction {
   std::vector<double> rank_exposed;  // [rank]
   std::vector<double> rank_blocked;  // [rank]
   std::vector<double> rank_busy_s;   // [rank] UnitStats::busy, seconds
+  std::vector<double> rank_linear_s;     // [rank] UnitStats::linear (beside StepMetrics::linear_s)
+  std::vector<double> rank_attention_s;  // [rank] UnitStats::attention (beside attention_s)
   // Bytes the attention's exchanges send in the iteration, all ranks: SimResult::plan's
   // comm_bytes_forward + comm_bytes_backward (per layer) x the model's layers; what bench
   // train --compare sums from the ranks' StepMetrics::bytes_sent for wlb and percp.
