@@ -282,26 +282,26 @@ Result<std::string> write_step_checkpoint(const TrainConfig& config, comm::Commu
   return path;
 }
 
-// This rank's events since `from_us` on `trace`, gathered to rank 0 on one time axis: steady
-// clock microseconds (shared by the processes of one machine) from the traced step's start
-// (the earliest rank's).
-Result<std::vector<TraceEvent>> collect_trace(comm::Communicator& comm, const TraceRecorder& trace, double from_us) {
+// This rank's events since `from_us` on `trace`, gathered to rank 0 of `world` (every rank,
+// TP peers included; tid = the world rank) on one time axis: steady clock microseconds (shared
+// by the processes of one machine) from the traced step's start (the earliest rank's).
+Result<std::vector<TraceEvent>> collect_trace(comm::Communicator& world, const TraceRecorder& trace, double from_us) {
   const double epoch_us =
       std::chrono::duration<double, std::micro>(trace.epoch().time_since_epoch()).count();
   std::vector<TraceEvent> mine;
   for (TraceEvent e : trace.events()) {
     if (e.start_us < from_us) continue;
-    e.tid = comm.rank();
+    e.tid = world.rank();
     e.start_us += epoch_us;
     e.end_us += epoch_us;
     mine.push_back(std::move(e));
   }
   const double zero = from_us + epoch_us;
-  DISTCA_ASSIGN_OR_RETURN(std::vector<double> zeros, comm.all_gather_value(zero));
+  DISTCA_ASSIGN_OR_RETURN(std::vector<double> zeros, world.all_gather_value(zero));
   // Time 0: the first rank to leave the barrier that starts the traced step.
   const double origin = *std::min_element(zeros.begin(), zeros.end());
   std::vector<TraceEvent> all;
-  DISTCA_RETURN_IF_ERROR(runtime::gather_trace(comm, mine, &all));
+  DISTCA_RETURN_IF_ERROR(runtime::gather_trace(world, mine, &all));
   for (TraceEvent& e : all) {
     e.start_us -= origin;
     e.end_us -= origin;
@@ -370,12 +370,12 @@ Status train_rank(const TrainConfig& config, comm::Communicator& comm, comm::Com
     if (traced) {
       if (hooks.trace == nullptr) own_trace.emplace();
       trace = hooks.trace != nullptr ? hooks.trace : &*own_trace;
-      DISTCA_RETURN_IF_ERROR(comm.barrier());  // every rank starts the traced step together
+      DISTCA_RETURN_IF_ERROR(world.barrier());  // every rank (TP peers too) starts the traced step together
       trace_from_us = trace->now_us();
     }
     DISTCA_RETURN_IF_ERROR(run_step(config, comm, s, planner, step, m, peak_dispatch, trace));
     if (traced) {
-      DISTCA_ASSIGN_OR_RETURN(local.trace, collect_trace(comm, *trace, trace_from_us));
+      DISTCA_ASSIGN_OR_RETURN(local.trace, collect_trace(world, *trace, trace_from_us));
     }
     if (valid_outputs && checkpoint_due(config, step)) {
       DISTCA_ASSIGN_OR_RETURN(std::string path, write_step_checkpoint(config, comm, s, step));

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <iterator>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -126,6 +128,30 @@ TEST(TensorParallelTraining, TpOverlapOffGivesTheBitsOfOn) {
   TrainConfig bad = tp_config(1, 2, TrainMode::kCad);
   bad.tp_overlap = "yes";
   EXPECT_EQ(bad.validate().message(), "--tp-overlap must be on or off (got 'yes')");
+}
+
+// --trace of a TP run holds every rank's last step, each on its own track (tid = the world
+// rank): TP peers run the same layers on their heads, so every rank records the same linear
+// calls. (The trace was once gathered over the ranks of one TP index only, so a TP peer's
+// events were missing.)
+TEST(TensorParallelTraining, TraceHoldsEveryTpRank) {
+  TrainConfig c = tp_config(2, 2, TrainMode::kCad);
+  c.steps = 2;
+  c.warmup = 1;
+  c.trace = (std::filesystem::temp_directory_path() / "distca_tp_trace_unused.json").string();
+  const TrainResult r = train(c);
+  ASSERT_FALSE(r.trace.empty());
+  std::map<int64_t, int64_t> linear;
+  for (const TraceEvent& e : r.trace) {
+    EXPECT_GE(e.start_us, 0) << e.name;
+    if (e.name.find("linear") != std::string::npos) ++linear[e.tid];
+  }
+  ASSERT_EQ(linear.size(), 4u);
+  for (const auto& [rank, n] : linear) {
+    EXPECT_EQ(rank, std::distance(linear.begin(), linear.find(rank)));
+    EXPECT_EQ(n, linear.begin()->second) << "rank " << rank;
+    EXPECT_GT(n, 0) << "rank " << rank;
+  }
 }
 
 // A TP x PP run's checkpoints hold the whole model (each stage's TP group rebuilds its range)
