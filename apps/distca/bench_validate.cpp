@@ -170,7 +170,10 @@ Result<std::vector<Row>> replay_one(const nlohmann::json& bench, const std::stri
       r.ratio = r.measured_s > 0 ? sim.step_s / r.measured_s : 0;
       r.idle_predicted = mean_of(sim.rank_idle);
       r.exposed_predicted = mean_of(sim.rank_blocked);
-      if (!sim.rank_linear_s.empty()) r.linear_predicted = sim.rank_linear_s[0], r.attention_predicted = sim.rank_attention_s[0];
+      if (!sim.rank_linear_s.empty()) {
+        r.linear_predicted = sim.rank_linear_s[0];
+        r.attention_predicted = sim.rank_attention_s[0];
+      }
       if (f.pp > 1) r.stage_idle_predicted = sim.stage_idle;
       r.step_ok = r.measured_s > 0 && std::abs(r.ratio - 1.0) <= kStepGoal;
       r.idle_ok = std::abs(r.idle_predicted - r.idle_measured) <= kIdleGoal;

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <memory>
@@ -297,7 +296,6 @@ Status measure_elementwise(comm::Communicator* c, const ProfileRun& run, Hardwar
   return {};
 }
 
-// The lines of `text`, split into fields by `sep`.
 // `path` ("/a/b") and its ancestors ("/a", "/"), deepest first.
 std::vector<std::string> path_and_ancestors(std::string path) {
   std::vector<std::string> out;
