@@ -3,7 +3,7 @@
 // products (true), paired repeat by repeat on the same inputs (issue 29). Under `mpirun -np T`
 // (one TP group of every rank) at bench train's model shapes (width 512, 8 heads, 4 KV heads
 // of 64, ffn 1344) over ROWS rows (default 4096: a pingpong nano-batch of bench train's 8192
-// tokens), every repeat runs the layer's four TP functions (the attention itself left out:
+// tokens), every repeat runs the layer's four TP functions (model/tp_layer_harness.h; the attention left out:
 // its inputs are fixed random values) once per mode, in alternating order, after a barrier.
 // Per mode it prints the medians over repeats of rank 0's
 //   layer  wall time of the four calls, and
@@ -23,9 +23,8 @@
 
 #include "distca/comm/group.h"
 #include "distca/comm/mpi.h"
-#include "distca/core/rng.h"
-#include "distca/model/layers.h"
 #include "distca/model/tensor_parallel.h"
+#include "distca/model/tp_layer_harness.h"
 #include "distca/train/bench.h"
 #include "train/timed_comm.h"
 
@@ -38,69 +37,6 @@ using namespace distca;
   if (c != nullptr) c->fail(st);
   std::exit(1);
 }
-
-std::vector<float> random_vec(int64_t count, uint64_t stream, double scale) {
-  Rng rng(7, stream);
-  std::vector<float> v(static_cast<size_t>(count));
-  for (float& e : v) e = static_cast<float>(scale * rng.normal());
-  return v;
-}
-
-// One rank's buffers of the layer: fixed inputs, outputs rewritten by every run.
-struct Layer {
-  model::TpDims d;
-  int64_t n = 0, nr = 0;
-  std::vector<float> shard, grad, x, rstd1, xn1, q, k, v, o, x_mid, rstd2, xn2, g, u, a, out, dx, d_o, dq, dk, dv,
-      cos_t, sin_t;
-  Layer(const ModelSpec& spec, int tp, int rank, int64_t rows) : d(model::tp_dims(spec, tp, rank)), n(rows) {
-    nr = model::tp_rows(n, tp, rank).size();
-    const int64_t h = d.h, qd = d.qd(), kvd = d.kvd(), f = d.f();
-    shard = random_vec(d.layer_params(), 1 + static_cast<uint64_t>(rank), 0.05);
-    for (int64_t i = 0; i < h; ++i) shard[static_cast<size_t>(i)] += 1.0f;  // attn_norm around 1
-    x = random_vec(nr * h, 10 + static_cast<uint64_t>(rank), 1.0);
-    o = random_vec(n * qd, 20, 1.0);
-    dq = random_vec(n * qd, 21, 1.0);
-    dk = random_vec(n * kvd, 22, 1.0);
-    dv = random_vec(n * kvd, 23, 1.0);
-    cos_t = random_vec(n * d.hd / 2, 24, 1.0);
-    sin_t = random_vec(n * d.hd / 2, 25, 1.0);
-    rstd1.resize(static_cast<size_t>(nr));
-    rstd2 = rstd1;
-    xn1.resize(static_cast<size_t>(n * h));
-    xn2 = xn1;
-    q.resize(static_cast<size_t>(n * qd));
-    k.resize(static_cast<size_t>(n * kvd));
-    v = k;
-    g.resize(static_cast<size_t>(n * f));
-    u = a = g;
-    x_mid.resize(static_cast<size_t>(nr * h));
-    out = dx = x_mid;
-    d_o = q;
-  }
-  // The four TP calls; returns the outputs' bits for the comparison.
-  std::vector<float> run(comm::Communicator& tp, bool overlap) {
-    const auto w = model::tp_layer_tensors<const float>(d, shard.data());
-    grad.assign(shard.size(), 0.0f);
-    const auto gw = model::tp_layer_tensors<float>(d, grad.data());
-    const model::TpLayerActs<float> acts{x.data(), rstd1.data(), xn1.data(), q.data(), k.data(), v.data(),
-                                         o.data(), x_mid.data(), rstd2.data(), xn2.data(), g.data(), u.data(),
-                                         a.data(), out.data()};
-    model::TpStep<float> s{n, cos_t.data(), sin_t.data(), 1e-5};
-    s.overlap = overlap;
-    std::vector<float> dqc = dq, dkc = dk;
-    Status st = model::tp_attention_in_forward<float>(tp, d, s, w, acts);
-    if (st.ok()) st = model::tp_attention_out_mlp_forward<float>(tp, d, s, w, acts);
-    std::copy(out.begin(), out.end(), dx.begin());  // d(out): the output itself
-    if (st.ok()) st = model::tp_attention_out_mlp_backward<float>(tp, d, s, w, gw, acts, dx.data(), d_o.data());
-    if (st.ok()) {
-      st = model::tp_attention_in_backward<float>(tp, d, s, w, gw, acts, dqc.data(), dkc.data(), dv.data(), dx.data());
-    }
-    if (!st.ok()) die(&tp, st);
-    std::vector<float> bits = q;
-    for (const auto* t : {&out, &dx, &d_o, &grad}) bits.insert(bits.end(), t->begin(), t->end());
-    return bits;
-  }
-};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -138,7 +74,7 @@ int main(int argc, char** argv) {
   auto group = comm::GroupCommunicator::create(world, members, 7);
   if (!group.ok()) die(&world, group.status());
   train::TimedCommunicator tp(**group);
-  Layer layer(spec, tp.size(), tp.rank(), rows);
+  model::TpLayerHarness layer(spec, tp.size(), tp.rank(), rows);
   std::vector<double> wall[2], comm_s[2];
   int64_t bytes[2] = {0, 0};
   bool same_bits = true;
@@ -150,10 +86,11 @@ int main(int argc, char** argv) {
       const double c0 = tp.seconds();
       const int64_t b0 = tp.bytes_sent();
       const auto t0 = std::chrono::steady_clock::now();
-      bits[mode] = layer.run(tp, mode == 1);
+      if (Status st = layer.run(tp, mode == 1); !st.ok()) die(&tp, st);
       wall[mode].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       comm_s[mode].push_back(tp.seconds() - c0);
       bytes[mode] = tp.bytes_sent() - b0;
+      bits[mode] = layer.outputs();
     }
     same_bits = same_bits && bits[0] == bits[1];
   }

@@ -9,8 +9,10 @@
 # collectives of the tp2x1 runs against the profile's measured price of one
 # (scripts/tp_collective_report.py: measured share of the step, predicted, per collective
 # measured / profile / left over, and what is left a step beside the profile's TP wait,
-# links.tp_wait x the measured compute). Needs a built build/release/apps/distca and mpirun; about 4
-# minutes on a quiet 2-core machine.
+# links.tp_wait x the measured compute). LAUNCHES=N (default 3): the validation's bench train
+# runs per configuration, each its own mpirun, a row the launch with the median step
+# (`--launches`). Needs a built build/release/apps/distca and mpirun; about 6 minutes on a
+# quiet 2-core machine (4 with LAUNCHES=1).
 # Usage: scripts/tp-validate.sh [OUT_DIR]   (default tp-val; must not exist yet)
 # CAP=C (caps block below): then also TP 2 x DP 2 on 4 ranks, each under scripts/rank-cap.sh
 # --cpus C (CAP_PERIOD_US, CAP_WEIGHT: its --period-us, default its own, and --weight, default
@@ -36,7 +38,8 @@ if [ -n "${CAP:-}" ]; then
   "${capper[@]}" true || exit 2  # bad CAP, or no writable CPU cgroup: its one line said which
 fi
 # --- end caps
-"$distca" bench simulate --validate --ranks 1,2 --out "$out" --json "$out.validate.json" --timeout 600
+"$distca" bench simulate --validate --ranks 1,2 --launches "${LAUNCHES:-3}" --out "$out" --json "$out.validate.json" \
+  --timeout 600
 mpirun --oversubscribe "${root[@]}" -np 2 "$distca" bench train --backend mpi --tp 2 --rounds 2 \
   --json "$out/bench-tp2.json"
 /usr/bin/python3 scripts/tp_collective_report.py "$out"

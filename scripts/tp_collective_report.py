@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The TP collectives of `bench simulate --validate`'s tensor-parallel runs against the profile.
 
-For every tp<T>x<D>-<workload>.json in DIR (bench train JSON, TP 2) and the profile DIR/hw-<np>.json:
+For every tp<T>x<D>-<workload>.json in DIR (bench train JSON, TP 2; and .launch<k>.json, a line each) and
+the profile DIR/hw-<np>.json:
   measured  rank 0's TP collectives (StepMetrics::tp_comm_s, median step) as a share of the step;
   predicted the simulator's time blocked in communication as a share of its step (at TP x DP 1
             colocated that is the TP collectives alone);
@@ -52,7 +53,7 @@ def main(out):
             step = m["median_s"]
             sim = m.get("sim", {})
             pred = sim["rank_blocked"][0] if sim.get("rank_blocked") else float("nan")
-            line = (f"{name:18s} {m['name']:18s} step {step:.3f} s  TP measured {m['tp_comm_s'] / step:6.1%}"
+            line = (f"{name:24s} {m['name']:18s} step {step:.3f} s  TP measured {m['tp_comm_s'] / step:6.1%}"
                     f"  blocked predicted {pred:6.1%}")
             if m["name"] == "colocated":
                 per = m["tp_comm_s"] / count

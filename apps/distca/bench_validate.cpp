@@ -29,6 +29,31 @@ std::string Config::name() const {
   return (pp > 1 ? "pp" + std::to_string(pp) + "x" + std::to_string(np / pp) : "dp" + std::to_string(np)) + "-" + workload;
 }
 
+std::string launch_stem(const Config& c, int64_t k) { return k <= 1 ? c.name() : c.name() + ".launch" + std::to_string(k); }
+
+Result<std::vector<Row>> pick_median_launch(const std::vector<std::vector<Row>>& launches, const std::string& what) {
+  if (launches.empty()) return Status::invalid_argument(what + ": no launch");
+  const size_t modes = launches[0].size();
+  for (const std::vector<Row>& l : launches) {
+    bool same = l.size() == modes;
+    for (size_t m = 0; same && m < modes; ++m) same = l[m].mode == launches[0][m].mode;
+    if (!same) return Status::invalid_argument(what + ": its launches ran different modes");
+  }
+  std::vector<Row> out;
+  for (size_t m = 0; m < modes; ++m) {
+    std::vector<size_t> order(launches.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return launches[a][m].measured_s < launches[b][m].measured_s; });
+    Row r = launches[order[(order.size() - 1) / 2]][m];
+    r.launches = static_cast<int64_t>(launches.size());
+    r.measured_min_s = launches[order.front()][m].measured_s;
+    r.measured_max_s = launches[order.back()][m].measured_s;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 std::vector<Config> matrix(bool quick, const std::vector<int64_t>& ranks) {
   std::vector<Config> all;
   const std::vector<std::string> workloads = quick ? std::vector<std::string>{"skewed"} : std::vector<std::string>{"skewed", "uniform"};
@@ -151,6 +176,7 @@ Result<std::vector<Row>> replay_one(const nlohmann::json& bench, const std::stri
     r.workload = f.workload;
     r.config = Config{ranks, f.pp, f.workload, f.tp}.name();
     r.measured_s = m["median_s"].get<double>();
+    r.measured_min_s = r.measured_max_s = r.measured_s;
     if (m.contains("linear_s") && m["linear_s"].is_number()) r.linear_measured = m["linear_s"].get<double>();
     if (m.contains("attention_s") && m["attention_s"].is_number()) r.attention_measured = m["attention_s"].get<double>();
     DISTCA_ASSIGN_OR_RETURN(std::vector<double> idle, numbers(m, "rank_idle", static_cast<size_t>(ranks), what));
@@ -229,11 +255,19 @@ Result<std::vector<Row>> replay_dir(const std::string& dir) {
     if (!fs::is_regular_file(hw, ec)) {
       return Status::invalid_argument("--replay: " + hw + " missing (the profile of " + fs::path(x.path).filename().string() + ")");
     }
-    DISTCA_ASSIGN_OR_RETURN(nlohmann::json j, read_json(x.path));
-    DISTCA_ASSIGN_OR_RETURN(std::vector<Row> r, replay_one(j, x.path, hw));
-    if (!r.empty() && (r[0].np != x.np || r[0].pp != x.pp || r[0].tp != x.tp || r[0].workload != x.workload)) {
-      return Status::invalid_argument(x.path + ": its contents (" + r[0].config + ") do not match its name");
+    const Config config{x.np, x.pp, x.workload, x.tp};
+    std::vector<std::vector<Row>> launches;
+    for (int64_t k = 1; k <= kMaxLaunches; ++k) {
+      const std::string path = k == 1 ? x.path : (fs::path(dir) / (launch_stem(config, k) + ".json")).string();
+      if (k > 1 && !fs::is_regular_file(path, ec)) break;
+      DISTCA_ASSIGN_OR_RETURN(nlohmann::json j, read_json(path));
+      DISTCA_ASSIGN_OR_RETURN(std::vector<Row> r, replay_one(j, path, hw));
+      if (!r.empty() && (r[0].np != x.np || r[0].pp != x.pp || r[0].tp != x.tp || r[0].workload != x.workload)) {
+        return Status::invalid_argument(path + ": its contents (" + r[0].config + ") do not match its name");
+      }
+      launches.push_back(std::move(r));
     }
+    DISTCA_ASSIGN_OR_RETURN(std::vector<Row> r, pick_median_launch(launches, x.path));
     rows.insert(rows.end(), r.begin(), r.end());
   }
   return rows;
@@ -316,7 +350,7 @@ Result<std::vector<Row>> run_live(const LiveOptions& o) {
     if (std::find(nps.begin(), nps.end(), c.np) == nps.end()) nps.push_back(c.np);
   }
   std::sort(nps.begin(), nps.end());
-  const size_t total = nps.size() + o.configs.size();
+  const size_t total = nps.size() + o.configs.size() * static_cast<size_t>(std::max<int64_t>(o.launches, 1));
   size_t k = 0;
   auto tag = [&] { return "[" + std::to_string(++k) + "/" + std::to_string(total) + "] "; };
   for (int64_t np : nps) {
@@ -327,13 +361,18 @@ Result<std::vector<Row>> run_live(const LiveOptions& o) {
   }
   std::vector<Row> rows;
   for (const Config& c : o.configs) {
-    std::vector<std::string> args = bench_args(c, o.quick);
     const std::string hw = (fs::path(o.dir) / ("hw-" + std::to_string(c.np) + ".json")).string();
-    const std::string json = (fs::path(o.dir) / (c.name() + ".json")).string();
-    args.insert(args.end(), {"--hardware", hw, "--json", json});
-    DISTCA_RETURN_IF_ERROR(run_one(o, c.np, args, c.name(), tag(), "bench train " + c.name()));
-    DISTCA_ASSIGN_OR_RETURN(nlohmann::json j, read_json(json));
-    DISTCA_ASSIGN_OR_RETURN(std::vector<Row> r, replay_one(j, json, hw));
+    std::vector<std::vector<Row>> launches;
+    for (int64_t k = 1; k <= o.launches; ++k) {
+      const std::string stem = launch_stem(c, k), json = (fs::path(o.dir) / (stem + ".json")).string();
+      std::vector<std::string> args = bench_args(c, o.quick);
+      args.insert(args.end(), {"--hardware", hw, "--json", json});
+      DISTCA_RETURN_IF_ERROR(run_one(o, c.np, args, stem, tag(), "bench train " + stem));
+      DISTCA_ASSIGN_OR_RETURN(nlohmann::json j, read_json(json));
+      DISTCA_ASSIGN_OR_RETURN(std::vector<Row> r, replay_one(j, json, hw));
+      launches.push_back(std::move(r));
+    }
+    DISTCA_ASSIGN_OR_RETURN(std::vector<Row> r, pick_median_launch(launches, c.name()));
     rows.insert(rows.end(), r.begin(), r.end());
   }
   return rows;
@@ -387,6 +426,12 @@ std::string format_table(const std::vector<Row>& rows) {
                 "%.0f points (pipelines: every stage); %d of %zu rows meet the step goal, %d the idle goal\n",
                 100 * kStepGoal, 100 * kIdleGoal, step_ok, rows.size(), idle_ok);
   out += line;
+  int64_t launches = 1;
+  for (const Row& r : rows) launches = std::max(launches, r.launches);
+  if (launches > 1) {
+    out += "meas s: per configuration and mode, the launch with the median step of " + std::to_string(launches) +
+           " launches (separate mpiruns; the least and largest in the JSON's measured_min_s, measured_max_s)\n";
+  }
   out += "idle: 1 - (linear + attention) / step, each rank's, mean over ranks; exp: time blocked in communication / "
          "step, waits for a slower peer inside an exchange included (measured: StepMetrics::comm_s; predicted: "
          "UnitStats::comm_blocked), mean over ranks\n";
@@ -406,6 +451,9 @@ nlohmann::json rows_json(const std::vector<Row>& rows) {
                         {"tp", r.tp},
                         {"workload", r.workload},
                         {"measured_s", r.measured_s},
+                        {"launches", r.launches},
+                        {"measured_min_s", r.measured_min_s},
+                        {"measured_max_s", r.measured_max_s},
                         {"predicted_s", r.predicted_s},
                         {"ratio", r.ratio},
                         {"idle_measured", r.idle_measured},

@@ -5,7 +5,11 @@
 // DIR/hw-N.json --json DIR/<config>.json` run; then every recorded <config>.json is
 // re-predicted from its hw-N.json through bench_train::predict (sim::simulate, so every model
 // change is picked up) and compared with the measured step, idle and exposed communication.
-// Replay (`--replay DIR`) is the second half alone, on files recorded earlier.
+// Replay (`--replay DIR`) is the second half alone, on files recorded earlier. With several
+// launches of a configuration (`--launches N`: N separate mpiruns, DIR/<config>.json then
+// DIR/<config>.launch2.json ...), each row is the launch whose measured step is the median
+// of that mode's (a launch's ranks land on cores and neighbours anew; on a shared VM one
+// launch's step can sit 15% from the next's with nothing else changed).
 //
 // Nothing here prints: progress goes to a callback, results come back as values; the CLI
 // (cmd_bench_simulate.cpp) prints and writes them.
@@ -26,6 +30,7 @@ namespace distca::cli::validate {
 // fraction within 5 points of the measured one.
 inline constexpr double kStepGoal = 0.15;
 inline constexpr double kIdleGoal = 0.05;
+inline constexpr int64_t kMaxLaunches = 25;
 
 // One configuration: `np` processes, `pp` stages (1: data parallel over every rank), `tp`
 // ranks per layer (pp 1: np / tp data-parallel replicas, each one rank's tokens).
@@ -65,7 +70,22 @@ struct Row {
   double linear_measured = 0, linear_predicted = 0, attention_measured = 0, attention_predicted = 0;
   bool step_ok = false, idle_ok = false;
   std::string error;  // the simulator's refusal (then no prediction)
+  // The launches this row was chosen from (pick_median_launch) and their measured steps'
+  // least and largest; one launch: 1, and both are measured_s.
+  int64_t launches = 1;
+  double measured_min_s = 0, measured_max_s = 0;
 };
+
+// The file stem of launch `k` (1-based) of a configuration: name() for the first,
+// name() + ".launch<k>" after it.
+std::string launch_stem(const Config& c, int64_t k);
+
+// One row per mode from the rows of several launches of one configuration (`launches[k]`:
+// launch k's rows, one per mode, in the same mode order in every launch): per mode, the row of
+// the launch whose measured step is the median (an even count: the lower of the two middle
+// ones; ties: the earlier launch), with `launches`, `measured_min_s` and `measured_max_s` set.
+// Errors: invalid_argument when the launches' modes differ (`what` names the configuration).
+Result<std::vector<Row>> pick_median_launch(const std::vector<std::vector<Row>>& launches, const std::string& what);
 
 // Every mode of the bench train JSON `bench` (a "distca-bench-train" file; `what` names it in
 // errors), re-predicted on the hardware profile at `hw_path` (the profile's ranks must be the
@@ -73,7 +93,8 @@ struct Row {
 Result<std::vector<Row>> replay_one(const nlohmann::json& bench, const std::string& what, const std::string& hw_path);
 
 // Every <config>.json in `dir` whose name is a configuration's (any np, pp and workload), in
-// matrix order, each with its hw-<np>.json. Errors (invalid_argument, naming the file): no
+// matrix order, each with its hw-<np>.json, and its further launches <config>.launch2.json,
+// .launch3.json ... up to the first missing one (pick_median_launch). Errors (invalid_argument, naming the file): no
 // configuration file, a missing or unreadable profile, a file that is not bench train's JSON.
 Result<std::vector<Row>> replay_dir(const std::string& dir);
 
@@ -83,6 +104,7 @@ struct LiveOptions {
   std::string mpirun;       // absolute path
   bool as_root = false;     // pass --allow-run-as-root
   bool quick = false;
+  int64_t launches = 1;     // bench train runs per configuration, each its own mpirun (1..kMaxLaunches)
   double timeout_s = 600;   // per child run
   std::vector<Config> configs;
   // Called before and after every child run with one line (no newline).

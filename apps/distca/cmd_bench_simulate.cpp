@@ -49,6 +49,7 @@ struct Flags {
   bool validate = false, quick = false;
   std::string replay, out_dir, ranks, mpirun;
   double timeout_s = 600;
+  int64_t launches = 1;
 };
 
 // Each strategy simulated --repeats times on the same micro-batches: the table's rows (printed
@@ -200,7 +201,7 @@ int run_validate(const Flags& f, bool speed_flags_given, const std::function<boo
     return fail(st);
   }
   if (given("--replay")) {
-    for (const char* live : {"--out", "--quick", "--ranks", "--mpirun", "--timeout"}) {
+    for (const char* live : {"--out", "--quick", "--ranks", "--mpirun", "--timeout", "--launches"}) {
       if (given(live)) return fail_input(std::string("--replay: ") + live + " applies to a live run (a replay runs nothing)");
     }
     auto rows = validate::replay_dir(f.replay);
@@ -218,6 +219,7 @@ int run_validate(const Flags& f, bool speed_flags_given, const std::function<boo
   validate::LiveOptions o;
   o.quick = f.quick;
   o.timeout_s = f.timeout_s;
+  o.launches = f.launches;
   o.configs = validate::matrix(f.quick, ranks);
   if (o.configs.empty()) return fail_input("--ranks " + f.ranks + ": no configuration of the matrix runs on these process counts (1, 2, 3, 4)");
   bool out_exists = false;
@@ -279,13 +281,17 @@ Runner setup(CLI::App& sub) {
   sub.add_option("--ranks", f->ranks, "--validate: only the configurations on these process counts (e.g. 1,2; 3 adds DP 3)");
   sub.add_option("--timeout", f->timeout_s, "--validate: seconds one child run may take before its mpirun and ranks are ended")
       ->check(CLI::Range(1.0, 86400.0));
+  sub.add_option("--launches", f->launches,
+                 "--validate: bench train runs per configuration, each its own mpirun (default 1); a row is the launch "
+                 "with the median step")
+      ->check(CLI::Range(int64_t{1}, validate::kMaxLaunches));
   sub.add_option("--mpirun", f->mpirun, "--validate: the mpirun to start the runs with (default: the one on PATH)");
   std::vector<CLI::Option*> speed;
   for (const char* name : {"--gpus", "--tokens-k", "--pp", "--microbatches", "--repeats", "--model", "--dist", "--strategies", "--seed"}) {
     speed.push_back(sub.get_option(name));
   }
   std::vector<CLI::Option*> validate_only;
-  for (const char* name : {"--replay", "--out", "--quick", "--ranks", "--timeout", "--mpirun"}) {
+  for (const char* name : {"--replay", "--out", "--quick", "--ranks", "--timeout", "--launches", "--mpirun"}) {
     validate_only.push_back(sub.get_option(name));
   }
   return [f, speed, validate_only, &sub] {

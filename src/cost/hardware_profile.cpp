@@ -174,15 +174,14 @@ LinkProfile fit_link(std::vector<LinkPoint> points, double wire_factor) {
 TpWaitProfile fit_tp_wait(std::vector<TpWaitPoint> points) {
   TpWaitProfile w;
   w.points = std::move(points);
-  // Ordinary least squares of seconds on compute seconds (the points span about one decade of
-  // compute, and the wait is absolute), sums in point order (deterministic).
-  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  // Through the origin: the wait is what compute adds (the collective's own cost is priced
+  // apart), sums in point order (deterministic).
+  double sxx = 0, sxy = 0;
   for (const TpWaitPoint& p : w.points) {
-    n += 1, sx += p.compute_seconds, sy += p.seconds, sxx += p.compute_seconds * p.compute_seconds,
-        sxy += p.compute_seconds * p.seconds;
+    sxx += p.compute_seconds * p.compute_seconds;
+    sxy += p.compute_seconds * p.seconds;
   }
-  const double det = n * sxx - sx * sx;
-  const double slope = det > 0 ? (n * sxy - sx * sy) / det : 0.0;
+  const double slope = sxx > 0 ? sxy / sxx : 0.0;
   w.seconds_per_compute_second = std::isfinite(slope) ? std::clamp(slope, 0.0, kMaxTpWaitSlope) : 0.0;
   return w;
 }

@@ -23,6 +23,7 @@
 #include "distca/kernels/blas.h"
 #include "distca/model/profile_elementwise.h"
 #include "distca/model/tensor_parallel.h"
+#include "distca/model/tp_layer_harness.h"
 #include "step.h"
 #include "timed_comm.h"
 
@@ -180,48 +181,65 @@ Result<std::vector<LinkPoint>> measure_tp_collectives(comm::Communicator& c, con
   return points;
 }
 
-// Products run back to back before each collective of measure_tp_wait: about one decade of
-// compute from one product, as a layer's phases between two TP collectives span.
-constexpr int kTpWaitProducts[] = {1, 4, 16};
+// The largest row count of measure_tp_wait's layer runs: three runs per repeat (a quarter, a
+// half and all of it) cost about 1.75 layers of this many rows.
+constexpr int64_t kTpWaitMaxRows = 2048;
 
-// The TP peers' wait (HardwareProfile::tp_wait): on every TP group at once, per count k of
-// kTpWaitProducts, a barrier, then per repeat k products (WqProduct, timed: the compute) and
-// one all-gather of one row per rank (latency-bound: what it adds beyond the transfer is the
-// wait for the peer), as the trainer's layers follow their compute with a collective, with no
-// barrier between repeats (the trainer has none). Point: the grouped ranks' mean of each
-// rank's median compute (a preempted repeat must not reorder the counts) and mean collective
-// seconds (the trainer pays the slow tail). Null when the compute did not grow with k (the
-// fit needs increasing compute).
-Result<std::optional<TpWaitProfile>> measure_tp_wait(comm::Communicator& c, const ProfileShape& shape, int repeats) {
+// The TP peers' wait (HardwareProfile::tp_wait): on every TP group at once, per row count n (a
+// quarter, a half and all of the profile's tokens, at most kTpWaitMaxRows, multiples of the
+// group), a barrier, a warm-up, then `repeats` runs back to back of one decoder layer's TP
+// forward and backward with the collectives blocking (model::TpLayerHarness: the trainer's
+// functions in its order, with no barrier between them, as the trainer has none between its
+// layers), timed by the trainer's TimedCommunicator. A run's compute is its wall time less its
+// collectives' time; its wait is its collectives' time less what `price` (links.tp_collective,
+// measured just before) charges for their count and bytes: the time the rank spent in a
+// collective for its peer's compute to end. Point: per collective, the grouped ranks' mean of
+// each rank's total compute and total wait over the runs (the trainer pays every collective,
+// its slow tail included). Null when the shape does not split over the group (check_tp) or
+// fewer than two row counts gave increasing compute.
+Result<std::optional<TpWaitProfile>> measure_tp_wait(comm::Communicator& c, const ProfileShape& shape,
+                                                     const LinkProfile& price, int repeats) {
   DISTCA_ASSIGN_OR_RETURN(TpGroup t, tp_group(c));
-  const int64_t g = kTpProfileGroup, width = shape.hidden;
-  WqProduct product(shape);
-  std::vector<float> all(static_cast<size_t>(g * width), 1.0f);
+  const int64_t g = kTpProfileGroup;
+  const ModelSpec spec = elementwise_spec(shape);
+  if (!model::check_tp(spec, g).ok()) return std::optional<TpWaitProfile>{};
+  const int64_t top = std::min(shape.tokens, kTpWaitMaxRows) / g * g;
+  std::vector<int64_t> sizes;
+  for (const int64_t n : {top / 4 / g * g, top / 2 / g * g, top}) {
+    if (n >= g && (sizes.empty() || n > sizes.back())) sizes.push_back(n);
+  }
   std::vector<TpWaitPoint> points;
-  for (const int k : kTpWaitProducts) {
-    auto once = [&]() -> Result<std::pair<double, double>> {
-      if (!t.comm) return std::pair{0.0, 0.0};
-      const double t0 = monotonic_seconds();
-      for (int i = 0; i < k; ++i) product.run();
-      const double compute = monotonic_seconds() - t0;
+  for (const int64_t n : sizes) {
+    std::optional<model::TpLayerHarness> layer;
+    if (t.comm) layer.emplace(spec, static_cast<int>(g), t.comm->rank(), n);
+    double compute = 0, wait = 0;
+    int64_t calls = 0;
+    auto once = [&]() -> Status {
+      if (!layer) return Status::ok_status();
       TimedCommunicator timed(*t.comm);
-      DISTCA_RETURN_IF_ERROR(model::tp_all_gather_rows<float>(timed, all.data(), g, width));
-      return std::pair{compute, timed.seconds()};
+      const double t0 = monotonic_seconds();
+      DISTCA_RETURN_IF_ERROR(layer->run(timed, false));
+      const double wall = monotonic_seconds() - t0;
+      const double priced = static_cast<double>(timed.calls()) * price.latency_seconds +
+                            static_cast<double>(timed.bytes_sent()) / price.bytes_per_second;
+      compute += wall - timed.seconds();
+      wait += timed.seconds() - priced;
+      calls += timed.calls();
+      return Status::ok_status();
     };
     DISTCA_RETURN_IF_ERROR(c.barrier());
-    DISTCA_RETURN_IF_ERROR(once().status());  // warm-up
-    std::vector<double> compute, seconds;
-    for (int i = 0; i < repeats; ++i) {
-      DISTCA_ASSIGN_OR_RETURN(const auto cs, once());
-      compute.push_back(cs.first);
-      seconds.push_back(cs.second);
-    }
-    DISTCA_ASSIGN_OR_RETURN(const double mc, grouped_mean(c, t, median(compute)));
-    DISTCA_ASSIGN_OR_RETURN(const double ms, grouped_mean(c, t, mean_of(seconds)));
-    const TpWaitPoint p{std::max(mc, kMinTaskSeconds), std::max(ms, kMinTaskSeconds)};
-    if (!points.empty() && !(p.compute_seconds > points.back().compute_seconds)) return std::optional<TpWaitProfile>{};
-    points.push_back(p);
+    DISTCA_RETURN_IF_ERROR(once());  // warm-up (first touch of the buffers)
+    compute = wait = 0;
+    calls = 0;
+    for (int i = 0; i < repeats; ++i) DISTCA_RETURN_IF_ERROR(once());
+    const double per = static_cast<double>(std::max<int64_t>(calls, 1));
+    DISTCA_ASSIGN_OR_RETURN(const double mc, grouped_mean(c, t, compute / per));
+    DISTCA_ASSIGN_OR_RETURN(const double mw, grouped_mean(c, t, wait / per));
+    const TpWaitPoint p{std::max(mc, kMinTaskSeconds), std::max(mw, kMinTaskSeconds)};
+    // Every rank sees the same grouped means, so every rank keeps or drops the same points.
+    if (points.empty() || p.compute_seconds > points.back().compute_seconds) points.push_back(p);
   }
+  if (points.size() < 2) return std::optional<TpWaitProfile>{};
   return std::optional<TpWaitProfile>{fit_tp_wait(std::move(points))};
 }
 
@@ -422,7 +440,7 @@ Status measure_profile(comm::Communicator* c, const ProfileRun& run, const Progr
         DISTCA_ASSIGN_OR_RETURN(std::vector<LinkPoint> tp,
                                 measure_tp_collectives(*c, run.shape, run.link_repeats));
         hp.tp_collective = fit_link(std::move(tp), 1.0);
-        DISTCA_ASSIGN_OR_RETURN(hp.tp_wait, measure_tp_wait(*c, run.shape, run.link_repeats));
+        DISTCA_ASSIGN_OR_RETURN(hp.tp_wait, measure_tp_wait(*c, run.shape, *hp.tp_collective, run.link_repeats));
       }
     }
   }

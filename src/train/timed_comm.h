@@ -21,7 +21,8 @@ namespace distca::train {
 // (all_gather, broadcast, all_reduce_sum, ...) runs on, waits for a slower peer included -
 // and in wait() and test() of its point-to-point exchanges (the overlapped TP collectives);
 // bytes_sent(): what those all-to-alls and point-to-point sends sent to the other ranks (its
-// own block excluded). start_all_to_all_v is forwarded untimed. Not thread-safe: one rank's
+// own block excluded); calls(): how many barrier() and all_to_all_v() calls (one per blocking
+// collective of the model's TP functions). start_all_to_all_v is forwarded untimed. Not thread-safe: one rank's
 // thread; its exchanges must be completed before it is destroyed.
 class TimedCommunicator final : public comm::Communicator {
  public:
@@ -31,6 +32,7 @@ class TimedCommunicator final : public comm::Communicator {
   int size() const override { return inner_.size(); }
   std::string backend() const override { return inner_.backend(); }
   Status barrier() override {
+    ++calls_;
     const auto t0 = std::chrono::steady_clock::now();
     Status st = inner_.barrier();
     add_time(t0);
@@ -40,6 +42,7 @@ class TimedCommunicator final : public comm::Communicator {
     for (size_t p = 0; p < a.send_counts.size(); ++p) {
       if (static_cast<int>(p) != rank()) bytes_ += static_cast<int64_t>(a.send_counts[p]);
     }
+    ++calls_;
     const auto t0 = std::chrono::steady_clock::now();
     Status st = inner_.all_to_all_v(a);
     add_time(t0);
@@ -62,6 +65,7 @@ class TimedCommunicator final : public comm::Communicator {
 
   double seconds() const { return seconds_; }
   int64_t bytes_sent() const { return bytes_; }
+  int64_t calls() const { return calls_; }
 
  private:
   // An exchange whose test() and wait() add their time to the owner's seconds_.
@@ -97,6 +101,7 @@ class TimedCommunicator final : public comm::Communicator {
   comm::Communicator& inner_;
   double seconds_ = 0;
   int64_t bytes_ = 0;
+  int64_t calls_ = 0;
 };
 
 }  // namespace distca::train

@@ -224,6 +224,65 @@ fs::path copy_data(const fs::path& to) {
   return to;
 }
 
+// Launches: dp2-skewed.launch2.json and .launch3.json beside the recorded run, every mode's
+// step scaled (launch 2: x1.1, launch 3: x0.5) and its per-rank idle set apart (0.21, 0.31).
+// Per mode the row is the launch with the median step, launch 1 (the recorded one), with its
+// own idle; min and max are launch 3's and launch 2's steps. With launch 3 at x2 instead, the
+// median is launch 2: its step and its idle. Other configurations keep one launch. A launch
+// that ran other modes is refused; --launches is refused with --replay and outside 1..25.
+TEST_F(CliBenchValidateTest, ReplayOfSeveralLaunchesTakesTheMedianLaunchPerMode) {
+  const fs::path d = copy_data(dir_ / "launches");
+  const nlohmann::json first = load((d / "dp2-skewed.json").string());
+  auto write_launch = [&](int k, double scale, double idle) {
+    nlohmann::json j = first;
+    for (nlohmann::json& m : j["modes"]) {
+      m["median_s"] = m["median_s"].get<double>() * scale;
+      for (nlohmann::json& x : m["rank_idle"]) x = idle;
+    }
+    std::ofstream(d / ("dp2-skewed.launch" + std::to_string(k) + ".json")) << j.dump();
+  };
+  auto rows_of = [&](const std::string& config) {
+    const std::string out = (dir_ / "launches.json").string();
+    const CliRun r = run("--replay " + d.string() + " --json " + out, 120);
+    EXPECT_EQ(r.code, 0) << r.err;
+    const nlohmann::json table = load(out);
+    std::vector<nlohmann::json> rows;
+    for (const nlohmann::json& row : table.at("rows")) {
+      if (row.at("config") == config) rows.push_back(row);
+    }
+    return rows;
+  };
+  write_launch(2, 1.1, 0.21);
+  write_launch(3, 0.5, 0.31);
+  std::vector<nlohmann::json> rows = rows_of("dp2-skewed");
+  ASSERT_EQ(rows.size(), first.at("modes").size());
+  for (size_t m = 0; m < rows.size(); ++m) {
+    const nlohmann::json& mode = first["modes"][m];
+    const double step = mode.at("median_s");
+    EXPECT_EQ(rows[m].at("launches"), 3);
+    EXPECT_DOUBLE_EQ(rows[m].at("measured_s").get<double>(), step);
+    EXPECT_NEAR(rows[m].at("idle_measured").get<double>(), mean(mode.at("rank_idle")), 1e-12);
+    EXPECT_DOUBLE_EQ(rows[m].at("measured_min_s").get<double>(), step * 0.5);
+    EXPECT_DOUBLE_EQ(rows[m].at("measured_max_s").get<double>(), step * 1.1);
+  }
+  for (const nlohmann::json& row : rows_of("dp1-skewed")) EXPECT_EQ(row.at("launches"), 1);
+  write_launch(3, 2.0, 0.31);
+  rows = rows_of("dp2-skewed");
+  for (size_t m = 0; m < rows.size(); ++m) {
+    const double step = first["modes"][m].at("median_s");
+    EXPECT_DOUBLE_EQ(rows[m].at("measured_s").get<double>(), step * 1.1);
+    EXPECT_NEAR(rows[m].at("idle_measured").get<double>(), 0.21, 1e-12);
+    EXPECT_DOUBLE_EQ(rows[m].at("ratio").get<double>(), rows[m].at("predicted_s").get<double>() / (step * 1.1));
+  }
+  nlohmann::json other = first;
+  other["modes"][0]["name"] = "another mode";
+  std::ofstream(d / "dp2-skewed.launch2.json") << other.dump();
+  expect_refused("--replay " + d.string(), "ran different modes");
+  expect_refused("--replay " + kData + " --launches 3", "--launches");
+  expect_refused("--quick --launches 0", "--launches");
+  expect_refused("--quick --launches 26", "--launches");
+}
+
 TEST_F(CliBenchValidateTest, RefusalsComeBeforeAnyWork) {
   // Flags: speed-benchmark flags with --validate, --validate's flags without it, bad values.
   expect_refused("--gpus 8", "--validate");
@@ -345,6 +404,7 @@ TEST_F(CliBenchSimulateTest, ValidateFlagsNeedValidate) {
   expect_refused("--replay " + kData, "--replay");
   expect_refused("--quick", "--quick");
   expect_refused("--ranks 1", "--ranks");
+  expect_refused("--launches 2", "--launches");
 }
 
 }  // namespace

@@ -146,13 +146,14 @@ TEST(HardwareProfile, TpWaitIsOptionalAndChecked) {
 }
 
 TEST(HardwareProfile, TpWaitFitRecoversTheSlope) {
-  // seconds = 2e-4 + 0.03 compute exactly: the slope comes back; a wait that shrinks with the
-  // compute (noise) is clamped to 0, one above 1 to 1.
+  // wait = 0.03 compute exactly: the slope comes back. Through the origin, by hand: (1 ms,
+  // 0.05 ms) and (4 ms, 0.1 ms) give (0.05 + 0.4) / (1 + 16) 1e-3 = 0.45 / 17 (ordinary least
+  // squares with an intercept would give 0.05 / 3). A wait above the compute is clamped to 1.
   std::vector<TpWaitPoint> pts;
-  for (double c : {1e-3, 4e-3, 16e-3}) pts.push_back({c, 2e-4 + 0.03 * c});
+  for (double c : {1e-3, 4e-3, 16e-3}) pts.push_back({c, 0.03 * c});
   EXPECT_NEAR(fit_tp_wait(pts).seconds_per_compute_second, 0.03, 1e-12);
   EXPECT_EQ(fit_tp_wait(pts).points.size(), 3u);
-  EXPECT_EQ(fit_tp_wait({{1e-3, 5e-4}, {4e-3, 3e-4}, {16e-3, 1e-4}}).seconds_per_compute_second, 0.0);
+  EXPECT_NEAR(fit_tp_wait({{1e-3, 5e-5}, {4e-3, 1e-4}}).seconds_per_compute_second, 0.45 / 17, 1e-12);
   EXPECT_EQ(fit_tp_wait({{1e-3, 1e-3}, {2e-3, 5e-3}}).seconds_per_compute_second, 1.0);
 }
 

@@ -4,10 +4,16 @@
 #include <cstdint>
 #include <vector>
 
+#include <memory>
+#include <span>
+#include <string>
+
+#include "distca/comm/communicator.h"
 #include "distca/core/rng.h"
 #include "distca/core/specs.h"
 #include "distca/data/batch.h"
 #include "distca/model/llama.h"
+#include "distca/model/tensor_parallel.h"
 
 namespace distca::model::testing {
 
@@ -74,5 +80,40 @@ void perturb_gains(Llama<T>& m, uint64_t seed) {
     }
   }
 }
+
+// Forwards the collectives to `inner`, counting them: every blocking collective of the base
+// class (all_gather, all_reduce_sum, ...) runs on all_to_all_v, so `calls` is the group's
+// blocking collectives; the overlapped ones are point-to-point messages on kTpOverlapTag
+// (counted with their bytes; any other tag is refused).
+class CountingCommunicator final : public comm::Communicator {
+ public:
+  explicit CountingCommunicator(comm::Communicator& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::string backend() const override { return inner_.backend(); }
+  Status barrier() override { return ++calls, inner_.barrier(); }
+  Status all_to_all_v(const comm::AllToAllV& a) override { return ++calls, inner_.all_to_all_v(a); }
+  Result<std::unique_ptr<comm::Exchange>> start_all_to_all_v(const comm::AllToAllV& a) override {
+    return ++calls, inner_.start_all_to_all_v(a);
+  }
+  Result<std::unique_ptr<comm::Exchange>> start_send(std::span<const std::byte> data, int peer, int tag,
+                                                     const char* label) override {
+    if (tag != kTpOverlapTag) return Status::internal("start_send: not a TP collective");
+    ++sends;
+    send_bytes += static_cast<int64_t>(data.size());
+    return inner_.start_send(data, peer, tag, label);
+  }
+  Result<std::unique_ptr<comm::Exchange>> start_recv(std::span<std::byte> data, int peer, int tag,
+                                                     const char* label) override {
+    if (tag != kTpOverlapTag) return Status::internal("start_recv: not a TP collective");
+    ++recvs;
+    return inner_.start_recv(data, peer, tag, label);
+  }
+  void fail(const Status& cause) override { inner_.fail(cause); }
+  int64_t calls = 0, sends = 0, recvs = 0, send_bytes = 0;
+
+ private:
+  comm::Communicator& inner_;
+};
 
 }  // namespace distca::model::testing

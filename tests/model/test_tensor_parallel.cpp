@@ -16,6 +16,7 @@
 #include "distca/comm/local.h"
 #include "distca/core/rng.h"
 #include "distca/model/layers.h"
+#include "distca/model/tp_layer_harness.h"
 #include "model_test_util.h"
 
 namespace distca::model {
@@ -360,6 +361,35 @@ TEST(TensorParallel, OverlappedCollectivesGiveTheBlockingBits) {
     EXPECT_EQ(overlapped.dx, blocking.dx);
     EXPECT_EQ(overlapped.grads, blocking.grads);
   }
+}
+
+// The fixed-input layer the profile times (tp_layer_harness.h): a run repeats the same work
+// (the second blocking run gives the first one's bits: the gradients start from zero every
+// run), overlapping changes no bit, the outputs are finite and not all zero, and every blocking
+// run exchanges 8 times (4 all-gathers, 4 reduce-scatters), counted on the group.
+TEST(TensorParallel, LayerHarnessRunsRepeatAndOverlapKeepsTheBits) {
+  const ModelSpec spec = tp_spec();
+  const Status st = comm::run_local(2, [&](comm::Communicator& c) -> Status {
+    TpLayerHarness layer(spec, 2, c.rank(), 37);
+    testing::CountingCommunicator counted(c);
+    DISTCA_RETURN_IF_ERROR(layer.run(counted, false));
+    if (counted.calls != 8 || counted.sends != 0) {
+      return Status::internal("a blocking run made " + std::to_string(counted.calls) + " collectives");
+    }
+    const std::vector<float> first = layer.outputs();
+    bool nonzero = false;
+    for (float x : first) {
+      if (!std::isfinite(x)) return Status::internal("a non-finite output");
+      nonzero = nonzero || x != 0.0f;
+    }
+    if (!nonzero) return Status::internal("every output is zero");
+    DISTCA_RETURN_IF_ERROR(layer.run(c, false));
+    if (layer.outputs() != first) return Status::internal("a second run differs");
+    DISTCA_RETURN_IF_ERROR(layer.run(c, true));
+    if (layer.outputs() != first) return Status::internal("the overlapped run differs");
+    return Status::ok_status();
+  });
+  EXPECT_TRUE(st.ok()) << st.to_string();
 }
 
 TEST(TensorParallel, SizesThatDoNotDivideTheHeadsAreRefused) {

@@ -36,7 +36,7 @@ TEST(ProfileMpi, TwoRanksWriteLinksAndConcurrentFigures) {
   const std::string mpirun = std::string(DISTCA_MPIEXEC) + " --oversubscribe --allow-run-as-root -np 2 ";
   const std::string out = tmp("hw.json").string();
   ASSERT_EQ(sh(mpirun + DISTCA_CLI + " profile --hardware-out " + out +
-               " --width 32 --head-dim 16 --ffn 64 --vocab 16 --tokens 32 --min-len 16 --max-len 32 --repeats 1"
+               " --width 32 --head-dim 8 --ffn 64 --vocab 16 --tokens 32 --min-len 16 --max-len 32 --repeats 1"
                " --min-seconds 0 --gemm-repeats 1 --link-repeats 5 2>" + tmp("err").string()),
             0);
   auto hp = distca::load_hardware_profile(out);
@@ -59,14 +59,13 @@ TEST(ProfileMpi, TwoRanksWriteLinksAndConcurrentFigures) {
   ASSERT_EQ(hp->tp_collective->points.size(), 2u);
   EXPECT_EQ(hp->tp_collective->points[0].bytes, 32 * 4);
   EXPECT_EQ(hp->tp_collective->points[1].bytes, 16 * 32 * 4);
-  // The TP peers' wait: one point per count of products (1, 4, 16), compute growing with it
-  // (validate() checked it strictly increases), a slope in [0, 1]. Five link repeats: each
-  // point's compute is a median of microsecond products, and of two a preempted repeat could
-  // reorder the counts on a loaded machine (the profile then writes no tp_wait).
+  // The TP peers' wait, timed on a decoder layer's TP forward and backward at 8, 16 and 32 rows
+  // (a quarter, a half and all of the tokens): at least two points of growing compute (the
+  // reader checked they strictly increase), a slope in [0, 1] equal to the fit of its points.
   ASSERT_TRUE(hp->tp_wait.has_value());
-  ASSERT_EQ(hp->tp_wait->points.size(), 3u);
-  EXPECT_GT(hp->tp_wait->points[2].compute_seconds, 2 * hp->tp_wait->points[0].compute_seconds);
+  ASSERT_GE(hp->tp_wait->points.size(), 2u);
   EXPECT_GE(hp->tp_wait->seconds_per_compute_second, 0.0);
+  EXPECT_EQ(hp->tp_wait->seconds_per_compute_second, distca::fit_tp_wait(hp->tp_wait->points).seconds_per_compute_second);
   // Only rank 0 writes: no temporary file of either rank is left.
   for (const auto& e : std::filesystem::directory_iterator(tmp("").parent_path())) {
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();

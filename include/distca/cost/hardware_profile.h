@@ -84,12 +84,14 @@ struct GemmRecord {
 // backward_weight), with their (m, n, k) at `shape` and zero seconds.
 std::vector<GemmRecord> profile_gemm_list(const ProfileShape& shape);
 
-// The TP peers' wait (JSON links.tp_wait): a TP collective entered after `compute_seconds` of
-// a product (every TP rank the same work) takes `seconds` on average over the ranks - the
-// faster rank waits for the slower one's compute to end, so the mean grows with the compute
-// since the previous collective. seconds_per_compute_second: the least-squares slope of
-// seconds on compute_seconds over `points` (clamped to [0, kMaxTpWaitSlope]): the wait one
-// collective adds per second of compute since the rank's previous collective.
+// The TP peers' wait (JSON links.tp_wait): the TP ranks do the same work between two
+// collectives, not in the same time, so the first to arrive waits for the other. A point is
+// measured on a decoder layer's TP forward and backward (train/profile.cpp): per collective,
+// `compute_seconds` of compute before it and `seconds` spent in it beyond what
+// links.tp_collective charges for its bytes (the wait), each the mean over the grouped ranks.
+// seconds_per_compute_second: the least-squares slope through the origin of seconds on
+// compute_seconds over `points` (clamped to [0, kMaxTpWaitSlope]): the wait one collective
+// adds per second of compute since the rank's previous collective.
 inline constexpr double kMaxTpWaitSlope = 1.0;
 inline constexpr size_t kMaxTpWaitPoints = 16;
 struct TpWaitPoint {
