@@ -133,7 +133,10 @@ void Rates::apply_hardware_profile(const HardwareProfile& hp) {
     const auto messages = static_cast<double>(kTpProfileGroup - 1);
     tp_link = Link{hp.tp_collective->bytes_per_second, hp.tp_collective->latency_seconds / messages};
   }
-  if (hp.tp_wait) tp_wait = hp.tp_wait->seconds_per_compute_second;
+  // The peers' wait is charged where every rank has its cores. Under processor sharing a rank
+  // that waits for its peer yields its core to another rank, and the fluid model already
+  // shares the cores among the computing units (sharing.h), so the wait would count twice.
+  if (hp.tp_wait && !host.active()) tp_wait = hp.tp_wait->seconds_per_compute_second;
 }
 
 namespace {

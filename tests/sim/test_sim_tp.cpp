@@ -213,5 +213,35 @@ TEST(SimTensorParallel, MeasuredWaitChargesTheComputeSinceThePreviousCollective)
   }
 }
 
+// Under processor sharing (two TP 2 units on a host of 2 cores: 4 ranks, one core each
+// shared by two) the wait is not charged: a waiting rank yields its core, which the fluid
+// model already gives to the computing units. The same options on a host of 4 cores charge it.
+TEST(SimTensorParallel, MeasuredWaitIsNotChargedUnderProcessorSharing) {
+  SimOptions o = tp_options(2);
+  o.cluster.gpus = 4;
+  HardwareProfile p = *o.hardware_profile;
+  p.tp_collective = LinkProfile{6e-4, 3e9, {{1024, 6e-4 + 1024 / 3e9}, {1 << 20, 6e-4 + (1 << 20) / 3e9}}};
+  o.hardware_profile = std::make_shared<const HardwareProfile>(p);
+  const Batch two{2, 32, {{{0, 0, 32, 32}}, {{1, 0, 32, 32}}}};
+  o.host_ranks = 4;
+  for (const int64_t cores : {int64_t{2}, int64_t{4}}) {
+    o.host_cores = cores;
+    SimOptions w = o;
+    HardwareProfile q = p;
+    q.tp_wait = TpWaitProfile{0.05, {{1e-3, 5e-5}, {4e-3, 2e-4}}};
+    w.hardware_profile = std::make_shared<const HardwareProfile>(std::move(q));
+    auto base = simulate(o, {two});
+    auto r = simulate(w, {two});
+    ASSERT_TRUE(base.ok() && r.ok()) << base.status().message() << r.status().message();
+    if (cores == 2) {
+      EXPECT_EQ(r->iteration_seconds, base->iteration_seconds);
+      EXPECT_EQ(r->per_unit[0].comm, base->per_unit[0].comm);
+    } else {
+      EXPECT_GT(r->per_unit[0].comm, base->per_unit[0].comm);
+      EXPECT_GT(r->iteration_seconds, base->iteration_seconds);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace distca::sim
