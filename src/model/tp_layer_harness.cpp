@@ -64,6 +64,23 @@ Status TpLayerHarness::run(comm::Communicator& group, bool overlap) {
   return tp_attention_in_backward<float>(group, d_, s, w, gw, acts, dq.data(), dk.data(), dv_.data(), dx_.data());
 }
 
+double TpLayerHarness::peak_bytes(const ModelSpec& spec, int tp, int64_t rows) {
+  DISTCA_CHECK(check_tp(spec, tp).ok() && rows >= tp);
+  TpDims d = tp_dims(spec, tp, 0);
+  for (int r = 1; r < tp; ++r) {  // the rank with the most feed-forward columns
+    const TpDims e = tp_dims(spec, tp, r);
+    if (e.f() > d.f()) d = e;
+  }
+  const auto n = static_cast<double>(rows), nr = static_cast<double>((rows + tp - 1) / tp);
+  const auto h = static_cast<double>(d.h), qd = static_cast<double>(d.qd()), kvd = static_cast<double>(d.kvd()),
+             f = static_cast<double>(d.f()), hd = static_cast<double>(d.hd);
+  const double floats = 2 * static_cast<double>(d.layer_params())         // shard, grad
+                        + n * (2 * h + 5 * qd + 6 * kvd + 3 * f + hd)     // gathered rows, q..v, o, d(o), dq..dv + copies, g u a, RoPE
+                        + nr * (4 * h + 2)                                 // x, x_mid, out, dx, rstd1, rstd2
+                        + 4 * n * h;                                       // the layer functions' temporaries
+  return floats * sizeof(float);
+}
+
 std::vector<float> TpLayerHarness::outputs() const {
   std::vector<float> bits = q_;
   for (const auto* t : {&out_, &dx_, &d_o_, &grad_}) bits.insert(bits.end(), t->begin(), t->end());

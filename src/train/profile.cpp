@@ -392,7 +392,13 @@ double profile_run_bytes(const ProfileRun& run, int64_t ranks) {
     const double tp = (2.0 * static_cast<double>(run.shape.tokens * run.shape.hidden) +
                        (static_cast<double>(run.shape.tokens) + static_cast<double>(run.shape.hidden)) * q_dim +
                        static_cast<double>(run.shape.tokens * run.shape.hidden)) * sizeof(float);
-    need = std::max({need, gemm, links, ew, tp});
+    // The TP wait's layer runs (measure_tp_wait: at most kTpWaitMaxRows rows).
+    const ModelSpec spec = elementwise_spec(run.shape);
+    const int64_t wait_rows = std::min(run.shape.tokens, kTpWaitMaxRows) / kTpProfileGroup * kTpProfileGroup;
+    const double wait = model::check_tp(spec, kTpProfileGroup).ok() && wait_rows >= kTpProfileGroup
+                            ? model::TpLayerHarness::peak_bytes(spec, static_cast<int>(kTpProfileGroup), wait_rows)
+                            : 0.0;
+    need = std::max({need, gemm, links, ew, tp, wait});
   }
   return need;
 }

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cmath>
 #include <mutex>
@@ -390,6 +392,22 @@ TEST(TensorParallel, LayerHarnessRunsRepeatAndOverlapKeepsTheBits) {
     return Status::ok_status();
   });
   EXPECT_TRUE(st.ok()) << st.to_string();
+}
+
+// The harness's memory bound (for the profile's check before work): at least what
+// constructing it allocated, measured by the allocator (mallinfo2: heap in use plus mapped
+// blocks), and growing with the rows.
+TEST(TensorParallel, LayerHarnessPeakBytesBoundItsBuffers) {
+  const ModelSpec spec = tp_spec();
+  for (const int64_t rows : {int64_t{64}, int64_t{4096}}) {
+    const struct mallinfo2 before = mallinfo2();
+    TpLayerHarness layer(spec, 2, 0, rows);
+    const struct mallinfo2 after = mallinfo2();
+    const double allocated = static_cast<double>((after.uordblks + after.hblkhd) - (before.uordblks + before.hblkhd));
+    EXPECT_GT(allocated, 0);
+    EXPECT_GE(TpLayerHarness::peak_bytes(spec, 2, rows), allocated) << rows;
+  }
+  EXPECT_LT(TpLayerHarness::peak_bytes(spec, 2, 64), TpLayerHarness::peak_bytes(spec, 2, 4096));
 }
 
 TEST(TensorParallel, SizesThatDoNotDivideTheHeadsAreRefused) {

@@ -34,6 +34,12 @@ class TpLayerHarness {
   // whether the run overlapped or not.
   std::vector<float> outputs() const;
 
+  // Bytes one rank's harness of `rows` rows holds at its largest during run(), an upper
+  // bound: its buffers (at the largest rank's share of the rows) and the layer functions'
+  // temporaries (three (rows, hidden) buffers and a reduce-scatter's receive of them). For
+  // the memory check before a profile starts. Preconditions as the constructor's.
+  static double peak_bytes(const ModelSpec& spec, int tp, int64_t rows);
+
  private:
   TpDims d_;
   int64_t n_ = 0, nr_ = 0;
