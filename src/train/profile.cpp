@@ -185,6 +185,15 @@ Result<std::vector<LinkPoint>> measure_tp_collectives(comm::Communicator& c, con
 // half and all of it) cost about 1.75 layers of this many rows.
 constexpr int64_t kTpWaitMaxRows = 2048;
 
+// The largest row count of measure_tp_wait's layer runs at `shape` (the profile's tokens, at
+// most kTpWaitMaxRows, a multiple of the group); 0 when the model does not split over the
+// group (check_tp) or the tokens are fewer than the group's ranks: then there is no TP wait.
+int64_t tp_wait_rows(const ProfileShape& shape) {
+  const int64_t g = kTpProfileGroup;
+  const int64_t top = std::min(shape.tokens, kTpWaitMaxRows) / g * g;
+  return model::check_tp(elementwise_spec(shape), g).ok() && top >= g ? top : 0;
+}
+
 // The TP peers' wait (HardwareProfile::tp_wait): on every TP group at once, per row count n (a
 // quarter, a half and all of the profile's tokens, at most kTpWaitMaxRows, multiples of the
 // group), a barrier, a warm-up, then `repeats` runs back to back of one decoder layer's TP
@@ -200,10 +209,9 @@ constexpr int64_t kTpWaitMaxRows = 2048;
 Result<std::optional<TpWaitProfile>> measure_tp_wait(comm::Communicator& c, const ProfileShape& shape,
                                                      const LinkProfile& price, int repeats) {
   DISTCA_ASSIGN_OR_RETURN(TpGroup t, tp_group(c));
-  const int64_t g = kTpProfileGroup;
+  const int64_t g = kTpProfileGroup, top = tp_wait_rows(shape);
+  if (top == 0) return std::optional<TpWaitProfile>{};
   const ModelSpec spec = elementwise_spec(shape);
-  if (!model::check_tp(spec, g).ok()) return std::optional<TpWaitProfile>{};
-  const int64_t top = std::min(shape.tokens, kTpWaitMaxRows) / g * g;
   std::vector<int64_t> sizes;
   for (const int64_t n : {top / 4 / g * g, top / 2 / g * g, top}) {
     if (n >= g && (sizes.empty() || n > sizes.back())) sizes.push_back(n);
@@ -392,12 +400,11 @@ double profile_run_bytes(const ProfileRun& run, int64_t ranks) {
     const double tp = (2.0 * static_cast<double>(run.shape.tokens * run.shape.hidden) +
                        (static_cast<double>(run.shape.tokens) + static_cast<double>(run.shape.hidden)) * q_dim +
                        static_cast<double>(run.shape.tokens * run.shape.hidden)) * sizeof(float);
-    // The TP wait's layer runs (measure_tp_wait: at most kTpWaitMaxRows rows).
-    const ModelSpec spec = elementwise_spec(run.shape);
-    const int64_t wait_rows = std::min(run.shape.tokens, kTpWaitMaxRows) / kTpProfileGroup * kTpProfileGroup;
-    const double wait = model::check_tp(spec, kTpProfileGroup).ok() && wait_rows >= kTpProfileGroup
-                            ? model::TpLayerHarness::peak_bytes(spec, static_cast<int>(kTpProfileGroup), wait_rows)
-                            : 0.0;
+    // The TP wait's layer runs (measure_tp_wait), at their largest.
+    const int64_t wait_rows = tp_wait_rows(run.shape);
+    const double wait = wait_rows == 0 ? 0.0
+                                       : model::TpLayerHarness::peak_bytes(elementwise_spec(run.shape),
+                                                                           static_cast<int>(kTpProfileGroup), wait_rows);
     need = std::max({need, gemm, links, ew, tp, wait});
   }
   return need;
