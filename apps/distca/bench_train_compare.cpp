@@ -20,6 +20,7 @@
 
 #include "bench_train.h"
 #include "command.h"
+#include "distca/core/memory.h"
 #include "launcher.h"
 #include "distca/comm/launch.h"
 #include "distca/core/io.h"
@@ -109,12 +110,14 @@ int report_compare(const TrainBenchFlags& f, int64_t ranks, const train::Compare
   j["format"] = "distca-bench-train-compare";
   j["bench_flags"] = bench_flags_json(f);
   j["backend"] = f.backend;
+  j["heap_huge_pages"] = malloc_on_huge_pages();
   j["model"] = to_json(spec);
 
   std::string out;
   appendf(out, "distca bench train --compare: %lld ranks = %lld replica(s) x %lld stage(s) (%s backend), 1 OpenMP thread "
-               "per rank, OpenBLAS on 1 thread\n",
-          static_cast<long long>(ranks), static_cast<long long>(o.base.dp()), static_cast<long long>(f.pp), f.backend.c_str());
+               "per rank, OpenBLAS on 1 thread, %s\n",
+          static_cast<long long>(ranks), static_cast<long long>(o.base.dp()), static_cast<long long>(f.pp), f.backend.c_str(),
+          heap_pages());
   appendf(out, "model: width %lld, %lld layers, %lld heads (%lld K/V) x %lld, ffn %lld, vocab %lld\n",
           static_cast<long long>(spec.hidden), static_cast<long long>(spec.n_layers), static_cast<long long>(spec.n_heads),
           static_cast<long long>(spec.n_kv_heads), static_cast<long long>(spec.head_dim), static_cast<long long>(spec.ffn),

@@ -88,9 +88,9 @@ void print_pipe_header(std::string& out, const PipeContext& c, const PipeFigures
   const TrainBenchFlags& f = c.f;
   const ModelSpec& spec = c.spec;
   appendf(out, "distca bench train --pp %lld: %lld ranks = %lld replica(s) x %lld stages (%s backend), %lld "
-               "micro-batches per replica and step, 1 OpenMP thread per rank, OpenBLAS on 1 thread\n",
+               "micro-batches per replica and step, 1 OpenMP thread per rank, OpenBLAS on 1 thread, %s\n",
           static_cast<long long>(f.pp), static_cast<long long>(c.ranks), static_cast<long long>(c.dp),
-          static_cast<long long>(f.pp), f.backend.c_str(), static_cast<long long>(f.micro_batches));
+          static_cast<long long>(f.pp), f.backend.c_str(), static_cast<long long>(f.micro_batches), heap_pages());
   appendf(out, "model: width %lld, %lld layers (%lld per stage), %lld heads (%lld K/V) x %lld, ffn %lld, vocab %lld\n",
           static_cast<long long>(spec.hidden), static_cast<long long>(spec.n_layers),
           static_cast<long long>(spec.n_layers / f.pp), static_cast<long long>(spec.n_heads),

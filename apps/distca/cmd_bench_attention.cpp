@@ -56,6 +56,7 @@ int run(const BenchFlags& f) {
     j["n_heads"] = f.heads;
     j["n_kv_heads"] = f.kv_heads;
     j["blas_core"] = kernels::blas_core_name();
+    j["heap_huge_pages"] = malloc_on_huge_pages();
     j["sgemm_n"] = f.sgemm_n;
     j["sgemm_gflops"] = sgemm;
     j["cases"] = nlohmann::json::array();
@@ -73,8 +74,8 @@ int run(const BenchFlags& f) {
   appendf(report, "CPU attention kernels, %d threads, n_heads %d, n_kv_heads %d (%s)\n", threads, f.heads, f.kv_heads,
               kernels::cpu_model_name().c_str());
   appendf(report, "OpenBLAS (%s kernels) sgemm %lld^3, 128 x 128 tiles on the kernels' OpenMP threads: %.1f GFLOP/s "
-                  "(median; each case's ratios use the sgemm run beside it)\n\n",
-              kernels::blas_core_name(), static_cast<long long>(f.sgemm_n), sgemm);
+                  "(median; each case's ratios use the sgemm run beside it); %s\n\n",
+              kernels::blas_core_name(), static_cast<long long>(f.sgemm_n), sgemm, heap_pages());
   appendf(report, "%-7s %4s %7s %7s %5s %10s %10s %8s %8s\n", "case", "d", "q_len", "kv_len", "tasks", "fwd GF/s",
               "bwd GF/s", "fwd/gemm", "bwd/gemm");
   for (const auto& r : results) {

@@ -102,8 +102,8 @@ nlohmann::json header_json(const TrainBenchFlags& f, int64_t ranks, const Figure
 
 void print_header(std::string& out, const TrainBenchFlags& f, int64_t ranks, const Figures& fig, const Derived& d) {
   const ModelSpec& spec = d.spec;
-  appendf(out, "distca bench train: %lld ranks (%s backend), 1 OpenMP thread per rank, OpenBLAS on 1 thread\n",
-          static_cast<long long>(ranks), f.backend.c_str());
+  appendf(out, "distca bench train: %lld ranks (%s backend), 1 OpenMP thread per rank, OpenBLAS on 1 thread, %s\n",
+          static_cast<long long>(ranks), f.backend.c_str(), heap_pages());
   appendf(out, "model: width %lld, %lld layers, %lld heads (%lld K/V) x %lld, ffn %lld, vocab %lld\n",
           static_cast<long long>(spec.hidden), static_cast<long long>(spec.n_layers), static_cast<long long>(spec.n_heads),
           static_cast<long long>(spec.n_kv_heads), static_cast<long long>(spec.head_dim), static_cast<long long>(spec.ffn),

@@ -96,6 +96,11 @@ std::string mib(double bytes, int decimals);
 // with base 1024, of 1000 (B, KB, ... PB) with base 1000.
 std::string human_bytes(double bytes, int base);
 
+// "heap on 2 MiB pages" when this process's malloc advises transparent huge pages
+// (core/memory.h, malloc_on_huge_pages), else "heap on 4 KiB pages": the benchmark headers say
+// which, since on a virtual machine it moves step times by a few percent.
+const char* heap_pages();
+
 // True when stderr is a terminal: progress lines are shown only then.
 bool stderr_is_terminal();
 

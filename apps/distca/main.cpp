@@ -16,6 +16,7 @@
 #include <fstream>
 #include <memory>
 #include <new>
+#include <optional>
 #include <sstream>
 #include <system_error>
 
@@ -129,6 +130,8 @@ std::string human_bytes(double bytes, int base) {
   return s;
 }
 
+const char* heap_pages() { return distca::malloc_on_huge_pages() ? "heap on 2 MiB pages" : "heap on 4 KiB pages"; }
+
 bool stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
 
 }  // namespace distca::cli
@@ -159,6 +162,8 @@ void keep_freed_memory() {
 // ("never", no THP, no brk heap) the advice fails or is skipped and nothing changes. Only the
 // main thread's arena is covered; threads that allocate from arenas of their own (the trainer's
 // planning threads) are not. Below M_TRIM_THRESHOLD, so the freed block is never handed back.
+// The fallback for a process whose malloc does not advise huge pages itself (glibc.malloc.hugetlb,
+// reexec_with_process_settings below).
 void back_heap_with_huge_pages() {
 #if defined(__GLIBC__) && defined(MADV_HUGEPAGE)
   constexpr size_t kHugeHeapBytes = size_t{512} << 20;
@@ -178,14 +183,18 @@ void back_heap_with_huge_pages() {
 #endif
 }
 
-// Debian's OpenBLAS 0.3.21 does not recognise some current CPUs and falls back to its SSE3
-// kernels, 3-8x slower (docs/benchmarks.md). It reads OPENBLAS_CORETYPE once, when the library
-// is loaded, before main() runs, so setting the variable here is too late for this process:
-// set it as scripts/blas-env.sh does (same CPU test: the first "flags" line of /proc/cpuinfo)
-// and re-execute the same binary with the same arguments. exec keeps the pid, so mpirun and
-// its daemons see the same process. A variable the user set (or blas-env.sh) is left alone;
-// kReexecMarker stops a second re-exec should the variable not survive the first.
-constexpr const char* kReexecMarker = "DISTCA_OPENBLAS_REEXEC";
+// Two settings a library reads once, when the process starts, so this process sets them in
+// its environment and re-executes the same binary with the same arguments (exec keeps the pid,
+// so mpirun and its daemons see the same process; what this process starts inherits them):
+//   OPENBLAS_CORETYPE: Debian's OpenBLAS 0.3.21 does not recognise some current CPUs and falls
+//     back to its SSE3 kernels, 3-8x slower (docs/benchmarks.md); it reads the variable when
+//     the library is loaded, before main(). Set as scripts/blas-env.sh does (same CPU test:
+//     the first "flags" line of /proc/cpuinfo).
+//   GLIBC_TUNABLES' glibc.malloc.hugetlb=1: malloc on transparent huge pages (core/memory.h,
+//     docs/runtime.md "Page faults"); added only where THP can be advised.
+// A value the user set (or blas-env.sh) is left alone; kReexecMarker stops a second re-exec
+// should a variable not survive the first.
+constexpr const char* kReexecMarker = "DISTCA_SETTINGS_REEXEC";
 
 const char* openblas_core_for_this_cpu() {
   std::ifstream cpuinfo("/proc/cpuinfo");
@@ -203,19 +212,30 @@ const char* openblas_core_for_this_cpu() {
   return nullptr;
 }
 
-void reexec_with_fast_openblas(char** argv) {
+void reexec_with_process_settings(char** argv) {
   if (std::getenv(kReexecMarker) != nullptr) {
     ::unsetenv(kReexecMarker);  // not inherited by what this process starts
     return;
   }
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
-  const char* core = openblas_core_for_this_cpu();
-  if (core == nullptr) return;
-  ::setenv("OPENBLAS_CORETYPE", core, 1);
+  const char* core = std::getenv("OPENBLAS_CORETYPE") == nullptr ? openblas_core_for_this_cpu() : nullptr;
+  const char* old_tunables = std::getenv("GLIBC_TUNABLES");
+  const std::string saved_tunables = old_tunables == nullptr ? "" : old_tunables;
+  std::optional<std::string> tunables;
+  if (distca::transparent_huge_pages_available()) tunables = distca::with_malloc_hugetlb(saved_tunables);
+  if (core == nullptr && !tunables) return;
+  if (core != nullptr) ::setenv("OPENBLAS_CORETYPE", core, 1);
+  if (tunables) ::setenv("GLIBC_TUNABLES", tunables->c_str(), 1);
   ::setenv(kReexecMarker, "1", 1);
   ::execv("/proc/self/exe", argv);
-  // exec failed (no /proc): run on with the kernels OpenBLAS already chose.
-  ::unsetenv("OPENBLAS_CORETYPE");
+  // exec failed (no /proc): run on as started.
+  if (core != nullptr) ::unsetenv("OPENBLAS_CORETYPE");
+  if (tunables) {
+    if (old_tunables == nullptr) {
+      ::unsetenv("GLIBC_TUNABLES");
+    } else {
+      ::setenv("GLIBC_TUNABLES", saved_tunables.c_str(), 1);
+    }
+  }
   ::unsetenv(kReexecMarker);
 }
 
@@ -281,11 +301,12 @@ int parse_and_run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   using namespace distca::cli;
-  reexec_with_fast_openblas(argv);
+  reexec_with_process_settings(argv);
   occupy_closed_std_fds();
   distca::install_temp_file_cleanup();
   keep_freed_memory();
-  back_heap_with_huge_pages();
+  // The fallback where malloc does not advise huge pages itself and the user did not choose.
+  if (!distca::malloc_on_huge_pages() && distca::malloc_hugetlb_tunable().empty()) back_heap_with_huge_pages();
   int code;
   // The CLI boundary: whatever a lower layer throws becomes one line, never an abort.
   try {

@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cmath>
@@ -55,6 +56,49 @@ void set_memory_limit(uint64_t bytes) { g_limit_override.store(bytes); }
 uint64_t memory_limit_bytes() {
   const uint64_t o = g_limit_override.load();
   return o != 0 ? o : available_memory_bytes();
+}
+
+namespace {
+constexpr std::string_view kHugetlbTunable = "glibc.malloc.hugetlb";
+
+// The value of `name` in a GLIBC_TUNABLES string, nullopt when it is not named.
+std::optional<std::string> tunable_value(std::string_view tunables, std::string_view name) {
+  while (!tunables.empty()) {
+    const size_t end = std::min(tunables.find(':'), tunables.size());
+    const std::string_view item = tunables.substr(0, end);
+    const size_t eq = item.find('=');
+    if (item.substr(0, eq) == name) return std::string(eq == std::string_view::npos ? "" : item.substr(eq + 1));
+    tunables.remove_prefix(std::min(end + 1, tunables.size()));
+  }
+  return std::nullopt;
+}
+}  // namespace
+
+std::optional<std::string> with_malloc_hugetlb(std::string_view tunables) {
+  if (tunable_value(tunables, kHugetlbTunable)) return std::nullopt;
+  std::string out(tunables);
+  if (!out.empty() && out.back() != ':') out += ':';
+  return out + std::string(kHugetlbTunable) + "=1";
+}
+
+std::string malloc_hugetlb_tunable() {
+  const char* v = std::getenv("GLIBC_TUNABLES");
+  return v == nullptr ? "" : tunable_value(v, kHugetlbTunable).value_or("");
+}
+
+bool transparent_huge_pages_available() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes;
+  if (!std::getline(f, modes)) return false;
+  return modes.find("[always]") != std::string::npos || modes.find("[madvise]") != std::string::npos;
+}
+
+bool malloc_on_huge_pages() {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+  return malloc_hugetlb_tunable() == "1" && transparent_huge_pages_available();
+#else
+  return false;
+#endif
 }
 
 std::string format_bytes(double bytes) {

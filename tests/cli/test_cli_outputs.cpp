@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include "distca/core/memory.h"
+
 #include "support/cli_fixture.h"
 
 namespace distca::testing {
@@ -95,6 +97,23 @@ TEST_F(CliOutputsTest, PicksTheOpenBlasKernelsBlasEnvWouldPick) {
   ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(dir_ / "out");
   const std::string out = slurp(dir_ / "out");
   EXPECT_NE(out.find("OpenBLAS (" + expected + " kernels)"), std::string::npos) << expected << "\n" << out;
+}
+
+TEST_F(CliOutputsTest, PutsTheHeapOnHugePagesUnlessTheUserChose) {
+  // The CLI adds glibc.malloc.hugetlb=1 to GLIBC_TUNABLES and re-executes itself where THP can
+  // be advised; a value the user gave stands. bench attention's header says which it ran with.
+  const std::string bench = "bench attention --max-len 32 --context 256 --repeats 1 --head-dims 8 --sgemm-n 64";
+  const auto header = [&](const std::string& env) {
+    const std::string cmd = env + " " + std::string(DISTCA_CLI) + " " + bench + " >" + (dir_ / "out").string() + " 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(dir_ / "out");
+    const std::string out = slurp(dir_ / "out");
+    const size_t at = out.find("heap on ");
+    return at == std::string::npos ? out : out.substr(at, out.find('\n', at) - at);
+  };
+  const std::string huge = transparent_huge_pages_available() ? "heap on 2 MiB pages" : "heap on 4 KiB pages";
+  EXPECT_EQ(header("env -u GLIBC_TUNABLES"), huge);
+  EXPECT_EQ(header("env GLIBC_TUNABLES=glibc.malloc.check=0"), huge);
+  EXPECT_EQ(header("env GLIBC_TUNABLES=glibc.malloc.hugetlb=0"), "heap on 4 KiB pages");
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 #include "distca/core/memory.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -81,6 +83,62 @@ TEST(FormatBytes, PicksTheUnit) {
   EXPECT_EQ(format_bytes(1024), "1.0 KiB");
   EXPECT_EQ(format_bytes(12345678), "11.8 MiB");
   EXPECT_EQ(format_bytes(3.0 * (uint64_t{1} << 39)), "1.5 TiB");
+}
+
+TEST(MallocHugetlb, AppendsTheTunable) {
+  EXPECT_EQ(with_malloc_hugetlb(""), "glibc.malloc.hugetlb=1");
+  EXPECT_EQ(with_malloc_hugetlb("glibc.malloc.check=3"), "glibc.malloc.check=3:glibc.malloc.hugetlb=1");
+  EXPECT_EQ(with_malloc_hugetlb("glibc.malloc.check=3:"), "glibc.malloc.check=3:glibc.malloc.hugetlb=1");
+  // A longer name that starts with the tunable's is another tunable.
+  EXPECT_EQ(with_malloc_hugetlb("glibc.malloc.hugetlbx=0"), "glibc.malloc.hugetlbx=0:glibc.malloc.hugetlb=1");
+}
+
+TEST(MallocHugetlb, LeavesTheUsersChoice) {
+  for (const char* t : {"glibc.malloc.hugetlb=0", "glibc.malloc.hugetlb=1", "glibc.malloc.hugetlb=2",
+                        "glibc.malloc.check=3:glibc.malloc.hugetlb=0", "glibc.malloc.hugetlb=0:glibc.malloc.check=3"}) {
+    EXPECT_EQ(with_malloc_hugetlb(t), std::nullopt) << t;
+  }
+}
+
+// Sets GLIBC_TUNABLES for one test and restores what the process had.
+class TunablesEnv {
+ public:
+  explicit TunablesEnv(const char* value) {
+    if (const char* old = std::getenv("GLIBC_TUNABLES")) saved_ = old;
+    if (value == nullptr) {
+      ::unsetenv("GLIBC_TUNABLES");
+    } else {
+      ::setenv("GLIBC_TUNABLES", value, 1);
+    }
+  }
+  ~TunablesEnv() {
+    if (saved_) {
+      ::setenv("GLIBC_TUNABLES", saved_->c_str(), 1);
+    } else {
+      ::unsetenv("GLIBC_TUNABLES");
+    }
+  }
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+TEST(MallocHugetlb, ReadsTheEnvironment) {
+  {
+    TunablesEnv env(nullptr);
+    EXPECT_EQ(malloc_hugetlb_tunable(), "");
+    EXPECT_FALSE(malloc_on_huge_pages());
+  }
+  {
+    TunablesEnv env("glibc.malloc.check=3:glibc.malloc.hugetlb=0");
+    EXPECT_EQ(malloc_hugetlb_tunable(), "0");
+    EXPECT_FALSE(malloc_on_huge_pages());
+  }
+  {
+    TunablesEnv env("glibc.malloc.hugetlb=1");
+    EXPECT_EQ(malloc_hugetlb_tunable(), "1");
+    EXPECT_EQ(malloc_on_huge_pages(), transparent_huge_pages_available());
+  }
 }
 
 }  // namespace

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "distca/core/status.h"
 
@@ -39,6 +41,28 @@ uint64_t memory_limit_bytes();
 // nothing else allocates.
 bool reset_peak_resident();
 int64_t peak_resident_bytes();
+
+// The heap on transparent huge pages (docs/runtime.md, "Page faults"). On a virtual machine the
+// first touch of every 4 KiB page traps to the hypervisor (about 10 us a page on the
+// development VM, 70x the write itself), and the trainer's per-step buffers are fresh pages
+// whenever a size has not been seen before; with glibc's tunable glibc.malloc.hugetlb=1 malloc
+// advises MADV_HUGEPAGE on all of its memory (brk heap, thread arenas, mmap'd chunks), one
+// fault per 2 MiB. glibc reads GLIBC_TUNABLES once, at process start, so the CLI sets it and
+// re-executes itself (apps/distca/main.cpp).
+//
+// with_malloc_hugetlb: `tunables` (GLIBC_TUNABLES' value, "name=value" pairs separated by ':')
+// with glibc.malloc.hugetlb=1 appended; nullopt when it already names glibc.malloc.hugetlb
+// (whatever its value: the user's choice stands).
+std::optional<std::string> with_malloc_hugetlb(std::string_view tunables);
+// The value GLIBC_TUNABLES gives glibc.malloc.hugetlb ("" when unset or not named).
+std::string malloc_hugetlb_tunable();
+// Transparent huge pages can be advised: /sys/kernel/mm/transparent_hugepage/enabled selects
+// "always" or "madvise".
+bool transparent_huge_pages_available();
+// This process's malloc advises huge pages: glibc 2.35 or later (the tunable's first release),
+// glibc.malloc.hugetlb=1 in its environment, and THP available. For reports ("heap on 2 MiB
+// pages" in the benchmark headers).
+bool malloc_on_huge_pages();
 
 // "512M", "8G", "1.5GiB", "1048576" -> bytes (binary units; K/M/G/T, optional "iB"/"B").
 [[nodiscard]] Result<uint64_t> parse_byte_size(const std::string& text);
