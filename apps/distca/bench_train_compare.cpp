@@ -20,10 +20,10 @@
 
 #include "bench_train.h"
 #include "command.h"
-#include "distca/core/memory.h"
 #include "launcher.h"
 #include "distca/comm/launch.h"
 #include "distca/core/io.h"
+#include "distca/core/memory.h"
 #include "distca/cost/hardware_profile.h"
 #include "distca/kernels/attention_traits.h"
 #include "distca/kernels/blas.h"

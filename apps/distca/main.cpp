@@ -218,10 +218,10 @@ void reexec_with_process_settings(char** argv) {
     return;
   }
   const char* core = std::getenv("OPENBLAS_CORETYPE") == nullptr ? openblas_core_for_this_cpu() : nullptr;
-  const char* old_tunables = std::getenv("GLIBC_TUNABLES");
-  const std::string saved_tunables = old_tunables == nullptr ? "" : old_tunables;
+  std::optional<std::string> old_tunables;
+  if (const char* t = std::getenv("GLIBC_TUNABLES")) old_tunables = t;
   std::optional<std::string> tunables;
-  if (distca::transparent_huge_pages_available()) tunables = distca::with_malloc_hugetlb(saved_tunables);
+  if (distca::transparent_huge_pages_available()) tunables = distca::with_malloc_hugetlb(old_tunables.value_or(""));
   if (core == nullptr && !tunables) return;
   if (core != nullptr) ::setenv("OPENBLAS_CORETYPE", core, 1);
   if (tunables) ::setenv("GLIBC_TUNABLES", tunables->c_str(), 1);
@@ -229,13 +229,8 @@ void reexec_with_process_settings(char** argv) {
   ::execv("/proc/self/exe", argv);
   // exec failed (no /proc): run on as started.
   if (core != nullptr) ::unsetenv("OPENBLAS_CORETYPE");
-  if (tunables) {
-    if (old_tunables == nullptr) {
-      ::unsetenv("GLIBC_TUNABLES");
-    } else {
-      ::setenv("GLIBC_TUNABLES", saved_tunables.c_str(), 1);
-    }
-  }
+  if (tunables && old_tunables) ::setenv("GLIBC_TUNABLES", old_tunables->c_str(), 1);
+  if (tunables && !old_tunables) ::unsetenv("GLIBC_TUNABLES");
   ::unsetenv(kReexecMarker);
 }
 
@@ -305,8 +300,9 @@ int main(int argc, char** argv) {
   occupy_closed_std_fds();
   distca::install_temp_file_cleanup();
   keep_freed_memory();
-  // The fallback where malloc does not advise huge pages itself and the user did not choose.
-  if (!distca::malloc_on_huge_pages() && distca::malloc_hugetlb_tunable().empty()) back_heap_with_huge_pages();
+  // The fallback where the tunable is not in effect (the re-exec did not happen) and the user
+  // did not choose: with it set to anything, malloc's own advice or the user's choice stands.
+  if (distca::malloc_hugetlb_tunable().empty()) back_heap_with_huge_pages();
   int code;
   // The CLI boundary: whatever a lower layer throws becomes one line, never an abort.
   try {
