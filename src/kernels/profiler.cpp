@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "distca/core/check.h"
 #include "distca/core/clock.h"
 #include "distca/core/rng.h"
 #include "distca/kernels/attention.h"
@@ -38,16 +39,12 @@ int profile_repetitions(double warm_seconds, int repeats, double min_seconds) {
   return std::clamp(wanted >= most ? most : static_cast<int>(std::max(0.0, wanted)), fewest, most);
 }
 
-namespace {
-
-// The median over ranks of each rank's `mine` (mine itself for one process).
-Result<double> median_over_ranks(const ProfileSync& sync, double mine) {
+Result<double> slowest_over_ranks(const ProfileSync& sync, double mine) {
   if (!sync.all_gather) return mine;
   DISTCA_ASSIGN_OR_RETURN(std::vector<double> all, sync.all_gather(mine));
-  return median(std::move(all));
+  DISTCA_CHECK(!all.empty());
+  return *std::max_element(all.begin(), all.end());
 }
-
-}  // namespace
 
 Result<KernelTiming> time_kernels_in_step(AttentionProblem& prob, int repeats, double min_seconds,
                                           const ProfileSync& sync, const std::function<double()>& clock,
@@ -75,8 +72,8 @@ Result<KernelTiming> time_kernels_in_step(AttentionProblem& prob, int repeats, d
     fwd.push_back(f.per_call);
     bwd.push_back(b.per_call);
   }
-  DISTCA_ASSIGN_OR_RETURN(t.forward_seconds, median_over_ranks(sync, median(fwd)));
-  DISTCA_ASSIGN_OR_RETURN(t.backward_seconds, median_over_ranks(sync, median(bwd)));
+  DISTCA_ASSIGN_OR_RETURN(t.forward_seconds, slowest_over_ranks(sync, median(fwd)));
+  DISTCA_ASSIGN_OR_RETURN(t.backward_seconds, slowest_over_ranks(sync, median(bwd)));
   return t;
 }
 

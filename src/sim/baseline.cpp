@@ -11,7 +11,8 @@
 // The laid-out batch is then served as the runtime serves it, every piece where it is held:
 //   colocated (the dispatcher's fetch): the K/V of its document's earlier rows held on other
 //     units fetched before attention (compute_traffic; dK/dV returned in backward), each unit's
-//     part of an all-to-all of its own messages;
+//     part of an all-to-all of its own messages; the all-to-all runs every layer, zero bytes
+//     included, and joins the stage's units as a collective does (run_colocated_op);
 //   wlb:C, percp:C (per-document CP through collectives, train/cp_attention.h): a document on
 //     one unit moves nothing; the documents spread over units of one CP group are all-gathered
 //     (their whole K/V) over the group, those spread over several groups over the stage's
@@ -24,7 +25,6 @@
 //     own part of the all-to-all later (run_cp_op). Forward, per layer: the linear work, the
 //     gathers, the attention; backward: the linear work, the gathers, the attention, the
 //     reduce-scatters (CpRunner's order), so a backward layer waits for the group twice.
-//   colocated: exposed per unit (no group to wait for).
 // Attention: each task's cost at the rows its kernel call runs (cp_task_rows: wlb and percp pad
 // a piece to the kernel's query tiles, as CpAttention does; colocated runs whole documents).
 #include <algorithm>
@@ -295,59 +295,81 @@ Rates::TpCost colocated_tp(const Rates& R, const UnitWork& w, bool bwd, int64_t 
   return c;
 }
 
-// One colocated op (micro-batch j, forward or backward) of unit i of stage s, starting at t: the
-// stage's layers. Returns the end time.
-double run_unit_op(const Rates& R, const Work& work, Recorder& rec, int64_t s, int64_t i, int64_t j, bool bwd,
-                   double t) {
-  const UnitWork& w = work[static_cast<size_t>(j)][static_cast<size_t>(i)];
-  const int64_t u = s * R.units_per_stage + i;
+// The colocated dispatcher's exchange of one layer, every lane of stage s at once: one
+// all-to-all over the stage's units (each rank posts a message to every other, zero bytes
+// included: src/comm/mpi.cpp), so it ends for no unit before the last has called it; lane i's
+// part (seconds(i), its bytes) ends that much after the last arrival, and its wait from t[i]
+// is blocked communication (what the runtime's comm_s counts), as a CP collective's.
+template <class Part>
+void colocated_exchange(const Rates& R, Recorder& rec, int64_t s, int64_t j, const char* name, std::vector<double>& t,
+                        const Part& part) {
+  const int64_t ups = R.units_per_stage;
+  const double start = *std::max_element(t.begin(), t.end());
+  for (int64_t i = 0; i < ups; ++i) {
+    const auto [seconds, sent, recv] = part(i);
+    const int64_t u = s * ups + i;
+    rec.comm(u, start, seconds, sent, recv, name, j);
+    rec.wait(u, t[static_cast<size_t>(i)], start + seconds, start);
+    t[static_cast<size_t>(i)] = start + std::max(0.0, seconds);
+  }
+}
+
+// One colocated op (micro-batch j, forward or backward) of every lane of stage s, lane i
+// starting at t[i] (ends written back): the stage's layers, each with its dispatcher exchange
+// in lockstep (colocated_exchange): forward the K/V fetch, then the layer; backward the linear
+// backward (with the recompute), the K/V re-fetch, the attention backward, then the dK/dV it
+// produced goes back.
+void run_colocated_op(const Rates& R, const Work& work, Recorder& rec, int64_t s, int64_t j, bool bwd,
+                      std::vector<double>& t) {
+  const std::vector<UnitWork>& w = work[static_cast<size_t>(j)];
+  const int64_t ups = R.units_per_stage;
   const int64_t layers = R.stage_layers[static_cast<size_t>(s)];
   const bool last = s == R.pp - 1;
-  const char* lin_name = bwd ? "bwd linear" : "fwd linear";
-  const char* att_name = bwd ? "bwd attention" : "fwd attention";
-  const char* comm_name = bwd ? "dK/dV return" : "K/V fetch";
-  auto lm = [&]() {
-    const double d = rec.linear(u, t, (bwd ? R.lm_head_bwd_per_token : R.lm_head_fwd_per_token) * w.tokens,
-                                bwd ? "bwd lm head" : "fwd lm head", j);
-    t = std::max(t, t + d);
+  const auto lane = [&](int64_t i) -> const UnitWork& { return w[static_cast<size_t>(i)]; };
+  const auto lm = [&]() {
+    for (int64_t i = 0; i < ups; ++i) {
+      const double d = rec.linear(s * ups + i, t[static_cast<size_t>(i)],
+                                  (bwd ? R.lm_head_bwd_per_token : R.lm_head_fwd_per_token) * lane(i).tokens,
+                                  bwd ? "bwd lm head" : "fwd lm head", j);
+      t[static_cast<size_t>(i)] += std::max(0.0, d);
+    }
+  };
+  const auto fetch = [&](int64_t i) {
+    return std::array<double, 3>{lane(i).fwd_seconds, lane(i).fwd_sent, lane(i).fwd_recv};
+  };
+  const auto give_back = [&](int64_t i) {
+    return std::array<double, 3>{lane(i).bwd_seconds, lane(i).bwd_sent, lane(i).bwd_recv};
   };
   if (last && bwd) lm();
   // With checkpointing the backward's recompute of a layer fetches (gathers) its K/V again, at
   // the forward's cost, before the attention backward.
   const bool refetch = bwd && R.o.activation_checkpointing;
-  const double sent = bwd ? w.bwd_sent : w.fwd_sent, recv = bwd ? w.bwd_recv : w.fwd_recv;
   for (int64_t k = 0; k < layers; ++k) {
-    const double x0 = refetch ? w.fwd_seconds : 0.0;
-    const double xr = bwd ? w.bwd_seconds : w.fwd_seconds;
-    // Forward: the K/V fetch, then the layer. Backward: the linear backward (with the
-    // recompute), the K/V re-fetch, the attention backward, then the dK/dV it produced goes
-    // back: exposed either way.
-    const double pre = bwd ? 0.0 : xr;
-    if (!bwd) {
-      rec.comm(u, t, xr, sent, recv, comm_name, j);
-      rec.wait(u, t, t + xr, t);
+    if (!bwd) colocated_exchange(R, rec, s, j, "K/V fetch", t, fetch);
+    for (int64_t i = 0; i < ups; ++i) {
+      const int64_t u = s * ups + i;
+      double& at = t[static_cast<size_t>(i)];
+      // Durations as the recorder charged them (wall seconds under processor sharing).
+      const double lin = rec.linear(u, at, (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * lane(i).tokens,
+                                    bwd ? "bwd linear" : "fwd linear", j);
+      at += std::max(0.0, lin);
+      at += rec.tp(u, at, colocated_tp(R, lane(i), bwd, k, s), j);
     }
-    // Durations as the recorder charged them (wall seconds under processor sharing).
-    double lin = rec.linear(u, t + pre, (bwd ? R.linear_bwd_per_token : R.linear_fwd_per_token) * w.tokens,
-                            lin_name, j);
-    lin += rec.tp(u, t + pre + lin, colocated_tp(R, w, bwd, k, s), j);
-    const double t_att = t + pre + lin + x0;
-    if (refetch) {
-      rec.comm(u, t_att - x0, x0, w.fwd_sent, w.fwd_recv, "K/V re-fetch (recompute)", j);
-      rec.wait(u, t_att - x0, t_att, t_att - x0);
+    if (refetch) colocated_exchange(R, rec, s, j, "K/V re-fetch (recompute)", t, fetch);
+    for (int64_t i = 0; i < ups; ++i) {
+      const int64_t u = s * ups + i;
+      const double att = rec.attention(u, t[static_cast<size_t>(i)],
+                                       lane(i).attention_seconds * (bwd ? 1.0 - R.attn_fwd_share : R.attn_fwd_share),
+                                       bwd ? "bwd attention" : "fwd attention", j);
+      t[static_cast<size_t>(i)] += std::max(0.0, att);
+      if (!bwd) rec.stats()[static_cast<size_t>(u)].attention_pairs += lane(i).pairs;
     }
-    const double att = rec.attention(u, t_att, w.attention_seconds * (bwd ? 1.0 - R.attn_fwd_share : R.attn_fwd_share),
-                                     att_name, j);
-    if (!bwd) rec.stats()[static_cast<size_t>(u)].attention_pairs += w.pairs;
-    if (bwd) {
-      rec.comm(u, t_att + att, xr, sent, recv, comm_name, j);
-      rec.wait(u, t_att + att, t_att + att + xr, t_att + att);
-    }
-    t = std::max(t, t_att + att + (bwd ? xr : 0.0));
+    if (bwd) colocated_exchange(R, rec, s, j, "dK/dV return", t, give_back);
   }
-  t += rec.tp(u, t, colocated_tp(R, w, bwd, layers, s), j);  // the tail after the last layer
+  for (int64_t i = 0; i < ups; ++i) {  // the tail after the last layer
+    t[static_cast<size_t>(i)] += rec.tp(s * ups + i, t[static_cast<size_t>(i)], colocated_tp(R, lane(i), bwd, layers, s), j);
+  }
   if (last && !bwd) lm();
-  return t;
 }
 
 // Per-document CP's collectives of one op of stage s at a point of its layers (after the
@@ -421,13 +443,14 @@ void run_cp_op(const Rates& R, const Work& work, Recorder& rec, int64_t s, int64
   if (last && !bwd) lm();
 }
 
-// The 1F1B of the pipeline replicas at unit positions [first, first + n) over the stages, each
+// The 1F1B of the pipeline replicas over the stages, each
 // op as soon as its input and its stage are free (a p2p transfer between stages); folds the
-// stages' finish times into stage_finish and unit_end. c > 0: the lanes are every unit of a
-// stage and run each op together (run_cp_op); else each lane alone (run_unit_op).
+// stages' finish times into stage_finish and unit_end. The lanes are every unit of a stage
+// and run each op together: under per-document CP at degree c > 0 (run_cp_op), else
+// colocated (run_colocated_op).
 void run_replicas(const Rates& R, const Work& work, const std::vector<std::vector<PipeOp>>& ops, Recorder& rec,
-                  int64_t first, int64_t n, int64_t c, std::vector<double>& stage_finish, std::vector<double>& unit_end) {
-  const int64_t p = R.pp, m = static_cast<int64_t>(work.size()), ups = R.units_per_stage;
+                  int64_t c, std::vector<double>& stage_finish, std::vector<double>& unit_end) {
+  const int64_t p = R.pp, m = static_cast<int64_t>(work.size()), ups = R.units_per_stage, n = ups;
   const auto P = static_cast<size_t>(p), M = static_cast<size_t>(m), N = static_cast<size_t>(n);
   // [stage][micro-batch][lane]: when the op ended (empty: not yet).
   std::vector<std::vector<std::vector<double>>> f_end(P, std::vector<std::vector<double>>(M)), b_end = f_end;
@@ -460,7 +483,7 @@ void run_replicas(const Rates& R, const Work& work, const std::vector<std::vecto
           const double ready = t[static_cast<size_t>(l)], d = (*dep)[static_cast<size_t>(l)];
           t[static_cast<size_t>(l)] = std::max(ready, d);
           if (!remote) continue;
-          const int64_t i = first + l;
+          const int64_t i = l;
           const double bytes = R.boundary_bytes(work[J][static_cast<size_t>(i)].tokens);
           const double x = std::max(0.0, R.p2p(bytes));
           const int64_t from = op.backward ? s + 1 : s - 1;
@@ -472,10 +495,7 @@ void run_replicas(const Rates& R, const Work& work, const std::vector<std::vecto
         if (c > 0) {
           run_cp_op(R, work, rec, s, c, op.microbatch, op.backward, t);
         } else {
-          for (int64_t l = 0; l < n; ++l) {
-            t[static_cast<size_t>(l)] =
-                run_unit_op(R, work, rec, s, first + l, op.microbatch, op.backward, t[static_cast<size_t>(l)]);
-          }
+          run_colocated_op(R, work, rec, s, op.microbatch, op.backward, t);
         }
         (op.backward ? b_end : f_end)[static_cast<size_t>(s)][J] = t;
         free_at[static_cast<size_t>(s)] = t;
@@ -489,7 +509,7 @@ void run_replicas(const Rates& R, const Work& work, const std::vector<std::vecto
     for (int64_t l = 0; l < n; ++l) {
       const double end = free_at[static_cast<size_t>(s)][static_cast<size_t>(l)];
       stage_finish[static_cast<size_t>(s)] = std::max(stage_finish[static_cast<size_t>(s)], end);
-      unit_end[static_cast<size_t>(s * ups + first + l)] = end;
+      unit_end[static_cast<size_t>(s * ups + l)] = end;
     }
   }
 }
@@ -536,11 +556,10 @@ Status run_baseline(const Rates& R, const std::vector<Batch>& mbs, int64_t c, Si
   const auto ops = one_f_one_b(p, m);
   std::vector<double> stage_finish(static_cast<size_t>(p), 0.0);
   std::vector<double> unit_end(static_cast<size_t>(R.units), 0.0);
-  if (R.o.strategy.kind == StrategyKind::kWlb || R.o.strategy.kind == StrategyKind::kPerCp) {
-    run_replicas(R, work, ops, rec, 0, ups, c, stage_finish, unit_end);  // the collectives join the lanes
-  } else {
-    for (int64_t i = 0; i < ups; ++i) run_replicas(R, work, ops, rec, i, 1, 0, stage_finish, unit_end);
-  }
+  // Every lane of a stage runs each op together: the CP collectives and the colocated
+  // dispatcher's exchanges join them.
+  const bool cp = R.o.strategy.kind == StrategyKind::kWlb || R.o.strategy.kind == StrategyKind::kPerCp;
+  run_replicas(R, work, ops, rec, cp ? c : 0, stage_finish, unit_end);
 
   // DP gradient all-reduce per stage once every replica of the stage is done.
   r.pipeline_seconds = *std::max_element(stage_finish.begin(), stage_finish.end());

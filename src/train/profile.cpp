@@ -271,8 +271,7 @@ Status measure_gemms(comm::Communicator* c, const ProfileRun& run, const Progres
     DISTCA_ASSIGN_OR_RETURN(double mine, kernels::time_profile_gemm(g, run.gemm_repeats, sync, seed++, run.min_call_seconds));
     g.seconds_concurrent = mine;
     if (c != nullptr) {
-      DISTCA_ASSIGN_OR_RETURN(std::vector<double> all, c->all_gather_value(mine));
-      g.seconds_concurrent = median(all);
+      DISTCA_ASSIGN_OR_RETURN(g.seconds_concurrent, kernels::slowest_over_ranks(in_step(c), mine));
       if (lead) {
         DISTCA_ASSIGN_OR_RETURN(g.seconds_alone, kernels::time_profile_gemm(g, run.gemm_repeats, {}, seed++, run.min_call_seconds));
       }
@@ -304,8 +303,7 @@ Status measure_elementwise(comm::Communicator* c, const ProfileRun& run, Hardwar
          {&model::ElementwiseSeconds::layer_forward, &model::ElementwiseSeconds::layer_backward,
           &model::ElementwiseSeconds::loss_forward, &model::ElementwiseSeconds::loss_backward,
           &model::ElementwiseSeconds::optimizer}) {
-      DISTCA_ASSIGN_OR_RETURN(std::vector<double> all, c->all_gather_value(mine.*field));
-      concurrent.*field = median(all);
+      DISTCA_ASSIGN_OR_RETURN(concurrent.*field, kernels::slowest_over_ranks(in_step(c), mine.*field));
     }
     if (lead) {
       DISTCA_ASSIGN_OR_RETURN(alone, model::time_elementwise(spec, hp.shape.tokens, run.gemm_repeats, {}, seed, run.min_call_seconds));

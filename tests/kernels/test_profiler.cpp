@@ -25,7 +25,7 @@ TEST(ProfileRepetitions, AtLeastThreeUpToRepeatsAndMinSecondsBetween) {
   EXPECT_EQ(profile_repetitions(0.0, 7, 0.5), 7);            // no warm-up reading: all of them
 }
 
-TEST(TimeKernelsInStep, BarrierBeforeEveryRepetitionCountFromSlowestRankMedianOverRanks) {
+TEST(TimeKernelsInStep, BarrierBeforeEveryRepetitionCountAndFigureFromTheSlowestRank) {
   AttentionProblem prob = make_problem({{16, 16}}, 1, 1, 64, 3);
   double tick = 0;
   auto clock = [&] { return tick += 1.0; };  // every reading 1 s after the last
@@ -48,9 +48,20 @@ TEST(TimeKernelsInStep, BarrierBeforeEveryRepetitionCountFromSlowestRankMedianOv
   EXPECT_EQ(barriers, 1 + 3);
   ASSERT_EQ(gathered.size(), 3u);  // the warm-up, then the two passes' medians
   EXPECT_DOUBLE_EQ(gathered[0], 1.0);
-  EXPECT_DOUBLE_EQ(t.value().forward_seconds, 2.0);  // median of {1, 3}
-  EXPECT_DOUBLE_EQ(t.value().backward_seconds, 2.0);
+  EXPECT_DOUBLE_EQ(t.value().forward_seconds, 3.0);  // the slowest of {1, 3}
+  EXPECT_DOUBLE_EQ(t.value().backward_seconds, 3.0);
   EXPECT_GT(t.value().forward_flops, 0);
+}
+
+TEST(SlowestOverRanks, TheLargestOfTheRanksFiguresOrTheOwnAlone) {
+  ProfileSync sync;
+  EXPECT_DOUBLE_EQ(slowest_over_ranks(sync, 0.25).value(), 0.25);  // one process: no all-gather
+  // Four ranks, one persistently slower: the median (1.05) would hide it, the step waits for it.
+  sync.all_gather = [](double mine) -> Result<std::vector<double>> { return std::vector<double>{mine, 1.0, 1.3, 1.1}; };
+  EXPECT_DOUBLE_EQ(slowest_over_ranks(sync, 0.9).value(), 1.3);
+  EXPECT_DOUBLE_EQ(slowest_over_ranks(sync, 1.5).value(), 1.5);
+  sync.all_gather = [](double) -> Result<std::vector<double>> { return Status::internal("peer gone"); };
+  EXPECT_EQ(slowest_over_ranks(sync, 1.0).status().code(), StatusCode::kInternal);
 }
 
 TEST(TimeKernelsInStep, SyncErrorStopsTheCell) {

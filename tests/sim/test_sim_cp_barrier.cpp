@@ -1,7 +1,8 @@
 // Per-document CP in the simulator as the runtime runs it (src/sim/baseline.cpp): its
 // collectives wait for their group (run_cp_op), as the runtime's all-gather and reduce-scatter
-// do, checked against a hand computation of the critical path from the per-unit phase lengths
-// the run charged; and its attention is charged at the query rows the runtime's kernel call
+// do, and colocated's per-layer exchanges for the stage (run_colocated_op), as the
+// dispatcher's all-to-all does, each checked against a hand computation of the critical path
+// from the per-unit phase lengths the run charged; and per-document CP's attention is charged at the query rows the runtime's kernel call
 // runs, each piece widened to the kernel's query tiles (cp_task_rows, train/cp_attention.h),
 // checked against causal pairs counted by hand.
 #include <gtest/gtest.h>
@@ -38,6 +39,20 @@ std::map<int64_t, Phases> phases_of(const SimResult& r) {
   return out;
 }
 
+// Two units running only their layers (no LM head, no gradient all-reduce, no recompute) over
+// free links (infinite bandwidth, no latency), events kept: what is left between their phases
+// is waiting for one another.
+SimOptions bare_layers(const char* strategy) {
+  SimOptions o = testing::options(strategy, 2);
+  o.cluster.hw.inter_node_bw = o.cluster.hw.intra_node_bw = 1e30;
+  o.cluster.hw.inter_node_latency = o.cluster.hw.intra_node_latency = 0;
+  o.activation_checkpointing = false;
+  o.lm_head = false;
+  o.grad_sync = false;
+  o.record_events = true;
+  return o;
+}
+
 // Two units, one micro-batch, collectives free (infinite bandwidth, no latency): every
 // layer's all-gather waits for both units' linear work, the backward's reduce-scatter for both
 // attentions. By hand, with L layers and the units' phases:
@@ -55,13 +70,7 @@ std::map<int64_t, Phases> phases_of(const SimResult& r) {
 // both units) and must still follow the formula.
 TEST(CpBarrier, CollectivesWaitForTheGroupAsAHandComputation) {
   for (const char* strategy : {"wlb:1", "wlb:2", "percp:2"}) {
-    SimOptions o = testing::options(strategy, 2);
-    o.cluster.hw.inter_node_bw = o.cluster.hw.intra_node_bw = 1e30;
-    o.cluster.hw.inter_node_latency = o.cluster.hw.intra_node_latency = 0;
-    o.activation_checkpointing = false;
-    o.lm_head = false;
-    o.grad_sync = false;
-    o.record_events = true;
+    const SimOptions o = bare_layers(strategy);
     // A long document over both units and short ones whole on one (wlb); percp shards every
     // document over the two units, the long one's head-tail halves nearly equal.
     const Batch b = pack_documents({30000, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 1760},
@@ -87,6 +96,42 @@ TEST(CpBarrier, CollectivesWaitForTheGroupAsAHandComputation) {
       EXPECT_GT(want, own * 1.005) << "the batch does not exercise the barrier";
     }
   }
+}
+
+// Colocated as the runtime runs it: the dispatcher's all-to-all of every layer (forward: the
+// context fetch before the layer; backward: the dK/dV return after its attention) joins the
+// stage's units, zero bytes included, so with free links a lighter unit waits there for the
+// heaviest, and that wait is blocked communication (what the runtime's comm_s counts), not
+// idle at the end. By hand, with L layers and the units' phases:
+//   T = L max(lf + af) + L max(lb + ab),  unit u blocked: T - L (lf + af + lb + ab)_u,
+// its exposed communication (the bytes' own time) zero. Before the lockstep every unit ran
+// alone and the lighter one's blocked time was 0.
+TEST(ColocatedBarrier, EveryLayersExchangeWaitsForTheStageAsAHandComputation) {
+  const SimOptions o = bare_layers("colocated");
+  // Unit 0 one long document, unit 1 many short ones: equal tokens, unequal attention.
+  std::vector<int64_t> docs{8192};
+  for (int i = 0; i < 32; ++i) docs.push_back(256);
+  const SimResult r = testing::run(o, {pack_documents(docs, 2, 8192, Layout::kContiguous)});
+  const auto ph = phases_of(r);
+  ASSERT_EQ(ph.size(), 2u);
+  const double L = static_cast<double>(o.model.n_layers);
+  double fwd = 0, bwd = 0;
+  for (const auto& [u, p] : ph) {
+    ASSERT_GT(p.lf * p.af * p.lb * p.ab, 0) << "unit " << u;
+    fwd = std::max(fwd, p.lf + p.af);
+    bwd = std::max(bwd, p.lb + p.ab);
+  }
+  const double T = L * fwd + L * bwd;
+  EXPECT_NEAR(r.pipeline_seconds, T, 1e-9 * T);
+  double lightest_blocked = 0;
+  for (const auto& [u, p] : ph) {
+    const UnitStats& st = r.per_unit[static_cast<size_t>(u)];
+    const double blocked = T - L * (p.lf + p.af + p.lb + p.ab);
+    EXPECT_NEAR(st.comm_blocked, blocked, 1e-9 * T) << "unit " << u;
+    EXPECT_NEAR(st.exposed_comm, 0.0, 1e-12) << "unit " << u;
+    lightest_blocked = std::max(lightest_blocked, blocked);
+  }
+  EXPECT_GT(lightest_blocked, 0.05 * T) << "the batch does not exercise the barrier";
 }
 
 // percp:2 on one document of 300 rows over 2 units, tile 128: percp_repack gives unit 0 the

@@ -81,6 +81,10 @@ TEST(SimSharing, FourUnitsOnTwoCoresFollowTheFluidClosedForm) {
   // computing each gets min(1, 2 / n) of a core, i.e. speed min(2, 4 / n) in base seconds per
   // second. Units 2 and 3 end at d2 (all four compute until then); units 0 and 1 then run at
   // speed 2: unit 1 ends at d2 + (d1 - d2) / 2; unit 0, alone after that, still at speed 2.
+  // Colocated units meet at every layer's exchange; every layer holds the same shares of each
+  // unit's work, so each layer is this timeline scaled down and the ends are the same. Those
+  // meetings couple the units' intervals, so the fixed point takes more passes than units
+  // that run apart did (2-4), and settles within its tolerance (kSharingTolerance, relative).
   const double end2 = d[2];
   const double end1 = d[2] + (d[1] - d[2]) / 2;
   const double end0 = d[2] + (d[0] - d[2]) / 2;
@@ -88,11 +92,12 @@ TEST(SimSharing, FourUnitsOnTwoCoresFollowTheFluidClosedForm) {
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_TRUE(r->sharing_converged);
   EXPECT_GE(r->sharing_passes, 2);
-  EXPECT_LE(r->sharing_passes, 4);
+  EXPECT_LE(r->sharing_passes, 16);
   const double expect[4] = {end0, end1, end2, end2};
-  for (size_t u = 0; u < 4; ++u) EXPECT_NEAR(r->per_unit[u].busy, expect[u], 1e-12 * end0) << "unit " << u;
-  EXPECT_NEAR(r->iteration_seconds, end0, 1e-12 * end0);
-  EXPECT_NEAR(r->per_unit[2].idle, end0 - end2, 1e-12 * end0);
+  const double tol = 1e-9 * end0;
+  for (size_t u = 0; u < 4; ++u) EXPECT_NEAR(r->per_unit[u].busy, expect[u], tol) << "unit " << u;
+  EXPECT_NEAR(r->iteration_seconds, end0, tol);
+  EXPECT_NEAR(r->per_unit[2].comm_blocked, end0 - end2, tol);  // its waits at the exchanges
 
   // Four units on one core each (host_cores 4 with the 4-rank profile: its concurrent figures
   // were half a core, so every unit runs twice as fast as the base).
@@ -122,8 +127,8 @@ TEST(SimSharing, TheCoresTheProfilesRunHadComeFromItsAloneFigures) {
   auto r = simulate(options(4, 1, 2, prof), {four_units()});
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_TRUE(r->sharing_converged);
-  EXPECT_NEAR(r->per_unit[1].busy, end1, 1e-12 * end0);
-  EXPECT_NEAR(r->iteration_seconds, end0, 1e-12 * end0);
+  EXPECT_NEAR(r->per_unit[1].busy, end1, 1e-9 * end0);
+  EXPECT_NEAR(r->iteration_seconds, end0, 1e-9 * end0);
   // Spinning waiters (or a file without the field): machine.cores.
   hp.alone_waiters_sleep = false;
   EXPECT_DOUBLE_EQ(profile_cores(hp), 2.0);

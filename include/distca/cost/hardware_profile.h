@@ -76,7 +76,7 @@ struct GemmRecord {
   GemmPass pass = GemmPass::kForward;
   int64_t m = 0, n = 0, k = 0;    // row-major C (m, n) = op(A) (m, k) op(B) (k, n)
   double seconds_alone = 0;       // median; this rank computing, the others waiting
-  double seconds_concurrent = 0;  // median; every rank computing the same product at once
+  double seconds_concurrent = 0;  // every rank computing the same product at once: the slowest rank's median
   double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
 };
 
@@ -127,7 +127,7 @@ struct LinkProfile {
 LinkProfile fit_link(std::vector<LinkPoint> points, double wire_factor);
 
 // Seconds of one element-wise figure (model/profile_elementwise.h says what each holds):
-// rank 0 alone and every rank at once (the median over ranks), as GemmRecord's.
+// rank 0 alone and every rank at once (the slowest rank's), as GemmRecord's.
 inline constexpr double kMaxElementwiseSeconds = 1.0;  // per token or per parameter
 struct ElementwiseTerm {
   double alone = 0;

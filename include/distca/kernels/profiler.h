@@ -40,6 +40,14 @@ struct ProfileSync {
   std::function<Result<std::vector<double>>(double)> all_gather;  // every rank's value, in rank order
 };
 
+// What a figure timed on every rank at once is worth to a synchronous step: the slowest rank's
+// `mine` (each rank's own median over its repetitions, so one disturbed repetition is already
+// outvoted). A rank that runs persistently slower than its peers (its core shared with more,
+// its CPU quota less well realized) sets the pace of every phase that ends in an exchange, and
+// the median over ranks would miss it (docs/simulation-model.md, "Hardware profile"). `mine`
+// itself when sync.all_gather is empty (one process). Errors: the all-gather's.
+Result<double> slowest_over_ranks(const ProfileSync& sync, double mine);
+
 // Timed repetitions of a profile cell whose warm-up took `warm_seconds`: enough that warm-up
 // and repetitions span `min_seconds`, never more than `repeats` and never fewer than
 // min(repeats, kMinProfileRepeats), so the median outvotes one disturbed repetition.
@@ -49,7 +57,7 @@ int profile_repetitions(double warm_seconds, int repeats, double min_seconds);
 // time_kernels for a profile cell, every rank of `sync` at once and in step: one warm-up (its
 // seconds, the slowest rank's, fix the count: profile_repetitions), then each timed repetition
 // behind sync.barrier, so no rank measures while another runs something else; the result is
-// the median over ranks of each rank's median. Each repetition times the forward, then the
+// the slowest rank's median (slowest_over_ranks). Each repetition times the forward, then the
 // backward, over at least `min_call_seconds` each (time_calls, core/clock.h: back-to-back
 // calls, seconds per call; 0: one call). `clock` (seconds, monotonic_seconds when empty) reads
 // the time. Errors: the sync hooks'.

@@ -5,8 +5,8 @@
 // trainer's group communicator (docs/simulation-model.md, "Hardware profile").
 //
 // With a communicator every rank measures at once: attention and each GEMM and element-wise
-// figure with every rank computing (a barrier before each timed run; the median over ranks of
-// each rank's median), then the GEMMs and element-wise work with rank 0 alone while the others
+// figure with every rank computing (a barrier before each timed run; the slowest rank's
+// median, kernels::slowest_over_ranks), then the GEMMs and element-wise work with rank 0 alone while the others
 // wait in a barrier that sleeps (HardwareProfile::alone_waiters_sleep); the links as the
 // slowest rank's seconds per exchange, the median over repetitions; the TP collectives as
 // HardwareProfile::tp_collective says.
