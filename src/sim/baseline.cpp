@@ -295,6 +295,18 @@ Rates::TpCost colocated_tp(const Rates& R, const UnitWork& w, bool bwd, int64_t 
   return c;
 }
 
+// The last stage's LM head (forward or backward) on every lane of stage s, lane i from t[i].
+void lm_head(const Rates& R, const std::vector<UnitWork>& w, Recorder& rec, int64_t s, int64_t j, bool bwd,
+             std::vector<double>& t) {
+  const int64_t ups = R.units_per_stage;
+  for (int64_t i = 0; i < ups; ++i) {
+    const double d = rec.linear(s * ups + i, t[static_cast<size_t>(i)],
+                                (bwd ? R.lm_head_bwd_per_token : R.lm_head_fwd_per_token) * w[static_cast<size_t>(i)].tokens,
+                                bwd ? "bwd lm head" : "fwd lm head", j);
+    t[static_cast<size_t>(i)] += std::max(0.0, d);
+  }
+}
+
 // The colocated dispatcher's exchange of one layer, every lane of stage s at once: one
 // all-to-all over the stage's units (each rank posts a message to every other, zero bytes
 // included: src/comm/mpi.cpp), so it ends for no unit before the last has called it; lane i's
@@ -326,21 +338,13 @@ void run_colocated_op(const Rates& R, const Work& work, Recorder& rec, int64_t s
   const int64_t layers = R.stage_layers[static_cast<size_t>(s)];
   const bool last = s == R.pp - 1;
   const auto lane = [&](int64_t i) -> const UnitWork& { return w[static_cast<size_t>(i)]; };
-  const auto lm = [&]() {
-    for (int64_t i = 0; i < ups; ++i) {
-      const double d = rec.linear(s * ups + i, t[static_cast<size_t>(i)],
-                                  (bwd ? R.lm_head_bwd_per_token : R.lm_head_fwd_per_token) * lane(i).tokens,
-                                  bwd ? "bwd lm head" : "fwd lm head", j);
-      t[static_cast<size_t>(i)] += std::max(0.0, d);
-    }
-  };
   const auto fetch = [&](int64_t i) {
     return std::array<double, 3>{lane(i).fwd_seconds, lane(i).fwd_sent, lane(i).fwd_recv};
   };
   const auto give_back = [&](int64_t i) {
     return std::array<double, 3>{lane(i).bwd_seconds, lane(i).bwd_sent, lane(i).bwd_recv};
   };
-  if (last && bwd) lm();
+  if (last && bwd) lm_head(R, w, rec, s, j, bwd, t);
   // With checkpointing the backward's recompute of a layer fetches (gathers) its K/V again, at
   // the forward's cost, before the attention backward.
   const bool refetch = bwd && R.o.activation_checkpointing;
@@ -369,7 +373,7 @@ void run_colocated_op(const Rates& R, const Work& work, Recorder& rec, int64_t s
   for (int64_t i = 0; i < ups; ++i) {  // the tail after the last layer
     t[static_cast<size_t>(i)] += rec.tp(s * ups + i, t[static_cast<size_t>(i)], colocated_tp(R, lane(i), bwd, layers, s), j);
   }
-  if (last && !bwd) lm();
+  if (last && !bwd) lm_head(R, w, rec, s, j, bwd, t);
 }
 
 // Per-document CP's collectives of one op of stage s at a point of its layers (after the
@@ -412,15 +416,7 @@ void run_cp_op(const Rates& R, const Work& work, Recorder& rec, int64_t s, int64
   const int64_t ups = R.units_per_stage;
   const int64_t layers = R.stage_layers[static_cast<size_t>(s)];
   const bool last = s == R.pp - 1;
-  const auto lm = [&]() {
-    for (int64_t i = 0; i < ups; ++i) {
-      const double d = rec.linear(s * ups + i, t[static_cast<size_t>(i)],
-                                  (bwd ? R.lm_head_bwd_per_token : R.lm_head_fwd_per_token) * w[static_cast<size_t>(i)].tokens,
-                                  bwd ? "bwd lm head" : "fwd lm head", j);
-      t[static_cast<size_t>(i)] += std::max(0.0, d);
-    }
-  };
-  if (last && bwd) lm();
+  if (last && bwd) lm_head(R, w, rec, s, j, bwd, t);
   const int gathers = bwd && R.o.activation_checkpointing ? 2 : 1;
   for (int64_t k = 0; k < layers; ++k) {
     for (int64_t i = 0; i < ups; ++i) {
@@ -440,7 +436,7 @@ void run_cp_op(const Rates& R, const Work& work, Recorder& rec, int64_t s, int64
     }
     if (bwd) cp_collectives_at(R, w, rec, s, c, j, true, false, t);
   }
-  if (last && !bwd) lm();
+  if (last && !bwd) lm_head(R, w, rec, s, j, bwd, t);
 }
 
 // The 1F1B of the pipeline replicas over the stages, each
