@@ -35,12 +35,12 @@ using namespace train;  // bench_spec, make_config, pipeline_modes, RankFigures,
 // rank, f.pp stages, the batches as micro-batches): hw a measured hardware profile
 // (--hardware) or null (then the local-cpu preset's links and the linear layers at
 // sgemm_mean); table (--cost-table) or null. `ok` false: the simulator's refusal in `error`;
-// sim::to_json gives the report's "sim" object.
+// sim::to_json gives the report's "sim" object. record_events: also its trace (SimFigures::trace).
 using SimFigures = sim::TrainingOutcome;
 
 SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, double sgemm_mean,
                    const ProfiledCostModel* table, const std::shared_ptr<const HardwareProfile>& hw_profile,
-                   const std::vector<Batch>& batches);
+                   const std::vector<Batch>& batches, bool record_events = false);
 
 // Appends the local backend's note and the JSON (--json -: to stdout after the text; FILE: first
 // of `files`), writes `files` atomically, then the text to stdout; the exit code.

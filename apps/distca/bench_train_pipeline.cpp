@@ -224,7 +224,7 @@ int write_report(const TrainBenchFlags& f, std::string out, const nlohmann::json
 
 SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, double sgemm_mean,
                    const ProfiledCostModel* table, const std::shared_ptr<const HardwareProfile>& hw_profile,
-                   const std::vector<Batch>& batches) {
+                   const std::vector<Batch>& batches, bool record_events) {
   sim::TrainingRun run;
   run.model = bench_spec(f);
   run.ranks = ranks;
@@ -238,6 +238,7 @@ SimFigures predict(const TrainBenchFlags& f, int64_t ranks, const Mode& mode, do
   run.sgemm_flops = sgemm_mean;
   run.hardware_profile = hw_profile;
   run.attention_table = table;
+  run.record_events = record_events;
   return sim::predict_outcome(run, batches);
 }
 

@@ -183,12 +183,16 @@ nlohmann::json mode_row(std::string& out, const TrainBenchFlags& f, int64_t rank
 }
 
 // The simulator on the measured profile, beside the measured medians (issue 17's check).
+// --sim-trace: the pingpong prediction's trace, appended to `files`.
 void sim_rows(std::string& out, nlohmann::json& j, const TrainBenchFlags& f, int64_t ranks, const Figures& fig,
-              const Derived& d, const HardwareProfile& hw_profile, const std::shared_ptr<const HardwareProfile>& hw) {
+              const Derived& d, const HardwareProfile& hw_profile, const std::shared_ptr<const HardwareProfile>& hw,
+              std::vector<std::pair<std::string, std::string>>& files) {
   appendf(out, "sim (hardware profile %s, %lld ranks at once): step s, of measured, idle, exposed (means over ranks):",
           f.hardware.c_str(), static_cast<long long>(hw_profile.ranks));
   for (size_t mi = 0; mi < kModes.size(); ++mi) {
-    const SimFigures sim = predict(f, ranks, kModes[mi], d.rate_sum / static_cast<double>(ranks), nullptr, hw, {d.batch});
+    const bool traced = mi == kDpPingPong && !f.sim_trace.empty();
+    SimFigures sim = predict(f, ranks, kModes[mi], d.rate_sum / static_cast<double>(ranks), nullptr, hw, {d.batch}, traced);
+    if (traced && sim.ok) files.emplace_back(f.sim_trace, std::move(sim.trace));
     const double t = median(fig.modes[mi].steps);
     if (sim.ok) {
       appendf(out, " %s %.3f s (%.2f), %.1f%%, %.1f%%%s", kModes[mi].name, sim.step_s, t > 0 ? sim.step_s / t : 0.0,
@@ -253,9 +257,9 @@ int report_data_parallel(const TrainBenchFlags& f, int64_t ranks, const Figures&
   std::string out;
   print_header(out, f, ranks, fig, d);
   for (size_t mi = 0; mi < kModes.size(); ++mi) j["modes"].push_back(mode_row(out, f, ranks, fig, d, mi));
-  if (hw) sim_rows(out, j, f, ranks, fig, d, *hw, hw);
-  print_summary(out, j, f, fig, d);
   std::vector<std::pair<std::string, std::string>> files;
+  if (hw) sim_rows(out, j, f, ranks, fig, d, *hw, hw, files);
+  print_summary(out, j, f, fig, d);
   if (!f.trace.empty()) {
     const TraceMetadata meta = rank_trace_metadata(
         "distca bench train", ranks, {{"mode", "cad pingpong"}, {"round", f.rounds}, {"step", f.steps - 1}, {"backend", f.backend}});
@@ -351,7 +355,7 @@ Status check_flags(const TrainBenchFlags& f, bool ranks_given) {
   if (f.backend == "local" && detect_launcher().size > 1) {
     return Status::invalid_argument("--backend local under mpirun would run one independent benchmark per process; add --backend mpi");
   }
-  DISTCA_RETURN_IF_ERROR(check_outputs({{"--json", f.json, true}, {"--trace", f.trace}}));
+  DISTCA_RETURN_IF_ERROR(check_outputs({{"--json", f.json, true}, {"--trace", f.trace}, {"--sim-trace", f.sim_trace}}));
   // The trainer's own checks (model, workload) for every mode.
   const int64_t ranks = run_ranks(f);
   if (f.pp > 1 && !f.trace.empty()) return Status::invalid_argument("--trace is not recorded with --pp (yet)");
@@ -430,6 +434,9 @@ std::optional<std::string> combination_error(const TrainBenchFlags& g, bool draw
     return "--kv-once auto needs --hardware FILE and applies to --pp 1 without --compare";
   }
   if (g.ranks_per_host != 0 && g.compare) return "--ranks-per-host applies to bench train without --compare";
+  if (!g.sim_trace.empty() && (g.hardware.empty() || g.pp > 1 || g.compare)) {
+    return "--sim-trace needs --hardware FILE and applies to --pp 1 without --compare";
+  }
   if (!g.compare && (drawn || seed_given)) {
     return std::string(drawn ? "--workload " + g.workload : "--seed") + " applies to --compare";
   }
@@ -466,6 +473,9 @@ Runner setup(CLI::App& app) {
   add_mpi_timeout(app, f->mpi_timeout, "mpi");
   app.add_option("--json", f->json, "write the figures as JSON to FILE (- for stdout)");
   app.add_option("--trace", f->trace, "write a Chrome trace (Perfetto) of the last round's cad pingpong, last step");
+  app.add_option("--sim-trace", f->sim_trace,
+                 "write the simulator's Chrome trace (Perfetto) of its cad pingpong prediction (needs --hardware; "
+                 "beside --trace's measured step)");
   app.add_option("--pp", f->pp, "pipeline stages (ranks = replicas x stages): colocated 1F1B against cad's "
                                "1F1B ticks with pooled attention, micro-batches of skewed attention (default 1)")
       ->check(CLI::Range(int64_t{1}, int64_t{64}));

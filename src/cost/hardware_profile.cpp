@@ -287,6 +287,12 @@ Status HardwareProfile::validate(const std::string& source) const {
   }
   if (tp_collective) DISTCA_RETURN_IF_ERROR(check_link(*tp_collective, pre + "links.tp_collective"));
   if (tp_wait && !tp_collective) return bad("links.tp_wait needs links.tp_collective");
+  if (comm_cpu && ranks < 2) return bad("links.comm_cpu needs machine.ranks >= 2");
+  if (comm_cpu && (!std::isfinite(comm_cpu->seconds_per_byte) || comm_cpu->seconds_per_byte < 0 ||
+                   comm_cpu->seconds_per_byte > kMaxCommCpuSecondsPerByte || comm_cpu->bytes <= 0)) {
+    return bad("links.comm_cpu.seconds_per_byte must be in [0, 1e-6] and links.comm_cpu.bytes positive (got " +
+               num(comm_cpu->seconds_per_byte) + ", " + std::to_string(comm_cpu->bytes) + ")");
+  }
   if (tp_wait) DISTCA_RETURN_IF_ERROR(check_tp_wait(*tp_wait, pre + "links.tp_wait"));
   return {};
 }
@@ -339,11 +345,12 @@ nlohmann::json to_json(const HardwareProfile& p) {
     }
     j["elementwise"] = e;
   }
-  if (p.all_to_all || p.p2p || p.tp_collective || p.tp_wait) {
+  if (p.all_to_all || p.p2p || p.tp_collective || p.tp_wait || p.comm_cpu) {
     nlohmann::json links = nlohmann::json::object();
     if (p.all_to_all) links["all_to_all"] = link_json(*p.all_to_all);
     if (p.p2p) links["p2p"] = link_json(*p.p2p);
     if (p.tp_collective) links["tp_collective"] = link_json(*p.tp_collective);
+    if (p.comm_cpu) links["comm_cpu"] = {{"seconds_per_byte", p.comm_cpu->seconds_per_byte}, {"bytes", p.comm_cpu->bytes}};
     if (p.tp_wait) {
       nlohmann::json pts = nlohmann::json::array();
       for (const TpWaitPoint& w : p.tp_wait->points) {
@@ -606,6 +613,13 @@ Result<HardwareProfile> hardware_profile_from_json(const nlohmann::json& j, cons
     }
     if (links->contains("tp_wait")) {  // optional: absent in files written before it
       DISTCA_ASSIGN_OR_RETURN(p.tp_wait, read_tp_wait(r, *links));
+    }
+    if (links->contains("comm_cpu")) {  // optional: absent in files written before it
+      DISTCA_ASSIGN_OR_RETURN(const nlohmann::json* cc, r.object(*links, "links.comm_cpu", "comm_cpu"));
+      CommCpuProfile cp;
+      DISTCA_ASSIGN_OR_RETURN(cp.seconds_per_byte, r.number(*cc, "links.comm_cpu.seconds_per_byte", "seconds_per_byte"));
+      DISTCA_ASSIGN_OR_RETURN(cp.bytes, r.integer(*cc, "links.comm_cpu.bytes", "bytes"));
+      p.comm_cpu = cp;
     }
   }
   DISTCA_RETURN_IF_ERROR(p.validate(source));

@@ -100,9 +100,10 @@ Status AutoToleranceModel::validate() const {
   }
   const auto bad = [](double v) { return !std::isfinite(v) || v < 0; };
   if (bad(linear_forward_seconds_per_row) || bad(linear_backward_seconds_per_row) ||
-      bad(attention_backward_share) || attention_backward_share > 1 || bad(message_seconds) || message_seconds > 1) {
+      bad(attention_backward_share) || attention_backward_share > 1 || bad(message_seconds) || message_seconds > 1 ||
+      bad(comm_cpu_seconds_per_byte) || comm_cpu_seconds_per_byte > kMaxCommCpuSecondsPerByte) {
     return Status::invalid_argument("--tolerance auto: linear seconds must be finite and >= 0, the backward share in "
-                                    "[0, 1], the seconds per message in [0, 1]");
+                                    "[0, 1], the seconds per message in [0, 1], the CPU per byte in [0, 1e-6]");
   }
   return Status::ok_status();
 }
@@ -134,6 +135,7 @@ Result<AutoToleranceModel> auto_tolerance_model(const HardwareProfile& profile, 
   const double ratio = profile.attention_backward_ratio();
   m.attention_backward_share = std::isfinite(ratio) && ratio >= 0 ? ratio / (1 + ratio) : 0.5;
   m.message_seconds = link->message_seconds;
+  if (profile.comm_cpu) m.comm_cpu_seconds_per_byte = profile.comm_cpu->seconds_per_byte;
   DISTCA_RETURN_IF_ERROR(m.validate());
   return m;
 }

@@ -66,6 +66,16 @@ ExchangeTimes ExchangeLinks::post(const std::vector<double>& posted, std::vector
   return t;
 }
 
+double charge_transfer_cpu(std::vector<CpuDraw>& draws, double t, double seconds) {
+  std::erase_if(draws, [t](const CpuDraw& w) { return w.end <= t; });
+  double extra = 0;
+  for (const CpuDraw& w : draws) {
+    const double overlap = std::min(w.end, t + seconds) - std::max(w.start, t);
+    if (overlap > 0) extra += w.cpu * overlap / (w.end - w.start);
+  }
+  return seconds + extra;
+}
+
 void ExchangeLinks::hold_until(double t) {
   for (auto* dirs : {&out_free_, &in_free_}) {
     for (std::array<double, 2>& d : *dirs) {

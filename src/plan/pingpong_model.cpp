@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "distca/core/check.h"
@@ -73,26 +75,58 @@ void relay(Transfer& t, const std::vector<RelayedBlock>& blocks, const std::vect
   }
 }
 
-// The ranks' clocks, their exchanges priced by the link model (plan/link_model.h).
+// Bytes each of `n` ranks sends or receives in `sends` (each pair's entries summed first, as
+// the link model does: a relay's negative entry cancels its holder's).
+std::vector<double> rank_bytes(const std::vector<PairMessage>& sends, size_t n) {
+  std::map<std::pair<int64_t, int64_t>, double> pair;
+  for (const PairMessage& m : sends) {
+    if (m.from != m.to) pair[{m.from, m.to}] += m.bytes;
+  }
+  std::vector<double> bytes(n, 0.0);
+  for (const auto& [p, b] : pair) {
+    if (b <= 0) continue;
+    bytes[static_cast<size_t>(p.first)] += b;
+    bytes[static_cast<size_t>(p.second)] += b;
+  }
+  return bytes;
+}
+
+// The ranks' clocks, their exchanges priced by the link model (plan/link_model.h), their
+// compute slowed by the CPU the transfers beside it take (charge_transfer_cpu).
 class Timeline {
  public:
   Timeline(const Plan& plan, const AutoToleranceModel& m, bool free)
-      : free_(free), clock_(plan.ranks.size(), 0.0), links_(static_cast<int64_t>(plan.ranks.size()), plan.hosts, m.link_rates()) {}
+      : free_(free),
+        cpu_per_byte_(free ? 0.0 : m.comm_cpu_seconds_per_byte),
+        clock_(plan.ranks.size(), 0.0),
+        links_(static_cast<int64_t>(plan.ranks.size()), plan.hosts, m.link_rates()),
+        draws_(plan.ranks.size()) {}
 
   // Every rank posts `t` at its clock; returns when it completes on each rank.
-  std::vector<double> post(const Transfer& t) { return links_.post(clock_, t.sends, free_).done; }
+  std::vector<double> post(const Transfer& t) {
+    const ExchangeTimes x = links_.post(clock_, t.sends, free_);
+    if (cpu_per_byte_ > 0) {
+      const std::vector<double> bytes = rank_bytes(t.sends, clock_.size());
+      for (size_t r = 0; r < clock_.size(); ++r) {
+        if (bytes[r] > 0 && x.done[r] > x.all_posted) draws_[r].push_back({x.all_posted, x.done[r], cpu_per_byte_ * bytes[r]});
+      }
+    }
+    return x.done;
+  }
   void wait(const std::vector<double>& done) {
     for (size_t r = 0; r < clock_.size(); ++r) clock_[r] = std::max(clock_[r], done[r]);
   }
   void run(const std::vector<double>& seconds) {
-    for (size_t r = 0; r < clock_.size(); ++r) clock_[r] += seconds[r];
+    for (size_t r = 0; r < clock_.size(); ++r) clock_[r] += charge_transfer_cpu(draws_[r], clock_[r], seconds[r]);
   }
   double end() const { return *std::max_element(clock_.begin(), clock_.end()); }
 
  private:
   const bool free_;
+  const double cpu_per_byte_;
   std::vector<double> clock_;
   ExchangeLinks links_;
+  std::vector<std::vector<CpuDraw>> draws_;  // [rank] transfers whose CPU is not yet charged
 };
 
 double simulate(const NanoPlans& plans, const AutoToleranceModel& m, int64_t layers, bool free) {

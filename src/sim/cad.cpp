@@ -70,7 +70,8 @@ struct Collective {
 class TickRunner {
  public:
   TickRunner(const Rates& R, Recorder& rec, Vec& unit_clock)
-      : R_(R), rec_(rec), clock_(unit_clock), U_(R.units), links_(R.units, R.unit_hosts, R.cad_links) {}
+      : R_(R), rec_(rec), clock_(unit_clock), U_(R.units), links_(R.units, R.unit_hosts, R.cad_links),
+        draws_(static_cast<size_t>(R.units)) {}
 
   // Runs one layer slot. `dir`: the directions in it (0 forward, 1 backward, 2 both: a mixed
   // tick, whose exchanges carry both directions' bytes at once). `mb` labels events (-1:
@@ -163,6 +164,9 @@ class TickRunner {
       if (c.part[i]) {
         rec_.comm(u, c.start, c.end[i] - c.start, signal ? 0.0 : sent[i], signal ? 0.0 : recv[i], name, mb);
       }
+      // Each of the unit's G ranks moves its share of the bytes on its own cores.
+      const double cpu = R_.comm_cpu_per_byte * (sent[i] + recv[i]) / static_cast<double>(R_.gpus_per_unit);
+      if (!signal && cpu > 0 && c.end[i] > c.start) draws_[i].push_back({c.start, c.end[i], cpu});
       net_free_ = std::max(net_free_, c.end[i]);
     }
     return c;
@@ -179,7 +183,7 @@ class TickRunner {
   void linear(const Slot& s, int x, const Collective& after, const char* const (&names)[2][2], int64_t mb) {
     for (size_t i = 0; i < clock_.size(); ++i) {
       wait_for(i, after);
-      const double dur = s.linear[x][i];
+      const double dur = taxed(i, s.linear[x][i]);
       const bool own = s.unit_dir[i] >= 0;
       clock_[i] += rec_.linear(static_cast<int64_t>(i), clock_[i], dur, names[own && s.unit_dir[i] == 1 ? 1 : 0][x],
                                own ? s.unit_mb[i] : mb);
@@ -190,9 +194,13 @@ class TickRunner {
   void attention(const Vec& seconds, const Collective& after, const char* name, int64_t mb) {
     for (size_t i = 0; i < clock_.size(); ++i) {
       wait_for(i, after);
-      clock_[i] += rec_.attention(static_cast<int64_t>(i), clock_[i], seconds[i], name, mb);
+      clock_[i] += rec_.attention(static_cast<int64_t>(i), clock_[i], taxed(i, seconds[i]), name, mb);
     }
   }
+
+  // Unit i's compute of `seconds` from its clock, lengthened by the CPU its transfers in flight
+  // take meanwhile (charge_transfer_cpu).
+  double taxed(size_t i, double seconds) { return charge_transfer_cpu(draws_[i], clock_[i], seconds); }
 
   const Rates& R_;
   Recorder& rec_;
@@ -200,6 +208,7 @@ class TickRunner {
   int64_t U_;
   double net_free_ = 0;  // the latest end of any exchange or transfer so far
   ExchangeLinks links_;
+  std::vector<std::vector<CpuDraw>> draws_;  // [units] transfers whose CPU is not yet charged
   Collective returns_[2];  // returns in flight from the previous slot
 };
 

@@ -79,6 +79,10 @@ struct Rates {
   // profile's (plan/auto_tolerance.h profile_link_rates: its p2p fit, G x its bandwidth);
   // inside a host (SimOptions::topology) that rate times the topology's inter_host_price.
   LinkRates cad_links;
+  // Seconds of compute a rank loses per byte it sends or receives while it computes (a
+  // hardware profile's links.comm_cpu; 0 without one): CAD's overlapped exchanges slow the
+  // compute they run beside (cad.cpp, TickRunner::taxed).
+  double comm_cpu_per_byte = 0;
   std::vector<int64_t> unit_hosts;  // [units] SimOptions::topology's hosts, or empty
   // SimOptions::tolerance_auto: the profile's model (plan/auto_tolerance.h) and the table it
   // points at; null otherwise.

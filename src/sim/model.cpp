@@ -121,6 +121,7 @@ void Rates::apply_hardware_profile(const HardwareProfile& hp) {
     exchange = Link{G * hp.all_to_all->bytes_per_second, hp.all_to_all->latency_seconds / messages};
   }
   if (hp.p2p) p2p_link = Link{G * hp.p2p->bytes_per_second, hp.p2p->latency_seconds};
+  if (hp.comm_cpu) comm_cpu_per_byte = hp.comm_cpu->seconds_per_byte;
   if (const std::optional<LinkRates> l = profile_link_rates(hp, o.topology.inter_host_price)) {
     cad_links = {G * l->inter_host_bytes_per_second, G * l->intra_host_bytes_per_second, l->message_seconds};
   }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "distca/core/stats.h"
+#include "distca/core/trace.h"
 #include "distca/cost/options.h"
 
 namespace distca::sim {
@@ -112,6 +113,7 @@ SimRequest training_request(const TrainingRun& run) {
   r.tolerance = run.tolerance;
   r.tolerance_auto = run.tolerance_auto && run.mode == "cad";
   r.ranks_per_host = run.ranks_per_host;
+  r.record_events = run.record_events;
   r.dtype = "fp32";
   r.shard_optimizer = false;
   r.activation_checkpointing = false;
@@ -151,6 +153,7 @@ Result<TrainingPrediction> predict_training(const TrainingRun& run, const std::v
     out.rank_linear_s.push_back(u.linear);
     out.rank_attention_s.push_back(u.attention);
   }
+  if (run.record_events) out.trace = chrome_trace_json(r.events, trace_metadata(r));
   return out;
 }
 

@@ -34,6 +34,10 @@ using Progress = std::function<void(const std::string&)>;
 
 // Message sizes of the link measurements (bytes per message): latency-bound to bandwidth-bound.
 const std::vector<int64_t> kLinkBytes = {64, 1024, 16384, 262144, 1 << 20, 4 << 20};
+// measure_comm_cpu: the products timed quiet per repeat, and the transfer's length on the link.
+constexpr int kCommCpuQuietCalls = 8;
+constexpr double kCommCpuLinkSeconds = 0.5;
+constexpr int64_t kCommCpuMinBytes = 1 << 20, kCommCpuMaxBytes = 64 << 20;
 
 // The model the element-wise figures are timed at: the profile's shapes, one layer.
 ModelSpec elementwise_spec(const ProfileShape& s) {
@@ -89,6 +93,55 @@ Result<std::vector<LinkPoint>> measure_links(comm::Communicator& c, bool all_to_
     points.push_back({bytes, std::max(median(t), kMinTaskSeconds)});
   }
   return points;
+}
+
+// Transfers between ranks take CPU from the compute beside them (the progress thread's MPI
+// rounds and copies, the kernel's network stack), which the link fits - measured with every
+// rank waiting - do not see. Per repeat, on every rank at once: back-to-back products of the
+// profile's tokens x hidden x hidden (as a layer's wq forward), timed alone per call, then the
+// same products while a ring transfer of `bytes` (to rank + 1, from rank - 1) crosses the
+// links, until it is done. What the products lost to it: the elapsed time less the calls it
+// held times the quiet call; over the bytes this rank moved (sent + received). Per rank the
+// median over repeats, then the mean over ranks, at least 0 (HardwareProfile::comm_cpu).
+Result<CommCpuProfile> measure_comm_cpu(comm::Communicator& c, const ProfileShape& shape, const LinkProfile& p2p,
+                                        int repeats) {
+  const int n = c.size(), me = c.rank();
+  const int64_t m = shape.tokens, k = shape.hidden;
+  std::vector<float> a(static_cast<size_t>(m * k), 0.5f), b(static_cast<size_t>(k * k), 0.25f),
+      out(static_cast<size_t>(m * k));
+  auto product = [&] { kernels::gemm<float>(false, false, m, k, k, 1.0f, a.data(), k, b.data(), k, 0.0f, out.data(), k); };
+  // About half a second on the link, within [1, 64] MiB.
+  const auto bytes = static_cast<size_t>(std::clamp(p2p.bytes_per_second * kCommCpuLinkSeconds,
+                                                    static_cast<double>(kCommCpuMinBytes), static_cast<double>(kCommCpuMaxBytes)));
+  std::vector<std::byte> send(bytes, std::byte{1}), recv(bytes);
+  product();  // warm-up (first touch)
+  std::vector<double> per_byte;
+  for (int r = 0; r < repeats; ++r) {
+    DISTCA_RETURN_IF_ERROR(c.barrier());
+    const double q0 = monotonic_seconds();
+    for (int i = 0; i < kCommCpuQuietCalls; ++i) product();
+    const double quiet = (monotonic_seconds() - q0) / kCommCpuQuietCalls;
+    DISTCA_RETURN_IF_ERROR(c.barrier());
+    const double t0 = monotonic_seconds();
+    DISTCA_ASSIGN_OR_RETURN(auto rx, c.start_recv(std::span(recv.data(), bytes), (me + n - 1) % n, 8, "comm cpu"));
+    DISTCA_ASSIGN_OR_RETURN(auto tx, c.start_send(std::span<const std::byte>(send.data(), bytes), (me + 1) % n, 8, "comm cpu"));
+    int64_t calls = 0;
+    bool sent = false, received = false;
+    while (!(sent && received)) {
+      product();
+      ++calls;
+      sent = sent || tx->test();
+      received = received || rx->test();
+    }
+    DISTCA_RETURN_IF_ERROR(tx->wait());
+    DISTCA_RETURN_IF_ERROR(rx->wait());
+    const double lost = monotonic_seconds() - t0 - static_cast<double>(calls) * quiet;
+    per_byte.push_back(lost / (2.0 * static_cast<double>(bytes)));
+  }
+  DISTCA_ASSIGN_OR_RETURN(std::vector<double> all, c.all_gather_value(median(per_byte)));
+  double mean = 0;
+  for (const double v : all) mean += v / static_cast<double>(all.size());
+  return CommCpuProfile{std::max(0.0, mean), static_cast<int64_t>(2 * bytes)};
 }
 
 // Rows per rank of the TP collectives' sizes: latency-bound to the profile's whole step (its
@@ -391,6 +444,10 @@ double profile_run_bytes(const ProfileRun& run, int64_t ranks) {
     double gemm = 0;
     for (const GemmRecord& g : profile_gemm_list(run.shape)) gemm = std::max(gemm, kernels::profile_gemm_bytes(g));
     const double links = 2.0 * static_cast<double>(std::max<int64_t>(ranks, 2)) * static_cast<double>(kLinkBytes.back());
+    // measure_comm_cpu: its send and receive buffers at most, and the product's operands.
+    const double comm_cpu = 2.0 * static_cast<double>(kCommCpuMaxBytes) +
+                            static_cast<double>(2 * run.shape.tokens * run.shape.hidden + run.shape.hidden * run.shape.hidden) *
+                                sizeof(float);
     const double ew = model::elementwise_profile_bytes(elementwise_spec(run.shape), run.shape.tokens);
     // The TP collectives' largest size (the gathered rows, the rank's own and the reduce's
     // receive buffer, of the profile's tokens) and the wq forward between them.
@@ -403,7 +460,7 @@ double profile_run_bytes(const ProfileRun& run, int64_t ranks) {
     const double wait = wait_rows == 0 ? 0.0
                                        : model::TpLayerHarness::peak_bytes(elementwise_spec(run.shape),
                                                                            static_cast<int>(kTpProfileGroup), wait_rows);
-    need = std::max({need, gemm, links, ew, tp, wait});
+    need = std::max({need, gemm, links, comm_cpu, ew, tp, wait});
   }
   return need;
 }
@@ -447,6 +504,7 @@ Status measure_profile(comm::Communicator* c, const ProfileRun& run, const Progr
       DISTCA_ASSIGN_OR_RETURN(std::vector<LinkPoint> ring, measure_links(*c, false, run.link_repeats));
       hp.all_to_all = fit_link(std::move(a2a), static_cast<double>(c->size() - 1));
       hp.p2p = fit_link(std::move(ring), 1.0);
+      DISTCA_ASSIGN_OR_RETURN(hp.comm_cpu, measure_comm_cpu(*c, run.shape, *hp.p2p, run.link_repeats));
       if (c->size() >= kTpProfileGroup) {
         DISTCA_ASSIGN_OR_RETURN(std::vector<LinkPoint> tp,
                                 measure_tp_collectives(*c, run.shape, run.link_repeats));

@@ -199,11 +199,19 @@ TEST_F(CliBenchTrainTest, PipelinePredictsFromAHardwareProfile) {
   }
 }
 
-// Data parallel (--pp 1) with --hardware: the simulator's step time beside every mode's.
+// Data parallel (--pp 1) with --hardware: the simulator's step time beside every mode's, and
+// with --sim-trace its cad pingpong prediction as a Chrome trace.
 TEST_F(CliBenchTrainTest, DataParallelPredictsFromAHardwareProfile) {
-  const std::string json = (dir_ / "dph.json").string();
+  const std::string json = (dir_ / "dph.json").string(), sim_trace = (dir_ / "sim-trace.json").string();
   const std::string profile = std::string(DISTCA_SOURCE_DIR) + "/tests/sim/data/hardware-profile-2rank.json";
-  const CliRun r = run(tiny_with({{"--hardware", profile}, {"--json", json}}), 600);
+  expect_refused(tiny_with({{"--sim-trace", sim_trace}}), "--sim-trace needs --hardware FILE");
+  expect_refused(tiny_with({{"--sim-trace", sim_trace}, {"--hardware", profile}, {"--ranks", "4"}, {"--pp", "2"}, {"--layers", "2"}}),
+                 "--sim-trace needs --hardware FILE and applies to --pp 1 without --compare");
+  expect_refused(tiny_with({{"--sim-trace", (dir_ / "no_such_dir" / "t.json").string()}, {"--hardware", profile}}),
+                 "--sim-trace");
+  const std::string same = (dir_ / "same.json").string();
+  expect_refused(tiny_with({{"--sim-trace", same}, {"--hardware", profile}, {"--trace", same}}), "--sim-trace");
+  const CliRun r = run(tiny_with({{"--hardware", profile}, {"--json", json}, {"--sim-trace", sim_trace}}), 600);
   ASSERT_EQ(r.code, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("sim (hardware profile " + profile), std::string::npos) << r.out;
   const nlohmann::json j = nlohmann::json::parse(slurp(json));
@@ -213,6 +221,21 @@ TEST_F(CliBenchTrainTest, DataParallelPredictsFromAHardwareProfile) {
     EXPECT_TRUE(m.at("sim").at("ok").get<bool>()) << m["sim"].dump();
     EXPECT_GT(m["sim"].at("step_s").get<double>(), 0);
   }
+  // The trace is pingpong's prediction: both ranks' attention, and its last span ends at the
+  // predicted step (microseconds).
+  const nlohmann::json t = nlohmann::json::parse(slurp(sim_trace));
+  bool attention[2] = {false, false};
+  double end_us = 0;
+  for (const nlohmann::json& e : t.at("traceEvents")) {
+    if (e.value("ph", "") != "X") continue;
+    end_us = std::max(end_us, e.at("ts").get<double>() + e.at("dur").get<double>());
+    const int pid = e.at("pid").get<int>();
+    if (e.value("name", "").starts_with("fwd attention") && pid >= 0 && pid < 2) attention[pid] = true;
+  }
+  EXPECT_TRUE(attention[0] && attention[1]) << "no forward attention on both ranks";
+  const double step = j["modes"][2]["sim"].at("step_s").get<double>();
+  ASSERT_EQ(j["modes"][2].at("name"), "cad pingpong");
+  EXPECT_NEAR(end_us, 1e6 * step, 1e-3 * 1e6 * step);
 }
 
 // --tolerance auto: the cad modes choose their band from --hardware's figures (the JSON says

@@ -28,6 +28,7 @@ HardwareProfile make_profile(int64_t ranks) {
     p.p2p = l;
     p.tp_collective = LinkProfile{5e-4, 2e9, {{1024, 5e-4 + 1024 / 2e9}, {1 << 20, 5e-4 + (1 << 20) / 2e9}}};
     p.tp_wait = TpWaitProfile{0.05, {{1e-3, 1e-4 + 0.05e-3}, {4e-3, 1e-4 + 0.2e-3}, {16e-3, 1e-4 + 0.8e-3}}};
+    p.comm_cpu = CommCpuProfile{9e-9, 1 << 25};
     // The element-wise figures (optional): on the two-rank profile only, so the round trip
     // sees both a file with them and one without.
     ElementwiseProfile e;
@@ -62,6 +63,11 @@ TEST(HardwareProfile, RoundTripKeepsEveryField) {
       EXPECT_EQ(q->tp_wait->seconds_per_compute_second, 0.05);
       ASSERT_EQ(q->tp_wait->points.size(), 3u);
       EXPECT_EQ(q->tp_wait->points[2].compute_seconds, 16e-3);
+    }
+    ASSERT_EQ(q->comm_cpu.has_value(), ranks > 1);
+    if (ranks > 1) {
+      EXPECT_EQ(q->comm_cpu->seconds_per_byte, 9e-9);
+      EXPECT_EQ(q->comm_cpu->bytes, 1 << 25);
     }
     ASSERT_EQ(q->elementwise.has_value(), ranks > 1);
     if (ranks > 1) {
@@ -105,44 +111,60 @@ TEST(HardwareProfile, TpCollectiveIsOptional) {
   EXPECT_NE(one.validate("p").message().find("links.tp_collective needs machine.ranks >= 2"), std::string::npos);
 }
 
-TEST(HardwareProfile, TpWaitIsOptionalAndChecked) {
-  // A file written before the field (version 1 still) loads without it: the simulator then
-  // charges no TP wait (Rates::tp_wait 0).
+// An optional links.<name> object: a file written before it (version 1 still) loads without
+// it, and each bad value of one of its fields is refused with `message`.
+struct BadField {
+  const char* key;
+  nlohmann::json value;
+  const char* message;
+};
+void expect_optional_link_field(const char* name, std::initializer_list<BadField> cases) {
   nlohmann::json old = to_json(make_profile(2));
-  ASSERT_TRUE(old["links"].contains("tp_wait"));
-  old["links"].erase("tp_wait");
+  ASSERT_TRUE(old["links"].contains(name)) << name;
+  old["links"].erase(name);
   auto q = hardware_profile_from_json(old, "p.json");
   ASSERT_TRUE(q.ok()) << q.status().message();
-  EXPECT_FALSE(q->tp_wait.has_value());
-  struct Case {
-    const char* key;
-    nlohmann::json value;
-    const char* message;
-  };
-  const Case cases[] = {
-      {"seconds_per_compute_second", 1.5, "links.tp_wait.seconds_per_compute_second must be in [0, 1]"},
-      {"seconds_per_compute_second", -0.1, "links.tp_wait.seconds_per_compute_second must be in [0, 1]"},
-      {"seconds_per_compute_second", "x", "links.tp_wait.seconds_per_compute_second"},
-      {"points", nlohmann::json::array({{{"compute_seconds", 1e-3}, {"seconds", 1e-4}}}),
-       "links.tp_wait.points must hold 2 to 16 points"},
-      {"points",
-       nlohmann::json::array({{{"compute_seconds", 2e-3}, {"seconds", 1e-4}}, {{"compute_seconds", 1e-3}, {"seconds", 1e-4}}}),
-       "links.tp_wait.points[1].compute_seconds must be larger than the previous point's"},
-      {"points",
-       nlohmann::json::array({{{"compute_seconds", 1e-3}, {"seconds", 0.0}}, {{"compute_seconds", 2e-3}, {"seconds", 1e-4}}}),
-       "links.tp_wait.points[0].seconds must be a time"},
-  };
-  for (const Case& c : cases) {
+  EXPECT_EQ(to_json(*q)["links"].contains(name), false) << name;
+  for (const BadField& c : cases) {
     nlohmann::json bad = to_json(make_profile(2));
-    bad["links"]["tp_wait"][c.key] = c.value;
+    bad["links"][name][c.key] = c.value;
     auto b = hardware_profile_from_json(bad, "p.json");
     ASSERT_FALSE(b.ok()) << c.message;
     EXPECT_NE(b.status().message().find(c.message), std::string::npos) << b.status().message();
   }
+}
+
+TEST(HardwareProfile, TpWaitIsOptionalAndChecked) {
+  // Absent, the simulator charges no TP wait (Rates::tp_wait 0).
+  expect_optional_link_field(
+      "tp_wait",
+      {{"seconds_per_compute_second", 1.5, "links.tp_wait.seconds_per_compute_second must be in [0, 1]"},
+       {"seconds_per_compute_second", -0.1, "links.tp_wait.seconds_per_compute_second must be in [0, 1]"},
+       {"seconds_per_compute_second", "x", "links.tp_wait.seconds_per_compute_second"},
+       {"points", nlohmann::json::array({{{"compute_seconds", 1e-3}, {"seconds", 1e-4}}}),
+        "links.tp_wait.points must hold 2 to 16 points"},
+       {"points",
+        nlohmann::json::array({{{"compute_seconds", 2e-3}, {"seconds", 1e-4}}, {{"compute_seconds", 1e-3}, {"seconds", 1e-4}}}),
+        "links.tp_wait.points[1].compute_seconds must be larger than the previous point's"},
+       {"points",
+        nlohmann::json::array({{{"compute_seconds", 1e-3}, {"seconds", 0.0}}, {{"compute_seconds", 2e-3}, {"seconds", 1e-4}}}),
+        "links.tp_wait.points[0].seconds must be a time"}});
   // Only beside the collective fit it adds to.
   HardwareProfile p = make_profile(2);
   p.tp_collective.reset();
   EXPECT_NE(p.validate("p").message().find("links.tp_wait needs links.tp_collective"), std::string::npos);
+}
+
+TEST(HardwareProfile, CommCpuIsOptionalAndChecked) {
+  // Absent, the simulator and the planner charge transfers no CPU (Rates::comm_cpu_per_byte 0).
+  expect_optional_link_field("comm_cpu", {{"seconds_per_byte", -1e-9, "links.comm_cpu.seconds_per_byte must be in [0, 1e-6]"},
+                                          {"seconds_per_byte", 2e-6, "links.comm_cpu.seconds_per_byte must be in [0, 1e-6]"},
+                                          {"seconds_per_byte", "x", "links.comm_cpu.seconds_per_byte"},
+                                          {"bytes", 0, "links.comm_cpu.bytes positive"},
+                                          {"bytes", 1.5, "links.comm_cpu.bytes"}});
+  HardwareProfile one = make_profile(1);
+  one.comm_cpu = CommCpuProfile{1e-9, 1024};
+  EXPECT_NE(one.validate("p").message().find("links.comm_cpu needs machine.ranks >= 2"), std::string::npos);
 }
 
 TEST(HardwareProfile, TpWaitFitRecoversTheSlope) {

@@ -234,10 +234,13 @@ TEST(PingPongModel, TwoRanksOneLayerByHand) {
   const std::array<std::vector<Exchange>, 2> wire = nano_kv_wire(*plans, false);
   for (const bool kv_once : {true, false}) {
     for (const double rate : {2e6, 2e8}) {
-      for (const bool free : {false, true}) {
+      for (const auto& [free, cpu] : {std::pair{false, 0.0}, {true, 0.0}, {false, 2e-7}, {true, 2e-7}}) {
         AutoToleranceModel m = model(&seconds, rate);
         m.kv_once = kv_once;
         m.message_seconds = 3e-4;
+        // Each byte a rank sends or receives takes `cpu` seconds from the compute beside it,
+        // spread over the transfer's window (none in signal mode: no bytes).
+        m.comm_cpu_seconds_per_byte = cpu;
         // Per nano-batch x and rank r: linear and attention seconds.
         double lf[2][2], lb[2][2], af[2][2], ab[2][2];
         // Per exchange (dispatch, return, backward dispatch, backward return) and nano-batch:
@@ -266,13 +269,29 @@ TEST(PingPongModel, TwoRanksOneLayerByHand) {
         }
         double c0 = 0, c1 = 0;            // the ranks' clocks
         double out0 = 0, out1 = 0;        // rank 0 -> 1 and 1 -> 0 directions free from
+        std::vector<std::array<double, 3>> live[2];  // per rank: (start, end, cpu) of transfers in flight
         auto post = [&](int e, int x) {  // the completion time on both ranks
+          const double posted = std::max(c0, c1);
           const double s01 = std::max({c0, c1, out0}), s10 = std::max({c0, c1, out1});
           out0 = s01 + static_cast<double>(bytes[e][x][0]) / rate;
           out1 = s10 + static_cast<double>(bytes[e][x][1]) / rate;
-          return std::max(out0, out1) + 3e-4;
+          const double done = std::max(out0, out1) + 3e-4;
+          const double moved = static_cast<double>(bytes[e][x][0] + bytes[e][x][1]);  // each rank's sent + received
+          if (cpu > 0 && moved > 0) {
+            for (auto& l : live) l.push_back({posted, done, cpu * moved});
+          }
+          return done;
         };
-        auto run = [&](const double (&t)[2][2], int x) { c0 += t[x][0], c1 += t[x][1]; };
+        auto charged = [&](std::vector<std::array<double, 3>>& l, double t, double d) {
+          std::erase_if(l, [t](const auto& w) { return w[1] <= t; });
+          double extra = 0;
+          for (const auto& w : l) extra += w[2] * std::max(0.0, std::min(w[1], t + d) - std::max(w[0], t)) / (w[1] - w[0]);
+          return d + extra;
+        };
+        auto run = [&](const double (&t)[2][2], int x) {
+          c0 += charged(live[0], c0, t[x][0]);
+          c1 += charged(live[1], c1, t[x][1]);
+        };
         auto wait = [&](double done) { c0 = std::max(c0, done), c1 = std::max(c1, done); };
         run(lf, 0);
         const double d0 = post(0, 0);
@@ -304,7 +323,7 @@ TEST(PingPongModel, TwoRanksOneLayerByHand) {
         run(lb, 0);
         const double want = std::max(c0, c1);
         const PingPongPrediction p = predict_pingpong(*plans, m, 1);
-        EXPECT_NEAR(free ? p.signal_seconds : p.seconds, want, 1e-12 * want) << kv_once << " " << rate << " " << free;
+        EXPECT_NEAR(free ? p.signal_seconds : p.seconds, want, 1e-12 * want) << kv_once << " " << rate << " " << free << " " << cpu;
       }
     }
   }

@@ -66,6 +66,12 @@ TEST(ProfileMpi, TwoRanksWriteLinksAndConcurrentFigures) {
   ASSERT_GE(hp->tp_wait->points.size(), 2u);
   EXPECT_GE(hp->tp_wait->seconds_per_compute_second, 0.0);
   EXPECT_EQ(hp->tp_wait->seconds_per_compute_second, distca::fit_tp_wait(hp->tp_wait->points).seconds_per_compute_second);
+  // The CPU transfers take from compute beside them: a ring of 1 to 64 MiB per rank (half a
+  // second at the p2p fit's rate), sent and received: twice that counted; a rate in [0, 1e-6].
+  ASSERT_TRUE(hp->comm_cpu.has_value());
+  EXPECT_GE(hp->comm_cpu->bytes, 2 << 20);
+  EXPECT_LE(hp->comm_cpu->bytes, 2 * (64 << 20));
+  EXPECT_GE(hp->comm_cpu->seconds_per_byte, 0.0);
   // Only rank 0 writes: no temporary file of either rank is left.
   for (const auto& e : std::filesystem::directory_iterator(tmp("").parent_path())) {
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();

@@ -144,6 +144,16 @@ struct ElementwiseProfile {
   ElementwiseTerm optimizer;       // per parameter, gradient clipping and the AdamW step
 };
 
+// The CPU a transfer takes from the compute running beside it (JSON links.comm_cpu, optional;
+// only with ranks > 1): seconds of compute lost per byte a rank sends or receives while it
+// computes (train/profile.cpp measure_comm_cpu says how), and the bytes per rank the
+// measurement moved.
+inline constexpr double kMaxCommCpuSecondsPerByte = 1e-6;  // 1 s per MB: far beyond any host
+struct CommCpuProfile {
+  double seconds_per_byte = 0;
+  int64_t bytes = 0;
+};
+
 struct HardwareProfile {
   // The machine: CPU model, its online cores, processes that ran the profile at
   // once (mpirun -np), OpenMP compute threads per rank, OpenBLAS's kernel family.
@@ -176,6 +186,9 @@ struct HardwareProfile {
   std::optional<ElementwiseProfile> elementwise;
   std::optional<LinkProfile> all_to_all;  // present exactly when ranks > 1
   std::optional<LinkProfile> p2p;
+  // Absent in files written before it (and with one rank): the simulator then charges
+  // transfers no CPU.
+  std::optional<CommCpuProfile> comm_cpu;
   // JSON links.tp_collective, optional (only when ranks > 1; absent in files written before
   // it, and then the simulator prices a TP collective on the all-to-all fit): one TP
   // collective - model::tp_all_gather_rows or tp_reduce_scatter_rows of `bytes / 4` floats

@@ -71,6 +71,10 @@ struct AutoToleranceModel {
   bool kv_once = true;
   // The ping-pong timeline's fixed seconds per message (the link fit's intercept).
   double message_seconds = 0;
+  // The timeline's compute beside a transfer slows by this many seconds per byte its rank sends
+  // or receives (a profile's links.comm_cpu; 0 without one): plan/link_model.h
+  // charge_transfer_cpu.
+  double comm_cpu_seconds_per_byte = 0;
   bool pingpong() const { return overlap && linear_forward_seconds_per_row + linear_backward_seconds_per_row > 0; }
   // The link model's rates (plan/link_model.h): the two classes and message_seconds.
   LinkRates link_rates() const {

@@ -50,6 +50,21 @@ struct ExchangeTimes {
   double all_posted = 0;     // the latest post: before it a rank waits for its peers to post
 };
 
+// A transfer a rank takes part in, as the CPU it takes from the rank's compute (a hardware
+// profile's links.comm_cpu: seconds per byte sent or received while computing): its window
+// on the link and that rate x the rank's bytes in it.
+struct CpuDraw {
+  double start = 0, end = 0;  // end > start
+  double cpu = 0;             // seconds
+};
+// A compute of `seconds` starting at `t` on a rank with `draws` in flight: `seconds` plus each
+// draw's CPU spread evenly over its window, the share of the window [t, t + seconds] overlaps.
+// Drops the draws that ended by `t` (what fell in a wait is not charged: a waiting rank's CPU
+// is free, and the link fits were measured with the ranks waiting). A rank's computes do not
+// overlap, so a draw is charged at most its CPU in all. The ping-pong timeline
+// (plan/pingpong_model.h) and the simulator's CAD engine both charge compute so.
+double charge_transfer_cpu(std::vector<CpuDraw>& draws, double t, double seconds);
+
 class ExchangeLinks {
  public:
   // `hosts`: [ranks] host of every rank (any non-negative ids; equal ids share a host), or

@@ -99,6 +99,7 @@ struct TrainingRun {
   double tolerance = 0.1;          // the cad scheduler's
   bool tolerance_auto = false;     // --tolerance auto: the band and cut chosen per plan (SimOptions::tolerance_auto)
   int64_t ranks_per_host = 0;      // --ranks-per-host (0: none): the planner's topology and the links' hosts
+  bool record_events = false;      // keep the simulated timeline (TrainingPrediction::trace)
   // The linear layers' rate without a hardware profile: the local-cpu preset's links and this
   // peak (a measured sgemm FLOP/s) at mfu 1, attention analytic at efficiency 0.5.
   double sgemm_flops = 0;
@@ -122,6 +123,9 @@ struct TrainingPrediction {
   // comm_bytes_forward + comm_bytes_backward (per layer) x the model's layers; what bench
   // train --compare sums from the ranks' StepMetrics::bytes_sent for wlb and percp.
   double attention_bytes = 0;
+  // With TrainingRun::record_events: the simulated iteration as a Chrome trace (one process per
+  // stage, a thread per unit: sim::trace_metadata), else empty.
+  std::string trace;
 };
 
 // The request of one training run (make_sim_options' input), and its prediction on the

@@ -63,6 +63,7 @@ struct BenchOptions {
   double mpi_timeout = 300;
   std::string json;              // FILE or "-"
   std::string trace;             // Chrome trace of the last round's cad pingpong, last step
+  std::string sim_trace;         // the simulator's Chrome trace of its cad pingpong prediction (needs hardware)
   int64_t pp = 1;                // pipeline stages
   int64_t tp = 1;                // tensor-parallel ranks per layer (--pp 1: ranks = tp x replicas)
   std::string tp_overlap = "on";  // TrainConfig::tp_overlap: on | off
