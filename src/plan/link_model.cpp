@@ -36,7 +36,7 @@ ExchangeTimes ExchangeLinks::post(const std::vector<double>& posted, std::vector
   });
   const std::array<double, 2> rate = {hosts_ ? rates_.intra_host_bytes_per_second : rates_.inter_host_bytes_per_second,
                                       rates_.inter_host_bytes_per_second};
-  ExchangeTimes t{posted, *std::max_element(posted.begin(), posted.end())};
+  ExchangeTimes t{posted, std::vector<double>(n, 0.0), *std::max_element(posted.begin(), posted.end())};
   size_t k = 0;
   for (size_t s = 0; s < n; ++s) {
     for (size_t p = 0; p < n; ++p) {
@@ -48,6 +48,8 @@ ExchangeTimes ExchangeLinks::post(const std::vector<double>& posted, std::vector
       }
       if (p == s) continue;
       DISTCA_CHECK_MSG(bytes >= 0, "an exchange's pair sums to negative bytes");
+      t.moved[s] += bytes;
+      t.moved[p] += bytes;
       const size_t c = !hosts_ || host_[s] != host_[p] ? 1 : 0;
       double& out = out_free_[c == 1 ? endpoint_[s] : s][c];
       double& in = in_free_[c == 1 ? endpoint_[p] : p][c];

@@ -3,8 +3,6 @@
 
 #include <algorithm>
 #include <array>
-#include <map>
-#include <utility>
 #include <vector>
 
 #include "distca/core/check.h"
@@ -75,22 +73,6 @@ void relay(Transfer& t, const std::vector<RelayedBlock>& blocks, const std::vect
   }
 }
 
-// Bytes each of `n` ranks sends or receives in `sends` (each pair's entries summed first, as
-// the link model does: a relay's negative entry cancels its holder's).
-std::vector<double> rank_bytes(const std::vector<PairMessage>& sends, size_t n) {
-  std::map<std::pair<int64_t, int64_t>, double> pair;
-  for (const PairMessage& m : sends) {
-    if (m.from != m.to) pair[{m.from, m.to}] += m.bytes;
-  }
-  std::vector<double> bytes(n, 0.0);
-  for (const auto& [p, b] : pair) {
-    if (b <= 0) continue;
-    bytes[static_cast<size_t>(p.first)] += b;
-    bytes[static_cast<size_t>(p.second)] += b;
-  }
-  return bytes;
-}
-
 // The ranks' clocks, their exchanges priced by the link model (plan/link_model.h), their
 // compute slowed by the CPU the transfers beside it take (charge_transfer_cpu).
 class Timeline {
@@ -105,11 +87,8 @@ class Timeline {
   // Every rank posts `t` at its clock; returns when it completes on each rank.
   std::vector<double> post(const Transfer& t) {
     const ExchangeTimes x = links_.post(clock_, t.sends, free_);
-    if (cpu_per_byte_ > 0) {
-      const std::vector<double> bytes = rank_bytes(t.sends, clock_.size());
-      for (size_t r = 0; r < clock_.size(); ++r) {
-        if (bytes[r] > 0 && x.done[r] > x.all_posted) draws_[r].push_back({x.all_posted, x.done[r], cpu_per_byte_ * bytes[r]});
-      }
+    for (size_t r = 0; r < clock_.size() && cpu_per_byte_ > 0; ++r) {
+      if (x.moved[r] > 0 && x.done[r] > x.all_posted) draws_[r].push_back({x.all_posted, x.done[r], cpu_per_byte_ * x.moved[r]});
     }
     return x.done;
   }

@@ -139,9 +139,7 @@ Result<CommCpuProfile> measure_comm_cpu(comm::Communicator& c, const ProfileShap
     per_byte.push_back(lost / (2.0 * static_cast<double>(bytes)));
   }
   DISTCA_ASSIGN_OR_RETURN(std::vector<double> all, c.all_gather_value(median(per_byte)));
-  double mean = 0;
-  for (const double v : all) mean += v / static_cast<double>(all.size());
-  return CommCpuProfile{std::max(0.0, mean), static_cast<int64_t>(2 * bytes)};
+  return CommCpuProfile{std::max(0.0, mean_of(all)), static_cast<int64_t>(2 * bytes)};
 }
 
 // Rows per rank of the TP collectives' sizes: latency-bound to the profile's whole step (its

@@ -47,6 +47,7 @@ struct PairMessage {
 
 struct ExchangeTimes {
   std::vector<double> done;  // [rank] when the exchange completes on the rank
+  std::vector<double> moved;  // [rank] bytes the rank sends plus receives (each pair's sum)
   double all_posted = 0;     // the latest post: before it a rank waits for its peers to post
 };
 
