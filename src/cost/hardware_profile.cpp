@@ -149,25 +149,28 @@ std::vector<GemmRecord> profile_gemm_list(const ProfileShape& shape) {
 LinkProfile fit_link(std::vector<LinkPoint> points, double wire_factor) {
   LinkProfile l;
   l.points = std::move(points);
-  // Least squares of seconds on wire bytes, each point weighted by 1 / seconds^2 (relative
-  // errors: the sizes span five orders of magnitude, and plain least squares would let the
-  // largest point alone decide the latency); sums in point order (deterministic).
+  const auto wire = [&](const LinkPoint& p) { return static_cast<double>(p.bytes) * wire_factor; };
+  // The rate from the largest sizes only: a link that passes a burst at a higher speed (a
+  // token bucket, a NIC's queue, eager buffers) makes the small sizes' slope meaningless, and
+  // the transfers the model prices are megabytes. Plain least squares there; sums in point
+  // order (deterministic).
+  const int64_t largest = l.points.back().bytes;
+  const int64_t from = largest / kLinkRateSizes;
+  int64_t n_rate = 0;
+  for (const LinkPoint& p : l.points) n_rate += p.bytes >= from ? 1 : 0;
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const LinkPoint& p : l.points) {
-    const double x = static_cast<double>(p.bytes) * wire_factor;
-    const double w = p.seconds > 0 ? 1.0 / (p.seconds * p.seconds) : 0.0;
-    n += w, sx += w * x, sy += w * p.seconds, sxx += w * x * x, sxy += w * x * p.seconds;
+    if (n_rate >= 2 && p.bytes < from) continue;
+    const double x = wire(p);
+    n += 1, sx += x, sy += p.seconds, sxx += x * x, sxy += x * p.seconds;
   }
   const double det = n * sxx - sx * sx;
-  double slope = det > 0 ? (n * sxy - sx * sy) / det : 0.0;
-  double intercept = n > 0 ? (sy - slope * sx) / n : 0.0;
-  if (intercept < 0) {
-    // A negative latency is noise at the small sizes: fit the slope through the origin.
-    intercept = 0;
-    slope = sxx > 0 ? sxy / sxx : 0.0;
-  }
-  l.latency_seconds = std::min(intercept, kMaxLinkLatency);
+  const double slope = det > 0 ? (n * sxy - sx * sy) / det : 0.0;
   l.bytes_per_second = slope > 0 ? std::clamp(1.0 / slope, kMinLinkBandwidth, kMaxLinkBandwidth) : kMaxLinkBandwidth;
+  // The latency at the smallest size, what one message costs beyond its bytes; a negative one
+  // is noise, 0.
+  const LinkPoint& smallest = l.points.front();
+  l.latency_seconds = std::clamp(smallest.seconds - wire(smallest) / l.bytes_per_second, 0.0, kMaxLinkLatency);
   return l;
 }
 

@@ -222,19 +222,34 @@ TEST(HardwareProfile, LinkFitRecoversAnExactLine) {
 }
 
 TEST(HardwareProfile, LinkFitClampsANegativeLatency) {
-  // Points below the line through the origin at small sizes: intercept < 0, so the slope is
-  // refitted through the origin; with seconds = bytes / 1e9 at the large points exactly, the
-  // weighted fit through the origin is sum(w x y) / sum(w x^2) with w = 1 / y^2.
+  // The smallest point below the line the large sizes give (1 ns per byte exactly): latency 0.
   const std::vector<LinkPoint> pts = {{1000, 1e-7}, {1000000, 1e-3}, {2000000, 2e-3}};
   const LinkProfile l = fit_link(pts, 1.0);
   EXPECT_EQ(l.latency_seconds, 0.0);
-  double sxy = 0, sxx = 0;
-  for (const LinkPoint& p : pts) {
-    const double w = 1.0 / (p.seconds * p.seconds), x = static_cast<double>(p.bytes);
-    sxy += w * x * p.seconds;
-    sxx += w * x * x;
+  EXPECT_NEAR(l.bytes_per_second / 1e9, 1.0, 1e-9);
+}
+
+TEST(HardwareProfile, LinkFitTakesTheRateFromTheLargestSizes) {
+  // A token bucket (the lab's tbf): up to 128 KiB passes at 1 GB/s, then 31.25 MB/s, after
+  // 50 us per message. The profile's sizes: the rate is the bucket's, the latency the smallest
+  // size's. A fit over every size weighted by relative error gives a rate several times too
+  // high here (the old fit: 250 MB/s and more on such points).
+  std::vector<LinkPoint> pts;
+  const double burst_rate = 1e9, rate = 31.25e6, latency = 5e-5;
+  for (int64_t b : {64, 1024, 16384, 262144, 1 << 20, 4 << 20}) {
+    const double x = static_cast<double>(b);
+    pts.push_back({b, latency + (b <= (128 << 10) ? x / burst_rate : x / rate)});
   }
-  EXPECT_NEAR(l.bytes_per_second, sxx / sxy, 1e-6 * sxx / sxy);
+  const LinkProfile l = fit_link(pts, 1.0);
+  EXPECT_NEAR(l.bytes_per_second / rate, 1.0, 1e-9);
+  EXPECT_NEAR(l.latency_seconds, latency + 64 / burst_rate - 64 / rate, 1e-12);
+  // With the all-to-all's wire factor the rate is per wire byte.
+  const LinkProfile a = fit_link(pts, 3.0);
+  EXPECT_NEAR(a.bytes_per_second / (3 * rate), 1.0, 1e-9);
+  // One point: no rate to fit (the largest), its time the latency.
+  const LinkProfile one = fit_link({{4096, 1e-4}}, 1.0);
+  EXPECT_EQ(one.bytes_per_second, kMaxLinkBandwidth);
+  EXPECT_NEAR(one.latency_seconds, 1e-4 - 4096 / kMaxLinkBandwidth, 1e-15);
 }
 
 struct BadCase {

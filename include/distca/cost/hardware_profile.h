@@ -114,16 +114,20 @@ struct LinkPoint {
 };
 // A fit seconds = latency_seconds + bytes_on_wire / bytes_per_second over `points`, where
 // bytes_on_wire is what one rank sends to other ranks: (ranks - 1) x bytes for all-to-all,
-// bytes for p2p. Least squares weighted by 1 / seconds^2 (relative error); a negative
-// intercept becomes 0 with the slope refitted through the origin.
+// bytes for p2p. bytes_per_second: plain least squares of seconds on wire bytes over the
+// points of the largest sizes (bytes >= the largest / kLinkRateSizes; all points when fewer than
+// two are), since a link may pass a small message at a burst's speed (tbf's bucket, a queue)
+// and the model prices megabytes; latency_seconds: the smallest size's seconds less its wire
+// bytes at that rate, at least 0.
 struct LinkProfile {
-  double latency_seconds = 0;   // the fit's intercept, per exchange: one message for p2p,
-                                // ranks - 1 messages per rank for all-to-all
+  double latency_seconds = 0;   // per exchange: one message for p2p, ranks - 1 messages per
+                                // rank for all-to-all
   double bytes_per_second = 0;  // per rank
   std::vector<LinkPoint> points;  // strictly increasing bytes
 };
 // The fit described above (points must hold at least one point with bytes > 0). `wire_factor`
 // is ranks - 1 for all-to-all, 1 for p2p.
+inline constexpr int64_t kLinkRateSizes = 64;
 LinkProfile fit_link(std::vector<LinkPoint> points, double wire_factor);
 
 // Seconds of one element-wise figure (model/profile_elementwise.h says what each holds):
