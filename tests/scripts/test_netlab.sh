@@ -7,7 +7,8 @@
 #     bad usage makes nothing; nothing is left after a failure and a TERM in the middle of `up`
 #     (a stand-in tc first on PATH); an up lab adds nothing to the root namespace, its status
 #     shows the links, `measure` (one direction, and both at once) stays under the link's
-#     rate, a second `up` is refused and leaves it; nothing is left after `down`.
+#     rate and arrives in large packets (tbf did not cut them), a second `up` is refused and
+#     leaves it; nothing is left after `down`.
 #   test_netlab.sh run SOURCE_DIR
 #     no process is left in the lab after `run` of a program that does not exist, a rank
 #     failing while the other runs, a rank leaving a process in a session of its own, and a
@@ -256,9 +257,18 @@ up_or_skip --hosts 2 --rate 500mbit
 [ "$(grep -c 'tbf.*rate 500Mbit' "$T/status")" -eq 2 ] || fail "status does not show 2 links at 500Mbit: $(cat "$T/status")"
 # The link limit holds: TCP payload from host 0 to host 1 stays under the 500 Mbit/s of the
 # frames (an unlimited veth pair carries several Gbit/s).
+rx_stat() { ip netns exec "$P-h1" cat "/sys/class/net/lab0/statistics/rx_$1"; }
+rx0_bytes=$(rx_stat bytes) rx0_packets=$(rx_stat packets)
 mbit=$(timeout 60 "$LAB" measure --prefix "$P" --megabytes 16 | sed -n 's/^measured_mbit_per_s=//p')
 echo "measured at 500mbit: ${mbit:-nothing} Mbit/s"
 awk -v m="${mbit:-0}" 'BEGIN { exit !(m > 0 && m <= 500) }' || fail "measured ${mbit:-nothing} Mbit/s through a 500mbit link"
+# tbf passes veth's large (GSO) packets whole: host 1 receives them as they were sent, tens of
+# KiB each (a bucket smaller than one cuts each into MTU-sized packets: ~1.5 KiB on average,
+# ten times the CPU per byte; docs/netlab.md).
+rx_bytes=$(($(rx_stat bytes) - rx0_bytes)) rx_packets=$(($(rx_stat packets) - rx0_packets))
+echo "host 1 received $rx_bytes bytes in $rx_packets packets"
+[ "$rx_packets" -gt 0 ] && [ $((rx_bytes / rx_packets)) -ge 16384 ] ||
+  fail "host 1 received $rx_bytes bytes in $rx_packets packets: tbf cut the large packets"
 # Both directions at once: each one's payload under the limit, and each one measured.
 timeout 60 "$LAB" measure --prefix "$P" --megabytes 16 --both >"$T/both" || fail "measure --both failed"
 for d in h0_h1 h1_h0; do
