@@ -154,13 +154,11 @@ LinkProfile fit_link(std::vector<LinkPoint> points, double wire_factor) {
   // token bucket, a NIC's queue, eager buffers) makes the small sizes' slope meaningless, and
   // the transfers the model prices are megabytes. Plain least squares there; sums in point
   // order (deterministic).
-  const int64_t largest = l.points.back().bytes;
-  const int64_t from = largest / kLinkRateSizes;
-  int64_t n_rate = 0;
-  for (const LinkPoint& p : l.points) n_rate += p.bytes >= from ? 1 : 0;
+  int64_t from = l.points.back().bytes / kLinkRateSizes;
+  if (std::count_if(l.points.begin(), l.points.end(), [&](const LinkPoint& p) { return p.bytes >= from; }) < 2) from = 0;
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const LinkPoint& p : l.points) {
-    if (n_rate >= 2 && p.bytes < from) continue;
+    if (p.bytes < from) continue;
     const double x = wire(p);
     n += 1, sx += x, sy += p.seconds, sxx += x * x, sxy += x * p.seconds;
   }

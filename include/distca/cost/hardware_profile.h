@@ -112,6 +112,8 @@ struct LinkPoint {
   int64_t bytes = 0;
   double seconds = 0;
 };
+// The rate of a link fit comes from the sizes of at least its largest / kLinkRateSizes.
+inline constexpr int64_t kLinkRateSizes = 64;
 // A fit seconds = latency_seconds + bytes_on_wire / bytes_per_second over `points`, where
 // bytes_on_wire is what one rank sends to other ranks: (ranks - 1) x bytes for all-to-all,
 // bytes for p2p. bytes_per_second: plain least squares of seconds on wire bytes over the
@@ -127,7 +129,6 @@ struct LinkProfile {
 };
 // The fit described above (points must hold at least one point with bytes > 0). `wire_factor`
 // is ranks - 1 for all-to-all, 1 for p2p.
-inline constexpr int64_t kLinkRateSizes = 64;
 LinkProfile fit_link(std::vector<LinkPoint> points, double wire_factor);
 
 // Seconds of one element-wise figure (model/profile_elementwise.h says what each holds):
